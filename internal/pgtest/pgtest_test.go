@@ -1,0 +1,266 @@
+package pgtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+// databaseExists reports whether a database called name exists on the test
+// server.
+func databaseExists(t *testing.T, name string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// uniqueKey returns a template key not used before, and drops its template
+// when the test ends, so that these tests do not leave templates behind.
+func uniqueKey(t *testing.T) string {
+	key := "pgtest self-test " + t.Name() + " " + randomHex(8)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := dropDatabase(ctx, AdminURL(t), templateName(key)); err != nil {
+			t.Error(err)
+		}
+	})
+	return key
+}
+
+func TestNewPoolIsolatedDatabasesFromOneTemplate(t *testing.T) {
+	t.Parallel()
+	key := uniqueKey(t)
+	var calls atomic.Int32
+	migrate := func(ctx context.Context, pool *pgxpool.Pool) error {
+		calls.Add(1)
+		_, err := pool.Exec(ctx, `
+			CREATE SEQUENCE item_seq;
+			CREATE TABLE item (id bigint PRIMARY KEY DEFAULT nextval('item_seq'), name text NOT NULL)`)
+		return err
+	}
+
+	var mu sync.Mutex
+	var names []string
+	t.Run("group", func(t *testing.T) {
+		for i := range 4 {
+			t.Run(fmt.Sprint(i), func(t *testing.T) {
+				t.Parallel()
+				pool := NewPool(t, key, migrate)
+				ctx := t.Context()
+				var name string
+				var id int64
+				err := pool.QueryRow(ctx, "INSERT INTO item (name) VALUES ('x') RETURNING current_database(), id").Scan(&name, &id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id != 1 {
+					t.Errorf("first id in %s = %d, want 1", name, id)
+				}
+				if !strings.HasPrefix(name, testDBPrefix) {
+					t.Errorf("database name %q lacks prefix %q", name, testDBPrefix)
+				}
+				mu.Lock()
+				names = append(names, name)
+				mu.Unlock()
+			})
+		}
+	})
+
+	if n := calls.Load(); n != 1 {
+		t.Errorf("migrator called %d times, want 1", n)
+	}
+	slices.Sort(names)
+	if len(slices.Compact(slices.Clone(names))) != len(names) || len(names) != 4 {
+		t.Errorf("databases not distinct: %v", names)
+	}
+	for _, name := range names {
+		if databaseExists(t, name) {
+			t.Errorf("database %s not dropped after its test", name)
+		}
+	}
+
+	// A process that has not seen the template yet (simulated by forgetting
+	// it) must find it on the server instead of migrating again.
+	templatesMu.Lock()
+	delete(templates, templateName(key))
+	templatesMu.Unlock()
+	connString := NewDatabase(t, key, migrate)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("after forgetting the template, migrator called %d times, want 1", n)
+	}
+	conn, err := pgx.Connect(t.Context(), connString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var next int64
+	if err := conn.QueryRow(t.Context(), "SELECT nextval('item_seq')").Scan(&next); err != nil || next != 1 {
+		t.Errorf("nextval = %d, %v; want 1", next, err)
+	}
+
+	var allow, isTemplate bool
+	err = conn.QueryRow(t.Context(), "SELECT datallowconn, datistemplate FROM pg_database WHERE datname = $1",
+		templateName(key)).Scan(&allow, &isTemplate)
+	if err != nil || allow || !isTemplate {
+		t.Errorf("template datallowconn=%v datistemplate=%v err=%v; want false, true", allow, isTemplate, err)
+	}
+}
+
+func TestTemplateNotPublishedWhenMigrationFails(t *testing.T) {
+	t.Parallel()
+	key := uniqueKey(t)
+	admin := AdminURL(t)
+	ctx := t.Context()
+	boom := errors.New("boom")
+	err := ensureTemplate(ctx, admin, key, func(ctx context.Context, pool *pgxpool.Pool) error {
+		if _, err := pool.Exec(ctx, "CREATE TABLE half_done (x int)"); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("ensureTemplate error = %v, want %v", err, boom)
+	}
+	build := buildPrefix + strings.TrimPrefix(templateName(key), templatePrefix)
+	for _, name := range []string{templateName(key), build} {
+		if databaseExists(t, name) {
+			t.Errorf("database %s exists after failed migration", name)
+		}
+	}
+
+	// A migrator that leaks a connection to the template must not break
+	// publishing it.
+	var leaked *pgx.Conn
+	err = ensureTemplate(ctx, admin, key, func(ctx context.Context, pool *pgxpool.Pool) error {
+		var err error
+		leaked, err = pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaked != nil {
+		leaked.Close(context.Background())
+	}
+	if !databaseExists(t, templateName(key)) {
+		t.Fatal("template not published")
+	}
+	NewDatabase(t, key, nil)
+}
+
+func TestDiscoverBadTestDatabaseURL(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{envDatabaseURL: "postgres://someone:secret@127.0.0.1:1/postgres?sslmode=disable"}
+	s, err := discover(t.Context(), func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatalf("discover succeeded with %+v", s)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, envDatabaseURL) || !strings.Contains(msg, "Fix") || strings.Contains(msg, "secret") {
+		t.Errorf("unhelpful or leaky error: %s", msg)
+	}
+}
+
+func TestWithDatabase(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://u@h:5432/postgres?sslmode=disable", "postgres://u@h:5432/db1?sslmode=disable"},
+		{"postgresql://u:p@h1:1,h2:2/postgres", "postgresql://u:p@h1:1,h2:2/db1"},
+		{"postgres://u@h", "postgres://u@h/db1"},
+		{"postgres://postgres@/postgres?host=%2Ftmp%2Fx&port=5432", "postgres://postgres@/db1?host=%2Ftmp%2Fx&port=5432"},
+		{"host=/tmp/x user=postgres dbname=postgres", "host=/tmp/x user=postgres dbname=postgres dbname=db1"},
+	} {
+		got := withDatabase(tc.in, "db1")
+		if got != tc.want {
+			t.Errorf("withDatabase(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		cfg, err := pgx.ParseConfig(got)
+		if err != nil || cfg.Database != "db1" {
+			t.Errorf("pgx.ParseConfig(%q): database %q, err %v", got, cfg.Database, err)
+		}
+	}
+}
+
+const childEnv = "PGTEST_SELFTEST_CHILD"
+
+// TestFallbackToCluster runs this test binary again with the local server
+// address pointing at a closed port, so discovery must start a throwaway
+// cluster, and checks that Main removed the cluster at exit. A subprocess
+// keeps the process-wide discovery of this process undisturbed.
+func TestFallbackToCluster(t *testing.T) {
+	if os.Getenv(childEnv) == "fallback" {
+		AdminURL(t)
+		srvMu.Lock()
+		s := srv
+		srvMu.Unlock()
+		if s.cluster == nil {
+			t.Fatalf("server from %q, want a throwaway cluster", s.source)
+		}
+		pool := NewPool(t, "pgtest fallback child", func(ctx context.Context, pool *pgxpool.Pool) error {
+			_, err := pool.Exec(ctx, "CREATE SEQUENCE s")
+			return err
+		})
+		var n int64
+		if err := pool.QueryRow(t.Context(), "SELECT nextval('s')").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("nextval = %d, %v", n, err)
+		}
+		fmt.Printf("CLUSTER_DIR=%s\n", s.cluster.Dir())
+		return
+	}
+
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestFallbackToCluster$", "-test.v", "-test.count=1")
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, envDatabaseURL+"=") || strings.HasPrefix(kv, envLocalURL+"=")
+	}),
+		childEnv+"=fallback",
+		envLocalURL+"=postgres://postgres@127.0.0.1:1/postgres?sslmode=disable",
+	)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child test failed: %v\n%s", err, out)
+	}
+	var dir string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "CLUSTER_DIR="); ok {
+			dir = d
+		}
+	}
+	if dir == "" {
+		t.Fatalf("child did not report a cluster directory:\n%s", out)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("cluster directory %s still exists after the child exited (stat: %v)\n%s", dir, err, out)
+	}
+	t.Logf("child output:\n%s", out)
+}

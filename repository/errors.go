@@ -1,0 +1,148 @@
+package repository
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Sentinel errors. Every error the repository returns wraps one of them (or a database
+// error) and is tested with errors.Is.
+var (
+	// ErrInvalid means an argument was rejected before anything was written.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrUnknownTopic means the topic is not registered.
+	ErrUnknownTopic = errors.New("unknown topic")
+	// ErrUnknownTask means no task has the given topic and sequence.
+	ErrUnknownTask = errors.New("unknown task")
+	// ErrNotOwned means a task is not ACTIVE under this owner in the given attempt.
+	ErrNotOwned = errors.New("task not leased by this owner in this attempt")
+	// ErrWrongState means a task is not in a state the operation accepts.
+	ErrWrongState = errors.New("task in wrong state")
+	// ErrQueueFull means a push would exceed the topic's queue-length cap.
+	ErrQueueFull = errors.New("queue length cap reached")
+	// ErrNotRegistered means the owner has no row: call Register first.
+	ErrNotRegistered = errors.New("owner not registered")
+)
+
+// TaskProblem says why one task of a batch was refused.
+type TaskProblem struct {
+	Sequence int64
+	// Err is ErrUnknownTask, ErrNotOwned or ErrWrongState.
+	Err    error
+	Detail string
+}
+
+// TaskError is returned when a batch operation refused some of its tasks; nothing of the
+// batch was written. errors.Is matches the sentinel of any problem.
+type TaskError struct {
+	Op       string
+	Topic    string
+	Problems []TaskProblem
+}
+
+func (e *TaskError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s topic %q: nothing written:", e.Op, e.Topic)
+	for i, p := range e.Problems {
+		if i == 10 {
+			fmt.Fprintf(&b, " and %d more", len(e.Problems)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(";")
+		}
+		fmt.Fprintf(&b, " task %d: %v", p.Sequence, p.Err)
+		if p.Detail != "" {
+			fmt.Fprintf(&b, " (%s)", p.Detail)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the distinct sentinels of the problems.
+func (e *TaskError) Unwrap() []error {
+	var errs []error
+	for _, p := range e.Problems {
+		dup := false
+		for _, seen := range errs {
+			if seen == p.Err {
+				dup = true
+			}
+		}
+		if !dup {
+			errs = append(errs, p.Err)
+		}
+	}
+	return errs
+}
+
+// Sequences lists the refused tasks.
+func (e *TaskError) Sequences() []int64 {
+	seqs := make([]int64, len(e.Problems))
+	for i, p := range e.Problems {
+		seqs[i] = p.Sequence
+	}
+	return seqs
+}
+
+// QueueFullError is returned when a push would exceed the topic's queue cap. It matches
+// ErrQueueFull.
+type QueueFullError struct {
+	Topic string
+	Cap   int64
+	// Pushed is how many live tasks the refused push would have added.
+	Pushed int
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("push %d tasks to topic %q: %v (cap %d READY or ACTIVE tasks); nothing written", e.Pushed, e.Topic, ErrQueueFull, e.Cap)
+}
+
+// Unwrap returns ErrQueueFull.
+func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
+
+// invalid builds an ErrInvalid error naming what is wrong.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// SQLSTATE codes the repository maps to its sentinels.
+const (
+	sqlstateCheckViolation     = "23514"
+	sqlstateStringTooLong      = "22001"
+	sqlstateInvalidParameter   = "22023"
+	sqlstateNumericOutOfRange  = "22003"
+	sqlstateNotNullViolation   = "23502"
+	sqlstateInvalidTextEncode  = "22021"
+	sqlstateUndefinedTable     = "42P01"
+	sqlstateUndefinedFunction  = "42883"
+	sqlstateRaiseUnknownTopic  = "PT001"
+	sqlstateRaiseBadInsertion  = "PT002"
+	sqlstateRaiseBadIdentifier = "PT003"
+)
+
+// mapError is the one place that turns PostgreSQL errors (by SQLSTATE, never by message
+// text) into the repository's sentinels, wrapping op for context. Other errors are only
+// wrapped.
+func mapError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case sqlstateCheckViolation, sqlstateStringTooLong, sqlstateInvalidParameter,
+			sqlstateNumericOutOfRange, sqlstateNotNullViolation, sqlstateInvalidTextEncode,
+			sqlstateRaiseBadInsertion, sqlstateRaiseBadIdentifier:
+			return fmt.Errorf("%s: %w: %w", op, ErrInvalid, err)
+		case sqlstateRaiseUnknownTopic:
+			return fmt.Errorf("%s: %w: %w", op, ErrUnknownTopic, err)
+		case sqlstateUndefinedTable, sqlstateUndefinedFunction:
+			return fmt.Errorf("%s: schema missing, run migrations (pgtask migrate up): %w", op, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

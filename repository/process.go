@@ -1,0 +1,281 @@
+package repository
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/pgtask/pgtask/db"
+)
+
+// Poll leases up to size READY tasks whose not-before time has passed, as ONE statement
+// (SELECT … FOR UPDATE SKIP LOCKED): they become ACTIVE under this owner with their
+// attempt counted. Tasks come in poll order: priority (lower first), then sequence
+// ascending (FIFO) or descending (LIFO). The condition excludes tasks by the other tasks
+// of their identifier in this topic (design §4.3). Size 0 returns nothing; an unknown
+// topic returns ErrUnknownTopic.
+func (r *Repository) Poll(ctx context.Context, h Handle, topic string, order Order, condition Condition, size int) ([]Task, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	if size < 0 {
+		return nil, invalid("poll size %d is negative", size)
+	}
+	if !condition.Valid() {
+		return nil, invalid("unknown condition %d", condition)
+	}
+	size = min(size, 1<<31-1)
+	var (
+		rows []db.Task
+		err  error
+	)
+	switch order {
+	case FIFO:
+		rows, err = r.q.TaskPollFIFO(ctx, h, db.TaskPollFIFOParams{Owner: r.owner, Topic: topic, Condition: int16(condition), Size: int32(size)})
+	case LIFO:
+		rows, err = r.q.TaskPollLIFO(ctx, h, db.TaskPollLIFOParams{Owner: r.owner, Topic: topic, Condition: int16(condition), Size: int32(size)})
+	default:
+		return nil, invalid("unknown order %d", order)
+	}
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("poll topic %q", topic), err)
+	}
+	if len(rows) == 0 {
+		// An empty poll is the only moment an unknown topic can hide: check it then.
+		if _, err := r.Topic(ctx, h, topic); err != nil {
+			return nil, fmt.Errorf("poll: %w", err)
+		}
+		return nil, nil
+	}
+	tasks := tasksFrom(rows)
+	slices.SortFunc(tasks, func(a, b Task) int {
+		if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
+			return c
+		}
+		if order == LIFO {
+			return cmp.Compare(b.Sequence, a.Sequence)
+		}
+		return cmp.Compare(a.Sequence, b.Sequence)
+	})
+	return tasks, nil
+}
+
+// snoozeResult is the SQL code of a snooze decision in TaskComplete.
+const snoozeResult = 4
+
+// Complete records decisions for leased tasks as ONE statement (design §4.4). Each task
+// takes the state of its result, its message as output and now() as completion time; a
+// FAILURE with attempts left goes back to READY after the topic's backoff, its error kept
+// in the history; a snooze goes back to READY after its delay without using an attempt;
+// a cancelled task ends FAILED "cancelled". Only tasks ACTIVE under this owner in the
+// completion's attempt qualify: otherwise NOTHING is written and a *TaskError names the
+// offending tasks (ErrUnknownTask, ErrWrongState or ErrNotOwned). It returns the tasks
+// as stored.
+func (r *Repository) Complete(ctx context.Context, h Handle, topic string, completions ...Completion) ([]Task, error) {
+	if len(completions) == 0 {
+		return nil, nil
+	}
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	arg := db.TaskCompleteParams{
+		Topic:     topic,
+		Owner:     r.owner,
+		Sequences: make([]int64, len(completions)),
+		Attempts:  make([]int32, len(completions)),
+		Results:   make([]int16, len(completions)),
+		Outputs:   make([]string, len(completions)),
+		DelaysMs:  make([]int64, len(completions)),
+	}
+	for i, c := range completions {
+		d := c.Decision
+		arg.Sequences[i] = c.Sequence
+		arg.Attempts[i] = c.Attempt
+		arg.Outputs[i] = d.Message
+		switch {
+		case d.Snooze:
+			if d.Delay < 0 {
+				return nil, invalid("complete task %d: snooze delay %v is negative", c.Sequence, d.Delay)
+			}
+			arg.Results[i] = snoozeResult
+			arg.DelaysMs[i] = d.Delay.Milliseconds()
+		case d.Result.Valid():
+			arg.Results[i] = int16(d.Result)
+		default:
+			return nil, invalid("complete task %d: unknown result %d", c.Sequence, d.Result)
+		}
+	}
+	if err := validSequences(arg.Sequences); err != nil {
+		return nil, fmt.Errorf("complete topic %q: %w", topic, err)
+	}
+	rows, err := r.q.TaskComplete(ctx, h, arg)
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("complete topic %q", topic), err)
+	}
+	if len(rows) != len(completions) {
+		return nil, r.explainLeases(ctx, h, topic, completions)
+	}
+	return tasksFrom(rows), nil
+}
+
+// explainLeases builds the *TaskError for a refused completion by reading the tasks'
+// current lease state.
+func (r *Repository) explainLeases(ctx context.Context, h Handle, topic string, completions []Completion) error {
+	seqs := make([]int64, len(completions))
+	for i, c := range completions {
+		seqs[i] = c.Sequence
+	}
+	rows, err := r.q.TaskLeases(ctx, h, db.TaskLeasesParams{Topic: topic, Sequences: seqs})
+	if err != nil {
+		return mapError(fmt.Sprintf("complete topic %q: explain refusal", topic), err)
+	}
+	current := make(map[int64]db.TaskLeasesRow, len(rows))
+	for _, row := range rows {
+		current[row.Sequence] = row
+	}
+	te := &TaskError{Op: "complete", Topic: topic}
+	for _, c := range completions {
+		row, ok := current[c.Sequence]
+		switch {
+		case !ok:
+			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrUnknownTask})
+		case State(row.State) != Active:
+			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrWrongState,
+				Detail: fmt.Sprintf("it is %v", State(row.State))})
+		case str(row.Owner) != r.owner:
+			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrNotOwned,
+				Detail: fmt.Sprintf("leased by %s", str(row.Owner))})
+		case row.Attempt != c.Attempt:
+			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrNotOwned,
+				Detail: fmt.Sprintf("completion names attempt %d, the lease is attempt %d", c.Attempt, row.Attempt)})
+		}
+	}
+	if _, err := r.Topic(ctx, h, topic); err != nil {
+		return fmt.Errorf("complete: %w", err)
+	}
+	if len(te.Problems) == 0 {
+		// Every task qualified when re-read: a concurrent change raced the completion.
+		for _, c := range completions {
+			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrNotOwned, Detail: "changed concurrently"})
+		}
+	}
+	return te
+}
+
+// Expire takes back the leases of OTHER owners whose heartbeat is older than
+// now − timeout (or whose owner row is gone): their ACTIVE tasks become EXPIRED, or READY
+// after backoff when the topic's retry policy grants another attempt; cancelled ones end
+// FAILED. Topics that received READY work are notified. A negative timeout is an error.
+func (r *Repository) Expire(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
+	if err := validTimeout("expiry timeout", timeout); err != nil {
+		return nil, err
+	}
+	rows, err := r.q.TaskExpire(ctx, h, db.TaskExpireParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	if err != nil {
+		return nil, mapError("expire", err)
+	}
+	out := make([]Expiry, len(rows))
+	for i, row := range rows {
+		out[i] = Expiry{Topic: row.Topic, Expired: row.Expired, Retried: row.Retried}
+	}
+	return out, nil
+}
+
+// Cancel cancels tasks: READY, SUSPENDED and EXPIRED ones become REDUNDANT with an output
+// saying who cancelled them; ACTIVE ones are flagged, the process running them is told
+// (CANCEL notification) and they end FAILED "cancelled", never retried. All or nothing: a
+// task in another state, or unknown, fails the call with a *TaskError.
+func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, sequences ...int64) ([]Task, error) {
+	if len(sequences) == 0 {
+		return nil, nil
+	}
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	if err := validSequences(sequences); err != nil {
+		return nil, fmt.Errorf("cancel in topic %q: %w", topic, err)
+	}
+	if by == "" {
+		by = r.owner
+	}
+	rows, err := r.q.TaskCancel(ctx, h, db.TaskCancelParams{Topic: topic, Sequences: sequences, By: by})
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("cancel in topic %q", topic), err)
+	}
+	if len(rows) != len(sequences) {
+		return nil, r.explainStates(ctx, h, "cancel", topic, sequences, func(s State) bool {
+			return s == Active || s == Ready || s == Suspended || s == Expired
+		}, "READY, SUSPENDED, EXPIRED or ACTIVE")
+	}
+	return tasksFrom(rows), nil
+}
+
+// explainStates builds the *TaskError of an all-or-nothing operation refused because
+// some tasks are unknown or in a state it does not accept.
+func (r *Repository) explainStates(ctx context.Context, h Handle, op, topic string, sequences []int64, ok func(State) bool, want string) error {
+	if _, err := r.Topic(ctx, h, topic); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	rows, err := r.q.TaskLeases(ctx, h, db.TaskLeasesParams{Topic: topic, Sequences: sequences})
+	if err != nil {
+		return mapError(fmt.Sprintf("%s in topic %q: explain refusal", op, topic), err)
+	}
+	current := make(map[int64]State, len(rows))
+	for _, row := range rows {
+		current[row.Sequence] = State(row.State)
+	}
+	te := &TaskError{Op: op, Topic: topic}
+	for _, s := range sequences {
+		state, found := current[s]
+		switch {
+		case !found:
+			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: ErrUnknownTask})
+		case !ok(state):
+			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: ErrWrongState,
+				Detail: fmt.Sprintf("it is %v, want %s", state, want)})
+		}
+	}
+	if len(te.Problems) == 0 {
+		for _, s := range sequences {
+			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: ErrWrongState, Detail: "changed concurrently"})
+		}
+	}
+	return te
+}
+
+// Junction releases groups of identifiers (design §4.6): for each non-empty group whose
+// identifiers ALL have a task in this topic that is SUSPENDED (Singular) or in any state
+// but REDUNDANT (Eternal), counting distinct identifiers, every SUSPENDED task of the
+// group in this topic becomes READY. It returns the identifiers of the released tasks,
+// sorted, and notifies the topic when anything was released.
+func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junction Junction, groups ...[]string) ([]string, error) {
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	if junction != Singular && junction != Eternal {
+		return nil, invalid("unknown junction %d", junction)
+	}
+	var arg = db.TaskJunctionParams{Topic: topic, Eternal: junction == Eternal}
+	for g, group := range groups {
+		for _, id := range group {
+			if err := validIdentifier(id); err != nil {
+				return nil, fmt.Errorf("junction in topic %q: group %d: %w", topic, g, err)
+			}
+			arg.Groups = append(arg.Groups, int32(g))
+			arg.Identifiers = append(arg.Identifiers, id)
+		}
+	}
+	if len(arg.Identifiers) == 0 {
+		return nil, nil
+	}
+	released, err := r.q.TaskJunction(ctx, h, arg)
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
+	}
+	return released, nil
+}

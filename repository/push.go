@@ -1,0 +1,97 @@
+package repository
+
+import (
+	"context"
+	"fmt"
+
+	"unicode/utf8"
+
+	"github.com/pgtask/pgtask/db"
+)
+
+// Push inserts tasks into a topic with the given insertion mode, as ONE statement
+// whatever the batch size (design §4.2). Sequences follow the input order and so do the
+// returned tasks. With Replace and Supersede every occurrence of an identifier but the
+// last is inserted REDUNDANT; with Delete only the last is inserted, so the result can be
+// shorter than the input. Older tasks of the same identifiers are changed as the
+// insertion matrix says; ACTIVE ones are never touched and rows locked by a concurrent
+// transaction are skipped. Listeners of the topic are notified at commit.
+//
+// An empty batch does nothing. An unknown topic returns ErrUnknownTopic and a push beyond
+// the topic's queue cap a *QueueFullError; in both cases nothing is written and the
+// caller's transaction stays usable.
+func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion Insertion, creations ...Creation) ([]Task, error) {
+	if len(creations) == 0 {
+		return nil, nil
+	}
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	if !insertion.Valid() {
+		return nil, invalid("unknown insertion %d", insertion)
+	}
+	arg := db.TaskPushParams{
+		Topic:        topic,
+		Insertion:    int16(insertion),
+		Identifiers:  make([]string, len(creations)),
+		Inputs:       make([]string, len(creations)),
+		Refs:         make([]string, len(creations)),
+		Suspended:    make([]bool, len(creations)),
+		Priorities:   make([]int16, len(creations)),
+		NotBeforesUs: make([]int64, len(creations)),
+		DelaysMs:     make([]int64, len(creations)),
+	}
+	for i, c := range creations {
+		if err := validIdentifier(c.Identifier); err != nil {
+			return nil, fmt.Errorf("push to topic %q: creation %d: %w", topic, i, err)
+		}
+		if n := utf8.RuneCountInString(c.Reference); n > MaxReferenceLength {
+			return nil, fmt.Errorf("push to topic %q: creation %d: %w", topic, i,
+				invalid("reference is %d characters long, at most %d allowed", n, MaxReferenceLength))
+		}
+		if c.Delay < 0 {
+			return nil, fmt.Errorf("push to topic %q: creation %d: %w", topic, i, invalid("delay %v is negative", c.Delay))
+		}
+		if !utf8.ValidString(c.Input) || !utf8.ValidString(c.Reference) {
+			return nil, fmt.Errorf("push to topic %q: creation %d: %w", topic, i, invalid("input or reference is not valid UTF-8"))
+		}
+		arg.Identifiers[i] = c.Identifier
+		arg.Inputs[i] = c.Input
+		arg.Refs[i] = c.Reference
+		arg.Suspended[i] = c.Suspended
+		arg.Priorities[i] = c.Priority
+		if !c.NotBefore.IsZero() {
+			arg.NotBeforesUs[i] = max(c.NotBefore.UnixMicro(), 1)
+		} else if c.Delay > 0 {
+			arg.DelaysMs[i] = max(c.Delay.Milliseconds(), 1)
+		}
+	}
+	rows, err := r.q.TaskPush(ctx, h, arg)
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("push to topic %q", topic), err)
+	}
+	if len(rows) == 0 {
+		// Nothing was written: the topic is unknown or the cap refused the batch.
+		t, err := r.Topic(ctx, h, topic)
+		if err != nil {
+			return nil, fmt.Errorf("push: %w", err)
+		}
+		return nil, &QueueFullError{Topic: topic, Cap: t.QueueCap, Pushed: livePushed(insertion, creations)}
+	}
+	return tasksFrom(rows), nil
+}
+
+// livePushed counts the creations a push would add as READY (what the cap limits).
+func livePushed(insertion Insertion, creations []Creation) int {
+	last := make(map[string]int, len(creations))
+	for i, c := range creations {
+		last[c.Identifier] = i
+	}
+	n := 0
+	for i, c := range creations {
+		if !c.Suspended && (insertion == Append || last[c.Identifier] == i) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,258 @@
+package repository
+
+import (
+	"context"
+
+	"os"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtask/pgtask/db"
+)
+
+// Handle is the caller's database handle: a *pgxpool.Pool, a *pgx.Conn or an open
+// pgx.Tx. The repository runs its statements on it and never commits for the caller.
+// Operations that need several statements to be atomic open a nested transaction
+// (a savepoint inside a pgx.Tx) with Begin.
+type Handle interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Config configures a Repository.
+type Config struct {
+	// Owner names this instance in task_owner and on the tasks it leases (1..250
+	// characters). Empty picks a random UUID.
+	Owner string
+	// Host and PID are recorded with the owner to help operators; empty/zero pick the
+	// machine's host name and this process's id.
+	Host string
+	PID  int
+	// Now, when set, replaces the database clock for heartbeats, liveness and expiry, so
+	// tests can make time pass without sleeping. Nil uses the database's now().
+	Now func() time.Time
+}
+
+// Limits on text lengths (in characters), as enforced by the schema.
+const (
+	MaxTopicLength      = 250
+	MaxIdentifierLength = 500
+	MaxReferenceLength  = 500
+	MaxOwnerLength      = 250
+)
+
+// Sequence bounds: 0 means "before everything", MaxSequence "after everything".
+const (
+	MinSequence int64 = 0
+	MaxSequence int64 = 1<<63 - 1
+)
+
+// Repository runs every queue operation of design §4 and §5 on a caller's handle.
+// It is safe for concurrent use.
+type Repository struct {
+	owner string
+	host  string
+	pid   int
+	now   func() time.Time
+	q     *db.Queries
+}
+
+// New validates cfg and returns a Repository.
+func New(cfg Config) (*Repository, error) {
+	if cfg.Owner == "" {
+		cfg.Owner = uuid.NewString()
+	}
+	if n := utf8.RuneCountInString(cfg.Owner); n > MaxOwnerLength {
+		return nil, invalid("owner is %d characters long, at most %d allowed", n, MaxOwnerLength)
+	}
+	if cfg.Host == "" {
+		cfg.Host, _ = os.Hostname()
+	}
+	if cfg.PID == 0 {
+		cfg.PID = os.Getpid()
+	}
+	return &Repository{owner: cfg.Owner, host: cfg.Host, pid: cfg.PID, now: cfg.Now, q: db.New()}, nil
+}
+
+// Owner returns this instance's owner name.
+func (r *Repository) Owner() string { return r.owner }
+
+// clock returns the injected time, or nil to use the database clock.
+func (r *Repository) clock() *time.Time {
+	if r.now == nil {
+		return nil
+	}
+	t := r.now()
+	return &t
+}
+
+func validTopic(topic string) error {
+	if topic == "" {
+		return invalid("topic is empty")
+	}
+	if n := utf8.RuneCountInString(topic); n > MaxTopicLength {
+		return invalid("topic is %d characters long, at most %d allowed", n, MaxTopicLength)
+	}
+	if !utf8.ValidString(topic) {
+		return invalid("topic is not valid UTF-8")
+	}
+	return nil
+}
+
+func validIdentifier(identifier string) error {
+	if identifier == "" {
+		return invalid("identifier is empty")
+	}
+	if n := utf8.RuneCountInString(identifier); n > MaxIdentifierLength {
+		return invalid("identifier is %d characters long, at most %d allowed", n, MaxIdentifierLength)
+	}
+	if !utf8.ValidString(identifier) {
+		return invalid("identifier %q is not valid UTF-8", identifier)
+	}
+	return nil
+}
+
+func validRange(from, to int64) error {
+	if from < 0 || to < 0 {
+		return invalid("sequence range [%d, %d] has a negative bound", from, to)
+	}
+	if from > to {
+		return invalid("sequence range [%d, %d] is empty: from is after to", from, to)
+	}
+	return nil
+}
+
+func validSequences(sequences []int64) error {
+	seen := make(map[int64]struct{}, len(sequences))
+	for _, s := range sequences {
+		if s <= 0 {
+			return invalid("sequence %d is not positive", s)
+		}
+		if _, dup := seen[s]; dup {
+			return invalid("sequence %d appears twice", s)
+		}
+		seen[s] = struct{}{}
+	}
+	return nil
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func ptr[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}
+
+func timeOf(p *time.Time) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return *p
+}
+
+// taskFrom converts a generated row into a Task: the one place rows cross the boundary.
+func taskFrom(row db.Task) Task {
+	return Task{
+		Topic:      row.Topic,
+		Sequence:   row.Sequence,
+		Identifier: row.Identifier,
+		State:      State(row.State),
+		Descent:    State(row.Descent),
+		Owner:      str(row.Owner),
+		Created:    row.Created,
+		Completed:  timeOf(row.Completed),
+		Input:      str(row.Input),
+		Output:     str(row.Output),
+		Reference:  str(row.Reference),
+		Priority:   row.Priority,
+		NotBefore:  timeOf(row.NotBefore),
+		Attempt:    row.Attempt,
+		Errors:     row.Errors,
+		Cancelled:  row.Cancelled,
+	}
+}
+
+// tasksFrom converts rows of any generated type that has exactly the task table's
+// columns (sqlc emits one such type per query).
+func tasksFrom[R ~struct {
+	Topic      string
+	Sequence   int64
+	Identifier string
+	State      int16
+	Descent    int16
+	Owner      *string
+	Created    time.Time
+	Completed  *time.Time
+	Input      *string
+	Output     *string
+	Reference  *string
+	Priority   int16
+	NotBefore  *time.Time
+	Attempt    int32
+	Errors     []string
+	Cancelled  bool
+}](rows []R) []Task {
+	tasks := make([]Task, len(rows))
+	for i, row := range rows {
+		tasks[i] = taskFrom(db.Task(row))
+	}
+	return tasks
+}
+
+func topicFrom(row db.TaskTopic) Topic {
+	t := Topic{
+		Name:    row.Topic,
+		Created: row.Created,
+		Active:  row.Active,
+		TopicSettings: TopicSettings{
+			MaxAttempts:   row.MaxAttempts,
+			BackoffBase:   time.Duration(row.BackoffBaseMs) * time.Millisecond,
+			BackoffCap:    time.Duration(row.BackoffCapMs) * time.Millisecond,
+			BackoffJitter: time.Duration(row.BackoffJitterMs) * time.Millisecond,
+		},
+	}
+	if row.QueueCap != nil {
+		t.QueueCap = *row.QueueCap
+	}
+	if row.RetentionMs != nil {
+		t.Retention = time.Duration(*row.RetentionMs) * time.Millisecond
+	}
+	return t
+}
+
+// inTx runs fn in a nested transaction of h (a savepoint when h is a transaction), so
+// that a multi-statement operation is all or nothing inside the caller's transaction.
+func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
+	tx, err := h.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func durationMs(d time.Duration) int64 { return d.Milliseconds() }
+
+func validTimeout(what string, d time.Duration) error {
+	if d < 0 {
+		return invalid("%s %v is negative", what, d)
+	}
+	return nil
+}

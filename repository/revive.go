@@ -1,0 +1,205 @@
+package repository
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/db"
+)
+
+// Reassign gives tasks in EXPIRED..SUCCEEDED the state of result (design §4.5), all or
+// nothing: an unknown task or one in another state fails the call with a *TaskError.
+func (r *Repository) Reassign(ctx context.Context, h Handle, topic string, result Result, sequences ...int64) ([]Task, error) {
+	if len(sequences) == 0 {
+		return nil, nil
+	}
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	if !result.Valid() {
+		return nil, invalid("unknown result %d", result)
+	}
+	if err := validSequences(sequences); err != nil {
+		return nil, fmt.Errorf("reassign in topic %q: %w", topic, err)
+	}
+	rows, err := r.q.TaskReassign(ctx, h, db.TaskReassignParams{Topic: topic, Result: int16(result), Sequences: sequences})
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("reassign in topic %q", topic), err)
+	}
+	if len(rows) != len(sequences) {
+		return nil, r.explainStates(ctx, h, "reassign", topic, sequences, State.Revivable, "EXPIRED..SUCCEEDED")
+	}
+	return sortedTasks(tasksFrom(rows), sequences), nil
+}
+
+// ReassignAll gives every task of state from (EXPIRED..SUCCEEDED) within the inclusive
+// sequence range the state of result, skipping rows locked by others, and returns how
+// many tasks changed.
+func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, from State, result Result, fromSequence, toSequence int64) (int64, error) {
+	if err := validTopic(topic); err != nil {
+		return 0, err
+	}
+	if !from.Revivable() {
+		return 0, invalid("reassign from state %v: only EXPIRED..SUCCEEDED can be reassigned", from)
+	}
+	if !result.Valid() {
+		return 0, invalid("unknown result %d", result)
+	}
+	if err := validRange(fromSequence, toSequence); err != nil {
+		return 0, err
+	}
+	n, err := r.q.TaskReassignAll(ctx, h, db.TaskReassignAllParams{
+		Topic: topic, FromState: int16(from), Result: int16(result), FromSequence: fromSequence, ToSequence: toSequence,
+	})
+	if err != nil {
+		return 0, mapError(fmt.Sprintf("reassign all in topic %q", topic), err)
+	}
+	return n, nil
+}
+
+// Recreate revives tasks in EXPIRED..SUCCEEDED (design §4.5), all or nothing. Modes
+// RecreateAppend, RecreateReplace and RecreateSupersede mark the old rows RECREATED and
+// push fresh copies (identifier, input, reference, priority) with that insertion; Reset
+// flips the same rows back to READY with a fresh attempt budget. It returns old → new.
+func (r *Repository) Recreate(ctx context.Context, h Handle, topic string, mode RecreateMode, sequences ...int64) ([]Revival, error) {
+	if len(sequences) == 0 {
+		return nil, nil
+	}
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	if err := validSequences(sequences); err != nil {
+		return nil, fmt.Errorf("recreate in topic %q: %w", topic, err)
+	}
+	if mode == Reset {
+		rows, err := r.q.TaskReset(ctx, h, db.TaskResetParams{Topic: topic, Sequences: sequences})
+		if err != nil {
+			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)
+		}
+		if len(rows) != len(sequences) {
+			return nil, r.explainStates(ctx, h, "reset", topic, sequences, State.Revivable, "EXPIRED..SUCCEEDED")
+		}
+		return resetRevivals(tasksFrom(rows)), nil
+	}
+	insertion, err := recreateInsertion(mode)
+	if err != nil {
+		return nil, err
+	}
+	var revivals []Revival
+	err = inTx(ctx, h, func(tx pgx.Tx) error {
+		rows, err := r.q.TaskRecreateMark(ctx, tx, db.TaskRecreateMarkParams{Topic: topic, Sequences: sequences})
+		if err != nil {
+			return mapError(fmt.Sprintf("recreate in topic %q", topic), err)
+		}
+		if len(rows) != len(sequences) {
+			return r.explainStates(ctx, tx, "recreate", topic, sequences, State.Revivable, "EXPIRED..SUCCEEDED")
+		}
+		revivals, err = r.pushCopies(ctx, tx, topic, insertion, tasksFrom(rows))
+		return err
+	})
+	return revivals, err
+}
+
+// RecreateState revives up to size tasks of state (EXPIRED..SUCCEEDED), oldest first,
+// within the inclusive sequence range, skipping rows locked by others; modes as for
+// Recreate.
+func (r *Repository) RecreateState(ctx context.Context, h Handle, topic string, state State, mode RecreateMode, fromSequence, toSequence int64, size int) ([]Revival, error) {
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	if !state.Revivable() {
+		return nil, invalid("recreate state %v: only EXPIRED..SUCCEEDED can be revived", state)
+	}
+	if err := validRange(fromSequence, toSequence); err != nil {
+		return nil, err
+	}
+	if size < 0 {
+		return nil, invalid("size %d is negative", size)
+	}
+	if size == 0 {
+		return nil, nil
+	}
+	size = min(size, 1<<31-1)
+	if mode == Reset {
+		rows, err := r.q.TaskResetState(ctx, h, db.TaskResetStateParams{
+			Topic: topic, State: int16(state), FromSequence: fromSequence, ToSequence: toSequence, Size: int32(size),
+		})
+		if err != nil {
+			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)
+		}
+		return resetRevivals(tasksFrom(rows)), nil
+	}
+	insertion, err := recreateInsertion(mode)
+	if err != nil {
+		return nil, err
+	}
+	var revivals []Revival
+	err = inTx(ctx, h, func(tx pgx.Tx) error {
+		rows, err := r.q.TaskRecreateMarkState(ctx, tx, db.TaskRecreateMarkStateParams{
+			Topic: topic, State: int16(state), FromSequence: fromSequence, ToSequence: toSequence, Size: int32(size),
+		})
+		if err != nil {
+			return mapError(fmt.Sprintf("recreate in topic %q", topic), err)
+		}
+		revivals, err = r.pushCopies(ctx, tx, topic, insertion, tasksFrom(rows))
+		return err
+	})
+	return revivals, err
+}
+
+func recreateInsertion(mode RecreateMode) (Insertion, error) {
+	switch mode {
+	case RecreateAppend:
+		return Append, nil
+	case RecreateReplace:
+		return Replace, nil
+	case RecreateSupersede:
+		return Supersede, nil
+	}
+	return 0, invalid("unknown recreate mode %d", mode)
+}
+
+// pushCopies pushes fresh copies of old (in sequence order) and pairs them up.
+func (r *Repository) pushCopies(ctx context.Context, h Handle, topic string, insertion Insertion, old []Task) ([]Revival, error) {
+	if len(old) == 0 {
+		return nil, nil
+	}
+	creations := make([]Creation, len(old))
+	for i, t := range old {
+		creations[i] = Creation{Identifier: t.Identifier, Input: t.Input, Reference: t.Reference, Priority: t.Priority}
+	}
+	fresh, err := r.Push(ctx, h, topic, insertion, creations...)
+	if err != nil {
+		return nil, fmt.Errorf("recreate: %w", err)
+	}
+	revivals := make([]Revival, len(old))
+	for i := range old {
+		revivals[i] = Revival{Old: old[i], New: fresh[i]}
+	}
+	return revivals, nil
+}
+
+func resetRevivals(tasks []Task) []Revival {
+	revivals := make([]Revival, len(tasks))
+	for i, t := range tasks {
+		revivals[i] = Revival{Old: t, New: t}
+	}
+	return revivals
+}
+
+// sortedTasks orders tasks like sequences.
+func sortedTasks(tasks []Task, sequences []int64) []Task {
+	at := make(map[int64]Task, len(tasks))
+	for _, t := range tasks {
+		at[t.Sequence] = t
+	}
+	out := make([]Task, 0, len(sequences))
+	for _, s := range sequences {
+		if t, ok := at[s]; ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}

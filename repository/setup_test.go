@@ -1,0 +1,108 @@
+package repository_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is one test's database with a registered owner and topic "topic".
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	repo  *repository.Repository
+	topic string
+}
+
+// setup gives the test its own migrated database, a repository registered as owner
+// "owner-1" and an initialized topic "topic".
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+	f := &fixture{t: t, ctx: ctx, pool: pool, topic: "topic"}
+	f.repo = f.newRepo("owner-1")
+	if _, err := f.repo.Initialize(ctx, pool, f.topic); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	return f
+}
+
+// newRepo returns a registered repository with the given owner name.
+func (f *fixture) newRepo(owner string) *repository.Repository {
+	f.t.Helper()
+	repo, err := repository.New(repository.Config{Owner: owner})
+	if err != nil {
+		f.t.Fatalf("new repository: %v", err)
+	}
+	if _, err := repo.Register(f.ctx, f.pool); err != nil {
+		f.t.Fatalf("register %s: %v", owner, err)
+	}
+	return repo
+}
+
+// push pushes identifiers with default creations and fails the test on error.
+func (f *fixture) push(insertion repository.Insertion, identifiers ...string) []repository.Task {
+	f.t.Helper()
+	creations := make([]repository.Creation, len(identifiers))
+	for i, id := range identifiers {
+		creations[i] = repository.Creation{Identifier: id, Input: "input-" + id}
+	}
+	tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, insertion, creations...)
+	if err != nil {
+		f.t.Fatalf("push %v: %v", identifiers, err)
+	}
+	return tasks
+}
+
+// poll polls with the given order/condition/size and fails the test on error.
+func (f *fixture) poll(order repository.Order, condition repository.Condition, size int) []repository.Task {
+	f.t.Helper()
+	tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, order, condition, size)
+	if err != nil {
+		f.t.Fatalf("poll: %v", err)
+	}
+	return tasks
+}
+
+// complete completes tasks with the same decision and fails the test on error.
+func (f *fixture) complete(d repository.Decision, tasks ...repository.Task) []repository.Task {
+	f.t.Helper()
+	completions := make([]repository.Completion, len(tasks))
+	for i, task := range tasks {
+		completions[i] = task.Decide(d)
+	}
+	done, err := f.repo.Complete(f.ctx, f.pool, f.topic, completions...)
+	if err != nil {
+		f.t.Fatalf("complete: %v", err)
+	}
+	return done
+}
+
+// get reads one task and fails the test on error.
+func (f *fixture) get(sequence int64) repository.Task {
+	f.t.Helper()
+	task, err := f.repo.Get(f.ctx, f.pool, f.topic, sequence)
+	if err != nil {
+		f.t.Fatalf("get %d: %v", sequence, err)
+	}
+	return task
+}
+
+// sequences lists the tasks' sequences.
+func sequences(tasks []repository.Task) []int64 {
+	out := make([]int64, len(tasks))
+	for i, t := range tasks {
+		out[i] = t.Sequence
+	}
+	return out
+}

@@ -1,0 +1,140 @@
+package repository
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/db"
+)
+
+// Initialize registers a topic and creates its partition, in the caller's transaction
+// when h is one. It is idempotent and reports whether the topic was new.
+func (r *Repository) Initialize(ctx context.Context, h Handle, topic string) (bool, error) {
+	if err := validTopic(topic); err != nil {
+		return false, err
+	}
+	created, err := r.q.TopicCreate(ctx, h, topic)
+	if err != nil {
+		return false, mapError(fmt.Sprintf("initialize topic %q", topic), err)
+	}
+	return created, nil
+}
+
+// Topics lists the registered topics with their settings, by name.
+func (r *Repository) Topics(ctx context.Context, h Handle) ([]Topic, error) {
+	rows, err := r.q.TopicList(ctx, h)
+	if err != nil {
+		return nil, mapError("list topics", err)
+	}
+	topics := make([]Topic, len(rows))
+	for i, row := range rows {
+		topics[i] = topicFrom(row)
+	}
+	return topics, nil
+}
+
+// Topic returns one registered topic, or ErrUnknownTopic.
+func (r *Repository) Topic(ctx context.Context, h Handle, topic string) (Topic, error) {
+	row, err := r.q.TopicGet(ctx, h, topic)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Topic{}, unknownTopic("get", topic)
+	}
+	if err != nil {
+		return Topic{}, mapError(fmt.Sprintf("get topic %q", topic), err)
+	}
+	return topicFrom(row), nil
+}
+
+func unknownTopic(op, topic string) error {
+	return fmt.Errorf("%s topic %q: %w", op, topic, ErrUnknownTopic)
+}
+
+// Destroy removes a topic with all its tasks (drops its partition). It reports false for
+// an unknown topic without raising an SQL error, so the caller's transaction survives.
+func (r *Repository) Destroy(ctx context.Context, h Handle, topic string) (bool, error) {
+	if err := validTopic(topic); err != nil {
+		return false, err
+	}
+	destroyed, err := r.q.TopicDestroy(ctx, h, topic)
+	if err != nil {
+		return false, mapError(fmt.Sprintf("destroy topic %q", topic), err)
+	}
+	return destroyed, nil
+}
+
+// Configure replaces a topic's settings and returns the topic as stored.
+func (r *Repository) Configure(ctx context.Context, h Handle, topic string, s TopicSettings) (Topic, error) {
+	if s.MaxAttempts < 1 {
+		return Topic{}, invalid("max attempts %d is below 1", s.MaxAttempts)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"backoff base", s.BackoffBase}, {"backoff cap", s.BackoffCap}, {"backoff jitter", s.BackoffJitter}, {"retention", s.Retention}} {
+		if d.v < 0 {
+			return Topic{}, invalid("%s %v is negative", d.name, d.v)
+		}
+	}
+	if s.QueueCap < 0 {
+		return Topic{}, invalid("queue cap %d is negative", s.QueueCap)
+	}
+	var retention *int64
+	if s.Retention > 0 {
+		ms := max(durationMs(s.Retention), 1)
+		retention = &ms
+	}
+	row, err := r.q.TopicUpdate(ctx, h, db.TopicUpdateParams{
+		Topic:           topic,
+		MaxAttempts:     s.MaxAttempts,
+		BackoffBaseMs:   durationMs(s.BackoffBase),
+		BackoffCapMs:    durationMs(s.BackoffCap),
+		BackoffJitterMs: durationMs(s.BackoffJitter),
+		QueueCap:        ptr(s.QueueCap),
+		RetentionMs:     retention,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Topic{}, unknownTopic("configure", topic)
+	}
+	if err != nil {
+		return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
+	}
+	return topicFrom(row), nil
+}
+
+// SetActive pauses (false) or resumes (true) a topic. The state is persisted, and every
+// process listening on task_notification is told at commit (ACTIVATION event).
+func (r *Repository) SetActive(ctx context.Context, h Handle, topic string, active bool) error {
+	_, err := r.q.TopicSetActive(ctx, h, db.TopicSetActiveParams{Topic: topic, Active: active})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return unknownTopic("set activation of", topic)
+	}
+	if err != nil {
+		return mapError(fmt.Sprintf("set activation of topic %q", topic), err)
+	}
+	return nil
+}
+
+// Stats returns the topic's cheap health summary: exact counts of the unfinished and
+// broken states (served by a partial index whose size does not grow with finished rows)
+// and an estimate of all rows.
+func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicStats, error) {
+	row, err := r.q.TopicStats(ctx, h, topic)
+	if err != nil {
+		return TopicStats{}, mapError(fmt.Sprintf("stats of topic %q", topic), err)
+	}
+	if row.RowsEstimate == 0 && row.Active+row.Ready+row.Expired+row.Failed+row.Suspended == 0 {
+		if _, err := r.Topic(ctx, h, topic); err != nil {
+			return TopicStats{}, err
+		}
+	}
+	return TopicStats{
+		Active: row.Active, Ready: row.Ready, Delayed: row.Delayed, Expired: row.Expired,
+		Failed: row.Failed, Suspended: row.Suspended,
+		OldestReady:  time.Duration(row.OldestReadyAgeMs) * time.Millisecond,
+		RowsEstimate: row.RowsEstimate,
+	}, nil
+}

@@ -1,0 +1,439 @@
+package repository
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// State is the lifecycle state of a task. The ordinals are fixed and visible in SQL.
+type State int16
+
+// The nine task states (design §3).
+const (
+	Active    State = 0 // leased by an owner and being processed
+	Ready     State = 1 // waiting to be polled (possibly not before a given time)
+	Expired   State = 2 // was ACTIVE, its owner stopped heart-beating
+	Failed    State = 3 // completed with FAILURE: the dead-letter set
+	Suspended State = 4 // completed with SUSPENSION, or pushed suspended
+	Filtered  State = 5 // completed with FILTER
+	Succeeded State = 6 // completed with SUCCESS
+	Recreated State = 7 // replaced by a fresh copy through recreate
+	Redundant State = 8 // made obsolete by a newer push, or cancelled
+)
+
+var stateNames = [...]string{"ACTIVE", "READY", "EXPIRED", "FAILED", "SUSPENDED", "FILTERED", "SUCCEEDED", "RECREATED", "REDUNDANT"}
+
+// States lists every state in ordinal order.
+func States() []State {
+	return []State{Active, Ready, Expired, Failed, Suspended, Filtered, Succeeded, Recreated, Redundant}
+}
+
+// String returns the state's name, such as "READY".
+func (s State) String() string {
+	if s.Valid() {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", int16(s))
+}
+
+// Valid reports whether s is one of the nine states.
+func (s State) Valid() bool { return s >= Active && s <= Redundant }
+
+// Unfinished reports whether s is ACTIVE or READY.
+func (s State) Unfinished() bool { return s <= Ready }
+
+// Revivable reports whether s is in EXPIRED..SUCCEEDED (reassign, recreate, reset).
+func (s State) Revivable() bool { return s >= Expired && s <= Succeeded }
+
+// Finished reports whether s is in FAILED..REDUNDANT (the default purge set).
+func (s State) Finished() bool { return s >= Failed && s <= Redundant }
+
+// ParseState parses a state name, case-insensitively.
+func ParseState(name string) (State, error) {
+	for i, n := range stateNames {
+		if strings.EqualFold(n, name) {
+			return State(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown state %q (want one of %s)", ErrInvalid, name, strings.Join(stateNames[:], ", "))
+}
+
+// Result is the outcome a handler gives a task. A result maps onto state result+3.
+type Result int16
+
+// The four results. When two meet, the worse wins: FAILURE > SUSPENSION > FILTER > SUCCESS.
+const (
+	Failure    Result = 0
+	Suspension Result = 1
+	Filter     Result = 2
+	Success    Result = 3
+)
+
+var resultNames = [...]string{"FAILURE", "SUSPENSION", "FILTER", "SUCCESS"}
+
+// String returns the result's name, such as "SUCCESS".
+func (r Result) String() string {
+	if r.Valid() {
+		return resultNames[r]
+	}
+	return fmt.Sprintf("Result(%d)", int16(r))
+}
+
+// Valid reports whether r is one of the four results.
+func (r Result) Valid() bool { return r >= Failure && r <= Success }
+
+// State is the state a task with this result ends in.
+func (r Result) State() State { return State(r + 3) }
+
+// Worse returns the worse of two results (the lower ordinal).
+func Worse(a, b Result) Result { return min(a, b) }
+
+// ParseResult parses a result name, case-insensitively.
+func ParseResult(name string) (Result, error) {
+	for i, n := range resultNames {
+		if strings.EqualFold(n, name) {
+			return Result(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown result %q (want one of %s)", ErrInvalid, name, strings.Join(resultNames[:], ", "))
+}
+
+// Insertion decides what a push does to older tasks of the same identifier (design §4.2).
+type Insertion int16
+
+// The insertion modes.
+const (
+	Append    Insertion = 0 // keep older tasks
+	Replace   Insertion = 1 // older READY..SUCCEEDED tasks become REDUNDANT
+	Supersede Insertion = 2 // older READY tasks become REDUNDANT
+	Delete    Insertion = 3 // older non-ACTIVE tasks are deleted
+)
+
+var insertionNames = [...]string{"APPEND", "REPLACE", "SUPERSEDE", "DELETE"}
+
+// String returns the mode's name, such as "APPEND".
+func (i Insertion) String() string {
+	if i.Valid() {
+		return insertionNames[i]
+	}
+	return fmt.Sprintf("Insertion(%d)", int16(i))
+}
+
+// Valid reports whether i is one of the four modes.
+func (i Insertion) Valid() bool { return i >= Append && i <= Delete }
+
+// ParseInsertion parses a mode name, case-insensitively.
+func ParseInsertion(name string) (Insertion, error) {
+	for i, n := range insertionNames {
+		if strings.EqualFold(n, name) {
+			return Insertion(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown insertion %q (want one of %s)", ErrInvalid, name, strings.Join(insertionNames[:], ", "))
+}
+
+// Order is the order in which poll leases READY tasks within a priority.
+type Order int16
+
+// The poll orders.
+const (
+	FIFO Order = 0 // oldest first
+	LIFO Order = 1 // newest first
+)
+
+// String returns "FIFO" or "LIFO".
+func (o Order) String() string {
+	switch o {
+	case FIFO:
+		return "FIFO"
+	case LIFO:
+		return "LIFO"
+	}
+	return fmt.Sprintf("Order(%d)", int16(o))
+}
+
+// ParseOrder parses "fifo" or "lifo", case-insensitively.
+func ParseOrder(name string) (Order, error) {
+	switch strings.ToUpper(name) {
+	case "FIFO":
+		return FIFO, nil
+	case "LIFO":
+		return LIFO, nil
+	}
+	return 0, fmt.Errorf("%w: unknown order %q (want FIFO or LIFO)", ErrInvalid, name)
+}
+
+// Condition excludes READY tasks from a poll based on other tasks of the same identifier
+// in the same topic (design §4.3).
+type Condition int16
+
+// The poll conditions.
+const (
+	// None polls every READY task.
+	None Condition = 0
+	// SingularByIdentifier excludes a task while an older (FIFO) or newer (LIFO) task of
+	// its identifier is ACTIVE or READY: at most one task per identifier in flight, in order.
+	SingularByIdentifier Condition = 1
+	// SingularByIdentifierSuspendOnFailure also excludes it while a task of its identifier
+	// is EXPIRED or FAILED.
+	SingularByIdentifierSuspendOnFailure Condition = 2
+	// SingularByIdentifierSuspendUntilSuccess also excludes it while a task of its
+	// identifier is SUSPENDED.
+	SingularByIdentifierSuspendUntilSuccess Condition = 3
+)
+
+var conditionNames = [...]string{"NONE", "SINGULAR_BY_IDENTIFIER", "SINGULAR_BY_IDENTIFIER_SUSPEND_ON_FAILURE", "SINGULAR_BY_IDENTIFIER_SUSPEND_UNTIL_SUCCESS"}
+
+// String returns the condition's name, such as "SINGULAR_BY_IDENTIFIER".
+func (c Condition) String() string {
+	if c.Valid() {
+		return conditionNames[c]
+	}
+	return fmt.Sprintf("Condition(%d)", int16(c))
+}
+
+// Valid reports whether c is one of the four conditions.
+func (c Condition) Valid() bool { return c >= None && c <= SingularByIdentifierSuspendUntilSuccess }
+
+// ParseCondition parses a condition name, case-insensitively ("-" may stand for "_").
+func ParseCondition(name string) (Condition, error) {
+	normal := strings.ReplaceAll(strings.ToUpper(name), "-", "_")
+	for i, n := range conditionNames {
+		if n == normal {
+			return Condition(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown condition %q (want one of %s)", ErrInvalid, name, strings.Join(conditionNames[:], ", "))
+}
+
+// Junction decides which tasks count when releasing a group of identifiers (design §4.6).
+type Junction int16
+
+// The junction kinds.
+const (
+	Singular Junction = 0 // every identifier has a SUSPENDED task
+	Eternal  Junction = 1 // every identifier has a task in any state but REDUNDANT
+)
+
+// CountMode decides which tasks Count considers.
+type CountMode int16
+
+// The count modes.
+const (
+	Total  CountMode = 0 // every task
+	Recent CountMode = 1 // only the latest task of each identifier
+)
+
+// RecreateMode is how recreate revives tasks (design §4.5).
+type RecreateMode int16
+
+// The recreate modes: the first three mark the old rows RECREATED and push fresh copies
+// with that insertion; Reset flips the same rows back to READY.
+const (
+	RecreateAppend    RecreateMode = 0
+	RecreateReplace   RecreateMode = 1
+	RecreateSupersede RecreateMode = 2
+	Reset             RecreateMode = 3
+)
+
+var recreateNames = [...]string{"APPEND", "REPLACE", "SUPERSEDE", "RESET"}
+
+// String returns the mode's name, such as "RESET".
+func (m RecreateMode) String() string {
+	if m >= RecreateAppend && m <= Reset {
+		return recreateNames[m]
+	}
+	return fmt.Sprintf("RecreateMode(%d)", int16(m))
+}
+
+// ParseRecreateMode parses a recreate mode name, case-insensitively.
+func ParseRecreateMode(name string) (RecreateMode, error) {
+	for i, n := range recreateNames {
+		if strings.EqualFold(n, name) {
+			return RecreateMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown recreate mode %q (want one of %s)", ErrInvalid, name, strings.Join(recreateNames[:], ", "))
+}
+
+// Task is one row of the task table. Empty strings stand for absent (NULL) text and zero
+// times for absent times.
+type Task struct {
+	Topic      string
+	Sequence   int64
+	Identifier string
+	State      State
+	// Descent is what the row was before its current state (design §3).
+	Descent   State
+	Owner     string
+	Created   time.Time
+	Completed time.Time
+	Input     string
+	Output    string
+	Reference string
+	Priority  int16
+	// NotBefore is the earliest time a READY task may be polled; zero means at once.
+	NotBefore time.Time
+	// Attempt counts the leases of the task; a completion must name the current one.
+	Attempt int32
+	// Errors holds the error text of every failed attempt, oldest first.
+	Errors []string
+	// Cancelled is set when the task was cancelled.
+	Cancelled bool
+}
+
+// Result returns the task's result and whether it has one (states FAILED..SUCCEEDED).
+func (t Task) Result() (Result, bool) {
+	if t.State >= Failed && t.State <= Succeeded {
+		return Result(t.State - 3), true
+	}
+	return 0, false
+}
+
+// Decide pairs the task's lease with a decision, ready for Complete.
+func (t Task) Decide(d Decision) Completion {
+	return Completion{Sequence: t.Sequence, Attempt: t.Attempt, Decision: d}
+}
+
+// Creation describes a task to push.
+type Creation struct {
+	// Identifier is the business key (1..500 characters).
+	Identifier string
+	// Input is the optional payload; empty means none.
+	Input string
+	// Reference is optional text (at most 500 characters), e.g. the sequence of the task
+	// that caused this one; empty means none.
+	Reference string
+	// Suspended pushes the task SUSPENDED: it waits for a junction or revival.
+	Suspended bool
+	// Priority orders polling: lower values first; default 0.
+	Priority int16
+	// NotBefore delays polling until this time; zero means at once. Takes precedence
+	// over Delay.
+	NotBefore time.Time
+	// Delay delays polling by this long after the push, by the database clock.
+	Delay time.Duration
+}
+
+// Decision is the outcome a handler gives a task: a result with an optional message, or
+// a snooze back to READY.
+type Decision struct {
+	Result Result
+	// Message is stored as the task's output (an error text for FAILURE); empty stores none.
+	Message string
+	// Continued lets a composite handler pass the task on to dependent steps even though
+	// the result is not SUCCESS. It is not stored.
+	Continued bool
+	// Snooze puts the task back to READY after Delay without counting an attempt.
+	Snooze bool
+	// Delay is how long a snoozed task waits.
+	Delay time.Duration
+}
+
+// Succeed is a SUCCESS decision.
+func Succeed(message string) Decision { return Decision{Result: Success, Message: message} }
+
+// Fail is a FAILURE decision whose message is the error's text.
+func Fail(err error) Decision {
+	msg := "failed"
+	if err != nil {
+		msg = err.Error()
+	}
+	return Decision{Result: Failure, Message: msg}
+}
+
+// Suspend is a SUSPENSION decision.
+func Suspend(message string) Decision { return Decision{Result: Suspension, Message: message} }
+
+// Skip is a FILTER decision: the task was irrelevant.
+func Skip(message string) Decision { return Decision{Result: Filter, Message: message} }
+
+// SnoozeFor puts the task back to READY after d without consuming an attempt.
+func SnoozeFor(d time.Duration) Decision { return Decision{Snooze: true, Delay: d} }
+
+// Completion is a decision for one leased task, fenced by its attempt.
+type Completion struct {
+	Sequence int64
+	Attempt  int32
+	Decision Decision
+}
+
+// TopicSettings are the per-topic settings every process sees alike.
+type TopicSettings struct {
+	// MaxAttempts is how many times a task may be leased before a FAILURE or an expiry is
+	// final; 1 (the default) means no automatic retry.
+	MaxAttempts int32
+	// BackoffBase, BackoffCap and BackoffJitter give the retry delay:
+	// min(cap, base·2^(attempt−1)) + random jitter in [0, BackoffJitter).
+	BackoffBase   time.Duration
+	BackoffCap    time.Duration
+	BackoffJitter time.Duration
+	// QueueCap is the most READY+ACTIVE tasks the topic may hold; 0 is unlimited.
+	QueueCap int64
+	// Retention is how long finished tasks are kept; 0 keeps them forever.
+	Retention time.Duration
+}
+
+// Defaults of a freshly registered topic.
+const (
+	MaxAttemptsDefault = 1
+	BackoffBaseDefault = time.Second
+	BackoffCapDefault  = time.Hour
+)
+
+// Topic is a registered topic with its settings.
+type Topic struct {
+	Name    string
+	Created time.Time
+	// Active is false while the topic is paused.
+	Active bool
+	TopicSettings
+}
+
+// Owner is a registered repository instance.
+type Owner struct {
+	Name      string
+	Heartbeat time.Time
+	Started   time.Time
+	Host      string
+	PID       int
+}
+
+// TaskFilter narrows Page and Count. Zero values match everything.
+type TaskFilter struct {
+	// State, when not nil, keeps only tasks in this state.
+	State *State
+	// Identifier, when not empty, keeps only tasks with this identifier.
+	Identifier string
+	// Reference, when not empty, keeps only tasks with this reference.
+	Reference string
+}
+
+// Count is the number of tasks of one state and the highest sequence among them.
+type Count struct {
+	Count   int64
+	Highest int64
+}
+
+// TopicStats is the cheap health summary of a topic.
+type TopicStats struct {
+	Active, Ready, Delayed, Expired, Failed, Suspended int64
+	// OldestReady is how long the longest-waiting pollable READY task has waited.
+	OldestReady time.Duration
+	// RowsEstimate is the planner's estimate of all rows in the topic, finished included.
+	RowsEstimate int64
+}
+
+// Expiry reports what Expire did to one topic.
+type Expiry struct {
+	Topic string
+	// Expired counts every lease taken back; Retried those of them put back to READY.
+	Expired, Retried int64
+}
+
+// Revival pairs a revived task with its fresh copy (the same task for Reset).
+type Revival struct {
+	Old Task
+	New Task
+}

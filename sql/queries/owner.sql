@@ -1,0 +1,26 @@
+-- name: OwnerRegister :one
+-- Inserts the owner row if absent; new is false when it existed already.
+WITH inserted AS (
+    INSERT INTO task_owner (owner, heartbeat, host, pid)
+    VALUES (sqlc.arg(owner), COALESCE(sqlc.narg('now')::timestamptz, now()), sqlc.narg('host'), sqlc.narg('pid'))
+    ON CONFLICT (owner) DO NOTHING
+    RETURNING owner
+)
+SELECT EXISTS (SELECT 1 FROM inserted)::boolean AS new;
+
+-- name: OwnerHeartbeat :execrows
+UPDATE task_owner SET heartbeat = COALESCE(sqlc.narg('now')::timestamptz, now()) WHERE owner = sqlc.arg(owner);
+
+-- name: OwnerLive :many
+-- Other owners whose heartbeat is newer than now - timeout.
+SELECT * FROM task_owner
+WHERE owner <> sqlc.arg(owner)
+  AND heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+ORDER BY owner;
+
+-- name: OwnerPurge :execrows
+-- Deletes dead owners that lease no task. NOT EXISTS rather than NOT IN: a task without
+-- owner (NULL) must not block the purge.
+DELETE FROM task_owner o
+WHERE o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+  AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner);

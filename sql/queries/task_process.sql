@@ -1,0 +1,223 @@
+-- name: TaskPollFIFO :many
+-- Leases up to size READY tasks, oldest first within priority (design section 4.3). condition:
+-- 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE, 3 ..._SUSPEND_UNTIL_SUCCESS.
+-- Each exclusion is its own NOT EXISTS with an equality on state so that it is a tight
+-- probe of task_open (state, identifier, sequence).
+WITH candidate AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.state = 1
+      AND (t.not_before IS NULL OR t.not_before <= now())
+      AND (sqlc.arg(condition)::smallint = 0 OR NOT EXISTS (
+            SELECT 1 FROM task o
+            WHERE o.topic = t.topic AND o.state IN (0, 1) AND o.identifier = t.identifier
+              AND o.sequence < t.sequence))
+      AND (sqlc.arg(condition) < 2 OR NOT EXISTS (
+            SELECT 1 FROM task o
+            WHERE o.topic = t.topic AND o.state IN (2, 3) AND o.identifier = t.identifier))
+      AND (sqlc.arg(condition) < 3 OR NOT EXISTS (
+            SELECT 1 FROM task o
+            WHERE o.topic = t.topic AND o.state = 4 AND o.identifier = t.identifier))
+    ORDER BY t.priority, t.sequence
+    LIMIT sqlc.arg(size)
+    FOR UPDATE OF t SKIP LOCKED
+)
+UPDATE task t SET state = 0, owner = sqlc.arg(owner)::text, attempt = t.attempt + 1
+FROM candidate c
+WHERE t.topic = c.topic AND t.sequence = c.sequence
+RETURNING t.*;
+
+-- name: TaskPollLIFO :many
+-- As TaskPollFIFO, newest first within priority; a newer ACTIVE or READY task of the
+-- same identifier excludes a candidate.
+WITH candidate AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.state = 1
+      AND (t.not_before IS NULL OR t.not_before <= now())
+      AND (sqlc.arg(condition)::smallint = 0 OR NOT EXISTS (
+            SELECT 1 FROM task o
+            WHERE o.topic = t.topic AND o.state IN (0, 1) AND o.identifier = t.identifier
+              AND o.sequence > t.sequence))
+      AND (sqlc.arg(condition) < 2 OR NOT EXISTS (
+            SELECT 1 FROM task o
+            WHERE o.topic = t.topic AND o.state IN (2, 3) AND o.identifier = t.identifier))
+      AND (sqlc.arg(condition) < 3 OR NOT EXISTS (
+            SELECT 1 FROM task o
+            WHERE o.topic = t.topic AND o.state = 4 AND o.identifier = t.identifier))
+    ORDER BY t.priority, t.sequence DESC
+    LIMIT sqlc.arg(size)
+    FOR UPDATE OF t SKIP LOCKED
+)
+UPDATE task t SET state = 0, owner = sqlc.arg(owner)::text, attempt = t.attempt + 1
+FROM candidate c
+WHERE t.topic = c.topic AND t.sequence = c.sequence
+RETURNING t.*;
+
+-- name: TaskComplete :many
+-- Completes a batch of leased tasks in one statement, all or nothing (design section 4.4, section 5.1).
+-- results: 0 FAILURE, 1 SUSPENSION, 2 FILTER, 3 SUCCESS, 4 SNOOZE (back to READY after
+-- delays_ms without consuming an attempt; also how unstarted tasks are handed back).
+-- Only rows ACTIVE, leased by owner in the decision's attempt qualify; when any decision
+-- does not, no row is changed and no row is returned. The SET list reads t, the locked
+-- current row version, so a cancel that committed meanwhile is honoured.
+WITH decision AS (
+    SELECT d.sequence, d.attempt, d.result, NULLIF(d.output, '') AS output, d.delay_ms
+    FROM (SELECT unnest(sqlc.arg(sequences)::bigint[]) AS sequence, unnest(sqlc.arg(attempts)::integer[]) AS attempt,
+                 unnest(sqlc.arg(results)::smallint[]) AS result, unnest(sqlc.arg(outputs)::text[]) AS output,
+                 unnest(sqlc.arg(delays_ms)::bigint[]) AS delay_ms) d
+),
+lease AS (
+    SELECT t.sequence FROM task t
+    JOIN decision d ON d.sequence = t.sequence AND d.attempt = t.attempt
+    WHERE t.topic = sqlc.arg(topic) AND t.state = 0 AND t.owner = sqlc.arg(owner)::text
+    FOR UPDATE OF t
+),
+policy AS (
+    SELECT p.max_attempts, p.backoff_base_ms, p.backoff_cap_ms, p.backoff_jitter_ms
+    FROM task_topic p WHERE p.topic = sqlc.arg(topic)
+)
+UPDATE task t
+SET state      = CASE WHEN t.cancelled THEN 3
+                      WHEN d.result = 4 THEN 1
+                      -- a FAILURE with attempts left goes back to READY (design section 5.1)
+                      WHEN d.result = 0 AND t.attempt < p.max_attempts THEN 1
+                      ELSE d.result + 3 END,
+    descent    = GREATEST(t.state, t.descent),
+    output     = CASE WHEN t.cancelled THEN 'cancelled'
+                      WHEN d.result = 4 THEN t.output
+                      ELSE d.output END,
+    completed  = CASE WHEN t.cancelled THEN now()
+                      WHEN d.result = 4 THEN NULL
+                      WHEN d.result = 0 AND t.attempt < p.max_attempts THEN NULL
+                      ELSE now() END,
+    not_before = CASE WHEN t.cancelled THEN t.not_before
+                      WHEN d.result = 4 THEN now() + d.delay_ms * interval '1 millisecond'
+                      WHEN d.result = 0 AND t.attempt < p.max_attempts
+                      -- backoff: min(cap, base*2^(attempt-1)) + random jitter
+                      THEN now() + (least(p.backoff_cap_ms::double precision,
+                                          p.backoff_base_ms * power(2::double precision, least(t.attempt - 1, 60)))
+                                    + random() * p.backoff_jitter_ms) * interval '1 millisecond'
+                      ELSE t.not_before END,
+    -- a snooze hands the attempt back: it does not count against max_attempts
+    attempt    = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.attempt - 1 ELSE t.attempt END,
+    errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
+                      WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
+                      ELSE t.errors END
+FROM decision d, policy p
+WHERE t.topic = sqlc.arg(topic) AND t.sequence = d.sequence
+  AND (SELECT count(*) FROM lease) = cardinality(sqlc.arg(sequences)::bigint[])
+RETURNING t.*;
+
+-- name: TaskLeases :many
+-- The current lease state of tasks, to explain why a completion was refused.
+SELECT t.sequence, t.state, t.owner, t.attempt
+FROM task t
+WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[]);
+
+-- name: TaskExpire :many
+-- ACTIVE tasks of OTHER owners whose heartbeat is older than now - timeout (or whose
+-- owner row is gone) become EXPIRED, or READY after backoff when the topic's retry policy
+-- grants another attempt; a cancelled one ends FAILED. Reports the count per topic and
+-- notifies topics that received READY work.
+WITH stale AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.state = 0 AND t.owner <> sqlc.arg(owner)::text
+      AND NOT EXISTS (
+            SELECT 1 FROM task_owner w
+            WHERE w.owner = t.owner
+              AND w.heartbeat >= COALESCE(sqlc.narg('now')::timestamptz, now())
+                                 - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond')
+    FOR UPDATE OF t SKIP LOCKED
+),
+expired AS (
+    UPDATE task t
+    SET state      = CASE WHEN t.cancelled THEN 3
+                          WHEN t.attempt < p.max_attempts THEN 1
+                          ELSE 2 END,
+        not_before = CASE WHEN NOT t.cancelled AND t.attempt < p.max_attempts
+                          THEN now() + (least(p.backoff_cap_ms::double precision,
+                                              p.backoff_base_ms * power(2::double precision, least(t.attempt - 1, 60)))
+                                        + random() * p.backoff_jitter_ms) * interval '1 millisecond'
+                          ELSE t.not_before END,
+        completed  = CASE WHEN t.cancelled THEN now() ELSE t.completed END,
+        output     = CASE WHEN t.cancelled THEN 'cancelled'
+                          ELSE 'expired: owner ' || t.owner || ' stopped heart-beating' END,
+        errors     = array_append(t.errors, CASE WHEN t.cancelled THEN 'cancelled'
+                          ELSE 'expired: owner ' || t.owner || ' stopped heart-beating' END)
+    FROM stale s, task_topic p
+    WHERE t.topic = s.topic AND t.sequence = s.sequence AND p.topic = t.topic
+    RETURNING t.topic, t.state
+),
+notified AS (
+    SELECT pg_notify('task_notification', 'WORK ' || md5(r.topic)) AS sent
+    FROM (SELECT DISTINCT e.topic FROM expired e WHERE e.state = 1) r
+)
+SELECT e.topic, count(*)::bigint AS expired, count(*) FILTER (WHERE e.state = 1)::bigint AS retried
+FROM expired e
+LEFT JOIN (SELECT count(*) AS sent FROM notified) n ON true
+GROUP BY e.topic
+ORDER BY e.topic;
+
+-- name: TaskCancel :many
+-- Cancels READY, SUSPENDED and EXPIRED tasks (they become REDUNDANT with output saying
+-- who cancelled) and flags ACTIVE ones (their processor is told with CANCEL <md5(topic)>
+-- <sequence>; they end FAILED "cancelled"). All or nothing: when any task is in another
+-- state or unknown, nothing changes and no row is returned.
+WITH target AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[])
+      AND t.state IN (0, 1, 2, 4)
+    FOR UPDATE OF t
+),
+cancelled AS (
+    UPDATE task t
+    SET state     = CASE WHEN t.state = 0 THEN 0 ELSE 8 END,
+        descent   = CASE WHEN t.state = 0 THEN t.descent ELSE GREATEST(t.state, t.descent) END,
+        cancelled = true,
+        output    = CASE WHEN t.state = 0 THEN t.output ELSE 'cancelled by ' || sqlc.arg(by)::text END,
+        completed = CASE WHEN t.state = 0 THEN t.completed ELSE now() END
+    FROM target g
+    WHERE t.topic = g.topic AND t.sequence = g.sequence
+      AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
+    RETURNING t.*
+),
+notified AS (
+    SELECT pg_notify('task_notification', 'CANCEL ' || md5(sqlc.arg(topic)) || ' ' || c.sequence) AS sent
+    FROM cancelled c WHERE c.state = 0
+)
+SELECT c.*
+FROM cancelled c
+LEFT JOIN (SELECT count(*) AS sent FROM notified) n ON true
+ORDER BY c.sequence;
+
+-- name: TaskJunction :many
+-- Releases the SUSPENDED tasks of every group whose identifiers all have a qualifying
+-- task in this topic: SUSPENDED (eternal false) or any state but REDUNDANT (eternal
+-- true), counting distinct identifiers. Groups come as parallel arrays (group number,
+-- identifier). Returns the released tasks' identifiers.
+WITH member AS (
+    SELECT DISTINCT m.grp, m.identifier
+    FROM (SELECT unnest(sqlc.arg(groups)::integer[]) AS grp, unnest(sqlc.arg(identifiers)::text[]) AS identifier) m
+),
+qualified AS (
+    SELECT m.grp, m.identifier,
+           CASE WHEN sqlc.arg(eternal)::boolean
+                THEN EXISTS (SELECT 1 FROM task t WHERE t.topic = sqlc.arg(topic) AND t.identifier = m.identifier AND t.state <> 8)
+                ELSE EXISTS (SELECT 1 FROM task t WHERE t.topic = sqlc.arg(topic) AND t.state = 4 AND t.identifier = m.identifier)
+           END AS present
+    FROM member m
+),
+complete_group AS (
+    SELECT q.grp FROM qualified q GROUP BY q.grp HAVING bool_and(q.present)
+),
+released AS (
+    UPDATE task t SET state = 1
+    FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
+    WHERE t.topic = sqlc.arg(topic) AND t.state = 4 AND t.identifier = r.identifier
+    RETURNING t.identifier
+),
+notified AS (
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
+    WHERE EXISTS (SELECT 1 FROM released)
+)
+SELECT DISTINCT r.identifier FROM released r LEFT JOIN notified ON true
+ORDER BY r.identifier;

@@ -1,0 +1,81 @@
+-- name: TaskPush :many
+-- Pushes a whole batch in one statement (design section 4.2). insertion: 0 APPEND, 1 REPLACE,
+-- 2 SUPERSEDE, 3 DELETE. Writes nothing and returns no row when the topic is unknown or
+-- the push would exceed the topic's queue cap; the caller tells the two apart.
+WITH topic AS (
+    -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
+    SELECT tt.topic, tt.queue_cap FROM task_topic tt WHERE tt.topic = sqlc.arg(topic) FOR KEY SHARE
+),
+creation AS (
+    SELECT c.ord, c.identifier, NULLIF(c.input, '') AS input, NULLIF(c.reference, '') AS reference,
+           c.suspended, c.priority,
+           CASE WHEN c.not_before_us <> 0 THEN to_timestamp(c.not_before_us / 1e6)
+                WHEN c.delay_ms > 0 THEN now() + c.delay_ms * interval '1 millisecond'
+           END AS not_before,
+           -- only the last occurrence of an identifier in the batch stays live (REPLACE,
+           -- SUPERSEDE) or is inserted at all (DELETE)
+           c.ord = max(c.ord) OVER (PARTITION BY c.identifier) AS last
+    -- Parallel unnest in the select list runs the arrays in lockstep; generate_series
+    -- numbers the elements.
+    FROM (SELECT generate_series(1, cardinality(sqlc.arg(identifiers)::text[])) AS ord,
+                 unnest(sqlc.arg(identifiers)::text[]) AS identifier, unnest(sqlc.arg(inputs)::text[]) AS input,
+                 unnest(sqlc.arg(refs)::text[]) AS reference, unnest(sqlc.arg(suspended)::boolean[]) AS suspended,
+                 unnest(sqlc.arg(priorities)::smallint[]) AS priority,
+                 unnest(sqlc.arg(not_befores_us)::bigint[]) AS not_before_us,
+                 unnest(sqlc.arg(delays_ms)::bigint[]) AS delay_ms) c
+),
+admitted AS (
+    SELECT true AS ok FROM topic
+    WHERE topic.queue_cap IS NULL
+       -- unfinished tasks (counted no further than the cap) plus the live ones we add
+       OR (SELECT count(*) FROM (SELECT 1 FROM task t WHERE t.topic = topic.topic AND t.state <= 1
+                                 LIMIT topic.queue_cap + 1) unfinished)
+          + (SELECT count(*) FROM creation c WHERE NOT c.suspended AND (c.last OR sqlc.arg(insertion)::smallint = 0))
+          <= topic.queue_cap
+),
+older AS (
+    -- Older tasks of the same identifiers that this insertion mode touches. ACTIVE tasks
+    -- are never touched; rows locked by a concurrent transaction are skipped.
+    SELECT t.topic, t.sequence FROM task t
+    WHERE EXISTS (SELECT 1 FROM admitted)
+      AND t.topic = sqlc.arg(topic)
+      AND t.identifier IN (SELECT c.identifier FROM creation c)
+      AND ((sqlc.arg(insertion) = 1 AND t.state BETWEEN 1 AND 6)
+        OR (sqlc.arg(insertion) = 2 AND t.state = 1)
+        OR (sqlc.arg(insertion) = 3 AND t.state <> 0))
+    FOR UPDATE SKIP LOCKED
+),
+made_redundant AS (
+    UPDATE task t SET state = 8, descent = GREATEST(t.state, t.descent)
+    FROM older o
+    WHERE sqlc.arg(insertion) IN (1, 2) AND t.topic = o.topic AND t.sequence = o.sequence
+    RETURNING t.sequence
+),
+deleted AS (
+    DELETE FROM task t USING older o
+    WHERE sqlc.arg(insertion) = 3 AND t.topic = o.topic AND t.sequence = o.sequence
+    RETURNING t.sequence
+),
+inserted AS (
+    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before)
+    -- nextval over rows already in input order: sequences follow the input
+    SELECT sqlc.arg(topic), nextval('task_sequence'), c.identifier,
+           CASE WHEN sqlc.arg(insertion) IN (1, 2) AND NOT c.last THEN 8
+                WHEN c.suspended THEN 4
+                ELSE 1 END,
+           CASE WHEN c.suspended THEN 4 ELSE 1 END,
+           c.input, c.reference, c.priority, c.not_before
+    FROM (SELECT * FROM creation c
+          WHERE EXISTS (SELECT 1 FROM admitted) AND (sqlc.arg(insertion) <> 3 OR c.last)
+          ORDER BY c.ord) c
+    RETURNING *
+),
+notified AS (
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
+    WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
+)
+SELECT i.topic, i.sequence, i.identifier, i.state, i.descent, i.owner, i.created, i.completed,
+       i.input, i.output, i.reference, i.priority, i.not_before, i.attempt, i.errors, i.cancelled
+FROM inserted i
+LEFT JOIN notified ON true
+ORDER BY i.sequence;

@@ -1,0 +1,112 @@
+-- name: TaskReassign :many
+-- Gives tasks in EXPIRED..SUCCEEDED the state of result (0 FAILURE ... 3 SUCCESS), all or
+-- nothing: when any task is unknown or in another state, no row is changed or returned.
+WITH target AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[]) AND t.state BETWEEN 2 AND 6
+    FOR UPDATE OF t
+)
+UPDATE task t
+SET state = sqlc.arg(result)::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
+FROM target g
+WHERE t.topic = g.topic AND t.sequence = g.sequence
+  AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
+RETURNING t.*;
+
+-- name: TaskReassignAll :execrows
+-- Gives every task of from_state (EXPIRED..SUCCEEDED) in the sequence range the state of
+-- result; rows locked by others are skipped.
+WITH target AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.state = sqlc.arg(from_state)::smallint
+      AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+    FOR UPDATE OF t SKIP LOCKED
+)
+UPDATE task t
+SET state = sqlc.arg(result)::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
+FROM target g
+WHERE t.topic = g.topic AND t.sequence = g.sequence;
+
+-- name: TaskRecreateMark :many
+-- Marks tasks (by sequence) RECREATED so that fresh copies can be pushed; all or nothing
+-- over EXPIRED..SUCCEEDED. Returns the old rows in sequence order.
+WITH target AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[]) AND t.state BETWEEN 2 AND 6
+    FOR UPDATE OF t
+),
+marked AS (
+    UPDATE task t SET state = 7, descent = GREATEST(t.state, t.descent)
+    FROM target g
+    WHERE t.topic = g.topic AND t.sequence = g.sequence
+      AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
+    RETURNING t.*
+)
+SELECT * FROM marked ORDER BY sequence;
+
+-- name: TaskRecreateMarkState :many
+-- Marks up to size tasks of state RECREATED, oldest first, within the sequence range,
+-- skipping rows locked by others. Returns the old rows in sequence order.
+WITH target AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.state = sqlc.arg(state)::smallint
+      AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+    ORDER BY t.sequence
+    LIMIT sqlc.arg(size)
+    FOR UPDATE OF t SKIP LOCKED
+),
+marked AS (
+    UPDATE task t SET state = 7, descent = GREATEST(t.state, t.descent)
+    FROM target g
+    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    RETURNING t.*
+)
+SELECT * FROM marked ORDER BY sequence;
+
+-- name: TaskReset :many
+-- Flips tasks (by sequence) in EXPIRED..SUCCEEDED back to READY with a fresh attempt
+-- budget; all or nothing. Notifies the topic.
+WITH target AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[]) AND t.state BETWEEN 2 AND 6
+    FOR UPDATE OF t
+),
+reset AS (
+    UPDATE task t
+    SET state = 1, descent = GREATEST(t.state, t.descent), attempt = 0, not_before = NULL,
+        completed = NULL, owner = NULL, cancelled = false
+    FROM target g
+    WHERE t.topic = g.topic AND t.sequence = g.sequence
+      AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
+    RETURNING t.*
+),
+notified AS (
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
+    WHERE EXISTS (SELECT 1 FROM reset)
+)
+SELECT r.* FROM reset r LEFT JOIN notified ON true ORDER BY r.sequence;
+
+-- name: TaskResetState :many
+-- Flips up to size tasks of state back to READY, oldest first within the sequence range,
+-- skipping rows locked by others. Notifies the topic.
+WITH target AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE t.topic = sqlc.arg(topic) AND t.state = sqlc.arg(state)::smallint
+      AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+    ORDER BY t.sequence
+    LIMIT sqlc.arg(size)
+    FOR UPDATE OF t SKIP LOCKED
+),
+reset AS (
+    UPDATE task t
+    SET state = 1, descent = GREATEST(t.state, t.descent), attempt = 0, not_before = NULL,
+        completed = NULL, owner = NULL, cancelled = false
+    FROM target g
+    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    RETURNING t.*
+),
+notified AS (
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
+    WHERE EXISTS (SELECT 1 FROM reset)
+)
+SELECT r.* FROM reset r LEFT JOIN notified ON true ORDER BY r.sequence;

@@ -1,0 +1,57 @@
+-- name: TopicCreate :one
+-- Registers the topic and creates its partition; false if it already existed.
+SELECT task_topic_create(sqlc.arg(topic)::text)::boolean AS created;
+
+-- name: TopicDestroy :one
+-- Drops the topic's partition and settings; false for an unknown topic (no error raised).
+SELECT task_topic_destroy(sqlc.arg(topic)::text)::boolean AS destroyed;
+
+-- name: TopicTruncate :one
+-- Deletes every task of the topic (TRUNCATE of its partition); -1 for an unknown topic.
+SELECT COALESCE(task_topic_truncate(sqlc.arg(topic)::text), -1)::bigint AS purged;
+
+-- name: TopicList :many
+SELECT * FROM task_topic ORDER BY topic;
+
+-- name: TopicGet :one
+SELECT * FROM task_topic WHERE topic = sqlc.arg(topic);
+
+-- name: TopicUpdate :one
+UPDATE task_topic
+SET max_attempts      = sqlc.arg(max_attempts),
+    backoff_base_ms   = sqlc.arg(backoff_base_ms),
+    backoff_cap_ms    = sqlc.arg(backoff_cap_ms),
+    backoff_jitter_ms = sqlc.arg(backoff_jitter_ms),
+    queue_cap         = sqlc.narg('queue_cap'),
+    retention_ms      = sqlc.narg('retention_ms')
+WHERE topic = sqlc.arg(topic)
+RETURNING *;
+
+-- name: TopicSetActive :one
+-- Pause (false) or resume (true) a topic; every process listening is told at commit.
+WITH changed AS (
+    UPDATE task_topic SET active = sqlc.arg(active) WHERE topic = sqlc.arg(topic) RETURNING topic, active
+)
+SELECT c.topic, c.active
+FROM changed c
+LEFT JOIN LATERAL (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))) n ON true;
+
+-- name: TopicStats :one
+-- Counts over the small task_open index (states 0..4) only, so the cost does not grow
+-- with the number of finished rows; finished rows are estimated from the planner's
+-- statistics of the partition.
+SELECT count(*) FILTER (WHERE t.state = 0)                                    AS active,
+       count(*) FILTER (WHERE t.state = 1)                                    AS ready,
+       count(*) FILTER (WHERE t.state = 1 AND t.not_before > now())           AS delayed,
+       count(*) FILTER (WHERE t.state = 2)                                    AS expired,
+       count(*) FILTER (WHERE t.state = 3)                                    AS failed,
+       count(*) FILTER (WHERE t.state = 4)                                    AS suspended,
+       -- the longest a pollable READY task has been waiting (NULL when none)
+       COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
+                    FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
+                0)::bigint AS oldest_ready_age_ms,
+       COALESCE((SELECT GREATEST(c.reltuples, 0)::bigint FROM pg_catalog.pg_class c
+                 WHERE c.oid = (SELECT to_regclass(tt.partition) FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))),
+                0)::bigint AS rows_estimate
+FROM task t
+WHERE t.topic = sqlc.arg(topic) AND t.state <= 4;
