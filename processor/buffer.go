@@ -1,0 +1,206 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// CloseMode is what a Buffer does with queued, unstarted batches when it is stopped.
+type CloseMode int
+
+// The close modes.
+const (
+	// HandBack returns queued batches' tasks to READY with their attempt not consumed
+	// (the graceful-shutdown default).
+	HandBack CloseMode = iota
+	// Drain lets the workers process the queued batches before stopping.
+	Drain
+	// FailPending fails queued batches.
+	FailPending
+)
+
+// BufferConfig configures Buffer.
+type BufferConfig struct {
+	// Queue is how many batches wait, prefetched, for a free worker; Handle blocks while
+	// it is full (back-pressure on the poll loop). Default 1.
+	Queue int
+	// MinWorkers and MaxWorkers bound the workers: they grow while batches wait and all
+	// workers are busy, and shrink back after IdleTimeout without work. Defaults 1 and
+	// MinWorkers.
+	MinWorkers, MaxWorkers int
+	// IdleTimeout is how long a worker above MinWorkers waits for work before it exits.
+	// Default 10 s.
+	IdleTimeout time.Duration
+	// OnClose is what happens to queued batches at shutdown. Default HandBack.
+	OnClose CloseMode
+}
+
+// Buffered is a Handler that queues batches in front of a pool of workers running the
+// inner handler (design §7 "Buffering"), so the next batch is ready when a worker frees.
+type Buffered struct {
+	inner Handler
+	cfg   BufferConfig
+	queue chan queued
+
+	mu      sync.Mutex
+	workers int
+	busy    int
+	stopped bool
+	stop    chan struct{}
+}
+
+type queued struct {
+	ctx   context.Context
+	batch *Batch
+}
+
+// Buffer wraps h with a prefetch queue and a pool of workers.
+func Buffer(h Handler, cfg BufferConfig) (*Buffered, error) {
+	if h == nil {
+		return nil, errors.New("processor: buffer: handler is nil")
+	}
+	if cfg.Queue < 0 || cfg.MinWorkers < 0 || cfg.MaxWorkers < 0 || cfg.IdleTimeout < 0 {
+		return nil, fmt.Errorf("processor: buffer: negative setting in %+v", cfg)
+	}
+	if cfg.Queue == 0 {
+		cfg.Queue = 1
+	}
+	if cfg.MinWorkers == 0 {
+		cfg.MinWorkers = 1
+	}
+	if cfg.MaxWorkers == 0 {
+		cfg.MaxWorkers = cfg.MinWorkers
+	}
+	if cfg.MaxWorkers < cfg.MinWorkers {
+		return nil, fmt.Errorf("processor: buffer: MaxWorkers %d is below MinWorkers %d", cfg.MaxWorkers, cfg.MinWorkers)
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 10 * time.Second
+	}
+	if cfg.OnClose < HandBack || cfg.OnClose > FailPending {
+		return nil, fmt.Errorf("processor: buffer: unknown close mode %d", cfg.OnClose)
+	}
+	b := &Buffered{inner: h, cfg: cfg, queue: make(chan queued, cfg.Queue), stop: make(chan struct{})}
+	b.mu.Lock()
+	for range cfg.MinWorkers {
+		b.spawn()
+	}
+	b.mu.Unlock()
+	return b, nil
+}
+
+// Workers reports the current number of workers.
+func (b *Buffered) Workers() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.workers
+}
+
+// Handle queues the batch, blocking while the queue is full. A batch offered after Stop,
+// or while the manager is stopping, is handed back.
+func (b *Buffered) Handle(ctx context.Context, batch *Batch) {
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		batch.handBack()
+		return
+	}
+	// Grow when this batch would wait behind busy workers.
+	if b.busy+len(b.queue) >= b.workers && b.workers < b.cfg.MaxWorkers {
+		b.spawn()
+	}
+	b.mu.Unlock()
+	select {
+	case b.queue <- queued{ctx: ctx, batch: batch}:
+	case <-batch.Stopping():
+		batch.handBack()
+	case <-b.stop:
+		batch.handBack()
+	}
+}
+
+// spawn starts a worker; called with b.mu held.
+func (b *Buffered) spawn() {
+	b.workers++
+	go b.work()
+}
+
+func (b *Buffered) work() {
+	idle := time.NewTimer(b.cfg.IdleTimeout)
+	defer idle.Stop()
+	for {
+		select {
+		case q := <-b.queue:
+			b.run(q)
+			idle.Reset(b.cfg.IdleTimeout)
+		case <-idle.C:
+			b.mu.Lock()
+			if b.workers > b.cfg.MinWorkers {
+				b.workers--
+				b.mu.Unlock()
+				return
+			}
+			b.mu.Unlock()
+			idle.Reset(b.cfg.IdleTimeout)
+		case <-b.stop:
+			if b.cfg.OnClose == Drain {
+				select {
+				case q := <-b.queue:
+					b.run(q)
+					continue
+				default:
+				}
+			}
+			b.mu.Lock()
+			b.workers--
+			b.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (b *Buffered) run(q queued) {
+	b.mu.Lock()
+	b.busy++
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.busy--
+		b.mu.Unlock()
+		if r := recover(); r != nil {
+			_ = q.batch.Fail(fmt.Errorf("handler panicked: %v", r))
+		}
+	}()
+	b.inner.Handle(q.ctx, q.batch)
+}
+
+// Stop stops accepting batches and disposes of the queued ones as OnClose says; running
+// batches finish. The manager calls it at graceful shutdown.
+func (b *Buffered) Stop() {
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return
+	}
+	b.stopped = true
+	close(b.stop)
+	b.mu.Unlock()
+	if b.cfg.OnClose == Drain {
+		return
+	}
+	for {
+		select {
+		case q := <-b.queue:
+			if b.cfg.OnClose == FailPending {
+				_ = q.batch.Fail(errors.New("processor shut down before the batch was started"))
+			} else {
+				q.batch.handBack()
+			}
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Step is one step of a Composite: it receives the tasks that flowed into it and returns
+// a decision per task sequence, or an error that fails all of them. A task without a
+// decision fails.
+type Step func(ctx context.Context, tasks []repository.Task, supplement *Supplement) (map[int64]repository.Decision, error)
+
+// TaskStep adapts a per-task function to a Step.
+func TaskStep(fn func(ctx context.Context, task repository.Task, supplement *Supplement) repository.Decision) Step {
+	return func(ctx context.Context, tasks []repository.Task, s *Supplement) (map[int64]repository.Decision, error) {
+		out := make(map[int64]repository.Decision, len(tasks))
+		for _, t := range tasks {
+			out[t.Sequence] = fn(ctx, t, s)
+		}
+		return out, nil
+	}
+}
+
+// Composite is a Handler running a DAG of named steps (design §7 "Composite").
+// Independent steps run concurrently. A task flows into a step only if it reached every
+// step the step depends on and its merged decision so far is SUCCESS or continued. Its
+// final decision merges every decision it received: the worst result wins (FAILURE >
+// SUSPENSION > FILTER > SUCCESS) and all messages are kept.
+type Composite struct {
+	steps []*compositeStep
+	byKey map[string]*compositeStep
+}
+
+type compositeStep struct {
+	name string
+	fn   Step
+	deps []*compositeStep
+}
+
+// NewComposite returns an empty composite handler.
+func NewComposite() *Composite {
+	return &Composite{byKey: make(map[string]*compositeStep)}
+}
+
+// Step registers a step depending on previously registered steps. A duplicate name or
+// an unknown dependency is an error (and so a cycle cannot be built).
+func (c *Composite) Step(name string, fn Step, dependsOn ...string) error {
+	if name == "" {
+		return errors.New("composite: step name is empty")
+	}
+	if fn == nil {
+		return fmt.Errorf("composite: step %q has no function", name)
+	}
+	if _, dup := c.byKey[name]; dup {
+		return fmt.Errorf("composite: duplicate step name %q", name)
+	}
+	s := &compositeStep{name: name, fn: fn}
+	for _, d := range dependsOn {
+		dep, ok := c.byKey[d]
+		if !ok {
+			return fmt.Errorf("composite: step %q depends on unknown step %q", name, d)
+		}
+		s.deps = append(s.deps, dep)
+	}
+	c.byKey[name] = s
+	c.steps = append(c.steps, s)
+	return nil
+}
+
+// Handle runs the steps over the batch and completes it with the merged decisions.
+func (c *Composite) Handle(ctx context.Context, batch *Batch) {
+	if len(c.steps) == 0 {
+		_ = batch.Fail(errors.New("composite handler has no steps"))
+		return
+	}
+	run := &compositeRun{
+		batch:      batch,
+		supplement: &Supplement{values: make(map[reflect.Type]any)},
+		cum:        make(map[*compositeStep]map[int64]repository.Decision),
+		done:       make(map[*compositeStep]chan struct{}),
+		final:      make(map[int64]repository.Decision),
+	}
+	for _, s := range c.steps {
+		run.done[s] = make(chan struct{})
+	}
+	var wg sync.WaitGroup
+	for _, s := range c.steps {
+		wg.Go(func() { run.step(ctx, s) })
+	}
+	wg.Wait()
+	decisions := make(map[int64]repository.Decision, len(batch.Tasks))
+	for _, t := range batch.Tasks {
+		d, ok := run.final[t.Sequence]
+		if !ok {
+			d = repository.Fail(errors.New("no composite step ran this task"))
+		}
+		d.Continued = false
+		decisions[t.Sequence] = d
+	}
+	_ = batch.Complete(decisions)
+}
+
+type compositeRun struct {
+	batch      *Batch
+	supplement *Supplement
+
+	mu    sync.Mutex
+	cum   map[*compositeStep]map[int64]repository.Decision // merged decision after the step
+	done  map[*compositeStep]chan struct{}
+	final map[int64]repository.Decision
+}
+
+func (r *compositeRun) step(ctx context.Context, s *compositeStep) {
+	defer close(r.done[s])
+	for _, d := range s.deps {
+		<-r.done[d]
+	}
+	// The tasks that reached every dependency and still flow, with their merged
+	// decision so far.
+	r.mu.Lock()
+	var (
+		tasks []repository.Task
+		prior = make(map[int64]repository.Decision)
+	)
+	for _, t := range r.batch.Tasks {
+		merged, reached := repository.Decision{Result: repository.Success}, true
+		for _, d := range s.deps {
+			dd, ok := r.cum[d][t.Sequence]
+			if !ok {
+				reached = false
+				break
+			}
+			merged = merge(merged, dd)
+		}
+		if reached && flows(merged) {
+			tasks = append(tasks, t)
+			prior[t.Sequence] = merged
+		}
+	}
+	r.mu.Unlock()
+	if len(tasks) == 0 {
+		return
+	}
+	own, err := r.call(ctx, s, tasks)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cum := make(map[int64]repository.Decision, len(tasks))
+	for _, t := range tasks {
+		var d repository.Decision
+		switch dd, ok := own[t.Sequence]; {
+		case err != nil:
+			d = repository.Fail(fmt.Errorf("step %s: %w", s.name, err))
+		case !ok:
+			d = repository.Fail(fmt.Errorf("step %s reported no decision", s.name))
+		default:
+			d = dd
+		}
+		cum[t.Sequence] = merge(prior[t.Sequence], d)
+		if f, ok := r.final[t.Sequence]; ok {
+			r.final[t.Sequence] = merge(f, d)
+		} else {
+			r.final[t.Sequence] = merge(repository.Decision{Result: repository.Success}, d)
+		}
+	}
+	r.cum[s] = cum
+}
+
+func (r *compositeRun) call(ctx context.Context, s *compositeStep, tasks []repository.Task) (out map[int64]repository.Decision, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return s.fn(ctx, tasks, r.supplement)
+}
+
+// flows reports whether a task with this merged decision goes on to dependent steps.
+func flows(d repository.Decision) bool {
+	return !d.Snooze && (d.Result == repository.Success || d.Continued)
+}
+
+// merge combines two decisions: the worse result wins, messages are kept, and the result
+// flows on only if both did.
+func merge(a, b repository.Decision) repository.Decision {
+	out := repository.Decision{
+		Result:    repository.Worse(a.Result, b.Result),
+		Continued: flows(a) && flows(b),
+		Snooze:    (a.Snooze || b.Snooze) && repository.Worse(a.Result, b.Result) != repository.Failure,
+		Delay:     max(a.Delay, b.Delay),
+	}
+	var msgs []string
+	for _, m := range []string{a.Message, b.Message} {
+		if m != "" {
+			msgs = append(msgs, m)
+		}
+	}
+	out.Message = strings.Join(msgs, "; ")
+	return out
+}
+
+// Supplement is per-batch storage shared by the steps of a Composite, keyed by type.
+type Supplement struct {
+	mu     sync.Mutex
+	values map[reflect.Type]any
+	// computing serialises GetOrCompute per type so a value is computed once.
+	computing sync.Map
+}
+
+// Set stores v as the batch's value of type T.
+func Set[T any](s *Supplement, v T) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.values[reflect.TypeFor[T]()] = v
+}
+
+// Get returns the batch's value of type T, if set.
+func Get[T any](s *Supplement) (T, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.values[reflect.TypeFor[T]()]
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return v.(T), true
+}
+
+// MustGet returns the batch's value of type T and panics if none was set (a step that
+// panics fails its tasks with the message).
+func MustGet[T any](s *Supplement) T {
+	v, ok := Get[T](s)
+	if !ok {
+		panic(fmt.Sprintf("supplement has no value of type %v", reflect.TypeFor[T]()))
+	}
+	return v
+}
+
+// GetOrCompute returns the batch's value of type T, computing and storing it first if
+// absent; concurrent callers compute it once.
+func GetOrCompute[T any](s *Supplement, compute func() (T, error)) (T, error) {
+	lock, _ := s.computing.LoadOrStore(reflect.TypeFor[T](), &sync.Mutex{})
+	lock.(*sync.Mutex).Lock()
+	defer lock.(*sync.Mutex).Unlock()
+	if v, ok := Get[T](s); ok {
+		return v, nil
+	}
+	v, err := compute()
+	if err != nil {
+		return v, err
+	}
+	Set(s, v)
+	return v, nil
+}

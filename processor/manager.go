@@ -1,0 +1,407 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Defaults of ManagerConfig.
+const (
+	BatchSizeDefault       = 100
+	PauseIntervalDefault   = 5 * time.Second
+	ShutdownTimeoutDefault = 30 * time.Second
+	FlushSizeDefault       = 1000
+)
+
+// ManagerConfig configures the TaskManager of one topic.
+type ManagerConfig struct {
+	// Topic is the topic to process. Required.
+	Topic string
+	// Initialize registers the topic if it is not yet registered.
+	Initialize bool
+	// Handler handles the polled batches. Required. Wrap it with Buffer for a prefetch
+	// queue and a pool of workers.
+	Handler Handler
+	// Order and Condition are passed to every poll (the condition is honoured).
+	Order     repository.Order
+	Condition repository.Condition
+	// BatchSize is the most tasks one poll leases. Default 100.
+	BatchSize int
+	// PauseInterval is how long the manager hibernates when the topic is empty before it
+	// polls again; a NOTIFY or Resume wakes it earlier. Default 5 s.
+	PauseInterval time.Duration
+	// Limiter bounds the batches outstanding at once; nil is unbounded (the handler's
+	// own back-pressure, e.g. Buffer's full queue, then bounds them).
+	Limiter Limiter
+	// Listener observes the manager.
+	Listener Listener
+	// HandlerTimeout, when positive, fails a batch whose handler has not reported within
+	// it. Zero waits for ever (until shutdown).
+	HandlerTimeout time.Duration
+	// ShutdownTimeout is how long a graceful shutdown lets running handlers finish
+	// before their contexts are cancelled and their tasks failed. Default 30 s.
+	ShutdownTimeout time.Duration
+	// FlushSize is the most decisions committed in one statement. Default 1000.
+	FlushSize int
+	// FlushInterval is how long the completer waits for more decisions before it commits
+	// a flush smaller than FlushSize. Zero commits as soon as the previous commit is done
+	// (decisions that arrive meanwhile are committed together).
+	FlushInterval time.Duration
+}
+
+func (c *ManagerConfig) validate() error {
+	if c.Topic == "" {
+		return errors.New("processor: manager config: Topic is required")
+	}
+	if c.Handler == nil {
+		return fmt.Errorf("processor: manager config for topic %q: Handler is required", c.Topic)
+	}
+	if c.Order != repository.FIFO && c.Order != repository.LIFO {
+		return fmt.Errorf("processor: manager config for topic %q: unknown order %d", c.Topic, c.Order)
+	}
+	if !c.Condition.Valid() {
+		return fmt.Errorf("processor: manager config for topic %q: unknown condition %d", c.Topic, c.Condition)
+	}
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"PauseInterval", c.PauseInterval}, {"HandlerTimeout", c.HandlerTimeout}, {"ShutdownTimeout", c.ShutdownTimeout}, {"FlushInterval", c.FlushInterval}} {
+		if v.d < 0 {
+			return fmt.Errorf("processor: manager config for topic %q: %s %v is negative", c.Topic, v.name, v.d)
+		}
+	}
+	if c.BatchSize < 0 || c.FlushSize < 0 {
+		return fmt.Errorf("processor: manager config for topic %q: BatchSize and FlushSize must not be negative", c.Topic)
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.PauseInterval == 0 {
+		c.PauseInterval = PauseIntervalDefault
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = ShutdownTimeoutDefault
+	}
+	if c.FlushSize == 0 {
+		c.FlushSize = FlushSizeDefault
+	}
+	if c.Limiter == nil {
+		c.Limiter = Unbounded()
+	}
+	return nil
+}
+
+// TaskManager is the poll loop of one topic (design §7): it leases batches, hands them to
+// the handler, and commits the decisions in batches. It hibernates when the topic is
+// empty until a NOTIFY, a Resume or the pause interval wakes it, backs off on database
+// errors, stops polling while the topic is paused, and shuts down gracefully.
+type TaskManager struct {
+	p   *Processor
+	cfg ManagerConfig
+
+	wake   chan struct{} // capacity 1: a wake-up is never lost
+	active atomic.Bool
+
+	mu       sync.Mutex
+	inflight map[*Batch]struct{}
+	bySeq    map[int64]*Batch
+	idle     chan struct{} // closed when inflight becomes empty (while stopping)
+
+	completer *completer
+}
+
+func newManager(p *Processor, cfg ManagerConfig) (*TaskManager, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m := &TaskManager{
+		p:        p,
+		cfg:      cfg,
+		wake:     make(chan struct{}, 1),
+		inflight: make(map[*Batch]struct{}),
+		bySeq:    make(map[int64]*Batch),
+	}
+	m.active.Store(true)
+	m.completer = newCompleter(m)
+	return m, nil
+}
+
+// Topic returns the managed topic.
+func (m *TaskManager) Topic() string { return m.cfg.Topic }
+
+// Resume wakes the manager to poll now. A wake-up that arrives while a batch is running
+// is kept, so the manager polls again right after instead of hibernating.
+func (m *TaskManager) Resume() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Active reports whether the topic is running (not paused) as last seen.
+func (m *TaskManager) Active() bool { return m.active.Load() }
+
+func (m *TaskManager) setActive(active bool) {
+	if m.active.Swap(active) != active && active {
+		m.Resume()
+	}
+}
+
+// notify handles a notification about the manager's topic (on the notifier goroutine).
+func (m *TaskManager) notify(n repository.Notification) {
+	switch n.Event {
+	case repository.EventWork:
+		m.Resume()
+	case repository.EventActivation:
+		// Re-read the persisted state now rather than at the next heartbeat.
+		go m.refreshActive(context.Background())
+	case repository.EventCancel:
+		m.cancelTask(n.Sequence)
+	}
+}
+
+func (m *TaskManager) refreshActive(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t, err := m.p.repo.Topic(ctx, m.p.pool, m.cfg.Topic)
+	if err != nil {
+		return err
+	}
+	m.setActive(t.Active)
+	return nil
+}
+
+// cancelTask cancels the context of a running task of this manager.
+func (m *TaskManager) cancelTask(sequence int64) {
+	m.mu.Lock()
+	b := m.bySeq[sequence]
+	m.mu.Unlock()
+	if b != nil && b.cancelTask(sequence) {
+		m.p.logger.Info("cancelled running task", slog.String("topic", m.cfg.Topic), slog.Int64("sequence", sequence))
+	}
+}
+
+func (m *TaskManager) track(b *Batch) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inflight[b] = struct{}{}
+	for _, t := range b.Tasks {
+		m.bySeq[t.Sequence] = b
+	}
+}
+
+func (m *TaskManager) untrack(b *Batch) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.inflight, b)
+	for _, t := range b.Tasks {
+		if m.bySeq[t.Sequence] == b {
+			delete(m.bySeq, t.Sequence)
+		}
+	}
+	if len(m.inflight) == 0 && m.idle != nil {
+		close(m.idle)
+		m.idle = nil
+	}
+}
+
+// run polls until ctx is done, then shuts down gracefully.
+func (m *TaskManager) run(ctx context.Context) error {
+	topic := m.cfg.Topic
+	if m.cfg.Initialize {
+		if _, err := m.p.repo.Initialize(ctx, m.p.pool, topic); err != nil {
+			m.cfg.Listener.fatal(topic, err)
+			return fmt.Errorf("manager of topic %q: %w", topic, err)
+		}
+	}
+	// Come up in the state the database holds (pause survives restarts).
+	if err := m.refreshActive(ctx); err != nil {
+		m.cfg.Listener.fatal(topic, err)
+		return fmt.Errorf("manager of topic %q: %w", topic, err)
+	}
+	// Handlers run on a context that survives the start of a graceful shutdown and is
+	// cancelled only when its deadline passes.
+	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	stopping := make(chan struct{})
+	completerDone := make(chan struct{})
+	go func() {
+		defer close(completerDone)
+		m.completer.run(handlerCtx)
+	}()
+
+	m.cfg.Listener.start(topic)
+	m.poll(ctx, handlerCtx, stopping)
+
+	// Graceful shutdown: polling stopped. Unstarted tasks are handed back, running
+	// handlers get until the deadline to report, then everything left fails.
+	close(stopping)
+	if s, ok := m.cfg.Handler.(Stopper); ok {
+		s.Stop()
+	}
+	deadline := time.NewTimer(m.cfg.ShutdownTimeout)
+	defer deadline.Stop()
+	select {
+	case <-m.drained():
+	case <-deadline.C:
+		cancelHandlers()
+		m.failInflight(fmt.Errorf("processor shut down: the handler did not report within the shutdown timeout of %v", m.cfg.ShutdownTimeout))
+		select {
+		case <-m.drained():
+		case <-time.After(5 * time.Second):
+			m.p.logger.Error("batches still not committed after shutdown", slog.String("topic", topic))
+		}
+	}
+	m.completer.close()
+	<-completerDone
+	return nil
+}
+
+// drained returns a channel closed once no batch is in flight.
+func (m *TaskManager) drained() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch := make(chan struct{})
+	if len(m.inflight) == 0 {
+		close(ch)
+		return ch
+	}
+	if m.idle == nil {
+		m.idle = make(chan struct{})
+	}
+	return m.idle
+}
+
+func (m *TaskManager) failInflight(err error) {
+	m.mu.Lock()
+	batches := make([]*Batch, 0, len(m.inflight))
+	for b := range m.inflight {
+		batches = append(batches, b)
+	}
+	m.mu.Unlock()
+	for _, b := range batches {
+		if b.Fail(err) == nil {
+			m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("batch of %d tasks: %w", len(b.Tasks), err))
+		}
+	}
+}
+
+// poll is the poll loop proper; it returns when ctx is done.
+func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct{}) {
+	topic := m.cfg.Topic
+	backoff := newBackoff(100*time.Millisecond, 10*time.Second)
+	for ctx.Err() == nil {
+		if !m.active.Load() {
+			m.hibernate(ctx)
+			continue
+		}
+		if err := m.cfg.Limiter.Acquire(ctx); err != nil {
+			return
+		}
+		start := time.Now()
+		tasks, err := m.p.repo.Poll(ctx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize)
+		elapsed := time.Since(start)
+		if err != nil {
+			m.cfg.Limiter.Release()
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, repository.ErrUnknownTopic) {
+				// Destroyed under us, or not yet registered: wait, it may come (back).
+				m.cfg.Listener.error(topic, err)
+				m.hibernate(ctx)
+				continue
+			}
+			delay := backoff.next()
+			m.cfg.Listener.error(topic, fmt.Errorf("poll (retry in %v): %w", delay, err))
+			m.p.logger.Warn("poll failed", slog.String("topic", topic), slog.Any("error", err), slog.Duration("retry_in", delay))
+			sleep(ctx, delay)
+			continue
+		}
+		backoff.reset()
+		if len(tasks) == 0 {
+			m.cfg.Limiter.Release()
+			m.cfg.Listener.empty(topic, elapsed)
+			m.hibernate(ctx)
+			continue
+		}
+		m.cfg.Listener.dispatch(topic, tasks, elapsed)
+		m.dispatch(handlerCtx, tasks, stopping)
+		if len(tasks) < m.cfg.BatchSize {
+			// The topic ran dry: hibernate unless a wake-up (NOTIFY, Resume, or our own
+			// completion) arrived meanwhile.
+			m.hibernate(ctx)
+		}
+	}
+}
+
+// hibernate waits for a wake-up, the pause interval or ctx.
+func (m *TaskManager) hibernate(ctx context.Context) {
+	timer := time.NewTimer(m.cfg.PauseInterval)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-m.wake:
+	case <-timer.C:
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// dispatch hands a batch to the handler, containing panics.
+func (m *TaskManager) dispatch(handlerCtx context.Context, tasks []repository.Task, stopping chan struct{}) {
+	b := newBatch(handlerCtx, m.cfg.Topic, tasks, stopping, m.reported)
+	m.track(b)
+	if m.cfg.HandlerTimeout > 0 {
+		timeout := m.cfg.HandlerTimeout
+		time.AfterFunc(timeout, func() {
+			if b.Fail(fmt.Errorf("handler did not report within %v", timeout)) == nil {
+				m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("batch of %d tasks timed out after %v", len(b.Tasks), timeout))
+			}
+		})
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("handler panicked: %v", r)
+			m.cfg.Listener.error(m.cfg.Topic, err)
+			_ = b.Fail(err)
+		}
+	}()
+	m.cfg.Handler.Handle(handlerCtx, b)
+}
+
+// reported receives a batch's decisions from Batch (exactly once per batch).
+func (m *TaskManager) reported(b *Batch, decisions map[int64]repository.Decision, followups []followup) {
+	m.cfg.Listener.callback(m.cfg.Topic, b.Tasks, decisions, time.Since(b.started))
+	completions := make([]repository.Completion, len(b.Tasks))
+	for i, t := range b.Tasks {
+		completions[i] = t.Decide(decisions[t.Sequence])
+	}
+	m.completer.add(&report{batch: b, completions: completions, followups: followups})
+}
+
+// finished is called by the completer once a batch's decisions are committed (or given
+// up on): the batch leaves the books and frees its limiter slot.
+func (m *TaskManager) finished(b *Batch) {
+	b.release()
+	m.untrack(b)
+	m.cfg.Limiter.Release()
+	// Tasks excluded by a condition may be pollable now.
+	m.Resume()
+}
+

@@ -1,0 +1,194 @@
+package processor
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Notifier holds the ONE listening connection of a process and fans task_notification
+// events out to the managers that subscribed to a topic. It reconnects after a drop;
+// after every (re)connect it tells every subscriber that it may have missed events, so
+// they poll and refresh instead of waiting for their pause interval.
+type Notifier struct {
+	connConfig *pgx.ConnConfig
+	logger     *slog.Logger
+
+	mu   sync.Mutex
+	subs map[string]map[*subscription]struct{} // by topic hash
+
+	connected chan struct{} // closed and replaced on each successful connect (for tests)
+	connMu    sync.Mutex
+	conn      *pgx.Conn
+}
+
+type subscription struct {
+	fn func(repository.Notification)
+}
+
+// NewNotifier returns a notifier that connects with connConfig (typically
+// pool.Config().ConnConfig). Run starts it.
+func NewNotifier(connConfig *pgx.ConnConfig, logger *slog.Logger) *Notifier {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Notifier{
+		connConfig: connConfig.Copy(),
+		logger:     logger,
+		subs:       make(map[string]map[*subscription]struct{}),
+		connected:  make(chan struct{}),
+	}
+}
+
+// Subscribe calls fn for every notification about topic, and with a synthetic
+// EventWork after every (re)connect. fn runs on the notifier's goroutine and must not
+// block. The returned function ends the subscription.
+func (n *Notifier) Subscribe(topic string, fn func(repository.Notification)) (unsubscribe func()) {
+	hash := repository.TopicHash(topic)
+	s := &subscription{fn: fn}
+	n.mu.Lock()
+	if n.subs[hash] == nil {
+		n.subs[hash] = make(map[*subscription]struct{})
+	}
+	n.subs[hash][s] = struct{}{}
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		delete(n.subs[hash], s)
+		if len(n.subs[hash]) == 0 {
+			delete(n.subs, hash)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// Connected returns a channel closed at the next successful (re)connect.
+func (n *Notifier) Connected() <-chan struct{} {
+	n.connMu.Lock()
+	defer n.connMu.Unlock()
+	return n.connected
+}
+
+// PID returns the backend process id of the listening connection (0 when disconnected),
+// so tests can terminate it.
+func (n *Notifier) PID() uint32 {
+	n.connMu.Lock()
+	defer n.connMu.Unlock()
+	if n.conn == nil {
+		return 0
+	}
+	return n.conn.PgConn().PID()
+}
+
+// Run listens until ctx is done, reconnecting with backoff after errors.
+func (n *Notifier) Run(ctx context.Context) {
+	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
+	for ctx.Err() == nil {
+		connected, err := n.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			backoff.reset()
+		}
+		delay := backoff.next()
+		n.logger.Warn("notification listener disconnected", slog.Any("error", err), slog.Duration("retry_in", delay))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// listen connects, listens and delivers until the connection fails; connected reports
+// whether it got as far as listening.
+func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
+	conn, err := pgx.ConnectConfig(ctx, n.connConfig)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		n.connMu.Lock()
+		n.conn = nil
+		n.connMu.Unlock()
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+repository.NotificationChannel); err != nil {
+		return false, err
+	}
+	n.connMu.Lock()
+	n.conn = conn
+	close(n.connected)
+	n.connected = make(chan struct{})
+	n.connMu.Unlock()
+	n.logger.Debug("listening for notifications", slog.Uint64("pid", uint64(conn.PgConn().PID())))
+	// Anything may have happened while we were not listening.
+	n.broadcast()
+	for {
+		msg, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, err
+		}
+		note, err := repository.ParseNotification(msg.Payload)
+		if err != nil {
+			n.logger.Warn("ignoring malformed notification", slog.String("payload", msg.Payload), slog.Any("error", err))
+			continue
+		}
+		n.deliver(note)
+	}
+}
+
+func (n *Notifier) deliver(note repository.Notification) {
+	n.mu.Lock()
+	fns := make([]func(repository.Notification), 0, len(n.subs[note.TopicHash]))
+	for s := range n.subs[note.TopicHash] {
+		fns = append(fns, s.fn)
+	}
+	n.mu.Unlock()
+	for _, fn := range fns {
+		fn(note)
+	}
+}
+
+func (n *Notifier) broadcast() {
+	n.mu.Lock()
+	var calls []func()
+	for hash, subs := range n.subs {
+		note := repository.Notification{Event: repository.EventWork, TopicHash: hash}
+		for s := range subs {
+			calls = append(calls, func() { s.fn(note) })
+		}
+	}
+	n.mu.Unlock()
+	for _, call := range calls {
+		call()
+	}
+}
+
+// backoff yields exponentially growing delays with jitter, capped.
+type backoff struct {
+	base, cap, cur time.Duration
+}
+
+func newBackoff(base, cap time.Duration) *backoff { return &backoff{base: base, cap: cap} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.base
+	} else {
+		b.cur = min(b.cur*2, b.cap)
+	}
+	// up to 25% jitter so that many processes do not retry in lockstep
+	return b.cur + time.Duration(float64(b.cur)*0.25*rand.Float64())
+}
+
+func (b *backoff) reset() { b.cur = 0 }

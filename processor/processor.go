@@ -1,0 +1,261 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Defaults of Config.
+const (
+	HeartbeatIntervalDefault = time.Second
+	// ExpiryTimeoutDefault is 5 heartbeat intervals: an owner silent that long is dead.
+	ExpiryTimeoutDefault = 5 * HeartbeatIntervalDefault
+)
+
+// Config configures a Processor: the process-wide parts shared by all its managers.
+type Config struct {
+	// Pool is the database. Required.
+	Pool *pgxpool.Pool
+	// Repository is used for every operation; nil creates one with a random owner.
+	Repository *repository.Repository
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+	// HeartbeatInterval is how often the owner heart-beats and, on the same tick, expires
+	// dead owners' leases, purges dead owners, notices missed cancels and re-reads
+	// pause/resume state.
+	HeartbeatInterval time.Duration
+	// ExpiryTimeout is how long an owner may be silent before its leases are taken back;
+	// it must exceed HeartbeatInterval. Default: 5 heartbeat intervals.
+	ExpiryTimeout time.Duration
+	// DisableNotifications turns off LISTEN: managers then find work only by polling
+	// every PauseInterval.
+	DisableNotifications bool
+}
+
+func (c *Config) validate() error {
+	if c.Pool == nil {
+		return errors.New("processor: config: Pool is required")
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = HeartbeatIntervalDefault
+	}
+	if c.HeartbeatInterval < 0 {
+		return fmt.Errorf("processor: config: HeartbeatInterval %v is negative", c.HeartbeatInterval)
+	}
+	if c.ExpiryTimeout == 0 {
+		c.ExpiryTimeout = 5 * c.HeartbeatInterval
+	}
+	if c.ExpiryTimeout <= c.HeartbeatInterval {
+		return fmt.Errorf("processor: config: ExpiryTimeout %v must exceed HeartbeatInterval %v", c.ExpiryTimeout, c.HeartbeatInterval)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Repository == nil {
+		repo, err := repository.New(repository.Config{})
+		if err != nil {
+			return fmt.Errorf("processor: config: %w", err)
+		}
+		c.Repository = repo
+	}
+	return nil
+}
+
+// Processor runs the task managers of one process: it registers the owner, heart-beats,
+// expires the leases of dead owners so their tasks come back, routes notifications from
+// ONE listening connection to its managers, and shuts them down gracefully.
+type Processor struct {
+	cfg      Config
+	pool     *pgxpool.Pool
+	repo     *repository.Repository
+	logger   *slog.Logger
+	notifier *Notifier
+
+	mu       sync.Mutex
+	managers map[string][]*TaskManager // by topic
+	running  bool
+}
+
+// New validates cfg and returns a Processor; add managers with Manage, then Run.
+func New(cfg Config) (*Processor, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	p := &Processor{
+		cfg:      cfg,
+		pool:     cfg.Pool,
+		repo:     cfg.Repository,
+		logger:   cfg.Logger,
+		managers: make(map[string][]*TaskManager),
+	}
+	if !cfg.DisableNotifications {
+		p.notifier = NewNotifier(cfg.Pool.Config().ConnConfig, cfg.Logger)
+	}
+	return p, nil
+}
+
+// Repository returns the repository the processor uses (its owner identity).
+func (p *Processor) Repository() *repository.Repository { return p.repo }
+
+// Notifier returns the listening connection's notifier, nil when disabled.
+func (p *Processor) Notifier() *Notifier { return p.notifier }
+
+// Manage adds a manager for a topic. It must be called before Run.
+func (p *Processor) Manage(cfg ManagerConfig) (*TaskManager, error) {
+	m, err := newManager(p, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running {
+		return nil, errors.New("processor: Manage called after Run")
+	}
+	p.managers[cfg.Topic] = append(p.managers[cfg.Topic], m)
+	return m, nil
+}
+
+// Resume wakes every local manager of topic (as a NOTIFY would).
+func (p *Processor) Resume(topic string) {
+	for _, m := range p.managersOf(topic) {
+		m.Resume()
+	}
+}
+
+func (p *Processor) managersOf(topic string) []*TaskManager {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.managers[topic]
+}
+
+func (p *Processor) allManagers() []*TaskManager {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var all []*TaskManager
+	for _, ms := range p.managers {
+		all = append(all, ms...)
+	}
+	return all
+}
+
+// Run registers the owner and runs every manager until ctx is done, then shuts them down
+// gracefully (each within its ShutdownTimeout) and returns. It returns an error if the
+// owner cannot be registered or a manager stopped fatally.
+func (p *Processor) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.running {
+		p.mu.Unlock()
+		return errors.New("processor: Run called twice")
+	}
+	p.running = true
+	p.mu.Unlock()
+
+	if err := p.register(ctx); err != nil {
+		return err
+	}
+	// The notifier and the liveness loop outlive the managers' polling: they keep
+	// heart-beating while handlers finish during a graceful shutdown.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	if p.notifier != nil {
+		for _, m := range p.allManagers() {
+			unsubscribe := p.notifier.Subscribe(m.cfg.Topic, m.notify)
+			defer unsubscribe()
+		}
+		bg.Go(func() { p.notifier.Run(bgCtx) })
+	}
+	bg.Go(func() { p.liveness(bgCtx) })
+
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, 0)
+		emu  sync.Mutex
+	)
+	for _, m := range p.allManagers() {
+		wg.Go(func() {
+			if err := m.run(ctx); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	stopBackground()
+	bg.Wait()
+	return errors.Join(errs...)
+}
+
+func (p *Processor) register(ctx context.Context) error {
+	if _, err := p.repo.Register(ctx, p.pool); err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	return nil
+}
+
+// liveness heart-beats and, on the same tick, expires dead owners' leases, purges dead
+// owners, forwards missed cancels and refreshes the managers' pause state.
+func (p *Processor) liveness(ctx context.Context) {
+	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		p.tick(ctx)
+	}
+}
+
+func (p *Processor) tick(ctx context.Context) {
+	if err := p.repo.Heartbeat(ctx, p.pool); errors.Is(err, repository.ErrNotRegistered) {
+		// We were silent long enough to be purged as dead; our leases were taken back
+		// and late completions will be refused. Come back as a fresh owner row.
+		p.logger.Warn("owner row missing, registering again", slog.String("owner", p.repo.Owner()))
+		if err := p.register(ctx); err != nil {
+			p.logger.Error("register owner", slog.Any("error", err))
+		}
+	} else if err != nil {
+		p.logger.Error("heartbeat", slog.Any("error", err))
+	}
+	expired, err := p.repo.Expire(ctx, p.pool, p.cfg.ExpiryTimeout)
+	if err != nil {
+		p.logger.Error("expire dead owners' leases", slog.Any("error", err))
+	}
+	for _, e := range expired {
+		p.logger.Info("took back leases of dead owners", slog.String("topic", e.Topic),
+			slog.Int64("expired", e.Expired), slog.Int64("retried", e.Retried))
+		p.Resume(e.Topic)
+	}
+	if _, err := p.repo.PurgeOwners(ctx, p.pool, 2*p.cfg.ExpiryTimeout); err != nil {
+		p.logger.Error("purge dead owners", slog.Any("error", err))
+	}
+	cancelled, err := p.repo.CancelledLeases(ctx, p.pool)
+	if err != nil {
+		p.logger.Error("list cancelled leases", slog.Any("error", err))
+	}
+	for _, l := range cancelled {
+		for _, m := range p.managersOf(l.Topic) {
+			m.cancelTask(l.Sequence)
+		}
+	}
+	topics, err := p.repo.Topics(ctx, p.pool)
+	if err != nil {
+		p.logger.Error("read topic activation", slog.Any("error", err))
+		return
+	}
+	for _, t := range topics {
+		for _, m := range p.managersOf(t.Name) {
+			m.setActive(t.Active)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is one test's database with topic "topic" registered.
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	url   string
+	pool  *pgxpool.Pool
+	repo  *repository.Repository // owner "test", for pushing and inspecting
+	topic string
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	t.Parallel()
+	url := pgtest.NewDatabase(t, schema.Hash(), repository.Migrate)
+	f := &fixture{t: t, ctx: t.Context(), url: url, topic: "topic"}
+	f.pool = f.newPool()
+	repo, err := repository.New(repository.Config{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.repo = repo
+	if _, err := repo.Initialize(f.ctx, f.pool, f.topic); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	return f
+}
+
+// newPool opens a separate pool on the test database.
+func (f *fixture) newPool() *pgxpool.Pool {
+	f.t.Helper()
+	pool, err := pgxpool.New(f.ctx, f.url)
+	if err != nil {
+		f.t.Fatalf("pool: %v", err)
+	}
+	f.t.Cleanup(pool.Close)
+	return pool
+}
+
+// pushN pushes n tasks "task-<i>" in one statement.
+func (f *fixture) pushN(n int) []repository.Task {
+	f.t.Helper()
+	creations := make([]repository.Creation, n)
+	for i := range creations {
+		creations[i] = repository.Creation{Identifier: fmt.Sprintf("task-%d", i), Input: fmt.Sprint(i)}
+	}
+	tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, creations...)
+	if err != nil {
+		f.t.Fatalf("push: %v", err)
+	}
+	return tasks
+}
+
+// processor builds a processor on its own pool and owner; cfg's Topic defaults to the
+// fixture's topic and its PauseInterval to one hour (so only NOTIFY or Resume wake it).
+func (f *fixture) processor(owner string, pcfg processor.Config, cfgs ...processor.ManagerConfig) (*processor.Processor, []*processor.TaskManager) {
+	f.t.Helper()
+	repo, err := repository.New(repository.Config{Owner: owner})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if pcfg.Pool == nil {
+		pcfg.Pool = f.newPool()
+	}
+	pcfg.Repository = repo
+	if pcfg.HeartbeatInterval == 0 {
+		pcfg.HeartbeatInterval = 100 * time.Millisecond
+	}
+	p, err := processor.New(pcfg)
+	if err != nil {
+		f.t.Fatalf("processor: %v", err)
+	}
+	var managers []*processor.TaskManager
+	for _, cfg := range cfgs {
+		if cfg.Topic == "" {
+			cfg.Topic = f.topic
+		}
+		if cfg.PauseInterval == 0 {
+			cfg.PauseInterval = time.Hour
+		}
+		m, err := p.Manage(cfg)
+		if err != nil {
+			f.t.Fatalf("manage: %v", err)
+		}
+		managers = append(managers, m)
+	}
+	return p, managers
+}
+
+// start runs p until the test ends (or stop is called) and returns stop, which cancels
+// and waits for Run to return its error.
+func (f *fixture) start(p *processor.Processor) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(f.ctx))
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var result error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			result = <-done
+		}
+		return result
+	}
+	f.t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// count returns how many tasks of the topic are in state.
+func (f *fixture) count(state repository.State) int64 {
+	f.t.Helper()
+	counts, err := f.repo.Count(f.ctx, f.pool, f.topic, repository.TaskFilter{}, 0, repository.MaxSequence, repository.Total)
+	if err != nil {
+		f.t.Fatalf("count: %v", err)
+	}
+	return counts[f.topic][state].Count
+}
+
+// eventually waits (polling the database, bounded by the test's deadline or 60 s) until
+// cond holds.
+func (f *fixture) eventually(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
