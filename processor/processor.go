@@ -38,6 +38,9 @@ type Config struct {
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
 	DisableNotifications bool
+	// OnExpire, when set, is called after every expiry that took leases back (for
+	// metrics); it runs on the heartbeat goroutine and must be quick.
+	OnExpire func([]repository.Expiry)
 }
 
 func (c *Config) validate() error {
@@ -230,6 +233,9 @@ func (p *Processor) tick(ctx context.Context) {
 	expired, err := p.repo.Expire(ctx, p.pool, p.cfg.ExpiryTimeout)
 	if err != nil {
 		p.logger.Error("expire dead owners' leases", slog.Any("error", err))
+	}
+	if len(expired) > 0 && p.cfg.OnExpire != nil {
+		p.cfg.OnExpire(expired)
 	}
 	for _, e := range expired {
 		p.logger.Info("took back leases of dead owners", slog.String("topic", e.Topic),
