@@ -23,6 +23,7 @@ type Task struct {
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
+	Returned   int32
 	Errors     []string
 	Cancelled  bool
 }
@@ -43,6 +44,7 @@ type TaskPretty struct {
 	Descent    interface{}
 	Owner      *string
 	Attempt    int32
+	Returned   int32
 	Priority   int16
 	NotBefore  *time.Time
 	Created    time.Time

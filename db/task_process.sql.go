@@ -27,15 +27,15 @@ cancelled AS (
     FROM target g
     WHERE t.topic = g.topic AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 ),
 notified AS (
     SELECT pg_notify('task_notification', 'CANCEL ' || md5($1) || ' ' || c.sequence) AS sent
     FROM cancelled c WHERE c.state = 0
 )
-SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed, c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.errors, c.cancelled
+SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed, c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
 FROM cancelled c
-LEFT JOIN (SELECT count(*) AS sent FROM notified) n ON true
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY c.sequence
 `
 
@@ -60,6 +60,7 @@ type TaskCancelRow struct {
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
+	Returned   int32
 	Errors     []string
 	Cancelled  bool
 }
@@ -68,6 +69,7 @@ type TaskCancelRow struct {
 // who cancelled) and flags ACTIVE ones (their processor is told with CANCEL <md5(topic)>
 // <sequence>; they end FAILED "cancelled"). All or nothing: when any task is in another
 // state or unknown, nothing changes and no row is returned.
+// notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskCancel(ctx context.Context, db DBTX, arg TaskCancelParams) ([]TaskCancelRow, error) {
 	rows, err := db.Query(ctx, taskCancel, arg.Topic, arg.Sequences, arg.By)
 	if err != nil {
@@ -92,6 +94,7 @@ func (q *Queries) TaskCancel(ctx context.Context, db DBTX, arg TaskCancelParams)
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {
@@ -126,7 +129,7 @@ UPDATE task t
 SET state      = CASE WHEN t.cancelled THEN 3
                       WHEN d.result = 4 THEN 1
                       -- a FAILURE with attempts left goes back to READY (design section 5.1)
-                      WHEN d.result = 0 AND t.attempt < p.max_attempts THEN 1
+                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN 1
                       ELSE d.result + 3 END,
     descent    = GREATEST(t.state, t.descent),
     output     = CASE WHEN t.cancelled THEN 'cancelled'
@@ -134,25 +137,25 @@ SET state      = CASE WHEN t.cancelled THEN 3
                       ELSE d.output END,
     completed  = CASE WHEN t.cancelled THEN now()
                       WHEN d.result = 4 THEN NULL
-                      WHEN d.result = 0 AND t.attempt < p.max_attempts THEN NULL
+                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN NULL
                       ELSE now() END,
     not_before = CASE WHEN t.cancelled THEN t.not_before
                       WHEN d.result = 4 THEN now() + d.delay_ms * interval '1 millisecond'
-                      WHEN d.result = 0 AND t.attempt < p.max_attempts
+                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts
                       -- backoff: min(cap, base*2^(attempt-1)) + random jitter
                       THEN now() + (least(p.backoff_cap_ms::double precision,
-                                          p.backoff_base_ms * power(2::double precision, least(t.attempt - 1, 60)))
+                                          p.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
                                     + random() * p.backoff_jitter_ms) * interval '1 millisecond'
                       ELSE t.not_before END,
     -- a snooze hands the attempt back: it does not count against max_attempts
-    attempt    = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.attempt - 1 ELSE t.attempt END,
+    returned   = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.returned + 1 ELSE t.returned END,
     errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
                       WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
                       ELSE t.errors END
 FROM decision d, policy p
 WHERE t.topic = $1 AND t.sequence = d.sequence
   AND (SELECT count(*) FROM lease) = cardinality($2::bigint[])
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
 
 type TaskCompleteParams struct {
@@ -168,6 +171,8 @@ type TaskCompleteParams struct {
 // Completes a batch of leased tasks in one statement, all or nothing (design section 4.4, section 5.1).
 // results: 0 FAILURE, 1 SUSPENSION, 2 FILTER, 3 SUCCESS, 4 SNOOZE (back to READY after
 // delays_ms without consuming an attempt; also how unstarted tasks are handed back).
+// The attempts used are attempt - returned: attempt itself never goes down, it fences
+// completions of stale leases.
 // Only rows ACTIVE, leased by owner in the decision's attempt qualify; when any decision
 // does not, no row is changed and no row is returned. The SET list reads t, the locked
 // current row version, so a cancel that committed meanwhile is honoured.
@@ -203,6 +208,7 @@ func (q *Queries) TaskComplete(ctx context.Context, db DBTX, arg TaskCompletePar
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {
@@ -230,11 +236,11 @@ WITH stale AS (
 expired AS (
     UPDATE task t
     SET state      = CASE WHEN t.cancelled THEN 3
-                          WHEN t.attempt < p.max_attempts THEN 1
+                          WHEN t.attempt - t.returned < p.max_attempts THEN 1
                           ELSE 2 END,
-        not_before = CASE WHEN NOT t.cancelled AND t.attempt < p.max_attempts
+        not_before = CASE WHEN NOT t.cancelled AND t.attempt - t.returned < p.max_attempts
                           THEN now() + (least(p.backoff_cap_ms::double precision,
-                                              p.backoff_base_ms * power(2::double precision, least(t.attempt - 1, 60)))
+                                              p.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
                                         + random() * p.backoff_jitter_ms) * interval '1 millisecond'
                           ELSE t.not_before END,
         completed  = CASE WHEN t.cancelled THEN now() ELSE t.completed END,
@@ -252,7 +258,7 @@ notified AS (
 )
 SELECT e.topic, count(*)::bigint AS expired, count(*) FILTER (WHERE e.state = 1)::bigint AS retried
 FROM expired e
-LEFT JOIN (SELECT count(*) AS sent FROM notified) n ON true
+WHERE (SELECT count(*) FROM notified) >= 0
 GROUP BY e.topic
 ORDER BY e.topic
 `
@@ -273,6 +279,7 @@ type TaskExpireRow struct {
 // owner row is gone) become EXPIRED, or READY after backoff when the topic's retry policy
 // grants another attempt; a cancelled one ends FAILED. Reports the count per topic and
 // notifies topics that received READY work.
+// notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskExpire(ctx context.Context, db DBTX, arg TaskExpireParams) ([]TaskExpireRow, error) {
 	rows, err := db.Query(ctx, taskExpire, arg.Owner, arg.Now, arg.TimeoutMs)
 	if err != nil {
@@ -319,7 +326,8 @@ notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5($4)) AS sent
     WHERE EXISTS (SELECT 1 FROM released)
 )
-SELECT DISTINCT r.identifier FROM released r LEFT JOIN notified ON true
+SELECT DISTINCT r.identifier FROM released r
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY r.identifier
 `
 
@@ -334,6 +342,7 @@ type TaskJunctionParams struct {
 // task in this topic: SUSPENDED (eternal false) or any state but REDUNDANT (eternal
 // true), counting distinct identifiers. Groups come as parallel arrays (group number,
 // identifier). Returns the released tasks' identifiers.
+// notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionParams) ([]string, error) {
 	rows, err := db.Query(ctx, taskJunction,
 		arg.Groups,
@@ -425,7 +434,7 @@ WITH candidate AS (
 UPDATE task t SET state = 0, owner = $1::text, attempt = t.attempt + 1
 FROM candidate c
 WHERE t.topic = c.topic AND t.sequence = c.sequence
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
 
 type TaskPollFIFOParams struct {
@@ -468,6 +477,7 @@ func (q *Queries) TaskPollFIFO(ctx context.Context, db DBTX, arg TaskPollFIFOPar
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {
@@ -503,7 +513,7 @@ WITH candidate AS (
 UPDATE task t SET state = 0, owner = $1::text, attempt = t.attempt + 1
 FROM candidate c
 WHERE t.topic = c.topic AND t.sequence = c.sequence
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
 
 type TaskPollLIFOParams struct {
@@ -544,6 +554,7 @@ func (q *Queries) TaskPollLIFO(ctx context.Context, db DBTX, arg TaskPollLIFOPar
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {

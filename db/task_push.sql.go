@@ -77,16 +77,16 @@ inserted AS (
     FROM (SELECT ord, identifier, input, reference, suspended, priority, not_before, last FROM creation c
           WHERE EXISTS (SELECT 1 FROM admitted) AND ($9 <> 3 OR c.last)
           ORDER BY c.ord) c
-    RETURNING topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, errors, cancelled
+    RETURNING topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled
 ),
 notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5($1)) AS sent
     WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
 )
 SELECT i.topic, i.sequence, i.identifier, i.state, i.descent, i.owner, i.created, i.completed,
-       i.input, i.output, i.reference, i.priority, i.not_before, i.attempt, i.errors, i.cancelled
+       i.input, i.output, i.reference, i.priority, i.not_before, i.attempt, i.returned, i.errors, i.cancelled
 FROM inserted i
-LEFT JOIN notified ON true
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY i.sequence
 `
 
@@ -117,6 +117,7 @@ type TaskPushRow struct {
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
+	Returned   int32
 	Errors     []string
 	Cancelled  bool
 }
@@ -124,6 +125,7 @@ type TaskPushRow struct {
 // Pushes a whole batch in one statement (design section 4.2). insertion: 0 APPEND, 1 REPLACE,
 // 2 SUPERSEDE, 3 DELETE. Writes nothing and returns no row when the topic is unknown or
 // the push would exceed the topic's queue cap; the caller tells the two apart.
+// notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskPush(ctx context.Context, db DBTX, arg TaskPushParams) ([]TaskPushRow, error) {
 	rows, err := db.Query(ctx, taskPush,
 		arg.Topic,
@@ -158,6 +160,7 @@ func (q *Queries) TaskPush(ctx context.Context, db DBTX, arg TaskPushParams) ([]
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {

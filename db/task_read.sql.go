@@ -149,7 +149,7 @@ func (q *Queries) TaskCountTotal(ctx context.Context, db DBTX, arg TaskCountTota
 }
 
 const taskGet = `-- name: TaskGet :one
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, errors, cancelled FROM task WHERE topic = $1 AND sequence = $2
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM task WHERE topic = $1 AND sequence = $2
 `
 
 type TaskGetParams struct {
@@ -175,6 +175,7 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, arg TaskGetParams) (Task
 		&i.Priority,
 		&i.NotBefore,
 		&i.Attempt,
+		&i.Returned,
 		&i.Errors,
 		&i.Cancelled,
 	)
@@ -182,7 +183,7 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, arg TaskGetParams) (Task
 }
 
 const taskPageBackward = `-- name: TaskPageBackward :many
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, errors, cancelled FROM task t
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM task t
 WHERE t.topic = $1 AND t.sequence < $2::bigint
   AND ($3::smallint IS NULL OR t.state = $3)
   AND ($4::text IS NULL OR t.identifier = $4)
@@ -232,6 +233,7 @@ func (q *Queries) TaskPageBackward(ctx context.Context, db DBTX, arg TaskPageBac
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {
@@ -246,7 +248,7 @@ func (q *Queries) TaskPageBackward(ctx context.Context, db DBTX, arg TaskPageBac
 }
 
 const taskPageForward = `-- name: TaskPageForward :many
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, errors, cancelled FROM task t
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM task t
 WHERE t.topic = $1 AND t.sequence > $2::bigint
   AND ($3::smallint IS NULL OR t.state = $3)
   AND ($4::text IS NULL OR t.identifier = $4)
@@ -296,6 +298,7 @@ func (q *Queries) TaskPageForward(ctx context.Context, db DBTX, arg TaskPageForw
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {

@@ -21,7 +21,7 @@ SET state = $1::smallint + 3, descent = GREATEST(t.state, t.descent), completed 
 FROM target g
 WHERE t.topic = g.topic AND t.sequence = g.sequence
   AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
 
 type TaskReassignParams struct {
@@ -56,6 +56,7 @@ func (q *Queries) TaskReassign(ctx context.Context, db DBTX, arg TaskReassignPar
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {
@@ -117,9 +118,9 @@ marked AS (
     FROM target g
     WHERE t.topic = g.topic AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 )
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, errors, cancelled FROM marked ORDER BY sequence
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM marked ORDER BY sequence
 `
 
 type TaskRecreateMarkParams struct {
@@ -142,6 +143,7 @@ type TaskRecreateMarkRow struct {
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
+	Returned   int32
 	Errors     []string
 	Cancelled  bool
 }
@@ -172,6 +174,7 @@ func (q *Queries) TaskRecreateMark(ctx context.Context, db DBTX, arg TaskRecreat
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {
@@ -198,9 +201,9 @@ marked AS (
     UPDATE task t SET state = 7, descent = GREATEST(t.state, t.descent)
     FROM target g
     WHERE t.topic = g.topic AND t.sequence = g.sequence
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 )
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, errors, cancelled FROM marked ORDER BY sequence
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM marked ORDER BY sequence
 `
 
 type TaskRecreateMarkStateParams struct {
@@ -226,6 +229,7 @@ type TaskRecreateMarkStateRow struct {
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
+	Returned   int32
 	Errors     []string
 	Cancelled  bool
 }
@@ -262,6 +266,7 @@ func (q *Queries) TaskRecreateMarkState(ctx context.Context, db DBTX, arg TaskRe
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {
@@ -283,18 +288,20 @@ WITH target AS (
 ),
 reset AS (
     UPDATE task t
-    SET state = 1, descent = GREATEST(t.state, t.descent), attempt = 0, not_before = NULL,
+    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = g.topic AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 ),
 notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5($1)) AS sent
     WHERE EXISTS (SELECT 1 FROM reset)
 )
-SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.errors, r.cancelled FROM reset r LEFT JOIN notified ON true ORDER BY r.sequence
+SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled FROM reset r
+WHERE (SELECT count(*) FROM notified) >= 0
+ORDER BY r.sequence
 `
 
 type TaskResetParams struct {
@@ -317,12 +324,15 @@ type TaskResetRow struct {
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
+	Returned   int32
 	Errors     []string
 	Cancelled  bool
 }
 
 // Flips tasks (by sequence) in EXPIRED..SUCCEEDED back to READY with a fresh attempt
-// budget; all or nothing. Notifies the topic.
+// budget (every lease so far returned; attempt itself never goes down, it fences
+// completions); all or nothing. Notifies the topic.
+// notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskReset(ctx context.Context, db DBTX, arg TaskResetParams) ([]TaskResetRow, error) {
 	rows, err := db.Query(ctx, taskReset, arg.Topic, arg.Sequences)
 	if err != nil {
@@ -347,6 +357,7 @@ func (q *Queries) TaskReset(ctx context.Context, db DBTX, arg TaskResetParams) (
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {
@@ -371,17 +382,19 @@ WITH target AS (
 ),
 reset AS (
     UPDATE task t
-    SET state = 1, descent = GREATEST(t.state, t.descent), attempt = 0, not_before = NULL,
+    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = g.topic AND t.sequence = g.sequence
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 ),
 notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5($1)) AS sent
     WHERE EXISTS (SELECT 1 FROM reset)
 )
-SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.errors, r.cancelled FROM reset r LEFT JOIN notified ON true ORDER BY r.sequence
+SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled FROM reset r
+WHERE (SELECT count(*) FROM notified) >= 0
+ORDER BY r.sequence
 `
 
 type TaskResetStateParams struct {
@@ -407,12 +420,14 @@ type TaskResetStateRow struct {
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
+	Returned   int32
 	Errors     []string
 	Cancelled  bool
 }
 
 // Flips up to size tasks of state back to READY, oldest first within the sequence range,
 // skipping rows locked by others. Notifies the topic.
+// notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskResetState(ctx context.Context, db DBTX, arg TaskResetStateParams) ([]TaskResetStateRow, error) {
 	rows, err := db.Query(ctx, taskResetState,
 		arg.Topic,
@@ -443,6 +458,7 @@ func (q *Queries) TaskResetState(ctx context.Context, db DBTX, arg TaskResetStat
 			&i.Priority,
 			&i.NotBefore,
 			&i.Attempt,
+			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
 		); err != nil {

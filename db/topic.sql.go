@@ -96,7 +96,7 @@ WITH changed AS (
 )
 SELECT c.topic, c.active
 FROM changed c
-LEFT JOIN LATERAL (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))) n ON true
+WHERE (SELECT count(*) FROM (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))) n) = 1
 `
 
 type TopicSetActiveParams struct {
@@ -110,6 +110,7 @@ type TopicSetActiveRow struct {
 }
 
 // Pause (false) or resume (true) a topic; every process listening is told at commit.
+// the notification is part of the WHERE clause so that the planner cannot drop it
 func (q *Queries) TopicSetActive(ctx context.Context, db DBTX, arg TopicSetActiveParams) (TopicSetActiveRow, error) {
 	row := db.QueryRow(ctx, topicSetActive, arg.Active, arg.Topic)
 	var i TopicSetActiveRow

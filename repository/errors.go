@@ -122,6 +122,7 @@ const (
 	sqlstateRaiseUnknownTopic  = "PT001"
 	sqlstateRaiseBadInsertion  = "PT002"
 	sqlstateRaiseBadIdentifier = "PT003"
+	sqlstateRaiseQueueFull     = "PT004"
 )
 
 // mapError is the one place that turns PostgreSQL errors (by SQLSTATE, never by message
@@ -140,6 +141,8 @@ func mapError(op string, err error) error {
 			return fmt.Errorf("%s: %w: %w", op, ErrInvalid, err)
 		case sqlstateRaiseUnknownTopic:
 			return fmt.Errorf("%s: %w: %w", op, ErrUnknownTopic, err)
+		case sqlstateRaiseQueueFull:
+			return fmt.Errorf("%s: %w: %w", op, ErrQueueFull, err)
 		case sqlstateUndefinedTable, sqlstateUndefinedFunction:
 			return fmt.Errorf("%s: schema missing, run migrations (pgtask migrate up): %w", op, err)
 		}

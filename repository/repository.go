@@ -181,6 +181,7 @@ func taskFrom(row db.Task) Task {
 		Priority:   row.Priority,
 		NotBefore:  timeOf(row.NotBefore),
 		Attempt:    row.Attempt,
+		Returned:   row.Returned,
 		Errors:     row.Errors,
 		Cancelled:  row.Cancelled,
 	}
@@ -203,6 +204,7 @@ func tasksFrom[R ~struct {
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
+	Returned   int32
 	Errors     []string
 	Cancelled  bool
 }](rows []R) []Task {

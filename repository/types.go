@@ -275,8 +275,12 @@ type Task struct {
 	Priority  int16
 	// NotBefore is the earliest time a READY task may be polled; zero means at once.
 	NotBefore time.Time
-	// Attempt counts the leases of the task; a completion must name the current one.
+	// Attempt counts the leases of the task; a completion must name the current one. It
+	// never goes down, so a completion of an earlier lease never matches a later one.
 	Attempt int32
+	// Returned counts the leases that do not use the retry budget: handed back by a
+	// snooze, or forgiven by a reset. The attempts used are Attempt − Returned.
+	Returned int32
 	// Errors holds the error text of every failed attempt, oldest first.
 	Errors []string
 	// Cancelled is set when the task was cancelled.

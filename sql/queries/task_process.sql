@@ -56,6 +56,8 @@ RETURNING t.*;
 -- Completes a batch of leased tasks in one statement, all or nothing (design section 4.4, section 5.1).
 -- results: 0 FAILURE, 1 SUSPENSION, 2 FILTER, 3 SUCCESS, 4 SNOOZE (back to READY after
 -- delays_ms without consuming an attempt; also how unstarted tasks are handed back).
+-- The attempts used are attempt - returned: attempt itself never goes down, it fences
+-- completions of stale leases.
 -- Only rows ACTIVE, leased by owner in the decision's attempt qualify; when any decision
 -- does not, no row is changed and no row is returned. The SET list reads t, the locked
 -- current row version, so a cancel that committed meanwhile is honoured.
@@ -79,7 +81,7 @@ UPDATE task t
 SET state      = CASE WHEN t.cancelled THEN 3
                       WHEN d.result = 4 THEN 1
                       -- a FAILURE with attempts left goes back to READY (design section 5.1)
-                      WHEN d.result = 0 AND t.attempt < p.max_attempts THEN 1
+                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN 1
                       ELSE d.result + 3 END,
     descent    = GREATEST(t.state, t.descent),
     output     = CASE WHEN t.cancelled THEN 'cancelled'
@@ -87,18 +89,18 @@ SET state      = CASE WHEN t.cancelled THEN 3
                       ELSE d.output END,
     completed  = CASE WHEN t.cancelled THEN now()
                       WHEN d.result = 4 THEN NULL
-                      WHEN d.result = 0 AND t.attempt < p.max_attempts THEN NULL
+                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN NULL
                       ELSE now() END,
     not_before = CASE WHEN t.cancelled THEN t.not_before
                       WHEN d.result = 4 THEN now() + d.delay_ms * interval '1 millisecond'
-                      WHEN d.result = 0 AND t.attempt < p.max_attempts
+                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts
                       -- backoff: min(cap, base*2^(attempt-1)) + random jitter
                       THEN now() + (least(p.backoff_cap_ms::double precision,
-                                          p.backoff_base_ms * power(2::double precision, least(t.attempt - 1, 60)))
+                                          p.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
                                     + random() * p.backoff_jitter_ms) * interval '1 millisecond'
                       ELSE t.not_before END,
     -- a snooze hands the attempt back: it does not count against max_attempts
-    attempt    = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.attempt - 1 ELSE t.attempt END,
+    returned   = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.returned + 1 ELSE t.returned END,
     errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
                       WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
                       ELSE t.errors END
@@ -131,11 +133,11 @@ WITH stale AS (
 expired AS (
     UPDATE task t
     SET state      = CASE WHEN t.cancelled THEN 3
-                          WHEN t.attempt < p.max_attempts THEN 1
+                          WHEN t.attempt - t.returned < p.max_attempts THEN 1
                           ELSE 2 END,
-        not_before = CASE WHEN NOT t.cancelled AND t.attempt < p.max_attempts
+        not_before = CASE WHEN NOT t.cancelled AND t.attempt - t.returned < p.max_attempts
                           THEN now() + (least(p.backoff_cap_ms::double precision,
-                                              p.backoff_base_ms * power(2::double precision, least(t.attempt - 1, 60)))
+                                              p.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
                                         + random() * p.backoff_jitter_ms) * interval '1 millisecond'
                           ELSE t.not_before END,
         completed  = CASE WHEN t.cancelled THEN now() ELSE t.completed END,
@@ -153,7 +155,8 @@ notified AS (
 )
 SELECT e.topic, count(*)::bigint AS expired, count(*) FILTER (WHERE e.state = 1)::bigint AS retried
 FROM expired e
-LEFT JOIN (SELECT count(*) AS sent FROM notified) n ON true
+-- notified runs only when referenced: a scalar subquery in WHERE always runs
+WHERE (SELECT count(*) FROM notified) >= 0
 GROUP BY e.topic
 ORDER BY e.topic;
 
@@ -186,7 +189,8 @@ notified AS (
 )
 SELECT c.*
 FROM cancelled c
-LEFT JOIN (SELECT count(*) AS sent FROM notified) n ON true
+-- notified runs only when referenced: a scalar subquery in WHERE always runs
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY c.sequence;
 
 -- name: TaskJunction :many
@@ -219,5 +223,7 @@ notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
     WHERE EXISTS (SELECT 1 FROM released)
 )
-SELECT DISTINCT r.identifier FROM released r LEFT JOIN notified ON true
+SELECT DISTINCT r.identifier FROM released r
+-- notified runs only when referenced: a scalar subquery in WHERE always runs
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY r.identifier;

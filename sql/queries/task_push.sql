@@ -75,7 +75,8 @@ notified AS (
     WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
 )
 SELECT i.topic, i.sequence, i.identifier, i.state, i.descent, i.owner, i.created, i.completed,
-       i.input, i.output, i.reference, i.priority, i.not_before, i.attempt, i.errors, i.cancelled
+       i.input, i.output, i.reference, i.priority, i.not_before, i.attempt, i.returned, i.errors, i.cancelled
 FROM inserted i
-LEFT JOIN notified ON true
+-- notified runs only when referenced: a scalar subquery in WHERE always runs
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY i.sequence;

@@ -65,7 +65,8 @@ SELECT * FROM marked ORDER BY sequence;
 
 -- name: TaskReset :many
 -- Flips tasks (by sequence) in EXPIRED..SUCCEEDED back to READY with a fresh attempt
--- budget; all or nothing. Notifies the topic.
+-- budget (every lease so far returned; attempt itself never goes down, it fences
+-- completions); all or nothing. Notifies the topic.
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
     WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[]) AND t.state BETWEEN 2 AND 6
@@ -73,7 +74,7 @@ WITH target AS (
 ),
 reset AS (
     UPDATE task t
-    SET state = 1, descent = GREATEST(t.state, t.descent), attempt = 0, not_before = NULL,
+    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = g.topic AND t.sequence = g.sequence
@@ -84,7 +85,10 @@ notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
     WHERE EXISTS (SELECT 1 FROM reset)
 )
-SELECT r.* FROM reset r LEFT JOIN notified ON true ORDER BY r.sequence;
+SELECT r.* FROM reset r
+-- notified runs only when referenced: a scalar subquery in WHERE always runs
+WHERE (SELECT count(*) FROM notified) >= 0
+ORDER BY r.sequence;
 
 -- name: TaskResetState :many
 -- Flips up to size tasks of state back to READY, oldest first within the sequence range,
@@ -99,7 +103,7 @@ WITH target AS (
 ),
 reset AS (
     UPDATE task t
-    SET state = 1, descent = GREATEST(t.state, t.descent), attempt = 0, not_before = NULL,
+    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = g.topic AND t.sequence = g.sequence
@@ -109,4 +113,7 @@ notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
     WHERE EXISTS (SELECT 1 FROM reset)
 )
-SELECT r.* FROM reset r LEFT JOIN notified ON true ORDER BY r.sequence;
+SELECT r.* FROM reset r
+-- notified runs only when referenced: a scalar subquery in WHERE always runs
+WHERE (SELECT count(*) FROM notified) >= 0
+ORDER BY r.sequence;

@@ -34,7 +34,8 @@ WITH changed AS (
 )
 SELECT c.topic, c.active
 FROM changed c
-LEFT JOIN LATERAL (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))) n ON true;
+-- the notification is part of the WHERE clause so that the planner cannot drop it
+WHERE (SELECT count(*) FROM (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))) n) = 1;
 
 -- name: TopicStats :one
 -- Counts over the small task_open index (states 0..4) only, so the cost does not grow

@@ -51,8 +51,12 @@ CREATE TABLE task (
     priority    smallint    NOT NULL DEFAULT 0,
     -- READY tasks are not polled before this time; NULL means at once.
     not_before  timestamptz NULL,
-    -- Number of times the task was leased; completion is fenced by owner AND attempt.
+    -- Number of times the task was leased; completion is fenced by owner AND attempt, so it
+    -- never goes down (a stale lease must never match a later one).
     attempt     integer     NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    -- Leases that do not count against the retry budget: handed back by a snooze, or
+    -- forgiven by a reset. The attempts used are attempt - returned.
+    returned    integer     NOT NULL DEFAULT 0 CHECK (returned >= 0),
     -- Error text of every failed attempt, oldest first (output holds the last one).
     errors      text[]      NULL,
     -- Set when an ACTIVE task is cancelled: it ends FAILED "cancelled", never retried.
@@ -81,7 +85,7 @@ SELECT t.topic, t.sequence, t.identifier,
               'RECREATED', 'REDUNDANT'])[t.state + 1] AS state,
        (ARRAY['ACTIVE', 'READY', 'EXPIRED', 'FAILED', 'SUSPENDED', 'FILTERED', 'SUCCEEDED',
               'RECREATED', 'REDUNDANT'])[t.descent + 1] AS descent,
-       t.owner, t.attempt, t.priority, t.not_before, t.created, t.completed, t.input, t.output,
+       t.owner, t.attempt, t.returned, t.priority, t.not_before, t.created, t.completed, t.input, t.output,
        t.reference, t.errors, t.cancelled
 FROM (SELECT * FROM task) t;
 

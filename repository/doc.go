@@ -1,0 +1,42 @@
+// Package repository is pgtask's queue on PostgreSQL: every operation on topics, owners
+// and tasks, each run as a few (usually one) SQL statements on a handle the caller gives.
+// It holds no state of its own besides its owner name; all queue state lives in the
+// database, so any number of processes can share one.
+//
+// # Getting started
+//
+// Apply the schema once with [Migrate] (safe to call from every process at start-up),
+// create one [Repository] per process with [New], [Repository.Register] its owner and
+// [Repository.Initialize] the topics it uses. Then [Repository.Push] tasks,
+// [Repository.Poll] leases batches of them and [Repository.Complete] records a
+// [Decision] for each leased task.
+//
+// # Handles
+//
+// Every operation takes a [Handle]: a *pgxpool.Pool, a *pgx.Conn or an open pgx.Tx. The
+// repository never commits for the caller, so a push inside the caller's transaction
+// commits, and notifies listeners, together with the caller's own writes, or not at all.
+// Operations that need several statements run them in a nested transaction (a savepoint
+// inside the caller's), so a failed call leaves no partial effect behind. Batch
+// operations (push, poll, complete) are one statement whatever their size.
+//
+// # Errors
+//
+// Errors wrap one of the sentinels [ErrInvalid], [ErrUnknownTopic], [ErrUnknownTask],
+// [ErrNotOwned], [ErrWrongState], [ErrQueueFull] and [ErrNotRegistered], or a database
+// error; test them with errors.Is. A batch refused because of some of its tasks returns a
+// [*TaskError] naming each task and why (errors.As gives the detail); a push beyond a
+// topic's cap returns a [*QueueFullError]. A refused call writes nothing.
+//
+// # States
+//
+// A task is in one of nine states ([State]) with fixed ordinals, visible in SQL: [Active] (0,
+// leased), [Ready] (1), [Expired] (2, its owner stopped heart-beating), [Failed] (3, the
+// dead-letter set), [Suspended] (4), [Filtered] (5), [Succeeded] (6), [Recreated] (7) and
+// [Redundant] (8). A [Result] maps onto state result+3 when a task is completed. Pushes
+// choose an [Insertion] mode that decides what happens to older tasks of the same
+// identifier; polls choose an [Order] and a [Condition] that can keep tasks of one
+// identifier in flight one at a time, in order. Revival ([Repository.Reassign],
+// [Repository.Recreate]) brings finished tasks back; [Repository.Expire],
+// [Repository.Purge] and [Repository.PurgeRetention] keep the tables healthy.
+package repository

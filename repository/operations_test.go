@@ -1,0 +1,1466 @@
+package repository_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Acceptance tests of the repository operations (design §3-§5), one behaviour per subtest.
+
+// dbNow reads the database clock. A statement run after dbNow sees now() at or after it.
+func dbNow(f *fixture) time.Time {
+	f.t.Helper()
+	var now time.Time
+	if err := f.pool.QueryRow(f.ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+		f.t.Fatalf("read database clock: %v", err)
+	}
+	return now
+}
+
+// makeDue lets a task's backoff elapse without sleeping: a direct UPDATE clearing its
+// not-before time (tests only; no operation moves time forward for READY tasks).
+func makeDue(f *fixture, sequence int64) {
+	f.t.Helper()
+	if _, err := f.pool.Exec(f.ctx, "UPDATE task SET not_before = NULL WHERE topic = $1 AND sequence = $2", f.topic, sequence); err != nil {
+		f.t.Fatalf("make task %d due: %v", sequence, err)
+	}
+}
+
+// pushOne pushes one creation and fails the test on error.
+func pushOne(f *fixture, c repository.Creation) repository.Task {
+	f.t.Helper()
+	tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, c)
+	if err != nil {
+		f.t.Fatalf("push %+v: %v", c, err)
+	}
+	return tasks[0]
+}
+
+// pollOne polls exactly one task (FIFO, no condition) and checks it is want.
+func pollOne(f *fixture, repo *repository.Repository, want int64) repository.Task {
+	f.t.Helper()
+	got, err := repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 1)
+	if err != nil {
+		f.t.Fatalf("poll: %v", err)
+	}
+	if len(got) != 1 || got[0].Sequence != want {
+		f.t.Fatalf("poll = %v, want [%d]", sequences(got), want)
+	}
+	return got[0]
+}
+
+// configure replaces the topic's settings and fails the test on error.
+func configure(f *fixture, s repository.TopicSettings) {
+	f.t.Helper()
+	if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, s); err != nil {
+		f.t.Fatalf("configure: %v", err)
+	}
+}
+
+// clockedRepo returns a repository of owner whose clock runs offset ahead of real time,
+// registered (heartbeat) at that time.
+func clockedRepo(f *fixture, owner string, offset time.Duration) *repository.Repository {
+	f.t.Helper()
+	repo, err := repository.New(repository.Config{Owner: owner, Now: func() time.Time { return time.Now().Add(offset) }})
+	if err != nil {
+		f.t.Fatalf("new repository: %v", err)
+	}
+	if _, err := repo.Register(f.ctx, f.pool); err != nil {
+		f.t.Fatalf("register %s: %v", owner, err)
+	}
+	return repo
+}
+
+// wantTaskError checks that err is a *repository.TaskError naming exactly seqs and
+// matching sentinel.
+func wantTaskError(t *testing.T, err error, sentinel error, seqs ...int64) {
+	t.Helper()
+	var te *repository.TaskError
+	if !errors.As(err, &te) {
+		t.Fatalf("err = %v, want a *repository.TaskError", err)
+	}
+	if !errors.Is(err, sentinel) {
+		t.Errorf("err = %v, want errors.Is %v", err, sentinel)
+	}
+	if !slices.Equal(te.Sequences(), seqs) {
+		t.Errorf("TaskError names %v, want %v", te.Sequences(), seqs)
+	}
+}
+
+// wantUnchanged checks that the stored task still equals before.
+func wantUnchanged(f *fixture, before repository.Task) {
+	f.t.Helper()
+	after := f.get(before.Sequence)
+	if after.State != before.State || after.Descent != before.Descent || after.Owner != before.Owner ||
+		after.Attempt != before.Attempt || after.Output != before.Output || !after.Completed.Equal(before.Completed) {
+		f.t.Errorf("task %d changed: %+v, want %+v", before.Sequence, after, before)
+	}
+}
+
+// wantState checks a task's state and descent.
+func wantState(t *testing.T, task repository.Task, state, descent repository.State) {
+	t.Helper()
+	if task.State != state || task.Descent != descent {
+		t.Errorf("task %d is %v/%v, want %v/%v", task.Sequence, task.State, task.Descent, state, descent)
+	}
+}
+
+// wantWindow checks lo <= got <= hi, with a millisecond for interval rounding.
+func wantWindow(t *testing.T, what string, got, lo, hi time.Time) {
+	t.Helper()
+	if got.Before(lo.Add(-time.Millisecond)) || got.After(hi.Add(time.Millisecond)) {
+		t.Errorf("%s = %v, want within [%v, %v]", what, got, lo, hi)
+	}
+}
+
+// isolated runs the subtest in parallel on its own topic (named after the subtest) of the
+// shared fixture's database: as independent as a database of its own, and cheaper.
+func isolated(t *testing.T, shared *fixture) *fixture {
+	t.Helper()
+	t.Parallel()
+	return onTopic(t, shared, t.Name())
+}
+
+func TestFreshDatabase(t *testing.T) {
+	t.Run("FirstPushedTaskGetsSequenceOne", func(t *testing.T) {
+		f := setup(t)
+		if got := f.push(repository.Append, "a")[0].Sequence; got != 1 {
+			t.Fatalf("first sequence = %d, want 1", got)
+		}
+	})
+}
+
+func TestEmptyInput(t *testing.T) {
+	t.Run("DoesNothingAtAll", func(t *testing.T) {
+		f := setup(t)
+		for name, op := range map[string]func() (int, error){
+			"push": func() (int, error) {
+				got, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Replace)
+				return len(got), err
+			},
+			"poll size 0": func() (int, error) {
+				got, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 0)
+				return len(got), err
+			},
+			"complete": func() (int, error) {
+				got, err := f.repo.Complete(f.ctx, f.pool, f.topic)
+				return len(got), err
+			},
+			"cancel": func() (int, error) {
+				got, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "alice")
+				return len(got), err
+			},
+			"reassign": func() (int, error) {
+				got, err := f.repo.Reassign(f.ctx, f.pool, f.topic, repository.Success)
+				return len(got), err
+			},
+			"recreate": func() (int, error) {
+				got, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.RecreateAppend)
+				return len(got), err
+			},
+			"junction": func() (int, error) {
+				got, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Eternal)
+				return len(got), err
+			},
+		} {
+			if n, err := op(); n != 0 || err != nil {
+				t.Errorf("%s of nothing = %d, %v; want nothing, no error", name, n, err)
+			}
+		}
+		if got := f.push(repository.Append, "a")[0].Sequence; got != 1 {
+			t.Errorf("first sequence after empty operations = %d, want 1", got)
+		}
+	})
+}
+
+func TestTransitions(t *testing.T) {
+	f := setup(t)
+	fail := repository.Fail(errors.New("boom"))
+	// Each case drives a task of identifier "x" and returns its sequence; the task is then
+	// read back and its state and descent compared.
+	for _, tc := range []struct {
+		name           string
+		do             func(c *fixture) int64
+		state, descent repository.State
+	}{
+		{"FreshIsReadyReady", func(c *fixture) int64 {
+			return c.push(repository.Append, "x")[0].Sequence
+		}, repository.Ready, repository.Ready},
+		{"PushedSuspendedIsSuspendedSuspended", func(c *fixture) int64 {
+			// A task pushed suspended never was anything else: like a fresh READY/READY task
+			// its descent is its own state.
+			return pushOne(c, repository.Creation{Identifier: "x", Suspended: true}).Sequence
+		}, repository.Suspended, repository.Suspended},
+		{"PolledIsActiveReady", func(c *fixture) int64 {
+			return driveTo(c, "x", repository.Active).Sequence
+		}, repository.Active, repository.Ready},
+		{"CompletedWithFailureIsFailedReady", func(c *fixture) int64 {
+			return driveTo(c, "x", repository.Failed).Sequence
+		}, repository.Failed, repository.Ready},
+		{"CompletedWithSuspensionIsSuspendedReady", func(c *fixture) int64 {
+			return driveTo(c, "x", repository.Suspended).Sequence
+		}, repository.Suspended, repository.Ready},
+		{"CompletedWithFilterIsFilteredReady", func(c *fixture) int64 {
+			return driveTo(c, "x", repository.Filtered).Sequence
+		}, repository.Filtered, repository.Ready},
+		{"CompletedWithSuccessIsSucceededReady", func(c *fixture) int64 {
+			return driveTo(c, "x", repository.Succeeded).Sequence
+		}, repository.Succeeded, repository.Ready},
+		{"ReadyMadeRedundantIsRedundantReady", func(c *fixture) int64 {
+			old := c.push(repository.Append, "x")[0]
+			c.push(repository.Supersede, "x")
+			return old.Sequence
+		}, repository.Redundant, repository.Ready},
+		{"SucceededMadeRedundantIsRedundantSucceeded", func(c *fixture) int64 {
+			old := driveTo(c, "x", repository.Succeeded)
+			c.push(repository.Replace, "x")
+			return old.Sequence
+		}, repository.Redundant, repository.Succeeded},
+		{"FailedRecreatedIsRecreatedFailed", func(c *fixture) int64 {
+			old := driveTo(c, "x", repository.Failed)
+			if _, err := c.repo.Recreate(c.ctx, c.pool, c.topic, repository.RecreateAppend, old.Sequence); err != nil {
+				c.t.Fatalf("recreate: %v", err)
+			}
+			return old.Sequence
+		}, repository.Recreated, repository.Failed},
+		{"FailedResetIsReadyFailed", func(c *fixture) int64 {
+			old := driveTo(c, "x", repository.Failed)
+			if _, err := c.repo.Recreate(c.ctx, c.pool, c.topic, repository.Reset, old.Sequence); err != nil {
+				c.t.Fatalf("reset: %v", err)
+			}
+			return old.Sequence
+		}, repository.Ready, repository.Failed},
+		{"ResetTaskPolledAndSucceededIsSucceededFailed", func(c *fixture) int64 {
+			old := driveTo(c, "x", repository.Failed)
+			if _, err := c.repo.Recreate(c.ctx, c.pool, c.topic, repository.Reset, old.Sequence); err != nil {
+				c.t.Fatalf("reset: %v", err)
+			}
+			c.complete(repository.Succeed(""), pollOne(c, c.repo, old.Sequence))
+			return old.Sequence
+		}, repository.Succeeded, repository.Failed},
+		{"FailedReassignedSuccessIsSucceededFailed", func(c *fixture) int64 {
+			old := driveTo(c, "x", repository.Failed)
+			if _, err := c.repo.Reassign(c.ctx, c.pool, c.topic, repository.Success, old.Sequence); err != nil {
+				c.t.Fatalf("reassign: %v", err)
+			}
+			return old.Sequence
+		}, repository.Succeeded, repository.Failed},
+		{"ReadyCancelledIsRedundantReady", func(c *fixture) int64 {
+			return driveTo(c, "x", repository.Redundant).Sequence
+		}, repository.Redundant, repository.Ready},
+		{"SuspendedCancelledIsRedundantSuspended", func(c *fixture) int64 {
+			old := driveTo(c, "x", repository.Suspended)
+			if _, err := c.repo.Cancel(c.ctx, c.pool, c.topic, "test", old.Sequence); err != nil {
+				c.t.Fatalf("cancel: %v", err)
+			}
+			return old.Sequence
+		}, repository.Redundant, repository.Suspended},
+		{"ExpiredCancelledIsRedundantExpired", func(c *fixture) int64 {
+			old := driveTo(c, "x", repository.Expired)
+			if _, err := c.repo.Cancel(c.ctx, c.pool, c.topic, "test", old.Sequence); err != nil {
+				c.t.Fatalf("cancel: %v", err)
+			}
+			return old.Sequence
+		}, repository.Redundant, repository.Expired},
+		{"ExpiredLeavesDescentUntouched", func(c *fixture) int64 {
+			return driveTo(c, "x", repository.Expired).Sequence
+		}, repository.Expired, repository.Ready},
+		{"JunctionReleaseLeavesDescentUntouched", func(c *fixture) int64 {
+			// SUSPENDED/READY: a descent set by the usual rule would become SUSPENDED.
+			old := driveTo(c, "x", repository.Suspended)
+			if _, err := c.repo.Junction(c.ctx, c.pool, c.topic, repository.Singular, []string{"x"}); err != nil {
+				c.t.Fatalf("junction: %v", err)
+			}
+			return old.Sequence
+		}, repository.Ready, repository.Ready},
+		{"FailedAfterRetryKeepsDescentReady", func(c *fixture) int64 {
+			configure(c, repository.TopicSettings{MaxAttempts: 2, BackoffCap: time.Hour})
+			task := c.push(repository.Append, "x")[0]
+			c.complete(fail, pollOne(c, c.repo, task.Sequence))
+			c.complete(fail, pollOne(c, c.repo, task.Sequence))
+			return task.Sequence
+		}, repository.Failed, repository.Ready},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := onTopic(t, f, "transition-"+tc.name)
+			wantState(t, c.get(tc.do(c)), tc.state, tc.descent)
+		})
+	}
+}
+
+func TestUnknownTopic(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   func(f *fixture, tx pgx.Tx) error
+	}{
+		{"Push", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.Push(f.ctx, tx, "nope", repository.Replace, repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"})
+			return err
+		}},
+		{"Poll", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.Poll(f.ctx, tx, "nope", repository.FIFO, repository.SingularByIdentifier, 10)
+			return err
+		}},
+		{"Page", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.Page(f.ctx, tx, "nope", repository.TaskFilter{}, 0, 10, repository.Forward)
+			return err
+		}},
+		{"Count", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.Count(f.ctx, tx, "nope", repository.TaskFilter{}, 0, repository.MaxSequence, repository.Total)
+			return err
+		}},
+	} {
+		t.Run(tc.name+"ReturnsErrUnknownTopicAndLeavesTransactionUsable", func(t *testing.T) {
+			f := setup(t)
+			tx, err := f.pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(f.ctx)
+			if err := tc.op(f, tx); !errors.Is(err, repository.ErrUnknownTopic) {
+				t.Fatalf("err = %v, want ErrUnknownTopic", err)
+			}
+			// The transaction is still usable, and nothing was written: not even a sequence.
+			pushed, err := f.repo.Push(f.ctx, tx, f.topic, repository.Append, repository.Creation{Identifier: "a"})
+			if err != nil {
+				t.Fatalf("push after the error in the same transaction: %v", err)
+			}
+			if pushed[0].Sequence != 1 {
+				t.Errorf("sequence after the error = %d, want 1 (none consumed)", pushed[0].Sequence)
+			}
+			if err := tx.Commit(f.ctx); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			topics, err := f.repo.Topics(f.ctx, f.pool)
+			if err != nil || len(topics) != 1 || topics[0].Name != f.topic {
+				t.Errorf("topics = %v, %v; want only %q", topics, err, f.topic)
+			}
+		})
+	}
+}
+
+func TestCompleteRefused(t *testing.T) {
+	// Each case leaves a task "bad" whose given completion must be refused; it is
+	// completed in one batch with a valid lease, and nothing of the batch may change.
+	for _, tc := range []struct {
+		name     string
+		sentinel error
+		bad      func(f *fixture) repository.Completion
+	}{
+		{"ReadyTaskIsWrongState", repository.ErrWrongState, func(f *fixture) repository.Completion {
+			return f.push(repository.Append, "bad")[0].Decide(repository.Succeed(""))
+		}},
+		{"TaskOfAnotherOwnerIsNotOwned", repository.ErrNotOwned, func(f *fixture) repository.Completion {
+			task := f.push(repository.Append, "bad")[0]
+			return pollOne(f, f.newRepo("owner-2"), task.Sequence).Decide(repository.Succeed(""))
+		}},
+		{"EarlierAttemptAfterExpiryIsNotOwned", repository.ErrNotOwned, func(f *fixture) repository.Completion {
+			configure(f, repository.TopicSettings{MaxAttempts: 2})
+			task := f.push(repository.Append, "bad")[0]
+			old := pollOne(f, f.repo, task.Sequence)
+			// Another owner, an hour ahead, finds owner-1 stale: the lease goes back to READY.
+			if _, err := clockedRepo(f, "owner-2", time.Hour).Expire(f.ctx, f.pool, time.Minute); err != nil {
+				f.t.Fatalf("expire: %v", err)
+			}
+			pollOne(f, f.repo, task.Sequence)
+			return old.Decide(repository.Succeed(""))
+		}},
+		{"EarlierAttemptAfterExpiryAndResetIsNotOwned", repository.ErrNotOwned, func(f *fixture) repository.Completion {
+			task := f.push(repository.Append, "bad")[0]
+			old := pollOne(f, f.repo, task.Sequence)
+			if _, err := clockedRepo(f, "owner-2", time.Hour).Expire(f.ctx, f.pool, time.Minute); err != nil {
+				f.t.Fatalf("expire: %v", err)
+			}
+			if _, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.Reset, task.Sequence); err != nil {
+				f.t.Fatalf("reset: %v", err)
+			}
+			pollOne(f, f.repo, task.Sequence)
+			return old.Decide(repository.Succeed(""))
+		}},
+		{"EarlierAttemptAfterSnoozeIsNotOwned", repository.ErrNotOwned, func(f *fixture) repository.Completion {
+			task := f.push(repository.Append, "bad")[0]
+			old := pollOne(f, f.repo, task.Sequence)
+			f.complete(repository.SnoozeFor(0), old)
+			pollOne(f, f.repo, task.Sequence)
+			return old.Decide(repository.Succeed(""))
+		}},
+		{"CompletedTaskIsWrongState", repository.ErrWrongState, func(f *fixture) repository.Completion {
+			task := f.push(repository.Append, "bad")[0]
+			lease := pollOne(f, f.repo, task.Sequence)
+			f.complete(repository.Succeed("first"), lease)
+			return lease.Decide(repository.Fail(errors.New("second")))
+		}},
+		{"UnknownTaskIsUnknown", repository.ErrUnknownTask, func(f *fixture) repository.Completion {
+			return repository.Completion{Sequence: 999, Attempt: 1, Decision: repository.Succeed("")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			bad := tc.bad(f)
+			// priority -1: leased before a READY bad task
+			good := pushOne(f, repository.Creation{Identifier: "good", Priority: -1})
+			lease := pollOne(f, f.repo, good.Sequence)
+			var before repository.Task
+			if bad.Sequence != 999 {
+				before = f.get(bad.Sequence)
+			}
+			_, err := f.repo.Complete(f.ctx, f.pool, f.topic, lease.Decide(repository.Succeed("ok")), bad)
+			wantTaskError(t, err, tc.sentinel, bad.Sequence)
+			// The valid lease of the refused batch is still ACTIVE, untouched.
+			wantUnchanged(f, lease)
+			if bad.Sequence != 999 {
+				wantUnchanged(f, before)
+			}
+		})
+	}
+}
+
+func TestExpire(t *testing.T) {
+	t.Run("OnlyOtherOwnersStaleTasksExpire", func(t *testing.T) {
+		f := setup(t)
+		own := f.push(repository.Append, "own")[0]
+		pollOne(f, f.repo, own.Sequence)
+		stale := f.push(repository.Append, "stale")[0]
+		pollOne(f, f.newRepo("owner-2"), stale.Sequence) // heartbeat now: stale 10 minutes on
+		fresh := f.push(repository.Append, "fresh")[0]
+		pollOne(f, clockedRepo(f, "owner-3", 10*time.Minute), fresh.Sequence) // heartbeat 10 minutes on
+		// owner-1 with its clock 10 minutes ahead, and a 5 minute timeout.
+		expirer, err := repository.New(repository.Config{Owner: "owner-1", Now: func() time.Time { return time.Now().Add(10 * time.Minute) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := expirer.Expire(f.ctx, f.pool, 5*time.Minute)
+		if err != nil {
+			t.Fatalf("expire: %v", err)
+		}
+		if want := []repository.Expiry{{Topic: f.topic, Expired: 1}}; !slices.Equal(got, want) {
+			t.Errorf("expire = %+v, want %+v", got, want)
+		}
+		wantState(t, f.get(stale.Sequence), repository.Expired, repository.Ready)
+		wantState(t, f.get(own.Sequence), repository.Active, repository.Ready)
+		wantState(t, f.get(fresh.Sequence), repository.Active, repository.Ready)
+	})
+	t.Run("TaskWhoseOwnerRowIsMissingExpires", func(t *testing.T) {
+		f := setup(t)
+		task := f.push(repository.Append, "a")[0]
+		unregistered, err := repository.New(repository.Config{Owner: "never-registered"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pollOne(f, unregistered, task.Sequence)
+		got, err := f.repo.Expire(f.ctx, f.pool, time.Hour)
+		if err != nil {
+			t.Fatalf("expire: %v", err)
+		}
+		if len(got) != 1 || got[0].Expired != 1 {
+			t.Errorf("expire = %+v, want one task expired", got)
+		}
+		if task := f.get(task.Sequence); task.State != repository.Expired || task.Output == "" {
+			t.Errorf("task is %v with output %q, want EXPIRED with an output saying why", task.State, task.Output)
+		}
+	})
+	t.Run("NegativeTimeoutIsInvalid", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Expire(f.ctx, f.pool, -time.Second); !errors.Is(err, repository.ErrInvalid) {
+			t.Fatalf("err = %v, want ErrInvalid", err)
+		}
+	})
+}
+
+// suspended pushes suspended tasks of the identifiers to f's topic.
+func suspended(f *fixture, identifiers ...string) []repository.Task {
+	f.t.Helper()
+	creations := make([]repository.Creation, len(identifiers))
+	for i, id := range identifiers {
+		creations[i] = repository.Creation{Identifier: id, Suspended: true}
+	}
+	tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, creations...)
+	if err != nil {
+		f.t.Fatalf("push suspended: %v", err)
+	}
+	return tasks
+}
+
+func TestJunction(t *testing.T) {
+	shared := setup(t)
+	junction := func(f *fixture, kind repository.Junction, groups ...[]string) []string {
+		f.t.Helper()
+		released, err := f.repo.Junction(f.ctx, f.pool, f.topic, kind, groups...)
+		if err != nil {
+			f.t.Fatalf("junction: %v", err)
+		}
+		return released
+	}
+	t.Run("SingularReleasesGroupWhenEveryIdentifierIsSuspended", func(t *testing.T) {
+		f := isolated(t, shared)
+		tasks := suspended(f, "a", "b", "c")
+		if got := junction(f, repository.Singular, []string{"a", "b"}); !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("released %v, want [a b]", got)
+		}
+		wantState(t, f.get(tasks[0].Sequence), repository.Ready, repository.Suspended)
+		wantState(t, f.get(tasks[2].Sequence), repository.Suspended, repository.Suspended)
+	})
+	t.Run("SingularHoldsGroupWithAnIdentifierNotSuspended", func(t *testing.T) {
+		f := isolated(t, shared)
+		a := suspended(f, "a")[0]
+		driveTo(f, "b", repository.Succeeded)
+		if got := junction(f, repository.Singular, []string{"a", "b"}); len(got) != 0 {
+			t.Fatalf("released %v, want nothing", got)
+		}
+		wantState(t, f.get(a.Sequence), repository.Suspended, repository.Suspended)
+	})
+	t.Run("SingularIgnoresSameIdentifierInAnotherTopic", func(t *testing.T) {
+		f := isolated(t, shared)
+		suspended(f, "a")
+		suspended(onTopic(t, f, t.Name()+"/other"), "b")
+		if got := junction(f, repository.Singular, []string{"a", "b"}); len(got) != 0 {
+			t.Fatalf("released %v, want nothing: b is suspended only in another topic", got)
+		}
+	})
+	t.Run("SingularCountsDistinctIdentifiers", func(t *testing.T) {
+		f := isolated(t, shared)
+		suspended(f, "a", "a") // two tasks of a do not stand in for b
+		if got := junction(f, repository.Singular, []string{"a", "b"}); len(got) != 0 {
+			t.Fatalf("released %v, want nothing: b has no task", got)
+		}
+		// a group listing a twice is complete with a alone
+		if got := junction(f, repository.Singular, []string{"a", "a"}); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("released %v, want [a]", got)
+		}
+		if page := allTasks(f); page[0].State != repository.Ready || page[1].State != repository.Ready {
+			t.Errorf("tasks of a are %v and %v, want both READY", page[0].State, page[1].State)
+		}
+	})
+	t.Run("EternalCountsAnyStateButRedundant", func(t *testing.T) {
+		f := isolated(t, shared)
+		a := suspended(f, "a")[0]
+		driveTo(f, "b", repository.Succeeded)
+		driveTo(f, "c", repository.Redundant)
+		if got := junction(f, repository.Eternal, []string{"a", "c"}); len(got) != 0 {
+			t.Fatalf("released %v, want nothing: c is only REDUNDANT", got)
+		}
+		if got := junction(f, repository.Eternal, []string{"a", "b"}); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("released %v, want [a]", got)
+		}
+		wantState(t, f.get(a.Sequence), repository.Ready, repository.Suspended)
+	})
+	t.Run("EternalIgnoresSameIdentifierInAnotherTopic", func(t *testing.T) {
+		f := isolated(t, shared)
+		suspended(f, "a")
+		driveTo(onTopic(t, f, t.Name()+"/other"), "b", repository.Succeeded)
+		if got := junction(f, repository.Eternal, []string{"a", "b"}); len(got) != 0 {
+			t.Fatalf("released %v, want nothing: b exists only in another topic", got)
+		}
+	})
+	t.Run("EternalCountsDistinctIdentifiers", func(t *testing.T) {
+		f := isolated(t, shared)
+		suspended(f, "a")
+		driveTo(f, "a", repository.Succeeded)
+		if got := junction(f, repository.Eternal, []string{"a", "b"}); len(got) != 0 {
+			t.Fatalf("released %v, want nothing: b has no task", got)
+		}
+		if got := junction(f, repository.Eternal, []string{"a", "a"}); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("released %v, want [a]", got)
+		}
+	})
+	t.Run("EmptyGroupsAreIgnored", func(t *testing.T) {
+		f := isolated(t, shared)
+		suspended(f, "a")
+		if got := junction(f, repository.Singular, []string{}, nil); len(got) != 0 {
+			t.Fatalf("released %v from empty groups, want nothing", got)
+		}
+		if got := junction(f, repository.Singular, []string{}, []string{"a"}, nil); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("released %v, want [a]", got)
+		}
+	})
+}
+
+// pageAll lists every task of f's topic in sequence order.
+func allTasks(f *fixture) []repository.Task {
+	f.t.Helper()
+	tasks, err := f.repo.Page(f.ctx, f.pool, f.topic, repository.TaskFilter{}, 0, 1000, repository.Forward)
+	if err != nil {
+		f.t.Fatalf("page: %v", err)
+	}
+	return tasks
+}
+
+func TestPurgeOwners(t *testing.T) {
+	t.Run("DeletesDeadOwnersWhileOwnerlessTasksExist", func(t *testing.T) {
+		f := setup(t)
+		f.push(repository.Append, "never-polled") // READY, no owner
+		dead := clockedRepo(f, "dead", -2*time.Hour)
+		n, err := f.repo.PurgeOwners(f.ctx, f.pool, time.Hour)
+		if err != nil || n != 1 {
+			t.Fatalf("purge owners = %d, %v; want 1", n, err)
+		}
+		if err := dead.Heartbeat(f.ctx, f.pool); !errors.Is(err, repository.ErrNotRegistered) {
+			t.Errorf("heartbeat of the purged owner: %v, want ErrNotRegistered", err)
+		}
+		if err := f.repo.Heartbeat(f.ctx, f.pool); err != nil {
+			t.Errorf("live owner-1 was purged: %v", err)
+		}
+	})
+	t.Run("KeepsDeadOwnerWithActiveTask", func(t *testing.T) {
+		f := setup(t)
+		task := f.push(repository.Append, "a")[0]
+		busy := clockedRepo(f, "busy", -2*time.Hour)
+		pollOne(f, busy, task.Sequence)
+		n, err := f.repo.PurgeOwners(f.ctx, f.pool, time.Hour)
+		if err != nil || n != 0 {
+			t.Fatalf("purge owners = %d, %v; want 0", n, err)
+		}
+		if err := busy.Heartbeat(f.ctx, f.pool); err != nil {
+			t.Errorf("owner with an ACTIVE task was purged: %v", err)
+		}
+	})
+}
+
+func TestRetry(t *testing.T) {
+	shared := setup(t)
+	failWith := func(f *fixture, task repository.Task, msg string) (repository.Task, time.Time, time.Time) {
+		f.t.Helper()
+		lease := pollOne(f, f.repo, task.Sequence)
+		before := dbNow(f)
+		done := f.complete(repository.Fail(errors.New(msg)), lease)
+		return done[0], before, dbNow(f)
+	}
+	t.Run("FailureWithAttemptsLeftBacksOffUntilLastAttemptFails", func(t *testing.T) {
+		f := isolated(t, shared)
+		base, jitter := time.Second, 250*time.Millisecond
+		configure(f, repository.TopicSettings{MaxAttempts: 3, BackoffBase: base, BackoffCap: time.Hour, BackoffJitter: jitter})
+		task := f.push(repository.Append, "a")[0]
+		for attempt, msg := range []string{"e1", "e2"} {
+			got, before, after := failWith(f, task, msg)
+			delay := base << attempt // base·2^(attempt−1), attempts counted from 1
+			if got.State != repository.Ready || got.Output != msg || !got.Completed.IsZero() {
+				t.Errorf("attempt %d: task %v output %q completed %v, want READY with output %q and no completion",
+					attempt+1, got.State, got.Output, got.Completed, msg)
+			}
+			wantWindow(t, "not-before", got.NotBefore, before.Add(delay), after.Add(delay+jitter))
+			if polled := f.poll(repository.FIFO, repository.None, 1); len(polled) != 0 {
+				t.Errorf("polled %v during the backoff", sequences(polled))
+			}
+			makeDue(f, task.Sequence)
+		}
+		got, _, _ := failWith(f, task, "e3")
+		if got.State != repository.Failed || got.Output != "e3" || got.Completed.IsZero() || got.Attempt != 3 {
+			t.Errorf("last attempt: %v output %q attempt %d, want FAILED e3 after attempt 3", got.State, got.Output, got.Attempt)
+		}
+		if !slices.Equal(got.Errors, []string{"e1", "e2", "e3"}) {
+			t.Errorf("errors = %q, want every attempt's error", got.Errors)
+		}
+	})
+	t.Run("BackoffIsCapped", func(t *testing.T) {
+		f := isolated(t, shared)
+		configure(f, repository.TopicSettings{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 1500 * time.Millisecond})
+		task := f.push(repository.Append, "a")[0]
+		failWith(f, task, "e1")
+		makeDue(f, task.Sequence)
+		got, before, after := failWith(f, task, "e2") // 2s uncapped
+		wantWindow(t, "not-before", got.NotBefore, before.Add(1500*time.Millisecond), after.Add(1500*time.Millisecond))
+	})
+	t.Run("ExpiryWithAttemptsLeftIsReady", func(t *testing.T) {
+		f := isolated(t, shared)
+		configure(f, repository.TopicSettings{MaxAttempts: 2, BackoffBase: time.Second, BackoffCap: time.Hour})
+		task := f.push(repository.Append, "a")[0]
+		pollOne(f, ghost(f), task.Sequence)
+		before := dbNow(f)
+		got, err := f.repo.Expire(f.ctx, f.pool, time.Hour)
+		after := dbNow(f)
+		if err != nil {
+			t.Fatalf("expire: %v", err)
+		}
+		if want := []repository.Expiry{{Topic: f.topic, Expired: 1, Retried: 1}}; !slices.Equal(got, want) {
+			t.Errorf("expire = %+v, want %+v", got, want)
+		}
+		stored := f.get(task.Sequence)
+		wantState(t, stored, repository.Ready, repository.Ready)
+		wantWindow(t, "not-before", stored.NotBefore, before.Add(time.Second), after.Add(time.Second))
+		if len(stored.Errors) != 1 {
+			t.Errorf("errors = %q, want the expiry recorded", stored.Errors)
+		}
+		// The second expiry is the last attempt: EXPIRED.
+		makeDue(f, task.Sequence)
+		pollOne(f, ghost(f), task.Sequence)
+		if _, err := f.repo.Expire(f.ctx, f.pool, time.Hour); err != nil {
+			t.Fatalf("expire: %v", err)
+		}
+		if stored := f.get(task.Sequence); stored.State != repository.Expired || len(stored.Errors) != 2 {
+			t.Errorf("after the last attempt: %v with errors %q, want EXPIRED with two errors", stored.State, stored.Errors)
+		}
+	})
+	t.Run("SnoozeIsReadyAfterDelayWithAttemptHandedBack", func(t *testing.T) {
+		f := isolated(t, shared)
+		task := f.push(repository.Append, "a")[0]
+		lease := pollOne(f, f.repo, task.Sequence)
+		before := dbNow(f)
+		got := f.complete(repository.SnoozeFor(10*time.Minute), lease)[0]
+		after := dbNow(f)
+		// The lease still counts in Attempt (it fences completions) but is returned: no
+		// attempt of the retry budget is used.
+		if got.State != repository.Ready || got.Attempt != 1 || got.Returned != 1 || len(got.Errors) != 0 {
+			t.Errorf("snoozed: %v, attempt %d, returned %d, errors %q; want READY, attempt 1 returned, no error",
+				got.State, got.Attempt, got.Returned, got.Errors)
+		}
+		wantWindow(t, "not-before", got.NotBefore, before.Add(10*time.Minute), after.Add(10*time.Minute))
+	})
+	t.Run("SnoozeDoesNotUseFailureBudget", func(t *testing.T) {
+		f := isolated(t, shared)
+		configure(f, repository.TopicSettings{MaxAttempts: 2, BackoffCap: time.Hour})
+		task := f.push(repository.Append, "a")[0]
+		for range 3 {
+			f.complete(repository.SnoozeFor(0), pollOne(f, f.repo, task.Sequence))
+		}
+		if got, _, _ := failWith(f, task, "e1"); got.State != repository.Ready {
+			t.Fatalf("first failure after snoozes: %v, want READY (one attempt left)", got.State)
+		}
+		makeDue(f, task.Sequence)
+		if got, _, _ := failWith(f, task, "e2"); got.State != repository.Failed {
+			t.Fatalf("second failure: %v, want FAILED", got.State)
+		}
+	})
+	t.Run("ResetGivesFreshBudget", func(t *testing.T) {
+		f := isolated(t, shared)
+		configure(f, repository.TopicSettings{MaxAttempts: 2, BackoffCap: time.Hour})
+		task := f.push(repository.Append, "a")[0]
+		failWith(f, task, "e1")
+		makeDue(f, task.Sequence)
+		failWith(f, task, "e2")
+		if _, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.Reset, task.Sequence); err != nil {
+			t.Fatalf("reset: %v", err)
+		}
+		if got, _, _ := failWith(f, task, "e3"); got.State != repository.Ready {
+			t.Fatalf("first failure after reset: %v, want READY (a fresh budget of 2)", got.State)
+		}
+	})
+}
+
+func TestCancel(t *testing.T) {
+	shared := setup(t)
+	t.Run("ReadySuspendedExpiredBecomeRedundantNamingWho", func(t *testing.T) {
+		f := isolated(t, shared)
+		ready := driveTo(f, "r", repository.Ready)
+		susp := driveTo(f, "s", repository.Suspended)
+		exp := driveTo(f, "e", repository.Expired)
+		got, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "alice", ready.Sequence, susp.Sequence, exp.Sequence)
+		if err != nil || len(got) != 3 {
+			t.Fatalf("cancel = %v, %v", got, err)
+		}
+		for _, old := range []repository.Task{ready, susp, exp} {
+			task := f.get(old.Sequence)
+			wantState(t, task, repository.Redundant, max(old.State, old.Descent))
+			if task.Output != "cancelled by alice" {
+				t.Errorf("task %d output %q, want it to name alice", task.Sequence, task.Output)
+			}
+		}
+	})
+	t.Run("ActiveIsFlaggedAndEndsFailedCancelledWithoutRetry", func(t *testing.T) {
+		f := isolated(t, shared)
+		configure(f, repository.TopicSettings{MaxAttempts: 3, BackoffCap: time.Hour})
+		lease := driveTo(f, "a", repository.Active)
+		got, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "alice", lease.Sequence)
+		if err != nil || len(got) != 1 || got[0].State != repository.Active || !got[0].Cancelled {
+			t.Fatalf("cancel = %+v, %v; want the task still ACTIVE, flagged", got, err)
+		}
+		done := f.complete(repository.Succeed("finished anyway"), lease)[0]
+		if done.State != repository.Failed || done.Output != "cancelled" || done.Completed.IsZero() {
+			t.Errorf("completed cancelled task: %v %q, want FAILED \"cancelled\" with no retry", done.State, done.Output)
+		}
+	})
+	t.Run("ActiveWhoseOwnerDiesEndsFailedCancelledOnExpiry", func(t *testing.T) {
+		f := setup(t) // its own database: an Expire of a sibling would take the lease back first
+		configure(f, repository.TopicSettings{MaxAttempts: 3, BackoffCap: time.Hour})
+		task := f.push(repository.Append, "a")[0]
+		pollOne(f, ghost(f), task.Sequence)
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "alice", task.Sequence); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		if _, err := f.repo.Expire(f.ctx, f.pool, time.Hour); err != nil {
+			t.Fatalf("expire: %v", err)
+		}
+		if got := f.get(task.Sequence); got.State != repository.Failed || got.Output != "cancelled" {
+			t.Errorf("expired cancelled task: %v %q, want FAILED \"cancelled\" with no retry", got.State, got.Output)
+		}
+	})
+	t.Run("FinishedTaskIsRefusedAndNothingChanges", func(t *testing.T) {
+		f := isolated(t, shared)
+		ready := driveTo(f, "r", repository.Ready)
+		done := driveTo(f, "d", repository.Succeeded)
+		_, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "alice", ready.Sequence, done.Sequence)
+		wantTaskError(t, err, repository.ErrWrongState, done.Sequence)
+		wantUnchanged(f, ready)
+		wantUnchanged(f, done)
+	})
+}
+
+func TestReassign(t *testing.T) {
+	shared := setup(t)
+	t.Run("GivesTasksTheResultState", func(t *testing.T) {
+		f := isolated(t, shared)
+		failed := driveTo(f, "a", repository.Failed)
+		expired := driveTo(f, "b", repository.Expired)
+		got, err := f.repo.Reassign(f.ctx, f.pool, f.topic, repository.Filter, expired.Sequence, failed.Sequence)
+		if err != nil || !slices.Equal(sequences(got), []int64{expired.Sequence, failed.Sequence}) {
+			t.Fatalf("reassign = %v, %v", sequences(got), err)
+		}
+		wantState(t, f.get(failed.Sequence), repository.Filtered, repository.Failed)
+		wantState(t, f.get(expired.Sequence), repository.Filtered, repository.Expired)
+	})
+	t.Run("RefusesTaskOutsideExpiredToSucceededAndChangesNothing", func(t *testing.T) {
+		f := isolated(t, shared)
+		failed := driveTo(f, "a", repository.Failed)
+		ready := driveTo(f, "b", repository.Ready)
+		_, err := f.repo.Reassign(f.ctx, f.pool, f.topic, repository.Success, failed.Sequence, ready.Sequence)
+		wantTaskError(t, err, repository.ErrWrongState, ready.Sequence)
+		wantUnchanged(f, failed)
+		wantUnchanged(f, ready)
+	})
+	t.Run("AllReassignsStateWithinRangeAndCounts", func(t *testing.T) {
+		f := isolated(t, shared)
+		a := driveTo(f, "a", repository.Failed)
+		b := driveTo(f, "b", repository.Failed)
+		c := driveTo(f, "c", repository.Failed)
+		s := driveTo(f, "s", repository.Succeeded)
+		n, err := f.repo.ReassignAll(f.ctx, f.pool, f.topic, repository.Failed, repository.Success, a.Sequence, b.Sequence)
+		if err != nil || n != 2 {
+			t.Fatalf("reassign all = %d, %v; want 2", n, err)
+		}
+		wantState(t, f.get(a.Sequence), repository.Succeeded, repository.Failed)
+		wantState(t, f.get(b.Sequence), repository.Succeeded, repository.Failed)
+		wantUnchanged(f, c)
+		wantUnchanged(f, s)
+	})
+	t.Run("AllRejectsStateOutsideExpiredToSucceeded", func(t *testing.T) {
+		f := isolated(t, shared)
+		if _, err := f.repo.ReassignAll(f.ctx, f.pool, f.topic, repository.Ready, repository.Success, 0, repository.MaxSequence); !errors.Is(err, repository.ErrInvalid) {
+			t.Fatalf("err = %v, want ErrInvalid", err)
+		}
+	})
+}
+
+func TestRecreate(t *testing.T) {
+	shared := setup(t)
+	// Each mode revives a FAILED task "a"; an older SUCCEEDED "a" and a newer READY "a"
+	// pushed before the revival show the insertion the mode pushes the copy with.
+	for _, tc := range []struct {
+		mode                     repository.RecreateMode
+		oldState                 repository.State
+		succeededLeft, readyLeft repository.State
+	}{
+		{repository.RecreateAppend, repository.Recreated, repository.Succeeded, repository.Ready},
+		{repository.RecreateReplace, repository.Recreated, repository.Redundant, repository.Redundant},
+		{repository.RecreateSupersede, repository.Recreated, repository.Succeeded, repository.Redundant},
+		{repository.Reset, repository.Ready, repository.Succeeded, repository.Ready},
+	} {
+		check := func(t *testing.T, f *fixture, got []repository.Revival, target, succeeded, ready repository.Task) {
+			t.Helper()
+			if len(got) != 1 || got[0].Old.Sequence != target.Sequence {
+				t.Fatalf("revivals = %+v, want one from task %d", got, target.Sequence)
+			}
+			fresh := got[0].New
+			if tc.mode == repository.Reset {
+				if fresh.Sequence != target.Sequence {
+					t.Errorf("reset made task %d, want the same task %d", fresh.Sequence, target.Sequence)
+				}
+			} else if fresh.Sequence <= ready.Sequence || fresh.Identifier != "a" || fresh.Input != target.Input {
+				t.Errorf("copy = %+v, want a newer copy of task %d", fresh, target.Sequence)
+			}
+			// RECREATED/FAILED and a fresh READY/READY copy, or the same task READY/FAILED.
+			wantState(t, f.get(target.Sequence), tc.oldState, repository.Failed)
+			if tc.mode != repository.Reset {
+				wantState(t, f.get(fresh.Sequence), repository.Ready, repository.Ready)
+			}
+			if got := f.get(succeeded.Sequence).State; got != tc.succeededLeft {
+				t.Errorf("older SUCCEEDED task is %v, want %v", got, tc.succeededLeft)
+			}
+			if got := f.get(ready.Sequence).State; got != tc.readyLeft {
+				t.Errorf("READY task is %v, want %v", got, tc.readyLeft)
+			}
+		}
+		arrange := func(f *fixture) (target, succeeded, ready repository.Task) {
+			succeeded = driveTo(f, "a", repository.Succeeded)
+			target = driveTo(f, "a", repository.Failed)
+			ready = f.push(repository.Append, "a")[0]
+			return target, succeeded, ready
+		}
+		t.Run("ByTask/"+tc.mode.String(), func(t *testing.T) {
+			f := isolated(t, shared)
+			target, succeeded, ready := arrange(f)
+			got, err := f.repo.Recreate(f.ctx, f.pool, f.topic, tc.mode, target.Sequence)
+			if err != nil {
+				t.Fatalf("recreate: %v", err)
+			}
+			check(t, f, got, target, succeeded, ready)
+		})
+		t.Run("ByState/"+tc.mode.String(), func(t *testing.T) {
+			f := isolated(t, shared)
+			target, succeeded, ready := arrange(f)
+			later := driveTo(f, "b", repository.Failed) // beyond size 1
+			got, err := f.repo.RecreateState(f.ctx, f.pool, f.topic, repository.Failed, tc.mode, 0, repository.MaxSequence, 1)
+			if err != nil {
+				t.Fatalf("recreate state: %v", err)
+			}
+			check(t, f, got, target, succeeded, ready)
+			wantUnchanged(f, later)
+		})
+	}
+	t.Run("ByStateRespectsSequenceRange", func(t *testing.T) {
+		f := isolated(t, shared)
+		a := driveTo(f, "a", repository.Failed)
+		b := driveTo(f, "b", repository.Failed)
+		got, err := f.repo.RecreateState(f.ctx, f.pool, f.topic, repository.Failed, repository.RecreateAppend, b.Sequence, repository.MaxSequence, 10)
+		if err != nil || len(got) != 1 || got[0].Old.Sequence != b.Sequence {
+			t.Fatalf("recreate state = %+v, %v; want only task %d", got, err, b.Sequence)
+		}
+		wantUnchanged(f, a)
+	})
+	t.Run("ByTaskRefusesTaskOutsideExpiredToSucceededAndChangesNothing", func(t *testing.T) {
+		f := isolated(t, shared)
+		failed := driveTo(f, "a", repository.Failed)
+		ready := driveTo(f, "b", repository.Ready)
+		for _, mode := range []repository.RecreateMode{repository.RecreateAppend, repository.Reset} {
+			_, err := f.repo.Recreate(f.ctx, f.pool, f.topic, mode, failed.Sequence, ready.Sequence)
+			wantTaskError(t, err, repository.ErrWrongState, ready.Sequence)
+		}
+		wantUnchanged(f, failed)
+		wantUnchanged(f, ready)
+		if n := len(allTasks(f)); n != 2 {
+			t.Errorf("topic holds %d tasks, want 2: no copy pushed", n)
+		}
+	})
+}
+
+func TestPage(t *testing.T) {
+	f := setup(t)
+	// 1 a READY, 2 b SUCCEEDED, 3 a READY ref r, 4 c READY ref r, 5 a SUCCEEDED
+	f.push(repository.Append, "a")
+	driveTo(f, "b", repository.Succeeded)
+	pushOne(f, repository.Creation{Identifier: "a", Reference: "r"})
+	pushOne(f, repository.Creation{Identifier: "c", Reference: "r"})
+	driveTo(f, "a", repository.Succeeded)
+	ready, succeeded := repository.Ready, repository.Succeeded
+	for _, tc := range []struct {
+		name      string
+		filter    repository.TaskFilter
+		cursor    int64
+		size      int
+		direction repository.Direction
+		want      []int64
+	}{
+		{"ForwardFromStartIsUnbounded", repository.TaskFilter{}, 0, 10, repository.Forward, []int64{1, 2, 3, 4, 5}},
+		{"BackwardFromEndIsUnbounded", repository.TaskFilter{}, repository.MaxSequence, 10, repository.Backward, []int64{5, 4, 3, 2, 1}},
+		{"ForwardCursorIsExclusive", repository.TaskFilter{}, 2, 2, repository.Forward, []int64{3, 4}},
+		{"BackwardCursorIsExclusive", repository.TaskFilter{}, 4, 2, repository.Backward, []int64{3, 2}},
+		{"FiltersByState", repository.TaskFilter{State: &ready}, 0, 10, repository.Forward, []int64{1, 3, 4}},
+		{"FiltersByIdentifier", repository.TaskFilter{Identifier: "a"}, repository.MaxSequence, 10, repository.Backward, []int64{5, 3, 1}},
+		{"FiltersByReference", repository.TaskFilter{Reference: "r"}, 0, 10, repository.Forward, []int64{3, 4}},
+		{"CombinesFilters", repository.TaskFilter{State: &succeeded, Identifier: "a"}, 0, 10, repository.Forward, []int64{5}},
+		{"SizeZeroReturnsNothing", repository.TaskFilter{}, 0, 0, repository.Forward, []int64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := f.repo.Page(t.Context(), f.pool, f.topic, tc.filter, tc.cursor, tc.size, tc.direction)
+			if err != nil {
+				t.Fatalf("page: %v", err)
+			}
+			if !slices.Equal(sequences(got), tc.want) {
+				t.Fatalf("page = %v, want %v", sequences(got), tc.want)
+			}
+		})
+	}
+	t.Run("ReturnsAllColumns", func(t *testing.T) {
+		got, err := f.repo.Page(t.Context(), f.pool, f.topic, repository.TaskFilter{}, 4, 1, repository.Backward)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("page = %v, %v", got, err)
+		}
+		p := got[0]
+		if p.Topic != f.topic || p.Identifier != "a" || p.Reference != "r" || p.Input != "" || p.Created.IsZero() || p.State != repository.Ready {
+			t.Errorf("page row = %+v", p)
+		}
+	})
+}
+
+func TestGet(t *testing.T) {
+	shared := setup(t)
+	t.Run("ReturnsExactMatch", func(t *testing.T) {
+		f := isolated(t, shared)
+		pushed := pushOne(f, repository.Creation{Identifier: "a", Input: "in", Reference: "ref", Priority: 3})
+		got := f.get(pushed.Sequence)
+		if got.Identifier != "a" || got.Input != "in" || got.Reference != "ref" || got.Priority != 3 || !got.Created.Equal(pushed.Created) {
+			t.Errorf("get = %+v, want %+v", got, pushed)
+		}
+	})
+	t.Run("UnknownSequenceIsErrUnknownTask", func(t *testing.T) {
+		f := isolated(t, shared)
+		task := f.push(repository.Append, "a")[0]
+		if _, err := f.repo.Get(f.ctx, f.pool, f.topic, task.Sequence+1); !errors.Is(err, repository.ErrUnknownTask) {
+			t.Fatalf("err = %v, want ErrUnknownTask", err)
+		}
+	})
+	t.Run("TaskOfAnotherTopicIsErrUnknownTask", func(t *testing.T) {
+		f := isolated(t, shared)
+		other := onTopic(t, f, t.Name()+"/other")
+		task := other.push(repository.Append, "a")[0]
+		if _, err := f.repo.Get(f.ctx, f.pool, f.topic, task.Sequence); !errors.Is(err, repository.ErrUnknownTask) {
+			t.Fatalf("err = %v, want ErrUnknownTask", err)
+		}
+	})
+}
+
+func TestCount(t *testing.T) {
+	f := setup(t)
+	// topic: 1 a SUCCEEDED, 2 a READY, 3 b FAILED, 4 c READY ref r; "empty" has no task.
+	driveTo(f, "a", repository.Succeeded)
+	f.push(repository.Append, "a")
+	driveTo(f, "b", repository.Failed)
+	pushOne(f, repository.Creation{Identifier: "c", Reference: "r"})
+	onTopic(t, f, "empty")
+	succeeded := repository.Succeeded
+	type counts = map[string]map[repository.State]repository.Count
+	for _, tc := range []struct {
+		name     string
+		filter   repository.TaskFilter
+		from, to int64
+		mode     repository.CountMode
+		want     counts
+	}{
+		{"TotalCountsEveryTaskAndEveryTopicAppears", repository.TaskFilter{}, 0, repository.MaxSequence, repository.Total, counts{
+			"topic": {repository.Ready: {Count: 2, Highest: 4}, repository.Failed: {Count: 1, Highest: 3}, repository.Succeeded: {Count: 1, Highest: 1}},
+			"empty": {},
+		}},
+		{"RecentCountsLatestTaskPerIdentifier", repository.TaskFilter{}, 0, repository.MaxSequence, repository.Recent, counts{
+			"topic": {repository.Ready: {Count: 2, Highest: 4}, repository.Failed: {Count: 1, Highest: 3}},
+			"empty": {},
+		}},
+		{"RecentAppliesStateFilterAfterChoosingLatest", repository.TaskFilter{State: &succeeded}, 0, repository.MaxSequence, repository.Recent, counts{
+			"topic": {}, "empty": {},
+		}},
+		{"TotalAppliesStateFilter", repository.TaskFilter{State: &succeeded}, 0, repository.MaxSequence, repository.Total, counts{
+			"topic": {repository.Succeeded: {Count: 1, Highest: 1}}, "empty": {},
+		}},
+		{"RecentWithinRangeChoosesLatestInRange", repository.TaskFilter{}, 0, 1, repository.Recent, counts{
+			"topic": {repository.Succeeded: {Count: 1, Highest: 1}}, "empty": {},
+		}},
+		{"FiltersByIdentifierAndReference", repository.TaskFilter{Reference: "r"}, 0, repository.MaxSequence, repository.Total, counts{
+			"topic": {repository.Ready: {Count: 1, Highest: 4}}, "empty": {},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := f.repo.Count(t.Context(), f.pool, "", tc.filter, tc.from, tc.to, tc.mode)
+			if err != nil {
+				t.Fatalf("count: %v", err)
+			}
+			if !equalCounts(got, tc.want) {
+				t.Fatalf("count = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("OneTopic", func(t *testing.T) {
+		got, err := f.repo.Count(t.Context(), f.pool, "empty", repository.TaskFilter{}, 0, repository.MaxSequence, repository.Total)
+		if err != nil || !equalCounts(got, counts{"empty": {}}) {
+			t.Fatalf("count = %v, %v; want only the empty topic", got, err)
+		}
+	})
+}
+
+func equalCounts(a, b map[string]map[repository.State]repository.Count) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for topic, states := range a {
+		other, ok := b[topic]
+		if !ok || len(states) != len(other) {
+			return false
+		}
+		for s, c := range states {
+			if other[s] != c {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func TestResults(t *testing.T) {
+	t.Run("CountsCompletedTasksPerTopicAndResultWithinTimeRange", func(t *testing.T) {
+		f := setup(t)
+		driveTo(f, "old", repository.Succeeded)
+		from := dbNow(f)
+		driveTo(f, "a", repository.Succeeded)
+		driveTo(f, "b", repository.Succeeded)
+		driveTo(f, "c", repository.Failed)
+		driveTo(onTopic(t, f, "other"), "d", repository.Filtered)
+		f.push(repository.Append, "unfinished")
+		to := dbNow(f)
+		got, err := f.repo.Results(f.ctx, f.pool, from, to)
+		if err != nil {
+			t.Fatalf("results: %v", err)
+		}
+		want := map[string]map[repository.Result]int64{
+			"topic": {repository.Success: 2, repository.Failure: 1},
+			"other": {repository.Filter: 1},
+		}
+		if len(got) != 2 || len(got["topic"]) != 2 || got["topic"][repository.Success] != 2 || got["topic"][repository.Failure] != 1 ||
+			len(got["other"]) != 1 || got["other"][repository.Filter] != 1 {
+			t.Fatalf("results = %v, want %v", got, want)
+		}
+	})
+	t.Run("EmptyRangeIsInvalid", func(t *testing.T) {
+		f := setup(t)
+		now := time.Now()
+		if _, err := f.repo.Results(f.ctx, f.pool, now, now.Add(-time.Second)); !errors.Is(err, repository.ErrInvalid) {
+			t.Fatalf("err = %v, want ErrInvalid", err)
+		}
+	})
+}
+
+func TestResolve(t *testing.T) {
+	f := setup(t)
+	tasks := make([]repository.Task, 3)
+	for i := range tasks {
+		tasks[i] = f.push(repository.Append, "a")[0] // one transaction each: distinct creation times
+	}
+	if !tasks[0].Created.Before(tasks[1].Created) || !tasks[1].Created.Before(tasks[2].Created) {
+		t.Fatalf("creation times %v not increasing", []time.Time{tasks[0].Created, tasks[1].Created, tasks[2].Created})
+	}
+	mid := tasks[1].Created
+	for _, tc := range []struct {
+		name      string
+		at        time.Time
+		preceding bool
+		want      int64
+	}{
+		{"FollowingAtCreationTimeIsThatTask", mid, false, tasks[1].Sequence},
+		{"FollowingJustAfterIsNextTask", mid.Add(time.Microsecond), false, tasks[2].Sequence},
+		{"PrecedingAtCreationTimeIsThatTask", mid, true, tasks[1].Sequence},
+		{"PrecedingJustBeforeIsPreviousTask", mid.Add(-time.Microsecond), true, tasks[0].Sequence},
+		{"FollowingAfterEverythingIsMaxSequence", tasks[2].Created.Add(time.Hour), false, repository.MaxSequence},
+		{"PrecedingBeforeEverythingIsZero", tasks[0].Created.Add(-time.Hour), true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := f.repo.Resolve(t.Context(), f.pool, tc.at, tc.preceding)
+			if err != nil || got != tc.want {
+				t.Fatalf("resolve = %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPurge(t *testing.T) {
+	shared := setup(t)
+	// everyState leaves one task of identifier "<state>" in each of the nine states.
+	everyState := func(f *fixture) map[repository.State]repository.Task {
+		out := make(map[repository.State]repository.Task)
+		for _, s := range []repository.State{repository.Failed, repository.Suspended, repository.Filtered,
+			repository.Succeeded, repository.Recreated, repository.Redundant, repository.Expired, repository.Ready, repository.Active} {
+			out[s] = driveTo(f, s.String(), s)
+		}
+		return out
+	}
+	t.Run("DeletesFinishedNeverActiveReadyOrExpired", func(t *testing.T) {
+		f := isolated(t, shared)
+		tasks := everyState(f)
+		n, err := f.repo.Purge(f.ctx, f.pool, f.topic, 0, repository.MaxSequence, nil)
+		// RECREATED left a READY copy behind, which stays.
+		if err != nil || n != 6 {
+			t.Fatalf("purge = %d, %v; want the 6 finished tasks", n, err)
+		}
+		for s, task := range tasks {
+			_, err := f.repo.Get(f.ctx, f.pool, f.topic, task.Sequence)
+			if gone := errors.Is(err, repository.ErrUnknownTask); gone != s.Finished() {
+				t.Errorf("%v task gone = %v, want %v", s, gone, s.Finished())
+			}
+		}
+	})
+	t.Run("StateFilterDeletesOnlyThatState", func(t *testing.T) {
+		f := isolated(t, shared)
+		tasks := everyState(f)
+		failed := repository.Failed
+		n, err := f.repo.Purge(f.ctx, f.pool, f.topic, 0, repository.MaxSequence, &failed)
+		if err != nil || n != 1 {
+			t.Fatalf("purge = %d, %v; want 1", n, err)
+		}
+		if _, err := f.repo.Get(f.ctx, f.pool, f.topic, tasks[repository.Failed].Sequence); !errors.Is(err, repository.ErrUnknownTask) {
+			t.Errorf("FAILED task still there: %v", err)
+		}
+		wantUnchanged(f, tasks[repository.Succeeded])
+	})
+	t.Run("RespectsInclusiveSequenceRange", func(t *testing.T) {
+		f := isolated(t, shared)
+		a := driveTo(f, "a", repository.Succeeded)
+		b := driveTo(f, "b", repository.Succeeded)
+		c := driveTo(f, "c", repository.Succeeded)
+		n, err := f.repo.Purge(f.ctx, f.pool, f.topic, b.Sequence, b.Sequence, nil)
+		if err != nil || n != 1 {
+			t.Fatalf("purge = %d, %v; want 1", n, err)
+		}
+		wantUnchanged(f, a)
+		wantUnchanged(f, c)
+	})
+	t.Run("UnfinishedStateIsInvalid", func(t *testing.T) {
+		f := isolated(t, shared)
+		task := driveTo(f, "a", repository.Ready)
+		for _, s := range []repository.State{repository.Active, repository.Ready, repository.Expired, repository.State(42)} {
+			if _, err := f.repo.Purge(f.ctx, f.pool, f.topic, 0, repository.MaxSequence, &s); !errors.Is(err, repository.ErrInvalid) {
+				t.Errorf("purge state %v: err = %v, want ErrInvalid", s, err)
+			}
+		}
+		wantUnchanged(f, task)
+	})
+	t.Run("AllTruncatesTopicWhateverTheState", func(t *testing.T) {
+		f := isolated(t, shared)
+		everyState(f)
+		other := onTopic(t, f, t.Name()+"/other")
+		kept := other.push(repository.Append, "a")[0]
+		n, err := f.repo.PurgeAll(f.ctx, f.pool, f.topic)
+		if err != nil || n != 10 {
+			t.Fatalf("purge all = %d, %v; want 10", n, err)
+		}
+		if left := allTasks(f); len(left) != 0 {
+			t.Errorf("%d tasks left", len(left))
+		}
+		other.get(kept.Sequence)
+	})
+	t.Run("AllOfUnknownTopicIsErrUnknownTopic", func(t *testing.T) {
+		f := isolated(t, shared)
+		if _, err := f.repo.PurgeAll(f.ctx, f.pool, "nope"); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Fatalf("err = %v, want ErrUnknownTopic", err)
+		}
+	})
+}
+
+func TestDestroy(t *testing.T) {
+	shared := setup(t)
+	t.Run("RemovesTopicAndItsTasks", func(t *testing.T) {
+		f := isolated(t, shared)
+		f.push(repository.Append, "a")
+		ok, err := f.repo.Destroy(f.ctx, f.pool, f.topic)
+		if err != nil || !ok {
+			t.Fatalf("destroy = %v, %v; want true", ok, err)
+		}
+		if _, err := f.repo.Topic(f.ctx, f.pool, f.topic); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("topic after destroy: %v, want ErrUnknownTopic", err)
+		}
+		if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "a"}); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("push after destroy: %v, want ErrUnknownTopic", err)
+		}
+		// Initializing it again gives an empty topic.
+		if created, err := f.repo.Initialize(f.ctx, f.pool, f.topic); err != nil || !created {
+			t.Fatalf("initialize again = %v, %v", created, err)
+		}
+		if left := allTasks(f); len(left) != 0 {
+			t.Errorf("%d tasks survived the destroy", len(left))
+		}
+	})
+	t.Run("UnknownTopicIsFalseAndLeavesTransactionUsable", func(t *testing.T) {
+		f := isolated(t, shared)
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		ok, err := f.repo.Destroy(f.ctx, tx, "nope")
+		if err != nil || ok {
+			t.Fatalf("destroy = %v, %v; want false without error", ok, err)
+		}
+		if _, err := f.repo.Push(f.ctx, tx, f.topic, repository.Append, repository.Creation{Identifier: "a"}); err != nil {
+			t.Fatalf("push in the same transaction: %v", err)
+		}
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+	})
+}
+
+func TestTopicSettings(t *testing.T) {
+	shared := setup(t)
+	t.Run("FreshTopicHasDefaults", func(t *testing.T) {
+		f := isolated(t, shared)
+		got, err := f.repo.Topic(f.ctx, f.pool, f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := repository.TopicSettings{MaxAttempts: repository.MaxAttemptsDefault, BackoffBase: repository.BackoffBaseDefault, BackoffCap: repository.BackoffCapDefault}
+		if got.TopicSettings != want || !got.Active || got.Name != f.topic {
+			t.Errorf("topic = %+v, want defaults %+v, active", got, want)
+		}
+	})
+	t.Run("ConfigureRoundTrips", func(t *testing.T) {
+		f := isolated(t, shared)
+		want := repository.TopicSettings{MaxAttempts: 5, BackoffBase: 2 * time.Second, BackoffCap: time.Minute,
+			BackoffJitter: 300 * time.Millisecond, QueueCap: 100, Retention: 48 * time.Hour}
+		stored, err := f.repo.Configure(f.ctx, f.pool, f.topic, want)
+		if err != nil {
+			t.Fatalf("configure: %v", err)
+		}
+		got, err := f.repo.Topic(f.ctx, f.pool, f.topic)
+		if err != nil || got.TopicSettings != want || stored.TopicSettings != want {
+			t.Errorf("topic = %+v (returned %+v), %v; want %+v", got.TopicSettings, stored.TopicSettings, err, want)
+		}
+	})
+	for _, tc := range []struct {
+		name     string
+		settings repository.TopicSettings
+	}{
+		{"ZeroMaxAttemptsIsInvalid", repository.TopicSettings{MaxAttempts: 0}},
+		{"NegativeBackoffBaseIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffBase: -time.Second}},
+		{"NegativeBackoffCapIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffCap: -time.Second}},
+		{"NegativeJitterIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffJitter: -time.Second}},
+		{"NegativeQueueCapIsInvalid", repository.TopicSettings{MaxAttempts: 1, QueueCap: -1}},
+		{"NegativeRetentionIsInvalid", repository.TopicSettings{MaxAttempts: 1, Retention: -time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := isolated(t, shared)
+			if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, tc.settings); !errors.Is(err, repository.ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if got, _ := f.repo.Topic(f.ctx, f.pool, f.topic); got.MaxAttempts != repository.MaxAttemptsDefault {
+				t.Errorf("settings changed to %+v", got.TopicSettings)
+			}
+		})
+	}
+	t.Run("ConfigureUnknownTopicIsErrUnknownTopic", func(t *testing.T) {
+		f := isolated(t, shared)
+		if _, err := f.repo.Configure(f.ctx, f.pool, "nope", repository.TopicSettings{MaxAttempts: 1}); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Fatalf("err = %v, want ErrUnknownTopic", err)
+		}
+	})
+}
+
+func TestQueueCap(t *testing.T) {
+	t.Run("PushBeyondCapIsRefusedAndWritesNothing", func(t *testing.T) {
+		f := setup(t)
+		configure(f, repository.TopicSettings{MaxAttempts: 1, QueueCap: 3})
+		first := f.push(repository.Append, "a", "b")
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		_, err = f.repo.Push(f.ctx, tx, f.topic, repository.Append, repository.Creation{Identifier: "c"}, repository.Creation{Identifier: "d"})
+		if !errors.Is(err, repository.ErrQueueFull) {
+			t.Fatalf("err = %v, want ErrQueueFull", err)
+		}
+		var full *repository.QueueFullError
+		if !errors.As(err, &full) || full.Cap != 3 || full.Topic != f.topic || full.Pushed != 2 {
+			t.Errorf("err = %#v, want a *QueueFullError for cap 3 and 2 tasks", err)
+		}
+		// Nothing written, the transaction still usable, no sequence consumed.
+		third, err := f.repo.Push(f.ctx, tx, f.topic, repository.Append, repository.Creation{Identifier: "c"})
+		if err != nil || third[0].Sequence != first[1].Sequence+1 {
+			t.Fatalf("push within the cap = %v, %v; want sequence %d", third, err, first[1].Sequence+1)
+		}
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(allTasks(f)); n != 3 {
+			t.Errorf("topic holds %d tasks, want 3", n)
+		}
+	})
+	t.Run("FinishedAndSuspendedTasksDoNotCount", func(t *testing.T) {
+		f := setup(t)
+		configure(f, repository.TopicSettings{MaxAttempts: 1, QueueCap: 1})
+		driveTo(f, "a", repository.Succeeded)
+		pushOne(f, repository.Creation{Identifier: "s", Suspended: true})
+		f.push(repository.Append, "b")
+		if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "c"}); !errors.Is(err, repository.ErrQueueFull) {
+			t.Fatalf("second READY task: err = %v, want ErrQueueFull", err)
+		}
+	})
+}
+
+// pushPriorities pushes one task of identifier "a" per priority and returns their sequences.
+func pushPriorities(f *fixture, priorities ...int16) []int64 {
+	f.t.Helper()
+	s := make([]int64, len(priorities))
+	for i, p := range priorities {
+		s[i] = pushOne(f, repository.Creation{Identifier: "a", Priority: p}).Sequence
+	}
+	return s
+}
+
+func TestPollOrder(t *testing.T) {
+	shared := setup(t)
+	t.Run("PriorityFirstThenFIFO", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, 5, -1, 0, -1)
+		if got, want := sequences(f.poll(repository.FIFO, repository.None, 10)), []int64{s[1], s[3], s[2], s[0]}; !slices.Equal(got, want) {
+			t.Fatalf("poll = %v, want %v", got, want)
+		}
+	})
+	t.Run("PriorityFirstThenLIFO", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, 5, -1, 0, -1)
+		if got, want := sequences(f.poll(repository.LIFO, repository.None, 10)), []int64{s[3], s[1], s[2], s[0]}; !slices.Equal(got, want) {
+			t.Fatalf("poll = %v, want %v", got, want)
+		}
+	})
+	t.Run("SizeLimitsTheLeaseInPollOrder", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := sequences(f.push(repository.Append, "a", "b", "c"))
+		if got := sequences(f.poll(repository.FIFO, repository.None, 2)); !slices.Equal(got, s[:2]) {
+			t.Fatalf("poll = %v, want %v", got, s[:2])
+		}
+		if got := f.poll(repository.FIFO, repository.None, 0); len(got) != 0 {
+			t.Fatalf("poll size 0 = %v, want nothing", sequences(got))
+		}
+	})
+	t.Run("NotBeforeIsRespected", func(t *testing.T) {
+		f := isolated(t, shared)
+		now := dbNow(f)
+		delayed := pushOne(f, repository.Creation{Identifier: "a", Delay: time.Hour})
+		future := pushOne(f, repository.Creation{Identifier: "b", NotBefore: now.Add(time.Hour)})
+		past := pushOne(f, repository.Creation{Identifier: "c", NotBefore: now.Add(-time.Hour)})
+		wantWindow(t, "delayed not-before", delayed.NotBefore, now.Add(time.Hour), dbNow(f).Add(time.Hour))
+		if !future.NotBefore.Equal(now.Add(time.Hour).Truncate(time.Microsecond)) {
+			t.Errorf("not-before = %v, want %v", future.NotBefore, now.Add(time.Hour))
+		}
+		if got := sequences(f.poll(repository.FIFO, repository.None, 10)); !slices.Equal(got, []int64{past.Sequence}) {
+			t.Fatalf("poll = %v, want only the task whose time has come [%d]", got, past.Sequence)
+		}
+	})
+	t.Run("PolledTaskIsLeasedToThisOwnerWithAttemptCounted", func(t *testing.T) {
+		f := isolated(t, shared)
+		f.push(repository.Append, "a")
+		got := f.poll(repository.FIFO, repository.None, 10)
+		if len(got) != 1 || got[0].Owner != "owner-1" || got[0].Attempt != 1 || got[0].State != repository.Active {
+			t.Fatalf("poll = %+v", got)
+		}
+	})
+}
+
+func TestStats(t *testing.T) {
+	shared := setup(t)
+	t.Run("CountsTasksByState", func(t *testing.T) {
+		f := isolated(t, shared)
+		driveTo(f, "active", repository.Active)
+		f.push(repository.Append, "r1", "r2")
+		pushOne(f, repository.Creation{Identifier: "delayed", Delay: time.Hour})
+		driveTo(f, "expired", repository.Expired)
+		driveTo(f, "failed", repository.Failed)
+		driveTo(f, "suspended", repository.Suspended)
+		driveTo(f, "done", repository.Succeeded)
+		got, err := f.repo.Stats(f.ctx, f.pool, f.topic)
+		if err != nil {
+			t.Fatalf("stats: %v", err)
+		}
+		got.OldestReady, got.RowsEstimate = 0, 0
+		want := repository.TopicStats{Active: 1, Ready: 3, Delayed: 1, Expired: 1, Failed: 1, Suspended: 1}
+		if got != want {
+			t.Errorf("stats = %+v, want %+v", got, want)
+		}
+	})
+	t.Run("UnknownTopicIsErrUnknownTopic", func(t *testing.T) {
+		f := isolated(t, shared)
+		if _, err := f.repo.Stats(f.ctx, f.pool, "nope"); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Fatalf("err = %v, want ErrUnknownTopic", err)
+		}
+	})
+}
