@@ -232,6 +232,13 @@ func runFollowup(ctx context.Context, repo *repository.Repository, tx pgx.Tx, f 
 // finish tells everyone about a committed flush.
 func (c *completer) finish(reports []*report, tasks []repository.Task, took time.Duration) {
 	c.m.cfg.Listener.complete(c.m.cfg.Topic, tasks, took)
+	for _, t := range tasks {
+		if t.State == repository.Ready {
+			// Retried or snoozed: poll again when it is due. The database clock set
+			// NotBefore; a little skew only makes the first poll early or late.
+			c.m.wakeAt(t.NotBefore)
+		}
+	}
 	for _, r := range reports {
 		for _, f := range r.followups {
 			if f.topic != c.m.cfg.Topic {

@@ -79,6 +79,7 @@ func newBatch(ctx context.Context, topic string, tasks []repository.Task, stoppi
 		taskCtx:  make(map[int64]context.Context, len(tasks)),
 		cancels:  make(map[int64]context.CancelCauseFunc, len(tasks)),
 	}
+	ctx = context.WithValue(ctx, stoppingKey{}, stopping)
 	for _, t := range tasks {
 		tctx, cancel := context.WithCancelCause(ctx)
 		b.taskCtx[t.Sequence] = tctx
@@ -99,6 +100,16 @@ func (b *Batch) Context(sequence int64) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+type stoppingKey struct{}
+
+// Stopping returns the channel closed when the manager running the task of ctx (a
+// context from Batch.Context) begins a graceful shutdown, so a long task can wrap up
+// early. It returns nil (never closed) for other contexts.
+func Stopping(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(stoppingKey{}).(<-chan struct{})
+	return ch
 }
 
 // Stopping is closed when the manager begins a graceful shutdown: a handler working

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -110,6 +109,10 @@ type TaskManager struct {
 	wake   chan struct{} // capacity 1: a wake-up is never lost
 	active atomic.Bool
 
+	dueMu    sync.Mutex
+	dueAt    time.Time   // earliest scheduled wake-up for tasks retried or snoozed here
+	dueTimer *time.Timer // fires Resume at dueAt
+
 	mu       sync.Mutex
 	inflight map[*Batch]struct{}
 	bySeq    map[int64]*Batch
@@ -144,6 +147,23 @@ func (m *TaskManager) Resume() {
 	case m.wake <- struct{}{}:
 	default:
 	}
+}
+
+// wakeAt schedules a Resume for when a task this manager put back to READY with a
+// not-before time (a retry with backoff, a snooze) becomes due, so it does not wait for
+// the pause interval.
+func (m *TaskManager) wakeAt(at time.Time) {
+	m.dueMu.Lock()
+	defer m.dueMu.Unlock()
+	now := time.Now()
+	if !m.dueAt.IsZero() && m.dueAt.After(now) && !at.Before(m.dueAt) {
+		return // an earlier wake-up is already scheduled
+	}
+	m.dueAt = at
+	if m.dueTimer != nil {
+		m.dueTimer.Stop()
+	}
+	m.dueTimer = time.AfterFunc(max(time.Until(at), 0), m.Resume)
 }
 
 // Active reports whether the topic is running (not paused) as last seen.
@@ -233,15 +253,29 @@ func (m *TaskManager) run(ctx context.Context) error {
 	defer cancelHandlers()
 	stopping := make(chan struct{})
 	completerDone := make(chan struct{})
+	// Decisions are committed on yet another context, so that those reported at the
+	// deadline (failures of handlers that did not finish) still land.
+	commitCtx, cancelCommits := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelCommits()
 	go func() {
 		defer close(completerDone)
-		m.completer.run(handlerCtx)
+		m.completer.run(commitCtx)
 	}()
 
 	m.cfg.Listener.start(topic)
-	m.poll(ctx, handlerCtx, stopping)
+	// The poll loop runs on its own goroutine: a synchronous handler blocks it, and the
+	// shutdown below must still begin (and its deadline run) while it does.
+	pollDone := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		m.poll(ctx, handlerCtx, stopping)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-pollDone:
+	}
 
-	// Graceful shutdown: polling stopped. Unstarted tasks are handed back, running
+	// Graceful shutdown: polling stops. Unstarted tasks are handed back, running
 	// handlers get until the deadline to report, then everything left fails.
 	close(stopping)
 	if s, ok := m.cfg.Handler.(Stopper); ok {
@@ -249,9 +283,21 @@ func (m *TaskManager) run(ctx context.Context) error {
 	}
 	deadline := time.NewTimer(m.cfg.ShutdownTimeout)
 	defer deadline.Stop()
+	expired := false
+	// Wait for the loop first so that no batch is dispatched after the books close.
 	select {
-	case <-m.drained():
+	case <-pollDone:
 	case <-deadline.C:
+		expired = true
+	}
+	if !expired {
+		select {
+		case <-m.drained():
+		case <-deadline.C:
+			expired = true
+		}
+	}
+	if expired {
 		cancelHandlers()
 		m.failInflight(fmt.Errorf("processor shut down: the handler did not report within the shutdown timeout of %v", m.cfg.ShutdownTimeout))
 		select {
@@ -261,7 +307,12 @@ func (m *TaskManager) run(ctx context.Context) error {
 		}
 	}
 	m.completer.close()
-	<-completerDone
+	select {
+	case <-completerDone:
+	case <-time.After(10 * time.Second):
+		cancelCommits()
+		<-completerDone
+	}
 	return nil
 }
 
@@ -401,7 +452,8 @@ func (m *TaskManager) finished(b *Batch) {
 	b.release()
 	m.untrack(b)
 	m.cfg.Limiter.Release()
-	// Tasks excluded by a condition may be pollable now.
-	m.Resume()
+	if m.cfg.Condition != repository.None {
+		// Tasks this batch excluded by the condition may be pollable now.
+		m.Resume()
+	}
 }
-

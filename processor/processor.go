@@ -192,6 +192,9 @@ func (p *Processor) Run(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	// Without managers the process still heart-beats and expires dead owners' leases
+	// until it is told to stop.
+	<-ctx.Done()
 	stopBackground()
 	bg.Wait()
 	return errors.Join(errs...)

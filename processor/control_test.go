@@ -1,0 +1,117 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+func TestPause(t *testing.T) {
+	t.Run("PauseFromAnotherConnectionStopsPollingAndResumeRestartsIt", func(t *testing.T) {
+		f := setup(t)
+		finished := make(done, 100)
+		p, managers := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0)})
+		f.start(p)
+		other := f.newPool()
+		if err := f.repo.SetActive(f.ctx, other, f.topic, false); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("manager paused", func() bool { return !managers[0].Active() })
+		tasks := f.pushN(1)
+		select {
+		case seq := <-finished:
+			t.Fatalf("task %d handled while the topic is paused", seq)
+		case <-time.After(300 * time.Millisecond): // several heartbeat intervals
+		}
+		if got := f.get(tasks[0].Sequence); got.State != repository.Ready {
+			t.Fatalf("task is %v while paused, want READY", got.State)
+		}
+		if err := f.repo.SetActive(f.ctx, other, f.topic, true); err != nil {
+			t.Fatal(err)
+		}
+		finished.wait(t, tasks[0].Sequence, 10*time.Second)
+	})
+
+	t.Run("PauseSurvivesARestart", func(t *testing.T) {
+		f := setup(t)
+		if err := f.repo.SetActive(f.ctx, f.pool, f.topic, false); err != nil {
+			t.Fatal(err)
+		}
+		tasks := f.pushN(1)
+		finished := make(done, 10)
+		p, managers := f.processor("restarted", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0)})
+		f.start(p)
+		select {
+		case seq := <-finished:
+			t.Fatalf("task %d handled by a manager started while the topic is paused", seq)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if managers[0].Active() {
+			t.Fatal("manager came up active although the database says paused")
+		}
+		if err := f.repo.SetActive(f.ctx, f.pool, f.topic, true); err != nil {
+			t.Fatal(err)
+		}
+		finished.wait(t, tasks[0].Sequence, 10*time.Second)
+	})
+}
+
+func TestCancel(t *testing.T) {
+	t.Run("CancellingARunningTaskCancelsItsContextAndFailsIt", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		started := make(chan struct{})
+		sawCancel := make(chan error, 1)
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			close(started)
+			<-ctx.Done()
+			sawCancel <- context.Cause(ctx)
+			return repository.Succeed("ignored the cancel")
+		})
+		p, _ := f.processor("worker", processor.Config{HeartbeatInterval: time.Hour}, processor.ManagerConfig{Handler: handler})
+		connected := p.Notifier().Connected()
+		f.start(p)
+		<-connected
+		<-started
+		if _, err := f.repo.Cancel(f.ctx, f.newPool(), f.topic, "operator", tasks[0].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case cause := <-sawCancel:
+			if !errors.Is(cause, processor.ErrTaskCancelled) {
+				t.Fatalf("context cause = %v, want ErrTaskCancelled", cause)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("handler context not cancelled")
+		}
+		f.eventually("task failed", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
+		if got := f.get(tasks[0].Sequence); got.Output != "cancelled" {
+			t.Fatalf("output = %q, want cancelled", got.Output)
+		}
+	})
+
+	t.Run("MissedCancelNotificationIsFoundOnTheHeartbeat", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{MaxAttempts: 5}); err != nil {
+			t.Fatal(err)
+		}
+		tasks := f.pushN(1)
+		started := make(chan struct{})
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			close(started)
+			<-ctx.Done()
+			return repository.Fail(ctx.Err())
+		})
+		p, _ := f.processor("worker", processor.Config{DisableNotifications: true}, processor.ManagerConfig{Handler: handler})
+		f.start(p)
+		<-started
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", tasks[0].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("task failed without retry", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
+	})
+}

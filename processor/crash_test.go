@@ -1,0 +1,210 @@
+package processor_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// victimEnv carries the database URL to the victim subprocess.
+const victimEnv = "PGTASK_TEST_VICTIM_DATABASE_URL"
+
+// TestVictimProcess is not a test of its own: TestCrash runs the test binary again with
+// victimEnv set, and then this function is the victim processor. It completes a few tasks
+// and then blocks in the middle of a batch, printing "blocking" so the parent knows when
+// to kill it.
+func TestVictimProcess(t *testing.T) {
+	url := os.Getenv(victimEnv)
+	if url == "" {
+		t.Skip("helper process for TestCrash; runs only as its subprocess")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := repository.New(repository.Config{Owner: "victim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := processor.New(processor.Config{Pool: pool, Repository: repo, HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		handled int
+	)
+	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		mu.Lock()
+		handled++
+		n := handled
+		mu.Unlock()
+		if n > 25 {
+			fmt.Println("blocking")
+			select {} // stuck mid-batch until SIGKILL
+		}
+		return repository.Succeed("victim")
+	})
+	if _, err := p.Manage(processor.ManagerConfig{Topic: "topic", Handler: handler, BatchSize: 10, PauseInterval: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Run(ctx)
+}
+
+func TestCrash(t *testing.T) {
+	t.Run("KilledProcessorsTasksComeBackAndAreProcessedOnce", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{
+			MaxAttempts: 3, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		const n = 200
+		f.pushN(n)
+
+		cmd := exec.Command(os.Args[0], "-test.run=^TestVictimProcess$", "-test.v")
+		victimURL := f.url + "&application_name=victim"
+		if !strings.Contains(f.url, "?") {
+			victimURL = f.url + "?application_name=victim"
+		}
+		cmd.Env = append(os.Environ(), victimEnv+"="+victimURL)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		blocking := make(chan struct{})
+		go func() {
+			scanner := bufio.NewScanner(stdout)
+			once := sync.Once{}
+			for scanner.Scan() {
+				if strings.Contains(scanner.Text(), "blocking") {
+					once.Do(func() { close(blocking) })
+				}
+			}
+		}()
+		select {
+		case <-blocking:
+		case <-time.After(60 * time.Second):
+			t.Fatal("victim never reached its blocking batch")
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		// A statement the victim sent just before dying may still commit: wait until
+		// its server backends are gone.
+		f.eventually("the victim's connections closed", func() bool {
+			var n int
+			if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'victim'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n == 0
+		})
+
+		// What the victim holds now: ACTIVE leases that nobody will complete.
+		victimActive := f.activeOf("victim")
+		if len(victimActive) == 0 {
+			t.Fatal("victim held no ACTIVE task when killed")
+		}
+
+		var (
+			mu      sync.Mutex
+			handled = make(map[int64]int)
+		)
+		survivor, _ := f.processor("survivor", processor.Config{ExpiryTimeout: 500 * time.Millisecond},
+			processor.ManagerConfig{BatchSize: 10, Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+				mu.Lock()
+				handled[task.Sequence]++
+				mu.Unlock()
+				return repository.Succeed("survivor")
+			})})
+		f.start(survivor)
+		f.eventually("every task succeeded", func() bool { return f.count(repository.Succeeded) == n })
+
+		tasks, err := f.repo.Page(f.ctx, f.pool, f.topic, repository.TaskFilter{}, 0, n, repository.Forward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, task := range tasks {
+			switch task.Owner {
+			case "victim":
+				if handled[task.Sequence] != 0 {
+					t.Errorf("task %d completed by the victim was handled again by the survivor", task.Sequence)
+				}
+			case "survivor":
+				if handled[task.Sequence] != 1 {
+					t.Errorf("task %d handled %d times by the survivor, want 1", task.Sequence, handled[task.Sequence])
+				}
+			default:
+				t.Errorf("task %d completed by unexpected owner %q", task.Sequence, task.Owner)
+			}
+		}
+		for _, lease := range victimActive {
+			if handled[lease.Sequence] != 1 {
+				t.Errorf("task %d leased by the victim was not processed once by the survivor", lease.Sequence)
+			}
+		}
+
+		// A late completion under the dead owner's lease cannot land.
+		ghost, err := repository.New(repository.Config{Owner: "victim"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ghost.Complete(f.ctx, f.pool, f.topic, victimActive[0].Decide(repository.Fail(errors.New("late"))))
+		var te *repository.TaskError
+		if !errors.As(err, &te) {
+			t.Fatalf("late completion by the dead owner: err = %v, want a *TaskError", err)
+		}
+		if got := f.get(victimActive[0].Sequence); got.State != repository.Succeeded || got.Owner != "survivor" {
+			t.Fatalf("after the late completion the task is %v by %q, want SUCCEEDED by survivor", got.State, got.Owner)
+		}
+	})
+}
+
+// activeOf lists the ACTIVE tasks leased by owner.
+func (f *fixture) activeOf(owner string) []repository.Task {
+	f.t.Helper()
+	active := repository.Active
+	tasks, err := f.repo.Page(f.ctx, f.pool, f.topic, repository.TaskFilter{State: &active}, 0, 100000, repository.Forward)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []repository.Task
+	for _, t := range tasks {
+		if t.Owner == owner {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// get reads one task of the fixture's topic.
+func (f *fixture) get(sequence int64) repository.Task {
+	f.t.Helper()
+	task, err := f.repo.Get(f.ctx, f.pool, f.topic, sequence)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return task
+}

@@ -1,0 +1,71 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+func TestShutdown(t *testing.T) {
+	t.Run("HandsBackUnstartedTasksAndCommitsTheRunningOne", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(30)
+		first := tasks[0].Sequence
+		started := make(chan struct{})
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			if task.Sequence == first {
+				close(started)
+				<-processor.Stopping(ctx) // still running when the shutdown begins
+				return repository.Succeed("finished during shutdown")
+			}
+			return repository.Succeed("")
+		})
+		// One worker busy with the first batch, two more batches prefetched.
+		buffered, err := processor.Buffer(handler, processor.BufferConfig{Queue: 2, MinWorkers: 1, MaxWorkers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: buffered, BatchSize: 10})
+		stop := f.start(p)
+		<-started
+		f.eventually("three batches leased", func() bool { return f.count(repository.Active) == 30 })
+		if err := stop(); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		got := f.get(first)
+		if got.State != repository.Succeeded || got.Output != "finished during shutdown" {
+			t.Fatalf("running task = %v %q, want SUCCEEDED with its message", got.State, got.Output)
+		}
+		for _, task := range tasks[1:] {
+			got := f.get(task.Sequence)
+			// Attempt counts leases (the completion fence); Returned the leases handed
+			// back: the attempts used are unchanged.
+			if got.State != repository.Ready || got.Attempt-got.Returned != 0 {
+				t.Errorf("unstarted task %d = %v with %d attempts used, want READY with none used", task.Sequence, got.State, got.Attempt-got.Returned)
+			}
+		}
+	})
+
+	t.Run("FailsHandlersStillRunningAtTheDeadline", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		started := make(chan struct{})
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			close(started)
+			<-ctx.Done() // never reports on its own
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, ShutdownTimeout: 200 * time.Millisecond})
+		stop := f.start(p)
+		<-started
+		if err := stop(); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		got := f.get(tasks[0].Sequence)
+		if got.State != repository.Failed || got.Output == "" {
+			t.Fatalf("task = %v %q, want FAILED saying the handler did not report", got.State, got.Output)
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// done collects the sequences a handler finished, in order.
+type done chan int64
+
+func (d done) handler(delay time.Duration) processor.TaskFunc {
+	return func(ctx context.Context, task repository.Task) repository.Decision {
+		time.Sleep(delay)
+		d <- task.Sequence
+		return repository.Succeed("")
+	}
+}
+
+// wait fails the test unless the handler finishes sequence within the timeout.
+func (d done) wait(t *testing.T, sequence int64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case got := <-d:
+			if got == sequence {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("task %d not handled within %v", sequence, timeout)
+		}
+	}
+}
+
+func TestWakeup(t *testing.T) {
+	t.Run("NotifyWakesAnIdleManagerDespiteAnHourLongPause", func(t *testing.T) {
+		f := setup(t)
+		finished := make(done, 10)
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0)})
+		connected := p.Notifier().Connected()
+		f.start(p)
+		<-connected
+		// Let the manager poll the empty topic and hibernate for its hour.
+		time.Sleep(100 * time.Millisecond)
+		tasks := f.pushN(1)
+		finished.wait(t, tasks[0].Sequence, 30*time.Second)
+	})
+
+	t.Run("NotifyWorksAfterTheListeningConnectionWasTerminated", func(t *testing.T) {
+		f := setup(t)
+		finished := make(done, 10)
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0)})
+		connected := p.Notifier().Connected()
+		f.start(p)
+		<-connected
+		pid := p.Notifier().PID()
+		reconnected := p.Notifier().Connected()
+		var terminated bool
+		if err := f.pool.QueryRow(f.ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&terminated); err != nil || !terminated {
+			t.Fatalf("terminate listener backend %d: %v %v", pid, terminated, err)
+		}
+		select {
+		case <-reconnected:
+		case <-time.After(30 * time.Second):
+			t.Fatal("notifier did not reconnect")
+		}
+		time.Sleep(100 * time.Millisecond)
+		tasks := f.pushN(1)
+		finished.wait(t, tasks[0].Sequence, 30*time.Second)
+	})
+
+	t.Run("ResumeWhileBusyPollsRightAfterTheRunningBatch", func(t *testing.T) {
+		f := setup(t)
+		release := make(chan struct{})
+		started := make(chan int64, 10)
+		finished := make(done, 10)
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			started <- task.Sequence
+			<-release
+			finished <- task.Sequence
+			return repository.Succeed("")
+		})
+		// Notifications off: only Resume can wake the manager before its hour is up.
+		p, managers := f.processor("worker", processor.Config{DisableNotifications: true},
+			processor.ManagerConfig{Handler: handler, BatchSize: 10})
+		first := f.pushN(1)
+		f.start(p)
+		<-started // the one-task batch is running; the manager will hibernate after it
+		second, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "second"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		managers[0].Resume() // arrives while busy
+		close(release)
+		finished.wait(t, first[0].Sequence, 10*time.Second)
+		finished.wait(t, second[0].Sequence, 10*time.Second)
+	})
+}
