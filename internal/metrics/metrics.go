@@ -1,0 +1,184 @@
+package metrics
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Values of the result label of pgtask_tasks_completed_total besides the names of the
+// final states (SUCCEEDED, FILTERED, SUSPENDED, FAILED).
+const (
+	// ResultRetried counts failures that went back to READY because the topic's retry
+	// policy granted another attempt.
+	ResultRetried = "RETRIED"
+	// ResultSnoozed counts tasks put back to READY without using an attempt: snoozes, and
+	// leased tasks handed back unstarted at shutdown.
+	ResultSnoozed = "SNOOZED"
+)
+
+// maxTrackedSnoozes bounds the snoozes remembered between a handler's report and the
+// commit. Entries only linger when a completion is never committed; past the bound new
+// snoozes are counted as RETRIED rather than growing memory.
+const maxTrackedSnoozes = 10000
+
+// Metrics holds the collectors fed by task managers and by expiry. Create it with New;
+// it is safe for concurrent use.
+type Metrics struct {
+	completed *prometheus.CounterVec
+	poll      *prometheus.HistogramVec
+	complete  *prometheus.HistogramVec
+	handler   *prometheus.HistogramVec
+	batch     *prometheus.HistogramVec
+	errors    *prometheus.CounterVec
+	empty     *prometheus.CounterVec
+	expired   *prometheus.CounterVec
+	retried   *prometheus.CounterVec
+
+	mu      sync.Mutex
+	snoozed map[lease]struct{} // snooze decisions reported but not yet committed
+}
+
+// lease names one attempt of a task.
+type lease struct {
+	topic    string
+	sequence int64
+	attempt  int32
+}
+
+// latencyBuckets span a fast poll (1 ms) to a slow handler (5 min), in seconds.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// New creates the collectors and registers them on reg (nil registers nothing). Like
+// prometheus.MustRegister, it panics when they are already registered there.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		completed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgtask_tasks_completed_total",
+			Help: "Tasks whose decision was committed, by topic and result (the stored state; RETRIED: a failure going back to READY for another attempt; SNOOZED: back to READY without using an attempt).",
+		}, []string{"topic", "result"}),
+		poll: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pgtask_poll_duration_seconds",
+			Help:    "Time one poll took, empty polls included.",
+			Buckets: latencyBuckets,
+		}, []string{"topic"}),
+		complete: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pgtask_complete_duration_seconds",
+			Help:    "Time one flush of decisions took to commit.",
+			Buckets: latencyBuckets,
+		}, []string{"topic"}),
+		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pgtask_handler_duration_seconds",
+			Help:    "Time from handing a batch to the handler until it reported decisions.",
+			Buckets: latencyBuckets,
+		}, []string{"topic"}),
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pgtask_batch_size",
+			Help:    "Tasks leased by one non-empty poll.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11), // 1 … 1024
+		}, []string{"topic"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgtask_errors_total",
+			Help: "Errors a task manager met (database errors, handler misbehaviour, fatal stops).",
+		}, []string{"topic"}),
+		empty: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgtask_empty_polls_total",
+			Help: "Polls that found no pollable task.",
+		}, []string{"topic"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgtask_tasks_expired_total",
+			Help: "Leases of dead owners taken back by this process's expiry, retried ones included.",
+		}, []string{"topic"}),
+		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgtask_tasks_retried_total",
+			Help: "Expired leases put back to READY because the topic's retry policy granted another attempt.",
+		}, []string{"topic"}),
+		snoozed: make(map[lease]struct{}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.completed, m.poll, m.complete, m.handler, m.batch, m.errors, m.empty, m.expired, m.retried)
+	}
+	return m
+}
+
+// Listener returns a processor.Listener that records the manager's events. Give the same
+// one to every manager: the topic is a label.
+func (m *Metrics) Listener() processor.Listener {
+	return processor.Listener{
+		OnDispatch: func(topic string, tasks []repository.Task, poll time.Duration) {
+			m.poll.WithLabelValues(topic).Observe(poll.Seconds())
+			m.batch.WithLabelValues(topic).Observe(float64(len(tasks)))
+		},
+		OnEmpty: func(topic string, poll time.Duration) {
+			m.poll.WithLabelValues(topic).Observe(poll.Seconds())
+			m.empty.WithLabelValues(topic).Inc()
+		},
+		OnCallback: func(topic string, tasks []repository.Task, decisions map[int64]repository.Decision, handling time.Duration) {
+			m.handler.WithLabelValues(topic).Observe(handling.Seconds())
+			m.rememberSnoozes(topic, tasks, decisions)
+		},
+		OnComplete: func(topic string, tasks []repository.Task, flush time.Duration) {
+			m.complete.WithLabelValues(topic).Observe(flush.Seconds())
+			for _, t := range tasks {
+				m.completed.WithLabelValues(topic, m.result(topic, t)).Inc()
+			}
+		},
+		OnError: func(topic string, _ error) {
+			m.errors.WithLabelValues(topic).Inc()
+		},
+		OnFatal: func(topic string, _ error) {
+			m.errors.WithLabelValues(topic).Inc()
+		},
+	}
+}
+
+// rememberSnoozes notes the snooze decisions of a reported batch: once committed, a
+// snoozed task is READY just like a failure granted a retry, and only the decision tells
+// them apart.
+func (m *Metrics) rememberSnoozes(topic string, tasks []repository.Task, decisions map[int64]repository.Decision) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range tasks {
+		if d, ok := decisions[t.Sequence]; ok && d.Snooze && len(m.snoozed) < maxTrackedSnoozes {
+			m.snoozed[lease{topic, t.Sequence, t.Attempt}] = struct{}{}
+		}
+	}
+}
+
+// result is the result label of a committed task, from the task as stored.
+func (m *Metrics) result(topic string, t repository.Task) string {
+	key := lease{topic, t.Sequence, t.Attempt}
+	m.mu.Lock()
+	_, snoozed := m.snoozed[key]
+	delete(m.snoozed, key)
+	m.mu.Unlock()
+	switch {
+	case t.State == repository.Ready && snoozed:
+		return ResultSnoozed
+	case t.State == repository.Ready:
+		return ResultRetried
+	}
+	return t.State.String()
+}
+
+// OnExpire records what an expiry took back; it matches processor.Config.OnExpire.
+func (m *Metrics) OnExpire(expired []repository.Expiry) {
+	for _, e := range expired {
+		m.expired.WithLabelValues(e.Topic).Add(float64(e.Expired))
+		m.retried.WithLabelValues(e.Topic).Add(float64(e.Retried))
+	}
+}
+
+// Handler serves the metrics gathered by g in the Prometheus exposition format. When a
+// collector fails (say the queue collector cannot reach the database) the scrape fails
+// with status 500 and the error text, so Prometheus marks the target down rather than
+// silently serving a partial picture.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
+}

@@ -1,0 +1,501 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pgtask/pgtask/internal/metrics"
+	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is one test's database and a repository (owner "test") to push and inspect.
+type fixture struct {
+	t    *testing.T
+	ctx  context.Context
+	pool *pgxpool.Pool
+	repo *repository.Repository
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	t.Parallel()
+	f := &fixture{t: t, ctx: t.Context(), pool: pgtest.NewPool(t, schema.Hash(), repository.Migrate)}
+	repo, err := repository.New(repository.Config{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.repo = repo
+	return f
+}
+
+// topic registers a topic with the given settings (zero MaxAttempts keeps the defaults).
+func (f *fixture) topic(name string, s repository.TopicSettings) {
+	f.t.Helper()
+	if _, err := f.repo.Initialize(f.ctx, f.pool, name); err != nil {
+		f.t.Fatalf("initialize %q: %v", name, err)
+	}
+	if s.MaxAttempts != 0 {
+		if _, err := f.repo.Configure(f.ctx, f.pool, name, s); err != nil {
+			f.t.Fatalf("configure %q: %v", name, err)
+		}
+	}
+}
+
+func (f *fixture) push(topic string, creations ...repository.Creation) []repository.Task {
+	f.t.Helper()
+	tasks, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, creations...)
+	if err != nil {
+		f.t.Fatalf("push: %v", err)
+	}
+	return tasks
+}
+
+// run runs p until stop is called (or the test ends); stop waits for Run to return.
+func (f *fixture) run(p *processor.Processor) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(f.ctx))
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				f.t.Errorf("processor run: %v", err)
+			}
+		})
+	}
+	f.t.Cleanup(stop)
+	return stop
+}
+
+// wait waits for a signal on ch, failing the test after 30 s.
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	panic("unreachable")
+}
+
+// find returns the metric name with exactly the given labels from g.
+func find(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) *dto.Metric {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, fam := range families {
+		if fam.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range fam.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; !ok || v != l.GetValue() {
+					continue metric
+				}
+			}
+			return m
+		}
+	}
+	t.Fatalf("no metric %s%v", name, labels)
+	return nil
+}
+
+// observations returns how many observations the histogram name{topic} holds.
+func observations(t *testing.T, g prometheus.Gatherer, name, topic string) uint64 {
+	t.Helper()
+	return find(t, g, name, map[string]string{"topic": topic}).GetHistogram().GetSampleCount()
+}
+
+func TestListener(t *testing.T) {
+	f := setup(t)
+	// Two attempts and no backoff: a failure comes straight back once, then is final.
+	f.topic("work", repository.TopicSettings{MaxAttempts: 2})
+	f.push("work",
+		repository.Creation{Identifier: "a", Input: "succeed"},
+		repository.Creation{Identifier: "b", Input: "skip"},
+		repository.Creation{Identifier: "c", Input: "suspend"},
+		repository.Creation{Identifier: "d", Input: "fail"},
+		repository.Creation{Identifier: "e", Input: "snooze"},
+	)
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+
+	var (
+		mu                             sync.Mutex
+		dispatches, callbacks, empties int
+		completed                      int
+		snoozed                        = map[int64]bool{}
+	)
+	done := make(chan struct{})
+	emptyAfterDone := make(chan struct{}, 1)
+	probe := processor.Listener{
+		OnDispatch: func(string, []repository.Task, time.Duration) { mu.Lock(); dispatches++; mu.Unlock() },
+		OnCallback: func(string, []repository.Task, map[int64]repository.Decision, time.Duration) {
+			mu.Lock()
+			callbacks++
+			mu.Unlock()
+		},
+		OnComplete: func(_ string, tasks []repository.Task, _ time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			completed += len(tasks)
+			if completed == 7 { // 5 tasks, one retried, one snoozed
+				close(done)
+			}
+		},
+		OnEmpty: func(string, time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			empties++
+			if completed >= 7 {
+				select {
+				case emptyAfterDone <- struct{}{}:
+				default:
+				}
+			}
+		},
+	}
+	handler := processor.TaskFunc(func(_ context.Context, task repository.Task) repository.Decision {
+		switch task.Input {
+		case "succeed":
+			return repository.Succeed("done")
+		case "skip":
+			return repository.Skip("irrelevant")
+		case "suspend":
+			return repository.Suspend("wait")
+		case "snooze":
+			mu.Lock()
+			defer mu.Unlock()
+			if !snoozed[task.Sequence] {
+				snoozed[task.Sequence] = true
+				return repository.SnoozeFor(0)
+			}
+			return repository.Succeed("done after a snooze")
+		}
+		return repository.Fail(errors.New("boom"))
+	})
+	p, err := processor.New(processor.Config{Pool: f.pool, DisableNotifications: true, HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Manage(processor.ManagerConfig{
+		// Retries and snoozes come back without a notification: poll often.
+		Topic: "work", Handler: handler, PauseInterval: 20 * time.Millisecond,
+		Listener: processor.Listeners(m.Listener(), probe),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stop := f.run(p)
+	wait(t, done, "7 completions")
+	wait(t, emptyAfterDone, "an empty poll after the last completion")
+	stop()
+
+	t.Run("CountsCompletedTasksByStoredResult", func(t *testing.T) {
+		want := `
+# HELP pgtask_tasks_completed_total Tasks whose decision was committed, by topic and result (the stored state; RETRIED: a failure going back to READY for another attempt; SNOOZED: back to READY without using an attempt).
+# TYPE pgtask_tasks_completed_total counter
+pgtask_tasks_completed_total{result="FAILED",topic="work"} 1
+pgtask_tasks_completed_total{result="FILTERED",topic="work"} 1
+pgtask_tasks_completed_total{result="RETRIED",topic="work"} 1
+pgtask_tasks_completed_total{result="SNOOZED",topic="work"} 1
+pgtask_tasks_completed_total{result="SUCCEEDED",topic="work"} 2
+pgtask_tasks_completed_total{result="SUSPENDED",topic="work"} 1
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgtask_tasks_completed_total"); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("ObservesOneBatchSizePerDispatch", func(t *testing.T) {
+		if got := observations(t, reg, "pgtask_batch_size", "work"); got != uint64(dispatches) {
+			t.Errorf("batch size observations = %d, want %d dispatches", got, dispatches)
+		}
+	})
+	t.Run("ObservesEveryPollEmptyOrNot", func(t *testing.T) {
+		if got := observations(t, reg, "pgtask_poll_duration_seconds", "work"); got != uint64(dispatches+empties) {
+			t.Errorf("poll observations = %d, want %d dispatches + %d empty polls", got, dispatches, empties)
+		}
+	})
+	t.Run("ObservesHandlerLatencyPerReportedBatch", func(t *testing.T) {
+		if got := observations(t, reg, "pgtask_handler_duration_seconds", "work"); got != uint64(callbacks) {
+			t.Errorf("handler observations = %d, want %d callbacks", got, callbacks)
+		}
+	})
+	t.Run("ObservesCompletionLatency", func(t *testing.T) {
+		if got := observations(t, reg, "pgtask_complete_duration_seconds", "work"); got == 0 || got > uint64(callbacks) {
+			t.Errorf("complete observations = %d, want 1..%d", got, callbacks)
+		}
+	})
+	t.Run("CountsEmptyPolls", func(t *testing.T) {
+		if got := find(t, reg, "pgtask_empty_polls_total", map[string]string{"topic": "work"}).GetCounter().GetValue(); got != float64(empties) || got == 0 {
+			t.Errorf("empty polls = %v, want %d (> 0)", got, empties)
+		}
+	})
+}
+
+func TestListenerErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("CountsRecoverableAndFatalErrorsPerTopic", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		l := metrics.New(reg).Listener()
+		l.OnError("a", errors.New("poll failed"))
+		l.OnError("a", errors.New("handler panicked"))
+		l.OnFatal("a", errors.New("unknown topic"))
+		l.OnError("b", errors.New("poll failed"))
+		want := `
+# HELP pgtask_errors_total Errors a task manager met (database errors, handler misbehaviour, fatal stops).
+# TYPE pgtask_errors_total counter
+pgtask_errors_total{topic="a"} 3
+pgtask_errors_total{topic="b"} 1
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgtask_errors_total"); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("NewWithNilRegistererRegistersNothing", func(t *testing.T) {
+		t.Parallel()
+		m := metrics.New(nil)
+		m.Listener().OnError("a", errors.New("x")) // must not panic
+	})
+}
+
+func TestOnExpire(t *testing.T) {
+	t.Parallel()
+	t.Run("CountsLeasesTakenBackFromDeadOwners", func(t *testing.T) {
+		f := setup(t)
+		f.topic("retrying", repository.TopicSettings{MaxAttempts: 2})
+		f.topic("final", repository.TopicSettings{})
+		f.push("retrying", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"})
+		f.push("final", repository.Creation{Identifier: "c"})
+
+		// An owner whose last heartbeat was an hour ago leases everything.
+		dead, err := repository.New(repository.Config{Owner: "dead", Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dead.Register(f.ctx, f.pool); err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range []string{"retrying", "final"} {
+			if _, err := dead.Poll(f.ctx, f.pool, topic, repository.FIFO, repository.None, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		reg := prometheus.NewRegistry()
+		m := metrics.New(reg)
+		expired := make(chan struct{}, 1)
+		p, err := processor.New(processor.Config{
+			Pool: f.pool, DisableNotifications: true,
+			HeartbeatInterval: 20 * time.Millisecond, ExpiryTimeout: time.Second,
+			OnExpire: func(e []repository.Expiry) {
+				m.OnExpire(e)
+				select {
+				case expired <- struct{}{}:
+				default:
+				}
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Run returns at once without a manager: keep one busy with an idle topic.
+		f.topic("idle", repository.TopicSettings{})
+		started := make(chan struct{}, 1)
+		if _, err := p.Manage(processor.ManagerConfig{Topic: "idle", PauseInterval: time.Hour,
+			Listener: processor.Listener{OnStart: func(string) { started <- struct{}{} }},
+			Handler:  processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { return repository.Succeed("") })}); err != nil {
+			t.Fatal(err)
+		}
+		stop := f.run(p)
+		wait(t, started, "the manager to start")
+		wait(t, expired, "an expiry")
+		stop()
+
+		want := `
+# HELP pgtask_tasks_expired_total Leases of dead owners taken back by this process's expiry, retried ones included.
+# TYPE pgtask_tasks_expired_total counter
+pgtask_tasks_expired_total{topic="final"} 1
+pgtask_tasks_expired_total{topic="retrying"} 2
+# HELP pgtask_tasks_retried_total Expired leases put back to READY because the topic's retry policy granted another attempt.
+# TYPE pgtask_tasks_retried_total counter
+pgtask_tasks_retried_total{topic="final"} 0
+pgtask_tasks_retried_total{topic="retrying"} 2
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgtask_tasks_expired_total", "pgtask_tasks_retried_total"); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func TestQueueCollector(t *testing.T) {
+	t.Parallel()
+	t.Run("ReportsDepthPerTopicAndState", func(t *testing.T) {
+		f := setup(t)
+		f.topic("a", repository.TopicSettings{})
+		f.topic("b", repository.TopicSettings{})
+		if err := f.repo.SetActive(f.ctx, f.pool, "b", false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.repo.Register(f.ctx, f.pool); err != nil {
+			t.Fatal(err)
+		}
+		f.push("a",
+			repository.Creation{Identifier: "active"},
+			repository.Creation{Identifier: "failed"},
+			repository.Creation{Identifier: "ready"},
+			repository.Creation{Identifier: "suspended", Suspended: true},
+			repository.Creation{Identifier: "delayed", Delay: time.Hour},
+		)
+		if _, err := f.repo.Poll(f.ctx, f.pool, "a", repository.FIFO, repository.None, 1); err != nil {
+			t.Fatal(err)
+		}
+		leased, err := f.repo.Poll(f.ctx, f.pool, "a", repository.FIFO, repository.None, 1)
+		if err != nil || len(leased) != 1 {
+			t.Fatalf("poll: %v %v", leased, err)
+		}
+		if _, err := f.repo.Complete(f.ctx, f.pool, "a", leased[0].Decide(repository.Fail(errors.New("boom")))); err != nil {
+			t.Fatal(err)
+		}
+
+		collectorRepo, err := repository.New(repository.Config{Owner: "collector"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewQueueCollector(f.pool, collectorRepo, time.Minute))
+		want := `
+# HELP pgtask_owners_live Owners (processes) that heart-beat within the default expiry timeout, other than the collector's own repository owner.
+# TYPE pgtask_owners_live gauge
+pgtask_owners_live 1
+# HELP pgtask_queue_delayed READY tasks of a topic whose not-before time has not come yet.
+# TYPE pgtask_queue_delayed gauge
+pgtask_queue_delayed{topic="a"} 1
+pgtask_queue_delayed{topic="b"} 0
+# HELP pgtask_queue_depth Tasks of a topic in a state (ACTIVE, READY, EXPIRED, FAILED, SUSPENDED).
+# TYPE pgtask_queue_depth gauge
+pgtask_queue_depth{state="ACTIVE",topic="a"} 1
+pgtask_queue_depth{state="ACTIVE",topic="b"} 0
+pgtask_queue_depth{state="EXPIRED",topic="a"} 0
+pgtask_queue_depth{state="EXPIRED",topic="b"} 0
+pgtask_queue_depth{state="FAILED",topic="a"} 1
+pgtask_queue_depth{state="FAILED",topic="b"} 0
+pgtask_queue_depth{state="READY",topic="a"} 2
+pgtask_queue_depth{state="READY",topic="b"} 0
+pgtask_queue_depth{state="SUSPENDED",topic="a"} 1
+pgtask_queue_depth{state="SUSPENDED",topic="b"} 0
+# HELP pgtask_topic_active 1 while a topic runs, 0 while it is paused.
+# TYPE pgtask_topic_active gauge
+pgtask_topic_active{topic="a"} 1
+pgtask_topic_active{topic="b"} 0
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"pgtask_owners_live", "pgtask_queue_delayed", "pgtask_queue_depth", "pgtask_topic_active"); err != nil {
+			t.Error(err)
+		}
+		if n, err := testutil.GatherAndCount(reg, "pgtask_queue_oldest_ready_seconds", "pgtask_queue_rows_estimate"); err != nil || n != 4 {
+			t.Errorf("oldest ready and rows estimate series = %d, %v; want 2 per topic", n, err)
+		}
+		if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+			t.Errorf("lint: %v %v", problems, err)
+		}
+	})
+	t.Run("ServesCachedValuesWithinTTL", func(t *testing.T) {
+		f := setup(t)
+		f.topic("a", repository.TopicSettings{})
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewQueueCollector(f.pool, f.repo, time.Hour))
+		ready := func() float64 {
+			t.Helper()
+			return gauge(t, reg, "pgtask_queue_depth", map[string]string{"topic": "a", "state": "READY"})
+		}
+		if got := ready(); got != 0 {
+			t.Fatalf("READY before push = %v, want 0", got)
+		}
+		f.push("a", repository.Creation{Identifier: "x"})
+		if got := ready(); got != 0 {
+			t.Errorf("READY within ttl after a push = %v, want the cached 0", got)
+		}
+	})
+	t.Run("ReadsEveryScrapeWithoutTTL", func(t *testing.T) {
+		f := setup(t)
+		f.topic("a", repository.TopicSettings{})
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewQueueCollector(f.pool, f.repo, 0))
+		labels := map[string]string{"topic": "a", "state": "READY"}
+		if got := gauge(t, reg, "pgtask_queue_depth", labels); got != 0 {
+			t.Fatalf("READY before push = %v, want 0", got)
+		}
+		f.push("a", repository.Creation{Identifier: "x"})
+		if got := gauge(t, reg, "pgtask_queue_depth", labels); got != 1 {
+			t.Errorf("READY after push = %v, want 1", got)
+		}
+	})
+	t.Run("ReportsReadErrorAsInvalidMetric", func(t *testing.T) {
+		f := setup(t)
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewQueueCollector(f.pool, f.repo, time.Hour))
+		f.pool.Close()
+		_, err := reg.Gather()
+		if err == nil || !strings.Contains(err.Error(), "queue collector") {
+			t.Fatalf("gather with a closed pool: error %v, want the collector's read error", err)
+		}
+		rec := httptest.NewRecorder()
+		metrics.Handler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "queue collector") {
+			t.Errorf("scrape with a closed pool: %d %q, want 500 naming the error", rec.Code, rec.Body.String())
+		}
+	})
+}
+
+// gauge reads the gauge name with exactly the given labels from g.
+func gauge(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	return find(t, g, name, labels).GetGauge().GetValue()
+}
+
+func TestHandler(t *testing.T) {
+	t.Parallel()
+	t.Run("ServesTheExpositionFormat", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		metrics.New(reg).OnExpire([]repository.Expiry{{Topic: "mail", Expired: 3, Retried: 1}})
+		srv := httptest.NewServer(metrics.Handler(reg))
+		defer srv.Close()
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `pgtask_tasks_expired_total{topic="mail"} 3`) {
+			t.Errorf("GET /metrics: %d\n%s", resp.StatusCode, body)
+		}
+	})
+}

@@ -1,0 +1,101 @@
+package metrics
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
+)
+
+func TestQueueCollectorTTL(t *testing.T) {
+	t.Parallel()
+	t.Run("ReadsAgainOnceTTLPassed", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+		repo, err := repository.New(repository.Config{Owner: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.Initialize(ctx, pool, "a"); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu  sync.Mutex
+			now = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		)
+		advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+		c := NewQueueCollector(pool, repo, time.Minute).(*queueCollector)
+		c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		ready := func() float64 {
+			t.Helper()
+			for _, m := range collect(t, c) {
+				if m.Desc() == depthDesc && labelled(t, m, "state", "READY") {
+					return value(t, m)
+				}
+			}
+			t.Fatal("no READY depth")
+			return 0
+		}
+
+		if got := ready(); got != 0 {
+			t.Fatalf("READY = %v, want 0", got)
+		}
+		if _, err := repo.Push(ctx, pool, "a", repository.Append, repository.Creation{Identifier: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		advance(59 * time.Second)
+		if got := ready(); got != 0 {
+			t.Errorf("READY 59 s into a 1 min ttl = %v, want the cached 0", got)
+		}
+		advance(time.Second)
+		if got := ready(); got != 1 {
+			t.Errorf("READY once the ttl passed = %v, want 1", got)
+		}
+		if n := testutil.CollectAndCount(c, "pgtask_owners_live"); n != 1 {
+			t.Errorf("owners series = %d, want 1", n)
+		}
+	})
+}
+
+func collect(t *testing.T, c prometheus.Collector) []prometheus.Metric {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 100)
+	c.Collect(ch)
+	close(ch)
+	var out []prometheus.Metric
+	for m := range ch {
+		out = append(out, m)
+	}
+	return out
+}
+
+func labelled(t *testing.T, m prometheus.Metric, name, value string) bool {
+	t.Helper()
+	var pb dto.Metric
+	if err := m.Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range pb.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
+
+func value(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var pb dto.Metric
+	if err := m.Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	return pb.GetGauge().GetValue()
+}

@@ -1,0 +1,365 @@
+package rest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// errBadRequest marks errors in the request itself (status 400).
+var errBadRequest = errors.New("bad request")
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
+}
+
+// decodeStrict decodes a JSON object into v, rejecting unknown fields and trailing data,
+// with messages that name the offending field instead of Go types.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// jsonError rewrites encoding/json's errors for API clients.
+func jsonError(err error) error {
+	var (
+		syntax    *json.SyntaxError
+		typeError *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.Is(err, io.EOF):
+		return badRequest("the body is empty: want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("malformed JSON: unexpected end of the body")
+	case errors.As(err, &syntax):
+		return badRequest("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.As(err, &typeError):
+		if typeError.Field == "" {
+			return badRequest("the body is a JSON %s: want a JSON object", typeError.Value)
+		}
+		return badRequest("field %q: got a JSON %s, want %s", typeError.Field, typeError.Value, jsonKind(typeError.Type.Kind().String()))
+	}
+	// DisallowUnknownFields reports `json: unknown field "name"`.
+	return badRequest("%s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names a Go kind as the JSON value it decodes from.
+func jsonKind(kind string) string {
+	switch {
+	case kind == "int16":
+		return "an integer from -32768 to 32767"
+	case strings.HasPrefix(kind, "int"):
+		return "an integer"
+	case kind == "string":
+		return "a string"
+	case kind == "bool":
+		return "true or false"
+	case kind == "slice":
+		return "an array"
+	case kind == "struct":
+		return "an object"
+	}
+	return kind
+}
+
+// taskBody is one task of an enqueue request; the top level has the same fields, so a
+// single task needs no wrapping, and "tasks" for a batch.
+type taskBody struct {
+	Identifier string          `json:"identifier"`
+	Input      json.RawMessage `json:"input"`
+	Insertion  *string         `json:"insertion"`
+	Delay      *string         `json:"delay"`
+	DelayMs    *int64          `json:"delay_ms"`
+	NotBefore  *string         `json:"not_before"`
+	Priority   int16           `json:"priority"`
+	Reference  string          `json:"reference"`
+	Suspended  bool            `json:"suspended"`
+	Tasks      []taskBody      `json:"tasks"`
+}
+
+// enqueue is a decoded enqueue request.
+type enqueue struct {
+	insertion repository.Insertion
+	creations []repository.Creation
+	// single is true for the one-task form (no "tasks" array).
+	single bool
+}
+
+// decodeEnqueue decodes the body of POST /topics/{topic}/tasks: either one task
+//
+//	{"identifier": "a", "input": …, "insertion": "append", "delay": "10s", …}
+//
+// or a batch sharing one insertion mode
+//
+//	{"tasks": [{"identifier": "a", …}, …], "insertion": "replace"}
+//
+// Every error wraps errBadRequest.
+func decodeEnqueue(body []byte) (enqueue, error) {
+	var top taskBody
+	if err := decodeStrict(body, &top); err != nil {
+		return enqueue{}, err
+	}
+	out := enqueue{insertion: repository.Append}
+	if top.Insertion != nil {
+		ins, err := repository.ParseInsertion(*top.Insertion)
+		if err != nil {
+			return enqueue{}, badRequest("insertion %q is unknown: want append, replace, supersede or delete", *top.Insertion)
+		}
+		out.insertion = ins
+	}
+	if top.Tasks == nil {
+		c, err := creation(top)
+		if err != nil {
+			return enqueue{}, err
+		}
+		out.single = true
+		out.creations = []repository.Creation{c}
+		return out, nil
+	}
+	if top.Identifier != "" || top.Input != nil || top.Delay != nil || top.DelayMs != nil || top.NotBefore != nil ||
+		top.Priority != 0 || top.Reference != "" || top.Suspended {
+		return enqueue{}, badRequest(`with "tasks", only "insertion" may stand beside it: put the task fields inside each task`)
+	}
+	if len(top.Tasks) == 0 {
+		return enqueue{}, badRequest(`"tasks" is empty: want at least one task`)
+	}
+	out.creations = make([]repository.Creation, len(top.Tasks))
+	for i, t := range top.Tasks {
+		if t.Insertion != nil {
+			return enqueue{}, badRequest(`tasks[%d]: "insertion" applies to the whole batch: put it beside "tasks"`, i)
+		}
+		if t.Tasks != nil {
+			return enqueue{}, badRequest(`tasks[%d]: "tasks" cannot be nested`, i)
+		}
+		c, err := creation(t)
+		if err != nil {
+			return enqueue{}, fmt.Errorf("tasks[%d]: %w", i, err)
+		}
+		out.creations[i] = c
+	}
+	return out, nil
+}
+
+// maxDelayMs keeps delay_ms within time.Duration.
+const maxDelayMs = math.MaxInt64 / int64(time.Millisecond)
+
+func creation(t taskBody) (repository.Creation, error) {
+	if t.Identifier == "" {
+		return repository.Creation{}, badRequest(`"identifier" is required`)
+	}
+	c := repository.Creation{
+		Identifier: t.Identifier,
+		Reference:  t.Reference,
+		Suspended:  t.Suspended,
+		Priority:   t.Priority,
+	}
+	input, err := inputText(t.Input)
+	if err != nil {
+		return repository.Creation{}, err
+	}
+	c.Input = input
+	given := 0
+	for _, set := range []bool{t.Delay != nil, t.DelayMs != nil, t.NotBefore != nil} {
+		if set {
+			given++
+		}
+	}
+	if given > 1 {
+		return repository.Creation{}, badRequest(`give at most one of "delay", "delay_ms" and "not_before"`)
+	}
+	switch {
+	case t.Delay != nil:
+		d, err := time.ParseDuration(*t.Delay)
+		if err != nil {
+			return repository.Creation{}, badRequest(`"delay" %q is not a duration such as "90s" or "1h30m"`, *t.Delay)
+		}
+		if d < 0 {
+			return repository.Creation{}, badRequest(`"delay" %q is negative`, *t.Delay)
+		}
+		c.Delay = d
+	case t.DelayMs != nil:
+		if *t.DelayMs < 0 || *t.DelayMs > maxDelayMs {
+			return repository.Creation{}, badRequest(`"delay_ms" %d is out of range 0..%d`, *t.DelayMs, maxDelayMs)
+		}
+		c.Delay = time.Duration(*t.DelayMs) * time.Millisecond
+	case t.NotBefore != nil:
+		at, err := time.Parse(time.RFC3339Nano, *t.NotBefore)
+		if err != nil {
+			return repository.Creation{}, badRequest(`"not_before" %q is not an RFC 3339 time such as "2030-01-02T15:04:05Z"`, *t.NotBefore)
+		}
+		if at.IsZero() {
+			at = time.Unix(0, 0) // the zero time would mean "no not-before"
+		}
+		c.NotBefore = at
+	}
+	return c, nil
+}
+
+// inputText turns the "input" field into the stored text: a JSON string is stored as its
+// value, any other JSON value as its compact JSON text, and null or absence as no input.
+func inputText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", badRequest(`"input": %v`, err)
+		}
+		return s, nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return "", badRequest(`"input": %v`, err)
+	}
+	return b.String(), nil
+}
+
+// revive is a decoded revive request: exactly one of mode and result is set.
+type revive struct {
+	mode   *repository.RecreateMode
+	result *repository.Result
+}
+
+// decodeRevive decodes {"mode": "reset|append|replace|supersede"} (recreate) or
+// {"result": "SUCCESS|FAILURE|SUSPENSION|FILTER"} (reassign).
+func decodeRevive(body []byte) (revive, error) {
+	var in struct {
+		Mode   *string `json:"mode"`
+		Result *string `json:"result"`
+	}
+	if err := decodeStrict(body, &in); err != nil {
+		return revive{}, err
+	}
+	switch {
+	case in.Mode != nil && in.Result != nil:
+		return revive{}, badRequest(`give either "mode" (recreate) or "result" (reassign), not both`)
+	case in.Mode != nil:
+		m, err := repository.ParseRecreateMode(*in.Mode)
+		if err != nil {
+			return revive{}, badRequest(`"mode" %q is unknown: want reset, append, replace or supersede`, *in.Mode)
+		}
+		return revive{mode: &m}, nil
+	case in.Result != nil:
+		r, err := repository.ParseResult(*in.Result)
+		if err != nil {
+			return revive{}, badRequest(`"result" %q is unknown: want success, failure, suspension or filter`, *in.Result)
+		}
+		return revive{result: &r}, nil
+	}
+	return revive{}, badRequest(`give "mode" (reset, append, replace, supersede) or "result" (success, failure, suspension, filter)`)
+}
+
+// cancelByDefault names the canceller when the request does not.
+const cancelByDefault = "rest"
+
+// decodeCancel decodes the optional body {"by": "who"} of a cancel; an empty body is fine.
+func decodeCancel(body []byte) (string, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return cancelByDefault, nil
+	}
+	var in struct {
+		By string `json:"by"`
+	}
+	if err := decodeStrict(body, &in); err != nil {
+		return "", err
+	}
+	if in.By == "" {
+		return cancelByDefault, nil
+	}
+	return in.By, nil
+}
+
+// list is a decoded task listing query.
+type list struct {
+	filter    repository.TaskFilter
+	cursor    int64
+	limit     int
+	direction repository.Direction
+}
+
+// decodeList decodes the query of GET /topics/{topic}/tasks: state, identifier,
+// reference, cursor, limit and direction, each at most once; others are refused.
+func decodeList(q url.Values) (list, error) {
+	out := list{limit: ListLimitDefault, direction: repository.Forward}
+	for key, values := range q {
+		switch key {
+		case "state", "identifier", "reference", "cursor", "limit", "direction":
+		default:
+			return list{}, badRequest("unknown query parameter %q: want state, identifier, reference, cursor, limit or direction", key)
+		}
+		if len(values) > 1 {
+			return list{}, badRequest("query parameter %q is given %d times", key, len(values))
+		}
+	}
+	if v := q.Get("direction"); v != "" {
+		switch strings.ToLower(v) {
+		case "forward":
+		case "backward":
+			out.direction = repository.Backward
+		default:
+			return list{}, badRequest("direction %q is unknown: want forward or backward", v)
+		}
+	}
+	out.cursor = repository.MinSequence
+	if out.direction == repository.Backward {
+		out.cursor = repository.MaxSequence
+	}
+	if v := q.Get("cursor"); v != "" {
+		c, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || c < 0 {
+			return list{}, badRequest("cursor %q is not a sequence (a non-negative integer)", v)
+		}
+		out.cursor = c
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > ListLimitMax {
+			return list{}, badRequest("limit %q is out of range 1..%d", v, ListLimitMax)
+		}
+		out.limit = n
+	}
+	if v := q.Get("state"); v != "" {
+		s, err := repository.ParseState(v)
+		if err != nil {
+			return list{}, badRequest("state %q is unknown: want one of %s", v, stateNames())
+		}
+		out.filter.State = &s
+	}
+	out.filter.Identifier = q.Get("identifier")
+	out.filter.Reference = q.Get("reference")
+	return out, nil
+}
+
+func stateNames() string {
+	var names []string
+	for _, s := range repository.States() {
+		names = append(names, s.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// parseSequence parses the {sequence} path segment.
+func parseSequence(v string) (int64, error) {
+	s, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || s <= 0 {
+		return 0, badRequest("sequence %q is not a positive integer", v)
+	}
+	return s, nil
+}

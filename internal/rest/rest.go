@@ -1,0 +1,449 @@
+package rest
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Defaults and limits of the API.
+const (
+	// MaxBodyBytesDefault is the largest request body accepted when Config.MaxBodyBytes
+	// is zero: 1 MiB.
+	MaxBodyBytesDefault int64 = 1 << 20
+	// ListLimitDefault is how many tasks a listing returns without a limit parameter.
+	ListLimitDefault = 100
+	// ListLimitMax is the largest limit a listing accepts.
+	ListLimitMax = 1000
+	// healthTimeout bounds the database ping of GET /healthz.
+	healthTimeout = 5 * time.Second
+)
+
+// Config configures the API handler.
+type Config struct {
+	// Pool is the database. Required.
+	Pool *pgxpool.Pool
+	// Repository runs the queue operations; nil creates one with a random owner name.
+	Repository *repository.Repository
+	// Token, when not empty, is the bearer token every request but GET /healthz and
+	// GET /openapi.json must carry ("Authorization: Bearer <token>").
+	Token string
+	// MaxBodyBytes is the largest request body accepted (413 beyond it). Default 1 MiB.
+	MaxBodyBytes int64
+	// Logger receives the errors answered with status 500; nil discards them.
+	Logger *slog.Logger
+	// Metrics, when set, is served at GET /metrics (behind the token like the API).
+	Metrics http.Handler
+}
+
+func (c *Config) validate() error {
+	if c.Pool == nil {
+		return errors.New("rest: config: Pool is required")
+	}
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("rest: config: MaxBodyBytes %d is negative", c.MaxBodyBytes)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Repository == nil {
+		repo, err := repository.New(repository.Config{})
+		if err != nil {
+			return fmt.Errorf("rest: config: %w", err)
+		}
+		c.Repository = repo
+	}
+	return nil
+}
+
+// server serves the API.
+type server struct {
+	pool      *pgxpool.Pool
+	repo      *repository.Repository
+	logger    *slog.Logger
+	maxBody   int64
+	token     bool
+	tokenHash [sha256.Size]byte
+	mux       *http.ServeMux
+}
+
+// endpoint answers a request with a status and a JSON body, or an error that
+// statusOf maps to a status.
+type endpoint func(s *server, w http.ResponseWriter, r *http.Request) (int, any, error)
+
+// route is one served endpoint; the OpenAPI document describes exactly these.
+type route struct {
+	method, path string
+	public       bool // served without the bearer token
+	serve        endpoint
+}
+
+var routes = []route{
+	{http.MethodGet, "/healthz", true, (*server).health},
+	{http.MethodGet, "/openapi.json", true, nil}, // served from the embedded document
+	{http.MethodGet, "/topics", false, (*server).listTopics},
+	{http.MethodGet, "/topics/{topic}", false, (*server).getTopic},
+	{http.MethodPost, "/topics/{topic}/pause", false, (*server).pause},
+	{http.MethodPost, "/topics/{topic}/resume", false, (*server).resume},
+	{http.MethodPost, "/topics/{topic}/tasks", false, (*server).enqueue},
+	{http.MethodGet, "/topics/{topic}/tasks", false, (*server).listTasks},
+	{http.MethodGet, "/topics/{topic}/tasks/{sequence}", false, (*server).getTask},
+	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/cancel", false, (*server).cancel},
+	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/revive", false, (*server).revive},
+}
+
+// metricsPath is where Config.Metrics is mounted.
+const metricsPath = "/metrics"
+
+// New validates cfg and returns the API handler. Requests and responses are JSON;
+// errors are {"error": "…"} with the status saying what kind.
+func New(cfg Config) (http.Handler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &server{
+		pool:    cfg.Pool,
+		repo:    cfg.Repository,
+		logger:  cfg.Logger,
+		maxBody: cfg.MaxBodyBytes,
+		token:   cfg.Token != "",
+		mux:     http.NewServeMux(),
+	}
+	s.tokenHash = sha256.Sum256([]byte(cfg.Token))
+	for _, rt := range routes {
+		var h http.Handler
+		if rt.serve == nil {
+			h = http.HandlerFunc(serveOpenAPI)
+		} else {
+			h = s.handle(rt.serve)
+		}
+		if !rt.public {
+			h = s.authenticate(h)
+		}
+		s.mux.Handle(rt.method+" "+rt.path, h)
+	}
+	if cfg.Metrics != nil {
+		s.mux.Handle(http.MethodGet+" "+metricsPath, s.authenticate(cfg.Metrics))
+	}
+	return s, nil
+}
+
+// ServeHTTP routes the request; requests no route matches get a JSON 404 or 405.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	// The mux's own "not found" or "method not allowed" answer: keep its status and
+	// Allow header, answer in JSON.
+	rec := &recorder{header: make(http.Header), status: http.StatusOK}
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		writeJSON(w, rec.status, errorJSON{fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow"))})
+	case http.StatusNotFound:
+		writeJSON(w, rec.status, errorJSON{fmt.Sprintf("no endpoint %s %s: see GET /openapi.json", r.Method, r.URL.Path)})
+	default: // a redirect to the canonical path
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+	}
+}
+
+// recorder captures the mux's answer to a request no route matches.
+type recorder struct {
+	header http.Header
+	status int
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *recorder) WriteHeader(status int)      { r.status = status }
+
+// authenticate requires the bearer token when one is configured. The comparison is of
+// SHA-256 digests in constant time, so neither the token nor its length leaks.
+func (s *server) authenticate(next http.Handler) http.Handler {
+	if !s.token {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, given, found := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !found || !strings.EqualFold(scheme, "Bearer") || given == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pgtask"`)
+			writeJSON(w, http.StatusUnauthorized, errorJSON{"missing bearer token: send the header Authorization: Bearer <token>"})
+			return
+		}
+		digest := sha256.Sum256([]byte(strings.TrimSpace(given)))
+		if subtle.ConstantTimeCompare(digest[:], s.tokenHash[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pgtask", error="invalid_token"`)
+			writeJSON(w, http.StatusUnauthorized, errorJSON{"invalid bearer token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// handle adapts an endpoint: it writes the body as JSON or maps the error to a status.
+func (s *server) handle(e endpoint) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, body, err := e(s, w, r)
+		if err != nil {
+			status = statusOf(err)
+			if status == http.StatusInternalServerError {
+				s.logger.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+			}
+			writeJSON(w, status, errorJSON{errorText(err)})
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+// statusOf maps an error to its status code.
+func statusOf(err error) int {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errBadRequest), errors.Is(err, repository.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, repository.ErrUnknownTopic), errors.Is(err, repository.ErrUnknownTask):
+		return http.StatusNotFound
+	case errors.Is(err, repository.ErrWrongState):
+		return http.StatusConflict
+	case errors.Is(err, repository.ErrQueueFull):
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}
+
+// errorText is the message shown to the client.
+func errorText(err error) string {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Sprintf("request body too large: at most %d bytes accepted", tooLarge.Limit)
+	}
+	// Our own 400s read "bad request: …"; the status already says so.
+	return strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// readBody reads the request body, at most maxBody bytes.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+}
+
+// health pings the database.
+func (s *server) health(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return http.StatusServiceUnavailable, errorJSON{"database unreachable: " + err.Error()}, nil
+	}
+	return http.StatusOK, map[string]string{"status": "ok"}, nil
+}
+
+func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	ctx := r.Context()
+	topics, err := s.repo.Topics(ctx, s.pool)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]topicJSON, 0, len(topics))
+	for _, t := range topics {
+		stats, err := s.repo.Stats(ctx, s.pool, t.Name)
+		if errors.Is(err, repository.ErrUnknownTopic) {
+			continue // destroyed since it was listed
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		j := topicOut(t)
+		j.Stats = statsOut(stats)
+		out = append(out, j)
+	}
+	return http.StatusOK, map[string]any{"topics": out}, nil
+}
+
+func (s *server) getTopic(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	ctx, topic := r.Context(), r.PathValue("topic")
+	t, err := s.repo.Topic(ctx, s.pool, topic)
+	if err != nil {
+		return 0, nil, err
+	}
+	stats, err := s.repo.Stats(ctx, s.pool, topic)
+	if err != nil {
+		return 0, nil, err
+	}
+	j := topicOut(t)
+	j.Stats = statsOut(stats)
+	return http.StatusOK, j, nil
+}
+
+func (s *server) pause(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	return s.setActive(r, false)
+}
+func (s *server) resume(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	return s.setActive(r, true)
+}
+
+func (s *server) setActive(r *http.Request, active bool) (int, any, error) {
+	ctx, topic := r.Context(), r.PathValue("topic")
+	if err := s.repo.SetActive(ctx, s.pool, topic, active); err != nil {
+		return 0, nil, err
+	}
+	t, err := s.repo.Topic(ctx, s.pool, topic)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, topicOut(t), nil
+}
+
+// taskPath is the URL path of a task.
+func taskPath(topic string, sequence int64) string {
+	return "/topics/" + url.PathEscape(topic) + "/tasks/" + strconv.FormatInt(sequence, 10)
+}
+
+func (s *server) enqueue(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := decodeEnqueue(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	topic := r.PathValue("topic")
+	tasks, err := s.repo.Push(r.Context(), s.pool, topic, req.insertion, req.creations...)
+	if err != nil {
+		return 0, nil, err
+	}
+	if req.single && len(tasks) == 1 {
+		w.Header().Set("Location", taskPath(topic, tasks[0].Sequence))
+	}
+	return http.StatusCreated, map[string]any{"tasks": tasksOut(tasks)}, nil
+}
+
+func (s *server) listTasks(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	q, err := decodeList(r.URL.Query())
+	if err != nil {
+		return 0, nil, err
+	}
+	// One more than asked tells whether another page follows.
+	tasks, err := s.repo.Page(r.Context(), s.pool, r.PathValue("topic"), q.filter, q.cursor, q.limit+1, q.direction)
+	if err != nil {
+		return 0, nil, err
+	}
+	var next *int64
+	if len(tasks) > q.limit {
+		tasks = tasks[:q.limit]
+		last := tasks[len(tasks)-1].Sequence
+		next = &last
+	}
+	return http.StatusOK, map[string]any{"tasks": tasksOut(tasks), "next_cursor": next}, nil
+}
+
+func (s *server) getTask(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	ctx, topic := r.Context(), r.PathValue("topic")
+	seq, err := parseSequence(r.PathValue("sequence"))
+	if err != nil {
+		return 0, nil, err
+	}
+	t, err := s.repo.Get(ctx, s.pool, topic, seq)
+	if errors.Is(err, repository.ErrUnknownTask) {
+		// Say which is unknown: the topic or only the task.
+		if _, terr := s.repo.Topic(ctx, s.pool, topic); terr != nil {
+			return 0, nil, terr
+		}
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, taskOut(t), nil
+}
+
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	seq, err := parseSequence(r.PathValue("sequence"))
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	by, err := decodeCancel(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	tasks, err := s.repo.Cancel(r.Context(), s.pool, r.PathValue("topic"), by, seq)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, taskOut(tasks[0]), nil
+}
+
+func (s *server) revive(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	ctx, topic := r.Context(), r.PathValue("topic")
+	seq, err := parseSequence(r.PathValue("sequence"))
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := decodeRevive(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	if req.result != nil {
+		tasks, err := s.repo.Reassign(ctx, s.pool, topic, *req.result, seq)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, revivalJSON{Task: taskOut(tasks[0])}, nil
+	}
+	revivals, err := s.repo.Recreate(ctx, s.pool, topic, *req.mode, seq)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := revivalJSON{Task: taskOut(revivals[0].Old)}
+	if revivals[0].New.Sequence != revivals[0].Old.Sequence {
+		c := taskOut(revivals[0].New)
+		out.Copy = &c
+	}
+	return http.StatusOK, out, nil
+}
+
+// revivalJSON answers a revive: the task as now stored and, for recreate modes other
+// than reset, the fresh copy that was pushed.
+type revivalJSON struct {
+	Task taskJSON  `json:"task"`
+	Copy *taskJSON `json:"copy,omitempty"`
+}

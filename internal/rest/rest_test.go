@@ -1,0 +1,759 @@
+package rest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/internal/rest"
+	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is one test's database, with topic "mail" registered, and the API served on it.
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	repo  *repository.Repository
+	srv   *httptest.Server
+	token string
+	logs  *syncBuffer
+}
+
+// setup serves the API on a fresh database; options adjust its config.
+func setup(t *testing.T, options ...func(*rest.Config)) *fixture {
+	t.Helper()
+	t.Parallel()
+	f := &fixture{t: t, ctx: t.Context(), pool: pgtest.NewPool(t, schema.Hash(), repository.Migrate), logs: &syncBuffer{}}
+	repo, err := repository.New(repository.Config{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.repo = repo
+	if _, err := repo.Initialize(f.ctx, f.pool, "mail"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.Config{Pool: f.pool, Repository: repo, Logger: slog.New(slog.NewTextHandler(f.logs, nil))}
+	for _, o := range options {
+		o(&cfg)
+	}
+	f.token = cfg.Token
+	h, err := rest.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewServer(h)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// call sends a request with the fixture's token (if any); body "" sends none.
+func (f *fixture) call(method, path, body string) response {
+	f.t.Helper()
+	header := http.Header{}
+	if f.token != "" {
+		header.Set("Authorization", "Bearer "+f.token)
+	}
+	return f.send(method, path, body, header)
+}
+
+func (f *fixture) send(method, path, body string, header http.Header) response {
+	f.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(f.ctx, method, f.srv.URL+path, rd)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req.Header = header
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		f.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// want fails unless the response has the status; it decodes the body into v (if not nil).
+func (r response) want(t *testing.T, status int, v any) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("Content-Type %q, want application/json; body %s", ct, r.body)
+	}
+	if v != nil {
+		if err := json.Unmarshal(r.body, v); err != nil {
+			t.Fatalf("decode %s: %v", r.body, err)
+		}
+	}
+}
+
+// wantError fails unless the response is a JSON error with the status whose message
+// contains every fragment.
+func (r response) wantError(t *testing.T, status int, fragments ...string) {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	r.want(t, status, &e)
+	if e.Error == "" {
+		t.Fatalf("error body %s has no error text", r.body)
+	}
+	for _, frag := range fragments {
+		if !strings.Contains(e.Error, frag) {
+			t.Errorf("error %q does not mention %q", e.Error, frag)
+		}
+	}
+}
+
+// task mirrors the API's task JSON.
+type task struct {
+	Topic      string     `json:"topic"`
+	Sequence   int64      `json:"sequence"`
+	Identifier string     `json:"identifier"`
+	State      string     `json:"state"`
+	Descent    string     `json:"descent"`
+	Owner      *string    `json:"owner"`
+	Created    time.Time  `json:"created"`
+	Completed  *time.Time `json:"completed"`
+	Input      *string    `json:"input"`
+	Output     *string    `json:"output"`
+	Reference  *string    `json:"reference"`
+	Priority   int16      `json:"priority"`
+	NotBefore  *time.Time `json:"not_before"`
+	Attempt    int32      `json:"attempt"`
+	Returned   int32      `json:"returned"`
+	Errors     []string   `json:"errors"`
+	Cancelled  bool       `json:"cancelled"`
+}
+
+type taskList struct {
+	Tasks      []task `json:"tasks"`
+	NextCursor *int64 `json:"next_cursor"`
+}
+
+func (f *fixture) enqueue(body string) []task {
+	f.t.Helper()
+	var out taskList
+	f.call("POST", "/topics/mail/tasks", body).want(f.t, http.StatusCreated, &out)
+	return out.Tasks
+}
+
+// finish leases every READY task of mail and completes them with d.
+func (f *fixture) finish(d repository.Decision) {
+	f.t.Helper()
+	tasks, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 100)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	completions := make([]repository.Completion, len(tasks))
+	for i, t := range tasks {
+		completions[i] = t.Decide(d)
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, "mail", completions...); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func str(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
+}
+
+func TestEnqueue(t *testing.T) {
+	t.Parallel()
+	t.Run("CreatesOneTaskAndNamesItInLocation", func(t *testing.T) {
+		f := setup(t)
+		var out taskList
+		resp := f.call("POST", "/topics/mail/tasks", `{"identifier":"a","input":{"to": "bob"}}`)
+		resp.want(t, http.StatusCreated, &out)
+		if len(out.Tasks) != 1 {
+			t.Fatalf("tasks %+v, want one", out.Tasks)
+		}
+		got := out.Tasks[0]
+		if got.Sequence != 1 || got.State != "READY" || got.Identifier != "a" || str(got.Input) != `{"to":"bob"}` {
+			t.Errorf("task %+v, want sequence 1 READY a with compact JSON input", got)
+		}
+		if loc := resp.header.Get("Location"); loc != "/topics/mail/tasks/1" {
+			t.Errorf("Location %q, want /topics/mail/tasks/1", loc)
+		}
+	})
+	t.Run("StoresAStringInputAsItsText", func(t *testing.T) {
+		f := setup(t)
+		if got := f.enqueue(`{"identifier":"a","input":"plain text"}`); str(got[0].Input) != "plain text" {
+			t.Errorf("input %q, want plain text", str(got[0].Input))
+		}
+	})
+	t.Run("CreatesABatchInRequestOrder", func(t *testing.T) {
+		f := setup(t)
+		got := f.enqueue(`{"tasks":[{"identifier":"a"},{"identifier":"b","priority":-1},{"identifier":"c","suspended":true}]}`)
+		if len(got) != 3 || got[0].Identifier != "a" || got[1].Identifier != "b" || got[2].Identifier != "c" ||
+			got[0].Sequence >= got[1].Sequence || got[1].Sequence >= got[2].Sequence {
+			t.Fatalf("batch %+v, want a, b, c with ascending sequences", got)
+		}
+		if got[1].Priority != -1 || got[2].State != "SUSPENDED" {
+			t.Errorf("batch %+v, want b at priority -1 and c SUSPENDED", got)
+		}
+	})
+	t.Run("DelaysByDurationMillisecondsOrTime", func(t *testing.T) {
+		f := setup(t)
+		before := time.Now()
+		got := f.enqueue(`{"tasks":[{"identifier":"a","delay":"1h"},{"identifier":"b","delay_ms":60000},{"identifier":"c","not_before":"2031-02-03T04:05:06Z"}]}`)
+		if got[0].NotBefore == nil || got[0].NotBefore.Before(before.Add(59*time.Minute)) {
+			t.Errorf("delay 1h: not_before %v, want about an hour from now", got[0].NotBefore)
+		}
+		if got[1].NotBefore == nil || got[1].NotBefore.Before(before.Add(59*time.Second)) || got[1].NotBefore.After(before.Add(10*time.Minute)) {
+			t.Errorf("delay_ms 60000: not_before %v, want about a minute from now", got[1].NotBefore)
+		}
+		if want := time.Date(2031, 2, 3, 4, 5, 6, 0, time.UTC); got[2].NotBefore == nil || !got[2].NotBefore.Equal(want) {
+			t.Errorf("not_before %v, want %v", got[2].NotBefore, want)
+		}
+	})
+	t.Run("KeepsReferenceAndPriority", func(t *testing.T) {
+		f := setup(t)
+		got := f.enqueue(`{"identifier":"a","reference":"order-7","priority":5}`)
+		if str(got[0].Reference) != "order-7" || got[0].Priority != 5 {
+			t.Errorf("task %+v, want reference order-7 and priority 5", got[0])
+		}
+	})
+	t.Run("ReplaceMakesTheOlderTaskRedundant", func(t *testing.T) {
+		f := setup(t)
+		old := f.enqueue(`{"identifier":"a"}`)[0]
+		f.enqueue(`{"identifier":"a","insertion":"REPLACE"}`)
+		var got task
+		f.call("GET", fmt.Sprintf("/topics/mail/tasks/%d", old.Sequence), "").want(t, http.StatusOK, &got)
+		if got.State != "REDUNDANT" {
+			t.Errorf("older task is %s, want REDUNDANT", got.State)
+		}
+	})
+	t.Run("DeleteKeepsOnlyTheLastTaskOfAnIdentifier", func(t *testing.T) {
+		f := setup(t)
+		got := f.enqueue(`{"tasks":[{"identifier":"a","input":"1"},{"identifier":"a","input":"2"}],"insertion":"delete"}`)
+		if len(got) != 1 || str(got[0].Input) != "2" {
+			t.Errorf("tasks %+v, want only the last", got)
+		}
+	})
+	t.Run("RejectsMalformedJSON", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"identifier": "a",`).wantError(t, http.StatusBadRequest, "malformed JSON")
+	})
+	t.Run("RejectsAnUnknownFieldByName", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","priorty":1}`).wantError(t, http.StatusBadRequest, `"priorty"`)
+	})
+	t.Run("RejectsAnUnknownInsertion", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","insertion":"prepend"}`).wantError(t, http.StatusBadRequest, "prepend")
+	})
+	t.Run("RejectsABadDuration", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","delay":"soon"}`).wantError(t, http.StatusBadRequest, "delay", "soon")
+	})
+	t.Run("RejectsAMissingIdentifierNamingTheTask", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"tasks":[{"identifier":"a"},{"input":"x"}]}`).wantError(t, http.StatusBadRequest, "tasks[1]", "identifier")
+	})
+	t.Run("RejectsAnIdentifierTheRepositoryRefuses", func(t *testing.T) {
+		f := setup(t)
+		long := strings.Repeat("x", repository.MaxIdentifierLength+1)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"`+long+`"}`).wantError(t, http.StatusBadRequest, "identifier")
+	})
+	t.Run("RejectsAnEmptyBody", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", "").wantError(t, http.StatusBadRequest, "empty")
+	})
+	t.Run("AnswersNotFoundForAnUnknownTopic", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/nope/tasks", `{"identifier":"a"}`).wantError(t, http.StatusNotFound, "unknown topic")
+	})
+	t.Run("RefusesABodyOverTheLimit", func(t *testing.T) {
+		f := setup(t, func(c *rest.Config) { c.MaxBodyBytes = 100 })
+		body := `{"identifier":"a","input":"` + strings.Repeat("x", 200) + `"}`
+		f.call("POST", "/topics/mail/tasks", body).wantError(t, http.StatusRequestEntityTooLarge, "100 bytes")
+	})
+	t.Run("RefusesABodyOverTheDefaultMebibyte", func(t *testing.T) {
+		f := setup(t)
+		body := `{"identifier":"a","input":"` + strings.Repeat("x", 1<<20) + `"}`
+		f.call("POST", "/topics/mail/tasks", body).wantError(t, http.StatusRequestEntityTooLarge)
+	})
+	t.Run("AnswersTooManyRequestsAtTheQueueCapWritingNothing", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 1, QueueCap: 1}); err != nil {
+			t.Fatal(err)
+		}
+		f.call("POST", "/topics/mail/tasks", `{"tasks":[{"identifier":"a"},{"identifier":"b"}]}`).wantError(t, http.StatusTooManyRequests, "cap")
+		var page taskList
+		f.call("GET", "/topics/mail/tasks", "").want(t, http.StatusOK, &page)
+		if len(page.Tasks) != 0 {
+			t.Errorf("tasks after a refused push: %+v, want none", page.Tasks)
+		}
+	})
+}
+
+func TestGetTask(t *testing.T) {
+	t.Parallel()
+	t.Run("ReturnsEveryFieldWithStatesByName", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a","input":"in","reference":"r"}`)
+		f.finish(repository.Fail(errors.New("boom")))
+		var got task
+		resp := f.call("GET", "/topics/mail/tasks/1", "")
+		resp.want(t, http.StatusOK, &got)
+		if got.Topic != "mail" || got.State != "FAILED" || got.Descent != "READY" || str(got.Owner) != "test" ||
+			str(got.Output) != "boom" || got.Completed == nil || got.Attempt != 1 || len(got.Errors) != 1 || str(got.Reference) != "r" {
+			t.Errorf("task %+v", got)
+		}
+		var fields map[string]any
+		resp.want(t, http.StatusOK, &fields)
+		for _, name := range []string{"topic", "sequence", "identifier", "state", "descent", "owner", "created", "completed",
+			"input", "output", "reference", "priority", "not_before", "attempt", "returned", "errors", "cancelled"} {
+			if _, ok := fields[name]; !ok {
+				t.Errorf("field %q missing from %s", name, resp.body)
+			}
+		}
+	})
+	t.Run("AnswersNotFoundForAnUnknownTask", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/topics/mail/tasks/42", "").wantError(t, http.StatusNotFound, "unknown task")
+	})
+	t.Run("AnswersNotFoundNamingAnUnknownTopic", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/topics/nope/tasks/1", "").wantError(t, http.StatusNotFound, "unknown topic")
+	})
+	t.Run("RejectsASequenceThatIsNotAPositiveInteger", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/topics/mail/tasks/first", "").wantError(t, http.StatusBadRequest, "first")
+		f.call("GET", "/topics/mail/tasks/0", "").wantError(t, http.StatusBadRequest, "positive")
+	})
+	t.Run("ServesTopicsWhoseNameNeedsEscaping", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Initialize(f.ctx, f.pool, "a/b c"); err != nil {
+			t.Fatal(err)
+		}
+		var out taskList
+		resp := f.call("POST", "/topics/a%2Fb%20c/tasks", `{"identifier":"x"}`)
+		resp.want(t, http.StatusCreated, &out)
+		if out.Tasks[0].Topic != "a/b c" {
+			t.Fatalf("topic %q, want a/b c", out.Tasks[0].Topic)
+		}
+		var got task
+		f.call("GET", resp.header.Get("Location"), "").want(t, http.StatusOK, &got)
+		if got.Identifier != "x" {
+			t.Errorf("task at Location %+v, want x", got)
+		}
+	})
+}
+
+func TestListTasks(t *testing.T) {
+	t.Parallel()
+	// list returns the sequences and the next cursor of the listing at path.
+	list := func(t *testing.T, f *fixture, path string) ([]int64, *int64) {
+		t.Helper()
+		var out taskList
+		f.call("GET", path, "").want(t, http.StatusOK, &out)
+		seqs := make([]int64, len(out.Tasks))
+		for i, tk := range out.Tasks {
+			seqs[i] = tk.Sequence
+		}
+		return seqs, out.NextCursor
+	}
+	five := `{"tasks":[{"identifier":"a","reference":"r1"},{"identifier":"b"},{"identifier":"c","reference":"r1"},{"identifier":"a"},{"identifier":"e","suspended":true}]}`
+	t.Run("PagesForwardWithACursor", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(five)
+		seqs, next := list(t, f, "/topics/mail/tasks?limit=2")
+		if fmt.Sprint(seqs) != "[1 2]" || next == nil || *next != 2 {
+			t.Fatalf("page 1: %v next %v", seqs, next)
+		}
+		seqs, next = list(t, f, "/topics/mail/tasks?limit=2&cursor=2")
+		if fmt.Sprint(seqs) != "[3 4]" || next == nil || *next != 4 {
+			t.Fatalf("page 2: %v next %v", seqs, next)
+		}
+		seqs, next = list(t, f, "/topics/mail/tasks?limit=2&cursor=4")
+		if fmt.Sprint(seqs) != "[5]" || next != nil {
+			t.Fatalf("page 3: %v next %v, want [5] and no next cursor", seqs, next)
+		}
+	})
+	t.Run("PagesBackwardFromTheNewest", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(five)
+		seqs, next := list(t, f, "/topics/mail/tasks?direction=backward&limit=3")
+		if fmt.Sprint(seqs) != "[5 4 3]" || next == nil || *next != 3 {
+			t.Fatalf("page 1: %v next %v", seqs, next)
+		}
+		seqs, next = list(t, f, "/topics/mail/tasks?direction=backward&limit=3&cursor=3")
+		if fmt.Sprint(seqs) != "[2 1]" || next != nil {
+			t.Fatalf("page 2: %v next %v", seqs, next)
+		}
+	})
+	t.Run("FiltersByStateIdentifierAndReference", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(five)
+		for path, want := range map[string]string{
+			"/topics/mail/tasks?state=suspended":            "[5]",
+			"/topics/mail/tasks?identifier=a":               "[1 4]",
+			"/topics/mail/tasks?reference=r1":               "[1 3]",
+			"/topics/mail/tasks?state=READY&identifier=a":   "[1 4]",
+			"/topics/mail/tasks?state=FAILED&identifier=a":  "[]",
+			"/topics/mail/tasks?identifier=c&reference=r1":  "[3]",
+			"/topics/mail/tasks?identifier=zzz&state=READY": "[]",
+		} {
+			if seqs, _ := list(t, f, path); fmt.Sprint(seqs) != want {
+				t.Errorf("GET %s: %v, want %s", path, seqs, want)
+			}
+		}
+	})
+	t.Run("RejectsBadParameters", func(t *testing.T) {
+		f := setup(t)
+		for query, fragment := range map[string]string{
+			"stat=READY":               `"stat"`,
+			"state=DONE":               "DONE",
+			"limit=0":                  "limit",
+			"limit=1001":               "limit",
+			"cursor=-1":                "cursor",
+			"direction=sideways":       "sideways",
+			"state=READY&state=FAILED": "2 times",
+		} {
+			f.call("GET", "/topics/mail/tasks?"+query, "").wantError(t, http.StatusBadRequest, fragment)
+		}
+	})
+	t.Run("AnswersNotFoundForAnUnknownTopic", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/topics/nope/tasks", "").wantError(t, http.StatusNotFound, "unknown topic")
+	})
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	t.Run("MakesAReadyTaskRedundantSayingWhoCancelled", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		var got task
+		f.call("POST", "/topics/mail/tasks/1/cancel", `{"by":"alice"}`).want(t, http.StatusOK, &got)
+		if got.State != "REDUNDANT" || str(got.Output) != "cancelled by alice" {
+			t.Errorf("task %+v, want REDUNDANT cancelled by alice", got)
+		}
+	})
+	t.Run("AcceptsAnEmptyBody", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		var got task
+		f.call("POST", "/topics/mail/tasks/1/cancel", "").want(t, http.StatusOK, &got)
+		if got.State != "REDUNDANT" || str(got.Output) != "cancelled by rest" {
+			t.Errorf("task %+v, want REDUNDANT cancelled by rest", got)
+		}
+	})
+	t.Run("FlagsAnActiveTask", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		if _, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 1); err != nil {
+			t.Fatal(err)
+		}
+		var got task
+		f.call("POST", "/topics/mail/tasks/1/cancel", "").want(t, http.StatusOK, &got)
+		if got.State != "ACTIVE" || !got.Cancelled {
+			t.Errorf("task %+v, want ACTIVE and cancelled", got)
+		}
+	})
+	t.Run("AnswersConflictForAFinishedTask", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		f.finish(repository.Succeed("ok"))
+		f.call("POST", "/topics/mail/tasks/1/cancel", "").wantError(t, http.StatusConflict, "SUCCEEDED")
+	})
+	t.Run("AnswersNotFoundForAnUnknownTaskOrTopic", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks/9/cancel", "").wantError(t, http.StatusNotFound, "unknown task")
+		f.call("POST", "/topics/nope/tasks/1/cancel", "").wantError(t, http.StatusNotFound, "unknown topic")
+	})
+	t.Run("RejectsAnUnknownField", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		f.call("POST", "/topics/mail/tasks/1/cancel", `{"who":"alice"}`).wantError(t, http.StatusBadRequest, `"who"`)
+	})
+}
+
+func TestRevive(t *testing.T) {
+	t.Parallel()
+	type revival struct {
+		Task task  `json:"task"`
+		Copy *task `json:"copy"`
+	}
+	t.Run("ResetPutsTheSameTaskBackToReady", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		f.finish(repository.Fail(errors.New("boom")))
+		var got revival
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset"}`).want(t, http.StatusOK, &got)
+		if got.Task.Sequence != 1 || got.Task.State != "READY" || got.Copy != nil {
+			t.Errorf("revival %+v, want task 1 READY and no copy", got)
+		}
+	})
+	t.Run("AppendMarksTheTaskRecreatedAndPushesACopy", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a","input":"x"}`)
+		f.finish(repository.Fail(errors.New("boom")))
+		var got revival
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"append"}`).want(t, http.StatusOK, &got)
+		if got.Task.State != "RECREATED" || got.Copy == nil || got.Copy.Sequence == 1 || got.Copy.State != "READY" || str(got.Copy.Input) != "x" {
+			t.Errorf("revival %+v, want task RECREATED and a READY copy with the input", got)
+		}
+	})
+	t.Run("ResultReassignsTheTask", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		f.finish(repository.Fail(errors.New("boom")))
+		var got revival
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"result":"success"}`).want(t, http.StatusOK, &got)
+		if got.Task.State != "SUCCEEDED" || got.Copy != nil {
+			t.Errorf("revival %+v, want SUCCEEDED", got)
+		}
+	})
+	t.Run("AnswersConflictForAnUnfinishedTask", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset"}`).wantError(t, http.StatusConflict, "READY")
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"result":"failure"}`).wantError(t, http.StatusConflict, "READY")
+	})
+	t.Run("AnswersNotFoundForAnUnknownTask", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks/3/revive", `{"mode":"supersede"}`).wantError(t, http.StatusNotFound, "unknown task")
+	})
+	t.Run("RejectsAmbiguousMissingOrUnknownModes", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset","result":"success"}`).wantError(t, http.StatusBadRequest, "not both")
+		f.call("POST", "/topics/mail/tasks/1/revive", `{}`).wantError(t, http.StatusBadRequest, "mode")
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"again"}`).wantError(t, http.StatusBadRequest, "again")
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"result":"maybe"}`).wantError(t, http.StatusBadRequest, "maybe")
+	})
+}
+
+// topic mirrors the API's topic JSON.
+type topic struct {
+	Name     string `json:"name"`
+	Active   bool   `json:"active"`
+	Settings struct {
+		MaxAttempts   int32 `json:"max_attempts"`
+		BackoffBaseMs int64 `json:"backoff_base_ms"`
+		QueueCap      int64 `json:"queue_cap"`
+	} `json:"settings"`
+	Stats *struct {
+		Active, Ready, Delayed, Expired, Failed, Suspended int64
+		OldestReadyMs                                      int64 `json:"oldest_ready_ms"`
+	} `json:"stats"`
+}
+
+func TestTopics(t *testing.T) {
+	t.Parallel()
+	t.Run("ListsTopicsWithSettingsAndStats", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Initialize(f.ctx, f.pool, "audit"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 3, BackoffBase: 2 * time.Second, QueueCap: 50}); err != nil {
+			t.Fatal(err)
+		}
+		f.enqueue(`{"tasks":[{"identifier":"a"},{"identifier":"b","delay":"1h"},{"identifier":"c","suspended":true}]}`)
+		var out struct {
+			Topics []topic `json:"topics"`
+		}
+		f.call("GET", "/topics", "").want(t, http.StatusOK, &out)
+		if len(out.Topics) != 2 || out.Topics[0].Name != "audit" || out.Topics[1].Name != "mail" {
+			t.Fatalf("topics %+v, want audit and mail", out.Topics)
+		}
+		mail := out.Topics[1]
+		if mail.Settings.MaxAttempts != 3 || mail.Settings.BackoffBaseMs != 2000 || mail.Settings.QueueCap != 50 || !mail.Active {
+			t.Errorf("mail settings %+v", mail)
+		}
+		if s := mail.Stats; s == nil || s.Ready != 2 || s.Delayed != 1 || s.Suspended != 1 || s.Active != 0 {
+			t.Errorf("mail stats %+v, want 2 ready (1 delayed), 1 suspended", s)
+		}
+	})
+	t.Run("GetsOneTopic", func(t *testing.T) {
+		f := setup(t)
+		var got topic
+		f.call("GET", "/topics/mail", "").want(t, http.StatusOK, &got)
+		if got.Name != "mail" || got.Stats == nil || got.Settings.MaxAttempts != 1 {
+			t.Errorf("topic %+v", got)
+		}
+		f.call("GET", "/topics/nope", "").wantError(t, http.StatusNotFound, "unknown topic")
+	})
+	t.Run("PauseAndResumePersistTheActivation", func(t *testing.T) {
+		f := setup(t)
+		var got topic
+		f.call("POST", "/topics/mail/pause", "").want(t, http.StatusOK, &got)
+		if got.Active {
+			t.Errorf("after pause: %+v, want inactive", got)
+		}
+		if stored, err := f.repo.Topic(f.ctx, f.pool, "mail"); err != nil || stored.Active {
+			t.Errorf("stored after pause: %+v %v", stored, err)
+		}
+		f.call("POST", "/topics/mail/resume", "").want(t, http.StatusOK, &got)
+		if !got.Active {
+			t.Errorf("after resume: %+v, want active", got)
+		}
+	})
+	t.Run("PauseAnswersNotFoundForAnUnknownTopic", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/nope/pause", "").wantError(t, http.StatusNotFound, "unknown topic")
+		f.call("POST", "/topics/nope/resume", "").wantError(t, http.StatusNotFound, "unknown topic")
+	})
+}
+
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	withToken := func(c *rest.Config) { c.Token = "s3cret" }
+	t.Run("RefusesAMissingToken", func(t *testing.T) {
+		f := setup(t, withToken)
+		resp := f.send("GET", "/topics", "", http.Header{})
+		resp.wantError(t, http.StatusUnauthorized, "missing bearer token")
+		if !strings.HasPrefix(resp.header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("WWW-Authenticate %q, want a Bearer challenge", resp.header.Get("WWW-Authenticate"))
+		}
+	})
+	t.Run("RefusesAWrongToken", func(t *testing.T) {
+		f := setup(t, withToken)
+		for _, auth := range []string{"Bearer s3cre", "Bearer s3cret2", "Basic czNjcmV0", "s3cret"} {
+			f.send("POST", "/topics/mail/tasks", `{"identifier":"a"}`, http.Header{"Authorization": {auth}}).
+				wantError(t, http.StatusUnauthorized, "bearer token")
+		}
+		if tasks, _ := f.repo.Page(f.ctx, f.pool, "mail", repository.TaskFilter{}, 0, 10, repository.Forward); len(tasks) != 0 {
+			t.Errorf("an unauthenticated push wrote %d tasks", len(tasks))
+		}
+	})
+	t.Run("AcceptsTheRightTokenWhateverTheSchemeCase", func(t *testing.T) {
+		f := setup(t, withToken)
+		f.send("GET", "/topics", "", http.Header{"Authorization": {"bearer s3cret"}}).want(t, http.StatusOK, nil)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a"}`).want(t, http.StatusCreated, nil)
+	})
+	t.Run("LeavesHealthAndTheOpenAPIDocumentOpen", func(t *testing.T) {
+		f := setup(t, withToken)
+		f.send("GET", "/healthz", "", http.Header{}).want(t, http.StatusOK, nil)
+		f.send("GET", "/openapi.json", "", http.Header{}).want(t, http.StatusOK, nil)
+	})
+	t.Run("GuardsMetrics", func(t *testing.T) {
+		f := setup(t, withToken, func(c *rest.Config) {
+			c.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "pgtask_up 1\n") })
+		})
+		f.send("GET", "/metrics", "", http.Header{}).wantError(t, http.StatusUnauthorized)
+		if resp := f.call("GET", "/metrics", ""); resp.status != http.StatusOK || string(resp.body) != "pgtask_up 1\n" {
+			t.Errorf("GET /metrics with the token: %d %q", resp.status, resp.body)
+		}
+	})
+}
+
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	t.Run("AnswersOKWhileTheDatabaseAnswers", func(t *testing.T) {
+		f := setup(t)
+		var got map[string]string
+		f.call("GET", "/healthz", "").want(t, http.StatusOK, &got)
+		if got["status"] != "ok" {
+			t.Errorf("health %v", got)
+		}
+	})
+	t.Run("AnswersUnavailableWithoutTheDatabase", func(t *testing.T) {
+		f := setup(t)
+		f.pool.Close()
+		f.call("GET", "/healthz", "").wantError(t, http.StatusServiceUnavailable, "database unreachable")
+	})
+}
+
+func TestRouting(t *testing.T) {
+	t.Parallel()
+	t.Run("AnswersUnknownPathsWithJSONNotFound", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/tasks", "").wantError(t, http.StatusNotFound, "no endpoint")
+	})
+	t.Run("AnswersWrongMethodsWithJSONMethodNotAllowed", func(t *testing.T) {
+		f := setup(t)
+		resp := f.call("DELETE", "/topics/mail/tasks/1", "")
+		resp.wantError(t, http.StatusMethodNotAllowed, "DELETE")
+		if allow := resp.header.Get("Allow"); !strings.Contains(allow, "GET") {
+			t.Errorf("Allow %q, want GET", allow)
+		}
+	})
+	t.Run("ServesMetricsOnlyWhenConfigured", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/metrics", "").wantError(t, http.StatusNotFound)
+	})
+	t.Run("AnswersInternalErrorsWithTheTextAndLogsThem", func(t *testing.T) {
+		f := setup(t)
+		// Break the database under the API: the task table is gone.
+		if _, err := f.pool.Exec(f.ctx, "DROP TABLE task CASCADE"); err != nil {
+			t.Fatal(err)
+		}
+		f.call("GET", "/topics", "").wantError(t, http.StatusInternalServerError, "stats")
+		if logs := f.logs.String(); !strings.Contains(logs, "request failed") || !strings.Contains(logs, "/topics") {
+			t.Errorf("logs %q, want the failed request", logs)
+		}
+	})
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	t.Run("RequiresAPool", func(t *testing.T) {
+		t.Parallel()
+		if _, err := rest.New(rest.Config{}); err == nil {
+			t.Error("New without a pool succeeded")
+		}
+	})
+	t.Run("RefusesANegativeBodyLimit", func(t *testing.T) {
+		t.Parallel()
+		if _, err := rest.New(rest.Config{Pool: &pgxpool.Pool{}, MaxBodyBytes: -1}); err == nil {
+			t.Error("New with MaxBodyBytes -1 succeeded")
+		}
+	})
+}
