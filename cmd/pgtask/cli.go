@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// env is what a command may use of the outside world. run wires it to the process;
+// tests give their own, so they can run in parallel without touching the real
+// environment.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+// run runs the pgtask command line args (without the program name). A usage error
+// (bad flag or value) is a *usageError; --help returns nil after printing usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runEnv(ctx, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}, args)
+}
+
+func runEnv(ctx context.Context, e *env, args []string) error {
+	err := dispatch(ctx, e, "pgtask", commands(), args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+// exitCode reports err on w the way the shell expects: nothing and 0 on success, a
+// usage error and 2, any other error and 1.
+func exitCode(err error, w io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(w, "pgtask: %v\n", err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(w, "Run '%s --help' for usage.\n", ue.cmd)
+		return 2
+	}
+	return 1
+}
+
+// usageError is a mistake in the command line: the process exits 2.
+type usageError struct {
+	cmd string // the command whose --help explains it, e.g. "pgtask push"
+	err error
+}
+
+func (u *usageError) Error() string { return u.err.Error() }
+func (u *usageError) Unwrap() error { return u.err }
+
+// command is one node of the command tree: a leaf with run, or a group with sub.
+type command struct {
+	name    string
+	args    string // synopsis after the name, for the group's list
+	summary string
+	run     func(ctx context.Context, e *env, args []string) error
+	sub     []*command
+}
+
+// commands is the command tree. The names and flags are documented in docs/cli.md.
+func commands() []*command {
+	return []*command{
+		{name: "migrate", summary: "apply, revert or show the database schema", sub: []*command{
+			{name: "up", summary: "apply every pending migration", run: runMigrateUp},
+			{name: "down", args: "--yes", summary: "revert every migration, dropping all pgtask tables", run: runMigrateDown},
+			{name: "version", summary: "print the applied migration version", run: runMigrateVersion},
+		}},
+		{name: "topic", summary: "register, configure, list and destroy topics", sub: []*command{
+			{name: "add", args: "NAME", summary: "register a topic (idempotent), optionally with settings", run: runTopicAdd},
+			{name: "list", summary: "list topics and their settings", run: runTopicList},
+			{name: "set", args: "NAME", summary: "change some settings of a topic", run: runTopicSet},
+			{name: "destroy", args: "NAME", summary: "remove a topic with all its tasks", run: runTopicDestroy},
+		}},
+		{name: "push", args: "--topic T [IDENTIFIER [INPUT]]", summary: "push a task, or many from stdin", run: runPush},
+		{name: "list", args: "--topic T", summary: "list the tasks of a topic, page by page", run: runList},
+		{name: "show", args: "--topic T SEQUENCE", summary: "show one task in full", run: runShow},
+		{name: "stats", summary: "show per-topic counts of unfinished and broken tasks", run: runStats},
+		{name: "revive", args: "--topic T MODE (SEQUENCE...|--state S)", summary: "reset, recreate or reassign finished tasks", run: runRevive},
+		{name: "cancel", args: "--topic T SEQUENCE...", summary: "cancel tasks", run: runCancel},
+		{name: "pause", args: "TOPIC", summary: "stop every processor of a topic from polling", run: runPause},
+		{name: "resume", args: "TOPIC", summary: "let the processors of a topic poll again", run: runResume},
+		{name: "purge", args: "--topic T", summary: "delete finished tasks", run: runPurge},
+		{name: "expire", summary: "take back the leases of dead processes", run: runExpire},
+		{name: "serve", args: "[--addr HOST:PORT]", summary: "serve the REST API and /metrics", run: runServe},
+		{name: "bench", summary: "measure throughput against a database", run: func(ctx context.Context, e *env, args []string) error {
+			return runBench(ctx, args, e.stdout, e.stderr)
+		}},
+		{name: "dev", summary: "run the whole system locally, with a throwaway PostgreSQL if needed", run: runDev},
+	}
+}
+
+// dispatch finds the command named by args[0] among cmds and runs it.
+func dispatch(ctx context.Context, e *env, path string, cmds []*command, args []string) error {
+	if len(args) == 0 {
+		printGroupUsage(e.stderr, path, cmds)
+		return &usageError{cmd: path, err: fmt.Errorf("%smissing command", prefix(path))}
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		printGroupUsage(e.stdout, path, cmds)
+		return flag.ErrHelp
+	case "help":
+		if len(args) == 1 {
+			printGroupUsage(e.stdout, path, cmds)
+			return flag.ErrHelp
+		}
+		return dispatch(ctx, e, path, cmds, append(args[1:len(args):len(args)], "--help"))
+	}
+	for _, c := range cmds {
+		if c.name != args[0] {
+			continue
+		}
+		if c.sub != nil {
+			return dispatch(ctx, e, path+" "+c.name, c.sub, args[1:])
+		}
+		return c.run(ctx, e, args[1:])
+	}
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.name
+	}
+	return &usageError{cmd: path, err: fmt.Errorf("%sunknown command %q (want one of %s)", prefix(path), args[0], strings.Join(names, ", "))}
+}
+
+// prefix turns "pgtask topic" into "topic: " (and "pgtask" into "") for messages.
+func prefix(path string) string {
+	name := strings.TrimPrefix(strings.TrimPrefix(path, "pgtask"), " ")
+	if name == "" {
+		return ""
+	}
+	return name + ": "
+}
+
+func printGroupUsage(w io.Writer, path string, cmds []*command) {
+	fmt.Fprintf(w, "Usage: %s COMMAND [flags] [arguments]\n\n", path)
+	if path == "pgtask" {
+		fmt.Fprint(w, "pgtask is the operator's command line for the pgtask queue. Commands that need a\n"+
+			"database take --database-url, falling back to the DATABASE_URL environment variable.\n\n")
+	}
+	fmt.Fprintln(w, "Commands:")
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	for _, c := range cmds {
+		name := c.name
+		if c.args != "" {
+			name += " " + c.args
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", name, c.summary)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\nRun '%s COMMAND --help' for the flags of a command.\n", path)
+}
+
+// flags is the flag set of one command. It accepts flags before, between and after
+// positional arguments ("topic add NAME --max-attempts 3"); "--" ends the flags.
+type flags struct {
+	*flag.FlagSet
+	e        *env
+	path     string // "pgtask topic add"
+	synopsis string // after the path, e.g. "NAME [flags]"
+	about    string
+}
+
+func newFlags(e *env, path, synopsis, about string) *flags {
+	fs := flag.NewFlagSet(path, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flags{FlagSet: fs, e: e, path: path, synopsis: synopsis, about: about}
+}
+
+// name is the command's name in messages, e.g. "topic add".
+func (f *flags) name() string { return strings.TrimSuffix(prefix(f.path), ": ") }
+
+// usagef returns a usage error of this command.
+func (f *flags) usagef(format string, args ...any) error {
+	return &usageError{cmd: f.path, err: fmt.Errorf("%s: %s", f.name(), fmt.Sprintf(format, args...))}
+}
+
+// parse parses args and returns the positional arguments. --help prints the usage on
+// stdout and returns flag.ErrHelp; a bad flag returns a usage error naming it.
+func (f *flags) parse(args []string) ([]string, error) {
+	var positional []string
+	for {
+		err := f.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			f.printUsage(f.e.stdout)
+			return nil, flag.ErrHelp
+		}
+		if err != nil {
+			return nil, f.usagef("%s", flagMessage(err))
+		}
+		rest := f.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// given reports whether the flag was set on the command line.
+func (f *flags) given(name string) bool {
+	found := false
+	f.Visit(func(fl *flag.Flag) {
+		if fl.Name == name {
+			found = true
+		}
+	})
+	return found
+}
+
+var (
+	reUndefined = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	reNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+	reInvalid   = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for flag -+([^:]+): (.*)$`)
+)
+
+// flagMessage rewrites the flag package's messages into "--name: problem" form.
+func flagMessage(err error) string {
+	msg := err.Error()
+	if m := reUndefined.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("unknown flag --%s", m[1])
+	}
+	if m := reNeedsArg.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("--%s: missing value", m[1])
+	}
+	if m := reInvalid.FindStringSubmatch(msg); m != nil {
+		problem := m[3]
+		switch problem {
+		case "parse error":
+			problem = "not a valid value"
+		case "value out of range":
+			problem = "out of range"
+		}
+		return fmt.Sprintf("--%s: invalid value %s: %s", m[2], m[1], problem)
+	}
+	return msg
+}
+
+func (f *flags) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s %s\n", f.path, f.synopsis)
+	if f.about != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(f.about))
+	}
+	var list []*flag.Flag
+	f.VisitAll(func(fl *flag.Flag) { list = append(list, fl) })
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	if len(list) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFlags:")
+	for _, fl := range list {
+		kind, usage := flag.UnquoteUsage(fl)
+		line := "  --" + fl.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		fmt.Fprintln(w, line)
+		if fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "false" && fl.DefValue != "0s" {
+			usage += fmt.Sprintf(" (default %s)", fl.DefValue)
+		}
+		fmt.Fprintf(w, "      %s\n", strings.ReplaceAll(usage, "\n", "\n      "))
+	}
+	fmt.Fprintln(w, "  --help\n      print this help")
+}
+
+// noArgs parses args for a command that takes no positional arguments.
+func (f *flags) noArgs(args []string) error {
+	rest, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return f.usagef("unexpected argument %q", rest[0])
+	}
+	return nil
+}
+
+// args parses args for a command that takes between min and max positional arguments
+// (max < 0: no limit); what names them in messages.
+func (f *flags) args(args []string, min, max int, what string) ([]string, error) {
+	rest, err := f.parse(args)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) < min {
+		return nil, f.usagef("missing %s", what)
+	}
+	if max >= 0 && len(rest) > max {
+		return nil, f.usagef("unexpected argument %q", rest[max])
+	}
+	return rest, nil
+}

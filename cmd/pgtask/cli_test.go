@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--help"}, {"-h"}, {"help"}, {"help", "push"}, {"help", "topic", "add"},
+		{"topic", "--help"}, {"migrate", "--help"}, {"dev", "--help"}, {"serve", "--help"},
+	} {
+		t.Run(strings.Join(args, "_"), func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t.Context(), "", nil, args...)
+			if r.err != nil || r.code != 0 {
+				t.Fatalf("err %v, exit %d", r.err, r.code)
+			}
+			wantContains(t, r.stdout, "Usage: pgtask")
+		})
+	}
+	t.Run("EveryCommandPrintsItsUsageAndFlags", func(t *testing.T) {
+		t.Parallel()
+		var walk func(path []string, cmds []*command)
+		walk = func(path []string, cmds []*command) {
+			for _, c := range cmds {
+				p := append(append([]string(nil), path...), c.name)
+				if c.sub != nil {
+					walk(p, c.sub)
+					continue
+				}
+				if c.name == "bench" { // a stub until the real bench lands
+					continue
+				}
+				r := runCLI(t.Context(), "", nil, append(p, "--help")...)
+				if r.err != nil {
+					t.Errorf("%v --help: %v", p, r.err)
+					continue
+				}
+				wantContains(t, r.stdout, "Usage: pgtask "+strings.Join(p, " "), "--help")
+			}
+		}
+		walk(nil, commands())
+	})
+	t.Run("DatabaseCommandsTakeDatabaseURL", func(t *testing.T) {
+		t.Parallel()
+		for _, args := range [][]string{
+			{"migrate", "up"}, {"topic", "add"}, {"topic", "list"}, {"topic", "set"}, {"topic", "destroy"},
+			{"push"}, {"list"}, {"show"}, {"stats"}, {"revive"}, {"cancel"}, {"pause"}, {"resume"},
+			{"purge"}, {"expire"}, {"serve"}, {"dev"},
+		} {
+			r := runCLI(t.Context(), "", nil, append(args, "--help")...)
+			wantContains(t, r.stdout, "--database-url URL", "$DATABASE_URL")
+		}
+	})
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"NoCommand", nil, []string{"missing command"}},
+		{"UnknownCommand", []string{"frobnicate"}, []string{`unknown command "frobnicate"`}},
+		{"UnknownSubcommand", []string{"topic", "rename"}, []string{`topic: unknown command "rename"`}},
+		{"UnknownFlag", []string{"list", "--topic", "t", "--colour"}, []string{"list: unknown flag --colour"}},
+		{"FlagWithoutValue", []string{"list", "--topic"}, []string{"list: --topic: missing value"}},
+		{"BadInsertion", []string{"push", "--topic", "t", "--insertion", "x", "id"},
+			[]string{`push: --insertion: unknown insertion "x" (want one of APPEND, REPLACE, SUPERSEDE, DELETE)`}},
+		{"PushWithoutTopic", []string{"push", "id"}, []string{"push: --topic is required"}},
+		{"PriorityOutOfRange", []string{"push", "--topic", "t", "--priority", "40000", "id"}, []string{"--priority: 40000 is out of range"}},
+		{"PriorityNotANumber", []string{"push", "--topic", "t", "--priority", "high", "id"}, []string{`--priority: invalid value "high"`}},
+		{"NegativeDelay", []string{"push", "--topic", "t", "--delay", "-5s", "id"}, []string{"--delay", "must not be negative"}},
+		{"BadDelay", []string{"push", "--topic", "t", "--delay", "soon", "id"}, []string{`--delay: invalid value "soon"`, "not a duration"}},
+		{"TooManyPushArguments", []string{"push", "--topic", "t", "a", "b", "c"}, []string{`unexpected argument "c"`}},
+		{"ReferenceTooLong", []string{"push", "--topic", "t", "--reference", strings.Repeat("r", 501), "id"}, []string{"push: --reference: 501 characters long, at most 500"}},
+		{"EmptyIdentifier", []string{"push", "--topic", "t", ""}, []string{"identifier is empty"}},
+		{"BadState", []string{"list", "--topic", "t", "--state", "DONE"}, []string{`list: --state: unknown state "DONE"`}},
+		{"ZeroLimit", []string{"list", "--topic", "t", "--limit", "0"}, []string{"--limit: 0 is below 1"}},
+		{"ShowWithoutSequence", []string{"show", "--topic", "t"}, []string{"show: missing task SEQUENCE"}},
+		{"ShowBadSequence", []string{"show", "--topic", "t", "abc"}, []string{`sequence "abc" is not a positive integer`}},
+		{"ReviveWithoutMode", []string{"revive", "--topic", "t", "1"}, []string{"exactly one of --reset, --recreate MODE and --reassign RESULT"}},
+		{"ReviveTwoModes", []string{"revive", "--topic", "t", "--reset", "--reassign", "success", "1"}, []string{"exactly one of"}},
+		{"ReviveBadRecreate", []string{"revive", "--topic", "t", "--recreate", "reset", "1"}, []string{`--recreate: unknown mode "reset"`}},
+		{"ReviveBadResult", []string{"revive", "--topic", "t", "--reassign", "yes", "1"}, []string{`--reassign: unknown result "yes"`}},
+		{"ReviveSequencesAndState", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "1"}, []string{"either task SEQUENCEs or --state"}},
+		{"ReviveNeither", []string{"revive", "--topic", "t", "--reset"}, []string{"either task SEQUENCEs or --state"}},
+		{"ReviveUnrevivableState", []string{"revive", "--topic", "t", "--reset", "--state", "READY"}, []string{"--state: READY tasks cannot be revived"}},
+		{"ReviveLimitWithSequences", []string{"revive", "--topic", "t", "--reset", "--limit", "5", "1"}, []string{"--limit applies only with --state"}},
+		{"ReviveBadFrom", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "--from", "yesterday"}, []string{`--from: "yesterday" is neither a sequence nor an RFC 3339 time`}},
+		{"CancelWithoutSequence", []string{"cancel", "--topic", "t"}, []string{"cancel: missing task SEQUENCE"}},
+		{"PurgeAllWithState", []string{"purge", "--topic", "t", "--all", "--state", "FAILED"}, []string{"--all deletes every task"}},
+		{"PurgeUnfinishedState", []string{"purge", "--topic", "t", "--state", "READY"}, []string{"--state: READY tasks cannot be purged"}},
+		{"ExpireNegativeTimeout", []string{"expire", "--timeout", "-1s"}, []string{"--timeout", "must not be negative"}},
+		{"TopicAddWithoutName", []string{"topic", "add"}, []string{"topic add: missing topic NAME"}},
+		{"TopicAddBadMaxAttempts", []string{"topic", "add", "x", "--max-attempts", "0"}, []string{"topic add: --max-attempts: 0 is below 1"}},
+		{"TopicSetNothing", []string{"topic", "set", "x"}, []string{"topic set: no setting given"}},
+		{"TopicSetNegativeCap", []string{"topic", "set", "x", "--queue-cap", "-1"}, []string{"--queue-cap: -1 is negative"}},
+		{"TopicSetBadRetention", []string{"topic", "set", "x", "--retention", "forever"}, []string{`--retention: invalid value "forever"`}},
+		{"PauseWithoutTopic", []string{"pause"}, []string{"pause: missing TOPIC"}},
+		{"MigrateDownUnconfirmed", []string{"migrate", "down"}, []string{"migrate down: --yes"}},
+		{"NoDatabaseURL", []string{"stats"}, []string{"stats: --database-url: no database URL: pass --database-url or set DATABASE_URL"}},
+		{"BadDatabaseURL", []string{"stats", "--database-url", "postgres://x:y@host:notaport/db"}, []string{"stats: --database-url:"}},
+		{"ServeNegativeMaxBody", []string{"serve", "--max-body", "-1"}, []string{"serve: --max-body: -1 is below 1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			wantUsage(t, runCLI(t.Context(), "", nil, tc.args...), tc.want...)
+		})
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	t.Parallel()
+	var w bytes.Buffer
+	if code := exitCode(nil, &w); code != 0 || w.Len() != 0 {
+		t.Errorf("nil error: exit %d, printed %q", code, w.String())
+	}
+	w.Reset()
+	if code := exitCode(errors.New("boom"), &w); code != 1 || w.String() != "pgtask: boom\n" {
+		t.Errorf("runtime error: exit %d, printed %q", code, w.String())
+	}
+	w.Reset()
+	if code := exitCode(&usageError{cmd: "pgtask push", err: errors.New("push: bad")}, &w); code != 2 ||
+		w.String() != "pgtask: push: bad\nRun 'pgtask push --help' for usage.\n" {
+		t.Errorf("usage error: exit %d, printed %q", code, w.String())
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"90s": "1m30s", "7d": "168h0m0s", "0.5d": "12h0m0s", "0": "0s"} {
+		d, err := parseDuration(in)
+		if err != nil || d.String() != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %s", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "-1h", "-2d", "soon", "1e30d", "NaNd", "-Infd"} {
+		if _, err := parseDuration(in); err == nil {
+			t.Errorf("parseDuration(%q) succeeded", in)
+		}
+	}
+}
+
+func TestFlagsAfterArguments(t *testing.T) {
+	t.Parallel()
+	f := newFlags(&env{}, "pgtask x", "", "")
+	n := f.Int("n", 0, "")
+	pos, err := f.parse([]string{"a", "--n", "3", "b", "--", "--n", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *n != 3 || strings.Join(pos, ",") != "a,b,--n,c" {
+		t.Fatalf("n=%d positional=%q", *n, pos)
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"plain":                          "plain",
+		"postgres://u@/db?host=/tmp&x=1": "'postgres://u@/db?host=/tmp&x=1'",
+		"it's":                           `'it'\''s'`,
+		"":                               "''",
+		"Authorization: Bearer abc":      "'Authorization: Bearer abc'",
+		"postgres://u@h:5432/db":         "postgres://u@h:5432/db",
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
+)
+
+// latestMigration is the highest version among the embedded migrations.
+func latestMigration(t *testing.T) int {
+	t.Helper()
+	entries, err := fs.ReadDir(schema.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := 0
+	for _, e := range entries {
+		if n, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0]); err == nil && n > latest {
+			latest = n
+		}
+	}
+	return latest
+}
+
+func TestMigrate(t *testing.T) {
+	f := setup(t)
+	latest := latestMigration(t)
+	if got := f.ok("migrate", "version"); got != fmt.Sprintf("%d\n", latest) {
+		t.Fatalf("migrate version printed %q, want %d", got, latest)
+	}
+	wantContains(t, f.ok("migrate", "up"), fmt.Sprintf("schema at version %d", latest))
+	wantContains(t, f.ok("migrate", "down", "--yes"), "schema removed")
+	if got := f.ok("migrate", "version"); got != "0\n" {
+		t.Fatalf("after down, migrate version printed %q", got)
+	}
+	wantRuntime(t, f.cli("topic", "list"), nil) // no tables any more
+	f.ok("migrate", "up")
+	wantContains(t, f.ok("topic", "list"), "no topics")
+}
+
+func TestDatabaseURLFromEnvironment(t *testing.T) {
+	f := setup(t)
+	r := runCLI(f.ctx, "", map[string]string{"DATABASE_URL": f.url}, "migrate", "version")
+	if r.err != nil || r.stdout != fmt.Sprintf("%d\n", latestMigration(t)) {
+		t.Fatalf("err %v, stdout %q", r.err, r.stdout)
+	}
+	t.Run("FlagWinsOverEnvironment", func(t *testing.T) {
+		r := runCLI(f.ctx, "", map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"},
+			"migrate", "version", "--database-url", f.url)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	})
+}
+
+func TestTopic(t *testing.T) {
+	f := setup(t)
+	t.Run("AddRegistersWithSettings", func(t *testing.T) {
+		out := f.ok("topic", "add", "mail", "--max-attempts", "5", "--backoff-base", "2s", "--queue-cap", "100", "--retention", "7d")
+		wantContains(t, out, `topic "mail" added`, "max attempts 5", "retention 168h")
+		topic, err := f.repo.Topic(f.ctx, f.pool, "mail")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if topic.MaxAttempts != 5 || topic.BackoffBase != 2*time.Second || topic.QueueCap != 100 ||
+			topic.Retention != 7*24*time.Hour || topic.BackoffCap != repository.BackoffCapDefault {
+			t.Fatalf("settings %+v", topic.TopicSettings)
+		}
+	})
+	t.Run("AddIsIdempotent", func(t *testing.T) {
+		wantContains(t, f.ok("topic", "add", "mail"), `topic "mail" already exists`)
+	})
+	t.Run("SetChangesOnlyGivenSettings", func(t *testing.T) {
+		wantContains(t, f.ok("topic", "set", "mail", "--backoff-cap", "10m", "--queue-cap", "0"), "backoff 2s..10m", "queue cap unlimited")
+		topic, err := f.repo.Topic(f.ctx, f.pool, "mail")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := repository.TopicSettings{MaxAttempts: 5, BackoffBase: 2 * time.Second, BackoffCap: 10 * time.Minute, Retention: 7 * 24 * time.Hour}
+		if topic.TopicSettings != want {
+			t.Fatalf("settings %+v, want %+v", topic.TopicSettings, want)
+		}
+	})
+	t.Run("SetUnknownTopicFails", func(t *testing.T) {
+		wantRuntime(t, f.cli("topic", "set", "nope", "--max-attempts", "2"), repository.ErrUnknownTopic)
+	})
+	t.Run("ListShowsTopicsAndSettings", func(t *testing.T) {
+		out := f.ok("topic", "list")
+		wantContains(t, out, "TOPIC", "mail", "active", "10m", "168h")
+		var list topicsJSON
+		if err := json.Unmarshal([]byte(f.ok("topic", "list", "--json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		topics := list.Topics
+		if len(topics) != 2 || topics[0].Name != "mail" || topics[0].Settings.MaxAttempts != 5 ||
+			topics[0].Settings.BackoffCapMs != 600000 || topics[1].Name != "t" {
+			t.Fatalf("topics %+v", topics)
+		}
+	})
+	t.Run("PauseAndResume", func(t *testing.T) {
+		wantContains(t, f.ok("pause", "mail"), `topic "mail" paused`)
+		if topic, _ := f.repo.Topic(f.ctx, f.pool, "mail"); topic.Active {
+			t.Fatal("topic still active after pause")
+		}
+		wantContains(t, f.ok("topic", "list"), "paused")
+		wantContains(t, f.ok("resume", "mail"), `topic "mail" resumed`)
+		if topic, _ := f.repo.Topic(f.ctx, f.pool, "mail"); !topic.Active {
+			t.Fatal("topic paused after resume")
+		}
+		wantRuntime(t, f.cli("pause", "nope"), repository.ErrUnknownTopic)
+	})
+	t.Run("DestroyRemovesTopic", func(t *testing.T) {
+		wantContains(t, f.ok("topic", "destroy", "mail"), `topic "mail" destroyed`)
+		if _, err := f.repo.Topic(f.ctx, f.pool, "mail"); err == nil {
+			t.Fatal("topic survived destroy")
+		}
+		r := f.cli("topic", "destroy", "mail")
+		wantRuntime(t, r, repository.ErrUnknownTopic)
+		wantContains(t, r.stderr, `pgtask: topic destroy: topic "mail": unknown topic`)
+	})
+}
+
+var sequenceRE = regexp.MustCompile(`sequences? (\d+)`)
+
+func TestPush(t *testing.T) {
+	f := setup(t)
+	t.Run("FromArguments", func(t *testing.T) {
+		out := f.ok("push", "--topic", "t", "--priority", "-3", "--reference", "ref-1", "--delay", "1h", "--suspended", "id-1", `{"x": 1}`)
+		m := sequenceRE.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no sequence in %q", out)
+		}
+		seq, _ := strconv.ParseInt(m[1], 10, 64)
+		task := f.get(seq)
+		if task.Identifier != "id-1" || task.Input != `{"x": 1}` || task.Priority != -3 || task.Reference != "ref-1" ||
+			task.State != repository.Suspended || time.Until(task.NotBefore) < 59*time.Minute {
+			t.Fatalf("task %+v", task)
+		}
+	})
+	t.Run("IdentifierOnly", func(t *testing.T) {
+		out := f.ok("push", "--topic", "t", "lonely")
+		seq, _ := strconv.ParseInt(sequenceRE.FindStringSubmatch(out)[1], 10, 64)
+		if task := f.get(seq); task.Input != "" || task.State != repository.Ready {
+			t.Fatalf("task %+v", task)
+		}
+	})
+	t.Run("FlagsAfterArguments", func(t *testing.T) {
+		out := f.ok("push", "late-flags", "--topic", "t", "--priority", "7")
+		seq, _ := strconv.ParseInt(sequenceRE.FindStringSubmatch(out)[1], 10, 64)
+		if task := f.get(seq); task.Priority != 7 {
+			t.Fatalf("task %+v", task)
+		}
+	})
+	t.Run("FromStandardInputInBatches", func(t *testing.T) {
+		stdin := "a\tinput a\n\nb\n  \r\nc\twith\ttabs\r\n" +
+			`{"identifier": "d", "input": "text", "priority": 2, "delay": "30m", "reference": "r"}` + "\n" +
+			`{"identifier": "e", "input": {"n": [1, 2]}, "suspended": true}` // no final newline
+		r := f.cliIn(stdin, "push", "--topic", "t", "--batch-size", "2", "--priority", "9")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		wantContains(t, r.stdout, "pushed 5 tasks")
+		tasks, err := f.repo.Page(f.ctx, f.pool, "t", repository.TaskFilter{}, repository.MaxSequence, 100, repository.Backward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]repository.Task{}
+		for _, task := range tasks[:5] {
+			got[task.Identifier] = task
+		}
+		for id, want := range map[string]struct {
+			input    string
+			priority int16
+			state    repository.State
+		}{
+			"a": {"input a", 9, repository.Ready},
+			"b": {"", 9, repository.Ready},
+			"c": {"with\ttabs", 9, repository.Ready},
+			"d": {"text", 2, repository.Ready},
+			"e": {`{"n": [1, 2]}`, 9, repository.Suspended},
+		} {
+			task, ok := got[id]
+			if !ok || task.Input != want.input || task.Priority != want.priority || task.State != want.state {
+				t.Errorf("task %q = %+v, want %+v", id, task, want)
+			}
+		}
+		if d := got["d"]; d.Reference != "r" || time.Until(d.NotBefore) < 29*time.Minute {
+			t.Errorf("task d %+v", d)
+		}
+	})
+	t.Run("BadLineIsNamedAndEarlierBatchesStay", func(t *testing.T) {
+		r := f.cliIn("x1\nx2\n{\"identifier\": \"x3\", \"colour\": 1}\n", "push", "--topic", "t", "--batch-size", "2")
+		wantRuntime(t, r, nil)
+		wantContains(t, r.err.Error(), "standard input line 3", `unknown field "colour"`, "2 tasks pushed before it")
+		for _, c := range []struct{ line, want string }{
+			{`{"input": "no id"}`, `"identifier" is missing`},
+			{`{"identifier": "i", "delay": "-1s"}`, `"delay"`},
+			{`{"identifier": "i", "priority": 99999}`, `"priority": 99999 is out of range`},
+			{`{"identifier": "i"} {}`, "more than one value"},
+			{strings.Repeat("y", 501), "at most 500"},
+		} {
+			r := f.cliIn(c.line, "push", "--topic", "t")
+			wantRuntime(t, r, nil)
+			wantContains(t, r.err.Error(), "line 1", c.want)
+		}
+	})
+	t.Run("EmptyInputPushesNothing", func(t *testing.T) {
+		wantContains(t, f.cliIn("\n\n", "push", "--topic", "t").stdout, "nothing pushed")
+	})
+	t.Run("UnknownTopicFails", func(t *testing.T) {
+		wantRuntime(t, f.cli("push", "--topic", "nope", "id"), repository.ErrUnknownTopic)
+	})
+	t.Run("QueueCapRefusesAndWritesNothing", func(t *testing.T) {
+		f.ok("topic", "add", "capped", "--queue-cap", "1")
+		wantRuntime(t, f.cliIn("a\nb\n", "push", "--topic", "capped"), repository.ErrQueueFull)
+		if n, _ := f.repo.Stats(f.ctx, f.pool, "capped"); n.Ready != 0 {
+			t.Fatalf("%d tasks written", n.Ready)
+		}
+	})
+	t.Run("ReplaceMarksOlderRedundant", func(t *testing.T) {
+		old := f.push("dup")
+		f.ok("push", "--topic", "t", "--insertion", "REPLACE", "dup")
+		f.wantState(old[0], repository.Redundant)
+	})
+}
+
+func TestListAndShow(t *testing.T) {
+	f := setup(t)
+	seqs := f.push("a", "b", "c", "d", "e")
+	f.finish(repository.Fail(fmt.Errorf("boom\nsecond line")))
+	more := f.push("f")
+	t.Run("PagesWithCursor", func(t *testing.T) {
+		out := f.ok("list", "--topic", "t", "--limit", "2")
+		wantContains(t, out, "SEQUENCE", "FAILED", "in-a", "boom second line", fmt.Sprintf("next page: --cursor %d", seqs[1]))
+		if strings.Contains(out, "in-c") {
+			t.Fatalf("first page has a third task:\n%s", out)
+		}
+		out = f.ok("list", "--topic", "t", "--limit", "2", "--cursor", strconv.FormatInt(seqs[1], 10))
+		wantContains(t, out, "in-c", "in-d")
+		out = f.ok("list", "--topic", "t", "--limit", "10", "--cursor", strconv.FormatInt(seqs[4], 10))
+		wantContains(t, out, "in-f", "READY")
+		if strings.Contains(out, "next page") {
+			t.Fatalf("last page offers a next page:\n%s", out)
+		}
+	})
+	t.Run("Backward", func(t *testing.T) {
+		out := f.ok("list", "--topic", "t", "--backward", "--limit", "1")
+		wantContains(t, out, "in-f", fmt.Sprintf("next page: --cursor %d --backward", more[0]))
+	})
+	t.Run("Filters", func(t *testing.T) {
+		var page struct {
+			Tasks      []taskJSON `json:"tasks"`
+			NextCursor *int64     `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(f.ok("list", "--topic", "t", "--state", "ready", "--json")), &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Tasks) != 1 || page.Tasks[0].Identifier != "f" || page.Tasks[0].State != "READY" || page.NextCursor != nil {
+			t.Fatalf("page %+v", page)
+		}
+		out := f.ok("list", "--topic", "t", "--identifier", "c")
+		wantContains(t, out, "in-c")
+		if strings.Contains(out, "in-d") {
+			t.Fatalf("identifier filter let d through:\n%s", out)
+		}
+		wantContains(t, f.ok("list", "--topic", "t", "--reference", "none"), "no tasks")
+	})
+	t.Run("UnknownTopicFails", func(t *testing.T) {
+		wantRuntime(t, f.cli("list", "--topic", "nope"), repository.ErrUnknownTopic)
+	})
+	t.Run("ShowPrintsEverything", func(t *testing.T) {
+		out := f.ok("show", "--topic", "t", strconv.FormatInt(seqs[0], 10))
+		wantContains(t, out, "identifier:  a", "state:       FAILED (descent READY)", "attempt:     1",
+			"input:\n  in-a", "output:\n  boom\n  second line", "owner:       test-worker")
+		var task taskJSON
+		if err := json.Unmarshal([]byte(f.ok("show", "--json", "--topic", "t", strconv.FormatInt(seqs[0], 10))), &task); err != nil {
+			t.Fatal(err)
+		}
+		if task.Sequence != seqs[0] || task.State != "FAILED" || task.Output == nil || *task.Output != "boom\nsecond line" ||
+			task.Completed == nil || task.Reference != nil || len(task.Errors) != 1 {
+			t.Fatalf("task %+v", task)
+		}
+	})
+	t.Run("ShowUnknownTaskFails", func(t *testing.T) {
+		wantRuntime(t, f.cli("show", "--topic", "t", "999999"), repository.ErrUnknownTask)
+	})
+}
+
+func TestStats(t *testing.T) {
+	f := setup(t)
+	f.ok("topic", "add", "other")
+	f.push("a", "b")
+	f.finish(repository.Fail(nil))
+	f.push("c", "d", "e")
+	f.ok("push", "--topic", "t", "--delay", "1h", "later")
+	out := f.ok("stats")
+	wantContains(t, out, "TOPIC", "other", "READY")
+	var list topicsJSON
+	if err := json.Unmarshal([]byte(f.ok("stats", "--topic", "t", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	stats := list.Topics
+	if len(stats) != 1 || stats[0].Name != "t" || !stats[0].Active || stats[0].Stats == nil {
+		t.Fatalf("stats %+v", stats)
+	}
+	if s := stats[0].Stats; s.Ready != 4 || s.Delayed != 1 || s.Failed != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	wantRuntime(t, f.cli("stats", "--topic", "nope"), repository.ErrUnknownTopic)
+}
+
+func TestRevive(t *testing.T) {
+	f := setup(t)
+	failed := f.push("a", "b", "c", "d", "e")
+	f.finish(repository.Fail(nil))
+	seq := func(i int) string { return strconv.FormatInt(failed[i], 10) }
+	t.Run("ResetBySequence", func(t *testing.T) {
+		wantContains(t, f.ok("revive", "--topic", "t", "--reset", seq(0)), "reset 1 tasks", seq(0))
+		f.wantState(failed[0], repository.Ready)
+	})
+	t.Run("RecreateBySequence", func(t *testing.T) {
+		out := f.ok("revive", "--topic", "t", "--recreate", "append", seq(1))
+		f.wantState(failed[1], repository.Recreated)
+		m := regexp.MustCompile(seq(1) + `->(\d+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no old->new in %q", out)
+		}
+		fresh, _ := strconv.ParseInt(m[1], 10, 64)
+		if task := f.get(fresh); task.Identifier != "b" || task.Input != "in-b" || task.State != repository.Ready {
+			t.Fatalf("fresh copy %+v", task)
+		}
+	})
+	t.Run("AllOrNothing", func(t *testing.T) {
+		r := f.cli("revive", "--topic", "t", "--reset", seq(0), seq(2)) // seq(0) is READY now
+		wantRuntime(t, r, repository.ErrWrongState)
+		f.wantState(failed[2], repository.Failed)
+	})
+	t.Run("ReassignBySequence", func(t *testing.T) {
+		wantContains(t, f.ok("revive", "--topic", "t", "--reassign", "success", seq(2)), "reassigned 1 tasks", "SUCCEEDED")
+		f.wantState(failed[2], repository.Succeeded)
+	})
+	t.Run("ResetByStateWithLimit", func(t *testing.T) {
+		out := f.ok("revive", "--topic", "t", "--reset", "--state", "failed", "--limit", "1")
+		wantContains(t, out, "reset 1 tasks", seq(3), "more FAILED tasks may remain")
+		f.wantState(failed[3], repository.Ready)
+		f.wantState(failed[4], repository.Failed)
+	})
+	t.Run("ReassignByStateWithinRange", func(t *testing.T) {
+		out := f.ok("revive", "--topic", "t", "--reassign", "FILTER", "--state", "FAILED", "--from", seq(4), "--to", seq(4))
+		wantContains(t, out, "reassigned 1 FAILED tasks")
+		f.wantState(failed[4], repository.Filtered)
+	})
+	t.Run("RangeByTime", func(t *testing.T) {
+		// Every task was created before now, so --from now matches none of them.
+		from := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+		wantContains(t, f.ok("revive", "--topic", "t", "--reset", "--state", "FILTERED", "--from", from), "reset 0 tasks")
+		to := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+		wantContains(t, f.ok("revive", "--topic", "t", "--reset", "--state", "FILTERED", "--to", to), "reset 1 tasks")
+		f.wantState(failed[4], repository.Ready)
+	})
+}
+
+func TestCancel(t *testing.T) {
+	f := setup(t)
+	seqs := f.push("a", "b")
+	out := f.ok("cancel", "--topic", "t", strconv.FormatInt(seqs[0], 10))
+	wantContains(t, out, fmt.Sprintf("task %d: cancelled (now REDUNDANT)", seqs[0]))
+	task := f.get(seqs[0])
+	if task.State != repository.Redundant || !strings.Contains(task.Output, "pgtask cancel by") {
+		t.Fatalf("task %+v", task)
+	}
+	t.Run("ActiveTaskIsFlagged", func(t *testing.T) {
+		leased, err := f.repo.Poll(f.ctx, f.pool, "t", repository.FIFO, repository.None, 1)
+		if err != nil || len(leased) != 1 {
+			t.Fatalf("poll: %v %v", leased, err)
+		}
+		wantContains(t, f.ok("cancel", "--topic", "t", strconv.FormatInt(seqs[1], 10)), "ACTIVE: its handler is told to stop")
+		if task := f.get(seqs[1]); !task.Cancelled {
+			t.Fatalf("task %+v not flagged", task)
+		}
+	})
+	t.Run("WrongStateRefusesAll", func(t *testing.T) {
+		fresh := f.push("c")
+		r := f.cli("cancel", "--topic", "t", strconv.FormatInt(fresh[0], 10), strconv.FormatInt(seqs[0], 10))
+		wantRuntime(t, r, repository.ErrWrongState)
+		f.wantState(fresh[0], repository.Ready)
+	})
+}
+
+func TestPurge(t *testing.T) {
+	f := setup(t)
+	done := f.push("a", "b", "c")
+	f.finish(repository.Succeed(""))
+	failed := f.push("d")
+	f.finish(repository.Fail(nil))
+	ready := f.push("e")
+	t.Run("ByStateAndRange", func(t *testing.T) {
+		out := f.ok("purge", "--topic", "t", "--state", "SUCCEEDED", "--to", strconv.FormatInt(done[1], 10))
+		wantContains(t, out, `purged 2 tasks from topic "t"`)
+		f.wantState(done[2], repository.Succeeded)
+	})
+	t.Run("FinishedByDefault", func(t *testing.T) {
+		wantContains(t, f.ok("purge", "--topic", "t"), "purged 2 tasks")
+		f.wantState(ready[0], repository.Ready)
+		if _, err := f.repo.Get(f.ctx, f.pool, "t", failed[0]); err == nil {
+			t.Fatal("failed task survived purge")
+		}
+	})
+	t.Run("All", func(t *testing.T) {
+		wantContains(t, f.ok("purge", "--topic", "t", "--all"), "purged 1 tasks")
+	})
+	t.Run("Retention", func(t *testing.T) {
+		f.ok("topic", "set", "t", "--retention", "1ms")
+		f.push("old-1", "old-2")
+		f.finish(repository.Succeed(""))
+		f.ok("topic", "add", "keep")
+		if _, err := f.repo.Push(f.ctx, f.pool, "keep", repository.Append, repository.Creation{Identifier: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		kept, err := f.repo.Poll(f.ctx, f.pool, "keep", repository.FIFO, repository.None, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.repo.Complete(f.ctx, f.pool, "keep", kept[0].Decide(repository.Succeed(""))); err != nil {
+			t.Fatal(err)
+		}
+		purged := 0
+		eventually(t, 10*time.Second, "both tasks past a 1ms retention purged", func() bool {
+			out := f.ok("purge", "--retention")
+			m := regexp.MustCompile(`purged (\d+) tasks past`).FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("unexpected output %q", out)
+			}
+			n, _ := strconv.Atoi(m[1])
+			purged += n
+			return purged == 2
+		})
+		if _, err := f.repo.Get(f.ctx, f.pool, "keep", kept[0].Sequence); err != nil {
+			t.Fatalf("task of a topic without retention purged: %v", err)
+		}
+		wantUsage(t, f.cli("purge", "--retention", "--topic", "t"), "does not combine with --topic")
+	})
+	t.Run("UnknownTopicFails", func(t *testing.T) {
+		wantRuntime(t, f.cli("purge", "--topic", "nope"), repository.ErrUnknownTopic)
+		wantRuntime(t, f.cli("purge", "--topic", "nope", "--all"), repository.ErrUnknownTopic)
+	})
+}
+
+func TestExpire(t *testing.T) {
+	f := setup(t)
+	wantContains(t, f.ok("expire"), "no leases to take back")
+	// A worker whose clock says it last heart-beat an hour ago leases a task.
+	dead, err := repository.New(repository.Config{Owner: "dead-worker", Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.Register(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
+	seqs := f.push("a")
+	if _, err := dead.Poll(f.ctx, f.pool, "t", repository.FIFO, repository.None, 1); err != nil {
+		t.Fatal(err)
+	}
+	wantContains(t, f.ok("expire", "--timeout", "2h"), "no leases to take back")
+	f.wantState(seqs[0], repository.Active)
+	wantContains(t, f.ok("expire", "--timeout", "1m"), `topic "t": 1 leases taken back, 0 of them READY again`)
+	f.wantState(seqs[0], repository.Expired)
+}

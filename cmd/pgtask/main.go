@@ -1,0 +1,21 @@
+// Command pgtask is the operator's command line for pgtask: migrations, topics, pushing
+// and inspecting tasks, revival, housekeeping, the REST server and a one-command local
+// development setup. Run "pgtask help" for the list of commands; docs/cli.md has an
+// example of each.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, a second one gets the default behaviour (exit at once).
+	context.AfterFunc(ctx, stop)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}

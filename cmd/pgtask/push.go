@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+const pushAbout = `
+Pushes one task (IDENTIFIER and optional INPUT on the command line) or, without an
+IDENTIFIER, one task per line of standard input, in batches of --batch-size lines (one
+statement each; every batch commits on its own). A line is either
+
+  identifier<TAB>input        (or just: identifier)
+  {"identifier": "id", "input": "text or any JSON", "priority": 5, "delay": "5s",
+   "not_before": "2024-05-01T12:00:00Z", "reference": "r", "suspended": false}
+
+Blank lines are skipped. The flags --priority, --delay, --reference and --suspended
+are the defaults of every line; a JSON line's fields override them. A JSON "input" that
+is not a string is stored as its JSON text.
+
+--insertion decides what happens to older tasks of the same identifier:
+  append     keep them
+  supersede  older READY tasks become REDUNDANT
+  replace    older READY..SUCCEEDED tasks become REDUNDANT
+  delete     older tasks (except ACTIVE ones) are deleted`
+
+// pushLine is one JSON line on standard input.
+type pushLine struct {
+	Identifier *string         `json:"identifier"`
+	Input      json.RawMessage `json:"input"`
+	Priority   *int            `json:"priority"`
+	Delay      *string         `json:"delay"`
+	NotBefore  *time.Time      `json:"not_before"`
+	Reference  *string         `json:"reference"`
+	Suspended  *bool           `json:"suspended"`
+}
+
+func runPush(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "pgtask push", "--topic T [flags] [IDENTIFIER [INPUT]]", pushAbout)
+	url := f.databaseURL()
+	topic := f.String("topic", "", "`TOPIC` to push to (required)")
+	insertionName := f.String("insertion", "append", "insertion `MODE`: append, replace, supersede or delete")
+	delay := f.duration("delay", 0, "do not poll the task before this `DURATION` has passed")
+	priorityFlag := f.Int("priority", 0, "`N` in -32768..32767; lower is polled first")
+	reference := f.String("reference", "", "optional reference `TEXT` (e.g. the sequence of the task that caused this one)")
+	suspended := f.Bool("suspended", false, "push SUSPENDED: the task waits for a junction or revival")
+	batchSize := f.Int("batch-size", 1000, "lines (`N`) per push when reading standard input")
+	pos, err := f.args(args, 0, 2, "")
+	if err != nil {
+		return err
+	}
+	if err := f.need("topic"); err != nil {
+		return err
+	}
+	insertion, err := f.parseInsertion("insertion", *insertionName)
+	if err != nil {
+		return err
+	}
+	priority, err := f.checkPriority(*priorityFlag)
+	if err != nil {
+		return err
+	}
+	if *batchSize < 1 {
+		return f.usagef("--batch-size: %d is below 1", *batchSize)
+	}
+	if n := utf8.RuneCountInString(*reference); n > repository.MaxReferenceLength {
+		return f.usagef("--reference: %d characters long, at most %d allowed", n, repository.MaxReferenceLength)
+	}
+	defaults := repository.Creation{Reference: *reference, Suspended: *suspended, Priority: priority, Delay: *delay}
+
+	var single *repository.Creation
+	if len(pos) > 0 {
+		c := defaults
+		c.Identifier = pos[0]
+		if len(pos) > 1 {
+			c.Input = pos[1]
+		}
+		if err := checkCreation(c, c.Identifier); err != nil {
+			return f.usagef("%v", err)
+		}
+		single = &c
+	}
+
+	conn, err := f.connect(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	if single != nil {
+		tasks, err := conn.repo.Push(ctx, conn.pool, *topic, insertion, *single)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "pushed 1 task to topic %q: sequence %d\n", *topic, tasks[0].Sequence)
+		return nil
+	}
+
+	if file, ok := e.stdin.(*os.File); ok {
+		if fi, err := file.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintln(e.stderr, "pgtask push: reading tasks from standard input, one per line; end with Ctrl-D")
+		}
+	}
+	var (
+		pushed      int
+		first, last int64
+		batch       = make([]repository.Creation, 0, *batchSize)
+	)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		tasks, err := conn.repo.Push(ctx, conn.pool, *topic, insertion, batch...)
+		if err != nil {
+			return err
+		}
+		batch = batch[:0]
+		if len(tasks) > 0 {
+			if first == 0 {
+				first = tasks[0].Sequence
+			}
+			last = tasks[len(tasks)-1].Sequence
+		}
+		pushed += len(tasks)
+		return nil
+	}
+	partial := func(err error) error {
+		if pushed == 0 {
+			return err
+		}
+		return fmt.Errorf("%w (%d tasks pushed before it, sequences %d..%d)", err, pushed, first, last)
+	}
+	r := bufio.NewReader(e.stdin)
+	for number := 1; ; number++ {
+		line, readErr := r.ReadString('\n')
+		if readErr != nil && !errors.Is(readErr, io.EOF) {
+			return partial(fmt.Errorf("push: read standard input: %w", readErr))
+		}
+		if strings.TrimSpace(line) != "" {
+			c, err := parseLine(line, defaults)
+			if err != nil {
+				return partial(fmt.Errorf("push: standard input line %d: %w", number, err))
+			}
+			batch = append(batch, c)
+			if len(batch) == *batchSize {
+				if err := flush(); err != nil {
+					return partial(fmt.Errorf("push: batch ending at standard input line %d: %w", number, err))
+				}
+			}
+		}
+		if readErr != nil { // EOF
+			break
+		}
+	}
+	if err := flush(); err != nil {
+		return partial(fmt.Errorf("push: last batch: %w", err))
+	}
+	switch pushed {
+	case 0:
+		fmt.Fprintf(e.stdout, "no tasks on standard input: nothing pushed to topic %q\n", *topic)
+	case 1:
+		fmt.Fprintf(e.stdout, "pushed 1 task to topic %q: sequence %d\n", *topic, first)
+	default:
+		fmt.Fprintf(e.stdout, "pushed %d tasks to topic %q: sequences %d..%d\n", pushed, *topic, first, last)
+	}
+	return nil
+}
+
+// parseLine parses one line of standard input into a creation based on defaults.
+func parseLine(line string, defaults repository.Creation) (repository.Creation, error) {
+	line = strings.TrimRight(line, "\r\n")
+	c := defaults
+	if trimmed := strings.TrimSpace(line); strings.HasPrefix(trimmed, "{") {
+		var pl pushLine
+		dec := json.NewDecoder(strings.NewReader(trimmed))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&pl); err != nil {
+			return c, fmt.Errorf("bad JSON: %w", err)
+		}
+		if dec.More() {
+			return c, errors.New("bad JSON: more than one value on the line")
+		}
+		if pl.Identifier == nil || *pl.Identifier == "" {
+			return c, errors.New(`"identifier" is missing or empty`)
+		}
+		c.Identifier = *pl.Identifier
+		if len(pl.Input) > 0 && !bytes.Equal(pl.Input, []byte("null")) {
+			var s string
+			if err := json.Unmarshal(pl.Input, &s); err == nil {
+				c.Input = s
+			} else {
+				c.Input = string(pl.Input)
+			}
+		}
+		if pl.Priority != nil {
+			if *pl.Priority < -32768 || *pl.Priority > 32767 {
+				return c, fmt.Errorf(`"priority": %d is out of range [-32768, 32767]`, *pl.Priority)
+			}
+			c.Priority = int16(*pl.Priority)
+		}
+		if pl.Delay != nil {
+			d, err := parseDuration(*pl.Delay)
+			if err != nil {
+				return c, fmt.Errorf(`"delay": %q: %w`, *pl.Delay, err)
+			}
+			c.Delay = d
+		}
+		if pl.NotBefore != nil {
+			c.NotBefore = *pl.NotBefore
+		}
+		if pl.Reference != nil {
+			c.Reference = *pl.Reference
+		}
+		if pl.Suspended != nil {
+			c.Suspended = *pl.Suspended
+		}
+	} else {
+		c.Identifier, c.Input, _ = strings.Cut(line, "\t")
+	}
+	return c, checkCreation(c, c.Identifier)
+}
+
+// checkCreation checks what the repository would refuse, so that a bad line is named by
+// its line number rather than its position in a batch.
+func checkCreation(c repository.Creation, identifier string) error {
+	switch n := utf8.RuneCountInString(identifier); {
+	case identifier == "":
+		return errors.New("identifier is empty")
+	case !utf8.ValidString(identifier):
+		return errors.New("identifier is not valid UTF-8")
+	case n > repository.MaxIdentifierLength:
+		return fmt.Errorf("identifier is %d characters long, at most %d allowed", n, repository.MaxIdentifierLength)
+	}
+	if n := utf8.RuneCountInString(c.Reference); n > repository.MaxReferenceLength {
+		return fmt.Errorf("reference is %d characters long, at most %d allowed", n, repository.MaxReferenceLength)
+	}
+	if !utf8.ValidString(c.Input) || !utf8.ValidString(c.Reference) {
+		return errors.New("input or reference is not valid UTF-8")
+	}
+	return nil
+}

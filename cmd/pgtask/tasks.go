@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// taskJSON is a task as printed by --json: the same shape as the REST API's (states by
+// name, absent values null), so scripts can read either.
+type taskJSON struct {
+	Topic      string     `json:"topic"`
+	Sequence   int64      `json:"sequence"`
+	Identifier string     `json:"identifier"`
+	State      string     `json:"state"`
+	Descent    string     `json:"descent"`
+	Owner      *string    `json:"owner"`
+	Created    time.Time  `json:"created"`
+	Completed  *time.Time `json:"completed"`
+	Input      *string    `json:"input"`
+	Output     *string    `json:"output"`
+	Reference  *string    `json:"reference"`
+	Priority   int16      `json:"priority"`
+	NotBefore  *time.Time `json:"not_before"`
+	Attempt    int32      `json:"attempt"`
+	Returned   int32      `json:"returned"`
+	Errors     []string   `json:"errors"`
+	Cancelled  bool       `json:"cancelled"`
+}
+
+func taskToJSON(t repository.Task) taskJSON {
+	errs := t.Errors
+	if errs == nil {
+		errs = []string{}
+	}
+	return taskJSON{
+		Topic: t.Topic, Sequence: t.Sequence, Identifier: t.Identifier, State: t.State.String(),
+		Descent: t.Descent.String(), Owner: nullText(t.Owner), Created: t.Created, Completed: nullTime(t.Completed),
+		Input: nullText(t.Input), Output: nullText(t.Output), Reference: nullText(t.Reference),
+		Priority: t.Priority, NotBefore: nullTime(t.NotBefore), Attempt: t.Attempt, Returned: t.Returned,
+		Errors: errs, Cancelled: t.Cancelled,
+	}
+}
+
+func nullText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+const listAbout = `
+Lists the tasks of a topic, oldest first (or newest first with --backward), --limit at a
+time. When more may follow, the last line says which --cursor gives the next page (the
+cursor is exclusive: the page starts after it, or before it with --backward).`
+
+func runList(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "pgtask list", "--topic T [flags]", listAbout)
+	url := f.databaseURL()
+	topic := f.String("topic", "", "`TOPIC` to list (required)")
+	stateName := f.String("state", "", "only tasks in this `STATE` (READY, FAILED, ...)")
+	identifier := f.String("identifier", "", "only tasks with this `IDENTIFIER`")
+	reference := f.String("reference", "", "only tasks with this `REFERENCE`")
+	cursor := f.Int64("cursor", 0, "start after (or with --backward before) this `SEQUENCE`")
+	limit := f.Int("limit", 50, "at most `N` tasks")
+	backward := f.Bool("backward", false, "newest first, paging towards older tasks")
+	asJSON := f.Bool("json", false, `print {"tasks": [...], "next_cursor": N} instead of a table`)
+	if err := f.noArgs(args); err != nil {
+		return err
+	}
+	if err := f.need("topic"); err != nil {
+		return err
+	}
+	state, err := f.parseState("state", *stateName)
+	if err != nil {
+		return err
+	}
+	if *limit < 1 {
+		return f.usagef("--limit: %d is below 1", *limit)
+	}
+	if f.given("cursor") && *cursor < 0 {
+		return f.usagef("--cursor: %d is negative", *cursor)
+	}
+	direction, from := repository.Forward, repository.MinSequence
+	if *backward {
+		direction, from = repository.Backward, repository.MaxSequence
+	}
+	if f.given("cursor") {
+		from = *cursor
+	}
+	c, err := f.connect(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	tasks, err := c.repo.Page(ctx, c.pool, *topic,
+		repository.TaskFilter{State: state, Identifier: *identifier, Reference: *reference}, from, *limit, direction)
+	if err != nil {
+		return err
+	}
+	var next *int64
+	if len(tasks) == *limit {
+		n := tasks[len(tasks)-1].Sequence
+		next = &n
+	}
+	if *asJSON {
+		out := struct {
+			Tasks      []taskJSON `json:"tasks"`
+			NextCursor *int64     `json:"next_cursor"`
+		}{Tasks: make([]taskJSON, len(tasks)), NextCursor: next}
+		for i, t := range tasks {
+			out.Tasks[i] = taskToJSON(t)
+		}
+		return writeJSON(e.stdout, out)
+	}
+	if len(tasks) == 0 {
+		fmt.Fprintln(e.stdout, "no tasks")
+		return nil
+	}
+	tw := table(e.stdout)
+	fmt.Fprintln(tw, "SEQUENCE\tSTATE\tIDENTIFIER\tPRIORITY\tATTEMPT\tCREATED\tCOMPLETED\tINPUT\tOUTPUT")
+	now := time.Now()
+	for _, t := range tasks {
+		state := t.State.String()
+		if t.State == repository.Ready && t.NotBefore.After(now) {
+			state += " (delayed)"
+		}
+		if t.Cancelled && t.State == repository.Active {
+			state += " (cancelling)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Sequence, state, clip(t.Identifier, 40),
+			t.Priority, t.Attempt, formatTime(t.Created), formatTime(t.Completed), clip(t.Input, 30), clip(t.Output, 30))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != nil {
+		flag := ""
+		if *backward {
+			flag = " --backward"
+		}
+		fmt.Fprintf(e.stdout, "next page: --cursor %d%s\n", *next, flag)
+	}
+	return nil
+}
+
+// clip shows s on one line, cut to n characters.
+func clip(s string, n int) string {
+	if s == "" {
+		return "-"
+	}
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > n {
+		s = string([]rune(s)[:n-1]) + "…"
+	}
+	return s
+}
+
+func runShow(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "pgtask show", "--topic T SEQUENCE [flags]", "Shows one task in full: input, output and the error of every failed attempt.")
+	url := f.databaseURL()
+	topic := f.String("topic", "", "`TOPIC` of the task (required)")
+	asJSON := f.Bool("json", false, "print JSON")
+	pos, err := f.args(args, 1, 1, "task SEQUENCE")
+	if err != nil {
+		return err
+	}
+	if err := f.need("topic"); err != nil {
+		return err
+	}
+	seqs, err := f.sequences(pos)
+	if err != nil {
+		return err
+	}
+	c, err := f.connect(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	t, err := c.repo.Get(ctx, c.pool, *topic, seqs[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, taskToJSON(t))
+	}
+	printTask(e.stdout, t)
+	return nil
+}
+
+func printTask(w io.Writer, t repository.Task) {
+	orDash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	tw := table(w)
+	fmt.Fprintf(tw, "topic:\t%s\n", t.Topic)
+	fmt.Fprintf(tw, "sequence:\t%d\n", t.Sequence)
+	fmt.Fprintf(tw, "identifier:\t%s\n", t.Identifier)
+	fmt.Fprintf(tw, "state:\t%s (descent %s)\n", t.State, t.Descent)
+	fmt.Fprintf(tw, "priority:\t%d\n", t.Priority)
+	if t.Returned > 0 {
+		fmt.Fprintf(tw, "attempt:\t%d (%d of them handed back without using the retry budget)\n", t.Attempt, t.Returned)
+	} else {
+		fmt.Fprintf(tw, "attempt:\t%d\n", t.Attempt)
+	}
+	fmt.Fprintf(tw, "owner:\t%s\n", orDash(t.Owner))
+	fmt.Fprintf(tw, "created:\t%s\n", formatTime(t.Created))
+	fmt.Fprintf(tw, "not before:\t%s\n", formatTime(t.NotBefore))
+	fmt.Fprintf(tw, "completed:\t%s\n", formatTime(t.Completed))
+	fmt.Fprintf(tw, "reference:\t%s\n", orDash(t.Reference))
+	fmt.Fprintf(tw, "cancelled:\t%s\n", map[bool]string{false: "no", true: "yes"}[t.Cancelled])
+	_ = tw.Flush()
+	block := func(name, text string) {
+		if text == "" {
+			fmt.Fprintf(w, "%s: -\n", name)
+			return
+		}
+		fmt.Fprintf(w, "%s:\n  %s\n", name, strings.ReplaceAll(strings.TrimRight(text, "\n"), "\n", "\n  "))
+	}
+	block("input", t.Input)
+	block("output", t.Output)
+	if len(t.Errors) > 0 {
+		fmt.Fprintln(w, "errors:")
+		for i, msg := range t.Errors {
+			fmt.Fprintf(w, "  attempt %d: %s\n", i+1, strings.ReplaceAll(msg, "\n", "\n    "))
+		}
+	}
+}
+
+func runStats(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "pgtask stats", "[--topic T] [flags]", `
+Shows, per topic, the exact number of READY (and of them, still delayed), ACTIVE, EXPIRED,
+FAILED and SUSPENDED tasks, how long the oldest pollable READY task has waited, and the
+planner's estimate of all rows. Cheap even with millions of finished tasks.`)
+	url := f.databaseURL()
+	topic := f.String("topic", "", "only this `TOPIC`")
+	asJSON := f.Bool("json", false, `print {"topics": [...]} with each topic's "stats" instead of a table`)
+	if err := f.noArgs(args); err != nil {
+		return err
+	}
+	c, err := f.connect(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var topics []repository.Topic
+	if *topic != "" {
+		t, err := c.repo.Topic(ctx, c.pool, *topic)
+		if err != nil {
+			return err
+		}
+		topics = []repository.Topic{t}
+	} else if topics, err = c.repo.Topics(ctx, c.pool); err != nil {
+		return err
+	}
+	out := make([]topicJSON, 0, len(topics))
+	for _, t := range topics {
+		s, err := c.repo.Stats(ctx, c.pool, t.Name)
+		if err != nil {
+			return err
+		}
+		j := topicToJSON(t)
+		j.Stats = &statsJSON{
+			Active: s.Active, Ready: s.Ready, Delayed: s.Delayed, Expired: s.Expired, Failed: s.Failed,
+			Suspended: s.Suspended, OldestReadyMs: s.OldestReady.Milliseconds(), RowsEstimate: s.RowsEstimate,
+		}
+		out = append(out, j)
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, topicsJSON{out})
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(e.stdout, "no topics")
+		return nil
+	}
+	tw := table(e.stdout)
+	fmt.Fprintln(tw, "TOPIC\tSTATUS\tREADY\tDELAYED\tACTIVE\tEXPIRED\tFAILED\tSUSPENDED\tOLDEST_READY\tROWS_ESTIMATE")
+	for _, t := range out {
+		s := t.Stats
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", t.Name, status(t.Active), s.Ready, s.Delayed,
+			s.Active, s.Expired, s.Failed, s.Suspended,
+			shortDuration((time.Duration(s.OldestReadyMs) * time.Millisecond).Round(time.Second)), s.RowsEstimate)
+	}
+	return tw.Flush()
+}

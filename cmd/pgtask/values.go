@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// durationValue is a non-negative duration flag that also accepts whole days ("7d").
+type durationValue time.Duration
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+func (d *durationValue) Set(s string) error {
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+// parseDuration parses a Go duration ("90s", "1h30m") or a number of days ("7d"); it
+// refuses negative durations.
+func parseDuration(s string) (time.Duration, error) {
+	var (
+		d   time.Duration
+		err error
+	)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n float64
+		n, err = strconv.ParseFloat(days, 64)
+		if err == nil && (math.IsNaN(n) || math.Abs(n*24) > math.MaxInt64/float64(time.Hour)) {
+			err = errors.New("too long")
+		}
+		d = time.Duration(n * 24 * float64(time.Hour))
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil {
+		return 0, errors.New("not a duration (e.g. 500ms, 30s, 5m, 2h, 7d)")
+	}
+	if d < 0 {
+		return 0, errors.New("must not be negative")
+	}
+	return d, nil
+}
+
+func (f *flags) duration(name string, value time.Duration, usage string) *time.Duration {
+	d := (*durationValue)(&value)
+	f.Var(d, name, usage)
+	return &value
+}
+
+// stripInvalid removes the repository's "invalid argument: " prefix from a parse error,
+// leaving the message that names the bad value.
+func stripInvalid(err error) string {
+	return strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": ")
+}
+
+// parseState parses an optional --state flag value.
+func (f *flags) parseState(name, value string) (*repository.State, error) {
+	if value == "" {
+		return nil, nil
+	}
+	s, err := repository.ParseState(value)
+	if err != nil {
+		return nil, f.usagef("--%s: %s", name, stripInvalid(err))
+	}
+	return &s, nil
+}
+
+func (f *flags) parseInsertion(name, value string) (repository.Insertion, error) {
+	i, err := repository.ParseInsertion(value)
+	if err != nil {
+		return 0, f.usagef("--%s: %s", name, stripInvalid(err))
+	}
+	return i, nil
+}
+
+// checkPriority checks that a --priority value fits the smallint column.
+func (f *flags) checkPriority(p int) (int16, error) {
+	if p < math.MinInt16 || p > math.MaxInt16 {
+		return 0, f.usagef("--priority: %d is out of range [%d, %d]", p, math.MinInt16, math.MaxInt16)
+	}
+	return int16(p), nil
+}
+
+// sequences parses positional task sequences.
+func (f *flags) sequences(args []string) ([]int64, error) {
+	seqs := make([]int64, len(args))
+	for i, a := range args {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, f.usagef("sequence %q is not a positive integer", a)
+		}
+		seqs[i] = n
+	}
+	return seqs, nil
+}
+
+// need checks that required string flags are set.
+func (f *flags) need(names ...string) error {
+	for _, n := range names {
+		if fl := f.Lookup(n); fl != nil && fl.Value.String() == "" {
+			return f.usagef("--%s is required", n)
+		}
+	}
+	return nil
+}
+
+// rangeFlags registers --from and --to.
+func (f *flags) rangeFlags() (from, to *string) {
+	from = f.String("from", "", "first `SEQUENCE` (inclusive) or an RFC 3339 time: the first task created at or after it")
+	to = f.String("to", "", "last `SEQUENCE` (inclusive) or an RFC 3339 time: the last task created at or before it")
+	return from, to
+}
+
+// resolveRange turns --from and --to into an inclusive sequence range. A time is
+// translated with the database clock (repository.Resolve).
+func (f *flags) resolveRange(ctx context.Context, c *conn, from, to string) (int64, int64, error) {
+	lo, hi := repository.MinSequence, repository.MaxSequence
+	var err error
+	if from != "" {
+		if lo, err = f.resolveBound(ctx, c, "from", from, false); err != nil {
+			return 0, 0, err
+		}
+	}
+	if to != "" {
+		if hi, err = f.resolveBound(ctx, c, "to", to, true); err != nil {
+			return 0, 0, err
+		}
+	}
+	return lo, hi, nil
+}
+
+// parseBound checks a --from/--to value without a database.
+func (f *flags) parseBound(name, value string) error {
+	if value == "" {
+		return nil
+	}
+	if n, err := strconv.ParseInt(value, 10, 64); err == nil {
+		if n < 0 {
+			return f.usagef("--%s: sequence %d is negative", name, n)
+		}
+		return nil
+	}
+	if _, err := time.Parse(time.RFC3339Nano, value); err != nil {
+		return f.usagef("--%s: %q is neither a sequence nor an RFC 3339 time (e.g. 2024-05-01T12:00:00Z)", name, value)
+	}
+	return nil
+}
+
+func (f *flags) resolveBound(ctx context.Context, c *conn, name, value string, preceding bool) (int64, error) {
+	if err := f.parseBound(name, value); err != nil {
+		return 0, err
+	}
+	if n, err := strconv.ParseInt(value, 10, 64); err == nil {
+		return n, nil
+	}
+	at, _ := time.Parse(time.RFC3339Nano, value)
+	seq, err := c.repo.Resolve(ctx, c.pool, at, preceding)
+	if err != nil {
+		return 0, fmt.Errorf("%s: --%s: %w", f.name(), name, err)
+	}
+	return seq, nil
+}
+
+// conn is an open database connection with a repository.
+type conn struct {
+	pool *pgxpool.Pool
+	repo *repository.Repository
+}
+
+func (c *conn) Close() { c.pool.Close() }
+
+// databaseURL registers --database-url.
+func (f *flags) databaseURL() *string {
+	return f.String("database-url", "", "PostgreSQL connection `URL` (default $DATABASE_URL)")
+}
+
+// resolveURL returns the --database-url value or $DATABASE_URL; "" when neither is set.
+func (f *flags) resolveURL(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return f.e.getenv("DATABASE_URL")
+}
+
+// connect opens a small pool on the database named by --database-url or $DATABASE_URL
+// and checks that it answers.
+func (f *flags) connect(ctx context.Context, flagValue string) (*conn, error) {
+	url, err := f.requireURL(flagValue)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := f.openPool(ctx, url, 4)
+	if err != nil {
+		return nil, err
+	}
+	repo, err := repository.New(repository.Config{})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &conn{pool: pool, repo: repo}, nil
+}
+
+// requireURL returns the --database-url value or $DATABASE_URL, or a usage error when
+// neither is set.
+func (f *flags) requireURL(flagValue string) (string, error) {
+	url := f.resolveURL(flagValue)
+	if url == "" {
+		return "", f.usagef("--database-url: no database URL: pass --database-url or set DATABASE_URL")
+	}
+	return url, nil
+}
+
+// openPool opens a pool of at most maxConns connections (0: pgx's default) on url and
+// pings it; a malformed URL is a usage error of --database-url.
+func (f *flags) openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	pool, err := openPool(ctx, url, "pgtask "+f.name(), maxConns)
+	var bad *badURLError
+	if errors.As(err, &bad) {
+		return nil, f.usagef("--database-url: %v", bad.err)
+	}
+	return pool, err
+}
+
+// badURLError is a connection string pgx cannot parse.
+type badURLError struct{ err error }
+
+func (b *badURLError) Error() string { return b.err.Error() }
+
+// openPool opens a pool on url and pings it.
+func openPool(ctx context.Context, url, application string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, &badURLError{err}
+	}
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		cfg.ConnConfig.RuntimeParams["application_name"] = application
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return pool, nil
+}
+
+// whoami names the operator in outputs such as a cancellation's.
+func whoami(e *env) string {
+	user := e.getenv("USER")
+	if user == "" {
+		user = "unknown"
+	}
+	host, _ := os.Hostname()
+	return user + "@" + host
+}
