@@ -182,6 +182,31 @@ func TestCrash(t *testing.T) {
 	})
 }
 
+func TestLiveness(t *testing.T) {
+	t.Run("DeadOwnersArePurged", func(t *testing.T) {
+		f := setup(t)
+		ghost, err := repository.New(repository.Config{Owner: "ghost", Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ghost.Register(f.ctx, f.pool); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := f.processor("alive", processor.Config{ExpiryTimeout: 500 * time.Millisecond})
+		f.start(p)
+		f.eventually("ghost purged", func() bool {
+			return errors.Is(ghost.Heartbeat(f.ctx, f.pool), repository.ErrNotRegistered)
+		})
+		live, err := ghost.LiveOwners(f.ctx, f.pool, time.Hour*2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(live) != 1 || live[0].Name != "alive" {
+			t.Fatalf("live owners %+v, want only alive", live)
+		}
+	})
+}
+
 // activeOf lists the ACTIVE tasks leased by owner.
 func (f *fixture) activeOf(owner string) []repository.Task {
 	f.t.Helper()

@@ -45,6 +45,13 @@ func NewPriorityLimiter(n int) *PriorityLimiter {
 	return &PriorityLimiter{free: max(n, 1)}
 }
 
+// Waiting reports how many acquirers are waiting for a slot.
+func (p *PriorityLimiter) Waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.waiters)
+}
+
 // Limiter returns the view of the shared limiter for a manager of the given priority
 // (lower values are served first).
 func (p *PriorityLimiter) Limiter(priority int) Limiter {

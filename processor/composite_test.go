@@ -1,0 +1,199 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+func TestComposite(t *testing.T) {
+	t.Run("ChainStopsEachTaskAtItsFirstFailure", func(t *testing.T) {
+		f := setup(t)
+		var (
+			mu  sync.Mutex
+			ran = make(map[string][]string) // identifier → steps run
+		)
+		step := func(name, failing string) processor.Step {
+			return processor.TaskStep(func(ctx context.Context, task repository.Task, _ *processor.Supplement) repository.Decision {
+				mu.Lock()
+				ran[task.Identifier] = append(ran[task.Identifier], name)
+				mu.Unlock()
+				if task.Identifier == failing {
+					return repository.Fail(errors.New(name + " failed " + failing))
+				}
+				return repository.Succeed(name + " ok")
+			})
+		}
+		c := processor.NewComposite()
+		for _, s := range []struct {
+			name, failing string
+			deps          []string
+		}{{"1", "foo", nil}, {"2", "bar", []string{"1"}}, {"3", "", []string{"2"}}} {
+			if err := c.Step(s.name, step(s.name, s.failing), s.deps...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pushed, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+			repository.Creation{Identifier: "foo"}, repository.Creation{Identifier: "bar"}, repository.Creation{Identifier: "qux"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: c})
+		f.start(p)
+		f.eventually("all finished", func() bool { return f.count(repository.Failed)+f.count(repository.Succeeded) == 3 })
+		mu.Lock()
+		defer mu.Unlock()
+		want := map[string]string{"foo": "1", "bar": "1,2", "qux": "1,2,3"}
+		for id, steps := range want {
+			if got := strings.Join(ran[id], ","); got != steps {
+				t.Errorf("%s ran steps %q, want %q", id, got, steps)
+			}
+		}
+		states := map[string]repository.State{"foo": repository.Failed, "bar": repository.Failed, "qux": repository.Succeeded}
+		for _, task := range pushed {
+			got := f.get(task.Sequence)
+			if got.State != states[task.Identifier] {
+				t.Errorf("%s ended %v, want %v", task.Identifier, got.State, states[task.Identifier])
+			}
+		}
+		if got := f.get(pushed[1].Sequence).Output; !strings.Contains(got, "1 ok") || !strings.Contains(got, "2 failed bar") {
+			t.Errorf("bar's output %q does not keep the messages of both steps", got)
+		}
+	})
+
+	t.Run("IndependentStepsRunConcurrently", func(t *testing.T) {
+		f := setup(t)
+		var arrived sync.WaitGroup
+		arrived.Add(2)
+		both := make(chan struct{})
+		go func() { arrived.Wait(); close(both) }()
+		parallel := processor.TaskStep(func(ctx context.Context, task repository.Task, _ *processor.Supplement) repository.Decision {
+			arrived.Done()
+			select {
+			case <-both: // only reachable if the other step runs at the same time
+				return repository.Succeed("")
+			case <-time.After(10 * time.Second):
+				return repository.Fail(errors.New("the other step never ran concurrently"))
+			}
+		})
+		c := processor.NewComposite()
+		for _, name := range []string{"left", "right"} {
+			if err := c.Step(name, parallel); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tasks := f.pushN(1)
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: c})
+		f.start(p)
+		f.eventually("task finished", func() bool {
+			s := f.get(tasks[0].Sequence).State
+			return s == repository.Succeeded || s == repository.Failed
+		})
+		if got := f.get(tasks[0].Sequence); got.State != repository.Succeeded {
+			t.Fatalf("task %v %q, want SUCCEEDED", got.State, got.Output)
+		}
+	})
+
+	t.Run("ContinuedFailurePassesToDependentStepsAndMergesWorst", func(t *testing.T) {
+		f := setup(t)
+		c := processor.NewComposite()
+		steps := []struct {
+			name string
+			d    repository.Decision
+			deps []string
+		}{
+			{"filter", repository.Decision{Result: repository.Filter, Message: "filtered", Continued: true}, nil},
+			{"suspend", repository.Decision{Result: repository.Suspension, Message: "suspended"}, []string{"filter"}},
+		}
+		for _, s := range steps {
+			d := s.d
+			if err := c.Step(s.name, processor.TaskStep(func(context.Context, repository.Task, *processor.Supplement) repository.Decision { return d }), s.deps...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tasks := f.pushN(1)
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: c})
+		f.start(p)
+		f.eventually("task suspended", func() bool { return f.get(tasks[0].Sequence).State == repository.Suspended })
+		if got := f.get(tasks[0].Sequence).Output; got != "filtered; suspended" {
+			t.Fatalf("output %q, want both messages", got)
+		}
+	})
+
+	t.Run("SupplementIsComputedOncePerBatchAndShared", func(t *testing.T) {
+		type total struct{ n int }
+		var computed sync.Mutex
+		computations := 0
+		c := processor.NewComposite()
+		compute := func(ctx context.Context, tasks []repository.Task, s *processor.Supplement) (map[int64]repository.Decision, error) {
+			v, err := processor.GetOrCompute(s, func() (total, error) {
+				computed.Lock()
+				computations++
+				computed.Unlock()
+				return total{len(tasks)}, nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			out := map[int64]repository.Decision{}
+			for _, task := range tasks {
+				out[task.Sequence] = repository.Succeed("")
+			}
+			_ = v
+			return out, nil
+		}
+		read := func(ctx context.Context, tasks []repository.Task, s *processor.Supplement) (map[int64]repository.Decision, error) {
+			v := processor.MustGet[total](s)
+			out := map[int64]repository.Decision{}
+			for _, task := range tasks {
+				out[task.Sequence] = repository.Succeed(strings.Repeat("x", v.n))
+			}
+			return out, nil
+		}
+		for _, s := range []struct {
+			name string
+			fn   processor.Step
+			deps []string
+		}{{"a", compute, nil}, {"b", compute, nil}, {"read", read, []string{"a", "b"}}} {
+			if err := c.Step(s.name, s.fn, s.deps...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f := setup(t)
+		tasks := f.pushN(3)
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: c, BatchSize: 3})
+		f.start(p)
+		f.eventually("tasks succeeded", func() bool { return f.count(repository.Succeeded) == 3 })
+		if got := f.get(tasks[0].Sequence).Output; got != "xxx" {
+			t.Fatalf("output %q, want the supplement's batch size", got)
+		}
+		computed.Lock()
+		defer computed.Unlock()
+		if computations != 1 {
+			t.Fatalf("supplement computed %d times, want once", computations)
+		}
+	})
+
+	t.Run("RegistrationRejectsDuplicatesAndUnknownDependencies", func(t *testing.T) {
+		t.Parallel()
+		noop := processor.TaskStep(func(context.Context, repository.Task, *processor.Supplement) repository.Decision {
+			return repository.Succeed("")
+		})
+		c := processor.NewComposite()
+		if err := c.Step("a", noop); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Step("a", noop); err == nil || !strings.Contains(err.Error(), `duplicate step name "a"`) {
+			t.Errorf("duplicate: err = %v", err)
+		}
+		if err := c.Step("b", noop, "missing"); err == nil || !strings.Contains(err.Error(), `unknown step "missing"`) {
+			t.Errorf("unknown dependency: err = %v", err)
+		}
+	})
+}

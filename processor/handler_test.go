@@ -1,0 +1,265 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// errorLog collects the errors a manager reports.
+type errorLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errorLog) listener() processor.Listener {
+	return processor.Listener{OnError: func(_ string, err error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.errs = append(l.errs, err)
+	}}
+}
+
+func (l *errorLog) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, err := range l.errs {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestBadHandler(t *testing.T) {
+	t.Run("PanicFailsTheBatchAndTheManagerGoesOn", func(t *testing.T) {
+		f := setup(t)
+		first := f.pushN(1)
+		var calls atomic.Int32
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			if calls.Add(1) == 1 {
+				panic("boom")
+			}
+			decisions := map[int64]repository.Decision{}
+			for _, task := range b.Tasks {
+				decisions[task.Sequence] = repository.Succeed("")
+			}
+			_ = b.Complete(decisions)
+		})
+		p, managers := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler})
+		f.start(p)
+		f.eventually("panicking batch failed", func() bool { return f.get(first[0].Sequence).State == repository.Failed })
+		if got := f.get(first[0].Sequence).Output; !strings.Contains(got, "handler panicked: boom") {
+			t.Fatalf("output %q, want the panic", got)
+		}
+		second, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "next"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		managers[0].Resume()
+		f.eventually("next batch succeeded", func() bool { return f.get(second[0].Sequence).State == repository.Succeeded })
+	})
+
+	t.Run("SecondCallbackIsRefusedAndReported", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		secondErr := make(chan error, 1)
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			_ = b.Complete(map[int64]repository.Decision{b.Tasks[0].Sequence: repository.Succeed("first")})
+			secondErr <- b.Fail(errors.New("second"))
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler})
+		f.start(p)
+		if err := <-secondErr; !errors.Is(err, processor.ErrAlreadyReported) {
+			t.Fatalf("second report: err = %v, want ErrAlreadyReported", err)
+		}
+		f.eventually("first decision committed", func() bool { return f.get(tasks[0].Sequence).State == repository.Succeeded })
+		if got := f.get(tasks[0].Sequence).Output; got != "first" {
+			t.Fatalf("output %q, want the first decision's", got)
+		}
+	})
+
+	t.Run("HandlerThatNeverReportsFailsAfterItsTimeoutAndTheManagerGoesOn", func(t *testing.T) {
+		f := setup(t)
+		stuck := f.pushN(1)
+		errs := &errorLog{}
+		var calls atomic.Int32
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			if calls.Add(1) == 1 {
+				go func() { <-ctx.Done() }() // holds the batch and never reports
+				return
+			}
+			_ = b.Complete(map[int64]repository.Decision{b.Tasks[0].Sequence: repository.Succeed("")})
+		})
+		p, managers := f.processor("worker", processor.Config{}, processor.ManagerConfig{
+			Handler: handler, HandlerTimeout: 200 * time.Millisecond, Listener: errs.listener(),
+		})
+		f.start(p)
+		f.eventually("stuck batch failed", func() bool { return f.get(stuck[0].Sequence).State == repository.Failed })
+		if got := f.get(stuck[0].Sequence).Output; !strings.Contains(got, "handler did not report within 200ms") {
+			t.Fatalf("output %q", got)
+		}
+		if !errs.contains("timed out") {
+			t.Fatal("the timeout was not reported to the listener")
+		}
+		next, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "next"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		managers[0].Resume()
+		f.eventually("next batch succeeded", func() bool { return f.get(next[0].Sequence).State == repository.Succeeded })
+	})
+
+	t.Run("HandlerThatNeverReportsIsFailedAtShutdown", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		started := make(chan struct{})
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			close(started) // returns without ever reporting
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, ShutdownTimeout: 100 * time.Millisecond})
+		stop := f.start(p)
+		<-started
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.get(tasks[0].Sequence); got.State != repository.Failed || !strings.Contains(got.Output, "shutdown timeout") {
+			t.Fatalf("task %v %q, want FAILED naming the shutdown timeout", got.State, got.Output)
+		}
+	})
+
+	t.Run("DecisionsForForeignTasksFailTheBatch", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		reportErr := make(chan error, 1)
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			reportErr <- b.Complete(map[int64]repository.Decision{b.Tasks[0].Sequence: repository.Succeed(""), 999: repository.Succeed("")})
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler})
+		f.start(p)
+		if err := <-reportErr; !errors.Is(err, processor.ErrForeignDecision) {
+			t.Fatalf("err = %v, want ErrForeignDecision", err)
+		}
+		f.eventually("batch failed", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
+		if got := f.get(tasks[0].Sequence).Output; !strings.Contains(got, "[999]") {
+			t.Fatalf("output %q does not name the foreign task", got)
+		}
+	})
+
+	t.Run("TasksMissingFromTheDecisionsFail", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(2)
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			_ = b.Complete(map[int64]repository.Decision{b.Tasks[0].Sequence: repository.Succeed("")})
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 2})
+		f.start(p)
+		f.eventually("batch done", func() bool { return f.count(repository.Succeeded)+f.count(repository.Failed) == 2 })
+		if got := f.get(tasks[1].Sequence); got.State != repository.Failed || !strings.Contains(got.Output, "no decision") {
+			t.Fatalf("missing task %v %q, want FAILED saying it had no decision", got.State, got.Output)
+		}
+	})
+}
+
+func TestHandlers(t *testing.T) {
+	t.Run("TypedHandlerFailsUndecodableInputAndProcessesTheRest", func(t *testing.T) {
+		f := setup(t)
+		type order struct {
+			Item  string `json:"item"`
+			Count int    `json:"count"`
+		}
+		tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+			repository.Creation{Identifier: "good", Input: `{"item":"tea","count":2}`},
+			repository.Creation{Identifier: "bad", Input: `{"item":`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handler := processor.Typed(func(ctx context.Context, task repository.Task, o order) repository.Decision {
+			return repository.Succeed(strings.Repeat(o.Item, o.Count))
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 10})
+		f.start(p)
+		f.eventually("batch done", func() bool { return f.count(repository.Succeeded)+f.count(repository.Failed) == 2 })
+		if got := f.get(tasks[0].Sequence); got.State != repository.Succeeded || got.Output != "teatea" {
+			t.Errorf("good task %v %q", got.State, got.Output)
+		}
+		if got := f.get(tasks[1].Sequence); got.State != repository.Failed || !strings.Contains(got.Output, "decode input of task") {
+			t.Errorf("bad task %v %q, want FAILED with a decoding message", got.State, got.Output)
+		}
+	})
+
+	t.Run("FollowUpsCommitWithTheCompletionAndWakeTheirManager", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Initialize(f.ctx, f.pool, "next"); err != nil {
+			t.Fatal(err)
+		}
+		tasks := f.pushN(1)
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			b.Push("next", repository.Append, repository.Creation{Identifier: "child", Reference: "parent"})
+			_ = b.Complete(map[int64]repository.Decision{b.Tasks[0].Sequence: repository.Succeed("")})
+		})
+		childDone := make(done, 1)
+		p, _ := f.processor("worker", processor.Config{DisableNotifications: true},
+			processor.ManagerConfig{Handler: handler},
+			processor.ManagerConfig{Topic: "next", Handler: childDone.handler(0)})
+		f.start(p)
+		select {
+		case <-childDone: // woken by the local resume after commit, not by NOTIFY (off) or its hour-long pause
+		case <-time.After(10 * time.Second):
+			t.Fatal("follow-up task not processed")
+		}
+		if got := f.get(tasks[0].Sequence); got.State != repository.Succeeded {
+			t.Fatalf("parent %v", got.State)
+		}
+	})
+
+	t.Run("FailedFollowUpFailsTheBatchAndWritesNothing", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			b.Push("no-such-topic", repository.Append, repository.Creation{Identifier: "child"})
+			_ = b.Complete(map[int64]repository.Decision{b.Tasks[0].Sequence: repository.Succeed("")})
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler})
+		f.start(p)
+		f.eventually("batch failed", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
+		if got := f.get(tasks[0].Sequence).Output; !strings.Contains(got, "unknown topic") {
+			t.Fatalf("output %q, want the follow-up's error", got)
+		}
+	})
+
+	t.Run("FailureIsRetriedPerPolicyAndSnoozeDoesNotCountAnAttempt", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{
+			MaxAttempts: 2, BackoffBase: 10 * time.Millisecond, BackoffCap: 10 * time.Millisecond,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tasks := f.pushN(1)
+		var calls atomic.Int32
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			switch calls.Add(1) {
+			case 1, 2:
+				return repository.SnoozeFor(20 * time.Millisecond) // not counted
+			case 3:
+				return repository.Fail(errors.New("transient")) // attempt 1 of 2 used
+			default:
+				return repository.Fail(errors.New("final")) // attempt 2 of 2 used
+			}
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler})
+		f.start(p)
+		f.eventually("task failed for good", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
+		got := f.get(tasks[0].Sequence)
+		if calls.Load() != 4 || got.Output != "final" || len(got.Errors) != 2 {
+			t.Fatalf("calls %d, output %q, errors %q; want 4 calls, output final, both errors kept", calls.Load(), got.Output, got.Errors)
+		}
+	})
+}
