@@ -233,3 +233,22 @@ func (f *fixture) get(sequence int64) repository.Task {
 	}
 	return task
 }
+
+func TestRetention(t *testing.T) {
+	t.Run("FinishedTasksPastRetentionArePurged", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{MaxAttempts: 1, Retention: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		finished := make(done, 10)
+		p, _ := f.processor("worker", processor.Config{RetentionInterval: 50 * time.Millisecond},
+			processor.ManagerConfig{Handler: finished.handler(0)})
+		f.start(p)
+		tasks := f.pushN(1)
+		finished.wait(t, tasks[0].Sequence, 10*time.Second)
+		f.eventually("finished task purged", func() bool {
+			_, err := f.repo.Get(f.ctx, f.pool, f.topic, tasks[0].Sequence)
+			return errors.Is(err, repository.ErrUnknownTask)
+		})
+	})
+}

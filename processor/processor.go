@@ -38,6 +38,10 @@ type Config struct {
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
 	DisableNotifications bool
+	// RetentionInterval is how often the processor deletes finished tasks older than
+	// their topic's retention (a topic without retention keeps everything). Default 1
+	// minute; negative disables it.
+	RetentionInterval time.Duration
 	// OnExpire, when set, is called after every expiry that took leases back (for
 	// metrics); it runs on the heartbeat goroutine and must be quick.
 	OnExpire func([]repository.Expiry)
@@ -61,6 +65,9 @@ func (c *Config) validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = time.Minute
 	}
 	if c.Repository == nil {
 		repo, err := repository.New(repository.Config{})
@@ -212,6 +219,7 @@ func (p *Processor) register(ctx context.Context) error {
 func (p *Processor) liveness(ctx context.Context) {
 	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
 	defer ticker.Stop()
+	lastRetention := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -219,6 +227,33 @@ func (p *Processor) liveness(ctx context.Context) {
 		case <-ticker.C:
 		}
 		p.tick(ctx)
+		if p.cfg.RetentionInterval > 0 && time.Since(lastRetention) >= p.cfg.RetentionInterval {
+			lastRetention = time.Now()
+			p.retain(ctx)
+		}
+	}
+}
+
+// retentionBatch is how many finished tasks one retention statement deletes, so that a
+// large backlog of old rows is removed in short transactions.
+const retentionBatch = 10000
+
+// retain deletes finished tasks older than their topic's retention, in batches.
+func (p *Processor) retain(ctx context.Context) {
+	var total int64
+	for ctx.Err() == nil {
+		n, err := p.repo.PurgeRetention(ctx, p.pool, retentionBatch)
+		if err != nil {
+			p.logger.Error("purge by retention", slog.Any("error", err))
+			return
+		}
+		total += n
+		if n < retentionBatch {
+			break
+		}
+	}
+	if total > 0 {
+		p.logger.Info("purged finished tasks past their retention", slog.Int64("tasks", total))
 	}
 }
 
