@@ -48,7 +48,9 @@ older AS (
     SELECT t.topic, t.sequence FROM task t
     WHERE EXISTS (SELECT 1 FROM admitted)
       AND t.topic = $1
-      AND t.identifier IN (SELECT c.identifier FROM creation c)
+      -- = ANY(array) rather than IN (SELECT ...): a hash or index probe whatever the
+      -- statistics of a young partition say
+      AND t.identifier = ANY($2::text[])
       AND (($9 = 1 AND t.state BETWEEN 1 AND 6)
         OR ($9 = 2 AND t.state = 1)
         OR ($9 = 3 AND t.state <> 0))

@@ -39,7 +39,9 @@ older AS (
     SELECT t.topic, t.sequence FROM task t
     WHERE EXISTS (SELECT 1 FROM admitted)
       AND t.topic = sqlc.arg(topic)
-      AND t.identifier IN (SELECT c.identifier FROM creation c)
+      -- = ANY(array) rather than IN (SELECT ...): a hash or index probe whatever the
+      -- statistics of a young partition say
+      AND t.identifier = ANY(sqlc.arg(identifiers)::text[])
       AND ((sqlc.arg(insertion) = 1 AND t.state BETWEEN 1 AND 6)
         OR (sqlc.arg(insertion) = 2 AND t.state = 1)
         OR (sqlc.arg(insertion) = 3 AND t.state <> 0))
