@@ -58,6 +58,7 @@ type Batch struct {
 	report   func(*Batch, map[int64]repository.Decision, []followup)
 
 	reported atomic.Bool
+	timeout  *time.Timer // HandlerTimeout, stopped once the batch is committed
 
 	mu        sync.Mutex
 	followups []followup
@@ -128,6 +129,9 @@ func (b *Batch) cancelTask(sequence int64) bool {
 }
 
 func (b *Batch) release() {
+	if b.timeout != nil {
+		b.timeout.Stop()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, cancel := range b.cancels {

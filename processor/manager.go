@@ -420,7 +420,7 @@ func (m *TaskManager) dispatch(handlerCtx context.Context, tasks []repository.Ta
 	m.track(b)
 	if m.cfg.HandlerTimeout > 0 {
 		timeout := m.cfg.HandlerTimeout
-		time.AfterFunc(timeout, func() {
+		b.timeout = time.AfterFunc(timeout, func() {
 			if b.Fail(fmt.Errorf("handler did not report within %v", timeout)) == nil {
 				m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("batch of %d tasks timed out after %v", len(b.Tasks), timeout))
 			}
