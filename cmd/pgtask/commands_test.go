@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 	"github.com/pgtask/pgtask/sql/schema"
 )
@@ -257,8 +258,8 @@ func TestListAndShow(t *testing.T) {
 	})
 	t.Run("Filters", func(t *testing.T) {
 		var page struct {
-			Tasks      []taskJSON `json:"tasks"`
-			NextCursor *int64     `json:"next_cursor"`
+			Tasks      []wire.Task `json:"tasks"`
+			NextCursor *int64      `json:"next_cursor"`
 		}
 		if err := json.Unmarshal([]byte(f.ok("list", "--topic", "t", "--state", "ready", "--json")), &page); err != nil {
 			t.Fatal(err)
@@ -280,7 +281,7 @@ func TestListAndShow(t *testing.T) {
 		out := f.ok("show", "--topic", "t", strconv.FormatInt(seqs[0], 10))
 		wantContains(t, out, "identifier:  a", "state:       FAILED (descent READY)", "attempt:     1",
 			"input:\n  in-a", "output:\n  boom\n  second line", "owner:       test-worker")
-		var task taskJSON
+		var task wire.Task
 		if err := json.Unmarshal([]byte(f.ok("show", "--json", "--topic", "t", strconv.FormatInt(seqs[0], 10))), &task); err != nil {
 			t.Fatal(err)
 		}

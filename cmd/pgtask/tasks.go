@@ -8,58 +8,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
-
-// taskJSON is a task as printed by --json: the same shape as the REST API's (states by
-// name, absent values null), so scripts can read either.
-type taskJSON struct {
-	Topic      string     `json:"topic"`
-	Sequence   int64      `json:"sequence"`
-	Identifier string     `json:"identifier"`
-	State      string     `json:"state"`
-	Descent    string     `json:"descent"`
-	Owner      *string    `json:"owner"`
-	Created    time.Time  `json:"created"`
-	Completed  *time.Time `json:"completed"`
-	Input      *string    `json:"input"`
-	Output     *string    `json:"output"`
-	Reference  *string    `json:"reference"`
-	Priority   int16      `json:"priority"`
-	NotBefore  *time.Time `json:"not_before"`
-	Attempt    int32      `json:"attempt"`
-	Returned   int32      `json:"returned"`
-	Errors     []string   `json:"errors"`
-	Cancelled  bool       `json:"cancelled"`
-}
-
-func taskToJSON(t repository.Task) taskJSON {
-	errs := t.Errors
-	if errs == nil {
-		errs = []string{}
-	}
-	return taskJSON{
-		Topic: t.Topic, Sequence: t.Sequence, Identifier: t.Identifier, State: t.State.String(),
-		Descent: t.Descent.String(), Owner: nullText(t.Owner), Created: t.Created, Completed: nullTime(t.Completed),
-		Input: nullText(t.Input), Output: nullText(t.Output), Reference: nullText(t.Reference),
-		Priority: t.Priority, NotBefore: nullTime(t.NotBefore), Attempt: t.Attempt, Returned: t.Returned,
-		Errors: errs, Cancelled: t.Cancelled,
-	}
-}
-
-func nullText(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func nullTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
 
 const listAbout = `
 Lists the tasks of a topic, oldest first (or newest first with --backward), --limit at a
@@ -117,12 +68,9 @@ func runList(ctx context.Context, e *env, args []string) error {
 	}
 	if *asJSON {
 		out := struct {
-			Tasks      []taskJSON `json:"tasks"`
-			NextCursor *int64     `json:"next_cursor"`
-		}{Tasks: make([]taskJSON, len(tasks)), NextCursor: next}
-		for i, t := range tasks {
-			out.Tasks[i] = taskToJSON(t)
-		}
+			Tasks      []wire.Task `json:"tasks"`
+			NextCursor *int64      `json:"next_cursor"`
+		}{Tasks: wire.FromTasks(tasks), NextCursor: next}
 		return writeJSON(e.stdout, out)
 	}
 	if len(tasks) == 0 {
@@ -194,7 +142,7 @@ func runShow(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(e.stdout, taskToJSON(t))
+		return writeJSON(e.stdout, wire.FromTask(t))
 	}
 	printTask(e.stdout, t)
 	return nil
@@ -268,18 +216,13 @@ planner's estimate of all rows. Cheap even with millions of finished tasks.`)
 	} else if topics, err = c.repo.Topics(ctx, c.pool); err != nil {
 		return err
 	}
-	out := make([]topicJSON, 0, len(topics))
+	out := make([]wire.Topic, 0, len(topics))
 	for _, t := range topics {
 		s, err := c.repo.Stats(ctx, c.pool, t.Name)
 		if err != nil {
 			return err
 		}
-		j := topicToJSON(t)
-		j.Stats = &statsJSON{
-			Active: s.Active, Ready: s.Ready, Delayed: s.Delayed, Expired: s.Expired, Failed: s.Failed,
-			Suspended: s.Suspended, OldestReadyMs: s.OldestReady.Milliseconds(), RowsEstimate: s.RowsEstimate,
-		}
-		out = append(out, j)
+		out = append(out, wire.FromTopic(t, &s))
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, topicsJSON{out})

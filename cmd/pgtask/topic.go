@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -194,9 +195,9 @@ func runTopicList(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		out := make([]topicJSON, len(topics))
+		out := make([]wire.Topic, len(topics))
 		for i, t := range topics {
-			out[i] = topicToJSON(t)
+			out[i] = wire.FromTopic(t, nil)
 		}
 		return writeJSON(e.stdout, topicsJSON{out})
 	}
@@ -269,53 +270,9 @@ func setActive(ctx context.Context, e *env, args []string, active bool) error {
 	return nil
 }
 
-// topicJSON is a topic as printed by --json: the same shape as the REST API's
-// (durations in milliseconds; stats only from "pgtask stats").
-type topicJSON struct {
-	Name     string       `json:"name"`
-	Created  time.Time    `json:"created"`
-	Active   bool         `json:"active"`
-	Settings settingsJSON `json:"settings"`
-	Stats    *statsJSON   `json:"stats,omitempty"`
-}
-
-// topicsJSON is the --json output of "topic list" and "stats".
+// topicsJSON is the --json output of "topic list" and "stats" (as GET /topics answers).
 type topicsJSON struct {
-	Topics []topicJSON `json:"topics"`
-}
-
-type settingsJSON struct {
-	MaxAttempts     int32 `json:"max_attempts"`
-	BackoffBaseMs   int64 `json:"backoff_base_ms"`
-	BackoffCapMs    int64 `json:"backoff_cap_ms"`
-	BackoffJitterMs int64 `json:"backoff_jitter_ms"`
-	QueueCap        int64 `json:"queue_cap"`
-	RetentionMs     int64 `json:"retention_ms"`
-}
-
-type statsJSON struct {
-	Active        int64 `json:"active"`
-	Ready         int64 `json:"ready"`
-	Delayed       int64 `json:"delayed"`
-	Expired       int64 `json:"expired"`
-	Failed        int64 `json:"failed"`
-	Suspended     int64 `json:"suspended"`
-	OldestReadyMs int64 `json:"oldest_ready_ms"`
-	RowsEstimate  int64 `json:"rows_estimate"`
-}
-
-func topicToJSON(t repository.Topic) topicJSON {
-	return topicJSON{
-		Name: t.Name, Created: t.Created, Active: t.Active,
-		Settings: settingsJSON{
-			MaxAttempts:     t.MaxAttempts,
-			BackoffBaseMs:   t.BackoffBase.Milliseconds(),
-			BackoffCapMs:    t.BackoffCap.Milliseconds(),
-			BackoffJitterMs: t.BackoffJitter.Milliseconds(),
-			QueueCap:        t.QueueCap,
-			RetentionMs:     t.Retention.Milliseconds(),
-		},
-	}
+	Topics []wire.Topic `json:"topics"`
 }
 
 func describeSettings(s repository.TopicSettings) string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -275,7 +276,7 @@ func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, e
 	if err != nil {
 		return 0, nil, err
 	}
-	out := make([]topicJSON, 0, len(topics))
+	out := make([]wire.Topic, 0, len(topics))
 	for _, t := range topics {
 		stats, err := s.repo.Stats(ctx, s.pool, t.Name)
 		if errors.Is(err, repository.ErrUnknownTopic) {
@@ -284,9 +285,7 @@ func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, e
 		if err != nil {
 			return 0, nil, err
 		}
-		j := topicOut(t)
-		j.Stats = statsOut(stats)
-		out = append(out, j)
+		out = append(out, wire.FromTopic(t, &stats))
 	}
 	return http.StatusOK, map[string]any{"topics": out}, nil
 }
@@ -301,9 +300,7 @@ func (s *server) getTopic(_ http.ResponseWriter, r *http.Request) (int, any, err
 	if err != nil {
 		return 0, nil, err
 	}
-	j := topicOut(t)
-	j.Stats = statsOut(stats)
-	return http.StatusOK, j, nil
+	return http.StatusOK, wire.FromTopic(t, &stats), nil
 }
 
 func (s *server) pause(_ http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -322,7 +319,7 @@ func (s *server) setActive(r *http.Request, active bool) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, topicOut(t), nil
+	return http.StatusOK, wire.FromTopic(t, nil), nil
 }
 
 // taskPath is the URL path of a task.
@@ -347,7 +344,7 @@ func (s *server) enqueue(w http.ResponseWriter, r *http.Request) (int, any, erro
 	if req.single && len(tasks) == 1 {
 		w.Header().Set("Location", taskPath(topic, tasks[0].Sequence))
 	}
-	return http.StatusCreated, map[string]any{"tasks": tasksOut(tasks)}, nil
+	return http.StatusCreated, map[string]any{"tasks": wire.FromTasks(tasks)}, nil
 }
 
 func (s *server) listTasks(_ http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -366,7 +363,7 @@ func (s *server) listTasks(_ http.ResponseWriter, r *http.Request) (int, any, er
 		last := tasks[len(tasks)-1].Sequence
 		next = &last
 	}
-	return http.StatusOK, map[string]any{"tasks": tasksOut(tasks), "next_cursor": next}, nil
+	return http.StatusOK, map[string]any{"tasks": wire.FromTasks(tasks), "next_cursor": next}, nil
 }
 
 func (s *server) getTask(_ http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -385,7 +382,7 @@ func (s *server) getTask(_ http.ResponseWriter, r *http.Request) (int, any, erro
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, taskOut(t), nil
+	return http.StatusOK, wire.FromTask(t), nil
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -405,7 +402,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, taskOut(tasks[0]), nil
+	return http.StatusOK, wire.FromTask(tasks[0]), nil
 }
 
 func (s *server) revive(w http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -427,15 +424,15 @@ func (s *server) revive(w http.ResponseWriter, r *http.Request) (int, any, error
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, revivalJSON{Task: taskOut(tasks[0])}, nil
+		return http.StatusOK, revivalJSON{Task: wire.FromTask(tasks[0])}, nil
 	}
 	revivals, err := s.repo.Recreate(ctx, s.pool, topic, *req.mode, seq)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := revivalJSON{Task: taskOut(revivals[0].Old)}
+	out := revivalJSON{Task: wire.FromTask(revivals[0].Old)}
 	if revivals[0].New.Sequence != revivals[0].Old.Sequence {
-		c := taskOut(revivals[0].New)
+		c := wire.FromTask(revivals[0].New)
 		out.Copy = &c
 	}
 	return http.StatusOK, out, nil
@@ -444,6 +441,6 @@ func (s *server) revive(w http.ResponseWriter, r *http.Request) (int, any, error
 // revivalJSON answers a revive: the task as now stored and, for recreate modes other
 // than reset, the fresh copy that was pushed.
 type revivalJSON struct {
-	Task taskJSON  `json:"task"`
-	Copy *taskJSON `json:"copy,omitempty"`
+	Task wire.Task  `json:"task"`
+	Copy *wire.Task `json:"copy,omitempty"`
 }
