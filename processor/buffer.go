@@ -50,6 +50,7 @@ type Buffered struct {
 	busy    int
 	stopped bool
 	stop    chan struct{}
+	space   chan struct{} // capacity 1: a worker took a batch from the queue
 }
 
 type queued struct {
@@ -83,7 +84,7 @@ func Buffer(h Handler, cfg BufferConfig) (*Buffered, error) {
 	if cfg.OnClose < HandBack || cfg.OnClose > FailPending {
 		return nil, fmt.Errorf("processor: buffer: unknown close mode %d", cfg.OnClose)
 	}
-	b := &Buffered{inner: h, cfg: cfg, queue: make(chan queued, cfg.Queue), stop: make(chan struct{})}
+	b := &Buffered{inner: h, cfg: cfg, queue: make(chan queued, cfg.Queue), stop: make(chan struct{}), space: make(chan struct{}, 1)}
 	b.mu.Lock()
 	for range cfg.MinWorkers {
 		b.spawn()
@@ -102,23 +103,36 @@ func (b *Buffered) Workers() int {
 // Handle queues the batch, blocking while the queue is full. A batch offered after Stop,
 // or while the manager is stopping, is handed back.
 func (b *Buffered) Handle(ctx context.Context, batch *Batch) {
-	b.mu.Lock()
-	if b.stopped {
+	q := queued{ctx: ctx, batch: batch}
+	for {
+		// Sends happen under b.mu while not stopped, so once Stop has set stopped and
+		// emptied the queue no batch can slip in behind it.
+		b.mu.Lock()
+		if b.stopped {
+			b.mu.Unlock()
+			batch.handBack()
+			return
+		}
+		// Grow when this batch would wait behind busy workers.
+		if b.busy+len(b.queue) >= b.workers && b.workers < b.cfg.MaxWorkers {
+			b.spawn()
+		}
+		select {
+		case b.queue <- q:
+			b.mu.Unlock()
+			return
+		default:
+		}
 		b.mu.Unlock()
-		batch.handBack()
-		return
-	}
-	// Grow when this batch would wait behind busy workers.
-	if b.busy+len(b.queue) >= b.workers && b.workers < b.cfg.MaxWorkers {
-		b.spawn()
-	}
-	b.mu.Unlock()
-	select {
-	case b.queue <- queued{ctx: ctx, batch: batch}:
-	case <-batch.Stopping():
-		batch.handBack()
-	case <-b.stop:
-		batch.handBack()
+		select {
+		case <-b.space:
+		case <-batch.Stopping():
+			batch.handBack()
+			return
+		case <-b.stop:
+			batch.handBack()
+			return
+		}
 	}
 }
 
@@ -134,6 +148,7 @@ func (b *Buffered) work() {
 	for {
 		select {
 		case q := <-b.queue:
+			b.signalSpace()
 			b.run(q)
 			idle.Reset(b.cfg.IdleTimeout)
 		case <-idle.C:
@@ -149,6 +164,7 @@ func (b *Buffered) work() {
 			if b.cfg.OnClose == Drain {
 				select {
 				case q := <-b.queue:
+					b.signalSpace()
 					b.run(q)
 					continue
 				default:
@@ -159,6 +175,14 @@ func (b *Buffered) work() {
 			b.mu.Unlock()
 			return
 		}
+	}
+}
+
+// signalSpace wakes a Handle waiting for room in the queue.
+func (b *Buffered) signalSpace() {
+	select {
+	case b.space <- struct{}{}:
+	default:
 	}
 }
 
