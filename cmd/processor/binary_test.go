@@ -1,0 +1,319 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// TestBinary runs the built processor as a subprocess against a real database. The
+// binary is built once into the parent test's directory and shared by the subtests.
+func TestBinary(t *testing.T) {
+	bin := buildBinary(t, t.TempDir())
+	script := writeScript(t)
+
+	t.Run("ExecDecidesByExitCode", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		p := start(t, bin, f.url, "--topic", f.topic, "--retry-delay", "1h", "--addr", "127.0.0.1:0", "--exec", script)
+		tasks := f.push("ok", "env", "fail", "skip", "wait", "later", "odd", "big")
+		seq := func(i int) int64 { return tasks[i].Sequence }
+
+		want := map[string]struct {
+			state  repository.State
+			output string
+		}{
+			"ok":   {repository.Succeeded, "done"},
+			"env":  {repository.Succeeded, fmt.Sprintf("topic env %d 1 ref-env", seq(1))},
+			"fail": {repository.Failed, "boom"},
+			"skip": {repository.Filtered, ""},
+			"wait": {repository.Suspended, "waiting"},
+		}
+		for i, task := range tasks {
+			w, ok := want[task.Identifier]
+			if !ok {
+				continue
+			}
+			got := f.waitState(task.Sequence, w.state)
+			if got.Output != w.output {
+				t.Errorf("%s: output %q, want %q", tasks[i].Identifier, got.Output, w.output)
+			}
+		}
+
+		odd := f.waitState(seq(6), repository.Failed)
+		if !strings.HasPrefix(odd.Output, "exit status 42: …eee") || !strings.HasSuffix(odd.Output, "eee\nlast words") {
+			t.Errorf("odd exit: output %.40q…%q, want the exit status and the stderr tail", odd.Output, odd.Output[max(len(odd.Output)-20, 0):])
+		}
+		if len(odd.Output) > outputLimit+40 {
+			t.Errorf("odd exit: output is %d bytes, want the stderr tail capped at %d", len(odd.Output), outputLimit)
+		}
+		big := f.waitState(seq(7), repository.Succeeded)
+		if want := strings.Repeat("x", outputLimit) + truncated; big.Output != want {
+			t.Errorf("big output: %d bytes, want the first %d bytes marked as cut", len(big.Output), outputLimit)
+		}
+		// Exit 75 snoozes: READY again, attempt not consumed, not before --retry-delay.
+		waitFor(t, 20*time.Second, "the retry-later task to be snoozed", func() bool {
+			later := f.get(seq(5))
+			return later.State == repository.Ready && later.NotBefore.After(time.Now().Add(30*time.Minute))
+		})
+		if later := f.get(seq(5)); attempt(later) != 0 {
+			t.Errorf("retry-later task: %d attempts used, want 0", attempt(later))
+		}
+
+		addr := p.addr()
+		if code, body := httpGet(t, "http://"+addr+"/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz: %d %q, want 200", code, body)
+		}
+		// Counters are bumped just after the commit the database shows: poll a little.
+		var code int
+		var body string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, body = httpGet(t, "http://"+addr+"/metrics")
+			if code == http.StatusOK && strings.Contains(body, `pgtask_tasks_completed_total{result="SUCCEEDED",topic="topic"} 3`) &&
+				strings.Contains(body, `pgtask_queue_depth{state="SUSPENDED",topic="topic"} 1`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/metrics: status %d, want 200 with task and queue metrics; body:\n%s", code, body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		p.stop()
+	})
+
+	t.Run("TimeoutKillsHangingProgram", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		p := start(t, bin, f.url, "--topic", f.topic, "--timeout", "500ms", "--addr", "", "--exec", script)
+		tasks := f.push("hang", "ok")
+		start := time.Now()
+		hang := f.waitState(tasks[0].Sequence, repository.Failed)
+		if hang.Output != "timed out after 500ms" {
+			t.Errorf("hanging task: output %q, want %q", hang.Output, "timed out after 500ms")
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("hanging task took %v to fail, want about the 500ms timeout", took)
+		}
+		f.waitState(tasks[1].Sequence, repository.Succeeded)
+		p.stop()
+	})
+
+	t.Run("CancelKillsRunningProgram", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		p := start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", script)
+		hang := f.push("hang")[0]
+		f.waitState(hang.Sequence, repository.Active)
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "test", hang.Sequence); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		got := f.waitState(hang.Sequence, repository.Failed)
+		if got.Output != "cancelled" {
+			t.Errorf("cancelled task: output %q, want %q", got.Output, "cancelled")
+		}
+		p.stop()
+	})
+
+	t.Run("SIGTERMLosesNothing", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		const n = 40
+		inputs := make([]string, n)
+		for i := range inputs {
+			inputs[i] = "slow"
+		}
+		f.push(inputs...)
+		args := []string{"--topic", f.topic, "--workers", "4", "--addr", "", "--exec", script}
+		p := start(t, bin, f.url, args...)
+		waitFor(t, 20*time.Second, "some tasks to succeed", func() bool {
+			succeeded := 0
+			for _, task := range f.all() {
+				if task.State == repository.Succeeded {
+					succeeded++
+				}
+			}
+			return succeeded >= 8
+		})
+		p.stop()
+
+		handedBack := 0
+		for _, task := range f.all() {
+			switch {
+			case task.State == repository.Succeeded && attempt(task) == 1:
+			case task.State == repository.Ready && attempt(task) == 0:
+				if task.Attempt > 0 {
+					handedBack++
+				}
+			default:
+				t.Errorf("after SIGTERM task %d is %v with %d attempts used, want SUCCEEDED or READY with none used",
+					task.Sequence, task.State, attempt(task))
+			}
+		}
+		if handedBack == 0 {
+			t.Log("no leased task was waiting for a worker at SIGTERM: nothing was handed back")
+		}
+
+		p = start(t, bin, f.url, args...)
+		waitFor(t, 30*time.Second, "the restarted processor to finish the rest", func() bool {
+			for _, task := range f.all() {
+				if task.State != repository.Succeeded {
+					return false
+				}
+			}
+			return true
+		})
+		for _, task := range f.all() {
+			if attempt(task) != 1 || task.Output != "done" {
+				t.Errorf("task %d: %d attempts used, output %q; want 1 attempt, output %q", task.Sequence, attempt(task), task.Output, "done")
+			}
+		}
+		p.stop()
+	})
+
+	t.Run("HTTPDecidesByStatus", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("read request: %v", err)
+				return
+			}
+			if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); r.Method != http.MethodPost || ct != "application/json" {
+				t.Errorf("request: %s with Content-Type %q, want POST of application/json", r.Method, r.Header.Get("Content-Type"))
+			}
+			var task httpTask
+			if err := json.Unmarshal(body, &task); err != nil {
+				t.Errorf("decode request: %v", err)
+			}
+			if task.Topic != f.topic || task.Input != task.Identifier || task.Reference != "ref-"+task.Identifier ||
+				task.Attempt != 1 || task.Sequence == 0 || time.Since(task.Created) > time.Minute {
+				t.Errorf("request body %+v: want the task's topic, sequence, identifier, input, reference, attempt and created", task)
+			}
+			switch task.Input {
+			case "ok":
+				fmt.Fprintf(w, "done %d\n", task.Sequence)
+			case "skip":
+				w.WriteHeader(http.StatusUnprocessableEntity)
+				fmt.Fprint(w, "not for me")
+			case "wait":
+				w.WriteHeader(http.StatusConflict)
+			case "later":
+				w.Header().Set("Retry-After", "3600")
+				w.WriteHeader(http.StatusServiceUnavailable)
+			case "fail":
+				w.WriteHeader(http.StatusInternalServerError)
+				fmt.Fprint(w, "kaput")
+			case "hang":
+				select {
+				case <-r.Context().Done():
+				case <-release:
+				}
+			}
+		}))
+		t.Cleanup(srv.Close)
+		t.Cleanup(func() { close(release) })
+		p := start(t, bin, f.url, "--topic", f.topic, "--timeout", "1s", "--addr", "", "--http", srv.URL+"/tasks")
+		tasks := f.push("ok", "skip", "wait", "later", "fail", "hang")
+
+		want := []struct {
+			state  repository.State
+			output string
+		}{
+			{repository.Succeeded, fmt.Sprintf("done %d", tasks[0].Sequence)},
+			{repository.Filtered, "not for me"},
+			{repository.Suspended, ""},
+			{repository.Ready, ""},
+			{repository.Failed, "HTTP 500 Internal Server Error: kaput"},
+			{repository.Failed, "timed out after 1s"},
+		}
+		for i, w := range want {
+			if w.state == repository.Ready {
+				continue
+			}
+			if got := f.waitState(tasks[i].Sequence, w.state); got.Output != w.output {
+				t.Errorf("%s: output %q, want %q", tasks[i].Identifier, got.Output, w.output)
+			}
+		}
+		waitFor(t, 20*time.Second, "the 503 task to be snoozed for its Retry-After", func() bool {
+			later := f.get(tasks[3].Sequence)
+			return later.State == repository.Ready && attempt(later) == 0 &&
+				later.NotBefore.After(time.Now().Add(50*time.Minute))
+		})
+		p.stop()
+	})
+
+	t.Run("InitRegistersTopic", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		p := start(t, bin, f.url, "--topic", "fresh", "--addr", "", "--exec", script)
+		if code := p.wait(30 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), `topic "fresh" is not registered`) {
+			t.Errorf("unknown topic without --init: exit %d, stderr %q; want exit 1 naming the topic", code, p.stderr.String())
+		}
+		p = start(t, bin, f.url, "--topic", "fresh", "--init", "--addr", "", "--exec", script)
+		waitFor(t, 20*time.Second, "the topic to be registered", func() bool {
+			_, err := f.repo.Topic(f.ctx, f.pool, "fresh")
+			return err == nil
+		})
+		p.stop()
+	})
+
+	t.Run("BadFlagsExitTwo", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--topic", "t", "--order", "x", "--exec", "true"}, `--order: unknown order "x" (want FIFO or LIFO)`},
+			{[]string{"--topic", "t", "--workers", "0", "--exec", "true"}, `--workers: invalid value "0"`},
+			{[]string{"--topic", "t", "--nope", "--exec", "true"}, "flag provided but not defined: --nope"},
+			{[]string{"--topic", "t"}, "a handler is required"},
+			{[]string{"--topic", "t", "--exec", "/no/such/program"}, `--exec: program "/no/such/program" not found`},
+		} {
+			p := start(t, bin, "", append([]string{"--database-url", "postgres://localhost/x"}, tc.args...)...)
+			if code := p.wait(10 * time.Second); code != 2 {
+				t.Errorf("%q: exit %d, want 2", tc.args, code)
+			}
+			if stderr := p.stderr.String(); !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "--help") {
+				t.Errorf("%q: stderr %q, want it to contain %q and point to --help", tc.args, stderr, tc.want)
+			}
+		}
+	})
+
+	t.Run("HelpPrintsUsage", func(t *testing.T) {
+		t.Parallel()
+		p := start(t, bin, "", "--help")
+		if code := p.wait(10 * time.Second); code != 0 {
+			t.Errorf("--help: exit %d, want 0", code)
+		}
+		for _, want := range []string{"--exec PROGRAM", "--http URL", "PGTASK_WORKERS", "DATABASE_URL"} {
+			if !strings.Contains(p.stdout.String(), want) {
+				t.Errorf("--help output lacks %q:\n%s", want, p.stdout.String())
+			}
+		}
+	})
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return res.StatusCode, string(body)
+}

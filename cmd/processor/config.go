@@ -1,0 +1,328 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Defaults of the flags that differ from the processor package's.
+const (
+	workersDefault         = 4
+	batchSizeDefault       = 1
+	timeoutDefault         = 5 * time.Minute
+	retryDelayDefault      = 30 * time.Second
+	addrDefault            = "127.0.0.1:9090"
+	heartbeatDefault       = processor.HeartbeatIntervalDefault
+	pauseIntervalDefault   = processor.PauseIntervalDefault
+	shutdownTimeoutDefault = processor.ShutdownTimeoutDefault
+)
+
+// config is the parsed and validated command line.
+type config struct {
+	databaseURL string
+	topic       string
+
+	// Exactly one handler: a program (execArgs[0]) with its arguments, or an HTTP URL.
+	execArgs []string
+	httpURL  string
+
+	workers         int
+	batchSize       int
+	order           repository.Order
+	condition       repository.Condition
+	heartbeat       time.Duration
+	pauseInterval   time.Duration
+	shutdownTimeout time.Duration
+	timeout         time.Duration
+	retryDelay      time.Duration
+	initialize      bool
+	migrate         bool
+	addr            string
+	logFormat       string
+	logLevel        slog.Level
+}
+
+// usageError is a bad command line: main prints it with a hint and exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// option is one flag: its name, environment variable, default and help text. Every
+// value is read as a string and converted after parsing, so that an error names where
+// the bad value came from (--flag or ENV_VAR).
+type option struct {
+	name, env, def, arg, help string
+	isBool                    bool
+}
+
+var options = []option{
+	{name: "database-url", env: "DATABASE_URL", arg: "URL", help: "PostgreSQL connection string (required)"},
+	{name: "topic", env: "PGTASK_TOPIC", arg: "NAME", help: "topic to process (required)"},
+	{name: "exec", arg: "PROGRAM [ARGS...]", help: "run PROGRAM per task; must come last: everything after it is the program and its arguments"},
+	{name: "http", env: "PGTASK_HTTP", arg: "URL", help: "POST each task as JSON to URL (instead of --exec)"},
+	{name: "workers", env: "PGTASK_WORKERS", def: strconv.Itoa(workersDefault), arg: "N", help: "most tasks handled at once"},
+	{name: "batch-size", env: "PGTASK_BATCH_SIZE", def: strconv.Itoa(batchSizeDefault), arg: "N", help: "tasks leased per poll; a worker runs the tasks of its batch one after another"},
+	{name: "order", env: "PGTASK_ORDER", def: "fifo", arg: "fifo|lifo", help: "poll order"},
+	{name: "condition", env: "PGTASK_CONDITION", def: "none", arg: "NAME", help: "poll condition: none, singular_by_identifier, singular_by_identifier_suspend_on_failure, singular_by_identifier_suspend_until_success"},
+	{name: "timeout", env: "PGTASK_TIMEOUT", def: timeoutDefault.String(), arg: "DURATION", help: "time limit per task; a task over it is killed and FAILS"},
+	{name: "retry-delay", env: "PGTASK_RETRY_DELAY", def: retryDelayDefault.String(), arg: "DURATION", help: "how long a task answered with retry-later (exit 75, HTTP 429/503) waits"},
+	{name: "heartbeat", env: "PGTASK_HEARTBEAT", def: heartbeatDefault.String(), arg: "DURATION", help: "owner heartbeat interval; leases of an owner silent for 5 intervals are taken back"},
+	{name: "pause-interval", env: "PGTASK_PAUSE_INTERVAL", def: pauseIntervalDefault.String(), arg: "DURATION", help: "how often an idle processor polls when no notification arrives"},
+	{name: "shutdown-timeout", env: "PGTASK_SHUTDOWN_TIMEOUT", def: shutdownTimeoutDefault.String(), arg: "DURATION", help: "how long running tasks may finish after SIGTERM before they are killed"},
+	{name: "init", env: "PGTASK_INIT", def: "false", isBool: true, help: "register the topic if it is missing"},
+	{name: "migrate", env: "PGTASK_MIGRATE", def: "false", isBool: true, help: "apply pending schema migrations first"},
+	{name: "addr", env: "PGTASK_ADDR", def: addrDefault, arg: "HOST:PORT", help: "address of the /metrics and /healthz server; empty disables it"},
+	{name: "log-format", env: "PGTASK_LOG_FORMAT", def: "text", arg: "text|json", help: "log format (logs go to stderr)"},
+	{name: "log-level", env: "PGTASK_LOG_LEVEL", def: "info", arg: "LEVEL", help: "least level logged: debug, info, warn, error"},
+}
+
+// usage writes the help text.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: processor --topic NAME [FLAGS] --exec PROGRAM [ARGS...]
+       processor --topic NAME [FLAGS] --http URL
+
+Processes the tasks of one pgtask topic: runs PROGRAM once per task (input on stdin,
+exit code -> result) or POSTs each task to URL (status -> result). Stops gracefully on
+SIGTERM or SIGINT. See docs/processor.md.
+
+Flags (environment variable in brackets; a flag beats its variable):
+`)
+	for _, o := range options {
+		left := "  --" + o.name
+		if o.arg != "" {
+			left += " " + o.arg
+		}
+		right := o.help
+		if o.env != "" {
+			right += " [" + o.env + "]"
+		}
+		if o.def != "" && !o.isBool {
+			right += " (default " + o.def + ")"
+		}
+		fmt.Fprintf(w, "%s\n      %s\n", left, right)
+	}
+	fmt.Fprint(w, `
+Exit codes of PROGRAM: 0 SUCCESS (stdout is the output), 1 FAILURE (stderr is the
+error), 2 FILTER, 3 SUSPENSION, 75 retry later (no attempt used), other FAILURE.
+HTTP statuses: 2xx SUCCESS, 422 FILTER, 409 SUSPENSION, 429/503 retry later
+(Retry-After honoured), others FAILURE.
+`)
+}
+
+// parseConfig parses the command line, falling back to environment variables (read
+// with getenv) for flags not given, and validates everything. It returns flag.ErrHelp
+// for --help and a *usageError for bad input.
+func parseConfig(args []string, getenv func(string) string) (config, error) {
+	var cfg config
+	// Everything after --exec belongs to the program, so split it off before the flag
+	// package sees it.
+	flagArgs := args
+	execGiven := false
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "exec" {
+			continue
+		}
+		execGiven = true
+		flagArgs = args[:i]
+		if hasValue {
+			cfg.execArgs = append([]string{value}, args[i+1:]...)
+		} else {
+			cfg.execArgs = args[i+1:]
+		}
+		break
+	}
+
+	fs := flag.NewFlagSet("processor", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	values := make(map[string]*string, len(options))
+	bools := make(map[string]*bool)
+	for _, o := range options {
+		if o.name == "exec" {
+			continue
+		}
+		if o.isBool {
+			bools[o.name] = fs.Bool(o.name, false, o.help)
+		} else {
+			values[o.name] = fs.String(o.name, o.def, o.help)
+		}
+	}
+	if err := fs.Parse(flagArgs); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, flag.ErrHelp
+		}
+		return cfg, usagef("%s", strings.Replace(err.Error(), " -", " --", 1))
+	}
+	if fs.NArg() > 0 {
+		return cfg, usagef("unexpected argument %q (the program and its arguments go after --exec)", fs.Arg(0))
+	}
+	given := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+
+	// lookup returns a flag's value and where it came from: the flag, its environment
+	// variable, or the default.
+	lookup := func(name string) (value, origin string) {
+		o := optionNamed(name)
+		if given[name] {
+			if o.isBool {
+				return strconv.FormatBool(*bools[name]), "--" + name
+			}
+			return *values[name], "--" + name
+		}
+		if o.env != "" {
+			if v := getenv(o.env); v != "" {
+				return v, o.env
+			}
+		}
+		return o.def, "--" + name
+	}
+	var errs []error
+	bad := func(origin, format string, args ...any) {
+		errs = append(errs, usagef("%s: %s", origin, fmt.Sprintf(format, args...)))
+	}
+
+	var origin string
+	cfg.databaseURL, origin = lookup("database-url")
+	if cfg.databaseURL == "" {
+		bad(origin, "a database URL is required (or set DATABASE_URL)")
+	}
+	cfg.topic, origin = lookup("topic")
+	switch n := utf8.RuneCountInString(cfg.topic); {
+	case cfg.topic == "":
+		bad(origin, "a topic is required (or set PGTASK_TOPIC)")
+	case n > repository.MaxTopicLength:
+		bad(origin, "topic is %d characters long, at most %d allowed", n, repository.MaxTopicLength)
+	case !utf8.ValidString(cfg.topic):
+		bad(origin, "topic is not valid UTF-8")
+	}
+
+	cfg.httpURL, origin = lookup("http")
+	switch {
+	case execGiven && cfg.httpURL != "" && given["http"]:
+		bad("--exec", "give either --exec or --http, not both")
+	case execGiven:
+		cfg.httpURL = "" // a flag beats an environment variable
+		if len(cfg.execArgs) == 0 || cfg.execArgs[0] == "" {
+			bad("--exec", "missing program (--exec PROGRAM [ARGS...] must come last)")
+		} else if _, err := exec.LookPath(cfg.execArgs[0]); err != nil {
+			bad("--exec", "program %q not found or not executable", cfg.execArgs[0])
+		}
+	case cfg.httpURL != "":
+		u, err := url.Parse(cfg.httpURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad(origin, "invalid URL %q (want http://HOST/PATH or https://HOST/PATH)", cfg.httpURL)
+		}
+	default:
+		errs = append(errs, usagef("a handler is required: --exec PROGRAM [ARGS...] or --http URL"))
+	}
+
+	positive := func(name string) int {
+		v, origin := lookup(name)
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			bad(origin, "invalid value %q (want a whole number of at least 1)", v)
+		}
+		return n
+	}
+	cfg.workers = positive("workers")
+	cfg.batchSize = positive("batch-size")
+
+	v, origin := lookup("order")
+	order, err := repository.ParseOrder(v)
+	if err != nil {
+		bad(origin, "%s", plain(err))
+	}
+	cfg.order = order
+	v, origin = lookup("condition")
+	condition, err := repository.ParseCondition(v)
+	if err != nil {
+		bad(origin, "%s", plain(err))
+	}
+	cfg.condition = condition
+
+	duration := func(name string, allowZero bool) time.Duration {
+		v, origin := lookup(name)
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			bad(origin, "invalid duration %q (want e.g. 500ms, 30s, 5m)", v)
+		case d < 0 || (d == 0 && !allowZero):
+			bad(origin, "duration %q must be positive", v)
+		}
+		return d
+	}
+	cfg.timeout = duration("timeout", false)
+	cfg.retryDelay = duration("retry-delay", true)
+	cfg.heartbeat = duration("heartbeat", false)
+	cfg.pauseInterval = duration("pause-interval", false)
+	cfg.shutdownTimeout = duration("shutdown-timeout", false)
+
+	boolean := func(name string) bool {
+		v, origin := lookup(name)
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(origin, "invalid value %q (want true or false)", v)
+		}
+		return b
+	}
+	cfg.initialize = boolean("init")
+	cfg.migrate = boolean("migrate")
+
+	cfg.addr, origin = lookup("addr")
+	if cfg.addr != "" {
+		if _, port, err := net.SplitHostPort(cfg.addr); err != nil || port == "" {
+			bad(origin, "invalid address %q (want HOST:PORT, e.g. 127.0.0.1:9090, or empty to disable)", cfg.addr)
+		}
+	}
+	cfg.logFormat, origin = lookup("log-format")
+	if cfg.logFormat != "text" && cfg.logFormat != "json" {
+		bad(origin, "unknown log format %q (want text or json)", cfg.logFormat)
+	}
+	v, origin = lookup("log-level")
+	if err := cfg.logLevel.UnmarshalText([]byte(v)); err != nil {
+		bad(origin, "unknown log level %q (want debug, info, warn or error)", v)
+	}
+	if len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return cfg, &usageError{msg: strings.Join(msgs, "\n")}
+	}
+	return cfg, nil
+}
+
+func optionNamed(name string) option {
+	for _, o := range options {
+		if o.name == name {
+			return o
+		}
+	}
+	panic("unknown option " + name)
+}
+
+// plain strips the repository's "invalid argument: " prefix from a parse error.
+func plain(err error) string {
+	return strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": ")
+}

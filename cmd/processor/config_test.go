@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+func env(vars ...string) func(string) string {
+	return func(key string) string {
+		for i := 0; i+1 < len(vars); i += 2 {
+			if vars[i] == key {
+				return vars[i+1]
+			}
+		}
+		return ""
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	t.Parallel()
+	base := []string{"--database-url", "postgres://localhost/db", "--topic", "mail"}
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := parseConfig(append(base, "--exec", "true"), env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.workers != workersDefault || cfg.batchSize != batchSizeDefault || cfg.order != repository.FIFO ||
+			cfg.condition != repository.None || cfg.timeout != 5*time.Minute || cfg.retryDelay != 30*time.Second ||
+			cfg.addr != "127.0.0.1:9090" || cfg.logFormat != "text" || cfg.logLevel != slog.LevelInfo ||
+			cfg.initialize || cfg.migrate || cfg.httpURL != "" {
+			t.Errorf("defaults: %+v", cfg)
+		}
+	})
+
+	t.Run("EverythingAfterExecIsTheProgram", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := parseConfig(append(base, "--workers", "2", "--exec", "sh", "-c", "cat", "--workers", "9"), env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"sh", "-c", "cat", "--workers", "9"}; !slices.Equal(cfg.execArgs, want) || cfg.workers != 2 {
+			t.Errorf("exec %q workers %d, want %q and 2", cfg.execArgs, cfg.workers, want)
+		}
+		cfg, err = parseConfig(append(base, "-exec=sh", "-c", "cat"), env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"sh", "-c", "cat"}; !slices.Equal(cfg.execArgs, want) {
+			t.Errorf("-exec=sh: exec %q, want %q", cfg.execArgs, want)
+		}
+	})
+
+	t.Run("EnvironmentFallsBackFlagsWin", func(t *testing.T) {
+		t.Parallel()
+		getenv := env("DATABASE_URL", "postgres://env/db", "PGTASK_TOPIC", "envtopic", "PGTASK_WORKERS", "8",
+			"PGTASK_ORDER", "lifo", "PGTASK_CONDITION", "singular-by-identifier", "PGTASK_INIT", "true",
+			"PGTASK_TIMEOUT", "10s", "PGTASK_ADDR", "", "PGTASK_HTTP", "http://env.example/hook", "PGTASK_LOG_LEVEL", "debug")
+		cfg, err := parseConfig([]string{"--workers", "3"}, getenv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.databaseURL != "postgres://env/db" || cfg.topic != "envtopic" || cfg.workers != 3 || cfg.order != repository.LIFO ||
+			cfg.condition != repository.SingularByIdentifier || !cfg.initialize || cfg.timeout != 10*time.Second ||
+			cfg.addr != addrDefault || cfg.httpURL != "http://env.example/hook" || cfg.logLevel != slog.LevelDebug {
+			t.Errorf("from environment: %+v", cfg)
+		}
+		// --exec on the command line beats PGTASK_HTTP from the environment.
+		cfg, err = parseConfig([]string{"--exec", "true"}, getenv)
+		if err != nil || cfg.httpURL != "" || len(cfg.execArgs) != 1 {
+			t.Errorf("--exec with PGTASK_HTTP set: %+v, %v; want the exec handler", cfg, err)
+		}
+		// An empty --addr disables the server even with PGTASK_ADDR set.
+		cfg, err = parseConfig(append(base, "--addr", "", "--exec", "true"), env("PGTASK_ADDR", "127.0.0.1:1"))
+		if err != nil || cfg.addr != "" {
+			t.Errorf("--addr '': addr %q, %v; want empty", cfg.addr, err)
+		}
+	})
+
+	t.Run("HelpIsNotAnError", func(t *testing.T) {
+		t.Parallel()
+		if _, err := parseConfig([]string{"--help"}, env()); !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("--help: %v, want flag.ErrHelp", err)
+		}
+	})
+
+	t.Run("BadInputNamesFlagOrVariable", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			args   []string
+			getenv func(string) string
+			want   string
+		}{
+			{append(base, "--order", "x", "--exec", "true"), env(), `--order: unknown order "x" (want FIFO or LIFO)`},
+			{append(base, "--condition", "sometimes", "--exec", "true"), env(), `--condition: unknown condition "sometimes" (want one of NONE, SINGULAR_BY_IDENTIFIER`},
+			{append(base, "--workers", "0", "--exec", "true"), env(), `--workers: invalid value "0" (want a whole number of at least 1)`},
+			{append(base, "--batch-size", "many", "--exec", "true"), env(), `--batch-size: invalid value "many"`},
+			{append(base, "--exec", "true"), env("PGTASK_WORKERS", "lots"), `PGTASK_WORKERS: invalid value "lots"`},
+			{append(base, "--timeout", "soon", "--exec", "true"), env(), `--timeout: invalid duration "soon"`},
+			{append(base, "--timeout", "0s", "--exec", "true"), env(), `--timeout: duration "0s" must be positive`},
+			{append(base, "--heartbeat", "-1s", "--exec", "true"), env(), `--heartbeat: duration "-1s" must be positive`},
+			{append(base, "--exec", "true"), env("PGTASK_INIT", "maybe"), `PGTASK_INIT: invalid value "maybe" (want true or false)`},
+			{append(base, "--addr", "9090", "--exec", "true"), env(), `--addr: invalid address "9090"`},
+			{append(base, "--log-format", "xml", "--exec", "true"), env(), `--log-format: unknown log format "xml"`},
+			{append(base, "--log-level", "loud", "--exec", "true"), env(), `--log-level: unknown log level "loud"`},
+			{append(base, "--http", "ftp://x/y"), env(), `--http: invalid URL "ftp://x/y"`},
+			{append(base, "--http", "http://x/y", "--exec", "true"), env(), "--exec: give either --exec or --http, not both"},
+			{append(base, "--exec"), env(), "--exec: missing program"},
+			{append(base, "--exec", "/no/such/program"), env(), `--exec: program "/no/such/program" not found`},
+			{base, env(), "a handler is required: --exec PROGRAM [ARGS...] or --http URL"},
+			{[]string{"--topic", "t", "--exec", "true"}, env(), "--database-url: a database URL is required"},
+			{[]string{"--database-url", "x", "--exec", "true"}, env(), "--topic: a topic is required"},
+			{append(base, "--topic", strings.Repeat("t", 251), "--exec", "true"), env(), "--topic: topic is 251 characters long"},
+			{append(base, "stray", "--exec", "true"), env(), `unexpected argument "stray"`},
+			{append(base, "--bogus", "--exec", "true"), env(), "flag provided but not defined: --bogus"},
+			{[]string{"--topic"}, env(), "flag needs an argument: --topic"},
+		} {
+			_, err := parseConfig(tc.args, tc.getenv)
+			var usageErr *usageError
+			if !errors.As(err, &usageErr) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%q: error %v, want a usage error containing %q", tc.args, err, tc.want)
+			}
+		}
+	})
+
+	t.Run("EveryProblemIsReported", func(t *testing.T) {
+		t.Parallel()
+		_, err := parseConfig([]string{"--order", "x", "--workers", "-1"}, env())
+		for _, want := range []string{"--database-url:", "--topic:", "--order:", "--workers:", "a handler is required"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("error %v, want it to mention %q", err, want)
+			}
+		}
+	})
+}
+
+func TestExitCode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err    error
+		code   int
+		stderr string
+	}{
+		{nil, 0, ""},
+		{flag.ErrHelp, 0, ""},
+		{usagef("--order: bad\n--workers: bad"), 2, "processor: --order: bad\nprocessor: --workers: bad\nRun 'processor --help' for usage.\n"},
+		{errors.New("connect to database: refused"), 1, "processor: connect to database: refused\n"},
+	} {
+		var stderr strings.Builder
+		if code := exitCode(tc.err, &stderr); code != tc.code || stderr.String() != tc.stderr {
+			t.Errorf("exitCode(%v) = %d, stderr %q; want %d, %q", tc.err, code, stderr.String(), tc.code, tc.stderr)
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Exit codes of a task program and what they mean (docs/processor.md).
+const (
+	exitSuccess    = 0  // SUCCESS: stdout is the output message
+	exitFailure    = 1  // FAILURE: stderr is the error; the topic's retry policy applies
+	exitFilter     = 2  // FILTER: the task was irrelevant
+	exitSuspension = 3  // SUSPENSION: wait for a junction or revival
+	exitTempFail   = 75 // EX_TEMPFAIL: retry after --retry-delay without using an attempt
+)
+
+// waitDelay bounds how long the processor waits for a program's output pipes after the
+// program exited or was killed (a background child may still hold them open).
+const waitDelay = 2 * time.Second
+
+// errTimedOut is the cause of a task context that ran out of --timeout.
+var errTimedOut = errors.New("timed out")
+
+// execHandler runs a program per task (processor --exec).
+type execHandler struct {
+	program    string
+	args       []string
+	timeout    time.Duration
+	retryDelay time.Duration
+	logger     *slog.Logger
+}
+
+// execOutcome is how one run of the program ended.
+type execOutcome struct {
+	// startErr is set when the program could not be started at all.
+	startErr error
+	// exitCode is the program's exit code; -1 when a signal killed it.
+	exitCode int
+	signal   string // such as "9 (killed)"
+	// timedOut or cancelled say why the processor killed it, if it did.
+	timedOut, cancelled, shutdown bool
+	stdout, stderr                string
+}
+
+// handle runs the program for one task and decides the task's result from how it ended.
+func (h *execHandler) handle(ctx context.Context, task repository.Task) repository.Decision {
+	start := time.Now()
+	o := h.run(ctx, task)
+	d := execDecision(o, h.timeout, h.retryDelay)
+	logTask(h.logger, task, d, time.Since(start), slog.Int("exit_code", o.exitCode))
+	return d
+}
+
+func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome {
+	ctx, cancel := context.WithTimeoutCause(ctx, h.timeout, errTimedOut)
+	defer cancel()
+	stdout := &headBuffer{limit: outputLimit}
+	stderr := &tailBuffer{limit: outputLimit}
+	cmd := exec.CommandContext(ctx, h.program, h.args...)
+	cmd.Stdin = strings.NewReader(task.Input)
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	cmd.Env = append(os.Environ(), taskEnv(task)...)
+	// The program leads its own process group, so a timeout or cancel kills whatever
+	// it started too, and a Ctrl-C at the terminal reaches only the processor, which
+	// then lets running tasks finish.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = waitDelay
+
+	err := cmd.Run()
+	o := execOutcome{stdout: stdout.String(), stderr: stderr.String()}
+	state := cmd.ProcessState
+	if state == nil {
+		o.startErr = err
+		o.exitCode = -1
+		return o
+	}
+	// The task is over: whatever the program left running in its process group goes
+	// with it, so background children cannot pile up over thousands of tasks.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	o.exitCode = state.ExitCode()
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		o.signal = fmt.Sprintf("%d (%v)", int(ws.Signal()), ws.Signal())
+		// Only a kill of ours counts as timeout or cancel: a program that exited on
+		// its own just as the deadline passed keeps its exit code.
+		if ctx.Err() != nil {
+			switch cause := context.Cause(ctx); {
+			case errors.Is(cause, errTimedOut):
+				o.timedOut = true
+			case errors.Is(cause, processor.ErrTaskCancelled):
+				o.cancelled = true
+			default:
+				o.shutdown = true
+			}
+		}
+	}
+	return o
+}
+
+// taskEnv is what the program learns about its task from the environment.
+func taskEnv(t repository.Task) []string {
+	return []string{
+		"PGTASK_TOPIC=" + t.Topic,
+		"PGTASK_IDENTIFIER=" + t.Identifier,
+		"PGTASK_SEQUENCE=" + strconv.FormatInt(t.Sequence, 10),
+		"PGTASK_ATTEMPT=" + strconv.FormatInt(int64(attempt(t)), 10),
+		"PGTASK_REFERENCE=" + t.Reference,
+	}
+}
+
+// attempt is the number of this try of the task, counting only the leases that use the
+// topic's retry budget (not those handed back at a shutdown or snoozed): 1 on the first try.
+func attempt(t repository.Task) int32 { return t.Attempt - t.Returned }
+
+// execDecision maps how a program ended to the task's decision (docs/processor.md):
+// exit 0 SUCCESS with stdout as message, 1 FAILURE with stderr as error, 2 FILTER,
+// 3 SUSPENSION, 75 retry after retryDelay without using an attempt, anything else
+// FAILURE; a program killed by a timeout, a cancel or a signal FAILS.
+func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.Decision {
+	switch {
+	case o.startErr != nil:
+		return repository.Fail(fmt.Errorf("start program: %w", o.startErr))
+	case o.cancelled:
+		return repository.Fail(errors.New("cancelled"))
+	case o.timedOut:
+		return repository.Fail(withTail(fmt.Sprintf("timed out after %v", timeout), o.stderr))
+	case o.shutdown:
+		return repository.Fail(withTail("killed at processor shutdown", o.stderr))
+	case o.signal != "":
+		return repository.Fail(withTail("killed by signal "+o.signal, o.stderr))
+	}
+	switch o.exitCode {
+	case exitSuccess:
+		return repository.Succeed(o.stdout)
+	case exitFailure:
+		if o.stderr == "" {
+			return repository.Fail(errors.New("exit status 1"))
+		}
+		return repository.Fail(errors.New(o.stderr))
+	case exitFilter:
+		return repository.Skip(o.stdout)
+	case exitSuspension:
+		return repository.Suspend(o.stdout)
+	case exitTempFail:
+		return repository.SnoozeFor(retryDelay)
+	default:
+		return repository.Fail(withTail(fmt.Sprintf("exit status %d", o.exitCode), o.stderr))
+	}
+}
+
+// withTail joins a reason and the program's stderr tail into an error.
+func withTail(reason, tail string) error {
+	if tail == "" {
+		return errors.New(reason)
+	}
+	return errors.New(reason + ": " + tail)
+}
+
+// logTask logs a task's outcome: failures at info, the rest at debug.
+func logTask(logger *slog.Logger, t repository.Task, d repository.Decision, took time.Duration, attrs ...slog.Attr) {
+	level := slog.LevelDebug
+	result := d.Result.String()
+	if d.Snooze {
+		result = "RETRY_LATER"
+	} else if d.Result == repository.Failure {
+		level = slog.LevelInfo
+	}
+	attrs = append([]slog.Attr{
+		slog.Int64("sequence", t.Sequence),
+		slog.String("identifier", t.Identifier),
+		slog.Int("attempt", int(attempt(t))),
+		slog.String("result", result),
+		slog.Duration("took", took),
+	}, attrs...)
+	if d.Result == repository.Failure && !d.Snooze {
+		attrs = append(attrs, slog.String("error", d.Message))
+	}
+	logger.LogAttrs(context.Background(), level, "task handled", attrs...)
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+func TestExecDecision(t *testing.T) {
+	t.Parallel()
+	const timeout, retryDelay = 5 * time.Minute, 30 * time.Second
+	for _, tc := range []struct {
+		name    string
+		outcome execOutcome
+		want    repository.Decision
+	}{
+		{"Exit0SucceedsWithStdout", execOutcome{exitCode: 0, stdout: "sent", stderr: "noise"}, repository.Succeed("sent")},
+		{"Exit0WithoutStdoutStoresNothing", execOutcome{exitCode: 0}, repository.Succeed("")},
+		{"Exit1FailsWithStderr", execOutcome{exitCode: 1, stdout: "partial", stderr: "smtp refused"}, repository.Fail(errors.New("smtp refused"))},
+		{"Exit1WithoutStderrSaysExitStatus", execOutcome{exitCode: 1}, repository.Fail(errors.New("exit status 1"))},
+		{"Exit2Filters", execOutcome{exitCode: 2, stdout: "not mine"}, repository.Skip("not mine")},
+		{"Exit3Suspends", execOutcome{exitCode: 3, stdout: "needs review"}, repository.Suspend("needs review")},
+		{"Exit75RetriesLater", execOutcome{exitCode: 75, stderr: "busy"}, repository.SnoozeFor(retryDelay)},
+		{"OtherExitFailsWithStatusAndStderr", execOutcome{exitCode: 42, stderr: "odd"}, repository.Fail(errors.New("exit status 42: odd"))},
+		{"OtherExitWithoutStderr", execOutcome{exitCode: 127}, repository.Fail(errors.New("exit status 127"))},
+		{"TimeoutFails", execOutcome{exitCode: -1, signal: "killed", timedOut: true}, repository.Fail(errors.New("timed out after 5m0s"))},
+		{"TimeoutKeepsStderr", execOutcome{exitCode: -1, signal: "killed", timedOut: true, stderr: "stuck"}, repository.Fail(errors.New("timed out after 5m0s: stuck"))},
+		{"CancelFails", execOutcome{exitCode: -1, signal: "killed", cancelled: true, stderr: "x"}, repository.Fail(errors.New("cancelled"))},
+		{"ShutdownKillFails", execOutcome{exitCode: -1, signal: "killed", shutdown: true}, repository.Fail(errors.New("killed at processor shutdown"))},
+		{"ForeignSignalFails", execOutcome{exitCode: -1, signal: "11 (segmentation fault)", stderr: "core"}, repository.Fail(errors.New("killed by signal 11 (segmentation fault): core"))},
+		{"StartErrorFails", execOutcome{exitCode: -1, startErr: errors.New("permission denied")}, repository.Fail(errors.New("start program: permission denied"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := execDecision(tc.outcome, timeout, retryDelay); got != tc.want {
+				t.Errorf("decision %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// runScript runs an in-process exec handler on a shell script for one task.
+func runScript(t *testing.T, ctx context.Context, body string, timeout time.Duration, task repository.Task, args ...string) repository.Decision {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "script.sh")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := &execHandler{program: path, args: args, timeout: timeout, retryDelay: time.Minute, logger: slog.New(slog.DiscardHandler)}
+	return h.handle(ctx, task)
+}
+
+func TestExecHandler(t *testing.T) {
+	t.Parallel()
+	task := repository.Task{Topic: "mail", Sequence: 7, Identifier: "user-1", Input: "hello\x01world", Reference: "r", Attempt: 2}
+
+	t.Run("InputOnStdinTaskInEnvironment", func(t *testing.T) {
+		t.Parallel()
+		d := runScript(t, t.Context(), `printf '%s|%s|%s|%s|%s|%s|%s' "$(cat)" "$PGTASK_TOPIC" "$PGTASK_IDENTIFIER" "$PGTASK_SEQUENCE" "$PGTASK_ATTEMPT" "$PGTASK_REFERENCE" "$1"`,
+			time.Minute, task, "arg")
+		if want := repository.Succeed("hello\x01world|mail|user-1|7|2|r|arg"); d != want {
+			t.Errorf("decision %+v, want %+v", d, want)
+		}
+	})
+
+	t.Run("OutputIsMadeStorable", func(t *testing.T) {
+		t.Parallel()
+		d := runScript(t, t.Context(), `printf '  ok\000\377done  \n'`, time.Minute, task)
+		if want := repository.Succeed("ok\uFFFDdone"); d != want {
+			t.Errorf("decision %+v, want %+v (no NUL, valid UTF-8, trimmed)", d, want)
+		}
+	})
+
+	t.Run("TimeoutKillsTheProcessGroup", func(t *testing.T) {
+		t.Parallel()
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		start := time.Now()
+		d := runScript(t, t.Context(), `sleep 30 & echo $! > "$1"; echo working >&2; wait`, 300*time.Millisecond, task, pidFile)
+		if want := repository.Fail(errors.New("timed out after 300ms: working")); d != want {
+			t.Errorf("decision %+v, want %+v", d, want)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("took %v, want about the 300ms timeout", took)
+		}
+		pid := readPID(t, pidFile)
+		waitFor(t, 5*time.Second, "the grandchild to die with its process group", func() bool { return !alive(pid) })
+	})
+
+	t.Run("CancelKillsAndFails", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancelCause(t.Context())
+		time.AfterFunc(200*time.Millisecond, func() { cancel(processor.ErrTaskCancelled) })
+		d := runScript(t, ctx, `sleep 30`, time.Minute, task)
+		if want := repository.Fail(errors.New("cancelled")); d != want {
+			t.Errorf("decision %+v, want %+v", d, want)
+		}
+	})
+
+	t.Run("SignalFails", func(t *testing.T) {
+		t.Parallel()
+		d := runScript(t, t.Context(), `echo dying >&2; kill -KILL $$`, time.Minute, task)
+		if want := repository.Fail(errors.New("killed by signal 9 (killed): dying")); d != want {
+			t.Errorf("decision %+v, want %+v", d, want)
+		}
+	})
+
+	t.Run("StderrTailIsKept", func(t *testing.T) {
+		t.Parallel()
+		d := runScript(t, t.Context(), `head -c 20000 /dev/zero | tr '\0' e >&2; echo " the end" >&2; exit 1`, time.Minute, task)
+		if d.Result != repository.Failure || !strings.HasPrefix(d.Message, truncated+"eee") ||
+			!strings.HasSuffix(d.Message, "e the end") || len(d.Message) != outputLimit-1+len(truncated) /* the newline is trimmed */ {
+			t.Errorf("decision %v with %d-byte message %.20q…, want FAILURE with the last %d bytes of stderr", d.Result, len(d.Message), d.Message, outputLimit)
+		}
+	})
+
+	t.Run("LeftoverChildrenDoNotBlockAndAreKilled", func(t *testing.T) {
+		t.Parallel()
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		start := time.Now()
+		d := runScript(t, t.Context(), `echo quick; sleep 30 & echo $! > "$1"`, time.Minute, task, pidFile)
+		if d != repository.Succeed("quick") {
+			t.Errorf("decision %+v, want SUCCESS quick", d)
+		}
+		if took := time.Since(start); took > waitDelay+3*time.Second {
+			t.Errorf("took %v, want at most about the %v wait delay", took, waitDelay)
+		}
+		pid := readPID(t, pidFile)
+		waitFor(t, 5*time.Second, "the leftover child to be killed", func() bool { return !alive(pid) })
+	})
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// alive reports whether a process exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func TestOutputBuffers(t *testing.T) {
+	t.Parallel()
+	head := &headBuffer{limit: 5}
+	for _, p := range []string{"ab", "cdef", "gh"} {
+		if n, err := head.Write([]byte(p)); n != len(p) || err != nil {
+			t.Fatalf("head write %q: %d, %v", p, n, err)
+		}
+	}
+	if got := head.String(); got != "abcde"+truncated {
+		t.Errorf("head %q, want %q", got, "abcde"+truncated)
+	}
+	tail := &tailBuffer{limit: 5}
+	for _, p := range []string{"ab", "cdef", "gh"} {
+		_, _ = tail.Write([]byte(p))
+	}
+	if got := tail.String(); got != truncated+"defgh" {
+		t.Errorf("tail %q, want %q", got, truncated+"defgh")
+	}
+	small := &tailBuffer{limit: 5}
+	_, _ = small.Write([]byte(" ab\n"))
+	if got := small.String(); got != "ab" {
+		t.Errorf("small tail %q, want %q", got, "ab")
+	}
+	// A multi-byte rune cut at the edge must not make the text unstorable.
+	cut := &headBuffer{limit: 2}
+	_, _ = cut.Write([]byte("€!"))
+	if got := cut.String(); got != "\uFFFD"+truncated {
+		t.Errorf("cut rune %q, want %q", got, "\uFFFD"+truncated)
+	}
+}

@@ -1,0 +1,18 @@
+// Command processor processes the tasks of one pgtask topic by running a program per
+// task or POSTing each task to an HTTP endpoint. See docs/processor.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	context.AfterFunc(ctx, stop) // a second signal ends the process at once
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/pgtask/pgtask/internal/metrics"
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// queueStatsTTL is how long the queue collector serves one read of the queue's depth.
+const queueStatsTTL = 5 * time.Second
+
+// run is the whole program: it parses args, processes the topic until ctx is done,
+// then shuts down gracefully. It returns flag.ErrHelp after printing --help, and a
+// *usageError for a bad command line.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+
+	pool, err := connect(ctx, cfg.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if cfg.migrate {
+		if err := repository.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		logger.Info("schema migrated")
+	}
+	repo, err := repository.New(repository.Config{})
+	if err != nil {
+		return err
+	}
+	if !cfg.initialize {
+		if _, err := repo.Topic(ctx, pool, cfg.topic); errors.Is(err, repository.ErrUnknownTopic) {
+			return fmt.Errorf("topic %q is not registered (register it with --init or `pgtask topic add %s`)", cfg.topic, cfg.topic)
+		} else if err != nil {
+			return fmt.Errorf("read topic %q: %w", cfg.topic, err)
+		}
+	}
+
+	var handle processor.TaskFunc
+	if cfg.httpURL != "" {
+		handle = newHTTPHandler(cfg.httpURL, cfg.timeout, cfg.retryDelay, logger).handle
+	} else {
+		handle = (&execHandler{program: cfg.execArgs[0], args: cfg.execArgs[1:], timeout: cfg.timeout,
+			retryDelay: cfg.retryDelay, logger: logger}).handle
+	}
+	workers, err := processor.Buffer(handle, processor.BufferConfig{MinWorkers: 1, MaxWorkers: cfg.workers})
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+	reg.MustRegister(metrics.NewQueueCollector(pool, repo, queueStatsTTL))
+
+	var running atomic.Bool
+	p, err := processor.New(processor.Config{
+		Pool:              pool,
+		Repository:        repo,
+		Logger:            logger,
+		HeartbeatInterval: cfg.heartbeat,
+		OnExpire:          m.OnExpire,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = p.Manage(processor.ManagerConfig{
+		Topic:           cfg.topic,
+		Initialize:      cfg.initialize,
+		Handler:         workers,
+		Order:           cfg.order,
+		Condition:       cfg.condition,
+		BatchSize:       cfg.batchSize,
+		PauseInterval:   cfg.pauseInterval,
+		ShutdownTimeout: cfg.shutdownTimeout,
+		Listener: processor.Listeners(m.Listener(), processor.Listener{
+			OnStart: func(string) { running.Store(true) },
+			OnError: func(topic string, err error) {
+				logger.Warn("processor error", slog.String("topic", topic), slog.Any("error", err))
+			},
+			OnFatal: func(topic string, err error) {
+				running.Store(false)
+				logger.Error("processor stopped", slog.String("topic", topic), slog.Any("error", err))
+			},
+		}),
+	})
+	if err != nil {
+		return err
+	}
+
+	if cfg.addr != "" {
+		stopServer, err := serve(cfg.addr, newMux(reg, pool, &running), logger)
+		if err != nil {
+			return err
+		}
+		defer stopServer()
+	}
+
+	logger.Info("processing", slog.String("topic", cfg.topic), slog.String("owner", repo.Owner()),
+		slog.String("handler", cfg.handlerName()), slog.Int("workers", cfg.workers))
+	stopped := context.AfterFunc(ctx, func() {
+		running.Store(false)
+		logger.Info("shutting down: running tasks may finish", slog.Duration("shutdown_timeout", cfg.shutdownTimeout))
+	})
+	defer stopped()
+	if err := p.Run(ctx); err != nil {
+		return err
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// exitCode reports err on stderr and returns the process's exit code: 0 for success
+// and --help, 2 for a bad command line, 1 for anything else.
+func exitCode(err error, stderr io.Writer) int {
+	var usageErr *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usageErr):
+		for line := range strings.Lines(err.Error()) {
+			fmt.Fprintf(stderr, "processor: %s\n", strings.TrimSuffix(line, "\n"))
+		}
+		fmt.Fprintln(stderr, "Run 'processor --help' for usage.")
+		return 2
+	default:
+		fmt.Fprintf(stderr, "processor: %v\n", err)
+		return 1
+	}
+}
+
+// connect opens the pool and checks that the database answers, so a wrong URL is
+// reported at once.
+func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, &usageError{msg: fmt.Sprintf("--database-url: %v", err)}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return pool, nil
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	if cfg.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// handlerName describes the handler for the start-up log, e.g. "exec ./mail.sh".
+func (c config) handlerName() string {
+	if c.httpURL != "" {
+		if u, err := url.Parse(c.httpURL); err == nil {
+			return "http " + u.Redacted()
+		}
+		return "http"
+	}
+	return "exec " + c.execArgs[0]
+}

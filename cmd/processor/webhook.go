@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// bodyLimit is the most of a response body read: its head is the message of a success,
+// its tail the error of a failure.
+const bodyLimit = 1 << 20
+
+// retryAfterMax caps a Retry-After delay, so a confused endpoint cannot park a task for
+// years.
+const retryAfterMax = 24 * time.Hour
+
+// httpTask is the JSON body POSTed per task.
+type httpTask struct {
+	Topic      string    `json:"topic"`
+	Sequence   int64     `json:"sequence"`
+	Identifier string    `json:"identifier"`
+	Input      string    `json:"input"`
+	Reference  string    `json:"reference"`
+	Attempt    int32     `json:"attempt"`
+	Created    time.Time `json:"created"`
+}
+
+// httpHandler POSTs each task to a URL (processor --http).
+type httpHandler struct {
+	url        string
+	client     *http.Client
+	timeout    time.Duration
+	retryDelay time.Duration
+	logger     *slog.Logger
+}
+
+func newHTTPHandler(url string, timeout, retryDelay time.Duration, logger *slog.Logger) *httpHandler {
+	return &httpHandler{
+		url: url,
+		client: &http.Client{
+			// A redirect is answered as the status it is (FAILURE), not followed: a
+			// POST silently turned into a GET would lose the task.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		timeout:    timeout,
+		retryDelay: retryDelay,
+		logger:     logger,
+	}
+}
+
+// httpResponse is what an endpoint answered.
+type httpResponse struct {
+	status     int
+	retryAfter string
+	head, tail string // the body's first and last outputLimit bytes, trimmed
+}
+
+func (h *httpHandler) handle(ctx context.Context, task repository.Task) repository.Decision {
+	start := time.Now()
+	resp, err := h.post(ctx, task)
+	var d repository.Decision
+	if err != nil {
+		d = repository.Fail(err)
+	} else {
+		d = httpDecision(resp, h.retryDelay, time.Now())
+	}
+	logTask(h.logger, task, d, time.Since(start), slog.Int("status", resp.status))
+	return d
+}
+
+// post sends the task and reads the answer; an error says why there is none.
+func (h *httpHandler) post(ctx context.Context, task repository.Task) (httpResponse, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, h.timeout, errTimedOut)
+	defer cancel()
+	body, err := json.Marshal(httpTask{
+		Topic: task.Topic, Sequence: task.Sequence, Identifier: task.Identifier, Input: task.Input,
+		Reference: task.Reference, Attempt: attempt(task), Created: task.Created,
+	})
+	if err != nil {
+		return httpResponse{}, fmt.Errorf("encode task: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return httpResponse{}, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "pgtask-processor")
+	res, err := h.client.Do(req)
+	if err != nil {
+		return httpResponse{}, h.transportError(ctx, err)
+	}
+	defer res.Body.Close()
+	head := &headBuffer{limit: outputLimit}
+	tail := &tailBuffer{limit: outputLimit}
+	if _, err := io.Copy(io.MultiWriter(head, tail), io.LimitReader(res.Body, bodyLimit)); err != nil {
+		return httpResponse{status: res.StatusCode}, h.transportError(ctx, fmt.Errorf("read response of HTTP %d: %w", res.StatusCode, err))
+	}
+	return httpResponse{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), head: head.String(), tail: tail.String()}, nil
+}
+
+// transportError names a timeout or a cancel as such, or else keeps err.
+func (h *httpHandler) transportError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errTimedOut):
+			return fmt.Errorf("timed out after %v", h.timeout)
+		case errors.Is(cause, processor.ErrTaskCancelled):
+			return errors.New("cancelled")
+		default:
+			return errors.New("aborted at processor shutdown")
+		}
+	}
+	return err
+}
+
+// httpDecision maps an endpoint's answer to the task's decision (docs/processor.md):
+// 2xx SUCCESS with the body as message, 422 FILTER, 409 SUSPENSION, 429 and 503 retry
+// later (after Retry-After, else retryDelay) without using an attempt, anything else
+// FAILURE with the body's tail in the error.
+func httpDecision(r httpResponse, retryDelay time.Duration, now time.Time) repository.Decision {
+	switch {
+	case r.status >= 200 && r.status <= 299:
+		return repository.Succeed(r.head)
+	case r.status == http.StatusUnprocessableEntity:
+		return repository.Skip(r.head)
+	case r.status == http.StatusConflict:
+		return repository.Suspend(r.head)
+	case r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable:
+		return repository.SnoozeFor(retryAfter(r.retryAfter, retryDelay, now))
+	}
+	reason := "HTTP " + strconv.Itoa(r.status)
+	if text := http.StatusText(r.status); text != "" {
+		reason += " " + text
+	}
+	return repository.Fail(withTail(reason, r.tail))
+}
+
+// retryAfter reads a Retry-After header: delay-seconds or an HTTP date. A missing or
+// unreadable header gives fallback; the delay is capped at retryAfterMax.
+func retryAfter(header string, fallback time.Duration, now time.Time) time.Duration {
+	header = strings.TrimSpace(header)
+	if header == "" {
+		return fallback
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(header, 10, 64); err == nil {
+		if secs < 0 {
+			return fallback
+		}
+		if secs > int64(retryAfterMax/time.Second) {
+			return retryAfterMax
+		}
+		d = time.Duration(secs) * time.Second
+	} else if at, err := http.ParseTime(header); err == nil {
+		d = max(at.Sub(now), 0)
+	} else {
+		return fallback
+	}
+	return min(d, retryAfterMax)
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+func TestHTTPDecision(t *testing.T) {
+	t.Parallel()
+	const retryDelay = 30 * time.Second
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		res  httpResponse
+		want repository.Decision
+	}{
+		{"200SucceedsWithBody", httpResponse{status: 200, head: "sent", tail: "sent"}, repository.Succeed("sent")},
+		{"204SucceedsWithoutMessage", httpResponse{status: 204}, repository.Succeed("")},
+		{"422Filters", httpResponse{status: 422, head: "irrelevant"}, repository.Skip("irrelevant")},
+		{"409Suspends", httpResponse{status: 409, head: "later, by hand"}, repository.Suspend("later, by hand")},
+		{"429RetriesAfterDefaultDelay", httpResponse{status: 429}, repository.SnoozeFor(retryDelay)},
+		{"503HonoursRetryAfterSeconds", httpResponse{status: 503, retryAfter: "120"}, repository.SnoozeFor(2 * time.Minute)},
+		{"429HonoursRetryAfterDate", httpResponse{status: 429, retryAfter: now.Add(time.Hour).Format(http.TimeFormat)}, repository.SnoozeFor(time.Hour)},
+		{"500FailsWithBodyTail", httpResponse{status: 500, head: "x", tail: "db down"}, repository.Fail(errors.New("HTTP 500 Internal Server Error: db down"))},
+		{"404FailsWithoutBody", httpResponse{status: 404}, repository.Fail(errors.New("HTTP 404 Not Found"))},
+		{"400Fails", httpResponse{status: 400, tail: "bad input"}, repository.Fail(errors.New("HTTP 400 Bad Request: bad input"))},
+		{"RedirectFails", httpResponse{status: 302}, repository.Fail(errors.New("HTTP 302 Found"))},
+		{"UnknownStatusFails", httpResponse{status: 599}, repository.Fail(errors.New("HTTP 599"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := httpDecision(tc.res, retryDelay, now); got != tc.want {
+				t.Errorf("decision %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	const fallback = 30 * time.Second
+	for _, tc := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"", fallback},
+		{"0", 0},
+		{" 15 ", 15 * time.Second},
+		{"-5", fallback},
+		{"soon", fallback},
+		{"99999999999", retryAfterMax},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(1000 * time.Hour).Format(http.TimeFormat), retryAfterMax},
+	} {
+		if got := retryAfter(tc.header, fallback, now); got != tc.want {
+			t.Errorf("Retry-After %q: %v, want %v", tc.header, got, tc.want)
+		}
+	}
+}
+
+func TestHTTPHandler(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	task := repository.Task{Topic: "mail", Sequence: 7, Identifier: "user-1", Input: `{"to":"a@b"}`, Reference: "r", Attempt: 2, Created: created}
+	logger := slog.New(slog.DiscardHandler)
+
+	t.Run("PostsTheTaskAsJSON", func(t *testing.T) {
+		t.Parallel()
+		var got map[string]any
+		var contentType string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			contentType = r.Header.Get("Content-Type")
+			if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
+				t.Errorf("decode: %v", err)
+			}
+			fmt.Fprint(w, strings.Repeat("y", 2*outputLimit))
+		}))
+		defer srv.Close()
+		d := newHTTPHandler(srv.URL, time.Minute, time.Second, logger).handle(t.Context(), task)
+		if want := repository.Succeed(strings.Repeat("y", outputLimit) + truncated); d != want {
+			t.Errorf("decision: %v with %d-byte message, want SUCCESS with the body's first %d bytes", d.Result, len(d.Message), outputLimit)
+		}
+		if contentType != "application/json" {
+			t.Errorf("Content-Type %q, want application/json", contentType)
+		}
+		want := map[string]any{"topic": "mail", "sequence": 7.0, "identifier": "user-1", "input": `{"to":"a@b"}`,
+			"reference": "r", "attempt": 2.0, "created": "2026-05-06T07:08:09Z"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("body %v, want %v", got, want)
+		}
+	})
+
+	t.Run("TimeoutFails", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}))
+		defer srv.Close()
+		defer close(release)
+		d := newHTTPHandler(srv.URL, 200*time.Millisecond, time.Second, logger).handle(t.Context(), task)
+		if want := repository.Fail(errors.New("timed out after 200ms")); d != want {
+			t.Errorf("decision %+v, want %+v", d, want)
+		}
+	})
+
+	t.Run("TransportErrorFails", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewServer(http.NotFoundHandler())
+		url := srv.URL
+		srv.Close()
+		d := newHTTPHandler(url, time.Minute, time.Second, logger).handle(t.Context(), task)
+		if d.Result != repository.Failure || d.Snooze || !strings.Contains(d.Message, "connection refused") {
+			t.Errorf("decision %+v, want FAILURE saying the connection was refused", d)
+		}
+	})
+
+	t.Run("RedirectIsNotFollowed", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		}))
+		defer srv.Close()
+		d := newHTTPHandler(srv.URL, time.Minute, time.Second, logger).handle(t.Context(), task)
+		if d.Result != repository.Failure || !strings.HasPrefix(d.Message, "HTTP 302 Found") {
+			t.Errorf("decision %+v, want FAILURE HTTP 302", d)
+		}
+	})
+}
