@@ -385,12 +385,10 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 			continue
 		}
 		m.cfg.Listener.dispatch(topic, tasks, elapsed)
+		// Poll again right away, even after a short batch: with several managers SKIP
+		// LOCKED or a condition makes batches short long before the topic is empty, and
+		// only an empty poll says it is.
 		m.dispatch(handlerCtx, tasks, stopping)
-		if len(tasks) < m.cfg.BatchSize {
-			// The topic ran dry: hibernate unless a wake-up (NOTIFY, Resume, or our own
-			// completion) arrived meanwhile.
-			m.hibernate(ctx)
-		}
 	}
 }
 

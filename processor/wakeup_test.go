@@ -89,7 +89,7 @@ func TestWakeup(t *testing.T) {
 			processor.ManagerConfig{Handler: handler, BatchSize: 10})
 		first := f.pushN(1)
 		f.start(p)
-		<-started // the one-task batch is running; the manager will hibernate after it
+		<-started // a one-task batch is running
 		second, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "second"})
 		if err != nil {
 			t.Fatal(err)
