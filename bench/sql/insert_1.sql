@@ -1,0 +1,2 @@
+-- one job per statement
+INSERT INTO jobs (payload) VALUES ('');

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchJSON runs pgtask bench with --json and returns the JSON object of the last line.
+func (f *fixture) benchJSON(args ...string) map[string]any {
+	f.t.Helper()
+	out := f.ok(append([]string{"bench", "--json", "--interval", "100ms"}, args...)...)
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	var result map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &result); err != nil {
+		f.t.Fatalf("last line is not a JSON object: %v\n%s", err, out)
+	}
+	return result
+}
+
+// wantOnlyTopicT fails unless the benchmark's topics are gone (only the fixture's "t" is left).
+func (f *fixture) wantOnlyTopicT() {
+	f.t.Helper()
+	topics, err := f.repo.Topics(f.ctx, f.pool)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, topic := range topics {
+		if topic.Name != "t" {
+			f.t.Errorf("topic %q was left behind", topic.Name)
+		}
+	}
+}
+
+func wantPositive(t *testing.T, result map[string]any, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		v, ok := result[k].(float64)
+		if !ok || v <= 0 {
+			t.Errorf("%s = %v, want a positive number (result %v)", k, result[k], result)
+		}
+	}
+}
+
+func TestBench(t *testing.T) {
+	f := setup(t)
+	t.Run("BurndownProcessesEveryTask", func(t *testing.T) {
+		r := f.benchJSON("--mode", "burndown", "--tasks", "500", "--push-batch", "120", "--batch-size", "50")
+		wantPositive(t, r, "tasks_per_second", "push_per_second", "process_per_second", "peak_rss_mb")
+		if r["processed"] != float64(500) || r["mode"] != "burndown" || r["errors"] != float64(0) {
+			t.Errorf("result %v", r)
+		}
+		f.wantOnlyTopicT()
+	})
+	t.Run("BurndownWithBufferedManagersAndDelay", func(t *testing.T) {
+		r := f.benchJSON("--tasks", "200", "--managers", "2", "--workers", "3", "--batch-size", "10",
+			"--handler-delay", "1ms", "--pushers", "2", "--push-batch", "30", "--flush-interval", "5ms")
+		wantPositive(t, r, "tasks_per_second")
+		if r["processed"] != float64(200) || r["managers"] != float64(2) || r["workers"] != float64(3) {
+			t.Errorf("result %v", r)
+		}
+		f.wantOnlyTopicT()
+	})
+	t.Run("BurndownWithInsertionAndCondition", func(t *testing.T) {
+		// 300 pushes over 100 identifiers: with REPLACE only the last of each stays READY.
+		r := f.benchJSON("--tasks", "300", "--identifiers", "100", "--push-batch", "100",
+			"--insertion", "replace", "--condition", "singular-by-identifier")
+		if r["processed"] != float64(100) || r["insertion"] != "REPLACE" || r["condition"] != "SINGULAR_BY_IDENTIFIER" {
+			t.Errorf("result %v", r)
+		}
+		f.wantOnlyTopicT()
+	})
+	t.Run("SustainedReportsBothRates", func(t *testing.T) {
+		r := f.benchJSON("--mode", "sustained", "--duration", "1s", "--rate", "400", "--push-batch", "50")
+		wantPositive(t, r, "tasks_per_second", "pushed_per_second", "completed_p50_ms")
+		if _, ok := r["backlog"].(float64); !ok {
+			t.Errorf("no backlog in %v", r)
+		}
+		if pushed := r["pushed"].(float64); pushed > 480 {
+			t.Errorf("pushed %v tasks in 1s at --rate 400", pushed)
+		}
+		f.wantOnlyTopicT()
+	})
+	t.Run("LatencyOneAtATime", func(t *testing.T) {
+		r := f.benchJSON("--mode", "latency", "--tasks", "20")
+		wantPositive(t, r, "tasks_per_second", "p50_ms", "p95_ms", "p99_ms", "max_ms", "completed_p50_ms")
+		if r["processed"] != float64(20) {
+			t.Errorf("result %v", r)
+		}
+		if r["p50_ms"].(float64) > r["completed_p50_ms"].(float64) {
+			t.Errorf("handler start after completion: %v", r)
+		}
+		f.wantOnlyTopicT()
+	})
+	t.Run("LatencyAtRate", func(t *testing.T) {
+		r := f.benchJSON("--mode", "latency", "--tasks", "20", "--rate", "200")
+		wantPositive(t, r, "p50_ms", "p99_ms")
+		f.wantOnlyTopicT()
+	})
+	t.Run("InterruptedRunDestroysItsTopic", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(f.ctx)
+		time.AfterFunc(1500*time.Millisecond, cancel)
+		r := runCLI(ctx, "", nil, "bench", "--mode", "sustained", "--duration", "1m", "--rate", "200", "--database-url", f.url)
+		if r.err == nil || !strings.Contains(r.err.Error(), "interrupted") {
+			t.Fatalf("err %v, want an interruption", r.err)
+		}
+		f.wantOnlyTopicT()
+	})
+	t.Run("UsageErrors", func(t *testing.T) {
+		wantUsage(t, f.cli("bench", "--mode", "fast"), "--mode", "fast")
+		wantUsage(t, f.cli("bench", "--workers", "0"), "--workers")
+		wantUsage(t, f.cli("bench", "--condition", "sometimes"), "--condition")
+		// runBench's signature (fixed by the dispatcher) reads the real environment.
+		if os.Getenv("DATABASE_URL") == "" {
+			wantUsage(t, runCLI(f.ctx, "", nil, "bench"), "--database-url")
+		}
+	})
+}

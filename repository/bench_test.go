@@ -1,0 +1,227 @@
+package repository_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
+)
+
+// The benchmarks of the hot paths (BENCHMARKS.md). Each runs on its own database cloned
+// from the migrated template, like the tests; they run only with -bench:
+//
+//	go test -run '^$' -bench . -benchtime 3x ./repository/
+//
+// BenchmarkPollFinished needs PGTASK_BENCH_FINISHED=1 (or a row count, default
+// 10 000 000): building the finished rows takes minutes.
+
+// benchFixture is one benchmark's database, repository and topic.
+type benchFixture struct {
+	b     *testing.B
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	repo  *repository.Repository
+	topic string
+}
+
+func benchSetup(b *testing.B) *benchFixture {
+	b.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewPool(b, schema.Hash(), repository.Migrate)
+	repo, err := repository.New(repository.Config{Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := repo.Register(ctx, pool); err != nil {
+		b.Fatal(err)
+	}
+	f := &benchFixture{b: b, ctx: ctx, pool: pool, repo: repo, topic: "bench"}
+	if _, err := repo.Initialize(ctx, pool, f.topic); err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+// creations returns n no-op creations with distinct identifiers starting at from.
+func creations(from, n int) []repository.Creation {
+	cs := make([]repository.Creation, n)
+	for i := range cs {
+		cs[i] = repository.Creation{Identifier: "t" + strconv.Itoa(from+i)}
+	}
+	return cs
+}
+
+// pushN pushes n READY tasks in statements of at most 5000.
+func (f *benchFixture) pushN(n int) {
+	f.b.Helper()
+	for done := 0; done < n; {
+		size := min(5000, n-done)
+		if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, creations(done, size)...); err != nil {
+			f.b.Fatal(err)
+		}
+		done += size
+	}
+}
+
+// analyze gives the planner statistics of the benchmark's rows, as autovacuum would.
+func (f *benchFixture) analyze() {
+	f.b.Helper()
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task"); err != nil {
+		f.b.Fatal(err)
+	}
+}
+
+func (f *benchFixture) poll(size int) []repository.Task {
+	tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, size)
+	if err != nil {
+		f.b.Fatal(err)
+	}
+	if len(tasks) != size {
+		f.b.Fatalf("poll leased %d tasks, want %d", len(tasks), size)
+	}
+	return tasks
+}
+
+func (f *benchFixture) complete(tasks []repository.Task) {
+	completions := make([]repository.Completion, len(tasks))
+	for i, t := range tasks {
+		completions[i] = t.Decide(repository.Decision{Result: repository.Success})
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, completions...); err != nil {
+		f.b.Fatal(err)
+	}
+}
+
+func reportTasks(b *testing.B, perOp int) {
+	b.ReportMetric(float64(b.N*perOp)/b.Elapsed().Seconds(), "tasks/s")
+}
+
+// BenchmarkPush pushes batches of new tasks (APPEND, distinct identifiers) in one
+// statement each.
+func BenchmarkPush(b *testing.B) {
+	for _, size := range []int{1, 100, 1000} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			f := benchSetup(b)
+			next := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, creations(next, size)...); err != nil {
+					b.Fatal(err)
+				}
+				next += size
+			}
+			reportTasks(b, size)
+		})
+	}
+}
+
+// BenchmarkPollComplete polls a batch and completes it (SUCCESS), the processor's loop
+// without handling, from a backlog pushed beforehand.
+func BenchmarkPollComplete(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			f := benchSetup(b)
+			f.pushN(b.N * size)
+			f.analyze()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f.complete(f.poll(size))
+			}
+			reportTasks(b, size)
+		})
+	}
+}
+
+// BenchmarkPoll polls batches alone (they stay ACTIVE) from a backlog pushed beforehand.
+func BenchmarkPoll(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			f := benchSetup(b)
+			f.pushN(b.N * size)
+			f.analyze()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f.poll(size)
+			}
+			reportTasks(b, size)
+		})
+	}
+}
+
+// BenchmarkComplete completes batches leased beforehand; only the completions are timed.
+func BenchmarkComplete(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			f := benchSetup(b)
+			f.pushN(b.N * size)
+			f.analyze()
+			batches := make([][]repository.Task, b.N)
+			for i := range batches {
+				batches[i] = f.poll(size)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f.complete(batches[i])
+			}
+			reportTasks(b, size)
+		})
+	}
+}
+
+// finishedRows is how many SUCCEEDED rows BenchmarkPollFinished puts in the topic:
+// PGTASK_BENCH_FINISHED=1 means 10 000 000, another number that many; unset skips it.
+func finishedRows(b *testing.B) int {
+	v := os.Getenv("PGTASK_BENCH_FINISHED")
+	if v == "" {
+		b.Skip("set PGTASK_BENCH_FINISHED=1 (10 M rows) or a row count to run it: building the rows takes minutes")
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("PGTASK_BENCH_FINISHED=%q: want 1 or a positive row count", v)
+	}
+	if n == 1 {
+		n = 10_000_000
+	}
+	return n
+}
+
+// BenchmarkPollFinished is BenchmarkPollComplete (batch 100) with millions of finished
+// (SUCCEEDED) rows in the topic, older than the backlog: poll must not slow down with
+// them (target: at least 80 % of the throughput without them). Each variant's database
+// is built once, on the parent benchmark: the framework calls a sub-benchmark's function
+// more than once (b.N = 1 first), and the finished rows take minutes to build.
+func BenchmarkPollFinished(b *testing.B) {
+	n := finishedRows(b)
+	for _, finished := range []int{0, n} {
+		f := benchSetup(b)
+		if finished > 0 {
+			start := time.Now()
+			// Straight into the table: pushing and completing them one by one would
+			// take far longer. The rows look like completed no-op tasks.
+			if _, err := f.pool.Exec(f.ctx, `
+				INSERT INTO task (topic, identifier, state, descent, owner, attempt, completed)
+				SELECT $1, 'f' || g, 6, 1, 'bench', 1, now()
+				FROM generate_series(1, $2::bigint) g`, f.topic, finished); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("inserted %d finished rows in %v", finished, time.Since(start).Round(time.Second))
+		}
+		b.Run("finished="+strconv.Itoa(finished), func(b *testing.B) {
+			f.b = b
+			f.pushN(b.N * 100)
+			f.analyze()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				f.complete(f.poll(100))
+			}
+			reportTasks(b, 100)
+		})
+	}
+}
