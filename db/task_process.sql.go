@@ -116,10 +116,17 @@ WITH decision AS (
                  unnest($6::bigint[]) AS delay_ms) d
 ),
 lease AS (
-    SELECT t.sequence FROM task t
-    JOIN decision d ON d.sequence = t.sequence AND d.attempt = t.attempt
-    WHERE t.topic = $1 AND t.state = 0 AND t.owner = $7::text
-    FOR UPDATE OF t
+    -- Each decision's task by primary key, locked, and only then checked: LIMIT 1 keeps
+    -- the checks above the lock, so the planner cannot choose to scan every ACTIVE row
+    -- of the topic (whose count statistics never describe a queue well).
+    SELECT l.sequence FROM decision d
+    CROSS JOIN LATERAL (
+        SELECT t.sequence, t.state, t.owner, t.attempt FROM task t
+        WHERE t.topic = $1 AND t.sequence = d.sequence
+        LIMIT 1
+        FOR UPDATE OF t
+    ) l
+    WHERE l.state = 0 AND l.owner = $7::text AND l.attempt = d.attempt
 ),
 policy AS (
     SELECT p.max_attempts, p.backoff_base_ms, p.backoff_cap_ms, p.backoff_jitter_ms
@@ -153,7 +160,8 @@ SET state      = CASE WHEN t.cancelled THEN 3
                       WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
                       ELSE t.errors END
 FROM decision d, policy p
-WHERE t.topic = $1 AND t.sequence = d.sequence
+WHERE t.topic = $1 AND t.sequence = ANY ($2::bigint[])
+  AND t.sequence = d.sequence
   AND (SELECT count(*) FROM lease) = cardinality($2::bigint[])
 RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
@@ -412,123 +420,35 @@ func (q *Queries) TaskLeases(ctx context.Context, db DBTX, arg TaskLeasesParams)
 	return items, nil
 }
 
-const taskPollFIFO = `-- name: TaskPollFIFO :many
-WITH candidate AS (
-    SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = $2 AND t.state = 1
-      AND (t.not_before IS NULL OR t.not_before <= now())
-      AND ($3::smallint = 0 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state IN (0, 1) AND o.identifier = t.identifier
-              AND o.sequence < t.sequence))
-      AND ($3 < 2 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state IN (2, 3) AND o.identifier = t.identifier))
-      AND ($3 < 3 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state = 4 AND o.identifier = t.identifier))
-    ORDER BY t.priority, t.sequence
-    LIMIT $4
-    FOR UPDATE OF t SKIP LOCKED
-)
+const taskPoll = `-- name: TaskPoll :many
 UPDATE task t SET state = 0, owner = $1::text, attempt = t.attempt + 1
-FROM candidate c
-WHERE t.topic = c.topic AND t.sequence = c.sequence
+WHERE t.topic = $2
+  AND t.sequence = ANY (ARRAY(SELECT task_poll_candidates($2::text, $3::boolean,
+                                                          $4::smallint, $5::integer)))
 RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
 
-type TaskPollFIFOParams struct {
+type TaskPollParams struct {
 	Owner     string
 	Topic     string
+	Lifo      bool
 	Condition int16
 	Size      int32
 }
 
-// Leases up to size READY tasks, oldest first within priority (design section 4.3). condition:
-// 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE, 3 ..._SUSPEND_UNTIL_SUCCESS.
-// Each exclusion is its own NOT EXISTS with an equality on state so that it is a tight
-// probe of task_open (state, identifier, sequence).
-func (q *Queries) TaskPollFIFO(ctx context.Context, db DBTX, arg TaskPollFIFOParams) ([]Task, error) {
-	rows, err := db.Query(ctx, taskPollFIFO,
+// Leases up to size READY tasks in poll order (design section 4.3): the function
+// task_poll_candidates (migration 000003) picks and locks them with FOR UPDATE SKIP
+// LOCKED, and this statement marks them ACTIVE under owner with the attempt counted.
+// condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
+// 3 ..._SUSPEND_UNTIL_SUCCESS. The topic equality prunes the UPDATE to one partition.
+// No state test here: the rows are locked by this statement already, and a state
+// predicate would tempt the planner into the READY index (filtering the whole backlog
+// through the array) instead of primary-key lookups.
+func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]Task, error) {
+	rows, err := db.Query(ctx, taskPoll,
 		arg.Owner,
 		arg.Topic,
-		arg.Condition,
-		arg.Size,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []Task
-	for rows.Next() {
-		var i Task
-		if err := rows.Scan(
-			&i.Topic,
-			&i.Sequence,
-			&i.Identifier,
-			&i.State,
-			&i.Descent,
-			&i.Owner,
-			&i.Created,
-			&i.Completed,
-			&i.Input,
-			&i.Output,
-			&i.Reference,
-			&i.Priority,
-			&i.NotBefore,
-			&i.Attempt,
-			&i.Returned,
-			&i.Errors,
-			&i.Cancelled,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const taskPollLIFO = `-- name: TaskPollLIFO :many
-WITH candidate AS (
-    SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = $2 AND t.state = 1
-      AND (t.not_before IS NULL OR t.not_before <= now())
-      AND ($3::smallint = 0 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state IN (0, 1) AND o.identifier = t.identifier
-              AND o.sequence > t.sequence))
-      AND ($3 < 2 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state IN (2, 3) AND o.identifier = t.identifier))
-      AND ($3 < 3 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state = 4 AND o.identifier = t.identifier))
-    ORDER BY t.priority, t.sequence DESC
-    LIMIT $4
-    FOR UPDATE OF t SKIP LOCKED
-)
-UPDATE task t SET state = 0, owner = $1::text, attempt = t.attempt + 1
-FROM candidate c
-WHERE t.topic = c.topic AND t.sequence = c.sequence
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
-`
-
-type TaskPollLIFOParams struct {
-	Owner     string
-	Topic     string
-	Condition int16
-	Size      int32
-}
-
-// As TaskPollFIFO, newest first within priority; a newer ACTIVE or READY task of the
-// same identifier excludes a candidate.
-func (q *Queries) TaskPollLIFO(ctx context.Context, db DBTX, arg TaskPollLIFOParams) ([]Task, error) {
-	rows, err := db.Query(ctx, taskPollLIFO,
-		arg.Owner,
-		arg.Topic,
+		arg.Lifo,
 		arg.Condition,
 		arg.Size,
 	)

@@ -80,7 +80,7 @@ func TestThroughput(t *testing.T) {
 		})
 		f.start(p)
 		f.eventually("all succeeded", func() bool { return f.count(repository.Succeeded) == n })
-		polls := log.count("-- name: TaskPollFIFO")
+		polls := log.count("-- name: TaskPoll ")
 		completes := log.count("-- name: TaskComplete")
 		if polls < n/5 {
 			t.Fatalf("only %d polls for %d tasks in batches of 5", polls, n)

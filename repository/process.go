@@ -29,19 +29,13 @@ func (r *Repository) Poll(ctx context.Context, h Handle, topic string, order Ord
 	if !condition.Valid() {
 		return nil, invalid("unknown condition %d", condition)
 	}
-	size = min(size, 1<<31-1)
-	var (
-		rows []db.Task
-		err  error
-	)
-	switch order {
-	case FIFO:
-		rows, err = r.q.TaskPollFIFO(ctx, h, db.TaskPollFIFOParams{Owner: r.owner, Topic: topic, Condition: int16(condition), Size: int32(size)})
-	case LIFO:
-		rows, err = r.q.TaskPollLIFO(ctx, h, db.TaskPollLIFOParams{Owner: r.owner, Topic: topic, Condition: int16(condition), Size: int32(size)})
-	default:
+	if order != FIFO && order != LIFO {
 		return nil, invalid("unknown order %d", order)
 	}
+	size = min(size, 1<<31-1)
+	rows, err := r.q.TaskPoll(ctx, h, db.TaskPollParams{
+		Owner: r.owner, Topic: topic, Lifo: order == LIFO, Condition: int16(condition), Size: int32(size),
+	})
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("poll topic %q", topic), err)
 	}

@@ -177,7 +177,7 @@ func TestStatements(t *testing.T) {
 		if len(tasks) != 1_000 {
 			t.Fatalf("polled %d tasks, want 1000", len(tasks))
 		}
-		wantStatements(t, counter, "poll of 1000", "TaskPollFIFO")
+		wantStatements(t, counter, "poll of 1000", "TaskPoll")
 	})
 
 	t.Run("CompleteOfThousandIsOneStatement", func(t *testing.T) {

@@ -1,55 +1,16 @@
--- name: TaskPollFIFO :many
--- Leases up to size READY tasks, oldest first within priority (design section 4.3). condition:
--- 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE, 3 ..._SUSPEND_UNTIL_SUCCESS.
--- Each exclusion is its own NOT EXISTS with an equality on state so that it is a tight
--- probe of task_open (state, identifier, sequence).
-WITH candidate AS (
-    SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = sqlc.arg(topic) AND t.state = 1
-      AND (t.not_before IS NULL OR t.not_before <= now())
-      AND (sqlc.arg(condition)::smallint = 0 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state IN (0, 1) AND o.identifier = t.identifier
-              AND o.sequence < t.sequence))
-      AND (sqlc.arg(condition) < 2 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state IN (2, 3) AND o.identifier = t.identifier))
-      AND (sqlc.arg(condition) < 3 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state = 4 AND o.identifier = t.identifier))
-    ORDER BY t.priority, t.sequence
-    LIMIT sqlc.arg(size)
-    FOR UPDATE OF t SKIP LOCKED
-)
+-- name: TaskPoll :many
+-- Leases up to size READY tasks in poll order (design section 4.3): the function
+-- task_poll_candidates (migration 000003) picks and locks them with FOR UPDATE SKIP
+-- LOCKED, and this statement marks them ACTIVE under owner with the attempt counted.
+-- condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
+-- 3 ..._SUSPEND_UNTIL_SUCCESS. The topic equality prunes the UPDATE to one partition.
 UPDATE task t SET state = 0, owner = sqlc.arg(owner)::text, attempt = t.attempt + 1
-FROM candidate c
-WHERE t.topic = c.topic AND t.sequence = c.sequence
-RETURNING t.*;
-
--- name: TaskPollLIFO :many
--- As TaskPollFIFO, newest first within priority; a newer ACTIVE or READY task of the
--- same identifier excludes a candidate.
-WITH candidate AS (
-    SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = sqlc.arg(topic) AND t.state = 1
-      AND (t.not_before IS NULL OR t.not_before <= now())
-      AND (sqlc.arg(condition)::smallint = 0 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state IN (0, 1) AND o.identifier = t.identifier
-              AND o.sequence > t.sequence))
-      AND (sqlc.arg(condition) < 2 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state IN (2, 3) AND o.identifier = t.identifier))
-      AND (sqlc.arg(condition) < 3 OR NOT EXISTS (
-            SELECT 1 FROM task o
-            WHERE o.topic = t.topic AND o.state = 4 AND o.identifier = t.identifier))
-    ORDER BY t.priority, t.sequence DESC
-    LIMIT sqlc.arg(size)
-    FOR UPDATE OF t SKIP LOCKED
-)
-UPDATE task t SET state = 0, owner = sqlc.arg(owner)::text, attempt = t.attempt + 1
-FROM candidate c
-WHERE t.topic = c.topic AND t.sequence = c.sequence
+WHERE t.topic = sqlc.arg(topic)
+  AND t.sequence = ANY (ARRAY(SELECT task_poll_candidates(sqlc.arg(topic)::text, sqlc.arg(lifo)::boolean,
+                                                          sqlc.arg(condition)::smallint, sqlc.arg(size)::integer)))
+-- No state test here: the rows are locked by this statement already, and a state
+-- predicate would tempt the planner into the READY index (filtering the whole backlog
+-- through the array) instead of primary-key lookups.
 RETURNING t.*;
 
 -- name: TaskComplete :many
@@ -68,10 +29,17 @@ WITH decision AS (
                  unnest(sqlc.arg(delays_ms)::bigint[]) AS delay_ms) d
 ),
 lease AS (
-    SELECT t.sequence FROM task t
-    JOIN decision d ON d.sequence = t.sequence AND d.attempt = t.attempt
-    WHERE t.topic = sqlc.arg(topic) AND t.state = 0 AND t.owner = sqlc.arg(owner)::text
-    FOR UPDATE OF t
+    -- Each decision's task by primary key, locked, and only then checked: LIMIT 1 keeps
+    -- the checks above the lock, so the planner cannot choose to scan every ACTIVE row
+    -- of the topic (whose count statistics never describe a queue well).
+    SELECT l.sequence FROM decision d
+    CROSS JOIN LATERAL (
+        SELECT t.sequence, t.state, t.owner, t.attempt FROM task t
+        WHERE t.topic = sqlc.arg(topic) AND t.sequence = d.sequence
+        LIMIT 1
+        FOR UPDATE OF t
+    ) l
+    WHERE l.state = 0 AND l.owner = sqlc.arg(owner)::text AND l.attempt = d.attempt
 ),
 policy AS (
     SELECT p.max_attempts, p.backoff_base_ms, p.backoff_cap_ms, p.backoff_jitter_ms
@@ -105,7 +73,8 @@ SET state      = CASE WHEN t.cancelled THEN 3
                       WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
                       ELSE t.errors END
 FROM decision d, policy p
-WHERE t.topic = sqlc.arg(topic) AND t.sequence = d.sequence
+WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY (sqlc.arg(sequences)::bigint[])
+  AND t.sequence = d.sequence
   AND (SELECT count(*) FROM lease) = cardinality(sqlc.arg(sequences)::bigint[])
 RETURNING t.*;
 

@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS task_poll_candidates(text, boolean, smallint, integer);
