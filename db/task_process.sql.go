@@ -423,8 +423,8 @@ func (q *Queries) TaskLeases(ctx context.Context, db DBTX, arg TaskLeasesParams)
 const taskPoll = `-- name: TaskPoll :many
 UPDATE task t SET state = 0, owner = $1::text, attempt = t.attempt + 1
 WHERE t.topic = $2
-  AND t.sequence = ANY (ARRAY(SELECT task_poll_candidates($2::text, $3::boolean,
-                                                          $4::smallint, $5::integer)))
+  AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates($2::text, $3::boolean,
+                                                      $4::smallint, $5::integer)))
 RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
 
@@ -440,10 +440,9 @@ type TaskPollParams struct {
 // task_poll_candidates (migration 000003) picks and locks them with FOR UPDATE SKIP
 // LOCKED, and this statement marks them ACTIVE under owner with the attempt counted.
 // condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
-// 3 ..._SUSPEND_UNTIL_SUCCESS. The topic equality prunes the UPDATE to one partition.
-// No state test here: the rows are locked by this statement already, and a state
-// predicate would tempt the planner into the READY index (filtering the whole backlog
-// through the array) instead of primary-key lookups.
+// 3 ..._SUSPEND_UNTIL_SUCCESS. Rows are found by their address (a TID scan, the one
+// plan that stays right when pgx caches a generic plan made on a near-empty table); the
+// topic equality prunes the UPDATE to the topic's partition.
 func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]Task, error) {
 	rows, err := db.Query(ctx, taskPoll,
 		arg.Owner,

@@ -9,6 +9,19 @@ import (
 	"context"
 )
 
+const topicAnalyze = `-- name: TopicAnalyze :one
+SELECT task_topic_analyze($1::text)::bigint AS rows
+`
+
+// Refreshes the statistics of the topic's partition; returns its estimated rows, -1 for
+// an unknown topic.
+func (q *Queries) TopicAnalyze(ctx context.Context, db DBTX, topic string) (int64, error) {
+	row := db.QueryRow(ctx, topicAnalyze, topic)
+	var rows int64
+	err := row.Scan(&rows)
+	return rows, err
+}
+
 const topicCreate = `-- name: TopicCreate :one
 SELECT task_topic_create($1::text)::boolean AS created
 `

@@ -109,6 +109,11 @@ type TaskManager struct {
 	wake   chan struct{} // capacity 1: a wake-up is never lost
 	active atomic.Bool
 
+	// leased counts tasks leased since the topic's statistics were last refreshed;
+	// analyzeAt is how many make the next refresh due (see Processor.analyze).
+	leased    atomic.Int64
+	analyzeAt atomic.Int64
+
 	dueMu    sync.Mutex
 	dueAt    time.Time   // earliest scheduled wake-up for tasks retried or snoozed here
 	dueTimer *time.Timer // fires Resume at dueAt
@@ -133,6 +138,7 @@ func newManager(p *Processor, cfg ManagerConfig) (*TaskManager, error) {
 		bySeq:    make(map[int64]*Batch),
 	}
 	m.active.Store(true)
+	m.analyzeAt.Store(analyzeMinimum)
 	m.completer = newCompleter(m)
 	return m, nil
 }
@@ -378,6 +384,7 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 			continue
 		}
 		backoff.reset()
+		m.leased.Add(int64(len(tasks)))
 		if len(tasks) == 0 {
 			m.cfg.Limiter.Release()
 			m.cfg.Listener.empty(topic, elapsed)

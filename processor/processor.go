@@ -234,6 +234,31 @@ func (p *Processor) liveness(ctx context.Context) {
 	}
 }
 
+// analyzeMinimum is how many tasks a manager leases before it first refreshes its
+// topic's statistics; afterwards a tenth of the topic's rows, like autovacuum's default.
+const analyzeMinimum = 1000
+
+// analyze refreshes the statistics of topics whose managers leased many tasks since the
+// last refresh. Plans that pgx cached while a topic's table was nearly empty (a seq scan
+// is right for ten rows, ruinous for a million) are invalidated by it, so a young topic
+// under load does not depend on autovacuum being on and quick.
+func (p *Processor) analyze(ctx context.Context) {
+	for _, m := range p.allManagers() {
+		if m.leased.Load() < m.analyzeAt.Load() {
+			continue
+		}
+		rows, err := p.repo.Analyze(ctx, p.pool, m.cfg.Topic)
+		if err != nil {
+			p.logger.Warn("analyze topic", slog.String("topic", m.cfg.Topic), slog.Any("error", err))
+			continue
+		}
+		for _, other := range p.managersOf(m.cfg.Topic) {
+			other.leased.Store(0)
+			other.analyzeAt.Store(max(analyzeMinimum, rows/10))
+		}
+	}
+}
+
 // retentionBatch is how many finished tasks one retention statement deletes, so that a
 // large backlog of old rows is removed in short transactions.
 const retentionBatch = 10000
@@ -292,6 +317,7 @@ func (p *Processor) tick(ctx context.Context) {
 			m.cancelTask(l.Sequence)
 		}
 	}
+	p.analyze(ctx)
 	topics, err := p.repo.Topics(ctx, p.pool)
 	if err != nil {
 		p.logger.Error("read topic activation", slog.Any("error", err))

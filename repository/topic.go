@@ -138,3 +138,20 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 		RowsEstimate: row.RowsEstimate,
 	}, nil
 }
+
+// Analyze refreshes the planner statistics of the topic's partition and returns its
+// estimated row count. Processors call it as a topic grows, so that plans cached while
+// the table was nearly empty are replaced (autovacuum would, if it is on and in time).
+func (r *Repository) Analyze(ctx context.Context, h Handle, topic string) (int64, error) {
+	if err := validTopic(topic); err != nil {
+		return 0, err
+	}
+	rows, err := r.q.TopicAnalyze(ctx, h, topic)
+	if err != nil {
+		return 0, mapError(fmt.Sprintf("analyze topic %q", topic), err)
+	}
+	if rows < 0 {
+		return 0, unknownTopic("analyze", topic)
+	}
+	return rows, nil
+}

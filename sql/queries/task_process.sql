@@ -3,14 +3,13 @@
 -- task_poll_candidates (migration 000003) picks and locks them with FOR UPDATE SKIP
 -- LOCKED, and this statement marks them ACTIVE under owner with the attempt counted.
 -- condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
--- 3 ..._SUSPEND_UNTIL_SUCCESS. The topic equality prunes the UPDATE to one partition.
+-- 3 ..._SUSPEND_UNTIL_SUCCESS. Rows are found by their address (a TID scan, the one
+-- plan that stays right when pgx caches a generic plan made on a near-empty table); the
+-- topic equality prunes the UPDATE to the topic's partition.
 UPDATE task t SET state = 0, owner = sqlc.arg(owner)::text, attempt = t.attempt + 1
 WHERE t.topic = sqlc.arg(topic)
-  AND t.sequence = ANY (ARRAY(SELECT task_poll_candidates(sqlc.arg(topic)::text, sqlc.arg(lifo)::boolean,
-                                                          sqlc.arg(condition)::smallint, sqlc.arg(size)::integer)))
--- No state test here: the rows are locked by this statement already, and a state
--- predicate would tempt the planner into the READY index (filtering the whole backlog
--- through the array) instead of primary-key lookups.
+  AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates(sqlc.arg(topic)::text, sqlc.arg(lifo)::boolean,
+                                                      sqlc.arg(condition)::smallint, sqlc.arg(size)::integer)))
 RETURNING t.*;
 
 -- name: TaskComplete :many

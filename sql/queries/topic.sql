@@ -56,3 +56,8 @@ SELECT count(*) FILTER (WHERE t.state = 0)                                    AS
                 0)::bigint AS rows_estimate
 FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.state <= 4;
+
+-- name: TopicAnalyze :one
+-- Refreshes the statistics of the topic's partition; returns its estimated rows, -1 for
+-- an unknown topic.
+SELECT task_topic_analyze(sqlc.arg(topic)::text)::bigint AS rows;
