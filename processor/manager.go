@@ -18,6 +18,9 @@ const (
 	PauseIntervalDefault   = 5 * time.Second
 	ShutdownTimeoutDefault = 30 * time.Second
 	FlushSizeDefault       = 1000
+	// OutstandingDefault bounds the outstanding batches of a manager whose handler is
+	// not a Buffer: one being handled, the rest being committed.
+	OutstandingDefault = 4
 )
 
 // ManagerConfig configures the TaskManager of one topic.
@@ -37,8 +40,10 @@ type ManagerConfig struct {
 	// PauseInterval is how long the manager hibernates when the topic is empty before it
 	// polls again; a NOTIFY or Resume wakes it earlier. Default 5 s.
 	PauseInterval time.Duration
-	// Limiter bounds the batches outstanding at once; nil is unbounded (the handler's
-	// own back-pressure, e.g. Buffer's full queue, then bounds them).
+	// Limiter bounds the batches outstanding at once (polled and not yet committed). nil
+	// bounds them to what the handler can use: a Buffer's workers plus its queue plus
+	// two, else OutstandingDefault; leasing further ahead buys nothing and costs memory.
+	// Use Unbounded() to lift the bound.
 	Limiter Limiter
 	// Listener observes the manager.
 	Listener Listener
@@ -93,7 +98,11 @@ func (c *ManagerConfig) validate() error {
 		c.FlushSize = FlushSizeDefault
 	}
 	if c.Limiter == nil {
-		c.Limiter = Unbounded()
+		n := OutstandingDefault
+		if b, ok := c.Handler.(*Buffered); ok {
+			n = b.cfg.MaxWorkers + b.cfg.Queue + 2
+		}
+		c.Limiter = Bound(n)
 	}
 	return nil
 }
