@@ -187,6 +187,11 @@ func (b *Buffered) signalSpace() {
 }
 
 func (b *Buffered) run(q queued) {
+	if q.batch.reported.Load() {
+		// Failed while it waited in the queue (handler timeout, shutdown deadline): its
+		// tasks are no longer ours to run.
+		return
+	}
 	b.mu.Lock()
 	b.busy++
 	b.mu.Unlock()

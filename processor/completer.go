@@ -105,6 +105,12 @@ func (c *completer) run(ctx context.Context) {
 			if n, _ := c.waiting(); n > 0 {
 				c.m.p.logger.Error("decisions not committed before shutdown", slog.String("topic", c.m.cfg.Topic), slog.Int("batches", n))
 			}
+			// Free what they hold (limiter slots may be shared beyond this processor).
+			for n, _ := c.waiting(); n > 0; n, _ = c.waiting() {
+				for _, r := range c.take() {
+					c.m.finished(r.batch)
+				}
+			}
 			return
 		}
 	}

@@ -58,9 +58,10 @@ type Batch struct {
 	report   func(*Batch, map[int64]repository.Decision, []followup)
 
 	reported atomic.Bool
-	timeout  *time.Timer // HandlerTimeout, stopped once the batch is committed
 
 	mu        sync.Mutex
+	timeout   *time.Timer        // HandlerTimeout, stopped once the batch is committed
+	cancel    context.CancelFunc // the batch's context, cancelled once it is committed
 	followups []followup
 	taskCtx   map[int64]context.Context
 	cancels   map[int64]context.CancelCauseFunc
@@ -129,11 +130,14 @@ func (b *Batch) cancelTask(sequence int64) bool {
 }
 
 func (b *Batch) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.timeout != nil {
 		b.timeout.Stop()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	if b.cancel != nil {
+		b.cancel()
+	}
 	for _, cancel := range b.cancels {
 		cancel(context.Canceled)
 	}

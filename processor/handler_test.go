@@ -91,9 +91,10 @@ func TestBadHandler(t *testing.T) {
 		stuck := f.pushN(1)
 		errs := &errorLog{}
 		var calls atomic.Int32
+		abandoned := make(chan struct{})
 		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
 			if calls.Add(1) == 1 {
-				go func() { <-ctx.Done() }() // holds the batch and never reports
+				go func() { <-ctx.Done(); close(abandoned) }() // holds the batch and never reports
 				return
 			}
 			_ = b.Complete(map[int64]repository.Decision{b.Tasks[0].Sequence: repository.Succeed("")})
@@ -108,6 +109,11 @@ func TestBadHandler(t *testing.T) {
 		}
 		if !errs.contains("timed out") {
 			t.Fatal("the timeout was not reported to the listener")
+		}
+		select {
+		case <-abandoned: // the stuck handler is told to stop working on failed tasks
+		case <-time.After(10 * time.Second):
+			t.Fatal("the timed-out batch's context was not cancelled")
 		}
 		next, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "next"})
 		if err != nil {

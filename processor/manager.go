@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,8 +125,8 @@ type TaskManager struct {
 	analyzeAt atomic.Int64
 
 	dueMu    sync.Mutex
-	dueAt    time.Time   // earliest scheduled wake-up for tasks retried or snoozed here
-	dueTimer *time.Timer // fires Resume at dueAt
+	due      []time.Time // sorted wake-ups for tasks retried or snoozed here
+	dueTimer *time.Timer // fires at due[0]
 
 	mu       sync.Mutex
 	inflight map[*Batch]struct{}
@@ -166,19 +167,49 @@ func (m *TaskManager) Resume() {
 
 // wakeAt schedules a Resume for when a task this manager put back to READY with a
 // not-before time (a retry with backoff, a snooze) becomes due, so it does not wait for
-// the pause interval.
+// the pause interval. Due times are kept sorted; one timer is armed for the earliest.
 func (m *TaskManager) wakeAt(at time.Time) {
 	m.dueMu.Lock()
 	defer m.dueMu.Unlock()
-	now := time.Now()
-	if !m.dueAt.IsZero() && m.dueAt.After(now) && !at.Before(m.dueAt) {
-		return // an earlier wake-up is already scheduled
+	i, _ := slices.BinarySearchFunc(m.due, at, func(a, b time.Time) int { return a.Compare(b) })
+	if i >= maxDue {
+		return // far behind a thousand earlier ones: the pause interval will do
 	}
-	m.dueAt = at
+	m.due = slices.Insert(m.due, i, at)
+	if len(m.due) > maxDue {
+		m.due = m.due[:maxDue]
+	}
+	if i == 0 {
+		m.armDue()
+	}
+}
+
+// maxDue bounds the due times a manager remembers.
+const maxDue = 1000
+
+// armDue (re)arms the timer for the earliest due time; called with dueMu held.
+func (m *TaskManager) armDue() {
 	if m.dueTimer != nil {
 		m.dueTimer.Stop()
 	}
-	m.dueTimer = time.AfterFunc(max(time.Until(at), 0), m.Resume)
+	if len(m.due) == 0 {
+		return
+	}
+	m.dueTimer = time.AfterFunc(max(time.Until(m.due[0]), 0), m.dueFired)
+}
+
+// dueFired wakes the manager and arms the timer for the next due time.
+func (m *TaskManager) dueFired() {
+	m.Resume()
+	m.dueMu.Lock()
+	defer m.dueMu.Unlock()
+	now := time.Now()
+	n := 0
+	for n < len(m.due) && !m.due[n].After(now) {
+		n++
+	}
+	m.due = m.due[n:]
+	m.armDue()
 }
 
 // Active reports whether the topic is running (not paused) as last seen.
@@ -251,16 +282,22 @@ func (m *TaskManager) untrack(b *Batch) {
 // run polls until ctx is done, then shuts down gracefully.
 func (m *TaskManager) run(ctx context.Context) error {
 	topic := m.cfg.Topic
-	if m.cfg.Initialize {
-		if _, err := m.p.repo.Initialize(ctx, m.p.pool, topic); err != nil {
+	// Register the topic if asked, and come up in the state the database holds (pause
+	// survives restarts). An unknown topic is a configuration error and fatal; anything
+	// else (the database restarting, say) is retried with backoff.
+	startup := newBackoff(100*time.Millisecond, 10*time.Second)
+	for {
+		err := m.start(ctx)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, repository.ErrUnknownTopic) || errors.Is(err, repository.ErrInvalid) || ctx.Err() != nil {
 			m.cfg.Listener.fatal(topic, err)
 			return fmt.Errorf("manager of topic %q: %w", topic, err)
 		}
-	}
-	// Come up in the state the database holds (pause survives restarts).
-	if err := m.refreshActive(ctx); err != nil {
-		m.cfg.Listener.fatal(topic, err)
-		return fmt.Errorf("manager of topic %q: %w", topic, err)
+		delay := startup.next()
+		m.cfg.Listener.error(topic, fmt.Errorf("start (retry in %v): %w", delay, err))
+		sleep(ctx, delay)
 	}
 	// Handlers run on a context that survives the start of a graceful shutdown and is
 	// cancelled only when its deadline passes.
@@ -329,6 +366,16 @@ func (m *TaskManager) run(ctx context.Context) error {
 		<-completerDone
 	}
 	return nil
+}
+
+// start registers the topic when configured to and reads its activation.
+func (m *TaskManager) start(ctx context.Context) error {
+	if m.cfg.Initialize {
+		if _, err := m.p.repo.Initialize(ctx, m.p.pool, m.cfg.Topic); err != nil {
+			return err
+		}
+	}
+	return m.refreshActive(ctx)
 }
 
 // drained returns a channel closed once no batch is in flight.
@@ -430,16 +477,22 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // dispatch hands a batch to the handler, containing panics.
 func (m *TaskManager) dispatch(handlerCtx context.Context, tasks []repository.Task, stopping chan struct{}) {
-	b := newBatch(handlerCtx, m.cfg.Topic, tasks, stopping, m.reported)
-	m.track(b)
+	// Each batch has its own context, cancelled once the batch is committed (after a
+	// timeout, say), so a handler cannot go on working on tasks that were failed.
+	batchCtx, cancel := context.WithCancel(handlerCtx)
+	b := newBatch(batchCtx, m.cfg.Topic, tasks, stopping, m.reported)
+	b.cancel = cancel
 	if m.cfg.HandlerTimeout > 0 {
 		timeout := m.cfg.HandlerTimeout
+		b.mu.Lock()
 		b.timeout = time.AfterFunc(timeout, func() {
 			if b.Fail(fmt.Errorf("handler did not report within %v", timeout)) == nil {
 				m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("batch of %d tasks timed out after %v", len(b.Tasks), timeout))
 			}
 		})
+		b.mu.Unlock()
 	}
+	m.track(b)
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("handler panicked: %v", r)
@@ -447,17 +500,18 @@ func (m *TaskManager) dispatch(handlerCtx context.Context, tasks []repository.Ta
 			_ = b.Fail(err)
 		}
 	}()
-	m.cfg.Handler.Handle(handlerCtx, b)
+	m.cfg.Handler.Handle(batchCtx, b)
 }
 
 // reported receives a batch's decisions from Batch (exactly once per batch).
 func (m *TaskManager) reported(b *Batch, decisions map[int64]repository.Decision, followups []followup) {
-	m.cfg.Listener.callback(m.cfg.Topic, b.Tasks, decisions, time.Since(b.started))
 	completions := make([]repository.Completion, len(b.Tasks))
 	for i, t := range b.Tasks {
 		completions[i] = t.Decide(decisions[t.Sequence])
 	}
+	// Queue the decisions first: a listener that panics must not lose them.
 	m.completer.add(&report{batch: b, completions: completions, followups: followups})
+	m.cfg.Listener.callback(m.cfg.Topic, b.Tasks, decisions, time.Since(b.started))
 }
 
 // finished is called by the completer once a batch's decisions are committed (or given
