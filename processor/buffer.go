@@ -50,7 +50,7 @@ type Buffered struct {
 	busy    int
 	stopped bool
 	stop    chan struct{}
-	space   chan struct{} // capacity 1: a worker took a batch from the queue
+	space   chan struct{} // closed (and replaced) whenever a worker takes a batch
 }
 
 type queued struct {
@@ -84,7 +84,7 @@ func Buffer(h Handler, cfg BufferConfig) (*Buffered, error) {
 	if cfg.OnClose < HandBack || cfg.OnClose > FailPending {
 		return nil, fmt.Errorf("processor: buffer: unknown close mode %d", cfg.OnClose)
 	}
-	b := &Buffered{inner: h, cfg: cfg, queue: make(chan queued, cfg.Queue), stop: make(chan struct{}), space: make(chan struct{}, 1)}
+	b := &Buffered{inner: h, cfg: cfg, queue: make(chan queued, cfg.Queue), stop: make(chan struct{}), space: make(chan struct{})}
 	b.mu.Lock()
 	for range cfg.MinWorkers {
 		b.spawn()
@@ -123,9 +123,10 @@ func (b *Buffered) Handle(ctx context.Context, batch *Batch) {
 			return
 		default:
 		}
+		space := b.space
 		b.mu.Unlock()
 		select {
-		case <-b.space:
+		case <-space:
 		case <-batch.Stopping():
 			batch.handBack()
 			return
@@ -178,12 +179,13 @@ func (b *Buffered) work() {
 	}
 }
 
-// signalSpace wakes a Handle waiting for room in the queue.
+// signalSpace wakes every Handle waiting for room in the queue (several managers may
+// share one Buffer).
 func (b *Buffered) signalSpace() {
-	select {
-	case b.space <- struct{}{}:
-	default:
-	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.space)
+	b.space = make(chan struct{})
 }
 
 func (b *Buffered) run(q queued) {
