@@ -420,7 +420,12 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 			return
 		}
 		start := time.Now()
-		tasks, err := m.p.repo.Poll(ctx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize)
+		// The poll is not cancelled by the shutdown: a poll cancelled after the server
+		// committed it would leave leases nobody knows of until expiry. Its tasks, if
+		// any, are handed back by the shutdown like any unstarted batch.
+		pollCtx, cancelPoll := context.WithTimeout(context.WithoutCancel(ctx), pollTimeout)
+		tasks, err := m.p.repo.Poll(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize)
+		cancelPoll()
 		elapsed := time.Since(start)
 		if err != nil {
 			m.cfg.Limiter.Release()
@@ -454,6 +459,9 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 		m.dispatch(handlerCtx, tasks, stopping)
 	}
 }
+
+// pollTimeout bounds one poll statement.
+const pollTimeout = 30 * time.Second
 
 // hibernate waits for a wake-up, the pause interval or ctx.
 func (m *TaskManager) hibernate(ctx context.Context) {
