@@ -121,41 +121,66 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 // current lease state.
 func (r *Repository) explainLeases(ctx context.Context, h Handle, topic string, completions []Completion) error {
 	seqs := make([]int64, len(completions))
+	attempts := make(map[int64]int32, len(completions))
 	for i, c := range completions {
 		seqs[i] = c.Sequence
+		attempts[c.Sequence] = c.Attempt
 	}
-	rows, err := r.q.TaskLeases(ctx, h, db.TaskLeasesParams{Topic: topic, Sequences: seqs})
+	return r.explain(ctx, h, "complete", topic, seqs, ErrNotOwned, func(seq int64, row db.TaskLeasesRow) TaskProblem {
+		switch {
+		case State(row.State) != Active:
+			return TaskProblem{Err: ErrWrongState, Detail: fmt.Sprintf("it is %v", State(row.State))}
+		case str(row.Owner) != r.owner:
+			return TaskProblem{Err: ErrNotOwned, Detail: fmt.Sprintf("leased by %s", str(row.Owner))}
+		case row.Attempt != attempts[seq]:
+			return TaskProblem{Err: ErrNotOwned, Detail: fmt.Sprintf("completion names attempt %d, the lease is attempt %d", attempts[seq], row.Attempt)}
+		}
+		return TaskProblem{}
+	})
+}
+
+// explainStates builds the *TaskError of an all-or-nothing operation refused because
+// some tasks are unknown or in a state it does not accept.
+func (r *Repository) explainStates(ctx context.Context, h Handle, op, topic string, sequences []int64, ok func(State) bool, want string) error {
+	return r.explain(ctx, h, op, topic, sequences, ErrWrongState, func(_ int64, row db.TaskLeasesRow) TaskProblem {
+		if state := State(row.State); !ok(state) {
+			return TaskProblem{Err: ErrWrongState, Detail: fmt.Sprintf("it is %v, want %s", state, want)}
+		}
+		return TaskProblem{}
+	})
+}
+
+// explain re-reads the tasks of a refused all-or-nothing batch and names what is wrong
+// with each: unknown, or the problem check finds in its current row (Err nil: none). When every task passes
+// the re-read, a concurrent change raced the operation and all are reported with raced.
+func (r *Repository) explain(ctx context.Context, h Handle, op, topic string, sequences []int64, raced error,
+	check func(sequence int64, row db.TaskLeasesRow) TaskProblem) error {
+	if _, err := r.Topic(ctx, h, topic); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	rows, err := r.q.TaskLeases(ctx, h, db.TaskLeasesParams{Topic: topic, Sequences: sequences})
 	if err != nil {
-		return mapError(fmt.Sprintf("complete topic %q: explain refusal", topic), err)
+		return mapError(fmt.Sprintf("%s in topic %q: explain refusal", op, topic), err)
 	}
 	current := make(map[int64]db.TaskLeasesRow, len(rows))
 	for _, row := range rows {
 		current[row.Sequence] = row
 	}
-	te := &TaskError{Op: "complete", Topic: topic}
-	for _, c := range completions {
-		row, ok := current[c.Sequence]
-		switch {
-		case !ok:
-			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrUnknownTask})
-		case State(row.State) != Active:
-			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrWrongState,
-				Detail: fmt.Sprintf("it is %v", State(row.State))})
-		case str(row.Owner) != r.owner:
-			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrNotOwned,
-				Detail: fmt.Sprintf("leased by %s", str(row.Owner))})
-		case row.Attempt != c.Attempt:
-			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrNotOwned,
-				Detail: fmt.Sprintf("completion names attempt %d, the lease is attempt %d", c.Attempt, row.Attempt)})
+	te := &TaskError{Op: op, Topic: topic}
+	for _, s := range sequences {
+		row, found := current[s]
+		if !found {
+			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: ErrUnknownTask})
+			continue
+		}
+		if p := check(s, row); p.Err != nil {
+			p.Sequence = s
+			te.Problems = append(te.Problems, p)
 		}
 	}
-	if _, err := r.Topic(ctx, h, topic); err != nil {
-		return fmt.Errorf("complete: %w", err)
-	}
 	if len(te.Problems) == 0 {
-		// Every task qualified when re-read: a concurrent change raced the completion.
-		for _, c := range completions {
-			te.Problems = append(te.Problems, TaskProblem{Sequence: c.Sequence, Err: ErrNotOwned, Detail: "changed concurrently"})
+		for _, s := range sequences {
+			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: raced, Detail: "changed concurrently"})
 		}
 	}
 	return te
@@ -207,39 +232,6 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 		}, "READY, SUSPENDED, EXPIRED or ACTIVE")
 	}
 	return tasksFrom(rows), nil
-}
-
-// explainStates builds the *TaskError of an all-or-nothing operation refused because
-// some tasks are unknown or in a state it does not accept.
-func (r *Repository) explainStates(ctx context.Context, h Handle, op, topic string, sequences []int64, ok func(State) bool, want string) error {
-	if _, err := r.Topic(ctx, h, topic); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	rows, err := r.q.TaskLeases(ctx, h, db.TaskLeasesParams{Topic: topic, Sequences: sequences})
-	if err != nil {
-		return mapError(fmt.Sprintf("%s in topic %q: explain refusal", op, topic), err)
-	}
-	current := make(map[int64]State, len(rows))
-	for _, row := range rows {
-		current[row.Sequence] = State(row.State)
-	}
-	te := &TaskError{Op: op, Topic: topic}
-	for _, s := range sequences {
-		state, found := current[s]
-		switch {
-		case !found:
-			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: ErrUnknownTask})
-		case !ok(state):
-			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: ErrWrongState,
-				Detail: fmt.Sprintf("it is %v, want %s", state, want)})
-		}
-	}
-	if len(te.Problems) == 0 {
-		for _, s := range sequences {
-			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: ErrWrongState, Detail: "changed concurrently"})
-		}
-	}
-	return te
 }
 
 // Junction releases groups of identifiers (design §4.6): for each non-empty group whose
