@@ -111,69 +111,86 @@ func (q *Queries) TaskCancel(ctx context.Context, db DBTX, arg TaskCancelParams)
 const taskComplete = `-- name: TaskComplete :many
 WITH decision AS (
     SELECT d.sequence, d.attempt, d.result, NULLIF(d.output, '') AS output, d.delay_ms
-    FROM (SELECT unnest($2::bigint[]) AS sequence, unnest($3::integer[]) AS attempt,
-                 unnest($4::smallint[]) AS result, unnest($5::text[]) AS output,
-                 unnest($6::bigint[]) AS delay_ms) d
+    FROM (SELECT unnest($1::bigint[]) AS sequence, unnest($2::integer[]) AS attempt,
+                 unnest($3::smallint[]) AS result, unnest($4::text[]) AS output,
+                 unnest($5::bigint[]) AS delay_ms) d
 ),
-lease AS (
-    -- Each decision's task by primary key, locked, and only then checked: LIMIT 1 keeps
-    -- the checks above the lock, so the planner cannot choose to scan every ACTIVE row
-    -- of the topic (whose count statistics never describe a queue well).
-    SELECT l.sequence FROM decision d
-    CROSS JOIN LATERAL (
-        SELECT t.sequence, t.state, t.owner, t.attempt FROM task t
-        WHERE t.topic = $1 AND t.sequence = d.sequence
-        LIMIT 1
-        FOR UPDATE OF t
-    ) l
-    WHERE l.state = 0 AND l.owner = $7::text AND l.attempt = d.attempt
-),
-policy AS (
+policy AS MATERIALIZED (
+    -- read once, not once per task
     SELECT p.max_attempts, p.backoff_base_ms, p.backoff_cap_ms, p.backoff_jitter_ms
-    FROM task_topic p WHERE p.topic = $1
+    FROM task_topic p WHERE p.topic = $6
+),
+done AS (
+    UPDATE task t
+    SET state      = CASE WHEN t.cancelled THEN 3
+                          WHEN d.result = 4 THEN 1
+                          -- a FAILURE with attempts left goes back to READY (design section 5.1)
+                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN 1
+                          ELSE d.result + 3 END,
+        descent    = GREATEST(t.state, t.descent),
+        output     = CASE WHEN t.cancelled THEN 'cancelled'
+                          WHEN d.result = 4 THEN t.output
+                          ELSE d.output END,
+        completed  = CASE WHEN t.cancelled THEN now()
+                          WHEN d.result = 4 THEN NULL
+                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN NULL
+                          ELSE now() END,
+        not_before = CASE WHEN t.cancelled THEN t.not_before
+                          WHEN d.result = 4 THEN now() + d.delay_ms * interval '1 millisecond'
+                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts
+                          -- backoff: min(cap, base*2^(attempt-1)) + random jitter
+                          THEN now() + (least(p.backoff_cap_ms::double precision,
+                                              p.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
+                                        + random() * p.backoff_jitter_ms) * interval '1 millisecond'
+                          ELSE t.not_before END,
+        -- a snooze hands the attempt back: it does not count against max_attempts
+        returned   = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.returned + 1 ELSE t.returned END,
+        errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
+                          WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
+                          ELSE t.errors END
+    FROM decision d, policy p
+    WHERE t.topic = $6 AND t.sequence = ANY ($1::bigint[])
+      AND t.sequence = d.sequence
+      -- IS TRUE keeps these tests out of index and join choices (they only filter): seen as
+      -- index conditions, on the estimates of a young partition they led a cached plan to
+      -- a nested loop over the batch squared
+      AND (t.state = 0 AND t.owner = $7::text AND t.attempt = d.attempt) IS TRUE
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 )
-UPDATE task t
-SET state      = CASE WHEN t.cancelled THEN 3
-                      WHEN d.result = 4 THEN 1
-                      -- a FAILURE with attempts left goes back to READY (design section 5.1)
-                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN 1
-                      ELSE d.result + 3 END,
-    descent    = GREATEST(t.state, t.descent),
-    output     = CASE WHEN t.cancelled THEN 'cancelled'
-                      WHEN d.result = 4 THEN t.output
-                      ELSE d.output END,
-    completed  = CASE WHEN t.cancelled THEN now()
-                      WHEN d.result = 4 THEN NULL
-                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN NULL
-                      ELSE now() END,
-    not_before = CASE WHEN t.cancelled THEN t.not_before
-                      WHEN d.result = 4 THEN now() + d.delay_ms * interval '1 millisecond'
-                      WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts
-                      -- backoff: min(cap, base*2^(attempt-1)) + random jitter
-                      THEN now() + (least(p.backoff_cap_ms::double precision,
-                                          p.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
-                                    + random() * p.backoff_jitter_ms) * interval '1 millisecond'
-                      ELSE t.not_before END,
-    -- a snooze hands the attempt back: it does not count against max_attempts
-    returned   = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.returned + 1 ELSE t.returned END,
-    errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
-                      WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
-                      ELSE t.errors END
-FROM decision d, policy p
-WHERE t.topic = $1 AND t.sequence = ANY ($2::bigint[])
-  AND t.sequence = d.sequence
-  AND (SELECT count(*) FROM lease) = cardinality($2::bigint[])
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed,
+       c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
+FROM done c
+WHERE task_all_or_nothing((SELECT count(*) FROM done), cardinality($1::bigint[]))
 `
 
 type TaskCompleteParams struct {
-	Topic     string
 	Sequences []int64
 	Attempts  []int32
 	Results   []int16
 	Outputs   []string
 	DelaysMs  []int64
+	Topic     string
 	Owner     string
+}
+
+type TaskCompleteRow struct {
+	Topic      string
+	Sequence   int64
+	Identifier string
+	State      int16
+	Descent    int16
+	Owner      *string
+	Created    time.Time
+	Completed  *time.Time
+	Input      *string
+	Output     *string
+	Reference  *string
+	Priority   int16
+	NotBefore  *time.Time
+	Attempt    int32
+	Returned   int32
+	Errors     []string
+	Cancelled  bool
 }
 
 // Completes a batch of leased tasks in one statement, all or nothing (design section 4.4, section 5.1).
@@ -182,25 +199,27 @@ type TaskCompleteParams struct {
 // The attempts used are attempt - returned: attempt itself never goes down, it fences
 // completions of stale leases.
 // Only rows ACTIVE, leased by owner in the decision's attempt qualify; when any decision
-// does not, no row is changed and no row is returned. The SET list reads t, the locked
-// current row version, so a cancel that committed meanwhile is honoured.
-func (q *Queries) TaskComplete(ctx context.Context, db DBTX, arg TaskCompleteParams) ([]Task, error) {
+// does not, task_all_or_nothing (migration 000004) raises PT005 after the update, which
+// undoes the whole statement. The rows are not locked beforehand: the UPDATE locks each
+// as it writes it and re-checks a row changed meanwhile, and its SET list reads that
+// current version, so a cancel that committed meanwhile is honoured.
+func (q *Queries) TaskComplete(ctx context.Context, db DBTX, arg TaskCompleteParams) ([]TaskCompleteRow, error) {
 	rows, err := db.Query(ctx, taskComplete,
-		arg.Topic,
 		arg.Sequences,
 		arg.Attempts,
 		arg.Results,
 		arg.Outputs,
 		arg.DelaysMs,
+		arg.Topic,
 		arg.Owner,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Task
+	var items []TaskCompleteRow
 	for rows.Next() {
-		var i Task
+		var i TaskCompleteRow
 		if err := rows.Scan(
 			&i.Topic,
 			&i.Sequence,
@@ -316,7 +335,9 @@ WITH member AS (
 qualified AS (
     SELECT m.grp, m.identifier,
            CASE WHEN $3::boolean
-                THEN EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.identifier = m.identifier AND t.state <> 8)
+                -- READY and ACTIVE through task_open, EXPIRED to RECREATED through task_identifier
+                THEN EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state IN (0, 1) AND t.identifier = m.identifier)
+                  OR EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state BETWEEN 2 AND 7 AND t.identifier = m.identifier)
                 ELSE EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state = 4 AND t.identifier = m.identifier)
            END AS present
     FROM member m

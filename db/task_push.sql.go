@@ -42,19 +42,34 @@ admitted AS (
           + (SELECT count(*) FROM creation c WHERE NOT c.suspended AND (c.last OR $9::smallint = 0))
           <= topic.queue_cap
 ),
-older AS (
-    -- Older tasks of the same identifiers that this insertion mode touches. ACTIVE tasks
-    -- are never touched; rows locked by a concurrent transaction are skipped.
+older_ready AS (
+    -- Older tasks of the same identifiers that this insertion mode touches, in two parts
+    -- that each match one index: READY ones through task_open, settled ones (EXPIRED and
+    -- after) through task_identifier, which leaves out READY and ACTIVE rows so that push
+    -- and poll do not write it. ACTIVE tasks are never touched; rows locked by a concurrent
+    -- transaction are skipped. The insertion test depends on no row, so an APPEND reads
+    -- nothing.
     SELECT t.topic, t.sequence FROM task t
-    WHERE EXISTS (SELECT 1 FROM admitted)
-      AND t.topic = $1
-      -- = ANY(array) rather than IN (SELECT ...): a hash or index probe whatever the
-      -- statistics of a young partition say
+    WHERE $9::smallint <> 0 AND EXISTS (SELECT 1 FROM admitted)
+      AND t.topic = $1 AND t.state = 1
+      -- = ANY(array) rather than IN (SELECT ...): an index probe per identifier whatever
+      -- the statistics of a young partition say
       AND t.identifier = ANY($2::text[])
-      AND (($9 = 1 AND t.state BETWEEN 1 AND 6)
-        OR ($9 = 2 AND t.state = 1)
-        OR ($9 = 3 AND t.state <> 0))
     FOR UPDATE SKIP LOCKED
+),
+older_settled AS (
+    -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
+    SELECT t.topic, t.sequence FROM task t
+    WHERE $9::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM admitted)
+      AND t.topic = $1 AND t.state >= 2
+      AND t.identifier = ANY($2::text[])
+      AND ($9::smallint = 3 OR t.state <= 6)
+    FOR UPDATE SKIP LOCKED
+),
+older AS (
+    SELECT r.topic, r.sequence FROM older_ready r
+    UNION ALL
+    SELECT s.topic, s.sequence FROM older_settled s
 ),
 made_redundant AS (
     UPDATE task t SET state = 8, descent = GREATEST(t.state, t.descent)

@@ -123,6 +123,7 @@ const (
 	sqlstateRaiseBadInsertion  = "PT002"
 	sqlstateRaiseBadIdentifier = "PT003"
 	sqlstateRaiseQueueFull     = "PT004"
+	sqlstateRaiseRefused       = "PT005"
 )
 
 // mapError is the one place that turns PostgreSQL errors (by SQLSTATE, never by message

@@ -401,24 +401,66 @@ func TestCompleteRefused(t *testing.T) {
 			return repository.Completion{Sequence: 999, Attempt: 1, Decision: repository.Succeed("")}
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := setup(t)
-			bad := tc.bad(f)
-			// priority -1: leased before a READY bad task
-			good := pushOne(f, repository.Creation{Identifier: "good", Priority: -1})
-			lease := pollOne(f, f.repo, good.Sequence)
-			var before repository.Task
-			if bad.Sequence != 999 {
-				before = f.get(bad.Sequence)
-			}
-			_, err := f.repo.Complete(f.ctx, f.pool, f.topic, lease.Decide(repository.Succeed("ok")), bad)
-			wantTaskError(t, err, tc.sentinel, bad.Sequence)
-			// The valid lease of the refused batch is still ACTIVE, untouched.
-			wantUnchanged(f, lease)
-			if bad.Sequence != 999 {
-				wantUnchanged(f, before)
-			}
-		})
+		// The refusal undoes the statement on its own outside a transaction, and through a
+		// savepoint inside the caller's transaction, which must stay usable.
+		for _, via := range []string{"Pool", "Transaction", "ConnInTransactionBlock"} {
+			t.Run(tc.name+"Via"+via, func(t *testing.T) {
+				f := setup(t)
+				bad := tc.bad(f)
+				// priority -1: leased before a READY bad task
+				good := pushOne(f, repository.Creation{Identifier: "good", Priority: -1})
+				lease := pollOne(f, f.repo, good.Sequence)
+				var before repository.Task
+				if bad.Sequence != 999 {
+					before = f.get(bad.Sequence)
+				}
+				var h repository.Handle = f.pool
+				finish := func() {}
+				switch via {
+				case "Transaction":
+					tx, err := f.pool.Begin(f.ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer tx.Rollback(f.ctx)
+					h, finish = tx, func() {
+						if err := tx.Commit(f.ctx); err != nil {
+							t.Fatalf("commit after the refusal: %v", err)
+						}
+					}
+				case "ConnInTransactionBlock":
+					conn, err := f.pool.Acquire(f.ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer conn.Release()
+					if _, err := conn.Exec(f.ctx, "BEGIN"); err != nil {
+						t.Fatal(err)
+					}
+					h, finish = conn, func() {
+						if _, err := conn.Exec(f.ctx, "COMMIT"); err != nil {
+							t.Fatalf("commit after the refusal: %v", err)
+						}
+					}
+				}
+				_, err := f.repo.Complete(f.ctx, h, f.topic, lease.Decide(repository.Succeed("ok")), bad)
+				wantTaskError(t, err, tc.sentinel, bad.Sequence)
+				// The caller's transaction goes on: a push in it commits.
+				after, err := f.repo.Push(f.ctx, h, f.topic, repository.Append, repository.Creation{Identifier: "after"})
+				if err != nil {
+					t.Fatalf("push after the refusal on the same handle: %v", err)
+				}
+				finish()
+				if got := f.get(after[0].Sequence); got.State != repository.Ready {
+					t.Errorf("task pushed after the refusal = %v, want READY and committed", got.State)
+				}
+				// The valid lease of the refused batch is still ACTIVE, untouched.
+				wantUnchanged(f, lease)
+				if bad.Sequence != 999 {
+					wantUnchanged(f, before)
+				}
+			})
+		}
 	}
 }
 
@@ -1399,6 +1441,33 @@ func TestPollOrder(t *testing.T) {
 		f := isolated(t, shared)
 		s := pushPriorities(f, 5, -1, 0, -1)
 		if got, want := sequences(f.poll(repository.LIFO, repository.None, 10)), []int64{s[3], s[1], s[2], s[0]}; !slices.Equal(got, want) {
+			t.Fatalf("poll = %v, want %v", got, want)
+		}
+	})
+	t.Run("LIFOTakesPriorityLevelsInTurn", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, 0, -1, 0, -1, 2, 0)
+		// A lease that spans levels: both of -1 (newest first), then the newest of 0.
+		if got, want := sequences(f.poll(repository.LIFO, repository.None, 3)), []int64{s[3], s[1], s[5]}; !slices.Equal(got, want) {
+			t.Fatalf("first poll = %v, want %v", got, want)
+		}
+		if got, want := sequences(f.poll(repository.LIFO, repository.None, 10)), []int64{s[2], s[0], s[4]}; !slices.Equal(got, want) {
+			t.Fatalf("second poll = %v, want %v", got, want)
+		}
+	})
+	t.Run("LIFOSkipsLockedRowsAcrossLevels", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, -1, 0, 0)
+		// Another transaction holds the newest task of level 0: the lease takes the rest.
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		if _, err := tx.Exec(f.ctx, "SELECT 1 FROM task WHERE topic = $1 AND sequence = $2 FOR UPDATE", f.topic, s[2]); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := sequences(f.poll(repository.LIFO, repository.None, 10)), []int64{s[0], s[1]}; !slices.Equal(got, want) {
 			t.Fatalf("poll = %v, want %v", got, want)
 		}
 	})

@@ -3,9 +3,14 @@ package repository
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/db"
 )
@@ -107,14 +112,69 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 	if err := validSequences(arg.Sequences); err != nil {
 		return nil, fmt.Errorf("complete topic %q: %w", topic, err)
 	}
-	rows, err := r.q.TaskComplete(ctx, h, arg)
+	rows, err := allOrNothing(ctx, h, func(h Handle) ([]db.TaskCompleteRow, error) {
+		return r.q.TaskComplete(ctx, h, arg)
+	})
+	if errors.Is(err, errRefused) {
+		return nil, r.explainLeases(ctx, h, topic, completions)
+	}
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("complete topic %q", topic), err)
 	}
 	if len(rows) != len(completions) {
+		// task_all_or_nothing makes this unreachable; kept so that a schema that
+		// disagrees still reports the refusal rather than a partial result.
 		return nil, r.explainLeases(ctx, h, topic, completions)
 	}
 	return tasksFrom(rows), nil
+}
+
+// errRefused marks a statement that task_all_or_nothing undid (SQLSTATE PT005).
+var errRefused = errors.New("refused: not every task qualified")
+
+// allOrNothing runs a statement that raises PT005 when not every task of its batch
+// qualifies. Outside a transaction the failed statement has already undone itself; inside
+// the caller's transaction it runs under a savepoint, so that a refusal leaves that
+// transaction usable. A refusal returns errRefused, other errors unchanged.
+func allOrNothing[R any](ctx context.Context, h Handle, run func(Handle) ([]R, error)) ([]R, error) {
+	if autocommit(h) {
+		rows, err := run(h)
+		return rows, refused(err)
+	}
+	sp, err := h.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := run(sp)
+	if err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		return nil, refused(err)
+	}
+	return rows, sp.Commit(ctx)
+}
+
+func refused(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateRaiseRefused {
+		return errRefused
+	}
+	return err
+}
+
+// autocommit reports whether a statement on h runs in a transaction of its own: a pool,
+// or a connection outside a transaction block.
+func autocommit(h Handle) bool {
+	switch c := h.(type) {
+	case *pgxpool.Pool:
+		return true
+	case *pgxpool.Conn:
+		return c.Conn().PgConn().TxStatus() == 'I'
+	case *pgx.Conn:
+		return c.PgConn().TxStatus() == 'I'
+	}
+	return false
 }
 
 // explainLeases builds the *TaskError for a refused completion by reading the tasks'
