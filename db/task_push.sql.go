@@ -15,23 +15,35 @@ WITH topic AS (
     -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
     SELECT tt.topic, tt.queue_cap FROM task_topic tt WHERE tt.topic = $1 FOR KEY SHARE
 ),
+element AS (
+    -- Parallel unnest in the select list runs the arrays in lockstep; generate_series
+    -- numbers the elements.
+    SELECT generate_series(1, cardinality($2::text[])) AS ord,
+           unnest($2::text[]) AS identifier, unnest($3::text[]) AS input,
+           unnest($4::text[]) AS reference, unnest($5::boolean[]) AS suspended,
+           unnest($6::smallint[]) AS priority,
+           unnest($7::bigint[]) AS not_before_us,
+           unnest($8::bigint[]) AS delay_ms
+),
 creation AS (
     SELECT c.ord, c.identifier, NULLIF(c.input, '') AS input, NULLIF(c.reference, '') AS reference,
            c.suspended, c.priority,
            CASE WHEN c.not_before_us <> 0 THEN to_timestamp(c.not_before_us / 1e6)
                 WHEN c.delay_ms > 0 THEN now() + c.delay_ms * interval '1 millisecond'
            END AS not_before,
-           -- only the last occurrence of an identifier in the batch stays live (REPLACE,
-           -- SUPERSEDE) or is inserted at all (DELETE)
-           c.ord = max(c.ord) OVER (PARTITION BY c.identifier) AS last
-    -- Parallel unnest in the select list runs the arrays in lockstep; generate_series
-    -- numbers the elements.
-    FROM (SELECT generate_series(1, cardinality($2::text[])) AS ord,
-                 unnest($2::text[]) AS identifier, unnest($3::text[]) AS input,
-                 unnest($4::text[]) AS reference, unnest($5::boolean[]) AS suspended,
-                 unnest($6::smallint[]) AS priority,
-                 unnest($7::bigint[]) AS not_before_us,
-                 unnest($8::bigint[]) AS delay_ms) c
+           c.last
+    FROM (
+        -- APPEND inserts every occurrence live: it skips sorting the batch by identifier.
+        SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us,
+               e.delay_ms, true AS last
+        FROM element e WHERE $9::smallint = 0
+        UNION ALL
+        -- Otherwise only the last occurrence of an identifier in the batch stays live
+        -- (REPLACE, SUPERSEDE) or is inserted at all (DELETE).
+        SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us,
+               e.delay_ms, e.ord = max(e.ord) OVER (PARTITION BY e.identifier) AS last
+        FROM element e WHERE $9::smallint <> 0
+    ) c
 ),
 admitted AS (
     SELECT true AS ok FROM topic
