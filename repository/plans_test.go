@@ -1,0 +1,436 @@
+package repository_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Migration 000004 made task_identifier partial (state >= 2): READY and ACTIVE rows are
+// found by identifier through task_open instead, and the statements that look an
+// identifier up in every state do it in two parts, one per index. These tests run those
+// statements with auto_explain on and sequential scans disabled and check every plan:
+// none may read the topic's partition in full, whether by a Seq Scan or by an index scan
+// without a bound on the index's leading column, so the statements stay cheap on a topic
+// with millions of finished rows.
+//
+// Checking for a Seq Scan alone is not enough: with sequential scans off, a statement no
+// identifier index can serve falls back to the primary key (topic, sequence), which in a
+// partition is bounded by nothing. Undoing 000004's two-part lookups with the partial
+// task_identifier in place gives exactly such plans, and no Seq Scan at all.
+
+// planNode is the part of an EXPLAIN (FORMAT JSON) node the checks read.
+type planNode struct {
+	NodeType  string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	IndexName string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
+}
+
+// loggedPlan is one plan auto_explain sent as a notice.
+type loggedPlan struct {
+	Query string   `json:"Query Text"`
+	Root  planNode `json:"Plan"`
+	raw   string   // the notice's message
+}
+
+// planCapture collects the plans auto_explain reports on one connection.
+type planCapture struct {
+	mu      sync.Mutex
+	notices []string
+}
+
+func (c *planCapture) onNotice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.notices = append(c.notices, n.Message)
+}
+
+// take returns the plans reported since the last take and forgets them.
+func (c *planCapture) take(t *testing.T) []loggedPlan {
+	t.Helper()
+	c.mu.Lock()
+	notices := c.notices
+	c.notices = nil
+	c.mu.Unlock()
+	var plans []loggedPlan
+	for _, msg := range notices {
+		// auto_explain: "duration: 0.042 ms  plan:\n{...}"
+		_, body, ok := strings.Cut(msg, "plan:\n")
+		if !ok || !strings.HasPrefix(msg, "duration:") {
+			continue
+		}
+		var p loggedPlan
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			t.Fatalf("auto_explain notice is not a JSON plan (%v):\n%s", err, msg)
+		}
+		p.raw = msg
+		plans = append(plans, p)
+	}
+	return plans
+}
+
+// partitionIndex is an index of a topic's partition.
+type partitionIndex struct {
+	parent string // the partitioned index on task it belongs to, e.g. task_identifier
+	lead   string // its first key column other than topic (constant in a partition)
+}
+
+// partitionPattern names topic partitions: task_<md5 of the topic>.
+var partitionPattern = regexp.MustCompile(`^task_[0-9a-f]{32}$`)
+
+// planChecker finds the scans that read a topic's partition in full.
+type planChecker struct {
+	partition string                    // the fixture topic's partition
+	indexes   map[string]partitionIndex // by index name
+}
+
+// newPlanChecker reads the fixture topic's partition and its indexes from the catalog.
+func newPlanChecker(f *fixture) *planChecker {
+	f.t.Helper()
+	c := &planChecker{indexes: map[string]partitionIndex{}}
+	if err := f.pool.QueryRow(f.ctx, "SELECT partition FROM task_topic WHERE topic = $1", f.topic).Scan(&c.partition); err != nil {
+		f.t.Fatalf("read partition of %q: %v", f.topic, err)
+	}
+	rows, err := f.pool.Query(f.ctx, `
+		SELECT ci.relname::text, cp.relname::text,
+		       (SELECT a.attname::text
+		        FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		        JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+		        WHERE a.attname <> 'topic'
+		        ORDER BY k.ord LIMIT 1)
+		FROM pg_index x
+		JOIN pg_class ci ON ci.oid = x.indexrelid
+		JOIN pg_inherits i ON i.inhrelid = x.indexrelid
+		JOIN pg_class cp ON cp.oid = i.inhparent
+		WHERE x.indrelid = $1::regclass`, c.partition)
+	if err != nil {
+		f.t.Fatalf("read indexes of %s: %v", c.partition, err)
+	}
+	for rows.Next() {
+		var name string
+		var ix partitionIndex
+		if err := rows.Scan(&name, &ix.parent, &ix.lead); err != nil {
+			f.t.Fatalf("read indexes of %s: %v", c.partition, err)
+		}
+		c.indexes[name] = ix
+	}
+	if err := rows.Err(); err != nil {
+		f.t.Fatalf("read indexes of %s: %v", c.partition, err)
+	}
+	parents := map[string]bool{}
+	for _, ix := range c.indexes {
+		parents[ix.parent] = true
+	}
+	for _, want := range []string{"task_pkey", "task_open", "task_identifier"} {
+		if !parents[want] {
+			f.t.Fatalf("partition %s has no index of %s: %v", c.partition, want, c.indexes)
+		}
+	}
+	return c
+}
+
+// constrains reports whether an Index Cond compares column (bare or qualified).
+func constrains(cond, column string) bool {
+	return regexp.MustCompile(`(^|[^a-z_])` + regexp.QuoteMeta(column) + `\s*(=|<>|<=|>=|<|>)`).MatchString(cond)
+}
+
+// violations lists the scans of p that read a topic partition in full: a Seq Scan, or an
+// index scan of the fixture's partition with no condition on the index's leading column
+// (topic aside), which walks every entry of the index.
+func (c *planChecker) violations(p loggedPlan) []string {
+	var out []string
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		switch n.NodeType {
+		case "Seq Scan":
+			if n.Relation == "task" || partitionPattern.MatchString(n.Relation) {
+				out = append(out, "Seq Scan on "+n.Relation)
+			}
+		case "Index Scan", "Index Only Scan", "Bitmap Index Scan":
+			if ix, ok := c.indexes[n.IndexName]; ok && !constrains(n.IndexCond, ix.lead) {
+				out = append(out, fmt.Sprintf("%s using %s (%s) with Index Cond %q: not bounded on %s",
+					n.NodeType, n.IndexName, ix.parent, n.IndexCond, ix.lead))
+			}
+		}
+		for _, child := range n.Plans {
+			walk(child)
+		}
+	}
+	walk(p.Root)
+	return out
+}
+
+// identifierScans returns the parent indexes (task_open, task_identifier, ...) through
+// which the plans look the partition up by identifier.
+func (c *planChecker) identifierScans(plans []loggedPlan) []string {
+	var out []string
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if ix, ok := c.indexes[n.IndexName]; ok && constrains(n.IndexCond, "identifier") && !slices.Contains(out, ix.parent) {
+			out = append(out, ix.parent)
+		}
+		for _, child := range n.Plans {
+			walk(child)
+		}
+	}
+	for _, p := range plans {
+		walk(p.Root)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// explainedConn opens a connection of its own to the fixture's database on which
+// auto_explain reports the plan of every statement, nested ones (inside functions)
+// included, as a notice, with sequential scans disabled: the planner then uses a Seq Scan
+// only where no index can serve the scan.
+func explainedConn(f *fixture) (*pgx.Conn, *planCapture) {
+	f.t.Helper()
+	capture := &planCapture{}
+	cfg := f.pool.Config().ConnConfig.Copy()
+	cfg.OnNotice = capture.onNotice
+	conn, err := pgx.ConnectConfig(f.ctx, cfg)
+	if err != nil {
+		f.t.Fatalf("connect: %v", err)
+	}
+	f.t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, stmt := range []string{
+		"LOAD 'auto_explain'",
+		"SET auto_explain.log_min_duration = 0",
+		"SET auto_explain.log_nested_statements = on",
+		"SET auto_explain.log_format = 'json'",
+		"SET auto_explain.log_level = 'notice'",
+		"SET client_min_messages = notice",
+		"SET enable_seqscan = off",
+	} {
+		if _, err := conn.Exec(f.ctx, stmt); err != nil {
+			f.t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	capture.take(f.t) // nothing planned yet, but start clean
+	return conn, capture
+}
+
+// withT returns a copy of f bound to the subtest t (same database and topic).
+func withT(t *testing.T, f *fixture) *fixture {
+	g := *f
+	g.t, g.ctx = t, t.Context()
+	return &g
+}
+
+// wantGone checks that the task was deleted.
+func wantGone(f *fixture, sequence int64) {
+	f.t.Helper()
+	if _, err := f.repo.Get(f.ctx, f.pool, f.topic, sequence); !errors.Is(err, repository.ErrUnknownTask) {
+		f.t.Errorf("get task %d: err = %v, want ErrUnknownTask (deleted)", sequence, err)
+	}
+}
+
+func TestIdentifierLookupsUseIndexes(t *testing.T) {
+	f := setup(t)
+
+	// A partition that is not trivial: 10,000 tasks of 1,000 identifiers, most of them
+	// finished, some READY (written directly: only their presence matters here).
+	if _, err := f.pool.Exec(f.ctx, `
+		INSERT INTO task (topic, identifier, state, descent, completed, output)
+		SELECT $1, 'filler-' || (i % 1000),
+		       CASE WHEN i % 10 = 0 THEN 1 WHEN i % 10 = 1 THEN 3 ELSE 6 END, 1,
+		       CASE WHEN i % 10 = 0 THEN NULL ELSE now() END,
+		       CASE WHEN i % 10 = 0 THEN NULL ELSE 'done' END
+		FROM generate_series(1, 10000) i`, f.topic); err != nil {
+		t.Fatalf("fill topic: %v", err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task"); err != nil {
+		t.Fatalf("analyze: %v", err)
+	}
+	checker := newPlanChecker(f)
+	conn, capture := explainedConn(f)
+
+	// run runs op on conn and returns the plans it reported, after checking there is at
+	// least one and that none reads the partition in full.
+	run := func(t *testing.T, what string, op func() error) []loggedPlan {
+		t.Helper()
+		capture.take(t)
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		plans := capture.take(t)
+		if len(plans) == 0 {
+			t.Fatalf("%s: auto_explain reported no plan: the capture is broken", what)
+		}
+		for _, p := range plans {
+			if v := checker.violations(p); len(v) > 0 {
+				t.Errorf("%s reads partition %s in full: %s\nplan: %s", what, checker.partition, strings.Join(v, "; "), p.raw)
+			}
+		}
+		return plans
+	}
+	// wantLookups checks that the plans look identifiers up through at least these indexes.
+	wantLookups := func(t *testing.T, what string, plans []loggedPlan, want ...string) {
+		t.Helper()
+		got := checker.identifierScans(plans)
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Errorf("%s looks identifiers up through %v, want %s among them", what, got, w)
+			}
+		}
+		t.Logf("%s: %d plans, identifier lookups through %v", what, len(plans), got)
+	}
+
+	// older pushes tasks of identifier id and takes them READY, ACTIVE and SUCCEEDED.
+	type olderTasks struct{ ready, active, succeeded repository.Task }
+	older := func(f *fixture, id string) olderTasks {
+		return olderTasks{
+			ready:     driveTo(f, id, repository.Ready),
+			active:    driveTo(f, id, repository.Active),
+			succeeded: driveTo(f, id, repository.Succeeded),
+		}
+	}
+	// batch calls the SQL function task_push_batch on conn.
+	batch := func(f *fixture, id, insertion string) func() error {
+		return func() error {
+			rows, err := conn.Query(f.ctx, "SELECT * FROM task_push_batch($1, ARRAY[$2::text], insertion => $3)", f.topic, id, insertion)
+			if err != nil {
+				return err
+			}
+			seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err == nil && len(seqs) != 1 {
+				err = fmt.Errorf("task_push_batch returned %v, want one sequence", seqs)
+			}
+			return err
+		}
+	}
+	push := func(f *fixture, id string, insertion repository.Insertion) func() error {
+		return func() error {
+			_, err := f.repo.Push(f.ctx, conn, f.topic, insertion, repository.Creation{Identifier: id})
+			return err
+		}
+	}
+
+	// Each statement runs with custom plans (its first executions) and with the generic
+	// plan a prepared statement or PL/pgSQL function settles on after five.
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		t.Run(mode, func(t *testing.T) {
+			f := withT(t, f)
+			if _, err := conn.Exec(f.ctx, "SET plan_cache_mode = "+mode); err != nil {
+				t.Fatalf("set plan_cache_mode: %v", err)
+			}
+			id := func(name string) string { return name + "-" + mode }
+
+			t.Run("PushReplace", func(t *testing.T) {
+				f := withT(t, f)
+				o := older(f, id("replace"))
+				plans := run(t, "Push REPLACE", push(f, id("replace"), repository.Replace))
+				wantLookups(t, "Push REPLACE", plans, "task_open", "task_identifier")
+				wantState(t, f.get(o.ready.Sequence), repository.Redundant, repository.Ready)
+				wantState(t, f.get(o.succeeded.Sequence), repository.Redundant, repository.Succeeded)
+				wantUnchanged(f, o.active)
+			})
+			t.Run("PushSupersede", func(t *testing.T) {
+				f := withT(t, f)
+				o := older(f, id("supersede"))
+				plans := run(t, "Push SUPERSEDE", push(f, id("supersede"), repository.Supersede))
+				wantLookups(t, "Push SUPERSEDE", plans, "task_open")
+				wantState(t, f.get(o.ready.Sequence), repository.Redundant, repository.Ready)
+				wantUnchanged(f, o.succeeded)
+				wantUnchanged(f, o.active)
+			})
+			t.Run("PushDelete", func(t *testing.T) {
+				f := withT(t, f)
+				o := older(f, id("delete"))
+				plans := run(t, "Push DELETE", push(f, id("delete"), repository.Delete))
+				wantLookups(t, "Push DELETE", plans, "task_open", "task_identifier")
+				wantGone(f, o.ready.Sequence)
+				wantGone(f, o.succeeded.Sequence)
+				wantUnchanged(f, o.active)
+			})
+			t.Run("BatchReplace", func(t *testing.T) {
+				f := withT(t, f)
+				o := older(f, id("batch-replace"))
+				plans := run(t, "task_push_batch replace", batch(f, id("batch-replace"), "replace"))
+				wantLookups(t, "task_push_batch replace", plans, "task_open", "task_identifier")
+				wantState(t, f.get(o.ready.Sequence), repository.Redundant, repository.Ready)
+				wantState(t, f.get(o.succeeded.Sequence), repository.Redundant, repository.Succeeded)
+				wantUnchanged(f, o.active)
+			})
+			t.Run("BatchDelete", func(t *testing.T) {
+				f := withT(t, f)
+				o := older(f, id("batch-delete"))
+				plans := run(t, "task_push_batch delete", batch(f, id("batch-delete"), "delete"))
+				wantLookups(t, "task_push_batch delete", plans, "task_open", "task_identifier")
+				wantGone(f, o.ready.Sequence)
+				wantGone(f, o.succeeded.Sequence)
+				wantUnchanged(f, o.active)
+			})
+			t.Run("JunctionEternal", func(t *testing.T) {
+				f := withT(t, f)
+				done := driveTo(f, id("junction-done"), repository.Succeeded)
+				ready := driveTo(f, id("junction-ready"), repository.Ready)
+				waiting := pushOne(f, repository.Creation{Identifier: id("junction-wait"), Suspended: true})
+				stuck := pushOne(f, repository.Creation{Identifier: id("junction-stuck"), Suspended: true})
+				var released []string
+				plans := run(t, "Junction ETERNAL", func() error {
+					var err error
+					released, err = f.repo.Junction(f.ctx, conn, f.topic, repository.Eternal,
+						[]string{done.Identifier, ready.Identifier, waiting.Identifier},
+						[]string{stuck.Identifier, id("junction-missing")})
+					return err
+				})
+				wantLookups(t, "Junction ETERNAL", plans, "task_open", "task_identifier")
+				if want := []string{waiting.Identifier}; !slices.Equal(released, want) {
+					t.Errorf("released %v, want %v", released, want)
+				}
+				wantState(t, f.get(waiting.Sequence), repository.Ready, repository.Suspended)
+				wantUnchanged(f, stuck)
+				wantUnchanged(f, done)
+			})
+		})
+	}
+
+	// The detector itself: statements that read the partition in full are caught, so a
+	// broken check fails the test rather than passing it.
+	for _, probe := range []struct{ name, sql, want string }{
+		// no index can serve it (no equality on topic, so no pruning either)
+		{"CaptureSeesASeqScan", "SELECT 1 FROM task WHERE topic || '' = $1 AND lower(identifier) = 'x'",
+			"Seq Scan on " + checker.partition},
+		// the primary key can, but only by its topic: every entry of the partition
+		{"CaptureSeesAWholeIndexScan", "SELECT 1 FROM task WHERE topic = $1 AND lower(identifier) = 'x'",
+			"(task_pkey) with Index Cond"},
+	} {
+		t.Run(probe.name, func(t *testing.T) {
+			f := withT(t, f)
+			if _, err := conn.Exec(f.ctx, "SET plan_cache_mode = auto"); err != nil {
+				t.Fatalf("set plan_cache_mode: %v", err)
+			}
+			capture.take(t)
+			if _, err := conn.Exec(f.ctx, probe.sql, f.topic); err != nil {
+				t.Fatalf("%s: %v", probe.sql, err)
+			}
+			plans := capture.take(t)
+			if len(plans) == 0 {
+				t.Fatalf("%s: auto_explain reported no plan: the capture is broken", probe.sql)
+			}
+			var found []string
+			for _, p := range plans {
+				found = append(found, checker.violations(p)...)
+			}
+			if !slices.ContainsFunc(found, func(v string) bool { return strings.Contains(v, probe.want) }) {
+				t.Errorf("%s: the check reports %q, want a report containing %q; plans:\n%s",
+					probe.sql, found, probe.want, plans[0].raw)
+			}
+		})
+	}
+}
