@@ -3,6 +3,22 @@
 
 DROP FUNCTION task_all_or_nothing(bigint, integer);
 
+ALTER TABLE task DROP CONSTRAINT task_pkey, ADD PRIMARY KEY (topic, sequence);
+
+DROP VIEW task_pretty;
+ALTER TABLE task ALTER COLUMN identifier TYPE text COLLATE "default",
+                 ALTER COLUMN reference TYPE text COLLATE "default";
+CREATE VIEW task_pretty AS
+SELECT t.topic, t.sequence, t.identifier,
+       (ARRAY['ACTIVE', 'READY', 'EXPIRED', 'FAILED', 'SUSPENDED', 'FILTERED', 'SUCCEEDED',
+              'RECREATED', 'REDUNDANT'])[t.state + 1] AS state,
+       (ARRAY['ACTIVE', 'READY', 'EXPIRED', 'FAILED', 'SUSPENDED', 'FILTERED', 'SUCCEEDED',
+              'RECREATED', 'REDUNDANT'])[t.descent + 1] AS descent,
+       t.owner, t.attempt, t.returned, t.priority, t.not_before, t.created, t.completed, t.input, t.output,
+       t.reference, t.errors, t.cancelled
+FROM (SELECT * FROM task) t;
+
+
 DROP INDEX task_identifier;
 CREATE INDEX task_identifier ON task (identifier, sequence);
 
