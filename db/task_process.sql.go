@@ -335,8 +335,10 @@ WITH member AS (
 qualified AS (
     SELECT m.grp, m.identifier,
            CASE WHEN $3::boolean
-                -- READY and ACTIVE through task_open, EXPIRED to RECREATED through task_identifier
-                THEN EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state IN (0, 1) AND t.identifier = m.identifier)
+                -- one part per index (migration 000004): ACTIVE through task_open, READY
+                -- through task_ready_identifier, EXPIRED to RECREATED through task_identifier
+                THEN EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state = 0 AND t.identifier = m.identifier)
+                  OR EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state = 1 AND t.identifier = m.identifier)
                   OR EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state BETWEEN 2 AND 7 AND t.identifier = m.identifier)
                 ELSE EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state = 4 AND t.identifier = m.identifier)
            END AS present

@@ -145,8 +145,9 @@ SELECT count(*) FILTER (WHERE t.state = 0)                                    AS
        COALESCE((SELECT GREATEST(c.reltuples, 0)::bigint FROM pg_catalog.pg_class c
                  WHERE c.oid = (SELECT to_regclass(tt.partition) FROM task_topic tt WHERE tt.topic = $1)),
                 0)::bigint AS rows_estimate
-FROM task t
-WHERE t.topic = $1 AND t.state <= 4
+FROM (SELECT r.state, r.not_before, r.created FROM task r WHERE r.topic = $1 AND r.state = 1
+      UNION ALL
+      SELECT o.state, o.not_before, o.created FROM task o WHERE o.topic = $1 AND o.state <= 4 AND o.state <> 1) t
 `
 
 type TopicStatsRow struct {
@@ -160,8 +161,8 @@ type TopicStatsRow struct {
 	RowsEstimate     int64
 }
 
-// Counts over the small task_open index (states 0..4) only, so the cost does not grow
-// with the number of finished rows; finished rows are estimated from the planner's
+// Counts the open tasks only (READY through task_ready, states 0 and 2..4 through
+// task_open), so the cost does not grow with the number of finished rows; finished rows are estimated from the planner's
 // statistics of the partition.
 func (q *Queries) TopicStats(ctx context.Context, db DBTX, topic string) (TopicStatsRow, error) {
 	row := db.QueryRow(ctx, topicStats, topic)

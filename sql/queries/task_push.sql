@@ -40,18 +40,20 @@ admitted AS (
     SELECT true AS ok FROM topic
     WHERE topic.queue_cap IS NULL
        -- unfinished tasks (counted no further than the cap) plus the live ones we add
-       OR (SELECT count(*) FROM (SELECT 1 FROM task t WHERE t.topic = topic.topic AND t.state <= 1
-                                 LIMIT topic.queue_cap + 1) unfinished)
+       -- (ACTIVE through task_open, READY through task_ready: one index each)
+       OR (SELECT count(*) FROM (SELECT 1 FROM task t WHERE t.topic = topic.topic AND t.state = 0
+                                 LIMIT topic.queue_cap + 1) active)
+          + (SELECT count(*) FROM (SELECT 1 FROM task t WHERE t.topic = topic.topic AND t.state = 1
+                                   LIMIT topic.queue_cap + 1) ready)
           + (SELECT count(*) FROM creation c WHERE NOT c.suspended AND (c.last OR sqlc.arg(insertion)::smallint = 0))
           <= topic.queue_cap
 ),
 older_ready AS (
     -- Older tasks of the same identifiers that this insertion mode touches, in two parts
-    -- that each match one index: READY ones through task_open, settled ones (EXPIRED and
-    -- after) through task_identifier, which leaves out READY and ACTIVE rows so that push
-    -- and poll do not write it. ACTIVE tasks are never touched; rows locked by a concurrent
-    -- transaction are skipped. The insertion test depends on no row, so an APPEND reads
-    -- nothing.
+    -- that each match one index (migration 000004): READY ones through
+    -- task_ready_identifier, settled ones (EXPIRED and after) through task_identifier.
+    -- ACTIVE tasks are never touched; rows locked by a concurrent transaction are
+    -- skipped. The insertion test depends on no row, so an APPEND reads nothing.
     SELECT t.topic, t.sequence FROM task t
     WHERE sqlc.arg(insertion)::smallint <> 0 AND EXISTS (SELECT 1 FROM admitted)
       AND t.topic = sqlc.arg(topic) AND t.state = 1

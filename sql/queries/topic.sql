@@ -38,8 +38,8 @@ FROM changed c
 WHERE (SELECT count(*) FROM (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))) n) = 1;
 
 -- name: TopicStats :one
--- Counts over the small task_open index (states 0..4) only, so the cost does not grow
--- with the number of finished rows; finished rows are estimated from the planner's
+-- Counts the open tasks only (READY through task_ready, states 0 and 2..4 through
+-- task_open), so the cost does not grow with the number of finished rows; finished rows are estimated from the planner's
 -- statistics of the partition.
 SELECT count(*) FILTER (WHERE t.state = 0)                                    AS active,
        count(*) FILTER (WHERE t.state = 1)                                    AS ready,
@@ -54,8 +54,9 @@ SELECT count(*) FILTER (WHERE t.state = 0)                                    AS
        COALESCE((SELECT GREATEST(c.reltuples, 0)::bigint FROM pg_catalog.pg_class c
                  WHERE c.oid = (SELECT to_regclass(tt.partition) FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))),
                 0)::bigint AS rows_estimate
-FROM task t
-WHERE t.topic = sqlc.arg(topic) AND t.state <= 4;
+FROM (SELECT r.state, r.not_before, r.created FROM task r WHERE r.topic = sqlc.arg(topic) AND r.state = 1
+      UNION ALL
+      SELECT o.state, o.not_before, o.created FROM task o WHERE o.topic = sqlc.arg(topic) AND o.state <= 4 AND o.state <> 1) t;
 
 -- name: TopicAnalyze :one
 -- Refreshes the statistics of the topic's partition; returns its estimated rows, -1 for

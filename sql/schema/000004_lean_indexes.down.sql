@@ -20,6 +20,9 @@ FROM (SELECT * FROM task) t;
 
 
 DROP INDEX task_identifier;
+DROP INDEX task_ready_identifier;
+DROP INDEX task_open;
+CREATE INDEX task_open ON task (state, identifier, sequence) WHERE state <= 4;
 CREATE INDEX task_identifier ON task (identifier, sequence);
 
 ALTER INDEX task_ready RENAME TO task_ready_fifo;
