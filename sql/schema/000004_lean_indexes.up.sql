@@ -1,9 +1,9 @@
--- 000004: fewer index writes per task (issue 5).
+-- 000004: fewer and cheaper index writes per task (issue 5).
 --
 -- A task's row is written three times (push, poll, completion) and none of those updates
 -- is HOT, because each changes state, which the partial indexes name. Every index a row
--- version enters is therefore paid up to three times per task. This migration drops two
--- index entries per task from the hot path:
+-- version enters is therefore paid up to three times per task. This migration writes
+-- fewer index entries per task, and cheaper ones:
 --
 -- * Identifier lookups go through one index per group of states, and only the B-tree
 --   that state scans also need is a B-tree: READY rows through task_ready_identifier, a
@@ -15,23 +15,21 @@
 --   an equality.
 -- * task_ready_lifo is gone. LIFO polls walk task_ready_fifo (renamed task_ready)
 --   backwards one priority level at a time, so one index serves both orders.
---
--- Cheaper comparisons in the indexes every task version enters:
---
 -- * The primary key leads with sequence: (topic, sequence) compared the topic's text,
 --   under the database's collation, on every step of every descent, and made the
 --   sequence an attribute at a variable offset.
--- * identifier and reference compare bytewise (COLLATE "C"): they are keys, not prose,
---   and no query orders them for people to read. Equality is the same under any
---   deterministic collation.
+-- * identifier and reference compare bytewise (COLLATE "C") in task_open and
+--   task_reference: they are keys, not prose, and no query orders them for people to
+--   read. Equality is the same under any deterministic collation.
 --
 -- It also adds task_all_or_nothing, with which TaskComplete refuses a batch after
 -- updating it instead of locking every row first (one heap write and one index probe
 -- fewer per completed task).
 --
--- Queries that look an identifier up in every state now do it in two parts, one per
--- index: task_push_batch's older tasks (below), TaskPush and TaskJunction
--- (sql/queries).
+-- Queries that look an identifier up across these groups of states now do it in parts,
+-- one per index: the older tasks of task_push_batch and the SINGULAR conditions of
+-- task_poll_candidates (below), TaskPush, TaskJunction, the queue-cap counts and
+-- TopicStats (sql/queries).
 
 DROP INDEX task_ready_lifo;
 ALTER INDEX task_ready_fifo RENAME TO task_ready;
