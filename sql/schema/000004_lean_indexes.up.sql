@@ -10,9 +10,9 @@
 --   hash index (a push writes a hash entry instead of a B-tree entry on text, about a
 --   quarter of the cost); ACTIVE, EXPIRED, FAILED and SUSPENDED rows through task_open,
 --   which also serves expiry, cancel checks and statistics by state; the settled rows
---   (EXPIRED and after) through task_identifier, now a hash index that leaves out READY
---   and ACTIVE rows, so push and poll no longer write it. Every lookup by identifier is
---   an equality.
+--   (EXPIRED and after) through task_identifier, which now leaves out READY and ACTIVE
+--   rows, so push and poll no longer write it. Every lookup by identifier is an
+--   equality.
 -- * task_ready_lifo is gone. LIFO polls walk task_ready_fifo (renamed task_ready)
 --   backwards one priority level at a time, so one index serves both orders.
 -- * The primary key leads with sequence: (topic, sequence) compared the topic's text,
@@ -54,7 +54,10 @@ FROM (SELECT * FROM task) t;
 
 CREATE INDEX task_ready_identifier ON task USING hash (identifier) WHERE state = 1;
 CREATE INDEX task_open ON task (state, identifier, sequence) WHERE state <= 4 AND state <> 1;
-CREATE INDEX task_identifier ON task USING hash (identifier) WHERE state >= 2;
+-- A B-tree, not a hash: settled rows accumulate (ten million is a normal history), and
+-- identifiers usually grow (ids, times), so a B-tree writes them on a few hot pages at
+-- its right end where a hash index writes each at a random page of a large index.
+CREATE INDEX task_identifier ON task (identifier, sequence) WHERE state >= 2;
 
 -- task_all_or_nothing raises PT005 when a batch statement changed fewer rows (p_done)
 -- than it was given (p_want); raised from the statement's last step, it undoes the
