@@ -183,6 +183,42 @@ func TestCrash(t *testing.T) {
 }
 
 func TestLiveness(t *testing.T) {
+	t.Run("HeartbeatsGoOnWhileMaintenanceIsStuck", func(t *testing.T) {
+		// Maintenance (expiry, purges, ANALYZE) can take longer than a heartbeat
+		// interval on a loaded server; the heartbeat must not wait for it, or other
+		// processors take back the leases of one that is still working.
+		f := setup(t)
+		p, _ := f.processor("stuck", processor.Config{HeartbeatInterval: 50 * time.Millisecond})
+		stop := f.start(p)
+		defer stop()
+		beat := func() time.Time {
+			var at *time.Time // NULL until Run has registered the owner
+			if err := f.pool.QueryRow(f.ctx, "SELECT max(heartbeat) FROM task_owner WHERE owner = 'stuck'").Scan(&at); err != nil {
+				t.Fatalf("read heartbeat: %v", err)
+			}
+			if at == nil {
+				return time.Time{}
+			}
+			return *at
+		}
+		f.eventually("first heartbeat", func() bool { return !beat().IsZero() })
+		// Expiry, the first step of maintenance, waits for this lock on task; heartbeats
+		// only touch task_owner.
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		if _, err := tx.Exec(f.ctx, "LOCK TABLE task IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the maintenance loop is blocked by now
+		before := beat()
+		f.eventually("a heartbeat while maintenance waits for the lock", func() bool { return beat().After(before) })
+		if err := tx.Rollback(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("DeadOwnersArePurged", func(t *testing.T) {
 		f := setup(t)
 		ghost, err := repository.New(repository.Config{Owner: "ghost", Now: func() time.Time { return time.Now().Add(-time.Hour) }})

@@ -182,6 +182,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 		bg.Go(func() { p.notifier.Run(bgCtx) })
 	}
+	bg.Go(func() { p.heartbeats(bgCtx) })
 	bg.Go(func() { p.liveness(bgCtx) })
 
 	var (
@@ -214,8 +215,38 @@ func (p *Processor) register(ctx context.Context) error {
 	return nil
 }
 
-// liveness heart-beats and, on the same tick, expires dead owners' leases, purges dead
-// owners, forwards missed cancels and refreshes the managers' pause state.
+// heartbeats proves this owner alive every HeartbeatInterval, on a goroutine of its own:
+// the maintenance of liveness (expiry, purges, ANALYZE, retention) can take longer than
+// an interval on a loaded server, and a late heartbeat lets other processors take this
+// one's leases back while it is still working on them.
+func (p *Processor) heartbeats(ctx context.Context) {
+	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		p.heartbeat(ctx)
+	}
+}
+
+func (p *Processor) heartbeat(ctx context.Context) {
+	if err := p.repo.Heartbeat(ctx, p.pool); errors.Is(err, repository.ErrNotRegistered) {
+		// We were silent long enough to be purged as dead; our leases were taken back
+		// and late completions will be refused. Come back as a fresh owner row.
+		p.tickFailed(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
+		if err := p.register(ctx); err != nil {
+			p.tickFailed(ctx, slog.LevelError, "register owner", slog.Any("error", err))
+		}
+	} else if err != nil {
+		p.tickFailed(ctx, slog.LevelError, "heartbeat", slog.Any("error", err))
+	}
+}
+
+// liveness, every HeartbeatInterval, expires dead owners' leases, purges dead owners,
+// forwards missed cancels and refreshes the managers' pause state.
 func (p *Processor) liveness(ctx context.Context) {
 	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
 	defer ticker.Stop()
@@ -292,16 +323,6 @@ func (p *Processor) tickFailed(ctx context.Context, level slog.Level, msg string
 }
 
 func (p *Processor) tick(ctx context.Context) {
-	if err := p.repo.Heartbeat(ctx, p.pool); errors.Is(err, repository.ErrNotRegistered) {
-		// We were silent long enough to be purged as dead; our leases were taken back
-		// and late completions will be refused. Come back as a fresh owner row.
-		p.tickFailed(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
-		if err := p.register(ctx); err != nil {
-			p.tickFailed(ctx, slog.LevelError, "register owner", slog.Any("error", err))
-		}
-	} else if err != nil {
-		p.tickFailed(ctx, slog.LevelError, "heartbeat", slog.Any("error", err))
-	}
 	expired, err := p.repo.Expire(ctx, p.pool, p.cfg.ExpiryTimeout)
 	if err != nil {
 		p.tickFailed(ctx, slog.LevelError, "expire dead owners' leases", slog.Any("error", err))
