@@ -108,14 +108,13 @@ inserted AS (
     FROM (SELECT ord, identifier, input, reference, suspended, priority, not_before, last FROM creation c
           WHERE EXISTS (SELECT 1 FROM admitted) AND ($9 <> 3 OR c.last)
           ORDER BY c.ord) c
-    RETURNING topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled
+    RETURNING sequence, identifier, state, descent, created, not_before
 ),
 notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5($1)) AS sent
     WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
 )
-SELECT i.topic, i.sequence, i.identifier, i.state, i.descent, i.owner, i.created, i.completed,
-       i.input, i.output, i.reference, i.priority, i.not_before, i.attempt, i.returned, i.errors, i.cancelled
+SELECT i.sequence, i.identifier, i.state, i.descent, i.created, i.not_before
 FROM inserted i
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY i.sequence
@@ -134,28 +133,18 @@ type TaskPushParams struct {
 }
 
 type TaskPushRow struct {
-	Topic      string
 	Sequence   int64
 	Identifier string
 	State      int16
 	Descent    int16
-	Owner      *string
 	Created    time.Time
-	Completed  *time.Time
-	Input      *string
-	Output     *string
-	Reference  *string
-	Priority   int16
 	NotBefore  *time.Time
-	Attempt    int32
-	Returned   int32
-	Errors     []string
-	Cancelled  bool
 }
 
 // Pushes a whole batch in one statement (design section 4.2). insertion: 0 APPEND, 1 REPLACE,
 // 2 SUPERSEDE, 3 DELETE. Writes nothing and returns no row when the topic is unknown or
 // the push would exceed the topic's queue cap; the caller tells the two apart.
+// Only what the database decided: the caller has the rest (repository.Push fills it in).
 // notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskPush(ctx context.Context, db DBTX, arg TaskPushParams) ([]TaskPushRow, error) {
 	rows, err := db.Query(ctx, taskPush,
@@ -177,23 +166,12 @@ func (q *Queries) TaskPush(ctx context.Context, db DBTX, arg TaskPushParams) ([]
 	for rows.Next() {
 		var i TaskPushRow
 		if err := rows.Scan(
-			&i.Topic,
 			&i.Sequence,
 			&i.Identifier,
 			&i.State,
 			&i.Descent,
-			&i.Owner,
 			&i.Created,
-			&i.Completed,
-			&i.Input,
-			&i.Output,
-			&i.Reference,
-			&i.Priority,
 			&i.NotBefore,
-			&i.Attempt,
-			&i.Returned,
-			&i.Errors,
-			&i.Cancelled,
 		); err != nil {
 			return nil, err
 		}

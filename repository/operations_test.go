@@ -2,6 +2,7 @@ package repository_test
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -1027,6 +1028,40 @@ func TestPage(t *testing.T) {
 			t.Errorf("page row = %+v", p)
 		}
 	})
+}
+
+func TestPushReturnsTheTasksAsStored(t *testing.T) {
+	// Push builds its result from the creations and the columns the database decided;
+	// every field must equal what a read returns, whatever the insertion.
+	shared := setup(t)
+	for _, insertion := range []repository.Insertion{repository.Append, repository.Replace, repository.Supersede, repository.Delete} {
+		t.Run(insertion.String(), func(t *testing.T) {
+			f := isolated(t, shared)
+			f.push(repository.Append, "a", "b") // older tasks the insertion may touch
+			now := dbNow(f)
+			pushed, err := f.repo.Push(f.ctx, f.pool, f.topic, insertion,
+				repository.Creation{Identifier: "a", Input: "first", Reference: "r1", Priority: 2},
+				repository.Creation{Identifier: "b", Delay: time.Hour},
+				repository.Creation{Identifier: "a", Input: "second", Suspended: true},
+				repository.Creation{Identifier: "c", NotBefore: now.Add(time.Minute), Priority: -3},
+				repository.Creation{Identifier: "ü-ñ", Input: "π"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 5
+			if insertion == repository.Delete {
+				want = 4 // only the last "a"
+			}
+			if len(pushed) != want {
+				t.Fatalf("pushed %d tasks, want %d", len(pushed), want)
+			}
+			for _, task := range pushed {
+				if got := f.get(task.Sequence); !reflect.DeepEqual(got, task) {
+					t.Errorf("push returned %+v\nstored        %+v", task, got)
+				}
+			}
+		})
+	}
 }
 
 func TestGet(t *testing.T) {

@@ -78,15 +78,52 @@ func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion
 		}
 		return nil, &QueueFullError{Topic: topic, Cap: t.QueueCap, Pushed: livePushed(insertion, creations)}
 	}
-	return tasksFrom(rows), nil
+	return pushedTasks(topic, insertion, creations, rows)
 }
 
-// livePushed counts the creations a push would add as READY (what the cap limits).
-func livePushed(insertion Insertion, creations []Creation) int {
+// pushedTasks builds the pushed tasks from the creations and what TaskPush returns (the
+// columns the database decided). The rows come in sequence order, which is the order of
+// the creations inserted: all of them, except that DELETE inserts only the last
+// occurrence of each identifier.
+func pushedTasks(topic string, insertion Insertion, creations []Creation, rows []db.TaskPushRow) ([]Task, error) {
+	var last map[string]int
+	if insertion == Delete {
+		last = lastOccurrence(creations)
+	}
+	tasks := make([]Task, 0, len(rows))
+	for i, c := range creations {
+		if last != nil && last[c.Identifier] != i {
+			continue
+		}
+		k := len(tasks)
+		if k >= len(rows) || rows[k].Identifier != c.Identifier {
+			return nil, fmt.Errorf("push to topic %q: the inserted rows do not follow the creations (creation %d)", topic, i)
+		}
+		row := rows[k]
+		tasks = append(tasks, Task{
+			Topic: topic, Sequence: row.Sequence, Identifier: c.Identifier,
+			State: State(row.State), Descent: State(row.Descent), Created: row.Created,
+			Input: c.Input, Reference: c.Reference, Priority: c.Priority, NotBefore: timeOf(row.NotBefore),
+		})
+	}
+	if len(tasks) != len(rows) {
+		return nil, fmt.Errorf("push to topic %q: %d rows inserted for %d creations", topic, len(rows), len(tasks))
+	}
+	return tasks, nil
+}
+
+// lastOccurrence maps each identifier to the index of its last creation.
+func lastOccurrence(creations []Creation) map[string]int {
 	last := make(map[string]int, len(creations))
 	for i, c := range creations {
 		last[c.Identifier] = i
 	}
+	return last
+}
+
+// livePushed counts the creations a push would add as READY (what the cap limits).
+func livePushed(insertion Insertion, creations []Creation) int {
+	last := lastOccurrence(creations)
 	n := 0
 	for i, c := range creations {
 		if !c.Suspended && (insertion == Append || last[c.Identifier] == i) {

@@ -99,14 +99,14 @@ inserted AS (
     FROM (SELECT * FROM creation c
           WHERE EXISTS (SELECT 1 FROM admitted) AND (sqlc.arg(insertion) <> 3 OR c.last)
           ORDER BY c.ord) c
-    RETURNING *
+    RETURNING sequence, identifier, state, descent, created, not_before
 ),
 notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
     WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
 )
-SELECT i.topic, i.sequence, i.identifier, i.state, i.descent, i.owner, i.created, i.completed,
-       i.input, i.output, i.reference, i.priority, i.not_before, i.attempt, i.returned, i.errors, i.cancelled
+-- Only what the database decided: the caller has the rest (repository.Push fills it in).
+SELECT i.sequence, i.identifier, i.state, i.descent, i.created, i.not_before
 FROM inserted i
 -- notified runs only when referenced: a scalar subquery in WHERE always runs
 WHERE (SELECT count(*) FROM notified) >= 0
