@@ -220,7 +220,7 @@ func explainedConn(f *fixture) (*pgx.Conn, *planCapture) {
 		"SET enable_seqscan = off",
 	} {
 		if _, err := conn.Exec(f.ctx, stmt); err != nil {
-			f.t.Fatalf("%s: %v", stmt, err)
+			f.t.Fatalf("%s: %v (LOAD needs a superuser: point TEST_DATABASE_URL at a superuser role such as postgres)", stmt, err)
 		}
 	}
 	capture.take(f.t) // nothing planned yet, but start clean
