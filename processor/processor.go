@@ -236,12 +236,12 @@ func (p *Processor) heartbeat(ctx context.Context) {
 	if err := p.repo.Heartbeat(ctx, p.pool); errors.Is(err, repository.ErrNotRegistered) {
 		// We were silent long enough to be purged as dead; our leases were taken back
 		// and late completions will be refused. Come back as a fresh owner row.
-		p.tickFailed(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
+		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
 		if err := p.register(ctx); err != nil {
-			p.tickFailed(ctx, slog.LevelError, "register owner", slog.Any("error", err))
+			p.logUnlessStopping(ctx, slog.LevelError, "register owner", slog.Any("error", err))
 		}
 	} else if err != nil {
-		p.tickFailed(ctx, slog.LevelError, "heartbeat", slog.Any("error", err))
+		p.logUnlessStopping(ctx, slog.LevelError, "heartbeat", slog.Any("error", err))
 	}
 }
 
@@ -280,7 +280,7 @@ func (p *Processor) analyze(ctx context.Context) {
 		}
 		rows, err := p.repo.Analyze(ctx, p.pool, m.cfg.Topic)
 		if err != nil {
-			p.tickFailed(ctx, slog.LevelWarn, "analyze topic", slog.String("topic", m.cfg.Topic), slog.Any("error", err))
+			p.logUnlessStopping(ctx, slog.LevelWarn, "analyze topic", slog.String("topic", m.cfg.Topic), slog.Any("error", err))
 			continue
 		}
 		for _, other := range p.managersOf(m.cfg.Topic) {
@@ -300,7 +300,7 @@ func (p *Processor) retain(ctx context.Context) {
 	for ctx.Err() == nil {
 		n, err := p.repo.PurgeRetention(ctx, p.pool, retentionBatch)
 		if err != nil {
-			p.tickFailed(ctx, slog.LevelError, "purge by retention", slog.Any("error", err))
+			p.logUnlessStopping(ctx, slog.LevelError, "purge by retention", slog.Any("error", err))
 			return
 		}
 		total += n
@@ -313,9 +313,9 @@ func (p *Processor) retain(ctx context.Context) {
 	}
 }
 
-// tickFailed logs a failed step of the periodic maintenance, unless shutdown cut it
-// short: a cancelled context is not worth a warning.
-func (p *Processor) tickFailed(ctx context.Context, level slog.Level, msg string, attrs ...any) {
+// logUnlessStopping logs a failed step of the heartbeat or the periodic maintenance,
+// unless shutdown cut it short: a cancelled context is not worth a warning.
+func (p *Processor) logUnlessStopping(ctx context.Context, level slog.Level, msg string, attrs ...any) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -325,7 +325,7 @@ func (p *Processor) tickFailed(ctx context.Context, level slog.Level, msg string
 func (p *Processor) tick(ctx context.Context) {
 	expired, err := p.repo.Expire(ctx, p.pool, p.cfg.ExpiryTimeout)
 	if err != nil {
-		p.tickFailed(ctx, slog.LevelError, "expire dead owners' leases", slog.Any("error", err))
+		p.logUnlessStopping(ctx, slog.LevelError, "expire dead owners' leases", slog.Any("error", err))
 	}
 	if len(expired) > 0 && p.cfg.OnExpire != nil {
 		p.cfg.OnExpire(expired)
@@ -336,11 +336,11 @@ func (p *Processor) tick(ctx context.Context) {
 		p.Resume(e.Topic)
 	}
 	if _, err := p.repo.PurgeOwners(ctx, p.pool, 2*p.cfg.ExpiryTimeout); err != nil {
-		p.tickFailed(ctx, slog.LevelError, "purge dead owners", slog.Any("error", err))
+		p.logUnlessStopping(ctx, slog.LevelError, "purge dead owners", slog.Any("error", err))
 	}
 	cancelled, err := p.repo.CancelledLeases(ctx, p.pool)
 	if err != nil {
-		p.tickFailed(ctx, slog.LevelError, "list cancelled leases", slog.Any("error", err))
+		p.logUnlessStopping(ctx, slog.LevelError, "list cancelled leases", slog.Any("error", err))
 	}
 	for _, l := range cancelled {
 		for _, m := range p.managersOf(l.Topic) {
@@ -350,7 +350,7 @@ func (p *Processor) tick(ctx context.Context) {
 	p.analyze(ctx)
 	topics, err := p.repo.Topics(ctx, p.pool)
 	if err != nil {
-		p.tickFailed(ctx, slog.LevelError, "read topic activation", slog.Any("error", err))
+		p.logUnlessStopping(ctx, slog.LevelError, "read topic activation", slog.Any("error", err))
 		return
 	}
 	for _, t := range topics {
