@@ -200,7 +200,8 @@ type TaskCompleteRow struct {
 // completions of stale leases.
 // Only rows ACTIVE, leased by owner in the decision's attempt qualify; when any decision
 // does not, task_all_or_nothing (migration 000004) raises PT005 after the update, which
-// undoes the whole statement. The rows are not locked beforehand: the UPDATE locks each
+// undoes the whole statement; when none qualifies, nothing is updated and no row is
+// returned (the check filters the updated rows, so it does not run). The rows are not locked beforehand: the UPDATE locks each
 // as it writes it and re-checks a row changed meanwhile, and its SET list reads that
 // current version, so a cancel that committed meanwhile is honoured.
 func (q *Queries) TaskComplete(ctx context.Context, db DBTX, arg TaskCompleteParams) ([]TaskCompleteRow, error) {

@@ -122,8 +122,8 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 		return nil, mapError(fmt.Sprintf("complete topic %q", topic), err)
 	}
 	if len(rows) != len(completions) {
-		// task_all_or_nothing makes this unreachable; kept so that a schema that
-		// disagrees still reports the refusal rather than a partial result.
+		// No decision qualified: task_all_or_nothing filters the updated rows, so with
+		// none it never runs; nothing was written.
 		return nil, r.explainLeases(ctx, h, topic, completions)
 	}
 	return tasksFrom(rows), nil
