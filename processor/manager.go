@@ -120,9 +120,13 @@ type TaskManager struct {
 	active atomic.Bool
 
 	// leased counts tasks leased since the topic's statistics were last refreshed;
-	// analyzeAt is how many make the next refresh due (see Processor.analyze).
-	leased    atomic.Int64
-	analyzeAt atomic.Int64
+	// analyzeAt and analyzeSoonAt are how many make the next refresh due after
+	// analyzeInterval, or at once, and analyzed is when the last one ran (Unix
+	// nanoseconds, 0 before the first); see Processor.analyze.
+	leased        atomic.Int64
+	analyzeAt     atomic.Int64
+	analyzeSoonAt atomic.Int64
+	analyzed      atomic.Int64
 
 	dueMu    sync.Mutex
 	due      []time.Time // sorted wake-ups for tasks retried or snoozed here
@@ -149,6 +153,7 @@ func newManager(p *Processor, cfg ManagerConfig) (*TaskManager, error) {
 	}
 	m.active.Store(true)
 	m.analyzeAt.Store(analyzeMinimum)
+	m.analyzeSoonAt.Store(analyzeMinimum)
 	m.completer = newCompleter(m)
 	return m, nil
 }

@@ -1,0 +1,63 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// TestAnalyze checks how often a processor refreshes its topic's statistics: once after
+// its first 1 000 leases, then not again for a minute unless as many tasks were leased
+// as the topic held (ANALYZE costs a third of a second of a core on a busy table).
+func TestAnalyze(t *testing.T) {
+	f := setup(t)
+	var partition string
+	if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = $1`, f.topic).Scan(&partition); err != nil {
+		t.Fatal(err)
+	}
+	// only the processor's ANALYZE counts
+	if _, err := f.pool.Exec(f.ctx, `ALTER TABLE `+pgx.Identifier{partition}.Sanitize()+` SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	analyzed := func() int64 {
+		t.Helper()
+		var n int64
+		if err := f.pool.QueryRow(f.ctx, `SELECT analyze_count FROM pg_stat_user_tables WHERE relname = $1`, partition).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	const n = 6000
+	f.pushN(n)
+	// a slow handler spreads the 6 000 tasks over many heartbeat ticks (20 ms apart):
+	// the earlier policy (a refresh every tenth of the rows) ran five or six of them
+	handler := processor.HandlerFunc(func(ctx context.Context, batch *processor.Batch) {
+		time.Sleep(20 * time.Millisecond)
+		decisions := make(map[int64]repository.Decision, len(batch.Tasks))
+		for _, task := range batch.Tasks {
+			decisions[task.Sequence] = repository.Succeed("")
+		}
+		if err := batch.Complete(decisions); err != nil {
+			t.Error(err)
+		}
+	})
+	p, _ := f.processor("analyzer", processor.Config{HeartbeatInterval: 20 * time.Millisecond},
+		processor.ManagerConfig{Handler: handler, BatchSize: 100})
+	f.start(p)
+	f.eventually("all tasks succeeded", func() bool { return f.count(repository.Succeeded) == n })
+	if got := analyzed(); got != 1 {
+		t.Fatalf("the topic's table was analyzed %d times while %d tasks were processed, want once (after the first 1 000)", got, n)
+	}
+
+	// a topic whose table doubles is refreshed again at once: 6 000 more leases after a
+	// refresh that saw 6 000 rows
+	f.pushN(2 * n)
+	f.eventually("the new tasks succeeded", func() bool { return f.count(repository.Succeeded) == 3*n })
+	f.eventually("analyzed again", func() bool { return analyzed() >= 2 })
+}
