@@ -254,11 +254,17 @@ const taskExpire = `-- name: TaskExpire :many
 WITH stale AS (
     SELECT t.topic, t.sequence FROM task t
     WHERE t.state = 0 AND t.owner <> $1::text
+      -- depends on no row of t: evaluated once, before the scan, which it can skip
+      AND ($2::boolean
+           OR EXISTS (SELECT 1 FROM task_owner w
+                      WHERE w.owner <> $1::text
+                        AND w.heartbeat < COALESCE($3::timestamptz, now())
+                                          - $4::bigint * interval '1 millisecond'))
       AND NOT EXISTS (
             SELECT 1 FROM task_owner w
             WHERE w.owner = t.owner
-              AND w.heartbeat >= COALESCE($2::timestamptz, now())
-                                 - $3::bigint * interval '1 millisecond')
+              AND w.heartbeat >= COALESCE($3::timestamptz, now())
+                                 - $4::bigint * interval '1 millisecond')
     FOR UPDATE OF t SKIP LOCKED
 ),
 expired AS (
@@ -293,6 +299,7 @@ ORDER BY e.topic
 
 type TaskExpireParams struct {
 	Owner     string
+	Orphans   bool
 	Now       *time.Time
 	TimeoutMs int64
 }
@@ -306,10 +313,17 @@ type TaskExpireRow struct {
 // ACTIVE tasks of OTHER owners whose heartbeat is older than now - timeout (or whose
 // owner row is gone) become EXPIRED, or READY after backoff when the topic's retry policy
 // grants another attempt; a cancelled one ends FAILED. Reports the count per topic and
-// notifies topics that received READY work.
+// notifies topics that received READY work. Without orphans, nothing is read beyond
+// task_owner unless a registered owner is stale: the tasks of owners whose row is gone
+// are then left for a call with orphans.
 // notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskExpire(ctx context.Context, db DBTX, arg TaskExpireParams) ([]TaskExpireRow, error) {
-	rows, err := db.Query(ctx, taskExpire, arg.Owner, arg.Now, arg.TimeoutMs)
+	rows, err := db.Query(ctx, taskExpire,
+		arg.Owner,
+		arg.Orphans,
+		arg.Now,
+		arg.TimeoutMs,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -251,13 +251,18 @@ func (p *Processor) liveness(ctx context.Context) {
 	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
 	defer ticker.Stop()
 	lastRetention := time.Now()
+	var lastOrphans time.Time // the first tick looks for orphaned leases too
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		}
-		p.tick(ctx)
+		orphans := time.Since(lastOrphans) >= p.cfg.ExpiryTimeout
+		if orphans {
+			lastOrphans = time.Now()
+		}
+		p.tick(ctx, orphans)
 		if p.cfg.RetentionInterval > 0 && time.Since(lastRetention) >= p.cfg.RetentionInterval {
 			lastRetention = time.Now()
 			p.retain(ctx)
@@ -341,8 +346,15 @@ func (p *Processor) logUnlessStopping(ctx context.Context, level slog.Level, msg
 	p.logger.Log(ctx, level, msg, attrs...)
 }
 
-func (p *Processor) tick(ctx context.Context) {
-	expired, err := p.repo.Expire(ctx, p.pool, p.cfg.ExpiryTimeout)
+// tick runs the periodic maintenance. Leases of stale owners are taken back on every
+// tick, which reads the ACTIVE tasks only when some registered owner is stale; with
+// orphans (once per ExpiryTimeout) it also looks for leases whose owner row is gone.
+func (p *Processor) tick(ctx context.Context, orphans bool) {
+	expire := p.repo.ExpireStale
+	if orphans {
+		expire = p.repo.Expire
+	}
+	expired, err := expire(ctx, p.pool, p.cfg.ExpiryTimeout)
 	if err != nil {
 		p.logUnlessStopping(ctx, slog.LevelError, "expire dead owners' leases", slog.Any("error", err))
 	}

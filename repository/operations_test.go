@@ -509,10 +509,58 @@ func TestExpire(t *testing.T) {
 			t.Errorf("task is %v with output %q, want EXPIRED with an output saying why", task.State, task.Output)
 		}
 	})
+	t.Run("StaleOnlyLeavesTasksOfMissingOwnersToExpire", func(t *testing.T) {
+		f := setup(t)
+		task := f.push(repository.Append, "a")[0]
+		unregistered, err := repository.New(repository.Config{Owner: "never-registered"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pollOne(f, unregistered, task.Sequence)
+		got, err := f.repo.ExpireStale(f.ctx, f.pool, time.Hour)
+		if err != nil {
+			t.Fatalf("expire stale: %v", err)
+		}
+		if len(got) != 0 {
+			t.Fatalf("expire stale = %+v, want nothing: no registered owner is stale", got)
+		}
+		wantState(t, f.get(task.Sequence), repository.Active, repository.Ready)
+		if got, err := f.repo.Expire(f.ctx, f.pool, time.Hour); err != nil || len(got) != 1 || got[0].Expired != 1 {
+			t.Fatalf("expire = %+v, %v; want one task expired", got, err)
+		}
+	})
+	t.Run("StaleOnlyExpiresStaleOwnersTasksAndMissingOnesWithThem", func(t *testing.T) {
+		f := setup(t)
+		stale := f.push(repository.Append, "stale")[0]
+		pollOne(f, f.newRepo("owner-2"), stale.Sequence) // heartbeat now: stale 10 minutes on
+		own := f.push(repository.Append, "own")[0]
+		expirer := clockedRepo(f, "owner-1", 10*time.Minute)
+		pollOne(f, expirer, own.Sequence)
+		orphan := f.push(repository.Append, "orphan")[0]
+		unregistered, err := repository.New(repository.Config{Owner: "never-registered"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pollOne(f, unregistered, orphan.Sequence)
+		got, err := expirer.ExpireStale(f.ctx, f.pool, 5*time.Minute)
+		if err != nil {
+			t.Fatalf("expire stale: %v", err)
+		}
+		// once a stale owner makes it read the ACTIVE tasks, missing owners' go too
+		if want := []repository.Expiry{{Topic: f.topic, Expired: 2}}; !slices.Equal(got, want) {
+			t.Errorf("expire stale = %+v, want %+v", got, want)
+		}
+		wantState(t, f.get(stale.Sequence), repository.Expired, repository.Ready)
+		wantState(t, f.get(orphan.Sequence), repository.Expired, repository.Ready)
+		wantState(t, f.get(own.Sequence), repository.Active, repository.Ready)
+	})
 	t.Run("NegativeTimeoutIsInvalid", func(t *testing.T) {
 		f := setup(t)
 		if _, err := f.repo.Expire(f.ctx, f.pool, -time.Second); !errors.Is(err, repository.ErrInvalid) {
 			t.Fatalf("err = %v, want ErrInvalid", err)
+		}
+		if _, err := f.repo.ExpireStale(f.ctx, f.pool, -time.Second); !errors.Is(err, repository.ErrInvalid) {
+			t.Fatalf("stale: err = %v, want ErrInvalid", err)
 		}
 	})
 }

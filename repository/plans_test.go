@@ -179,10 +179,16 @@ func (c *planChecker) violations(p loggedPlan) []string {
 // identifierScans returns the parent indexes (task_open, task_identifier, ...) through
 // which the plans look the partition up by identifier.
 func (c *planChecker) identifierScans(plans []loggedPlan) []string {
+	return c.scans(plans, func(n planNode) bool { return constrains(n.IndexCond, "identifier") })
+}
+
+// scans returns the parent indexes of the index scans of the partition for which the
+// plans' nodes satisfy keep.
+func (c *planChecker) scans(plans []loggedPlan, keep func(planNode) bool) []string {
 	var out []string
 	var walk func(n planNode)
 	walk = func(n planNode) {
-		if ix, ok := c.indexes[n.IndexName]; ok && constrains(n.IndexCond, "identifier") && !slices.Contains(out, ix.parent) {
+		if ix, ok := c.indexes[n.IndexName]; ok && keep(n) && !slices.Contains(out, ix.parent) {
 			out = append(out, ix.parent)
 		}
 		for _, child := range n.Plans {
@@ -246,11 +252,13 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 	f := setup(t)
 
 	// A partition that is not trivial: 10,000 tasks of 1,000 identifiers, most of them
-	// finished, some READY (written directly: only their presence matters here).
+	// finished, some READY, some ACTIVE (written directly: only their presence matters
+	// here).
 	if _, err := f.pool.Exec(f.ctx, `
-		INSERT INTO task (topic, identifier, state, descent, completed, output)
+		INSERT INTO task (topic, identifier, state, descent, owner, completed, output)
 		SELECT $1, 'filler-' || (i % 1000),
-		       CASE WHEN i % 10 = 0 THEN 1 WHEN i % 10 = 1 THEN 3 ELSE 6 END, 1,
+		       CASE WHEN i % 10 = 0 THEN 1 WHEN i % 10 = 1 THEN 3 WHEN i % 10 = 2 THEN 0 ELSE 6 END, 1,
+		       CASE WHEN i % 10 = 2 THEN 'filler-owner' END,
 		       CASE WHEN i % 10 = 0 THEN NULL ELSE now() END,
 		       CASE WHEN i % 10 = 0 THEN NULL ELSE 'done' END
 		FROM generate_series(1, 10000) i`, f.topic); err != nil {
@@ -377,6 +385,16 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 				wantGone(f, o.ready.Sequence)
 				wantGone(f, o.succeeded.Sequence)
 				wantUnchanged(f, o.active)
+			})
+			t.Run("CancelledLeases", func(t *testing.T) {
+				f := withT(t, f)
+				plans := run(t, "CancelledLeases", func() error {
+					_, err := f.repo.CancelledLeases(f.ctx, conn)
+					return err
+				})
+				if got := checker.scans(plans, func(planNode) bool { return true }); !slices.Equal(got, []string{"task_cancelled"}) {
+					t.Errorf("CancelledLeases reads the partition through %v, want only task_cancelled (ACTIVE tasks flagged cancelled)", got)
+				}
 			})
 			t.Run("JunctionEternal", func(t *testing.T) {
 				f := withT(t, f)

@@ -251,10 +251,22 @@ func (r *Repository) explain(ctx context.Context, h Handle, op, topic string, se
 // after backoff when the topic's retry policy grants another attempt; cancelled ones end
 // FAILED. Topics that received READY work are notified. A negative timeout is an error.
 func (r *Repository) Expire(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
+	return r.expire(ctx, h, timeout, true)
+}
+
+// ExpireStale is Expire for owners that are registered: when no other owner's heartbeat
+// is older than now − timeout it returns at once, without reading the ACTIVE tasks (a
+// scan that costs milliseconds under load). The tasks of owners whose row is gone, which
+// only a deleted owner row or a purge racing a poll leaves behind, wait for Expire.
+func (r *Repository) ExpireStale(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
+	return r.expire(ctx, h, timeout, false)
+}
+
+func (r *Repository) expire(ctx context.Context, h Handle, timeout time.Duration, orphans bool) ([]Expiry, error) {
 	if err := validTimeout("expiry timeout", timeout); err != nil {
 		return nil, err
 	}
-	rows, err := r.q.TaskExpire(ctx, h, db.TaskExpireParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	rows, err := r.q.TaskExpire(ctx, h, db.TaskExpireParams{Owner: r.owner, Orphans: orphans, Now: r.clock(), TimeoutMs: durationMs(timeout)})
 	if err != nil {
 		return nil, mapError("expire", err)
 	}

@@ -87,10 +87,18 @@ WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint
 -- ACTIVE tasks of OTHER owners whose heartbeat is older than now - timeout (or whose
 -- owner row is gone) become EXPIRED, or READY after backoff when the topic's retry policy
 -- grants another attempt; a cancelled one ends FAILED. Reports the count per topic and
--- notifies topics that received READY work.
+-- notifies topics that received READY work. Without orphans, nothing is read beyond
+-- task_owner unless a registered owner is stale: the tasks of owners whose row is gone
+-- are then left for a call with orphans.
 WITH stale AS (
     SELECT t.topic, t.sequence FROM task t
     WHERE t.state = 0 AND t.owner <> sqlc.arg(owner)::text
+      -- depends on no row of t: evaluated once, before the scan, which it can skip
+      AND (sqlc.arg(orphans)::boolean
+           OR EXISTS (SELECT 1 FROM task_owner w
+                      WHERE w.owner <> sqlc.arg(owner)::text
+                        AND w.heartbeat < COALESCE(sqlc.narg('now')::timestamptz, now())
+                                          - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'))
       AND NOT EXISTS (
             SELECT 1 FROM task_owner w
             WHERE w.owner = t.owner

@@ -1,0 +1,2 @@
+-- Reverts 000005.
+DROP INDEX task_cancelled;
