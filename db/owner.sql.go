@@ -10,6 +10,22 @@ import (
 	"time"
 )
 
+const ownerDeregister = `-- name: OwnerDeregister :execrows
+DELETE FROM task_owner o
+WHERE o.owner = $1
+  AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner)
+`
+
+// Deletes this owner's row unless it still leases a task: an owner that stopped cleanly
+// leaves nothing for the others to expire or purge.
+func (q *Queries) OwnerDeregister(ctx context.Context, db DBTX, owner string) (int64, error) {
+	result, err := db.Exec(ctx, ownerDeregister, owner)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const ownerHeartbeat = `-- name: OwnerHeartbeat :execrows
 UPDATE task_owner SET heartbeat = COALESCE($1::timestamptz, now()) WHERE owner = $2
 `

@@ -205,7 +205,28 @@ func (p *Processor) Run(ctx context.Context) error {
 	<-ctx.Done()
 	stopBackground()
 	bg.Wait()
+	p.deregister(ctx)
 	return errors.Join(errs...)
+}
+
+// deregisterTimeout bounds the deletion of the owner row at the end of Run.
+const deregisterTimeout = 5 * time.Second
+
+// deregister deletes the owner row once the managers have stopped, unless a task is still
+// leased (a handler that outlived the shutdown): then the row stays, goes silent, and
+// the task expires like any dead owner's. Other processors need not wait for a cleanly
+// stopped one to look dead, and task_owner lists the running processes only.
+func (p *Processor) deregister(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
+	defer cancel()
+	gone, err := p.repo.Deregister(ctx, p.pool)
+	if err != nil {
+		p.logger.Warn("deregister owner", slog.String("owner", p.repo.Owner()), slog.Any("error", err))
+		return
+	}
+	if !gone {
+		p.logger.Info("owner row kept: tasks are still leased", slog.String("owner", p.repo.Owner()))
+	}
 }
 
 func (p *Processor) register(ctx context.Context) error {

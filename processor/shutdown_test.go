@@ -49,6 +49,34 @@ func TestShutdown(t *testing.T) {
 		}
 	})
 
+	t.Run("CleanStopDeletesTheOwnerRow", func(t *testing.T) {
+		f := setup(t)
+		f.pushN(20)
+		rows := func() int {
+			t.Helper()
+			var n int
+			if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task_owner WHERE owner = 'worker'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			return repository.Succeed("")
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 5})
+		stop := f.start(p)
+		f.eventually("all tasks succeeded", func() bool { return f.count(repository.Succeeded) == 20 })
+		if n := rows(); n != 1 {
+			t.Fatalf("%d owner rows while running, want 1", n)
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if n := rows(); n != 0 {
+			t.Fatalf("%d owner rows after a clean stop, want none", n)
+		}
+	})
+
 	t.Run("FailsHandlersStillRunningAtTheDeadline", func(t *testing.T) {
 		f := setup(t)
 		tasks := f.pushN(1)

@@ -714,6 +714,34 @@ func TestPurgeOwners(t *testing.T) {
 	})
 }
 
+func TestDeregister(t *testing.T) {
+	f := setup(t)
+	task := f.push(repository.Append, "a")[0]
+	owner := clockedRepo(f, "leaving", 0)
+	lease := pollOne(f, owner, task.Sequence)
+	if gone, err := owner.Deregister(f.ctx, f.pool); err != nil || gone {
+		t.Fatalf("deregister with an ACTIVE task = %v, %v; want the row kept", gone, err)
+	}
+	if err := owner.Heartbeat(f.ctx, f.pool); err != nil {
+		t.Fatalf("heartbeat after a refused deregister: %v", err)
+	}
+	if _, err := owner.Complete(f.ctx, f.pool, f.topic, lease.Decide(repository.Succeed(""))); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	if gone, err := owner.Deregister(f.ctx, f.pool); err != nil || !gone {
+		t.Fatalf("deregister with no task leased = %v, %v; want the row deleted", gone, err)
+	}
+	if err := owner.Heartbeat(f.ctx, f.pool); !errors.Is(err, repository.ErrNotRegistered) {
+		t.Fatalf("heartbeat after deregister: %v, want ErrNotRegistered", err)
+	}
+	if gone, err := owner.Deregister(f.ctx, f.pool); err != nil || gone {
+		t.Fatalf("second deregister = %v, %v; want nothing to delete", gone, err)
+	}
+	if err := f.repo.Heartbeat(f.ctx, f.pool); err != nil {
+		t.Fatalf("another owner's row went too: %v", err)
+	}
+}
+
 func TestRetry(t *testing.T) {
 	shared := setup(t)
 	failWith := func(f *fixture, task repository.Task, msg string) (repository.Task, time.Time, time.Time) {

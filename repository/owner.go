@@ -19,6 +19,17 @@ func (r *Repository) Register(ctx context.Context, h Handle) (bool, error) {
 	return created, nil
 }
 
+// Deregister deletes this owner's row when it leases no task (no ACTIVE task names it),
+// as a processor does when it stops cleanly; it reports whether the row went. An owner
+// that still leases tasks keeps its row, so that they expire once it is silent.
+func (r *Repository) Deregister(ctx context.Context, h Handle) (bool, error) {
+	n, err := r.q.OwnerDeregister(ctx, h, r.owner)
+	if err != nil {
+		return false, mapError("deregister owner "+r.owner, err)
+	}
+	return n > 0, nil
+}
+
 // Heartbeat records that this owner is alive. It fails with ErrNotRegistered when the
 // owner row is missing (never registered, or purged as dead).
 func (r *Repository) Heartbeat(ctx context.Context, h Handle) error {

@@ -24,3 +24,10 @@ ORDER BY owner;
 DELETE FROM task_owner o
 WHERE o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner);
+
+-- name: OwnerDeregister :execrows
+-- Deletes this owner's row unless it still leases a task: an owner that stopped cleanly
+-- leaves nothing for the others to expire or purge.
+DELETE FROM task_owner o
+WHERE o.owner = sqlc.arg(owner)
+  AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner);
