@@ -51,8 +51,15 @@ func (r *Repository) Poll(ctx context.Context, h Handle, topic string, order Ord
 		}
 		return nil, nil
 	}
-	tasks := tasksFrom(rows)
-	slices.SortFunc(tasks, func(a, b Task) int {
+	// The statement returns rows in the order it updated them (by address): put them in
+	// poll order by sorting their positions, not the rows themselves (a few hundred
+	// bytes each, moved at every swap).
+	at := make([]int32, len(rows))
+	for i := range at {
+		at[i] = int32(i)
+	}
+	slices.SortFunc(at, func(i, j int32) int {
+		a, b := &rows[i], &rows[j]
 		if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
 			return c
 		}
@@ -61,6 +68,10 @@ func (r *Repository) Poll(ctx context.Context, h Handle, topic string, order Ord
 		}
 		return cmp.Compare(a.Sequence, b.Sequence)
 	})
+	tasks := make([]Task, len(rows))
+	for k, i := range at {
+		tasks[k] = taskFrom(db.Task(rows[i]))
+	}
 	return tasks, nil
 }
 
