@@ -465,6 +465,18 @@ func TestCompleteRefused(t *testing.T) {
 	}
 }
 
+// orphanedLease pushes a task of identifier id and leases it under an owner that never
+// registered: an ACTIVE task whose owner row is missing.
+func orphanedLease(f *fixture, id string) repository.Task {
+	f.t.Helper()
+	task := f.push(repository.Append, id)[0]
+	unregistered, err := repository.New(repository.Config{Owner: "never-registered"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return pollOne(f, unregistered, task.Sequence)
+}
+
 func TestExpire(t *testing.T) {
 	t.Run("OnlyOtherOwnersStaleTasksExpire", func(t *testing.T) {
 		f := setup(t)
@@ -492,12 +504,7 @@ func TestExpire(t *testing.T) {
 	})
 	t.Run("TaskWhoseOwnerRowIsMissingExpires", func(t *testing.T) {
 		f := setup(t)
-		task := f.push(repository.Append, "a")[0]
-		unregistered, err := repository.New(repository.Config{Owner: "never-registered"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pollOne(f, unregistered, task.Sequence)
+		task := orphanedLease(f, "a")
 		got, err := f.repo.Expire(f.ctx, f.pool, time.Hour)
 		if err != nil {
 			t.Fatalf("expire: %v", err)
@@ -511,12 +518,7 @@ func TestExpire(t *testing.T) {
 	})
 	t.Run("StaleOnlyLeavesTasksOfMissingOwnersToExpire", func(t *testing.T) {
 		f := setup(t)
-		task := f.push(repository.Append, "a")[0]
-		unregistered, err := repository.New(repository.Config{Owner: "never-registered"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pollOne(f, unregistered, task.Sequence)
+		task := orphanedLease(f, "a")
 		got, err := f.repo.ExpireStale(f.ctx, f.pool, time.Hour)
 		if err != nil {
 			t.Fatalf("expire stale: %v", err)
@@ -536,12 +538,7 @@ func TestExpire(t *testing.T) {
 		own := f.push(repository.Append, "own")[0]
 		expirer := clockedRepo(f, "owner-1", 10*time.Minute)
 		pollOne(f, expirer, own.Sequence)
-		orphan := f.push(repository.Append, "orphan")[0]
-		unregistered, err := repository.New(repository.Config{Owner: "never-registered"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pollOne(f, unregistered, orphan.Sequence)
+		orphan := orphanedLease(f, "orphan")
 		got, err := expirer.ExpireStale(f.ctx, f.pool, 5*time.Minute)
 		if err != nil {
 			t.Fatalf("expire stale: %v", err)
