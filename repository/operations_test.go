@@ -2,6 +2,7 @@ package repository_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -1514,6 +1515,20 @@ func TestQueueCap(t *testing.T) {
 			t.Errorf("topic holds %d tasks, want 3", n)
 		}
 	})
+	t.Run("ReplaceCountsOneLiveTaskPerIdentifierAndTheActiveOnes", func(t *testing.T) {
+		f := setup(t)
+		configure(f, repository.TopicSettings{MaxAttempts: 1, QueueCap: 2})
+		f.push(repository.Replace, "a", "a", "a") // one live task: fits
+		if got := f.poll(repository.FIFO, repository.None, 1); len(got) != 1 {
+			t.Fatalf("polled %d tasks, want 1", len(got))
+		}
+		f.push(repository.Replace, "b", "b") // the ACTIVE a and one live b: fits
+		_, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Replace, repository.Creation{Identifier: "c"})
+		var full *repository.QueueFullError
+		if !errors.As(err, &full) || full.Cap != 2 || full.Pushed != 1 {
+			t.Fatalf("third identifier: err = %v, want a *QueueFullError for cap 2 and 1 task", err)
+		}
+	})
 	t.Run("FinishedAndSuspendedTasksDoNotCount", func(t *testing.T) {
 		f := setup(t)
 		configure(f, repository.TopicSettings{MaxAttempts: 1, QueueCap: 1})
@@ -1640,4 +1655,32 @@ func TestStats(t *testing.T) {
 			t.Fatalf("err = %v, want ErrUnknownTopic", err)
 		}
 	})
+}
+
+func TestAnalyze(t *testing.T) {
+	f := setup(t)
+	ids := make([]string, 500)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("id-%d", i)
+	}
+	f.push(repository.Append, ids...)
+	rows, err := f.repo.Analyze(f.ctx, f.pool, f.topic)
+	if err != nil || rows != 500 {
+		t.Fatalf("Analyze = %d, %v; want 500 rows", rows, err)
+	}
+	// Migration 000007 samples at statistics target 10: a histogram of at most 11 bounds
+	// (at the server's default of 100 the 500 distinct sequences would give 101).
+	var bounds int
+	if err := f.pool.QueryRow(f.ctx, `
+		SELECT coalesce(array_length(s.histogram_bounds::text::text[], 1), 0)
+		FROM pg_stats s JOIN task_topic tt ON s.tablename = tt.partition
+		WHERE tt.topic = $1 AND s.attname = 'sequence'`, f.topic).Scan(&bounds); err != nil {
+		t.Fatal(err)
+	}
+	if bounds < 2 || bounds > 11 {
+		t.Errorf("sequence histogram has %d bounds, want 2 to 11 (statistics target 10)", bounds)
+	}
+	if _, err := f.repo.Analyze(f.ctx, f.pool, "no-such-topic"); !errors.Is(err, repository.ErrUnknownTopic) {
+		t.Errorf("Analyze of an unknown topic: err = %v, want ErrUnknownTopic", err)
+	}
 }

@@ -66,7 +66,7 @@ func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion
 			arg.DelaysMs[i] = max(c.Delay.Milliseconds(), 1)
 		}
 	}
-	rows, err := r.q.TaskPush(ctx, h, arg)
+	rows, err := r.push(ctx, h, arg)
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("push to topic %q", topic), err)
 	}
@@ -79,6 +79,27 @@ func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion
 		return nil, &QueueFullError{Topic: topic, Cap: t.QueueCap, Pushed: livePushed(insertion, creations)}
 	}
 	return pushedTasks(topic, insertion, creations, rows)
+}
+
+// push runs TaskPush, or for APPEND the leaner TaskPushAppend (the same without the
+// reads and writes of older tasks, a third of the planning).
+func (r *Repository) push(ctx context.Context, h Handle, arg db.TaskPushParams) ([]db.TaskPushRow, error) {
+	if Insertion(arg.Insertion) != Append {
+		return r.q.TaskPush(ctx, h, arg)
+	}
+	appended, err := r.q.TaskPushAppend(ctx, h, db.TaskPushAppendParams{
+		Topic: arg.Topic, Identifiers: arg.Identifiers, Inputs: arg.Inputs, Refs: arg.Refs,
+		Suspended: arg.Suspended, Priorities: arg.Priorities, NotBeforesUs: arg.NotBeforesUs,
+		DelaysMs: arg.DelaysMs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]db.TaskPushRow, len(appended))
+	for i, a := range appended {
+		rows[i] = db.TaskPushRow(a)
+	}
+	return rows, nil
 }
 
 // pushedTasks builds the pushed tasks from the creations and what TaskPush returns (the

@@ -155,7 +155,7 @@ func TestStatements(t *testing.T) {
 			repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"}); err != nil {
 			t.Fatal(err)
 		}
-		wantStatements(t, counter, "push in a transaction", "TaskPush")
+		wantStatements(t, counter, "push in a transaction", "TaskPushAppend")
 	})
 
 	t.Run("PollOfThousandIsOneStatement", func(t *testing.T) {
