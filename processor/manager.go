@@ -296,7 +296,12 @@ func (m *TaskManager) run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, repository.ErrUnknownTopic) || errors.Is(err, repository.ErrInvalid) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			// Told to stop before the topic could be read: a clean stop, nothing was
+			// leased yet. (The error is the cancelled statement's, not the topic's.)
+			return nil
+		}
+		if errors.Is(err, repository.ErrUnknownTopic) || errors.Is(err, repository.ErrInvalid) {
 			m.cfg.Listener.fatal(topic, err)
 			return fmt.Errorf("manager of topic %q: %w", topic, err)
 		}

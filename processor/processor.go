@@ -158,7 +158,8 @@ func (p *Processor) allManagers() []*TaskManager {
 
 // Run registers the owner and runs every manager until ctx is done, then shuts them down
 // gracefully (each within its ShutdownTimeout) and returns. It returns an error if the
-// owner cannot be registered or a manager stopped fatally.
+// owner cannot be registered or a manager stopped fatally; a ctx done before or while
+// they start is a clean stop, not an error.
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.running {
@@ -169,6 +170,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Unlock()
 
 	if err := p.register(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // told to stop before it started: nothing to undo
+		}
 		return err
 	}
 	// The notifier and the liveness loop outlive the managers' polling: they keep

@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,6 +75,57 @@ func TestShutdown(t *testing.T) {
 		}
 		if n := rows(); n != 0 {
 			t.Fatalf("%d owner rows after a clean stop, want none", n)
+		}
+	})
+
+	t.Run("StopDuringStartupIsClean", func(t *testing.T) {
+		f := setup(t)
+		// An uncommitted registration of the same topic makes the manager's own
+		// (Initialize) wait, so the stop arrives while the manager is starting.
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		if _, err := f.repo.Initialize(f.ctx, tx, "fresh"); err != nil {
+			t.Fatal(err)
+		}
+		var fatal atomic.Value
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			return repository.Succeed("")
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{
+			Topic: "fresh", Initialize: true, Handler: handler,
+			Listener: processor.Listener{OnFatal: func(topic string, err error) { fatal.Store(err) }},
+		})
+		stop := f.start(p)
+		f.eventually("the manager's registration to wait for the open one", func() bool {
+			var waiting bool
+			if err := f.pool.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'
+				  AND query LIKE '%task_topic_create%')`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			return waiting
+		})
+		if err := stop(); err != nil {
+			t.Fatalf("run stopped during startup: %v, want nil", err)
+		}
+		if err, _ := fatal.Load().(error); err != nil {
+			t.Fatalf("OnFatal called with %v for a stop during startup", err)
+		}
+	})
+
+	t.Run("StopBeforeRunIsClean", func(t *testing.T) {
+		f := setup(t)
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			return repository.Succeed("")
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler})
+		ctx, cancel := context.WithCancel(f.ctx)
+		cancel()
+		if err := p.Run(ctx); err != nil {
+			t.Fatalf("Run with a cancelled context: %v, want nil", err)
 		}
 	})
 
