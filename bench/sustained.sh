@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The sustained target of issue 5, measured the way BENCHMARKS.md reports it: the raw
+# lifecycle (bench/baseline.sh) right before each run sets the rate, then pgtask pushes
+# at that fraction of it while its processor works, for a fixed duration.
+#
+#   bench/sustained.sh PGTASK_DATABASE_URL RAW_DATABASE_URL [RUNS] [-- BENCH_FLAGS...]
+#
+# PGTASK_DATABASE_URL must hold the pgtask schema (pgtask migrate up); RAW_DATABASE_URL
+# is a scratch database (the baseline creates and drops its table "jobs" there). RUNS
+# defaults to 3. FRACTION (default 0.70) is the share of the raw lifecycle pushed,
+# DURATION (default 60s) the length of each run; BENCH_FLAGS are added to `pgtask bench
+# --mode sustained --pushers 2 --push-batch 1000 --json`. PGTASK overrides the binary
+# (default: built from this checkout). Each run starts right after a CHECKPOINT, which
+# needs a superuser (or the pg_checkpoint role).
+#
+# A run meets the target when it processed at least FRACTION of the raw lifecycle and
+# its backlog grew by less than 1 % of the rate per second over the second half of the
+# run (pgtask bench's backlog_growth_per_second). It prints one line per run and, last,
+# the medians and how many runs met it.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+[[ $# -ge 2 && "$1" != -* ]] || usage
+pgtask_url="$1" raw_url="$2"
+shift 2
+runs=3
+if [[ $# -gt 0 && "$1" != "--" ]]; then
+	runs="$1"
+	shift
+fi
+[[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "sustained: RUNS must be a positive number, got $runs" >&2; exit 2; }
+if [[ $# -gt 0 ]]; then
+	[[ "$1" == "--" ]] || usage
+	shift
+fi
+fraction="${FRACTION:-0.70}"
+duration="${DURATION:-60s}"
+awk -v f="$fraction" 'BEGIN { exit !(f > 0 && f <= 1) }' ||
+	{ echo "sustained: FRACTION must be in (0, 1], got $fraction" >&2; exit 2; }
+
+pgtask="${PGTASK:-}"
+if [[ -z "$pgtask" ]]; then
+	pgtask="$(mktemp -d)/pgtask"
+	(cd "$here/.." && go build -o "$pgtask" ./cmd/pgtask)
+fi
+
+# field NAME JSON: the number NAME in the one-line JSON object.
+field() { sed -n "s/.*\"$1\":\(-\{0,1\}[0-9.]*\).*/\1/p" <<<"$2"; }
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+checkpoint() { psql -qAt "$1" -c CHECKPOINT >/dev/null; }
+
+raws=() processed=() ratios=() met=0
+for i in $(seq "$runs"); do
+	checkpoint "$raw_url"
+	raw="$("$here/baseline.sh" "$raw_url" | tail -n 1)"
+	life="$(field lifecycle_rows_per_second "$raw")"
+	[[ -n "$life" ]] || { echo "sustained: run $i: the baseline gave no figure: $raw" >&2; exit 1; }
+	rate="$(awk -v l="$life" -v f="$fraction" 'BEGIN { printf "%.0f", l * f }')"
+	checkpoint "$pgtask_url"
+	out="$(DATABASE_URL="$pgtask_url" "$pgtask" bench --mode sustained --duration "$duration" --rate "$rate" \
+		--pushers 2 --push-batch 1000 --json "$@" | tail -n 1)"
+	done_ps="$(field tasks_per_second "$out")"   # processed per second
+	growth="$(field backlog_growth_per_second "$out")"
+	[[ -n "$done_ps" && -n "$growth" ]] || { echo "sustained: run $i gave no figures: $out" >&2; exit 1; }
+	verdict="$(awk -v l="$life" -v f="$fraction" -v p="$done_ps" -v g="$growth" -v r="$rate" \
+		'BEGIN { print (p >= l * f && g < 0.01 * r) ? "met" : "not met" }')"
+	[[ "$verdict" == met ]] && met=$((met + 1))
+	raws+=("$life") processed+=("$done_ps")
+	ratios+=("$(awk -v p="$done_ps" -v l="$life" 'BEGIN { print 100 * p / l }')")
+	awk -v i="$i" -v l="$life" -v r="$rate" -v p="$done_ps" -v g="$growth" -v v="$verdict" 'BEGIN {
+		printf "run %d: raw lifecycle %6.0f, pushed at %6.0f/s: processed %6.0f/s (%5.1f %% of raw), backlog %+7.0f/s: %s\n",
+			i, l, r, p, 100 * p / l, g, v }'
+done
+mr="$(printf '%s\n' "${raws[@]}" | median)"
+mp="$(printf '%s\n' "${processed[@]}" | median)"
+mq="$(printf '%s\n' "${ratios[@]}" | median)"
+awk -v r="$mr" -v p="$mp" -v q="$mq" -v n="$runs" -v m="$met" 'BEGIN {
+	printf "median of %d runs: raw lifecycle %.0f rows/s, processed %.0f/s (median ratio %.1f %%); target met in %d of %d\n",
+		n, r, p, q, m, n }'
