@@ -47,7 +47,7 @@ creation AS (
 ),
 admitted AS (
     -- the unfinished tasks there plus the live ones we add must fit under the cap
-    -- (task_queue_admits, migration 000007: as a function it costs the planner nothing)
+    -- (task_queue_admits, migration 000007: as a function call, not planned here)
     SELECT true AS ok FROM topic
     WHERE topic.queue_cap IS NULL
        OR task_queue_admits($1, topic.queue_cap,
@@ -245,7 +245,8 @@ type TaskPushAppendRow struct {
 // TaskPush for APPEND, which touches no older task: every element is inserted, live
 // unless suspended. The statement is planned at every execution (only a custom plan
 // prunes task to the topic's partition); without the older tasks' reads, updates and
-// deletes it plans in a third of the time. Same parameters and result as TaskPush.
+// deletes it plans in a third of the time. The parameters of TaskPush but insertion, and
+// the same result (TestPushAppendStatement compares the two).
 // notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskPushAppend(ctx context.Context, db DBTX, arg TaskPushAppendParams) ([]TaskPushAppendRow, error) {
 	rows, err := db.Query(ctx, taskPushAppend,

@@ -171,7 +171,13 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	if err := p.register(ctx); err != nil {
 		if ctx.Err() != nil {
-			return nil // told to stop before it started: nothing to undo
+			// Told to stop before it started. The owner row may have been written all
+			// the same (the cancellation can reach pgx after the server committed):
+			// delete it if so. Best effort: a row left behind is purged as dead later.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
+			defer cancel()
+			_, _ = p.repo.Deregister(dctx, p.pool)
+			return nil
 		}
 		return err
 	}

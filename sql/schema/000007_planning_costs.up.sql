@@ -4,8 +4,9 @@
 -- TaskPush is planned at every execution: its topic is a parameter and the table is
 -- partitioned by topic, so only a custom plan prunes to the topic's partition. Planning
 -- it cost about 0.5 ms, a fifth of pushing 200 tasks, and most of that went to the two
--- counts of the cap test, which read task twice. As a function call the test costs the
--- planner nothing, and it runs only for topics that have a cap.
+-- counts of the cap test, which read task twice. As a function call the push statement
+-- no longer plans those counts; topics without a cap skip them altogether, and for the
+-- others plpgsql plans them when the function runs.
 --
 -- task_queue_admits tells whether a topic with queue cap p_cap can take p_live more READY
 -- or ACTIVE tasks: the ones already there are counted no further than the cap, ACTIVE
@@ -32,5 +33,6 @@ $$;
 -- of a million rows, several times a minute while a topic doubles under load. The plans
 -- of pgtask's statements need only the row count and the shape of a few small columns
 -- (state, priority, not_before): a sample of 3 000 rows gives both, in 15 ms. The
--- target applies to this function's ANALYZE only; autovacuum's keeps the server's.
+-- target applies to this function's ANALYZE only; autovacuum's keeps the server's. A
+-- later migration that replaces task_topic_analyze must repeat the setting.
 ALTER FUNCTION task_topic_analyze(text) SET default_statistics_target = 10;
