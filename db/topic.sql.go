@@ -103,6 +103,18 @@ func (q *Queries) TopicList(ctx context.Context, db DBTX) ([]TaskTopic, error) {
 	return items, nil
 }
 
+const topicPartition = `-- name: TopicPartition :one
+SELECT tt.partition FROM task_topic tt WHERE tt.topic = $1
+`
+
+// The name of the topic's partition of task; no row for an unknown topic.
+func (q *Queries) TopicPartition(ctx context.Context, db DBTX, topic string) (string, error) {
+	row := db.QueryRow(ctx, topicPartition, topic)
+	var partition string
+	err := row.Scan(&partition)
+	return partition, err
+}
+
 const topicSetActive = `-- name: TopicSetActive :one
 WITH changed AS (
     UPDATE task_topic SET active = $1 WHERE topic = $2 RETURNING topic, active

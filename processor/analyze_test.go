@@ -61,3 +61,51 @@ func TestAnalyze(t *testing.T) {
 	f.eventually("the new tasks succeeded", func() bool { return f.count(repository.Succeeded) == 3*n })
 	f.eventually("analyzed again", func() bool { return analyzed() >= 2 })
 }
+
+// TestVacuum checks that a processor vacuums its topic's partition once its managers
+// leased VacuumEvery tasks since the last VACUUM, and never with VacuumEvery negative.
+func TestVacuum(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every int64
+		want  func(n int64) bool
+	}{
+		{"AfterEveryThousandLeases", 1000, func(n int64) bool { return n >= 2 }},
+		{"NeverWhenNegative", -1, func(n int64) bool { return n == 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			var partition string
+			if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = $1`, f.topic).Scan(&partition); err != nil {
+				t.Fatal(err)
+			}
+			// only the processor's VACUUM counts (autovacuum's has a counter of its own)
+			vacuumed := func() int64 {
+				t.Helper()
+				var n int64
+				if err := f.pool.QueryRow(f.ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = $1`, partition).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			const n = 3000
+			f.pushN(n)
+			handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+				return repository.Succeed("")
+			})
+			p, _ := f.processor("vacuumer", processor.Config{HeartbeatInterval: 20 * time.Millisecond, VacuumEvery: tc.every},
+				processor.ManagerConfig{Handler: handler, BatchSize: 100})
+			f.start(p)
+			f.eventually("all tasks succeeded", func() bool { return f.count(repository.Succeeded) == n })
+			// the last lease may have just crossed the threshold: give the tick time to act
+			// (and the statistics time to arrive) before judging
+			deadline := time.Now().Add(5 * time.Second)
+			for !tc.want(vacuumed()) && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if got := vacuumed(); !tc.want(got) {
+				t.Fatalf("the topic's table was vacuumed %d times while %d tasks were processed with VacuumEvery %d", got, n, tc.every)
+			}
+		})
+	}
+}

@@ -127,6 +127,10 @@ type TaskManager struct {
 	analyzeAt     atomic.Int64
 	analyzeSoonAt atomic.Int64
 	analyzed      atomic.Int64
+	// rows is the topic's row estimate at the last refresh; vacuumLeased counts tasks
+	// leased since its partition was last vacuumed (Processor.vacuum).
+	rows         atomic.Int64
+	vacuumLeased atomic.Int64
 
 	dueMu    sync.Mutex
 	due      []time.Time // sorted wake-ups for tasks retried or snoozed here
@@ -456,6 +460,7 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 		}
 		backoff.reset()
 		m.leased.Add(int64(len(tasks)))
+		m.vacuumLeased.Add(int64(len(tasks)))
 		if len(tasks) == 0 {
 			m.cfg.Limiter.Release()
 			m.cfg.Listener.empty(topic, elapsed)

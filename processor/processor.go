@@ -18,6 +18,8 @@ const (
 	HeartbeatIntervalDefault = time.Second
 	// ExpiryTimeoutDefault is 5 heartbeat intervals: an owner silent that long is dead.
 	ExpiryTimeoutDefault = 5 * HeartbeatIntervalDefault
+	// VacuumEveryDefault is Config.VacuumEvery's default.
+	VacuumEveryDefault = 500_000
 )
 
 // Config configures a Processor: the process-wide parts shared by all its managers.
@@ -45,6 +47,11 @@ type Config struct {
 	// OnExpire, when set, is called after every expiry that took leases back (for
 	// metrics); it runs on the heartbeat goroutine and must be quick.
 	OnExpire func([]repository.Expiry)
+	// VacuumEvery is how many tasks a manager leases between two VACUUMs of its topic's
+	// partition, at the least: with a larger table, a quarter of its rows (as of the
+	// last statistics refresh). Default 500 000; negative leaves vacuuming to
+	// autovacuum. See Processor.vacuum.
+	VacuumEvery int64
 }
 
 func (c *Config) validate() error {
@@ -68,6 +75,9 @@ func (c *Config) validate() error {
 	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Minute
+	}
+	if c.VacuumEvery == 0 {
+		c.VacuumEvery = VacuumEveryDefault
 	}
 	if c.Repository == nil {
 		repo, err := repository.New(repository.Config{})
@@ -337,11 +347,41 @@ func (p *Processor) analyze(ctx context.Context) {
 		}
 		now := time.Now().UnixNano()
 		for _, other := range p.managersOf(m.cfg.Topic) {
+			other.rows.Store(rows)
 			other.leased.Store(0)
 			other.analyzeAt.Store(max(analyzeMinimum, rows/10))
 			other.analyzeSoonAt.Store(max(analyzeMinimum, rows))
 			other.analyzed.Store(now)
 		}
+	}
+}
+
+// vacuum runs VACUUM on the partition of each topic whose manager leased
+// max(VacuumEvery, rows/4) tasks since the last one. Every poll reads the READY index
+// from its head, and the entries of the tasks leased before it stay there, marked dead,
+// until VACUUM removes them: a poll under a sustained load walked over more of them with
+// every task processed (twice the index-scan time after 40 s at 38 000 tasks/s), and a
+// VACUUM every 20 s let processing keep up (BENCHMARKS.md). Autovacuum does the same,
+// but only once the dead rows reach a fifth of the table and at most once a minute.
+// VACUUM is skipped when another (autovacuum's) holds the table; it runs on the
+// maintenance tick, which heartbeats do not wait for.
+func (p *Processor) vacuum(ctx context.Context) {
+	if p.cfg.VacuumEvery < 0 {
+		return
+	}
+	for _, m := range p.allManagers() {
+		if m.vacuumLeased.Load() < max(p.cfg.VacuumEvery, m.rows.Load()/4) {
+			continue
+		}
+		for _, other := range p.managersOf(m.cfg.Topic) {
+			other.vacuumLeased.Store(0)
+		}
+		start := time.Now()
+		if err := p.repo.Vacuum(ctx, p.pool, m.cfg.Topic); err != nil {
+			p.logUnlessStopping(ctx, slog.LevelWarn, "vacuum topic", slog.String("topic", m.cfg.Topic), slog.Any("error", err))
+			continue
+		}
+		p.logger.Debug("vacuumed topic", slog.String("topic", m.cfg.Topic), slog.Duration("took", time.Since(start)))
 	}
 }
 
@@ -410,6 +450,7 @@ func (p *Processor) tick(ctx context.Context, orphans bool) {
 		}
 	}
 	p.analyze(ctx)
+	p.vacuum(ctx)
 	topics, err := p.repo.Topics(ctx, p.pool)
 	if err != nil {
 		p.logUnlessStopping(ctx, slog.LevelError, "read topic activation", slog.Any("error", err))

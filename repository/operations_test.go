@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -1682,5 +1683,38 @@ func TestAnalyze(t *testing.T) {
 	}
 	if _, err := f.repo.Analyze(f.ctx, f.pool, "no-such-topic"); !errors.Is(err, repository.ErrUnknownTopic) {
 		t.Errorf("Analyze of an unknown topic: err = %v, want ErrUnknownTopic", err)
+	}
+}
+
+func TestVacuum(t *testing.T) {
+	f := setup(t)
+	f.push(repository.Append, "a", "b")
+	vacuumed := func() int64 {
+		t.Helper()
+		var n int64
+		if err := f.pool.QueryRow(f.ctx, `SELECT s.vacuum_count FROM pg_stat_user_tables s
+			JOIN task_topic tt ON s.relname = tt.partition WHERE tt.topic = $1`, f.topic).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := vacuumed()
+	if err := f.repo.Vacuum(f.ctx, f.pool, f.topic); err != nil {
+		t.Fatalf("Vacuum: %v", err)
+	}
+	if got := vacuumed(); got != before+1 {
+		t.Errorf("vacuum_count %d after Vacuum, want %d", got, before+1)
+	}
+	if err := f.repo.Vacuum(f.ctx, f.pool, "no-such-topic"); !errors.Is(err, repository.ErrUnknownTopic) {
+		t.Errorf("Vacuum of an unknown topic: err = %v, want ErrUnknownTopic", err)
+	}
+	// VACUUM cannot run in a transaction: the error says so
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx)
+	if err := f.repo.Vacuum(f.ctx, tx, f.topic); err == nil || !strings.Contains(err.Error(), "transaction block") {
+		t.Errorf("Vacuum in a transaction: err = %v, want one naming the transaction block", err)
 	}
 }

@@ -139,6 +139,29 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 	}, nil
 }
 
+// Vacuum runs VACUUM on the topic's partition: it removes the index entries of the row
+// versions that polls and completions replaced. Until then every poll walks over the
+// entries of the tasks leased before it at the head of the READY index, a walk that
+// grows with every task processed; autovacuum does the same, if it is on and in time.
+// h must not be in a transaction (VACUUM cannot run in one). Another VACUUM of the
+// partition (autovacuum's, say) is not waited for: the call then returns at once.
+func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	partition, err := r.q.TopicPartition(ctx, h, topic)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return unknownTopic("vacuum", topic)
+	}
+	if err != nil {
+		return mapError(fmt.Sprintf("vacuum topic %q", topic), err)
+	}
+	if _, err := h.Exec(ctx, "VACUUM (SKIP_LOCKED) "+pgx.Identifier{partition}.Sanitize()); err != nil {
+		return mapError(fmt.Sprintf("vacuum topic %q", topic), err)
+	}
+	return nil
+}
+
 // Analyze refreshes the planner statistics of the topic's partition and returns its
 // estimated row count. Processors call it as a topic grows, so that plans cached while
 // the table was nearly empty are replaced (autovacuum would, if it is on and in time).

@@ -62,3 +62,7 @@ FROM (SELECT r.state, r.not_before, r.created FROM task r WHERE r.topic = sqlc.a
 -- Refreshes the statistics of the topic's partition; returns its estimated rows, -1 for
 -- an unknown topic.
 SELECT task_topic_analyze(sqlc.arg(topic)::text)::bigint AS rows;
+
+-- name: TopicPartition :one
+-- The name of the topic's partition of task; no row for an unknown topic.
+SELECT tt.partition FROM task_topic tt WHERE tt.topic = sqlc.arg(topic);
