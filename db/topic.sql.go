@@ -104,15 +104,23 @@ func (q *Queries) TopicList(ctx context.Context, db DBTX) ([]TaskTopic, error) {
 }
 
 const topicPartition = `-- name: TopicPartition :one
-SELECT tt.partition FROM task_topic tt WHERE tt.topic = $1
+SELECT tt.partition, pg_has_role(c.relowner, 'MEMBER')::boolean AS owned
+FROM task_topic tt JOIN pg_catalog.pg_class c ON c.oid = to_regclass(tt.partition)
+WHERE tt.topic = $1
 `
 
-// The name of the topic's partition of task; no row for an unknown topic.
-func (q *Queries) TopicPartition(ctx context.Context, db DBTX, topic string) (string, error) {
+type TopicPartitionRow struct {
+	Partition string
+	Owned     bool
+}
+
+// The name of the topic's partition of task, and whether the current user may VACUUM it
+// (owns it, or is a member of its owner's role); no row for an unknown topic.
+func (q *Queries) TopicPartition(ctx context.Context, db DBTX, topic string) (TopicPartitionRow, error) {
 	row := db.QueryRow(ctx, topicPartition, topic)
-	var partition string
-	err := row.Scan(&partition)
-	return partition, err
+	var i TopicPartitionRow
+	err := row.Scan(&i.Partition, &i.Owned)
+	return i, err
 }
 
 const topicSetActive = `-- name: TopicSetActive :one

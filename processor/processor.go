@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,10 +48,10 @@ type Config struct {
 	// OnExpire, when set, is called after every expiry that took leases back (for
 	// metrics); it runs on the heartbeat goroutine and must be quick.
 	OnExpire func([]repository.Expiry)
-	// VacuumEvery is how many tasks a manager leases between two VACUUMs of its topic's
-	// partition, at the least: with a larger table, a quarter of its rows (as of the
-	// last statistics refresh). Default 500 000; negative leaves vacuuming to
-	// autovacuum. See Processor.vacuum.
+	// VacuumEvery is how many tasks this processor's managers of a topic lease, in all,
+	// between two VACUUMs of the topic's partition; with a larger table, a quarter of its
+	// rows (as of the last statistics refresh). Default 500 000; negative leaves
+	// vacuuming to autovacuum. See Processor.vacuum.
 	VacuumEvery int64
 }
 
@@ -102,6 +103,12 @@ type Processor struct {
 	mu       sync.Mutex
 	managers map[string][]*TaskManager // by topic
 	running  bool
+
+	// vacuuming is set while a VACUUM runs on vacuums (one at a time); draining once
+	// Run's context is done, when no new one starts.
+	vacuuming atomic.Bool
+	draining  atomic.Bool
+	vacuums   sync.WaitGroup
 }
 
 // New validates cfg and returns a Processor; add managers with Manage, then Run.
@@ -204,6 +211,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	bg.Go(func() { p.heartbeats(bgCtx) })
 	bg.Go(func() { p.liveness(bgCtx) })
+	stopVacuums := context.AfterFunc(ctx, func() { p.draining.Store(true) })
+	defer stopVacuums()
 
 	var (
 		wg   sync.WaitGroup
@@ -225,6 +234,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	<-ctx.Done()
 	stopBackground()
 	bg.Wait()
+	p.vacuums.Wait()
 	p.deregister(ctx)
 	return errors.Join(errs...)
 }
@@ -356,32 +366,49 @@ func (p *Processor) analyze(ctx context.Context) {
 	}
 }
 
-// vacuum runs VACUUM on the partition of each topic whose manager leased
+// vacuum starts a VACUUM of the partition of a topic whose managers leased, in all,
 // max(VacuumEvery, rows/4) tasks since the last one. Every poll reads the READY index
 // from its head, and the entries of the tasks leased before it stay there, marked dead,
 // until VACUUM removes them: a poll under a sustained load walked over more of them with
 // every task processed (twice the index-scan time after 40 s at 38 000 tasks/s), and a
 // VACUUM every 20 s let processing keep up (BENCHMARKS.md). Autovacuum does the same,
 // but only once the dead rows reach a fifth of the table and at most once a minute.
-// VACUUM is skipped when another (autovacuum's) holds the table; it runs on the
-// maintenance tick, which heartbeats do not wait for.
+//
+// The VACUUM runs on a goroutine of its own, one at a time, so that the maintenance
+// tick (expiry, cancels, pause and resume) does not wait for it; none starts once Run's
+// context is done. It is skipped when another VACUUM (autovacuum's) holds the table.
 func (p *Processor) vacuum(ctx context.Context) {
 	if p.cfg.VacuumEvery < 0 {
 		return
 	}
 	for _, m := range p.allManagers() {
-		if m.vacuumLeased.Load() < max(p.cfg.VacuumEvery, m.rows.Load()/4) {
+		if p.draining.Load() || ctx.Err() != nil {
+			return
+		}
+		topic := m.cfg.Topic
+		managers := p.managersOf(topic)
+		var leased int64
+		for _, other := range managers {
+			leased += other.vacuumLeased.Load()
+		}
+		if leased < max(p.cfg.VacuumEvery, m.rows.Load()/4) {
 			continue
 		}
-		for _, other := range p.managersOf(m.cfg.Topic) {
+		if !p.vacuuming.CompareAndSwap(false, true) {
+			return // one is running: the others wait for a later tick
+		}
+		for _, other := range managers {
 			other.vacuumLeased.Store(0)
 		}
-		start := time.Now()
-		if err := p.repo.Vacuum(ctx, p.pool, m.cfg.Topic); err != nil {
-			p.logUnlessStopping(ctx, slog.LevelWarn, "vacuum topic", slog.String("topic", m.cfg.Topic), slog.Any("error", err))
-			continue
-		}
-		p.logger.Debug("vacuumed topic", slog.String("topic", m.cfg.Topic), slog.Duration("took", time.Since(start)))
+		p.vacuums.Go(func() {
+			defer p.vacuuming.Store(false)
+			start := time.Now()
+			if err := p.repo.Vacuum(ctx, p.pool, topic); err != nil {
+				p.logUnlessStopping(ctx, slog.LevelWarn, "vacuum topic", slog.String("topic", topic), slog.Any("error", err))
+				return
+			}
+			p.logger.Debug("vacuumed topic", slog.String("topic", topic), slog.Duration("took", time.Since(start)))
+		})
 	}
 }
 

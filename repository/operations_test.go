@@ -1,6 +1,7 @@
 package repository_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -1702,12 +1703,47 @@ func TestVacuum(t *testing.T) {
 	if err := f.repo.Vacuum(f.ctx, f.pool, f.topic); err != nil {
 		t.Fatalf("Vacuum: %v", err)
 	}
+	deadline := time.Now().Add(2 * time.Second)
+	for vacuumed() == before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if got := vacuumed(); got != before+1 {
 		t.Errorf("vacuum_count %d after Vacuum, want %d", got, before+1)
 	}
 	if err := f.repo.Vacuum(f.ctx, f.pool, "no-such-topic"); !errors.Is(err, repository.ErrUnknownTopic) {
 		t.Errorf("Vacuum of an unknown topic: err = %v, want ErrUnknownTopic", err)
 	}
+	// a user that does not own the table is told so (PostgreSQL would only warn)
+	role := "pgtask_not_owner_" + strings.ReplaceAll(fmt.Sprint(time.Now().UnixNano()), "-", "")
+	for _, stmt := range []string{
+		"CREATE ROLE " + role,
+		"GRANT SELECT ON task_topic TO " + role,
+	} {
+		if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(f.ctx)
+		_, _ = f.pool.Exec(ctx, "REVOKE ALL ON task_topic FROM "+role)
+		_, _ = f.pool.Exec(ctx, "DROP ROLE "+role)
+	})
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(f.ctx, "SET ROLE "+role); err != nil {
+		t.Fatal(err)
+	}
+	err = f.repo.Vacuum(f.ctx, conn, f.topic)
+	if _, rerr := conn.Exec(f.ctx, "RESET ROLE"); rerr != nil {
+		t.Fatal(rerr)
+	}
+	conn.Release()
+	if err == nil || !strings.Contains(err.Error(), "does not own") {
+		t.Errorf("Vacuum by a user that does not own the table: err = %v, want one saying so", err)
+	}
+
 	// VACUUM cannot run in a transaction: the error says so
 	tx, err := f.pool.Begin(f.ctx)
 	if err != nil {

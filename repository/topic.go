@@ -144,19 +144,25 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 // entries of the tasks leased before it at the head of the READY index, a walk that
 // grows with every task processed; autovacuum does the same, if it is on and in time.
 // h must not be in a transaction (VACUUM cannot run in one). Another VACUUM of the
-// partition (autovacuum's, say) is not waited for: the call then returns at once.
+// partition (autovacuum's, say) is not waited for: the call then returns at once. Only
+// the partition's owner (the role that created the topic, or a member of it) may
+// VACUUM it; for any other user Vacuum fails and says so, where PostgreSQL would only
+// skip the table with a warning.
 func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
 	if err := validTopic(topic); err != nil {
 		return err
 	}
-	partition, err := r.q.TopicPartition(ctx, h, topic)
+	row, err := r.q.TopicPartition(ctx, h, topic)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return unknownTopic("vacuum", topic)
 	}
 	if err != nil {
 		return mapError(fmt.Sprintf("vacuum topic %q", topic), err)
 	}
-	if _, err := h.Exec(ctx, "VACUUM (SKIP_LOCKED) "+pgx.Identifier{partition}.Sanitize()); err != nil {
+	if !row.Owned {
+		return fmt.Errorf("vacuum topic %q: the database user does not own its table %s (the role that created the topic does)", topic, row.Partition)
+	}
+	if _, err := h.Exec(ctx, "VACUUM (SKIP_LOCKED) "+pgx.Identifier{row.Partition}.Sanitize()); err != nil {
 		return mapError(fmt.Sprintf("vacuum topic %q", topic), err)
 	}
 	return nil

@@ -64,5 +64,8 @@ FROM (SELECT r.state, r.not_before, r.created FROM task r WHERE r.topic = sqlc.a
 SELECT task_topic_analyze(sqlc.arg(topic)::text)::bigint AS rows;
 
 -- name: TopicPartition :one
--- The name of the topic's partition of task; no row for an unknown topic.
-SELECT tt.partition FROM task_topic tt WHERE tt.topic = sqlc.arg(topic);
+-- The name of the topic's partition of task, and whether the current user may VACUUM it
+-- (owns it, or is a member of its owner's role); no row for an unknown topic.
+SELECT tt.partition, pg_has_role(c.relowner, 'MEMBER')::boolean AS owned
+FROM task_topic tt JOIN pg_catalog.pg_class c ON c.oid = to_regclass(tt.partition)
+WHERE tt.topic = sqlc.arg(topic);
