@@ -11,27 +11,35 @@ import (
 	"github.com/pgtask/pgtask/repository"
 )
 
+// maintenanceCounter turns autovacuum off for the fixture topic's partition, so that
+// only the processor's maintenance counts (and none of autovacuum's makes the
+// processor's VACUUM skip the table), and returns a reader of column (analyze_count,
+// vacuum_count) of the partition's pg_stat_user_tables row.
+func maintenanceCounter(t *testing.T, f *fixture, column string) func() int64 {
+	t.Helper()
+	var partition string
+	if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = $1`, f.topic).Scan(&partition); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, `ALTER TABLE `+pgx.Identifier{partition}.Sanitize()+` SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	return func() int64 {
+		t.Helper()
+		var n int64
+		if err := f.pool.QueryRow(f.ctx, `SELECT `+pgx.Identifier{column}.Sanitize()+` FROM pg_stat_user_tables WHERE relname = $1`, partition).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
 // TestAnalyze checks how often a processor refreshes its topic's statistics: once after
 // its first 1 000 leases, then not again for a minute unless as many tasks were leased
 // as the topic held (ANALYZE costs a third of a second of a core on a busy table).
 func TestAnalyze(t *testing.T) {
 	f := setup(t)
-	var partition string
-	if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = $1`, f.topic).Scan(&partition); err != nil {
-		t.Fatal(err)
-	}
-	// only the processor's ANALYZE counts
-	if _, err := f.pool.Exec(f.ctx, `ALTER TABLE `+pgx.Identifier{partition}.Sanitize()+` SET (autovacuum_enabled = false)`); err != nil {
-		t.Fatal(err)
-	}
-	analyzed := func() int64 {
-		t.Helper()
-		var n int64
-		if err := f.pool.QueryRow(f.ctx, `SELECT analyze_count FROM pg_stat_user_tables WHERE relname = $1`, partition).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	analyzed := maintenanceCounter(t, f, "analyze_count")
 
 	const n = 6000
 	f.pushN(n)
@@ -75,23 +83,7 @@ func TestVacuum(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t)
-			var partition string
-			if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = $1`, f.topic).Scan(&partition); err != nil {
-				t.Fatal(err)
-			}
-			// only the processor's VACUUM counts (autovacuum's has a counter of its own, and
-			// one running would make the processor's skip the table)
-			if _, err := f.pool.Exec(f.ctx, `ALTER TABLE `+pgx.Identifier{partition}.Sanitize()+` SET (autovacuum_enabled = false)`); err != nil {
-				t.Fatal(err)
-			}
-			vacuumed := func() int64 {
-				t.Helper()
-				var n int64
-				if err := f.pool.QueryRow(f.ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = $1`, partition).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
+			vacuumed := maintenanceCounter(t, f, "vacuum_count")
 			const n = 3000
 			f.pushN(n)
 			handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
