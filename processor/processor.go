@@ -191,9 +191,7 @@ func (p *Processor) Run(ctx context.Context) error {
 			// Told to stop before it started. The owner row may have been written all
 			// the same (the cancellation can reach pgx after the server committed):
 			// delete it if so. Best effort: a row left behind is purged as dead later.
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
-			defer cancel()
-			_, _ = p.repo.Deregister(dctx, p.pool)
+			_, _ = p.deleteOwnerRow(ctx)
 			return nil
 		}
 		return err
@@ -247,9 +245,7 @@ const deregisterTimeout = 5 * time.Second
 // the task expires like any dead owner's. Other processors need not wait for a cleanly
 // stopped one to look dead, and task_owner lists the running processes only.
 func (p *Processor) deregister(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
-	defer cancel()
-	gone, err := p.repo.Deregister(ctx, p.pool)
+	gone, err := p.deleteOwnerRow(ctx)
 	if err != nil {
 		p.logger.Warn("deregister owner", slog.String("owner", p.repo.Owner()), slog.Any("error", err))
 		return
@@ -257,6 +253,14 @@ func (p *Processor) deregister(ctx context.Context) {
 	if !gone {
 		p.logger.Info("owner row kept: tasks are still leased", slog.String("owner", p.repo.Owner()))
 	}
+}
+
+// deleteOwnerRow runs Repository.Deregister within deregisterTimeout, also when ctx is
+// already done (it runs at the end of Run).
+func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
+	defer cancel()
+	return p.repo.Deregister(ctx, p.pool)
 }
 
 func (p *Processor) register(ctx context.Context) error {
