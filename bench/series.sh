@@ -35,16 +35,8 @@ if [[ $# -gt 0 ]]; then
 	shift
 fi
 
-pgtask="${PGTASK:-}"
-if [[ -z "$pgtask" ]]; then
-	pgtask="$(mktemp -d)/pgtask"
-	(cd "$here/.." && go build -o "$pgtask" ./cmd/pgtask)
-fi
-
-# field NAME JSON: the number NAME in the one-line JSON object.
-field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" <<<"$2"; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-checkpoint() { psql -qAt "$1" -c CHECKPOINT >/dev/null; }
+# shellcheck source=bench/common.sh
+source "$here/common.sh"
 
 raws=() ours=()
 for i in $(seq "$pairs"); do

@@ -41,18 +41,8 @@ duration="${DURATION:-60s}"
 [[ "$fraction" =~ ^(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)$ ]] ||
 	{ echo "sustained: FRACTION must be a number in (0, 1], got $fraction" >&2; exit 2; }
 
-pgtask="${PGTASK:-}"
-if [[ -z "$pgtask" ]]; then
-	build="$(mktemp -d)"
-	trap 'rm -rf "$build"' EXIT
-	pgtask="$build/pgtask"
-	(cd "$here/.." && go build -o "$pgtask" ./cmd/pgtask)
-fi
-
-# field NAME JSON: the number NAME in the one-line JSON object.
-field() { sed -n "s/.*\"$1\":\(-\{0,1\}[0-9.]*\).*/\1/p" <<<"$2"; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-checkpoint() { psql -qAt "$1" -c CHECKPOINT >/dev/null; }
+# shellcheck source=bench/common.sh
+source "$here/common.sh"
 
 raws=() processed=() ratios=() met=0
 for i in $(seq "$runs"); do
