@@ -23,7 +23,7 @@ func TestBinary(t *testing.T) {
 	t.Run("ExecDecidesByExitCode", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		p := start(t, bin, f.url, "--topic", f.topic, "--retry-delay", "1h", "--addr", "127.0.0.1:0", "--exec", script)
+		p := start(t, bin, f.url, "--topic", f.topic, "--retry-delay", "1h", "--addr", "127.0.0.1:0", "--exec", "/bin/sh", script)
 		tasks := f.push("ok", "env", "fail", "skip", "wait", "later", "odd", "big")
 		seq := func(i int) int64 { return tasks[i].Sequence }
 
@@ -93,7 +93,7 @@ func TestBinary(t *testing.T) {
 	t.Run("TimeoutKillsHangingProgram", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		p := start(t, bin, f.url, "--topic", f.topic, "--timeout", "500ms", "--addr", "", "--exec", script)
+		p := start(t, bin, f.url, "--topic", f.topic, "--timeout", "500ms", "--addr", "", "--exec", "/bin/sh", script)
 		tasks := f.push("hang", "ok")
 		start := time.Now()
 		hang := f.waitState(tasks[0].Sequence, repository.Failed)
@@ -110,7 +110,7 @@ func TestBinary(t *testing.T) {
 	t.Run("CancelKillsRunningProgram", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		p := start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", script)
+		p := start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", "/bin/sh", script)
 		hang := f.push("hang")[0]
 		f.waitState(hang.Sequence, repository.Active)
 		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "test", hang.Sequence); err != nil {
@@ -132,7 +132,7 @@ func TestBinary(t *testing.T) {
 			inputs[i] = "slow"
 		}
 		f.push(inputs...)
-		args := []string{"--topic", f.topic, "--workers", "4", "--addr", "", "--exec", script}
+		args := []string{"--topic", f.topic, "--workers", "4", "--addr", "", "--exec", "/bin/sh", script}
 		p := start(t, bin, f.url, args...)
 		waitFor(t, 20*time.Second, "some tasks to succeed", func() bool {
 			succeeded := 0
@@ -256,11 +256,11 @@ func TestBinary(t *testing.T) {
 	t.Run("InitRegistersTopic", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		p := start(t, bin, f.url, "--topic", "fresh", "--addr", "", "--exec", script)
+		p := start(t, bin, f.url, "--topic", "fresh", "--addr", "", "--exec", "/bin/sh", script)
 		if code := p.wait(30 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), `topic "fresh" is not registered`) {
 			t.Errorf("unknown topic without --init: exit %d, stderr %q; want exit 1 naming the topic", code, p.stderr.String())
 		}
-		p = start(t, bin, f.url, "--topic", "fresh", "--init", "--addr", "", "--exec", script)
+		p = start(t, bin, f.url, "--topic", "fresh", "--init", "--addr", "", "--exec", "/bin/sh", script)
 		waitFor(t, 20*time.Second, "the topic to be registered", func() bool {
 			_, err := f.repo.Topic(f.ctx, f.pool, "fresh")
 			return err == nil

@@ -49,13 +49,17 @@ func TestExecDecision(t *testing.T) {
 }
 
 // runScript runs an in-process exec handler on a shell script for one task.
+// The program is /bin/sh with the script as its first argument, not the
+// script itself: executing a file this process has just written fails now and
+// then with "text file busy" when a parallel test forks while the file is open
+// for writing (the child holds the descriptor until it execs).
 func runScript(t *testing.T, ctx context.Context, body string, timeout time.Duration, task repository.Task, args ...string) repository.Decision {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "script.sh")
-	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := &execHandler{program: path, args: args, timeout: timeout, retryDelay: time.Minute, logger: slog.New(slog.DiscardHandler)}
+	h := &execHandler{program: "/bin/sh", args: append([]string{path}, args...), timeout: timeout, retryDelay: time.Minute, logger: slog.New(slog.DiscardHandler)}
 	return h.handle(ctx, task)
 }
 

@@ -40,11 +40,14 @@ slow) sleep 0.2; echo done;;
 esac
 `
 
-// writeScript writes the task script into a temporary directory and returns its path.
+// writeScript writes the task script into a temporary directory and returns
+// its path. The tests run it as "/bin/sh PATH", never PATH itself: executing a
+// file the test process has just written can fail with "text file busy" when
+// a parallel test forks while the file is still open for writing.
 func writeScript(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "task.sh")
-	if err := os.WriteFile(path, []byte(taskScript), 0o755); err != nil {
+	if err := os.WriteFile(path, []byte(taskScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
