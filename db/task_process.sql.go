@@ -155,7 +155,16 @@ done AS (
       -- index conditions, on the estimates of a young partition they led a cached plan to
       -- a nested loop over the batch squared
       AND (t.state = 0 AND t.owner = $7::text AND t.attempt = d.attempt) IS TRUE
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+    RETURNING t.sequence, t.state, t.descent, t.created, t.completed, t.output, t.priority, t.not_before,
+              t.returned, t.errors, t.cancelled,
+              -- lean: the caller has these from the lease (they never change after the push;
+              -- the owner is the fence), so the rows carry less to the client
+              (CASE WHEN $8::boolean THEN '' ELSE t.topic END)::text AS topic,
+              (CASE WHEN $8::boolean THEN '' ELSE t.identifier END)::text AS identifier,
+              CASE WHEN NOT $8::boolean THEN t.owner END AS owner,
+              CASE WHEN NOT $8::boolean THEN t.input END AS input,
+              CASE WHEN NOT $8::boolean THEN t.reference END AS reference,
+              t.attempt
 )
 SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed,
        c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
@@ -171,6 +180,7 @@ type TaskCompleteParams struct {
 	DelaysMs  []int64
 	Topic     string
 	Owner     string
+	Lean      bool
 }
 
 type TaskCompleteRow struct {
@@ -179,12 +189,12 @@ type TaskCompleteRow struct {
 	Identifier string
 	State      int16
 	Descent    int16
-	Owner      *string
+	Owner      interface{}
 	Created    time.Time
 	Completed  *time.Time
-	Input      *string
+	Input      interface{}
 	Output     *string
-	Reference  *string
+	Reference  interface{}
 	Priority   int16
 	NotBefore  *time.Time
 	Attempt    int32
@@ -204,6 +214,8 @@ type TaskCompleteRow struct {
 // returned (the check filters the updated rows, so it does not run). The rows are not locked beforehand: the UPDATE locks each
 // as it writes it and re-checks a row changed meanwhile, and its SET list reads that
 // current version, so a cancel that committed meanwhile is honoured.
+// With lean, topic and identifier come back empty and owner, input and reference NULL:
+// the caller fills them in from the leased tasks (Repository.Complete).
 func (q *Queries) TaskComplete(ctx context.Context, db DBTX, arg TaskCompleteParams) ([]TaskCompleteRow, error) {
 	rows, err := db.Query(ctx, taskComplete,
 		arg.Sequences,
@@ -213,6 +225,7 @@ func (q *Queries) TaskComplete(ctx context.Context, db DBTX, arg TaskCompletePar
 		arg.DelaysMs,
 		arg.Topic,
 		arg.Owner,
+		arg.Lean,
 	)
 	if err != nil {
 		return nil, err

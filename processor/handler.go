@@ -58,6 +58,11 @@ type Batch struct {
 	report   func(*Batch, map[int64]repository.Decision, []followup)
 
 	reported atomic.Bool
+	// leases holds one completion per task as polled (Task.Decide, which carries the
+	// task's identifier, input and reference to Repository.Complete): what a handler does
+	// to Tasks cannot change what is completed or reported as stored. The report fills
+	// in the decisions.
+	leases []repository.Completion
 
 	mu        sync.Mutex
 	timeout   *time.Timer        // HandlerTimeout, stopped once the batch is committed
@@ -81,8 +86,10 @@ func newBatch(ctx context.Context, topic string, tasks []repository.Task, stoppi
 		taskCtx:  make(map[int64]context.Context, len(tasks)),
 		cancels:  make(map[int64]context.CancelCauseFunc, len(tasks)),
 	}
+	b.leases = make([]repository.Completion, len(tasks))
 	ctx = context.WithValue(ctx, stoppingKey{}, stopping)
-	for _, t := range tasks {
+	for i, t := range tasks {
+		b.leases[i] = t.Decide(repository.Decision{})
 		tctx, cancel := context.WithCancelCause(ctx)
 		b.taskCtx[t.Sequence] = tctx
 		b.cancels[t.Sequence] = cancel
@@ -177,13 +184,10 @@ func (b *Batch) Complete(decisions map[int64]repository.Decision) error {
 	if !b.reported.CompareAndSwap(false, true) {
 		return fmt.Errorf("complete batch of topic %q: %w", b.Topic, ErrAlreadyReported)
 	}
-	in := make(map[int64]bool, len(b.Tasks))
-	for _, t := range b.Tasks {
-		in[t.Sequence] = true
-	}
 	var foreign []int64
 	for seq := range decisions {
-		if !in[seq] {
+		// taskCtx has one entry per task of the batch and is not written after newBatch
+		if _, in := b.taskCtx[seq]; !in {
 			foreign = append(foreign, seq)
 		}
 	}
@@ -193,13 +197,13 @@ func (b *Batch) Complete(decisions map[int64]repository.Decision) error {
 		b.report(b, b.all(repository.Fail(fmt.Errorf("handler reported decisions for tasks outside the batch: %v", foreign))), nil)
 		return err
 	}
-	out := make(map[int64]repository.Decision, len(b.Tasks))
-	for _, t := range b.Tasks {
-		d, ok := decisions[t.Sequence]
+	out := make(map[int64]repository.Decision, len(b.leases))
+	for _, l := range b.leases {
+		d, ok := decisions[l.Sequence]
 		if !ok {
 			d = repository.Fail(errors.New("handler reported no decision for this task"))
 		}
-		out[t.Sequence] = d
+		out[l.Sequence] = d
 	}
 	b.mu.Lock()
 	followups := b.followups
@@ -232,9 +236,9 @@ func (b *Batch) handBack() bool {
 }
 
 func (b *Batch) all(d repository.Decision) map[int64]repository.Decision {
-	out := make(map[int64]repository.Decision, len(b.Tasks))
-	for _, t := range b.Tasks {
-		out[t.Sequence] = d
+	out := make(map[int64]repository.Decision, len(b.leases))
+	for _, l := range b.leases {
+		out[l.Sequence] = d
 	}
 	return out
 }

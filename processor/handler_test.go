@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -268,4 +269,50 @@ func TestHandlers(t *testing.T) {
 			t.Fatalf("calls %d, output %q, errors %q; want 4 calls, output final, both errors kept", calls.Load(), got.Output, got.Errors)
 		}
 	})
+}
+
+func TestCompletionReportsTheStoredTasks(t *testing.T) {
+	// The completion is built from the tasks as polled: a handler that rewrites the
+	// fields of its batch's tasks changes neither what is completed nor what OnComplete
+	// reports as stored.
+	f := setup(t)
+	f.pushN(5)
+	var (
+		mu       sync.Mutex
+		reported []repository.Task
+	)
+	handler := processor.BatchFunc(func(_ context.Context, tasks []repository.Task) (map[int64]repository.Decision, error) {
+		decisions := make(map[int64]repository.Decision, len(tasks))
+		for i := range tasks {
+			decisions[tasks[i].Sequence] = repository.Succeed("ok " + tasks[i].Identifier)
+			tasks[i].Identifier, tasks[i].Input, tasks[i].Reference = "rewritten", "rewritten", "rewritten"
+		}
+		return decisions, nil
+	})
+	listener := processor.Listener{OnComplete: func(_ string, tasks []repository.Task, _ time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, tasks...)
+	}}
+	p, _ := f.processor("rewriter", processor.Config{}, processor.ManagerConfig{Handler: handler, Listener: listener})
+	f.start(p)
+	f.eventually("5 tasks reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reported) == 5
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, task := range reported {
+		stored, err := f.repo.Get(f.ctx, f.pool, f.topic, task.Sequence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(task, stored) {
+			t.Errorf("OnComplete reported %+v\nstored               %+v", task, stored)
+		}
+		if stored.State != repository.Succeeded || stored.Output != "ok "+stored.Identifier {
+			t.Errorf("task %d is %v with output %q", stored.Sequence, stored.State, stored.Output)
+		}
+	}
 }

@@ -528,9 +528,9 @@ func (m *TaskManager) dispatch(handlerCtx context.Context, tasks []repository.Ta
 
 // reported receives a batch's decisions from Batch (exactly once per batch).
 func (m *TaskManager) reported(b *Batch, decisions map[int64]repository.Decision, followups []followup) {
-	completions := make([]repository.Completion, len(b.Tasks))
-	for i, t := range b.Tasks {
-		completions[i] = t.Decide(decisions[t.Sequence])
+	completions := b.leases
+	for i := range completions {
+		completions[i].Decision = decisions[completions[i].Sequence]
 	}
 	// Queue the decisions first: a listener that panics must not lose them.
 	m.completer.add(&report{batch: b, completions: completions, followups: followups})

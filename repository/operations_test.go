@@ -1140,6 +1140,77 @@ func TestPushReturnsTheTasksAsStored(t *testing.T) {
 	}
 }
 
+func TestCompleteReturnsTheTasksAsStored(t *testing.T) {
+	// Complete reads back only the columns a completion writes when its completions come
+	// from Task.Decide, and fills the rest in from them; with completions built by hand it
+	// reads whole rows. Either way every field must equal what a read returns, whatever
+	// the decision.
+	shared := setup(t)
+	for _, tc := range []struct {
+		name   string
+		decide func(task repository.Task, d repository.Decision) repository.Completion
+	}{
+		{"FromTheLease", repository.Task.Decide},
+		{"ByHand", func(task repository.Task, d repository.Decision) repository.Completion {
+			return repository.Completion{Sequence: task.Sequence, Attempt: task.Attempt, Decision: d}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := isolated(t, shared)
+			configure(f, repository.TopicSettings{MaxAttempts: 2, BackoffBase: time.Hour, BackoffCap: time.Hour})
+			decisions := []repository.Decision{
+				repository.Succeed("done"), repository.Succeed(""), repository.Fail(errors.New("boom")),
+				repository.Suspend("later"), repository.Skip("irrelevant"), repository.SnoozeFor(time.Minute),
+				repository.Succeed("too late"), // cancelled while leased
+			}
+			decide := map[string]repository.Decision{"bare": repository.Succeed("bare")}
+			for i, d := range decisions {
+				id := fmt.Sprintf("ü-%d", i)
+				decide[id] = d
+				pushOne(f, repository.Creation{Identifier: id, Input: fmt.Sprintf("in %d", i),
+					Reference: fmt.Sprintf("ref %d", i%3), Priority: int16(i % 2)})
+			}
+			pushOne(f, repository.Creation{Identifier: "bare"})
+			leased := f.poll(repository.FIFO, repository.None, len(decide))
+			if len(leased) != len(decide) {
+				t.Fatalf("polled %d tasks, want %d", len(leased), len(decide))
+			}
+			completions := make([]repository.Completion, len(leased))
+			for i, task := range leased {
+				if task.Identifier == "ü-6" {
+					if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "alice", task.Sequence); err != nil {
+						t.Fatal(err)
+					}
+				}
+				completions[i] = tc.decide(task, decide[task.Identifier])
+			}
+			done, err := f.repo.Complete(f.ctx, f.pool, f.topic, completions...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(done) != len(leased) {
+				t.Fatalf("completed %d tasks, want %d", len(done), len(leased))
+			}
+			states := map[repository.State]bool{}
+			for _, task := range done {
+				if got := f.get(task.Sequence); !reflect.DeepEqual(got, task) {
+					t.Errorf("complete returned %+v\nstored            %+v", task, got)
+				}
+				if task.Identifier == "" || task.Owner == "" || task.Topic != f.topic {
+					t.Errorf("complete returned %+v without its identifier, owner or topic", task)
+				}
+				states[task.State] = true
+			}
+			for _, want := range []repository.State{repository.Ready, repository.Failed, repository.Suspended,
+				repository.Filtered, repository.Succeeded} {
+				if !states[want] {
+					t.Errorf("no task ended %v: the decisions do not cover every outcome", want)
+				}
+			}
+		})
+	}
+}
+
 func TestGet(t *testing.T) {
 	shared := setup(t)
 	t.Run("ReturnsExactMatch", func(t *testing.T) {

@@ -85,7 +85,9 @@ const snoozeResult = 4
 // a cancelled task ends FAILED "cancelled". Only tasks ACTIVE under this owner in the
 // completion's attempt qualify: otherwise NOTHING is written and a *TaskError names the
 // offending tasks (ErrUnknownTask, ErrWrongState or ErrNotOwned). It returns the tasks
-// as stored.
+// as stored; when every completion comes from Task.Decide, their identifier, input and
+// reference (which no completion changes) are taken from the tasks Decide was called on
+// instead of being read back, so decide on the tasks as Poll returned them.
 func (r *Repository) Complete(ctx context.Context, h Handle, topic string, completions ...Completion) ([]Task, error) {
 	if len(completions) == 0 {
 		return nil, nil
@@ -123,6 +125,10 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 	if err := validSequences(arg.Sequences); err != nil {
 		return nil, fmt.Errorf("complete topic %q: %w", topic, err)
 	}
+	arg.Lean = true
+	for _, c := range completions {
+		arg.Lean = arg.Lean && c.leased
+	}
 	rows, err := allOrNothing(ctx, h, func(h Handle) ([]db.TaskCompleteRow, error) {
 		return r.q.TaskComplete(ctx, h, arg)
 	})
@@ -137,7 +143,51 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 		// none it never runs; nothing was written.
 		return nil, r.explainLeases(ctx, h, topic, completions)
 	}
-	return tasksFrom(rows), nil
+	return r.completedTasks(topic, completions, rows, arg.Lean), nil
+}
+
+// completedTasks converts TaskComplete's rows. Lean rows lack the columns no completion
+// changes; they are taken from the completions (which Task.Decide filled from the lease)
+// and from the fence: the topic, and the owner, which is this repository's.
+func (r *Repository) completedTasks(topic string, completions []Completion, rows []db.TaskCompleteRow, lean bool) []Task {
+	// the completion of each row: at the same position when the statement returned the
+	// rows in the completions' order (its plan usually follows the sequences, and batches
+	// are polled in that order), otherwise found by sequence
+	var bySequence map[int64]*Completion
+	completion := func(i int, sequence int64) *Completion {
+		if i < len(completions) && completions[i].Sequence == sequence {
+			return &completions[i]
+		}
+		if bySequence == nil {
+			bySequence = make(map[int64]*Completion, len(completions))
+			for k := range completions {
+				bySequence[completions[k].Sequence] = &completions[k]
+			}
+		}
+		return bySequence[sequence]
+	}
+	tasks := make([]Task, len(rows))
+	for i, row := range rows {
+		t := Task{
+			Topic: row.Topic, Sequence: row.Sequence, Identifier: row.Identifier,
+			State: State(row.State), Descent: State(row.Descent), Created: row.Created,
+			Completed: timeOf(row.Completed), Output: str(row.Output), Priority: row.Priority,
+			NotBefore: timeOf(row.NotBefore), Attempt: row.Attempt, Returned: row.Returned,
+			Errors: row.Errors, Cancelled: row.Cancelled,
+		}
+		// sqlc types these columns interface{} (they are NULL in lean rows)
+		t.Owner, _ = row.Owner.(string)
+		t.Input, _ = row.Input.(string)
+		t.Reference, _ = row.Reference.(string)
+		if lean {
+			if c := completion(i, row.Sequence); c != nil {
+				t.Topic, t.Identifier, t.Owner = topic, c.identifier, r.owner
+				t.Input, t.Reference = c.input, c.reference
+			}
+		}
+		tasks[i] = t
+	}
+	return tasks
 }
 
 // errRefused marks a statement that task_all_or_nothing undid (SQLSTATE PT005).

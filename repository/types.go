@@ -295,9 +295,12 @@ func (t Task) Result() (Result, bool) {
 	return 0, false
 }
 
-// Decide pairs the task's lease with a decision, ready for Complete.
+// Decide pairs the task's lease with a decision, ready for Complete. It also carries the
+// task's identifier, input and reference, which Complete then reports instead of reading
+// them back: call it on the task as Poll returned it.
 func (t Task) Decide(d Decision) Completion {
-	return Completion{Sequence: t.Sequence, Attempt: t.Attempt, Decision: d}
+	return Completion{Sequence: t.Sequence, Attempt: t.Attempt, Decision: d,
+		leased: true, identifier: t.Identifier, input: t.Input, reference: t.Reference}
 }
 
 // Creation describes a task to push.
@@ -361,6 +364,12 @@ type Completion struct {
 	Sequence int64
 	Attempt  int32
 	Decision Decision
+
+	// Set by Task.Decide: the leased task's columns that never change after the push.
+	// When every completion of a batch has them, Complete reads back only the columns
+	// the completion writes.
+	leased                       bool
+	identifier, input, reference string
 }
 
 // TopicSettings are the per-topic settings every process sees alike.

@@ -24,6 +24,8 @@ RETURNING t.*;
 -- returned (the check filters the updated rows, so it does not run). The rows are not locked beforehand: the UPDATE locks each
 -- as it writes it and re-checks a row changed meanwhile, and its SET list reads that
 -- current version, so a cancel that committed meanwhile is honoured.
+-- With lean, topic and identifier come back empty and owner, input and reference NULL:
+-- the caller fills them in from the leased tasks (Repository.Complete).
 WITH decision AS (
     SELECT d.sequence, d.attempt, d.result, NULLIF(d.output, '') AS output, d.delay_ms
     FROM (SELECT unnest(sqlc.arg(sequences)::bigint[]) AS sequence, unnest(sqlc.arg(attempts)::integer[]) AS attempt,
@@ -70,7 +72,16 @@ done AS (
       -- index conditions, on the estimates of a young partition they led a cached plan to
       -- a nested loop over the batch squared
       AND (t.state = 0 AND t.owner = sqlc.arg(owner)::text AND t.attempt = d.attempt) IS TRUE
-    RETURNING t.*
+    RETURNING t.sequence, t.state, t.descent, t.created, t.completed, t.output, t.priority, t.not_before,
+              t.returned, t.errors, t.cancelled,
+              -- lean: the caller has these from the lease (they never change after the push;
+              -- the owner is the fence), so the rows carry less to the client
+              (CASE WHEN sqlc.arg(lean)::boolean THEN '' ELSE t.topic END)::text AS topic,
+              (CASE WHEN sqlc.arg(lean)::boolean THEN '' ELSE t.identifier END)::text AS identifier,
+              CASE WHEN NOT sqlc.arg(lean)::boolean THEN t.owner END AS owner,
+              CASE WHEN NOT sqlc.arg(lean)::boolean THEN t.input END AS input,
+              CASE WHEN NOT sqlc.arg(lean)::boolean THEN t.reference END AS reference,
+              t.attempt
 )
 SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed,
        c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
