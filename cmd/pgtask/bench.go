@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/gctune"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -727,6 +728,10 @@ func bench(ctx context.Context, e *env, cfg *benchConfig) (err error) {
 	r.result["pushers"] = cfg.pushers
 	r.result["insertion"] = cfg.insertion.String()
 	r.result["condition"] = cfg.condition.String()
+	// The processors' Go runtime: on a machine shared with PostgreSQL, its collector and
+	// its threads take CPU from the database (BENCHMARKS.md, fifth session).
+	r.result["gomaxprocs"] = runtime.GOMAXPROCS(0)
+	r.result["gogc"] = gctune.Current()
 	r.result["errors"] = r.stats.errors.Load()
 	r.result["peak_rss_mb"] = round(peakRSSMB(), 1)
 	st := r.stats

@@ -49,7 +49,10 @@ func TestBench(t *testing.T) {
 	f := setup(t)
 	t.Run("BurndownProcessesEveryTask", func(t *testing.T) {
 		r := f.benchJSON("--mode", "burndown", "--tasks", "500", "--push-batch", "120", "--batch-size", "50")
-		wantPositive(t, r, "tasks_per_second", "push_per_second", "process_per_second", "peak_rss_mb")
+		wantPositive(t, r, "tasks_per_second", "push_per_second", "process_per_second", "peak_rss_mb", "gomaxprocs")
+		if g, ok := r["gogc"].(float64); !ok || g == 0 {
+			t.Errorf("gogc = %v, want the collector setting", r["gogc"])
+		}
 		if r["processed"] != float64(500) || r["mode"] != "burndown" || r["errors"] != float64(0) {
 			t.Errorf("result %v", r)
 		}

@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/pgtask/pgtask/internal/gctune"
 )
 
 func main() {
+	gctune.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal, a second one gets the default behaviour (exit at once).
 	context.AfterFunc(ctx, stop)

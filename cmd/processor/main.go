@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/pgtask/pgtask/internal/gctune"
 )
 
 func main() {
+	gctune.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	context.AfterFunc(ctx, stop) // a second signal ends the process at once
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
