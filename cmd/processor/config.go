@@ -28,6 +28,7 @@ const (
 	heartbeatDefault       = processor.HeartbeatIntervalDefault
 	pauseIntervalDefault   = processor.PauseIntervalDefault
 	shutdownTimeoutDefault = processor.ShutdownTimeoutDefault
+	vacuumEveryDefault     = processor.VacuumEveryDefault
 )
 
 // config is the parsed and validated command line.
@@ -48,6 +49,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	timeout         time.Duration
 	retryDelay      time.Duration
+	vacuumEvery     int64 // processor.Config.VacuumEvery: negative disables
 	initialize      bool
 	migrate         bool
 	addr            string
@@ -86,6 +88,7 @@ var options = []option{
 	{name: "heartbeat", env: "PGTASK_HEARTBEAT", def: heartbeatDefault.String(), arg: "DURATION", help: "owner heartbeat interval; leases of an owner silent for 5 intervals are taken back"},
 	{name: "pause-interval", env: "PGTASK_PAUSE_INTERVAL", def: pauseIntervalDefault.String(), arg: "DURATION", help: "how often an idle processor polls when no notification arrives"},
 	{name: "shutdown-timeout", env: "PGTASK_SHUTDOWN_TIMEOUT", def: shutdownTimeoutDefault.String(), arg: "DURATION", help: "how long running tasks may finish after SIGTERM before they are killed"},
+	{name: "vacuum-every", env: "PGTASK_VACUUM_EVERY", def: strconv.Itoa(vacuumEveryDefault), arg: "N", help: "VACUUM the topic's partition after every N tasks leased (a quarter of its rows when more); 0 leaves it to autovacuum"},
 	{name: "init", env: "PGTASK_INIT", def: "false", isBool: true, help: "register the topic if it is missing"},
 	{name: "migrate", env: "PGTASK_MIGRATE", def: "false", isBool: true, help: "apply pending schema migrations first"},
 	{name: "addr", env: "PGTASK_ADDR", def: addrDefault, arg: "HOST:PORT", help: "address of the /metrics and /healthz server; empty disables it"},
@@ -247,8 +250,17 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	cfg.workers = positive("workers")
 	cfg.batchSize = positive("batch-size")
+	v, origin := lookup("vacuum-every")
+	switch n, err := strconv.ParseInt(v, 10, 64); {
+	case err != nil || n < 0:
+		bad(origin, "invalid value %q (want a whole number; 0 turns the processor's VACUUM off)", v)
+	case n == 0:
+		cfg.vacuumEvery = -1
+	default:
+		cfg.vacuumEvery = n
+	}
 
-	v, origin := lookup("order")
+	v, origin = lookup("order")
 	order, err := repository.ParseOrder(v)
 	if err != nil {
 		bad(origin, "%s", plain(err))

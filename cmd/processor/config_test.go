@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -36,8 +37,12 @@ func TestParseConfig(t *testing.T) {
 		if cfg.workers != workersDefault || cfg.batchSize != batchSizeDefault || cfg.order != repository.FIFO ||
 			cfg.condition != repository.None || cfg.timeout != 5*time.Minute || cfg.retryDelay != 30*time.Second ||
 			cfg.addr != "127.0.0.1:9090" || cfg.logFormat != "text" || cfg.logLevel != slog.LevelInfo ||
-			cfg.initialize || cfg.migrate || cfg.httpURL != "" {
+			cfg.initialize || cfg.migrate || cfg.httpURL != "" || cfg.vacuumEvery != processor.VacuumEveryDefault {
 			t.Errorf("defaults: %+v", cfg)
+		}
+		cfg, err = parseConfig(append(base, "--vacuum-every", "250000", "--exec", "true"), env("PGTASK_VACUUM_EVERY", "0"))
+		if err != nil || cfg.vacuumEvery != 250000 {
+			t.Errorf("--vacuum-every 250000: %d, %v", cfg.vacuumEvery, err)
 		}
 	})
 
@@ -63,14 +68,16 @@ func TestParseConfig(t *testing.T) {
 		t.Parallel()
 		getenv := env("DATABASE_URL", "postgres://env/db", "PGTASK_TOPIC", "envtopic", "PGTASK_WORKERS", "8",
 			"PGTASK_ORDER", "lifo", "PGTASK_CONDITION", "singular-by-identifier", "PGTASK_INIT", "true",
-			"PGTASK_TIMEOUT", "10s", "PGTASK_ADDR", "", "PGTASK_HTTP", "http://env.example/hook", "PGTASK_LOG_LEVEL", "debug")
+			"PGTASK_TIMEOUT", "10s", "PGTASK_ADDR", "", "PGTASK_HTTP", "http://env.example/hook", "PGTASK_LOG_LEVEL", "debug",
+			"PGTASK_VACUUM_EVERY", "0")
 		cfg, err := parseConfig([]string{"--workers", "3"}, getenv)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if cfg.databaseURL != "postgres://env/db" || cfg.topic != "envtopic" || cfg.workers != 3 || cfg.order != repository.LIFO ||
 			cfg.condition != repository.SingularByIdentifier || !cfg.initialize || cfg.timeout != 10*time.Second ||
-			cfg.addr != addrDefault || cfg.httpURL != "http://env.example/hook" || cfg.logLevel != slog.LevelDebug {
+			cfg.addr != addrDefault || cfg.httpURL != "http://env.example/hook" || cfg.logLevel != slog.LevelDebug ||
+			cfg.vacuumEvery != -1 {
 			t.Errorf("from environment: %+v", cfg)
 		}
 		// --exec on the command line beats PGTASK_HTTP from the environment.
@@ -103,6 +110,8 @@ func TestParseConfig(t *testing.T) {
 			{append(base, "--condition", "sometimes", "--exec", "true"), env(), `--condition: unknown condition "sometimes" (want one of NONE, SINGULAR_BY_IDENTIFIER`},
 			{append(base, "--workers", "0", "--exec", "true"), env(), `--workers: invalid value "0" (want a whole number of at least 1)`},
 			{append(base, "--batch-size", "many", "--exec", "true"), env(), `--batch-size: invalid value "many"`},
+			{append(base, "--vacuum-every", "-5", "--exec", "true"), env(), `--vacuum-every: invalid value "-5"`},
+			{append(base, "--exec", "true"), env("PGTASK_VACUUM_EVERY", "often"), `PGTASK_VACUUM_EVERY: invalid value "often"`},
 			{append(base, "--exec", "true"), env("PGTASK_WORKERS", "lots"), `PGTASK_WORKERS: invalid value "lots"`},
 			{append(base, "--timeout", "soon", "--exec", "true"), env(), `--timeout: invalid duration "soon"`},
 			{append(base, "--timeout", "0s", "--exec", "true"), env(), `--timeout: duration "0s" must be positive`},

@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Repository:        repo,
 		Logger:            logger,
 		HeartbeatInterval: cfg.heartbeat,
+		VacuumEvery:       cfg.vacuumEvery,
 		OnExpire:          m.OnExpire,
 	})
 	if err != nil {
