@@ -34,4 +34,10 @@
 // Limiter bounds the batches a manager has outstanding; a PriorityLimiter shares slots
 // among managers so one process can serve many topics fairly. Listener observes a
 // manager (start, dispatch, callback, complete, error, empty, fatal) for logs and metrics.
+//
+// A processor allocates a few kilobytes per task on a small live heap, so at Go's default
+// GOGC of 100 the collector runs many times a second; pgtask's own binaries use 400
+// (debug.SetGCPercent) unless the environment sets GOGC, which cut their CPU by about a
+// third. Next to PostgreSQL on a small machine, GOMAXPROCS=1 leaves the other cores to
+// the database (BENCHMARKS.md).
 package processor
