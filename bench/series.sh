@@ -40,8 +40,7 @@ source "$here/common.sh"
 
 raws=() ours=()
 for i in $(seq "$pairs"); do
-	checkpoint "$raw_url"
-	raw="$("$here/baseline.sh" "$raw_url" | tail -n 1)"
+	raw="$(raw_baseline "$raw_url")"
 	checkpoint "$pgtask_url"
 	out="$(DATABASE_URL="$pgtask_url" "$pgtask" bench --tasks 200000 --pushers 2 --json "$@" | tail -n 1)"
 	life="$(field lifecycle_rows_per_second "$raw")"

@@ -46,8 +46,7 @@ source "$here/common.sh"
 
 raws=() processed=() ratios=() met=0
 for i in $(seq "$runs"); do
-	checkpoint "$raw_url"
-	raw="$("$here/baseline.sh" "$raw_url" | tail -n 1)"
+	raw="$(raw_baseline "$raw_url")"
 	life="$(field lifecycle_rows_per_second "$raw")"
 	[[ -n "$life" ]] || { echo "sustained: run $i: the baseline gave no figure: $raw" >&2; exit 1; }
 	rate="$(awk -v l="$life" -v f="$fraction" 'BEGIN { printf "%.0f", l * f }')"

@@ -67,6 +67,7 @@ type benchConfig struct {
 	handlerDelay  time.Duration
 	managers      int
 	processes     int
+	vacuumEvery   int64 // as the processor binary's --vacuum-every: 0 turns the processors' VACUUM off
 	insertion     repository.Insertion
 	condition     repository.Condition
 	order         repository.Order
@@ -103,6 +104,7 @@ func benchFlags(f *flags, cfg *benchConfig) (insertion, condition, order *string
 	f.Var((*durationValue)(&cfg.flushInterval), "flush-interval", "how long (`DURATION`) the completer waits for --flush-size decisions; 0 commits\nas soon as the previous commit is done")
 	f.Var((*durationValue)(&cfg.handlerDelay), "handler-delay", "time (`DURATION`) the handler spends on each task")
 	f.IntVar(&cfg.managers, "managers", 1, "processors (`N`), each with its own pool and owner, per process")
+	f.Int64Var(&cfg.vacuumEvery, "vacuum-every", processor.VacuumEveryDefault, "the processors VACUUM the topic's partition after every `N` tasks leased (a quarter\nof its rows when more); 0 leaves it to autovacuum")
 	condition = f.String("condition", "none", "poll `CONDITION`: none, singular-by-identifier, ...-suspend-on-failure,\n...-suspend-until-success")
 	order = f.String("order", "fifo", "poll `ORDER`: fifo or lifo")
 	insertion = f.String("insertion", "append", "push insertion `MODE`: append, replace, supersede or delete")
@@ -190,6 +192,9 @@ func (cfg *benchConfig) check(f *flags, insertion, condition, order string) erro
 	}
 	if cfg.queue < 0 {
 		return f.usagef("--queue: %d is negative", cfg.queue)
+	}
+	if cfg.vacuumEvery < 0 {
+		return f.usagef("--vacuum-every: %d is negative (0 turns the processors' VACUUM off)", cfg.vacuumEvery)
 	}
 	return nil
 }
@@ -371,7 +376,11 @@ func startProcessors(ctx context.Context, cfg *benchConfig, topic string, s *ben
 			_ = ip.stop()
 			return nil, err
 		}
-		p, err := processor.New(processor.Config{Pool: pool, Repository: repo, Logger: logger})
+		vacuumEvery := cfg.vacuumEvery
+		if vacuumEvery == 0 {
+			vacuumEvery = -1 // processor.Config: negative is off, 0 the default
+		}
+		p, err := processor.New(processor.Config{Pool: pool, Repository: repo, Logger: logger, VacuumEvery: vacuumEvery})
 		if err != nil {
 			_ = ip.stop()
 			return nil, err
@@ -452,7 +461,7 @@ func startChildren(ctx context.Context, cfg *benchConfig, topic string, s *bench
 		"--workers", strconv.Itoa(cfg.workers), "--queue", strconv.Itoa(cfg.queue),
 		"--batch-size", strconv.Itoa(cfg.batchSize), "--flush-size", strconv.Itoa(cfg.flushSize),
 		"--flush-interval", cfg.flushInterval.String(), "--handler-delay", cfg.handlerDelay.String(),
-		"--managers", strconv.Itoa(cfg.managers), "--condition", strings.ToLower(cfg.condition.String()),
+		"--managers", strconv.Itoa(cfg.managers), "--vacuum-every", strconv.FormatInt(cfg.vacuumEvery, 10), "--condition", strings.ToLower(cfg.condition.String()),
 		"--order", cfg.order.String(), "--insertion", cfg.insertion.String(), "--record=" + strconv.FormatBool(record)}
 	c := &children{}
 	ready := make(chan struct{}, cfg.processes)
@@ -726,6 +735,7 @@ func bench(ctx context.Context, e *env, cfg *benchConfig) (err error) {
 	r.result["handler_delay_ms"] = ms(cfg.handlerDelay)
 	r.result["push_batch"] = cfg.pushBatch
 	r.result["pushers"] = cfg.pushers
+	r.result["vacuum_every"] = cfg.vacuumEvery
 	r.result["insertion"] = cfg.insertion.String()
 	r.result["condition"] = cfg.condition.String()
 	// The processors' Go runtime: on a machine shared with PostgreSQL, its collector and

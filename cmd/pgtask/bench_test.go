@@ -67,6 +67,16 @@ func TestBench(t *testing.T) {
 		}
 		f.wantOnlyTopicT()
 	})
+	t.Run("BurndownInChildProcesses", func(t *testing.T) {
+		// the children take the shared flags, --vacuum-every among them, from the parent
+		r := f.benchJSON("--tasks", "300", "--processes", "2", "--managers", "2", "--batch-size", "20",
+			"--push-batch", "50", "--vacuum-every", "100")
+		wantPositive(t, r, "tasks_per_second", "processor_peak_rss_mb")
+		if r["processed"] != float64(300) || r["errors"] != float64(0) || r["vacuum_every"] != float64(100) {
+			t.Errorf("result %v", r)
+		}
+		f.wantOnlyTopicT()
+	})
 	t.Run("BurndownWithInsertionAndCondition", func(t *testing.T) {
 		// 300 pushes over 100 identifiers: with REPLACE only the last of each stays READY.
 		r := f.benchJSON("--tasks", "300", "--identifiers", "100", "--push-batch", "100",
@@ -115,6 +125,7 @@ func TestBench(t *testing.T) {
 	t.Run("UsageErrors", func(t *testing.T) {
 		wantUsage(t, f.cli("bench", "--mode", "fast"), "--mode", "fast")
 		wantUsage(t, f.cli("bench", "--workers", "0"), "--workers")
+		wantUsage(t, f.cli("bench", "--vacuum-every", "-5"), "--vacuum-every", "-5")
 		wantUsage(t, f.cli("bench", "--condition", "sometimes"), "--condition")
 		// runBench's signature (fixed by the dispatcher) reads the real environment.
 		if os.Getenv("DATABASE_URL") == "" {

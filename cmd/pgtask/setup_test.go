@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +18,17 @@ import (
 	"github.com/pgtask/pgtask/sql/schema"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// pgtask bench --processes starts children of its own binary, which in these tests is
+	// the test binary: run as such a child, it is the CLI.
+	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == benchChildFlag {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(exitCode(err, os.Stderr))
+	}
+	pgtest.Main(m)
+}
 
 // fixture is one test's migrated database plus the means to run the CLI against it
 // in-process.
