@@ -83,6 +83,11 @@ type benchConfig struct {
 const benchChildFlag = "--bench-child"
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if _, ok := stderr.(*os.File); !ok {
+		// the children of --processes share stderr, each through a goroutine of os/exec
+		// unless it is a file, and so do the processors' loggers
+		stderr = &lockedWriter{w: stderr}
+	}
 	e := &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	if len(args) > 0 && args[0] == benchChildFlag {
 		return runBenchChild(ctx, e, args[1:])

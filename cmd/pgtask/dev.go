@@ -250,7 +250,7 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// lockedWriter serialises writes from the several goroutines of "pgtask dev".
+// lockedWriter serialises writes from several goroutines ("pgtask dev", "pgtask bench").
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
