@@ -1701,6 +1701,85 @@ func TestPollOrder(t *testing.T) {
 	})
 }
 
+func TestPollFrom(t *testing.T) {
+	shared := setup(t)
+	pollFrom := func(f *fixture, start repository.PollStart, size int) []int64 {
+		f.t.Helper()
+		tasks, err := f.repo.PollFrom(f.ctx, f.pool, f.topic, start, size)
+		if err != nil {
+			f.t.Fatalf("poll from %+v: %v", start, err)
+		}
+		for _, task := range tasks {
+			if task.State != repository.Active || task.Owner != "owner-1" || task.Attempt != 1 {
+				f.t.Errorf("leased %+v", task)
+			}
+		}
+		return sequences(tasks)
+	}
+	t.Run("StartsAtTheStart", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, 0, 0, 0, 0, 0)
+		// the two below the start stay READY while the backlog after it lasts
+		if got, want := pollFrom(f, repository.PollStart{Sequence: s[2]}, 2), []int64{s[2], s[3]}; !slices.Equal(got, want) {
+			t.Fatalf("poll from %d = %v, want %v", s[2], got, want)
+		}
+		if got, want := sequences(f.poll(repository.FIFO, repository.None, 10)), []int64{s[0], s[1], s[4]}; !slices.Equal(got, want) {
+			t.Fatalf("poll from the head = %v, want %v", got, want)
+		}
+	})
+	t.Run("MoreUrgentPrioritiesFirst", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, 0, 0, 0, -1, 1)
+		if got, want := pollFrom(f, repository.PollStart{Sequence: s[1]}, 3), []int64{s[3], s[1], s[2]}; !slices.Equal(got, want) {
+			t.Fatalf("poll = %v, want the priority -1 task, then from the start %v", got, want)
+		}
+	})
+	t.Run("LessUrgentPrioritiesAfterTheStart", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, 1, 0, 0, 1)
+		if got, want := pollFrom(f, repository.PollStart{Sequence: s[2]}, 3), []int64{s[2], s[0], s[3]}; !slices.Equal(got, want) {
+			t.Fatalf("poll = %v, want %v", got, want)
+		}
+	})
+	t.Run("BelowTheStartWhenShort", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, 0, 0, 0, 0, 2)
+		// the start's priority below it comes only after everything from the start on
+		if got, want := pollFrom(f, repository.PollStart{Sequence: s[2]}, 4), []int64{s[0], s[2], s[3], s[4]}; !slices.Equal(got, want) {
+			t.Fatalf("poll = %v, want %v (in poll order)", got, want)
+		}
+		if got, want := pollFrom(f, repository.PollStart{Sequence: s[3]}, 10), []int64{s[1]}; !slices.Equal(got, want) {
+			t.Fatalf("second poll = %v, want %v", got, want)
+		}
+	})
+	t.Run("NotBeforeAndLocksAreRespected", func(t *testing.T) {
+		f := isolated(t, shared)
+		s := pushPriorities(f, -1, 0, 0)
+		delayed := pushOne(f, repository.Creation{Identifier: "d", Delay: time.Hour})
+		later := pushOne(f, repository.Creation{Identifier: "e"})
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		if _, err := tx.Exec(f.ctx, "SELECT 1 FROM task WHERE topic = $1 AND sequence = ANY ($2) FOR UPDATE", f.topic, []int64{s[0], s[2]}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := pollFrom(f, repository.PollStart{Sequence: s[2]}, 10), []int64{s[1], later.Sequence}; !slices.Equal(got, want) {
+			t.Fatalf("poll = %v, want %v (not %d: locked, nor %d: not yet due)", got, want, s[2], delayed.Sequence)
+		}
+	})
+	t.Run("UnknownTopicAndBadSize", func(t *testing.T) {
+		f := isolated(t, shared)
+		if _, err := f.repo.PollFrom(f.ctx, f.pool, "nosuch", repository.PollStart{}, 10); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("poll of an unknown topic: %v, want ErrUnknownTopic", err)
+		}
+		if _, err := f.repo.PollFrom(f.ctx, f.pool, f.topic, repository.PollStart{}, -1); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("poll size -1: %v, want ErrInvalid", err)
+		}
+	})
+}
+
 func TestStats(t *testing.T) {
 	shared := setup(t)
 	t.Run("CountsTasksByState", func(t *testing.T) {
