@@ -15,9 +15,7 @@
 // hands each to its Handler and commits the decisions. When the topic runs dry it
 // hibernates until a NOTIFY, a Resume or its PauseInterval; a wake-up that arrives while
 // a batch runs is kept. It backs off on database errors and stops polling while its topic
-// is paused. In FIFO order with condition NONE, while a backlog lasts, a poll starts
-// where the previous full batch did (Repository.PollFrom) and reads from the head at
-// least every RescanInterval. Decisions of many batches are committed together in ONE statement (the
+// is paused. Decisions of many batches are committed together in ONE statement (the
 // completer), in one transaction with the follow-up pushes and junctions the handlers
 // declared; no transaction is open while a handler runs.
 //

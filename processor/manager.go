@@ -19,7 +19,6 @@ const (
 	PauseIntervalDefault   = 5 * time.Second
 	ShutdownTimeoutDefault = 30 * time.Second
 	FlushSizeDefault       = 1000
-	RescanIntervalDefault  = time.Second
 	// OutstandingDefault bounds the outstanding batches of a manager whose handler is
 	// not a Buffer: one being handled, the rest being committed.
 	OutstandingDefault = 4
@@ -37,16 +36,6 @@ type ManagerConfig struct {
 	// Order and Condition are passed to every poll (the condition is honoured).
 	Order     repository.Order
 	Condition repository.Condition
-	// RescanInterval applies to FIFO order with condition NONE. After a full batch the
-	// next poll starts where that batch did (Repository.PollFrom) instead of at the head
-	// of the topic's READY index, whose dead entries (every task leased since the last
-	// VACUUM) a poll from the head steps over; at least every RescanInterval, and after
-	// any batch that came back short, the poll reads from the head again. A task that
-	// becomes READY below where the polls start at the same priority (a retry or snooze
-	// falling due, an expiry, a revival) therefore waits at most about RescanInterval
-	// while a backlog lasts; more urgent priorities are never skipped. Default 1 s;
-	// negative polls from the head every time (strict poll order).
-	RescanInterval time.Duration
 	// BatchSize is the most tasks one poll leases. Default 100.
 	BatchSize int
 	// PauseInterval is how long the manager hibernates when the topic is empty before it
@@ -108,9 +97,6 @@ func (c *ManagerConfig) validate() error {
 	}
 	if c.FlushSize == 0 {
 		c.FlushSize = FlushSizeDefault
-	}
-	if c.RescanInterval == 0 {
-		c.RescanInterval = RescanIntervalDefault
 	}
 	if c.Limiter == nil {
 		n := OutstandingDefault
@@ -439,13 +425,6 @@ func (m *TaskManager) failInflight(err error) {
 func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct{}) {
 	topic := m.cfg.Topic
 	backoff := newBackoff(100*time.Millisecond, 10*time.Second)
-	// from is where the next poll starts, nil at the head (RescanInterval); headAt is
-	// when the last poll from the head started.
-	var (
-		from   *repository.PollStart
-		headAt time.Time
-	)
-	fromStart := m.cfg.Order == repository.FIFO && m.cfg.Condition == repository.None && m.cfg.RescanInterval > 0
 	for ctx.Err() == nil {
 		if !m.active.Load() {
 			m.hibernate(ctx)
@@ -459,26 +438,9 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 		// committed it would leave leases nobody knows of until expiry. Its tasks, if
 		// any, are handed back by the shutdown like any unstarted batch.
 		pollCtx, cancelPoll := context.WithTimeout(context.WithoutCancel(ctx), pollTimeout)
-		if from != nil && start.Sub(headAt) >= m.cfg.RescanInterval {
-			from = nil
-		}
-		var (
-			tasks []repository.Task
-			err   error
-		)
-		if from != nil {
-			tasks, err = m.p.repo.PollFrom(pollCtx, m.p.pool, topic, *from, m.cfg.BatchSize)
-		} else {
-			headAt = start
-			tasks, err = m.p.repo.Poll(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize)
-		}
+		tasks, err := m.p.repo.Poll(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize)
 		cancelPoll()
 		elapsed := time.Since(start)
-		from = nil
-		if err == nil && fromStart && len(tasks) == m.cfg.BatchSize {
-			// a full batch: the backlog goes on after its first task (tasks are in poll order)
-			from = &repository.PollStart{Priority: tasks[0].Priority, Sequence: tasks[0].Sequence}
-		}
 		if err != nil {
 			m.cfg.Limiter.Release()
 			if ctx.Err() != nil {

@@ -67,8 +67,7 @@ type benchConfig struct {
 	handlerDelay  time.Duration
 	managers      int
 	processes     int
-	vacuumEvery   int64         // as the processor binary's --vacuum-every: 0 turns the processors' VACUUM off
-	rescan        time.Duration // as the processor binary's --rescan-interval: 0 polls from the head every time
+	vacuumEvery   int64 // as the processor binary's --vacuum-every: 0 turns the processors' VACUUM off
 	insertion     repository.Insertion
 	condition     repository.Condition
 	order         repository.Order
@@ -110,8 +109,6 @@ func benchFlags(f *flags, cfg *benchConfig) (insertion, condition, order *string
 	f.Var((*durationValue)(&cfg.flushInterval), "flush-interval", "how long (`DURATION`) the completer waits for --flush-size decisions; 0 commits\nas soon as the previous commit is done")
 	f.Var((*durationValue)(&cfg.handlerDelay), "handler-delay", "time (`DURATION`) the handler spends on each task")
 	f.IntVar(&cfg.managers, "managers", 1, "processors (`N`), each with its own pool and owner, per process")
-	cfg.rescan = processor.RescanIntervalDefault
-	f.Var((*durationValue)(&cfg.rescan), "rescan-interval", "with --order fifo and --condition none, polls start where the previous batch did and\nread the whole READY index at least every `DURATION`; 0 reads it every time")
 	f.Int64Var(&cfg.vacuumEvery, "vacuum-every", processor.VacuumEveryDefault, "the processors VACUUM the topic's partition after every `N` tasks leased (a quarter\nof its rows when more); 0 leaves it to autovacuum")
 	condition = f.String("condition", "none", "poll `CONDITION`: none, singular-by-identifier, ...-suspend-on-failure,\n...-suspend-until-success")
 	order = f.String("order", "fifo", "poll `ORDER`: fifo or lifo")
@@ -200,9 +197,6 @@ func (cfg *benchConfig) check(f *flags, insertion, condition, order string) erro
 	}
 	if cfg.queue < 0 {
 		return f.usagef("--queue: %d is negative", cfg.queue)
-	}
-	if cfg.rescan < 0 {
-		return f.usagef("--rescan-interval: %v is negative (0 polls from the head every time)", cfg.rescan)
 	}
 	if cfg.vacuumEvery < 0 {
 		return f.usagef("--vacuum-every: %d is negative (0 turns the processors' VACUUM off)", cfg.vacuumEvery)
@@ -387,10 +381,6 @@ func startProcessors(ctx context.Context, cfg *benchConfig, topic string, s *ben
 			_ = ip.stop()
 			return nil, err
 		}
-		rescan := cfg.rescan
-		if rescan == 0 {
-			rescan = -1 // processor.ManagerConfig: negative polls from the head, 0 is the default
-		}
 		vacuumEvery := cfg.vacuumEvery
 		if vacuumEvery == 0 {
 			vacuumEvery = -1 // processor.Config: negative is off, 0 the default
@@ -401,7 +391,7 @@ func startProcessors(ctx context.Context, cfg *benchConfig, topic string, s *ben
 			return nil, err
 		}
 		if _, err := p.Manage(processor.ManagerConfig{
-			Topic: topic, Handler: h, Order: cfg.order, Condition: cfg.condition, RescanInterval: rescan,
+			Topic: topic, Handler: h, Order: cfg.order, Condition: cfg.condition,
 			BatchSize: cfg.batchSize, FlushSize: cfg.flushSize, FlushInterval: cfg.flushInterval,
 			ShutdownTimeout: 10 * time.Second, Listener: s.listener(record, onDone),
 		}); err != nil {
@@ -476,7 +466,7 @@ func startChildren(ctx context.Context, cfg *benchConfig, topic string, s *bench
 		"--workers", strconv.Itoa(cfg.workers), "--queue", strconv.Itoa(cfg.queue),
 		"--batch-size", strconv.Itoa(cfg.batchSize), "--flush-size", strconv.Itoa(cfg.flushSize),
 		"--flush-interval", cfg.flushInterval.String(), "--handler-delay", cfg.handlerDelay.String(),
-		"--managers", strconv.Itoa(cfg.managers), "--vacuum-every", strconv.FormatInt(cfg.vacuumEvery, 10), "--rescan-interval", cfg.rescan.String(), "--condition", strings.ToLower(cfg.condition.String()),
+		"--managers", strconv.Itoa(cfg.managers), "--vacuum-every", strconv.FormatInt(cfg.vacuumEvery, 10), "--condition", strings.ToLower(cfg.condition.String()),
 		"--order", cfg.order.String(), "--insertion", cfg.insertion.String(), "--record=" + strconv.FormatBool(record)}
 	c := &children{}
 	ready := make(chan struct{}, cfg.processes)
@@ -751,7 +741,6 @@ func bench(ctx context.Context, e *env, cfg *benchConfig) (err error) {
 	r.result["push_batch"] = cfg.pushBatch
 	r.result["pushers"] = cfg.pushers
 	r.result["vacuum_every"] = cfg.vacuumEvery
-	r.result["rescan_interval_ms"] = cfg.rescan.Milliseconds()
 	r.result["insertion"] = cfg.insertion.String()
 	r.result["condition"] = cfg.condition.String()
 	// The processors' Go runtime: on a machine shared with PostgreSQL, its collector and

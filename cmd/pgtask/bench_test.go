@@ -70,7 +70,7 @@ func TestBench(t *testing.T) {
 	t.Run("BurndownInChildProcesses", func(t *testing.T) {
 		// the children take the shared flags, --vacuum-every among them, from the parent
 		r := f.benchJSON("--tasks", "300", "--processes", "2", "--managers", "2", "--batch-size", "20",
-			"--push-batch", "50", "--vacuum-every", "100", "--rescan-interval", "0")
+			"--push-batch", "50", "--vacuum-every", "100")
 		wantPositive(t, r, "tasks_per_second", "processor_peak_rss_mb")
 		if r["processed"] != float64(300) || r["errors"] != float64(0) || r["vacuum_every"] != float64(100) {
 			t.Errorf("result %v", r)
@@ -126,7 +126,6 @@ func TestBench(t *testing.T) {
 		wantUsage(t, f.cli("bench", "--mode", "fast"), "--mode", "fast")
 		wantUsage(t, f.cli("bench", "--workers", "0"), "--workers")
 		wantUsage(t, f.cli("bench", "--vacuum-every", "-5"), "--vacuum-every", "-5")
-		wantUsage(t, f.cli("bench", "--rescan-interval", "-1s"), "--rescan-interval", "-1s")
 		wantUsage(t, f.cli("bench", "--condition", "sometimes"), "--condition")
 		// runBench's signature (fixed by the dispatcher) reads the real environment.
 		if os.Getenv("DATABASE_URL") == "" {

@@ -28,7 +28,6 @@ const (
 	heartbeatDefault       = processor.HeartbeatIntervalDefault
 	pauseIntervalDefault   = processor.PauseIntervalDefault
 	shutdownTimeoutDefault = processor.ShutdownTimeoutDefault
-	rescanIntervalDefault  = processor.RescanIntervalDefault
 	vacuumEveryDefault     = processor.VacuumEveryDefault
 )
 
@@ -48,7 +47,6 @@ type config struct {
 	heartbeat       time.Duration
 	pauseInterval   time.Duration
 	shutdownTimeout time.Duration
-	rescanInterval  time.Duration // processor.ManagerConfig.RescanInterval: negative polls from the head every time
 	timeout         time.Duration
 	retryDelay      time.Duration
 	vacuumEvery     int64 // processor.Config.VacuumEvery: negative disables
@@ -90,7 +88,6 @@ var options = []option{
 	{name: "heartbeat", env: "PGTASK_HEARTBEAT", def: heartbeatDefault.String(), arg: "DURATION", help: "owner heartbeat interval; leases of an owner silent for 5 intervals are taken back"},
 	{name: "pause-interval", env: "PGTASK_PAUSE_INTERVAL", def: pauseIntervalDefault.String(), arg: "DURATION", help: "how often an idle processor polls when no notification arrives"},
 	{name: "shutdown-timeout", env: "PGTASK_SHUTDOWN_TIMEOUT", def: shutdownTimeoutDefault.String(), arg: "DURATION", help: "how long running tasks may finish after SIGTERM before they are killed"},
-	{name: "rescan-interval", env: "PGTASK_RESCAN_INTERVAL", def: rescanIntervalDefault.String(), arg: "DURATION", help: "with --order fifo and --condition none, polls start where the previous batch did and read the whole READY index at least this often; 0 reads it every time (strict order)"},
 	{name: "vacuum-every", env: "PGTASK_VACUUM_EVERY", def: strconv.Itoa(vacuumEveryDefault), arg: "N", help: "VACUUM the topic's partition after every N tasks leased (a quarter of its rows when more); 0 leaves it to autovacuum"},
 	{name: "init", env: "PGTASK_INIT", def: "false", isBool: true, help: "register the topic if it is missing"},
 	{name: "migrate", env: "PGTASK_MIGRATE", def: "false", isBool: true, help: "apply pending schema migrations first"},
@@ -292,9 +289,6 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	cfg.heartbeat = duration("heartbeat", false)
 	cfg.pauseInterval = duration("pause-interval", false)
 	cfg.shutdownTimeout = duration("shutdown-timeout", false)
-	if cfg.rescanInterval = duration("rescan-interval", true); cfg.rescanInterval == 0 {
-		cfg.rescanInterval = -1 // processor.ManagerConfig: negative polls from the head, 0 is the default
-	}
 
 	boolean := func(name string) bool {
 		v, origin := lookup(name)

@@ -37,17 +37,12 @@ func TestParseConfig(t *testing.T) {
 		if cfg.workers != workersDefault || cfg.batchSize != batchSizeDefault || cfg.order != repository.FIFO ||
 			cfg.condition != repository.None || cfg.timeout != 5*time.Minute || cfg.retryDelay != 30*time.Second ||
 			cfg.addr != "127.0.0.1:9090" || cfg.logFormat != "text" || cfg.logLevel != slog.LevelInfo ||
-			cfg.initialize || cfg.migrate || cfg.httpURL != "" || cfg.vacuumEvery != processor.VacuumEveryDefault ||
-			cfg.rescanInterval != processor.RescanIntervalDefault {
+			cfg.initialize || cfg.migrate || cfg.httpURL != "" || cfg.vacuumEvery != processor.VacuumEveryDefault {
 			t.Errorf("defaults: %+v", cfg)
 		}
 		cfg, err = parseConfig(append(base, "--vacuum-every", "250000", "--exec", "true"), env("PGTASK_VACUUM_EVERY", "0"))
 		if err != nil || cfg.vacuumEvery != 250000 {
 			t.Errorf("--vacuum-every 250000: %d, %v", cfg.vacuumEvery, err)
-		}
-		cfg, err = parseConfig(append(base, "--rescan-interval", "250ms", "--exec", "true"), env())
-		if err != nil || cfg.rescanInterval != 250*time.Millisecond {
-			t.Errorf("--rescan-interval 250ms: %v, %v", cfg.rescanInterval, err)
 		}
 	})
 
@@ -74,7 +69,7 @@ func TestParseConfig(t *testing.T) {
 		getenv := env("DATABASE_URL", "postgres://env/db", "PGTASK_TOPIC", "envtopic", "PGTASK_WORKERS", "8",
 			"PGTASK_ORDER", "lifo", "PGTASK_CONDITION", "singular-by-identifier", "PGTASK_INIT", "true",
 			"PGTASK_TIMEOUT", "10s", "PGTASK_ADDR", "", "PGTASK_HTTP", "http://env.example/hook", "PGTASK_LOG_LEVEL", "debug",
-			"PGTASK_VACUUM_EVERY", "0", "PGTASK_RESCAN_INTERVAL", "0s")
+			"PGTASK_VACUUM_EVERY", "0")
 		cfg, err := parseConfig([]string{"--workers", "3"}, getenv)
 		if err != nil {
 			t.Fatal(err)
@@ -82,7 +77,7 @@ func TestParseConfig(t *testing.T) {
 		if cfg.databaseURL != "postgres://env/db" || cfg.topic != "envtopic" || cfg.workers != 3 || cfg.order != repository.LIFO ||
 			cfg.condition != repository.SingularByIdentifier || !cfg.initialize || cfg.timeout != 10*time.Second ||
 			cfg.addr != addrDefault || cfg.httpURL != "http://env.example/hook" || cfg.logLevel != slog.LevelDebug ||
-			cfg.vacuumEvery != -1 || cfg.rescanInterval != -1 {
+			cfg.vacuumEvery != -1 {
 			t.Errorf("from environment: %+v", cfg)
 		}
 		// --exec on the command line beats PGTASK_HTTP from the environment.
@@ -121,7 +116,6 @@ func TestParseConfig(t *testing.T) {
 			{append(base, "--timeout", "soon", "--exec", "true"), env(), `--timeout: invalid duration "soon"`},
 			{append(base, "--timeout", "0s", "--exec", "true"), env(), `--timeout: duration "0s" must be positive`},
 			{append(base, "--heartbeat", "-1s", "--exec", "true"), env(), `--heartbeat: duration "-1s" must be positive`},
-			{append(base, "--rescan-interval", "-1s", "--exec", "true"), env(), `--rescan-interval: duration "-1s" must be positive`},
 			{append(base, "--exec", "true"), env("PGTASK_INIT", "maybe"), `PGTASK_INIT: invalid value "maybe" (want true or false)`},
 			{append(base, "--addr", "9090", "--exec", "true"), env(), `--addr: invalid address "9090"`},
 			{append(base, "--log-format", "xml", "--exec", "true"), env(), `--log-format: unknown log format "xml"`},

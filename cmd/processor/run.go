@@ -100,7 +100,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		BatchSize:       cfg.batchSize,
 		PauseInterval:   cfg.pauseInterval,
 		ShutdownTimeout: cfg.shutdownTimeout,
-		RescanInterval:  cfg.rescanInterval,
 		Listener: processor.Listeners(m.Listener(), processor.Listener{
 			OnStart: func(string) { running.Store(true) },
 			OnError: func(topic string, err error) {
