@@ -475,19 +475,16 @@ const taskPoll = `-- name: TaskPoll :many
 UPDATE task t SET state = 0, owner = $1::text, attempt = t.attempt + 1
 WHERE t.topic = $2
   AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates($2::text, $3::boolean,
-                                                      $4::smallint, $5::integer,
-                                                      $6::smallint, $7::bigint)))
+                                                      $4::smallint, $5::integer)))
 RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
 
 type TaskPollParams struct {
-	Owner        string
-	Topic        string
-	Lifo         bool
-	Condition    int16
-	Size         int32
-	FromPriority *int16
-	FromSequence *int64
+	Owner     string
+	Topic     string
+	Lifo      bool
+	Condition int16
+	Size      int32
 }
 
 // Leases up to size READY tasks in poll order (design section 4.3): the function
@@ -496,9 +493,7 @@ type TaskPollParams struct {
 // condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
 // 3 ..._SUSPEND_UNTIL_SUCCESS. Rows are found by their address (a TID scan, the one
 // plan that stays right when pgx caches a generic plan made on a near-empty table); the
-// topic equality prunes the UPDATE to the topic's partition. from_priority and
-// from_sequence, both set, start a FIFO poll of condition NONE where the previous one
-// leased instead of at the head of task_ready (migration 000009); NULL reads from the head.
+// topic equality prunes the UPDATE to the topic's partition.
 func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]Task, error) {
 	rows, err := db.Query(ctx, taskPoll,
 		arg.Owner,
@@ -506,8 +501,6 @@ func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]
 		arg.Lifo,
 		arg.Condition,
 		arg.Size,
-		arg.FromPriority,
-		arg.FromSequence,
 	)
 	if err != nil {
 		return nil, err

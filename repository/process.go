@@ -22,31 +22,6 @@ import (
 // of their identifier in this topic (design §4.3). Size 0 returns nothing; an unknown
 // topic returns ErrUnknownTopic.
 func (r *Repository) Poll(ctx context.Context, h Handle, topic string, order Order, condition Condition, size int) ([]Task, error) {
-	return r.poll(ctx, h, topic, order, condition, size, nil)
-}
-
-// PollStart is where PollFrom starts reading a topic's READY tasks: a priority and a
-// sequence, usually those of the first task the previous poll leased.
-type PollStart struct {
-	Priority int16
-	Sequence int64
-}
-
-// PollFrom is Poll in FIFO order with condition NONE, reading the READY tasks from start
-// instead of from the head. A poll from the head steps over the index entries of every
-// task leased since the topic's last VACUUM; one from where the previous poll leased
-// steps over one batch's. It leases, up to size in all and in this order: READY tasks of
-// a lower priority value than start's (more urgent ones, pushed meanwhile); READY tasks
-// from start on, in poll order; and, only when those were fewer than size, the READY
-// tasks of start's priority below start. So a task that became READY below start at its
-// priority (a retry or snooze falling due, an expiry, a revival or junction release, a
-// push committed after younger ones) waits until the backlog after start runs short or
-// the next Poll; use Poll for strict poll order. The tasks come in poll order.
-func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, start PollStart, size int) ([]Task, error) {
-	return r.poll(ctx, h, topic, FIFO, None, size, &start)
-}
-
-func (r *Repository) poll(ctx context.Context, h Handle, topic string, order Order, condition Condition, size int, start *PollStart) ([]Task, error) {
 	if size == 0 {
 		return nil, nil
 	}
@@ -63,13 +38,9 @@ func (r *Repository) poll(ctx context.Context, h Handle, topic string, order Ord
 		return nil, invalid("unknown order %d", order)
 	}
 	size = min(size, 1<<31-1)
-	arg := db.TaskPollParams{
+	rows, err := r.q.TaskPoll(ctx, h, db.TaskPollParams{
 		Owner: r.owner, Topic: topic, Lifo: order == LIFO, Condition: int16(condition), Size: int32(size),
-	}
-	if start != nil {
-		arg.FromPriority, arg.FromSequence = &start.Priority, &start.Sequence
-	}
-	rows, err := r.q.TaskPoll(ctx, h, arg)
+	})
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("poll topic %q", topic), err)
 	}

@@ -5,14 +5,11 @@
 -- condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
 -- 3 ..._SUSPEND_UNTIL_SUCCESS. Rows are found by their address (a TID scan, the one
 -- plan that stays right when pgx caches a generic plan made on a near-empty table); the
--- topic equality prunes the UPDATE to the topic's partition. from_priority and
--- from_sequence, both set, start a FIFO poll of condition NONE where the previous one
--- leased instead of at the head of task_ready (migration 000009); NULL reads from the head.
+-- topic equality prunes the UPDATE to the topic's partition.
 UPDATE task t SET state = 0, owner = sqlc.arg(owner)::text, attempt = t.attempt + 1
 WHERE t.topic = sqlc.arg(topic)
   AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates(sqlc.arg(topic)::text, sqlc.arg(lifo)::boolean,
-                                                      sqlc.arg(condition)::smallint, sqlc.arg(size)::integer,
-                                                      sqlc.narg(from_priority)::smallint, sqlc.narg(from_sequence)::bigint)))
+                                                      sqlc.arg(condition)::smallint, sqlc.arg(size)::integer)))
 RETURNING t.*;
 
 -- name: TaskComplete :many
