@@ -15,10 +15,16 @@ import (
 
 func main() {
 	gctune.Apply()
+	os.Exit(runProcess(os.Args[1:]))
+}
+
+// runProcess runs the command line args as this process's command, with SIGINT and
+// SIGTERM cancelling it, and returns the exit code.
+func runProcess(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal, a second one gets the default behaviour (exit at once).
 	context.AfterFunc(ctx, stop)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := run(ctx, args, os.Stdout, os.Stderr)
 	stop()
-	os.Exit(exitCode(err, os.Stderr))
+	return exitCode(err, os.Stderr)
 }

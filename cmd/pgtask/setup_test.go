@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,10 +20,7 @@ func TestMain(m *testing.M) {
 	// pgtask bench --processes starts children of its own binary, which in these tests is
 	// the test binary: run as such a child, it is the CLI.
 	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == benchChildFlag {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-		stop()
-		os.Exit(exitCode(err, os.Stderr))
+		os.Exit(runProcess(os.Args[1:]))
 	}
 	pgtest.Main(m)
 }
