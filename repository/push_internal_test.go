@@ -2,6 +2,7 @@ package repository
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -139,5 +140,73 @@ func TestPushAppendStatement(t *testing.T) {
 	one.Topic = "no-such-topic"
 	if rows, err := q.TaskPushAppend(ctx, pool, one); err != nil || len(rows) != 0 {
 		t.Fatalf("TaskPushAppend to an unknown topic = %v, %v; want no row", rows, err)
+	}
+}
+
+// TestPushAppendGenericPlan checks that the server settles on one generic plan for
+// TaskPushAppend on a connection that keeps pushing, whatever the batch sizes and
+// topics, instead of planning each execution, and that the plan still routes each
+// batch to its own topic's partition and honours each topic's cap.
+func TestPushAppendGenericPlan(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, schema.Hash(), Migrate)
+	for _, topic := range []string{"one", "two"} {
+		if _, err := pool.Exec(ctx, "SELECT task_topic_create($1)", topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "UPDATE task_topic SET queue_cap = 50 WHERE topic = 'two'"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	q := db.New()
+	want := map[string]int{}
+	next := 0
+	for i, size := range []int{1, 100, 3, 1000, 40, 1, 250, 7, 2, 30, 1, 500} {
+		topic := []string{"one", "two"}[i%2]
+		b := db.TaskPushAppendParams{Topic: topic}
+		for range size {
+			next++
+			b.Identifiers = append(b.Identifiers, "t"+strconv.Itoa(next))
+			b.Inputs, b.Refs = append(b.Inputs, ""), append(b.Refs, "")
+			b.Suspended, b.Priorities = append(b.Suspended, false), append(b.Priorities, 0)
+			b.NotBeforesUs, b.DelaysMs = append(b.NotBeforesUs, 0), append(b.DelaysMs, 0)
+		}
+		rows, err := q.TaskPushAppend(ctx, conn, b)
+		if err != nil {
+			t.Fatalf("push %d (%d to %s): %v", i, size, topic, err)
+		}
+		admitted := topic == "one" || want[topic]+size <= 50
+		if admitted && len(rows) != size || !admitted && len(rows) != 0 {
+			t.Fatalf("push %d (%d to %s, %d there, cap 50 on two): %d rows", i, size, topic, want[topic], len(rows))
+		}
+		want[topic] += len(rows)
+	}
+	for topic, n := range want {
+		var got int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = $1", topic).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		var inPartition int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM task t JOIN task_topic p ON p.partition = t.tableoid::regclass::text WHERE p.topic = $1", topic).Scan(&inPartition); err != nil {
+			t.Fatal(err)
+		}
+		if got != n || inPartition != n {
+			t.Errorf("topic %s holds %d tasks, %d of them in its partition; want %d", topic, got, inPartition, n)
+		}
+	}
+	var generic, custom int64
+	if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement LIKE '-- name: TaskPushAppend %'`).Scan(&generic, &custom); err != nil {
+		t.Fatalf("the push's prepared statement: %v", err)
+	}
+	// The server tries five custom plans before it compares them with the generic one.
+	if custom > 5 || generic < 7 {
+		t.Errorf("TaskPushAppend was planned %d times (custom) and ran a generic plan %d times in 12 pushes; want the generic plan from the sixth on", custom, generic)
 	}
 }
