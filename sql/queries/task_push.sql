@@ -115,19 +115,19 @@ ORDER BY i.sequence;
 -- unless suspended. Unlike TaskPush, it reads no partition: an INSERT routes each row to
 -- its partition as it executes, so a generic plan fits every topic and locks only the
 -- parent table, and the server keeps one after the first executions of the prepared
--- statement instead of planning each one (about a quarter of a push's server time for batches
--- of 100). The parameters of TaskPush but insertion, and the same result
--- (TestPushAppendStatement compares the two).
+-- statement instead of planning each one (about a quarter of a push's server time for
+-- batches of 100; TestPushAppendGenericPlan). The parameters of TaskPush but insertion,
+-- and the same result (TestPushAppendStatement compares the two).
 WITH topic AS (
     -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
     SELECT tt.topic, tt.queue_cap FROM task_topic tt WHERE tt.topic = sqlc.arg(topic) FOR KEY SHARE
 ),
 element AS (
-    -- One function scan of the arrays in lockstep, numbered by ORDINALITY. Its row
-    -- estimate does not depend on the arrays' values, so the generic plan's cost is not
-    -- above the custom plans' and the server settles on it; generate_series(1,
-    -- cardinality(...)) beside unnests in the select list (TaskPush) is estimated at
-    -- 1 000 rows in a generic plan, which kept every execution custom-planned.
+    -- One function scan of the arrays in lockstep, numbered by ORDINALITY. A generic plan
+    -- estimates it at 10 rows, so that plan does not look dearer than the custom ones (each
+    -- charged its planning) and the server settles on it; generate_series(1,
+    -- cardinality(...)) beside unnests in the select list (as in TaskPush) is estimated
+    -- at 1 000 rows there, which kept every execution custom-planned.
     SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us, e.delay_ms
     FROM ROWS FROM (unnest(sqlc.arg(identifiers)::text[]), unnest(sqlc.arg(inputs)::text[]),
                     unnest(sqlc.arg(refs)::text[]), unnest(sqlc.arg(suspended)::boolean[]),
