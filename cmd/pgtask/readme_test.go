@@ -338,11 +338,12 @@ func readmeRandom(t *testing.T) string {
 // readmeStart starts the built pgtask with args and env, waits until a line of its
 // standard output matches ready, and returns the submatches and a function returning
 // every line read so far. Cleanup stops it with SIGINT (SIGKILL after 30 s) and fails
-// the test unless it exited 0.
+// the test unless it exited 0; on Linux it gets SIGTERM if the test process dies first.
 func readmeStart(t *testing.T, bin string, env []string, ready *regexp.Regexp, args ...string) ([]string, func() string) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "pgtask"), args...)
 	cmd.Env = env
+	cmd.SysProcAttr = endWithTest()
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
