@@ -39,7 +39,9 @@ runs one of three modes, and destroys the topic at the end, also when interrupte
              counts it); push-only and process-only rates are reported too.
   sustained  producers push as fast as they can (or --rate tasks/s in all) while the
              processors work, for --duration; reports pushed/s, processed/s, the backlog
-             at the end and how fast it grew over the second half.
+             at the end and how fast it grew over the second half. At a --rate, each
+             producer pushes --push-batch tasks as soon as that many are due, fewer once
+             the oldest due task has waited --push-linger.
   latency    pushes one task at a time into an idle topic, each after the previous one
              completed (or open loop at --rate), and reports push→handler start and
              push→completed percentiles. The clock starts before the push statement.
@@ -63,6 +65,7 @@ type benchConfig struct {
 	flushSize     int
 	flushInterval time.Duration
 	pushBatch     int
+	pushLinger    time.Duration
 	pushers       int
 	handlerDelay  time.Duration
 	managers      int
@@ -124,6 +127,8 @@ func parseBench(e *env, args []string) (*benchConfig, error) {
 	f.IntVar(&cfg.tasks, "tasks", 200000, "tasks (`N`) to push: burndown default 200000, latency default 1000")
 	f.Var((*durationValue)(&cfg.duration), "duration", "how long (`DURATION`) sustained mode runs (default 60s); in latency mode\na limit on the run")
 	f.IntVar(&cfg.pushBatch, "push-batch", 5000, "tasks (`N`) per push statement (latency mode pushes one at a time)")
+	cfg.pushLinger = 100 * time.Millisecond
+	f.Var((*durationValue)(&cfg.pushLinger), "push-linger", "in sustained mode at a --rate, the longest (`DURATION`) a pusher holds due tasks\nback to fill a --push-batch; 0 pushes what is due at once")
 	f.IntVar(&cfg.pushers, "pushers", 1, "concurrent pushing connections (`N`)")
 	f.IntVar(&cfg.processes, "processes", 0, "run the managers in `N` child processes of this binary instead of in-process")
 	f.IntVar(&cfg.identifiers, "identifiers", 0, "distinct identifiers (`N`) cycled through; 0 gives every task its own")
@@ -667,6 +672,7 @@ type benchRun struct {
 
 	maxHeap atomic.Uint64
 	pushed  atomic.Int64 // tasks inserted READY
+	pushes  atomic.Int64 // push statements
 	next    atomic.Int64 // next task number, for identifiers
 }
 
@@ -739,6 +745,7 @@ func bench(ctx context.Context, e *env, cfg *benchConfig) (err error) {
 	r.result["flush_interval_ms"] = ms(cfg.flushInterval)
 	r.result["handler_delay_ms"] = ms(cfg.handlerDelay)
 	r.result["push_batch"] = cfg.pushBatch
+	r.result["push_linger_ms"] = ms(cfg.pushLinger)
 	r.result["pushers"] = cfg.pushers
 	r.result["vacuum_every"] = cfg.vacuumEvery
 	r.result["insertion"] = cfg.insertion.String()
@@ -864,6 +871,7 @@ func (r *benchRun) push(ctx context.Context, n int, stamp bool) error {
 		}
 	}
 	r.pushed.Add(int64(ready))
+	r.pushes.Add(1)
 	return nil
 }
 
@@ -1033,10 +1041,10 @@ func (r *benchRun) sustained(ctx context.Context) error {
 			for runCtx.Err() == nil {
 				n := cfg.pushBatch
 				if cfg.rate > 0 {
-					due := cfg.rate / float64(cfg.pushers) * time.Since(start).Seconds()
-					n = min(n, int(due)-done)
-					if n <= 0 {
-						sleepCtx(runCtx, 5*time.Millisecond)
+					var wait time.Duration
+					n, wait = paceBatch(cfg.rate/float64(cfg.pushers), time.Since(start), done, cfg.pushBatch, cfg.pushLinger)
+					if n == 0 {
+						sleepCtx(runCtx, wait)
 						continue
 					}
 				}
@@ -1079,6 +1087,7 @@ func (r *benchRun) sustained(ctx context.Context) error {
 		secs, pushed, float64(pushed)/secs, processed, float64(processed)/secs, stats.Ready, growth)
 	r.result["seconds"] = round(secs, 3)
 	r.result["pushed"] = pushed
+	r.result["push_statements"] = r.pushes.Load()
 	r.result["processed"] = processed
 	r.result["pushed_per_second"] = round(float64(pushed)/secs, 1)
 	r.result["tasks_per_second"] = round(float64(processed)/secs, 1)
@@ -1204,4 +1213,30 @@ func ms(d time.Duration) float64 { return round(float64(d)/1e6, 3) }
 func round(v float64, digits int) float64 {
 	p := math.Pow(10, float64(digits))
 	return math.Round(v*p) / p
+}
+
+// paceBatch decides a paced pusher's next step: perSecond is its share of --rate, elapsed
+// the time since the run started and done what it pushed so far. It returns how many tasks
+// to push now, or 0 and how long to sleep first. A pusher pushes a full batch as soon as
+// one is due; fewer only once the oldest due task has waited linger (at once when linger
+// is 0), so a fixed-rate producer sends the batches --push-batch asks for rather than
+// whatever became due during its previous statement.
+func paceBatch(perSecond float64, elapsed time.Duration, done, batch int, linger time.Duration) (int, time.Duration) {
+	at := func(n int) time.Duration { // when this pusher's n-th task falls due
+		return time.Duration(float64(n) * float64(time.Second) / perSecond)
+	}
+	due := int(float64(elapsed)*perSecond/float64(time.Second)) - done
+	if due >= batch {
+		return batch, 0
+	}
+	if due > 0 && elapsed-at(done+1) >= linger {
+		return due, 0
+	}
+	wait := at(done + batch)
+	if due > 0 {
+		wait = min(wait, at(done+1)+linger)
+	} else {
+		wait = min(wait, at(done+1))
+	}
+	return 0, max(wait-elapsed, time.Millisecond)
 }

@@ -95,6 +95,11 @@ func TestBench(t *testing.T) {
 		if pushed := r["pushed"].(float64); pushed > 480 {
 			t.Errorf("pushed %v tasks in 1s at --rate 400", pushed)
 		}
+		// 400/s in batches of 50 with the default linger of 100 ms: every statement carries
+		// the 40 or more tasks due by then (pushing what is due every few ms would send 2).
+		if pushed, n := r["pushed"].(float64), r["push_statements"].(float64); n < 1 || pushed/n < 25 {
+			t.Errorf("%v tasks in %v push statements: the pacing does not fill batches", pushed, n)
+		}
 		f.wantOnlyTopicT()
 	})
 	t.Run("LatencyOneAtATime", func(t *testing.T) {
@@ -126,10 +131,38 @@ func TestBench(t *testing.T) {
 		wantUsage(t, f.cli("bench", "--mode", "fast"), "--mode", "fast")
 		wantUsage(t, f.cli("bench", "--workers", "0"), "--workers")
 		wantUsage(t, f.cli("bench", "--vacuum-every", "-5"), "--vacuum-every", "-5")
+		wantUsage(t, f.cli("bench", "--push-linger", "-1s"), "--push-linger", "-1s")
 		wantUsage(t, f.cli("bench", "--condition", "sometimes"), "--condition")
 		// runBench's signature (fixed by the dispatcher) reads the real environment.
 		if os.Getenv("DATABASE_URL") == "" {
 			wantUsage(t, runCLI(f.ctx, "", nil, "bench"), "--database-url")
 		}
 	})
+}
+
+func TestPaceBatch(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name        string
+		elapsed     time.Duration
+		done, batch int
+		linger      time.Duration
+		wantN       int
+		wantWait    time.Duration
+	}{
+		// 1 000 tasks a second: task n falls due at n ms.
+		{"full batch due", 120 * ms, 0, 100, 50 * ms, 100, 0},
+		{"more than a batch due", 900 * ms, 100, 100, 50 * ms, 100, 0},
+		{"part due, oldest waited the linger", 70 * ms, 0, 100, 50 * ms, 70, 0},
+		{"part due, oldest young: wait for the linger", 30 * ms, 0, 100, 50 * ms, 0, 21 * ms},
+		{"part due, the batch fills before the linger", 130 * ms, 100, 100, 500 * ms, 0, 70 * ms},
+		{"no linger pushes what is due", 30 * ms, 0, 100, 0, 30, 0},
+		{"nothing due: wait for the next task", 100*ms + 500*time.Microsecond, 100, 100, 0, 0, ms},
+		{"nothing due for a while", 100 * ms, 110, 100, 0, 0, 11 * ms},
+	} {
+		n, wait := paceBatch(1000, c.elapsed, c.done, c.batch, c.linger)
+		if n != c.wantN || wait != c.wantWait {
+			t.Errorf("%s: paceBatch = %d, %s; want %d, %s", c.name, n, wait, c.wantN, c.wantWait)
+		}
+	}
 }
