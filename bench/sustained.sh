@@ -11,7 +11,10 @@
 # DURATION (default 60s) the length of each run; BENCH_FLAGS are added to `pgtask bench
 # --mode sustained --pushers 2 --push-batch 1000 --json`. PGTASK overrides the binary
 # (default: built from this checkout). Each run starts right after a CHECKPOINT, which
-# needs a superuser (or the pg_checkpoint role).
+# needs a superuser (or the pg_checkpoint role). Each pusher sends 1 000 tasks as soon
+# as that many are due (pgtask bench's --push-linger, 100ms by default, bounds the wait
+# at low rates); `-- --push-linger 0` pushes whatever is due at once instead, as builds
+# before a6d9b8b did.
 #
 # A run meets the target when it kept up with the push, processing at least 99 % of the
 # rate (FRACTION of the raw lifecycle; the last second's pushes are still in flight when
@@ -21,7 +24,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [[ $# -ge 2 && "$1" != -* ]] || usage
 pgtask_url="$1" raw_url="$2"
