@@ -1232,11 +1232,9 @@ func paceBatch(perSecond float64, elapsed time.Duration, done, batch int, linger
 	if due > 0 && elapsed-at(done+1) >= linger {
 		return due, 0
 	}
-	wait := at(done + batch)
+	wake := at(done + 1) // nothing due: when the next task is
 	if due > 0 {
-		wait = min(wait, at(done+1)+linger)
-	} else {
-		wait = min(wait, at(done+1))
+		wake = min(at(done+batch), wake+linger)
 	}
-	return 0, max(wait-elapsed, time.Millisecond)
+	return 0, max(wake-elapsed, time.Millisecond)
 }
