@@ -67,4 +67,5 @@ type TaskTopic struct {
 	QueueCap        *int64
 	RetentionMs     *int64
 	Active          bool
+	Dedicated       bool
 }

@@ -152,7 +152,7 @@ done AS (
     WHERE t.topic = $6 AND t.sequence = ANY ($1::bigint[])
       AND t.sequence = d.sequence
       -- IS TRUE keeps these tests out of index and join choices (they only filter): seen as
-      -- index conditions, on the estimates of a young partition they led a cached plan to
+      -- index conditions, on the estimates of a young table they led a cached plan to
       -- a nested loop over the batch squared
       AND (t.state = 0 AND t.owner = $7::text AND t.attempt = d.attempt) IS TRUE
     RETURNING t.sequence, t.state, t.descent, t.created, t.completed, t.output, t.priority, t.not_before,
@@ -363,12 +363,16 @@ WITH member AS (
 qualified AS (
     SELECT m.grp, m.identifier,
            CASE WHEN $3::boolean
-                -- one part per index (migration 000004): ACTIVE through task_open, READY
+                -- one part per index (migration 000009): ACTIVE through task_open, READY
                 -- through task_ready_identifier, EXPIRED to RECREATED through task_identifier
-                THEN EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state = 0 AND t.identifier = m.identifier)
-                  OR EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state = 1 AND t.identifier = m.identifier)
-                  OR EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state BETWEEN 2 AND 7 AND t.identifier = m.identifier)
-                ELSE EXISTS (SELECT 1 FROM task t WHERE t.topic = $4 AND t.state = 4 AND t.identifier = m.identifier)
+                THEN EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND hashtext(t.topic) = hashtext($4)
+                                                    AND t.topic = $4 AND t.identifier = m.identifier)
+                  OR EXISTS (SELECT 1 FROM task t WHERE (t.topic || E'\n' || t.identifier) = ($4 || E'\n' || m.identifier)
+                                                    AND t.state = 1 AND t.topic = $4 AND t.identifier = m.identifier)
+                  OR EXISTS (SELECT 1 FROM task t WHERE hashtext(t.topic) = hashtext($4) AND t.topic = $4
+                                                    AND t.state BETWEEN 2 AND 7 AND t.identifier = m.identifier)
+                ELSE EXISTS (SELECT 1 FROM task t WHERE t.state = 4 AND hashtext(t.topic) = hashtext($4)
+                                                    AND t.topic = $4 AND t.identifier = m.identifier)
            END AS present
     FROM member m
 ),
@@ -378,7 +382,8 @@ complete_group AS (
 released AS (
     UPDATE task t SET state = 1
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
-    WHERE t.topic = $4 AND t.state = 4 AND t.identifier = r.identifier
+    WHERE t.state = 4 AND hashtext(t.topic) = hashtext($4) AND t.topic = $4
+      AND t.identifier = r.identifier
     RETURNING t.identifier
 ),
 notified AS (
@@ -493,7 +498,7 @@ type TaskPollParams struct {
 // condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
 // 3 ..._SUSPEND_UNTIL_SUCCESS. Rows are found by their address (a TID scan, the one
 // plan that stays right when pgx caches a generic plan made on a near-empty table); the
-// topic equality prunes the UPDATE to the topic's partition.
+// topic equality prunes the UPDATE to the table holding the topic.
 func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]Task, error) {
 	rows, err := db.Query(ctx, taskPoll,
 		arg.Owner,

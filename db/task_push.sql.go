@@ -56,15 +56,18 @@ admitted AS (
 ),
 older_ready AS (
     -- Older tasks of the same identifiers that this insertion mode touches, in two parts
-    -- that each match one index (migration 000004): READY ones through
-    -- task_ready_identifier, settled ones (EXPIRED and after) through task_identifier.
-    -- ACTIVE tasks are never touched; rows locked by a concurrent transaction are
-    -- skipped. The insertion test depends on no row, so an APPEND reads nothing.
+    -- that each match one index (migration 000009): READY ones through
+    -- task_ready_identifier (keyed by topic and identifier), settled ones (EXPIRED and
+    -- after) through task_identifier. ACTIVE tasks are never touched; rows locked by a
+    -- concurrent transaction are skipped. The insertion test depends on no row, so an
+    -- APPEND reads nothing.
     SELECT t.topic, t.sequence FROM task t
     WHERE $9::smallint <> 0 AND EXISTS (SELECT 1 FROM admitted)
-      AND t.topic = $1 AND t.state = 1
       -- = ANY(array) rather than IN (SELECT ...): an index probe per identifier whatever
-      -- the statistics of a young partition say
+      -- the statistics of a young table say
+      AND (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT $1 || E'\n' || i
+                                                         FROM unnest($2::text[]) i))
+      AND t.topic = $1 AND t.state = 1
       AND t.identifier = ANY($2::text[])
     FOR UPDATE SKIP LOCKED
 ),
@@ -72,7 +75,7 @@ older_settled AS (
     -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
     SELECT t.topic, t.sequence FROM task t
     WHERE $9::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM admitted)
-      AND t.topic = $1 AND t.state >= 2
+      AND hashtext(t.topic) = hashtext($1) AND t.topic = $1 AND t.state >= 2
       AND t.identifier = ANY($2::text[])
       AND ($9::smallint = 3 OR t.state <= 6)
     FOR UPDATE SKIP LOCKED

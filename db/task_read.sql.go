@@ -314,7 +314,7 @@ func (q *Queries) TaskPageForward(ctx context.Context, db DBTX, arg TaskPageForw
 
 const taskPurge = `-- name: TaskPurge :execrows
 DELETE FROM task t
-WHERE t.topic = $1
+WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1
   AND t.sequence BETWEEN $2::bigint AND $3::bigint
   AND t.state >= 3
   AND ($4::smallint IS NULL OR t.state = $4)
@@ -346,16 +346,22 @@ const taskPurgeRetention = `-- name: TaskPurgeRetention :execrows
 DELETE FROM task t
 USING (
     SELECT f.topic, f.sequence
-    FROM task f JOIN task_topic tt ON tt.topic = f.topic
-    WHERE tt.retention_ms IS NOT NULL AND f.state >= 3
-      AND COALESCE(f.completed, f.created) < now() - tt.retention_ms * interval '1 millisecond'
+    FROM task_topic tt
+    CROSS JOIN LATERAL (
+        SELECT f.topic, f.sequence FROM task f
+        WHERE hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic AND f.state >= 3
+          AND COALESCE(f.completed, f.created) < now() - tt.retention_ms * interval '1 millisecond'
+        LIMIT $1
+    ) f
+    WHERE tt.retention_ms IS NOT NULL
     LIMIT $1
 ) old
 WHERE t.topic = old.topic AND t.sequence = old.sequence
 `
 
 // Deletes up to size finished tasks whose completion is older than their topic's
-// retention; topics without retention keep everything.
+// retention; topics without retention keep everything. Each topic with a retention
+// reads its own finished tasks (task_identifier), not its table's.
 func (q *Queries) TaskPurgeRetention(ctx context.Context, db DBTX, size int32) (int64, error) {
 	result, err := db.Exec(ctx, taskPurgeRetention, size)
 	if err != nil {

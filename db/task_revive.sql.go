@@ -73,7 +73,8 @@ func (q *Queries) TaskReassign(ctx context.Context, db DBTX, arg TaskReassignPar
 const taskReassignAll = `-- name: TaskReassignAll :execrows
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = $2 AND t.state = $3::smallint
+    WHERE hashtext(t.topic) = hashtext($2) AND t.topic = $2
+      AND t.state = $3::smallint
       AND t.sequence BETWEEN $4::bigint AND $5::bigint
     FOR UPDATE OF t SKIP LOCKED
 )
@@ -191,7 +192,8 @@ func (q *Queries) TaskRecreateMark(ctx context.Context, db DBTX, arg TaskRecreat
 const taskRecreateMarkState = `-- name: TaskRecreateMarkState :many
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = $1 AND t.state = $2::smallint
+    WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1
+      AND t.state = $2::smallint
       AND t.sequence BETWEEN $3::bigint AND $4::bigint
     ORDER BY t.sequence
     LIMIT $5
@@ -374,7 +376,8 @@ func (q *Queries) TaskReset(ctx context.Context, db DBTX, arg TaskResetParams) (
 const taskResetState = `-- name: TaskResetState :many
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = $1 AND t.state = $2::smallint
+    WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1
+      AND t.state = $2::smallint
       AND t.sequence BETWEEN $3::bigint AND $4::bigint
     ORDER BY t.sequence
     LIMIT $5

@@ -9,11 +9,42 @@ import (
 	"context"
 )
 
+const topicActivation = `-- name: TopicActivation :many
+SELECT tt.topic, tt.active FROM task_topic tt WHERE tt.topic = ANY($1::text[])
+`
+
+type TopicActivationRow struct {
+	Topic  string
+	Active bool
+}
+
+// Whether each of the named topics is active (not paused); unknown topics are left out.
+func (q *Queries) TopicActivation(ctx context.Context, db DBTX, topics []string) ([]TopicActivationRow, error) {
+	rows, err := db.Query(ctx, topicActivation, topics)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TopicActivationRow
+	for rows.Next() {
+		var i TopicActivationRow
+		if err := rows.Scan(&i.Topic, &i.Active); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const topicAnalyze = `-- name: TopicAnalyze :one
 SELECT task_topic_analyze($1::text)::bigint AS rows
 `
 
-// Refreshes the statistics of the topic's partition; returns its estimated rows, -1 for
+// Refreshes the statistics of the table holding the topic; returns that table's estimated
+// rows, -1 for
 // an unknown topic.
 func (q *Queries) TopicAnalyze(ctx context.Context, db DBTX, topic string) (int64, error) {
 	row := db.QueryRow(ctx, topicAnalyze, topic)
@@ -26,7 +57,7 @@ const topicCreate = `-- name: TopicCreate :one
 SELECT task_topic_create($1::text)::boolean AS created
 `
 
-// Registers the topic and creates its partition; false if it already existed.
+// Registers the topic (a row of task_topic; migration 000009); false if it already existed.
 func (q *Queries) TopicCreate(ctx context.Context, db DBTX, topic string) (bool, error) {
 	row := db.QueryRow(ctx, topicCreate, topic)
 	var created bool
@@ -34,11 +65,43 @@ func (q *Queries) TopicCreate(ctx context.Context, db DBTX, topic string) (bool,
 	return created, err
 }
 
+const topicDedicate = `-- name: TopicDedicate :one
+SELECT task_topic_dedicate($1::text)::boolean AS dedicated
+`
+
+// Gives the topic a table of its own (task_topic_dedicate, migration 000009); false when
+// it has one already.
+func (q *Queries) TopicDedicate(ctx context.Context, db DBTX, topic string) (bool, error) {
+	row := db.QueryRow(ctx, topicDedicate, topic)
+	var dedicated bool
+	err := row.Scan(&dedicated)
+	return dedicated, err
+}
+
+const topicDeleteTasks = `-- name: TopicDeleteTasks :one
+SELECT task_topic_delete_rows($1::text, $2::bigint)::bigint AS deleted
+`
+
+type TopicDeleteTasksParams struct {
+	Topic string
+	Size  int64
+}
+
+// Deletes up to size tasks of a shared topic, each state group through its own index;
+// returns how many (a batch of Repository.Destroy and PurgeAll).
+func (q *Queries) TopicDeleteTasks(ctx context.Context, db DBTX, arg TopicDeleteTasksParams) (int64, error) {
+	row := db.QueryRow(ctx, topicDeleteTasks, arg.Topic, arg.Size)
+	var deleted int64
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
 const topicDestroy = `-- name: TopicDestroy :one
 SELECT task_topic_destroy($1::text)::boolean AS destroyed
 `
 
-// Drops the topic's partition and settings; false for an unknown topic (no error raised).
+// Deletes the topic's settings and tasks (drops its table when dedicated); false for an
+// unknown topic (no error raised).
 func (q *Queries) TopicDestroy(ctx context.Context, db DBTX, topic string) (bool, error) {
 	row := db.QueryRow(ctx, topicDestroy, topic)
 	var destroyed bool
@@ -47,7 +110,7 @@ func (q *Queries) TopicDestroy(ctx context.Context, db DBTX, topic string) (bool
 }
 
 const topicGet = `-- name: TopicGet :one
-SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active FROM task_topic WHERE topic = $1
+SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated FROM task_topic WHERE topic = $1
 `
 
 func (q *Queries) TopicGet(ctx context.Context, db DBTX, topic string) (TaskTopic, error) {
@@ -64,12 +127,13 @@ func (q *Queries) TopicGet(ctx context.Context, db DBTX, topic string) (TaskTopi
 		&i.QueueCap,
 		&i.RetentionMs,
 		&i.Active,
+		&i.Dedicated,
 	)
 	return i, err
 }
 
 const topicList = `-- name: TopicList :many
-SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active FROM task_topic ORDER BY topic
+SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated FROM task_topic ORDER BY topic
 `
 
 func (q *Queries) TopicList(ctx context.Context, db DBTX) ([]TaskTopic, error) {
@@ -92,6 +156,7 @@ func (q *Queries) TopicList(ctx context.Context, db DBTX) ([]TaskTopic, error) {
 			&i.QueueCap,
 			&i.RetentionMs,
 			&i.Active,
+			&i.Dedicated,
 		); err != nil {
 			return nil, err
 		}
@@ -114,7 +179,7 @@ type TopicPartitionRow struct {
 	Owned     bool
 }
 
-// The name of the topic's partition of task, and whether the current user may VACUUM it
+// The name of the table holding the topic's tasks, and whether the current user may VACUUM it
 // (owns it, or is a member of its owner's role); no row for an unknown topic.
 func (q *Queries) TopicPartition(ctx context.Context, db DBTX, topic string) (TopicPartitionRow, error) {
 	row := db.QueryRow(ctx, topicPartition, topic)
@@ -162,12 +227,13 @@ SELECT count(*) FILTER (WHERE t.state = 0)                                    AS
        COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
                     FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
                 0)::bigint AS oldest_ready_age_ms,
-       COALESCE((SELECT GREATEST(c.reltuples, 0)::bigint FROM pg_catalog.pg_class c
-                 WHERE c.oid = (SELECT to_regclass(tt.partition) FROM task_topic tt WHERE tt.topic = $1)),
-                0)::bigint AS rows_estimate
-FROM (SELECT r.state, r.not_before, r.created FROM task r WHERE r.topic = $1 AND r.state = 1
+       GREATEST(task_topic_rows($1), 0)::bigint AS rows_estimate
+FROM (SELECT r.state, r.not_before, r.created FROM task r
+      WHERE hashtext(r.topic) = hashtext($1) AND r.topic = $1 AND r.state = 1
       UNION ALL
-      SELECT o.state, o.not_before, o.created FROM task o WHERE o.topic = $1 AND o.state <= 4 AND o.state <> 1) t
+      -- one index range per state: state = ANY keeps the topic in the index condition
+      SELECT o.state, o.not_before, o.created FROM task o
+      WHERE o.state = ANY ('{0,2,3,4}') AND hashtext(o.topic) = hashtext($1) AND o.topic = $1) t
 `
 
 type TopicStatsRow struct {
@@ -182,8 +248,8 @@ type TopicStatsRow struct {
 }
 
 // Counts the open tasks only (READY through task_ready, states 0 and 2..4 through
-// task_open), so the cost does not grow with the number of finished rows; finished rows are estimated from the planner's
-// statistics of the partition.
+// task_open), so the cost does not grow with the number of finished rows; all rows are
+// estimated from the planner's statistics (task_topic_rows, migration 000009).
 func (q *Queries) TopicStats(ctx context.Context, db DBTX, topic string) (TopicStatsRow, error) {
 	row := db.QueryRow(ctx, topicStats, topic)
 	var i TopicStatsRow
@@ -204,7 +270,8 @@ const topicTruncate = `-- name: TopicTruncate :one
 SELECT COALESCE(task_topic_truncate($1::text), -1)::bigint AS purged
 `
 
-// Deletes every task of the topic (TRUNCATE of its partition); -1 for an unknown topic.
+// Deletes every task of the topic (TRUNCATE of its table when dedicated); -1 for an
+// unknown topic.
 func (q *Queries) TopicTruncate(ctx context.Context, db DBTX, topic string) (int64, error) {
 	row := db.QueryRow(ctx, topicTruncate, topic)
 	var purged int64
@@ -221,7 +288,7 @@ SET max_attempts      = $1,
     queue_cap         = $5,
     retention_ms      = $6
 WHERE topic = $7
-RETURNING topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active
+RETURNING topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated
 `
 
 type TopicUpdateParams struct {
@@ -256,6 +323,7 @@ func (q *Queries) TopicUpdate(ctx context.Context, db DBTX, arg TopicUpdateParam
 		&i.QueueCap,
 		&i.RetentionMs,
 		&i.Active,
+		&i.Dedicated,
 	)
 	return i, err
 }

@@ -25,6 +25,18 @@ var (
 	ErrQueueFull = errors.New("queue length cap reached")
 	// ErrNotRegistered means the owner has no row: call Register first.
 	ErrNotRegistered = errors.New("owner not registered")
+	// ErrTopicInUse means an operation that needs a quiet topic (Dedicate) found it
+	// running: not paused, or with ACTIVE tasks.
+	ErrTopicInUse = errors.New("topic in use")
+	// ErrLockTimeout means an operation that briefly locks other topics' tables (Dedicate,
+	// Destroy or PurgeAll of a dedicated topic) gave up waiting for them after
+	// lock_timeout, rather than hold their work up; nothing was changed. Try again.
+	ErrLockTimeout = errors.New("lock not available within lock_timeout")
+	// ErrMigrationRefused means PostgreSQL refused a migration: nothing of it was
+	// applied and the schema stays at the version before it.
+	ErrMigrationRefused = errors.New("migration refused")
+	// ErrMigrationInProgress means another process is migrating the database.
+	ErrMigrationInProgress = errors.New("another process is migrating the schema")
 )
 
 // TaskProblem says why one task of a batch was refused.
@@ -119,6 +131,8 @@ const (
 	sqlstateInvalidTextEncode  = "22021"
 	sqlstateUndefinedTable     = "42P01"
 	sqlstateUndefinedFunction  = "42883"
+	sqlstateObjectInUse        = "55006"
+	sqlstateLockNotAvailable   = "55P03"
 	sqlstateRaiseUnknownTopic  = "PT001"
 	sqlstateRaiseBadInsertion  = "PT002"
 	sqlstateRaiseBadIdentifier = "PT003"
@@ -144,6 +158,10 @@ func mapError(op string, err error) error {
 			return fmt.Errorf("%s: %w: %w", op, ErrUnknownTopic, err)
 		case sqlstateRaiseQueueFull:
 			return fmt.Errorf("%s: %w: %w", op, ErrQueueFull, err)
+		case sqlstateObjectInUse:
+			return fmt.Errorf("%s: %w: %w", op, ErrTopicInUse, err)
+		case sqlstateLockNotAvailable:
+			return fmt.Errorf("%s: %w: %w", op, ErrLockTimeout, err)
 		case sqlstateUndefinedTable, sqlstateUndefinedFunction:
 			return fmt.Errorf("%s: schema missing, run migrations (pgtask migrate up): %w", op, err)
 		}

@@ -4,46 +4,75 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgtask/pgtask/sql/schema"
 )
 
+// migrationsTable is where golang-migrate records the applied version.
+var migrationsTable = migratepgx.DefaultMigrationsTable
+
 // Migrate applies every pending migration of sql/schema. It is the one migration entry
-// point shared by the CLI, the processor, the tests and SQL users. Concurrent calls are
-// safe: golang-migrate serialises them with an advisory lock, and "no change" is success.
+// point shared by the CLI, the processor, the tests and SQL users. "No change" is
+// success.
+//
+// Each migration runs in one transaction: when PostgreSQL refuses one (a migration may
+// check that it can run, e.g. 000009 that the lock table is large enough), nothing of it
+// is applied, the recorded version stays at the last migration applied, and the error
+// (ErrMigrationRefused) carries PostgreSQL's message and hint. While another process
+// migrates the same database, Migrate fails at once with ErrMigrationInProgress instead
+// of waiting, unless the schema is already up to date.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return withMigrate(ctx, pool, func(m *migrate.Migrate) error { return m.Up() })
+	return withMigrate(ctx, pool, true, func(m *migrate.Migrate) error { return m.Up() })
 }
 
 // MigrateDown reverts every migration, dropping all pgtask tables and their tasks.
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool) error {
-	return withMigrate(ctx, pool, func(m *migrate.Migrate) error { return m.Down() })
+	return withMigrate(ctx, pool, false, func(m *migrate.Migrate) error { return m.Down() })
 }
 
 // MigrationVersion reports the applied migration version (0 when none) and whether a
-// failed migration left the schema dirty.
+// failed migration left the schema dirty. It reads golang-migrate's table without
+// taking its lock, so it answers while another process migrates.
 func MigrationVersion(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
-	err = withMigrate(ctx, pool, func(m *migrate.Migrate) error {
-		var err error
-		version, dirty, err = m.Version()
-		if errors.Is(err, migrate.ErrNilVersion) {
-			return nil
-		}
-		return err
-	})
-	return version, dirty, err
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", migrationsTable).Scan(&exists); err != nil {
+		return 0, false, fmt.Errorf("migrate: version: %w", err)
+	}
+	if !exists {
+		return 0, false, nil
+	}
+	var v int64
+	err = pool.QueryRow(ctx, "SELECT version, dirty FROM "+migrationsTable+" LIMIT 1").Scan(&v, &dirty)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && v < 0 {
+		return 0, dirty, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("migrate: version: %w", err)
+	}
+	return uint(v), dirty, nil
 }
 
-func withMigrate(ctx context.Context, pool *pgxpool.Pool, fn func(*migrate.Migrate) error) (err error) {
+// withMigrate runs fn on a golang-migrate instance over pool; up tells the direction fn
+// migrates in, for restoring the version after a refused migration.
+func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, fn func(*migrate.Migrate) error) (err error) {
 	src, err := iofs.New(schema.FS, ".")
 	if err != nil {
 		return fmt.Errorf("migrate: read embedded migrations: %w", err)
+	}
+	if done, err := noOtherMigrator(ctx, pool, src, up); done || err != nil {
+		return err
 	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{})
@@ -72,7 +101,139 @@ func withMigrate(ctx context.Context, pool *pgxpool.Pool, fn func(*migrate.Migra
 	})
 	defer stop()
 	if err := fn(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		if refused, ok := refusal(m, src, up, err); ok {
+			return refused
+		}
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return ctx.Err()
+}
+
+// refusal turns the error of a migration PostgreSQL refused into ErrMigrationRefused,
+// after setting the recorded version back to the one the schema is at. golang-migrate
+// marks the version it migrates to dirty before running a migration and leaves it so
+// when the migration fails; but every pgtask migration is one transaction, and an error
+// the server reported (not a lost connection, whose outcome is unknown) means that
+// transaction rolled back. It reports false for any other error.
+func refusal(m *migrate.Migrate, src source.Driver, up bool, err error) (error, bool) {
+	var dbErr database.Error
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &dbErr) || !errors.As(dbErr.OrigErr, &pgErr) {
+		return nil, false
+	}
+	version, dirty, verr := m.Version()
+	if verr != nil || !dirty {
+		return nil, false
+	}
+	// Up marks the failed migration's own version; down marks the version below it.
+	failed, clean := version, -1
+	if up {
+		if prev, perr := src.Prev(version); perr == nil {
+			clean = int(prev)
+		}
+	} else {
+		next, nerr := src.Next(version)
+		if nerr != nil {
+			return nil, false
+		}
+		failed, clean = next, int(next)
+	}
+	if ferr := m.Force(clean); ferr != nil {
+		return fmt.Errorf("migrate: migration %d refused (%s) and the version could not be set back to %d: %w",
+			failed, describe(pgErr), clean, ferr), true
+	}
+	at := "no migration"
+	if clean >= 0 {
+		at = fmt.Sprintf("version %d", clean)
+	}
+	return fmt.Errorf("migrate: %w: migration %d changed nothing and the schema is still at %s: %s",
+		ErrMigrationRefused, failed, at, describe(pgErr)), true
+}
+
+// describe renders a PostgreSQL error with its hint and SQLSTATE, not the migration's
+// text (which golang-migrate's message quotes whole).
+func describe(e *pgconn.PgError) string {
+	var b strings.Builder
+	b.WriteString(e.Message)
+	if e.Detail != "" {
+		b.WriteString(" (" + e.Detail + ")")
+	}
+	if e.Hint != "" {
+		b.WriteString(". " + e.Hint)
+	}
+	fmt.Fprintf(&b, " (SQLSTATE %s)", e.Code)
+	return b.String()
+}
+
+// noOtherMigrator fails with ErrMigrationInProgress when another session holds the
+// advisory lock golang-migrate takes for this database and schema. golang-migrate itself
+// would wait for that lock as long as the other migration runs (minutes for a large
+// one). The check takes the lock and releases it at once; a migrator that starts in
+// between is waited for, as before. When up and the schema is already at the newest
+// migration, it reports done without looking at the lock: there is nothing to wait for.
+func noOtherMigrator(ctx context.Context, pool *pgxpool.Pool, src source.Driver, up bool) (done bool, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Release()
+	if up && upToDate(ctx, conn, src) {
+		return true, nil
+	}
+	var dbName, schemaName string
+	if err := conn.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&dbName, &schemaName); err != nil {
+		return false, fmt.Errorf("migrate: %w", err)
+	}
+	id, err := database.GenerateAdvisoryLockId(dbName, schemaName, migrationsTable)
+	if err != nil {
+		return false, fmt.Errorf("migrate: %w", err)
+	}
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint)", id).Scan(&locked); err != nil {
+		return false, fmt.Errorf("migrate: %w", err)
+	}
+	if locked {
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", id); err != nil {
+			// a session keeping the lock would block every later migration: drop it
+			_ = conn.Conn().PgConn().Close(ctx)
+			return false, fmt.Errorf("migrate: release advisory lock: %w", err)
+		}
+		return false, nil
+	}
+	holder := "another session"
+	var pid int32
+	var seconds float64
+	if err := conn.QueryRow(ctx, `
+		SELECT l.pid, COALESCE(extract(epoch FROM now() - a.backend_start), 0)::float8
+		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted
+		  AND ((l.classid::bigint << 32) | l.objid::bigint) = $1::bigint
+		LIMIT 1`, id).Scan(&pid, &seconds); err == nil {
+		holder = fmt.Sprintf("server process %d (connected %v ago)", pid, (time.Duration(seconds) * time.Second).Round(time.Second))
+	}
+	return false, fmt.Errorf("migrate: %w: %s holds the migration lock of database %q; nothing was changed, run the migration again once it is done",
+		ErrMigrationInProgress, holder, dbName)
+}
+
+// upToDate reports whether the schema is cleanly at the newest embedded migration.
+func upToDate(ctx context.Context, conn *pgxpool.Conn, src source.Driver) bool {
+	latest, err := src.First()
+	if err != nil {
+		return false
+	}
+	for {
+		next, err := src.Next(latest)
+		if err != nil {
+			break
+		}
+		latest = next
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", migrationsTable).Scan(&exists); err != nil || !exists {
+		return false
+	}
+	var version int64
+	var dirty bool
+	err = conn.QueryRow(ctx, "SELECT version, dirty FROM "+migrationsTable+" LIMIT 1").Scan(&version, &dirty)
+	return err == nil && !dirty && version == int64(latest)
 }

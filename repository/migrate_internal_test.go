@@ -1,9 +1,12 @@
 package repository
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
@@ -113,7 +116,7 @@ func stepper(t *testing.T, pool *pgxpool.Pool) (steps func(n int), create func(t
 	ctx := t.Context()
 	steps = func(n int) {
 		t.Helper()
-		if err := withMigrate(ctx, pool, func(m *migrate.Migrate) error { return m.Steps(n) }); err != nil {
+		if err := withMigrate(ctx, pool, n > 0, func(m *migrate.Migrate) error { return m.Steps(n) }); err != nil {
 			t.Fatalf("migrate %+d: %v", n, err)
 		}
 	}
@@ -124,4 +127,228 @@ func stepper(t *testing.T, pool *pgxpool.Pool) (steps func(n int), create func(t
 		}
 	}
 	return steps, create
+}
+
+// storageColumns lists task's columns, for comparing rows across layouts.
+const storageColumns = `topic, sequence, identifier, state, descent, owner, created, completed, input, output,
+	reference, priority, not_before, attempt, returned, errors, cancelled`
+
+// taskRows returns every task as text, in sequence order.
+func taskRows(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	return textRows(t, pool, "SELECT r::text FROM (SELECT "+storageColumns+" FROM task ORDER BY sequence) r")
+}
+
+// topicSettings returns every topic's settings as text (not the table that holds it,
+// which a storage migration changes), by name.
+func topicSettings(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	return textRows(t, pool, `SELECT r::text FROM (
+		SELECT topic, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap,
+		       retention_ms, active FROM task_topic ORDER BY topic) r`)
+}
+
+func textRows(t *testing.T, pool *pgxpool.Pool, query string) []string {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return out
+}
+
+// sameRows fails the test with the first difference between two row lists.
+func sameRows(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d rows, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%s: row %d is\n  %.300s\nwant\n  %.300s", what, i, got[i], want[i])
+		}
+	}
+}
+
+// upgradeTopics are the topics of TestTopicStorageUpgrade: names a relation could not
+// have, and the longest allowed.
+var upgradeTopics = []string{"orders", "with space", `quote'"\`, "ünïcode-✓", strings.Repeat("l", 250)}
+
+// fillVersion8 registers upgradeTopics at schema version 8 with settings of every kind
+// and 2 000 tasks in every state, every column set in some of them (large inputs that
+// PostgreSQL keeps out of line among them). The last topic has no ACTIVE task.
+func fillVersion8(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := t.Context()
+	for _, topic := range upgradeTopics {
+		if _, err := pool.Exec(ctx, "SELECT task_topic_create($1)", topic); err != nil {
+			t.Fatalf("create topic %q: %v", topic, err)
+		}
+	}
+	for _, stmt := range []string{
+		`UPDATE task_topic SET max_attempts = 5, backoff_base_ms = 10, backoff_cap_ms = 999, backoff_jitter_ms = 7 WHERE topic = 'orders'`,
+		`UPDATE task_topic SET queue_cap = 100000, retention_ms = 86400000 WHERE topic = 'with space'`,
+		`UPDATE task_topic SET active = false WHERE topic = $1`,
+	} {
+		args := []any{}
+		if strings.Contains(stmt, "$1") {
+			args = append(args, upgradeTopics[4])
+		}
+		if _, err := pool.Exec(ctx, stmt, args...); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO task (topic, identifier, state, descent, owner, created, completed, input, output, reference,
+		                  priority, not_before, attempt, returned, errors, cancelled)
+		SELECT topic, 'id-' || (i % 37), state,
+		       CASE WHEN state = 0 THEN 1 ELSE 1 + (i % 8) END,
+		       CASE WHEN state = 0 OR i % 7 = 0 THEN 'owner-' || (i % 3) END,
+		       now() - i * interval '1 second',
+		       CASE WHEN state >= 3 THEN now() - i * interval '1 millisecond' END,
+		       CASE i % 4 WHEN 0 THEN repeat('x', 3000 + i) WHEN 1 THEN '{"n": ' || i || '}' END,
+		       CASE WHEN state >= 3 THEN 'out-' || i END,
+		       CASE WHEN i % 5 = 0 THEN 'ref-' || (i % 7) END,
+		       (i % 5) - 2,
+		       CASE WHEN state = 1 AND i % 2 = 0 THEN now() + interval '1 hour' END,
+		       i % 4, i % 2,
+		       CASE WHEN i % 3 = 0 THEN ARRAY['first error', 'second ' || i] END,
+		       state = 0 AND i % 2 = 0
+		FROM (SELECT i, ($1::text[])[1 + i % 5] AS topic,
+		             CASE WHEN i % 5 = 4 AND i % 9 = 0 THEN 1 ELSE i % 9 END AS state
+		      FROM generate_series(1, 2000) i) g`, upgradeTopics); err != nil {
+		t.Fatalf("fill tasks: %v", err)
+	}
+}
+
+// TestTopicStorageUpgrade checks migration 000009 on a database that lived at version 8:
+// every task (each column, sequence and state) and every topic setting survives the
+// move to the shared tables; the moved tasks are found through the new indexes; the
+// down migration gives every topic its partition back with every row; up again works.
+func TestTopicStorageUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository storage upgrade test: empty database", nil)
+	steps, _ := stepper(t, pool)
+	steps(8)
+	fillVersion8(t, pool)
+	tasks, settings := taskRows(t, pool), topicSettings(t, pool)
+	var lastSequence int64
+	if err := pool.QueryRow(ctx, "SELECT last_value FROM task_sequence").Scan(&lastSequence); err != nil {
+		t.Fatal(err)
+	}
+
+	steps(1)
+	sameRows(t, "tasks after 000009", taskRows(t, pool), tasks)
+	sameRows(t, "topics after 000009", topicSettings(t, pool), settings)
+	// every topic in its bucket's shared table, and its rows there
+	misplaced := textRows(t, pool, `
+		SELECT tt.topic || ': ' || t.tableoid::regclass::text || ' vs ' || tt.partition
+		FROM task t JOIN task_topic tt ON tt.topic = t.topic
+		WHERE t.tableoid::regclass::text <> tt.partition OR tt.partition !~ '^task_p[0-9]{3}_shared$' OR tt.dedicated
+		GROUP BY 1`)
+	if len(misplaced) > 0 {
+		t.Fatalf("tasks not in their topic's shared table: %v", misplaced)
+	}
+
+	// The moved tasks work through the new indexes.
+	repo, err := New(Config{Owner: "upgrade-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	polled, err := repo.Poll(ctx, pool, "orders", FIFO, SingularByIdentifier, 20)
+	if err != nil || len(polled) == 0 {
+		t.Fatalf("poll a migrated topic: %d tasks, %v", len(polled), err)
+	}
+	for i := 1; i < len(polled); i++ {
+		a, b := polled[i-1], polled[i]
+		if a.Priority > b.Priority || a.Priority == b.Priority && a.Sequence > b.Sequence {
+			t.Fatalf("poll order: %d (priority %d) before %d (priority %d)", a.Sequence, a.Priority, b.Sequence, b.Priority)
+		}
+	}
+	var completions []Completion
+	for _, task := range polled {
+		completions = append(completions, task.Decide(Decision{Result: Success}))
+	}
+	if _, err := repo.Complete(ctx, pool, "orders", completions...); err != nil {
+		t.Fatalf("complete migrated tasks: %v", err)
+	}
+	replaced, err := repo.Push(ctx, pool, "orders", Replace, Creation{Identifier: "id-1"})
+	if err != nil {
+		t.Fatalf("replace: %v", err)
+	}
+	if replaced[0].Sequence <= lastSequence {
+		t.Errorf("first sequence after the migration = %d, want above %d", replaced[0].Sequence, lastSequence)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM task WHERE topic = 'orders' AND identifier = 'id-1'
+		AND sequence < $1 AND state BETWEEN 1 AND 6`, replaced[0].Sequence).Scan(&left); err != nil || left != 0 {
+		t.Errorf("older READY..SUCCEEDED tasks of the replaced identifier left: %d (%v), want 0", left, err)
+	}
+	// A paused topic without ACTIVE tasks gets a table of its own.
+	if dedicated, err := repo.Dedicate(ctx, pool, upgradeTopics[4]); err != nil || !dedicated {
+		t.Fatalf("dedicate %q: %v, %v", upgradeTopics[4][:10], dedicated, err)
+	}
+	tasks, settings = taskRows(t, pool), topicSettings(t, pool)
+
+	steps(-1)
+	sameRows(t, "tasks after reverting 000009", taskRows(t, pool), tasks)
+	sameRows(t, "topics after reverting 000009", topicSettings(t, pool), settings)
+	misplaced = textRows(t, pool, `
+		SELECT tt.topic FROM task_topic tt
+		WHERE tt.partition <> 'task_' || md5(tt.topic)
+		   OR NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = 'task'::regclass AND i.inhrelid = tt.partition::regclass)
+		   OR EXISTS (SELECT 1 FROM task t WHERE t.topic = tt.topic AND t.tableoid <> tt.partition::regclass)`)
+	if len(misplaced) > 0 {
+		t.Fatalf("topics without their own partition (or rows outside it) after reverting 000009: %q", misplaced)
+	}
+
+	steps(1)
+	sameRows(t, "tasks after 000009 again", taskRows(t, pool), tasks)
+	sameRows(t, "topics after 000009 again", topicSettings(t, pool), settings)
+}
+
+// TestTopicStorageRefusesWhenLocksRunShort checks that migration 000009 stops before
+// changing anything when moving the topics' partitions would take more locks than the
+// lock table holds (pgtask.lock_capacity stands in for a small lock table), says which
+// setting to raise, and leaves the recorded version clean so the next attempt runs.
+func TestTopicStorageRefusesWhenLocksRunShort(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository storage refusal test: empty database", nil)
+	steps, _ := stepper(t, pool)
+	steps(8)
+	fillVersion8(t, pool)
+	tasks, settings := taskRows(t, pool), topicSettings(t, pool)
+
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["pgtask.lock_capacity"] = "200" // 5 topics need about 125: more than half
+	small, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	err = Migrate(ctx, small)
+	if !errors.Is(err, ErrMigrationRefused) {
+		t.Fatalf("migrate with a small lock table: %v, want ErrMigrationRefused", err)
+	}
+	for _, want := range []string{"5 topic partitions", "max_locks_per_transaction to at least", "53400", "still at version 8"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if version, dirty, err := MigrationVersion(ctx, pool); err != nil || version != 8 || dirty {
+		t.Fatalf("version after the refusal = %d (dirty %v, %v), want 8, clean", version, dirty, err)
+	}
+	sameRows(t, "tasks after the refusal", taskRows(t, pool), tasks)
+	sameRows(t, "topics after the refusal", topicSettings(t, pool), settings)
+
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatalf("migrate with the lock table as it is: %v", err)
+	}
+	sameRows(t, "tasks after 000009", taskRows(t, pool), tasks)
 }

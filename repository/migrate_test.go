@@ -1,11 +1,14 @@
 package repository_test
 
 import (
+	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
@@ -40,17 +43,27 @@ func schemaPresent(t *testing.T, pool *pgxpool.Pool) map[string]bool {
 	return out
 }
 
-// partitionCount counts the partitions of task that exist as tables, by their naming scheme.
-func partitionCount(t *testing.T, pool *pgxpool.Pool) int {
+// tableCount counts the tables (plain or partitioned) whose names match pattern.
+func tableCount(t *testing.T, pool *pgxpool.Pool, pattern string) int {
 	t.Helper()
 	var n int
-	err := pool.QueryRow(t.Context(),
-		"SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename ~ '^task_[0-9a-f]{32}$'").Scan(&n)
+	err := pool.QueryRow(t.Context(), `
+		SELECT count(*) FROM pg_class c
+		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND c.relname ~ $1`,
+		pattern).Scan(&n)
 	if err != nil {
-		t.Fatalf("count partitions: %v", err)
+		t.Fatalf("count tables %s: %v", pattern, err)
 	}
 	return n
 }
+
+// Names of the tables of the storage (migration 000009): buckets, their shared tables,
+// and dedicated topics' tables.
+const (
+	bucketPattern    = `^task_p[0-9]{3}$`
+	sharedPattern    = `^task_p[0-9]{3}_shared$`
+	dedicatedPattern = `^task_[0-9a-f]{32}$`
+)
 
 func wantVersion(t *testing.T, pool *pgxpool.Pool, want uint) {
 	t.Helper()
@@ -120,8 +133,13 @@ func TestMigrate(t *testing.T) {
 		if _, err := repo.Push(ctx, pool, "topic", repository.Append, repository.Creation{Identifier: "a"}); err != nil {
 			t.Fatalf("push: %v", err)
 		}
-		if n := partitionCount(t, pool); n != 1 {
-			t.Fatalf("partitions after initialize = %d, want 1", n)
+		// A topic is a row: no table of its own (dedicated ones aside), a fixed set of
+		// buckets whatever the topics.
+		if n := tableCount(t, pool, dedicatedPattern); n != 0 {
+			t.Fatalf("tables of their own after initialize = %d, want 0", n)
+		}
+		if b, s := tableCount(t, pool, bucketPattern), tableCount(t, pool, sharedPattern); b != 16 || s != 16 {
+			t.Fatalf("buckets, shared tables = %d, %d; want 16, 16", b, s)
 		}
 
 		if err := repository.MigrateDown(ctx, pool); err != nil {
@@ -132,8 +150,8 @@ func TestMigrate(t *testing.T) {
 				t.Errorf("after migrate down, %s still exists", name)
 			}
 		}
-		if n := partitionCount(t, pool); n != 0 {
-			t.Errorf("partitions after migrate down = %d, want 0", n)
+		if n := tableCount(t, pool, `^task_`); n != 0 {
+			t.Errorf("task tables after migrate down = %d, want 0", n)
 		}
 		wantVersion(t, pool, 0)
 
@@ -163,43 +181,38 @@ func TestMigrate(t *testing.T) {
 		}
 	})
 
-	t.Run("ConcurrentCallsOnEmptyDatabaseBothSucceed", func(t *testing.T) {
+	t.Run("WhileAnotherMigratesFailsAndChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		connString := pgtest.NewDatabase(t, emptyTemplate, nil)
-		// Separate pools, as two processes starting at once would have.
-		const callers = 2
-		pools := make([]*pgxpool.Pool, callers)
-		for i := range pools {
-			pool, err := pgxpool.New(ctx, connString)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			pools[i] = pool
-		}
+		pool := emptyPool(t)
+		release := holdMigrationLock(t, pool)
 
-		start := make(chan struct{})
-		errs := make([]error, callers)
-		var wg sync.WaitGroup
-		for i, pool := range pools {
-			wg.Go(func() {
-				<-start
-				errs[i] = repository.Migrate(ctx, pool)
-			})
+		err := repository.Migrate(ctx, pool)
+		if !errors.Is(err, repository.ErrMigrationInProgress) {
+			t.Fatalf("migrate while another session holds the migration lock: %v, want ErrMigrationInProgress", err)
 		}
-		close(start)
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Errorf("concurrent migrate %d: %v", i, err)
+		if !strings.Contains(err.Error(), "nothing was changed") || !strings.Contains(err.Error(), "server process") {
+			t.Errorf("error %q does not say who holds the lock and that nothing changed", err)
+		}
+		for name, ok := range schemaPresent(t, pool) {
+			if ok {
+				t.Errorf("refused migration created %s", name)
 			}
 		}
-		wantVersion(t, pools[0], latestVersion(t))
-		for name, ok := range schemaPresent(t, pools[0]) {
-			if !ok {
-				t.Errorf("after concurrent migrations, %s is missing", name)
-			}
+		wantVersion(t, pool, 0)
+
+		release()
+		if err := repository.Migrate(ctx, pool); err != nil {
+			t.Fatalf("migrate once the other session is done: %v", err)
+		}
+		wantVersion(t, pool, latestVersion(t))
+	})
+
+	t.Run("UpToDateWhileAnotherHoldsTheLockSucceeds", func(t *testing.T) {
+		f := setup(t)
+		holdMigrationLock(t, f.pool)
+		if err := repository.Migrate(f.ctx, f.pool); err != nil {
+			t.Fatalf("migrate an up-to-date schema while another session holds the lock: %v", err)
 		}
 	})
 
@@ -222,4 +235,43 @@ func TestMigrate(t *testing.T) {
 			t.Errorf("topic after no-op migrate: %v", err)
 		}
 	})
+}
+
+// holdMigrationLock takes, on a connection of its own, the advisory lock golang-migrate
+// takes while it migrates pool's database, as a migrating process would; the returned
+// function (also run at cleanup) releases it.
+func holdMigrationLock(t *testing.T, pool *pgxpool.Pool) (release func()) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the key of golang-migrate's pgx driver: database.GenerateAdvisoryLockId(database,
+	// schema, "schema_migrations")
+	var db, schemaName string
+	if err := conn.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&db, &schemaName); err != nil {
+		t.Fatal(err)
+	}
+	key, err := migrateLockKey(db, schemaName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1::bigint)", key); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1::bigint)", key)
+			conn.Release()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// migrateLockKey is golang-migrate's advisory lock key for a database and schema.
+func migrateLockKey(db, schemaName string) (string, error) {
+	return database.GenerateAdvisoryLockId(db, schemaName, "schema_migrations")
 }

@@ -20,16 +20,18 @@ import (
 // Migration 000004 split the lookups by identifier into one index per group of states:
 // READY rows through task_ready_identifier, ACTIVE, EXPIRED, FAILED and SUSPENDED rows
 // through task_open, settled rows (state >= 2) through task_identifier; the statements
-// that look an identifier up in every state do it in parts, one per index. These tests run those
-// statements with auto_explain on and sequential scans disabled and check every plan:
-// none may read the topic's partition in full, whether by a Seq Scan or by an index scan
-// without a bound on the index's leading column, so the statements stay cheap on a topic
-// with millions of finished rows.
+// that look an identifier up in every state do it in parts, one per index. Migration
+// 000009 keyed those indexes by the topic's hash, since a table now holds many topics.
+// These tests run those statements with auto_explain on and sequential scans disabled and
+// check every plan: none may read the topic's table in full, whether by a Seq Scan or by
+// an index scan without a bound on the index's leading key (state aside), so the
+// statements stay cheap on a topic with millions of finished rows and on a table shared
+// with thousands of other topics.
 //
 // Checking for a Seq Scan alone is not enough: with sequential scans off, a statement no
-// identifier index can serve falls back to the primary key (topic, sequence), which in a
-// partition is bounded by nothing. Undoing 000004's two-part lookups with the partial
-// task_identifier in place gives exactly such plans, and no Seq Scan at all.
+// identifier index can serve falls back to the primary key (sequence, topic), which is
+// bounded by nothing. Undoing 000004's two-part lookups with the partial task_identifier
+// in place gives exactly such plans, and no Seq Scan at all.
 
 // planNode is the part of an EXPLAIN (FORMAT JSON) node the checks read.
 type planNode struct {
@@ -83,14 +85,15 @@ func (c *planCapture) take(t *testing.T) []loggedPlan {
 	return plans
 }
 
-// partitionIndex is an index of a topic's partition.
+// partitionIndex is an index of the table holding a topic.
 type partitionIndex struct {
 	parent string // the partitioned index on task it belongs to, e.g. task_identifier
-	lead   string // its first key column other than topic (constant in a partition)
+	lead   string // its first key other than state, as pg_get_indexdef prints it, e.g. hashtext(topic)
 }
 
-// partitionPattern names topic partitions: task_<md5 of the topic>.
-var partitionPattern = regexp.MustCompile(`^task_[0-9a-f]{32}$`)
+// partitionPattern names the tables that hold tasks: a bucket's shared table
+// (task_p<NNN>_shared) or a dedicated topic's (task_<md5 of the topic>).
+var partitionPattern = regexp.MustCompile(`^task_([0-9a-f]{32}|p[0-9]{3}_shared)$`)
 
 // planChecker finds the scans that read a topic's partition in full.
 type planChecker struct {
@@ -106,16 +109,11 @@ func newPlanChecker(f *fixture) *planChecker {
 		f.t.Fatalf("read partition of %q: %v", f.topic, err)
 	}
 	rows, err := f.pool.Query(f.ctx, `
-		SELECT ci.relname::text, cp.relname::text,
-		       (SELECT a.attname::text
-		        FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-		        JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
-		        WHERE a.attname <> 'topic'
-		        ORDER BY k.ord LIMIT 1)
+		SELECT ci.relname::text, pg_partition_root(x.indexrelid)::regclass::text,
+		       (SELECT d FROM generate_series(1, x.indnkeyatts) k, pg_get_indexdef(x.indexrelid, k, false) d
+		        WHERE d <> 'state' ORDER BY k LIMIT 1)
 		FROM pg_index x
 		JOIN pg_class ci ON ci.oid = x.indexrelid
-		JOIN pg_inherits i ON i.inhrelid = x.indexrelid
-		JOIN pg_class cp ON cp.oid = i.inhparent
 		WHERE x.indrelid = $1::regclass`, c.partition)
 	if err != nil {
 		f.t.Fatalf("read indexes of %s: %v", c.partition, err)
@@ -125,6 +123,10 @@ func newPlanChecker(f *fixture) *planChecker {
 		var ix partitionIndex
 		if err := rows.Scan(&name, &ix.parent, &ix.lead); err != nil {
 			f.t.Fatalf("read indexes of %s: %v", c.partition, err)
+		}
+		// an expression key comes in parentheses of its own
+		if strings.HasPrefix(ix.lead, "(") && strings.HasSuffix(ix.lead, ")") {
+			ix.lead = ix.lead[1 : len(ix.lead)-1]
 		}
 		c.indexes[name] = ix
 	}
@@ -143,14 +145,19 @@ func newPlanChecker(f *fixture) *planChecker {
 	return c
 }
 
-// constrains reports whether an Index Cond compares column (bare or qualified).
-func constrains(cond, column string) bool {
-	return regexp.MustCompile(`(^|[^a-z_])` + regexp.QuoteMeta(column) + `\s*(=|<>|<=|>=|<|>)`).MatchString(cond)
+// qualifier matches a table alias before a column name, as in "t.topic".
+var qualifier = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\.([a-z_])`)
+
+// constrains reports whether an Index Cond compares key, a column or an index expression
+// as pg_get_indexdef prints it (the cond's columns may be qualified).
+func constrains(cond, key string) bool {
+	cond = qualifier.ReplaceAllString(cond, "$1")
+	return regexp.MustCompile(`(^|[^a-z_])` + regexp.QuoteMeta(key) + `\s*(=|<>|<=|>=|<|>)`).MatchString(cond)
 }
 
-// violations lists the scans of p that read a topic partition in full: a Seq Scan, or an
-// index scan of the fixture's partition with no condition on the index's leading column
-// (topic aside), which walks every entry of the index.
+// violations lists the scans of p that read a topic's table in full: a Seq Scan, or an
+// index scan of the fixture's table with no condition on the index's leading key (state
+// aside), which walks every entry of the index.
 func (c *planChecker) violations(p loggedPlan) []string {
 	var out []string
 	var walk func(n planNode)
@@ -179,16 +186,20 @@ func (c *planChecker) violations(p loggedPlan) []string {
 // identifierScans returns the parent indexes (task_open, task_identifier, ...) through
 // which the plans look the partition up by identifier.
 func (c *planChecker) identifierScans(plans []loggedPlan) []string {
-	return c.scans(plans, func(n planNode) bool { return constrains(n.IndexCond, "identifier") })
+	return c.scans(plans, func(n planNode, ix partitionIndex) bool {
+		// task_ready_identifier's key is an expression of topic and identifier
+		return constrains(n.IndexCond, "identifier") ||
+			strings.Contains(ix.lead, "identifier") && constrains(n.IndexCond, ix.lead)
+	})
 }
 
 // scans returns the parent indexes of the index scans of the partition for which the
 // plans' nodes satisfy keep.
-func (c *planChecker) scans(plans []loggedPlan, keep func(planNode) bool) []string {
+func (c *planChecker) scans(plans []loggedPlan, keep func(planNode, partitionIndex) bool) []string {
 	var out []string
 	var walk func(n planNode)
 	walk = func(n planNode) {
-		if ix, ok := c.indexes[n.IndexName]; ok && keep(n) && !slices.Contains(out, ix.parent) {
+		if ix, ok := c.indexes[n.IndexName]; ok && keep(n, ix) && !slices.Contains(out, ix.parent) {
 			out = append(out, ix.parent)
 		}
 		for _, child := range n.Plans {
@@ -392,7 +403,7 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 					_, err := f.repo.CancelledLeases(f.ctx, conn)
 					return err
 				})
-				if got := checker.scans(plans, func(planNode) bool { return true }); !slices.Equal(got, []string{"task_cancelled"}) {
+				if got := checker.scans(plans, func(planNode, partitionIndex) bool { return true }); !slices.Equal(got, []string{"task_cancelled"}) {
 					t.Errorf("CancelledLeases reads the partition through %v, want only task_cancelled (ACTIVE tasks flagged cancelled)", got)
 				}
 			})

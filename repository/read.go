@@ -216,12 +216,18 @@ func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequ
 	return n, nil
 }
 
-// PurgeAll deletes every task of a topic, whatever its state, by truncating the topic's
-// partition, and returns how many there were. It takes an exclusive lock on the topic's
-// partition until the caller commits.
+// PurgeAll deletes every task of a topic, whatever its state, and returns how many there
+// were. A shared topic's tasks are deleted as Destroy deletes them (in batches on a pool,
+// in one statement inside the caller's transaction): no other topic waits. A dedicated
+// topic's table is truncated, which locks it (its own pushes and polls wait) until the
+// caller commits.
 func (r *Repository) PurgeAll(ctx context.Context, h Handle, topic string) (int64, error) {
 	if err := validTopic(topic); err != nil {
 		return 0, err
+	}
+	batched, err := r.deleteInBatches(ctx, h, topic)
+	if err != nil {
+		return 0, mapError(fmt.Sprintf("purge all of topic %q", topic), err)
 	}
 	n, err := r.q.TopicTruncate(ctx, h, topic)
 	if err != nil {
@@ -230,7 +236,7 @@ func (r *Repository) PurgeAll(ctx context.Context, h Handle, topic string) (int6
 	if n < 0 {
 		return 0, unknownTopic("purge all of", topic)
 	}
-	return n, nil
+	return batched + n, nil
 }
 
 // PurgeRetention deletes up to size finished tasks whose completion is older than their

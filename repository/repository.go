@@ -217,9 +217,11 @@ func tasksFrom[R ~struct {
 
 func topicFrom(row db.TaskTopic) Topic {
 	t := Topic{
-		Name:    row.Topic,
-		Created: row.Created,
-		Active:  row.Active,
+		Name:      row.Topic,
+		Created:   row.Created,
+		Active:    row.Active,
+		Dedicated: row.Dedicated,
+		Table:     row.Partition,
 		TopicSettings: TopicSettings{
 			MaxAttempts:   row.MaxAttempts,
 			BackoffBase:   time.Duration(row.BackoffBaseMs) * time.Millisecond,

@@ -11,8 +11,10 @@ import (
 	"github.com/pgtask/pgtask/db"
 )
 
-// Initialize registers a topic and creates its partition, in the caller's transaction
-// when h is one. It is idempotent and reports whether the topic was new.
+// Initialize registers a topic, in the caller's transaction when h is one. It is
+// idempotent and reports whether the topic was new. A topic is one row of task_topic: its
+// tasks go to the shared table of its bucket (see Dedicate for a table of its own), so
+// registering one takes the same time whatever the number of topics.
 func (r *Repository) Initialize(ctx context.Context, h Handle, topic string) (bool, error) {
 	if err := validTopic(topic); err != nil {
 		return false, err
@@ -53,11 +55,21 @@ func unknownTopic(op, topic string) error {
 	return fmt.Errorf("%s topic %q: %w", op, topic, ErrUnknownTopic)
 }
 
-// Destroy removes a topic with all its tasks (drops its partition). It reports false for
-// an unknown topic without raising an SQL error, so the caller's transaction survives.
+// Destroy removes a topic with all its tasks. It reports false for an unknown topic
+// without raising an SQL error, so the caller's transaction survives.
+//
+// A shared topic's tasks are deleted row by row: when h is a pool or a connection
+// outside a transaction, in batches of deleteBatch tasks, each its own transaction, then
+// the topic with whatever is left in one last one; inside the caller's transaction, in
+// one statement. Either way no other topic waits for it. A dedicated topic's table is
+// dropped, which briefly locks the other topics of its bucket (ErrLockTimeout when they
+// keep it busy for longer than a second).
 func (r *Repository) Destroy(ctx context.Context, h Handle, topic string) (bool, error) {
 	if err := validTopic(topic); err != nil {
 		return false, err
+	}
+	if _, err := r.deleteInBatches(ctx, h, topic); err != nil {
+		return false, mapError(fmt.Sprintf("destroy topic %q", topic), err)
 	}
 	destroyed, err := r.q.TopicDestroy(ctx, h, topic)
 	if err != nil {
@@ -183,4 +195,69 @@ func (r *Repository) Analyze(ctx context.Context, h Handle, topic string) (int64
 		return 0, unknownTopic("analyze", topic)
 	}
 	return rows, nil
+}
+
+// Dedicate gives a topic a table of its own and moves its tasks there; it reports false
+// when the topic had one already. A dedicated topic is VACUUMed and ANALYZEd alone, and
+// PurgeAll and Destroy truncate and drop its table instead of deleting rows; every other
+// topic shares its bucket's table (README: "Storage").
+//
+// A topic with tasks must be paused with none ACTIVE (ErrTopicInUse otherwise), so that
+// no completion races the move. While the table is attached, the other topics of its
+// bucket wait for PostgreSQL to read it and the bucket's shared table once; when they
+// keep the bucket busy for longer than a second, Dedicate gives up with ErrLockTimeout.
+// Call it on a pool, not inside a long transaction: the bucket stays locked until
+// commit. An unknown topic returns ErrUnknownTopic.
+func (r *Repository) Dedicate(ctx context.Context, h Handle, topic string) (bool, error) {
+	if err := validTopic(topic); err != nil {
+		return false, err
+	}
+	dedicated, err := r.q.TopicDedicate(ctx, h, topic)
+	if err != nil {
+		return false, mapError(fmt.Sprintf("dedicate topic %q", topic), err)
+	}
+	return dedicated, nil
+}
+
+// Activation reports, for each of the named topics that is registered, whether it is
+// active (not paused). It reads those topics' rows only, however many others exist.
+func (r *Repository) Activation(ctx context.Context, h Handle, topics []string) (map[string]bool, error) {
+	rows, err := r.q.TopicActivation(ctx, h, topics)
+	if err != nil {
+		return nil, mapError("read topic activation", err)
+	}
+	out := make(map[string]bool, len(rows))
+	for _, row := range rows {
+		out[row.Topic] = row.Active
+	}
+	return out, nil
+}
+
+// deleteBatch is how many tasks one statement of Destroy or PurgeAll deletes from a
+// shared table, so that a large topic goes in short transactions.
+const deleteBatch = 10_000
+
+// deleteInBatches deletes a shared topic's tasks deleteBatch at a time, each batch its
+// own transaction, when h runs each statement in one (a pool, or a connection outside a
+// transaction); it returns how many it deleted. Inside the caller's transaction, for a
+// dedicated or an unknown topic, it does nothing: the caller's one statement does it all.
+func (r *Repository) deleteInBatches(ctx context.Context, h Handle, topic string) (int64, error) {
+	if !autocommit(h) {
+		return 0, nil
+	}
+	t, err := r.q.TopicGet(ctx, h, topic)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && t.Dedicated {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for {
+		n, err := r.q.TopicDeleteTasks(ctx, h, db.TopicDeleteTasksParams{Topic: topic, Size: deleteBatch})
+		total += n
+		if err != nil || n < deleteBatch {
+			return total, err
+		}
+	}
 }

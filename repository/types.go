@@ -401,6 +401,12 @@ type Topic struct {
 	Created time.Time
 	// Active is false while the topic is paused.
 	Active bool
+	// Dedicated is true when the topic has a table of its own (Repository.Dedicate);
+	// otherwise it shares the table of its bucket with the other topics hashed there.
+	Dedicated bool
+	// Table names the table that holds the topic's tasks (the one Vacuum and Analyze
+	// work on).
+	Table string
 	TopicSettings
 }
 
@@ -434,7 +440,8 @@ type TopicStats struct {
 	Active, Ready, Delayed, Expired, Failed, Suspended int64
 	// OldestReady is how long the longest-waiting pollable READY task has waited.
 	OldestReady time.Duration
-	// RowsEstimate is the planner's estimate of all rows in the topic, finished included.
+	// RowsEstimate is the planner's estimate of all rows in the topic, finished included,
+	// from the statistics of the table that holds it (as fresh as its last ANALYZE).
 	RowsEstimate int64
 }
 

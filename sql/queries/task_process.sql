@@ -5,7 +5,7 @@
 -- condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
 -- 3 ..._SUSPEND_UNTIL_SUCCESS. Rows are found by their address (a TID scan, the one
 -- plan that stays right when pgx caches a generic plan made on a near-empty table); the
--- topic equality prunes the UPDATE to the topic's partition.
+-- topic equality prunes the UPDATE to the table holding the topic.
 UPDATE task t SET state = 0, owner = sqlc.arg(owner)::text, attempt = t.attempt + 1
 WHERE t.topic = sqlc.arg(topic)
   AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates(sqlc.arg(topic)::text, sqlc.arg(lifo)::boolean,
@@ -69,7 +69,7 @@ done AS (
     WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY (sqlc.arg(sequences)::bigint[])
       AND t.sequence = d.sequence
       -- IS TRUE keeps these tests out of index and join choices (they only filter): seen as
-      -- index conditions, on the estimates of a young partition they led a cached plan to
+      -- index conditions, on the estimates of a young table they led a cached plan to
       -- a nested loop over the batch squared
       AND (t.state = 0 AND t.owner = sqlc.arg(owner)::text AND t.attempt = d.attempt) IS TRUE
     RETURNING t.sequence, t.state, t.descent, t.created, t.completed, t.output, t.priority, t.not_before,
@@ -192,12 +192,16 @@ WITH member AS (
 qualified AS (
     SELECT m.grp, m.identifier,
            CASE WHEN sqlc.arg(eternal)::boolean
-                -- one part per index (migration 000004): ACTIVE through task_open, READY
+                -- one part per index (migration 000009): ACTIVE through task_open, READY
                 -- through task_ready_identifier, EXPIRED to RECREATED through task_identifier
-                THEN EXISTS (SELECT 1 FROM task t WHERE t.topic = sqlc.arg(topic) AND t.state = 0 AND t.identifier = m.identifier)
-                  OR EXISTS (SELECT 1 FROM task t WHERE t.topic = sqlc.arg(topic) AND t.state = 1 AND t.identifier = m.identifier)
-                  OR EXISTS (SELECT 1 FROM task t WHERE t.topic = sqlc.arg(topic) AND t.state BETWEEN 2 AND 7 AND t.identifier = m.identifier)
-                ELSE EXISTS (SELECT 1 FROM task t WHERE t.topic = sqlc.arg(topic) AND t.state = 4 AND t.identifier = m.identifier)
+                THEN EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND hashtext(t.topic) = hashtext(sqlc.arg(topic))
+                                                    AND t.topic = sqlc.arg(topic) AND t.identifier = m.identifier)
+                  OR EXISTS (SELECT 1 FROM task t WHERE (t.topic || E'\n' || t.identifier) = (sqlc.arg(topic) || E'\n' || m.identifier)
+                                                    AND t.state = 1 AND t.topic = sqlc.arg(topic) AND t.identifier = m.identifier)
+                  OR EXISTS (SELECT 1 FROM task t WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+                                                    AND t.state BETWEEN 2 AND 7 AND t.identifier = m.identifier)
+                ELSE EXISTS (SELECT 1 FROM task t WHERE t.state = 4 AND hashtext(t.topic) = hashtext(sqlc.arg(topic))
+                                                    AND t.topic = sqlc.arg(topic) AND t.identifier = m.identifier)
            END AS present
     FROM member m
 ),
@@ -207,7 +211,8 @@ complete_group AS (
 released AS (
     UPDATE task t SET state = 1
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
-    WHERE t.topic = sqlc.arg(topic) AND t.state = 4 AND t.identifier = r.identifier
+    WHERE t.state = 4 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+      AND t.identifier = r.identifier
     RETURNING t.identifier
 ),
 notified AS (

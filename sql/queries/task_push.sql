@@ -48,15 +48,18 @@ admitted AS (
 ),
 older_ready AS (
     -- Older tasks of the same identifiers that this insertion mode touches, in two parts
-    -- that each match one index (migration 000004): READY ones through
-    -- task_ready_identifier, settled ones (EXPIRED and after) through task_identifier.
-    -- ACTIVE tasks are never touched; rows locked by a concurrent transaction are
-    -- skipped. The insertion test depends on no row, so an APPEND reads nothing.
+    -- that each match one index (migration 000009): READY ones through
+    -- task_ready_identifier (keyed by topic and identifier), settled ones (EXPIRED and
+    -- after) through task_identifier. ACTIVE tasks are never touched; rows locked by a
+    -- concurrent transaction are skipped. The insertion test depends on no row, so an
+    -- APPEND reads nothing.
     SELECT t.topic, t.sequence FROM task t
     WHERE sqlc.arg(insertion)::smallint <> 0 AND EXISTS (SELECT 1 FROM admitted)
-      AND t.topic = sqlc.arg(topic) AND t.state = 1
       -- = ANY(array) rather than IN (SELECT ...): an index probe per identifier whatever
-      -- the statistics of a young partition say
+      -- the statistics of a young table say
+      AND (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT sqlc.arg(topic) || E'\n' || i
+                                                         FROM unnest(sqlc.arg(identifiers)::text[]) i))
+      AND t.topic = sqlc.arg(topic) AND t.state = 1
       AND t.identifier = ANY(sqlc.arg(identifiers)::text[])
     FOR UPDATE SKIP LOCKED
 ),
@@ -64,7 +67,7 @@ older_settled AS (
     -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
     SELECT t.topic, t.sequence FROM task t
     WHERE sqlc.arg(insertion)::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM admitted)
-      AND t.topic = sqlc.arg(topic) AND t.state >= 2
+      AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state >= 2
       AND t.identifier = ANY(sqlc.arg(identifiers)::text[])
       AND (sqlc.arg(insertion)::smallint = 3 OR t.state <= 6)
     FOR UPDATE SKIP LOCKED

@@ -83,20 +83,26 @@ FROM task t WHERE t.created <= sqlc.arg(at)::timestamptz;
 -- Deletes finished tasks in the sequence range: of state when given (FAILED..REDUNDANT),
 -- else every state from FAILED to REDUNDANT. ACTIVE, READY and EXPIRED rows never go.
 DELETE FROM task t
-WHERE t.topic = sqlc.arg(topic)
+WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
   AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
   AND t.state >= 3
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'));
 
 -- name: TaskPurgeRetention :execrows
 -- Deletes up to size finished tasks whose completion is older than their topic's
--- retention; topics without retention keep everything.
+-- retention; topics without retention keep everything. Each topic with a retention
+-- reads its own finished tasks (task_identifier), not its table's.
 DELETE FROM task t
 USING (
     SELECT f.topic, f.sequence
-    FROM task f JOIN task_topic tt ON tt.topic = f.topic
-    WHERE tt.retention_ms IS NOT NULL AND f.state >= 3
-      AND COALESCE(f.completed, f.created) < now() - tt.retention_ms * interval '1 millisecond'
+    FROM task_topic tt
+    CROSS JOIN LATERAL (
+        SELECT f.topic, f.sequence FROM task f
+        WHERE hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic AND f.state >= 3
+          AND COALESCE(f.completed, f.created) < now() - tt.retention_ms * interval '1 millisecond'
+        LIMIT sqlc.arg(size)
+    ) f
+    WHERE tt.retention_ms IS NOT NULL
     LIMIT sqlc.arg(size)
 ) old
 WHERE t.topic = old.topic AND t.sequence = old.sequence;

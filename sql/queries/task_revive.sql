@@ -18,7 +18,8 @@ RETURNING t.*;
 -- result; rows locked by others are skipped.
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = sqlc.arg(topic) AND t.state = sqlc.arg(from_state)::smallint
+    WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+      AND t.state = sqlc.arg(from_state)::smallint
       AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
     FOR UPDATE OF t SKIP LOCKED
 )
@@ -49,7 +50,8 @@ SELECT * FROM marked ORDER BY sequence;
 -- skipping rows locked by others. Returns the old rows in sequence order.
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = sqlc.arg(topic) AND t.state = sqlc.arg(state)::smallint
+    WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+      AND t.state = sqlc.arg(state)::smallint
       AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
     ORDER BY t.sequence
     LIMIT sqlc.arg(size)
@@ -95,7 +97,8 @@ ORDER BY r.sequence;
 -- skipping rows locked by others. Notifies the topic.
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = sqlc.arg(topic) AND t.state = sqlc.arg(state)::smallint
+    WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+      AND t.state = sqlc.arg(state)::smallint
       AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
     ORDER BY t.sequence
     LIMIT sqlc.arg(size)

@@ -1,13 +1,15 @@
 -- name: TopicCreate :one
--- Registers the topic and creates its partition; false if it already existed.
+-- Registers the topic (a row of task_topic; migration 000009); false if it already existed.
 SELECT task_topic_create(sqlc.arg(topic)::text)::boolean AS created;
 
 -- name: TopicDestroy :one
--- Drops the topic's partition and settings; false for an unknown topic (no error raised).
+-- Deletes the topic's settings and tasks (drops its table when dedicated); false for an
+-- unknown topic (no error raised).
 SELECT task_topic_destroy(sqlc.arg(topic)::text)::boolean AS destroyed;
 
 -- name: TopicTruncate :one
--- Deletes every task of the topic (TRUNCATE of its partition); -1 for an unknown topic.
+-- Deletes every task of the topic (TRUNCATE of its table when dedicated); -1 for an
+-- unknown topic.
 SELECT COALESCE(task_topic_truncate(sqlc.arg(topic)::text), -1)::bigint AS purged;
 
 -- name: TopicList :many
@@ -39,8 +41,8 @@ WHERE (SELECT count(*) FROM (SELECT pg_notify('task_notification', 'ACTIVATION '
 
 -- name: TopicStats :one
 -- Counts the open tasks only (READY through task_ready, states 0 and 2..4 through
--- task_open), so the cost does not grow with the number of finished rows; finished rows are estimated from the planner's
--- statistics of the partition.
+-- task_open), so the cost does not grow with the number of finished rows; all rows are
+-- estimated from the planner's statistics (task_topic_rows, migration 000009).
 SELECT count(*) FILTER (WHERE t.state = 0)                                    AS active,
        count(*) FILTER (WHERE t.state = 1)                                    AS ready,
        count(*) FILTER (WHERE t.state = 1 AND t.not_before > now())           AS delayed,
@@ -51,21 +53,37 @@ SELECT count(*) FILTER (WHERE t.state = 0)                                    AS
        COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
                     FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
                 0)::bigint AS oldest_ready_age_ms,
-       COALESCE((SELECT GREATEST(c.reltuples, 0)::bigint FROM pg_catalog.pg_class c
-                 WHERE c.oid = (SELECT to_regclass(tt.partition) FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))),
-                0)::bigint AS rows_estimate
-FROM (SELECT r.state, r.not_before, r.created FROM task r WHERE r.topic = sqlc.arg(topic) AND r.state = 1
+       GREATEST(task_topic_rows(sqlc.arg(topic)), 0)::bigint AS rows_estimate
+FROM (SELECT r.state, r.not_before, r.created FROM task r
+      WHERE hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic) AND r.state = 1
       UNION ALL
-      SELECT o.state, o.not_before, o.created FROM task o WHERE o.topic = sqlc.arg(topic) AND o.state <= 4 AND o.state <> 1) t;
+      -- one index range per state: state = ANY keeps the topic in the index condition
+      SELECT o.state, o.not_before, o.created FROM task o
+      WHERE o.state = ANY ('{0,2,3,4}') AND hashtext(o.topic) = hashtext(sqlc.arg(topic)) AND o.topic = sqlc.arg(topic)) t;
 
 -- name: TopicAnalyze :one
--- Refreshes the statistics of the topic's partition; returns its estimated rows, -1 for
+-- Refreshes the statistics of the table holding the topic; returns that table's estimated
+-- rows, -1 for
 -- an unknown topic.
 SELECT task_topic_analyze(sqlc.arg(topic)::text)::bigint AS rows;
 
 -- name: TopicPartition :one
--- The name of the topic's partition of task, and whether the current user may VACUUM it
+-- The name of the table holding the topic's tasks, and whether the current user may VACUUM it
 -- (owns it, or is a member of its owner's role); no row for an unknown topic.
 SELECT tt.partition, pg_has_role(c.relowner, 'MEMBER')::boolean AS owned
 FROM task_topic tt JOIN pg_catalog.pg_class c ON c.oid = to_regclass(tt.partition)
 WHERE tt.topic = sqlc.arg(topic);
+
+-- name: TopicDedicate :one
+-- Gives the topic a table of its own (task_topic_dedicate, migration 000009); false when
+-- it has one already.
+SELECT task_topic_dedicate(sqlc.arg(topic)::text)::boolean AS dedicated;
+
+-- name: TopicDeleteTasks :one
+-- Deletes up to size tasks of a shared topic, each state group through its own index;
+-- returns how many (a batch of Repository.Destroy and PurgeAll).
+SELECT task_topic_delete_rows(sqlc.arg(topic)::text, sqlc.arg(size)::bigint)::bigint AS deleted;
+
+-- name: TopicActivation :many
+-- Whether each of the named topics is active (not paused); unknown topics are left out.
+SELECT tt.topic, tt.active FROM task_topic tt WHERE tt.topic = ANY(sqlc.arg(topics)::text[]);
