@@ -10,6 +10,51 @@ import (
 	"time"
 )
 
+const ownerAnyDead = `-- name: OwnerAnyDead :one
+SELECT EXISTS (
+    SELECT 1 FROM task_owner o
+    WHERE o.heartbeat <= COALESCE($1::timestamptz, now()) - $2::bigint * interval '1 millisecond'
+)::boolean AS dead
+`
+
+type OwnerAnyDeadParams struct {
+	Now       *time.Time
+	TimeoutMs int64
+}
+
+// Whether some owner's heartbeat is at or before now - timeout (what OwnerPurge deletes,
+// if it leases nothing); task_owner only, as OwnerAnyStale.
+func (q *Queries) OwnerAnyDead(ctx context.Context, db DBTX, arg OwnerAnyDeadParams) (bool, error) {
+	row := db.QueryRow(ctx, ownerAnyDead, arg.Now, arg.TimeoutMs)
+	var dead bool
+	err := row.Scan(&dead)
+	return dead, err
+}
+
+const ownerAnyStale = `-- name: OwnerAnyStale :one
+SELECT EXISTS (
+    SELECT 1 FROM task_owner w
+    WHERE w.owner <> $1
+      AND w.heartbeat < COALESCE($2::timestamptz, now()) - $3::bigint * interval '1 millisecond'
+)::boolean AS stale
+`
+
+type OwnerAnyStaleParams struct {
+	Owner     string
+	Now       *time.Time
+	TimeoutMs int64
+}
+
+// Whether another owner's heartbeat is older than now - timeout: reads task_owner only, so
+// that the periodic expiry plans its statement over the task tables (locking each) only
+// when there is something to expire.
+func (q *Queries) OwnerAnyStale(ctx context.Context, db DBTX, arg OwnerAnyStaleParams) (bool, error) {
+	row := db.QueryRow(ctx, ownerAnyStale, arg.Owner, arg.Now, arg.TimeoutMs)
+	var stale bool
+	err := row.Scan(&stale)
+	return stale, err
+}
+
 const ownerDeregister = `-- name: OwnerDeregister :execrows
 DELETE FROM task_owner o
 WHERE o.owner = $1

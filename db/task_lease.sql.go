@@ -12,7 +12,13 @@ import (
 const taskCancelledLeases = `-- name: TaskCancelledLeases :many
 SELECT t.topic, t.sequence FROM task t
 WHERE t.state = 0 AND t.owner = $1::text AND t.cancelled
+  AND (cardinality($2::text[]) = 0 OR t.topic = ANY($2::text[]))
 `
+
+type TaskCancelledLeasesParams struct {
+	Owner  string
+	Topics []string
+}
 
 type TaskCancelledLeasesRow struct {
 	Topic    string
@@ -20,9 +26,11 @@ type TaskCancelledLeasesRow struct {
 }
 
 // ACTIVE tasks leased by this owner that were cancelled meanwhile: the fallback that lets
-// a processor notice a cancel whose CANCEL notification it missed.
-func (q *Queries) TaskCancelledLeases(ctx context.Context, db DBTX, owner string) ([]TaskCancelledLeasesRow, error) {
-	rows, err := db.Query(ctx, taskCancelledLeases, owner)
+// a processor notice a cancel whose CANCEL notification it missed. Given topics (a
+// processor's), only their tables are read: a custom plan prunes to them instead of
+// planning over, and locking, every table of task.
+func (q *Queries) TaskCancelledLeases(ctx context.Context, db DBTX, arg TaskCancelledLeasesParams) ([]TaskCancelledLeasesRow, error) {
+	rows, err := db.Query(ctx, taskCancelledLeases, arg.Owner, arg.Topics)
 	if err != nil {
 		return nil, err
 	}

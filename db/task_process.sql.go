@@ -25,7 +25,7 @@ cancelled AS (
         output    = CASE WHEN t.state = 0 THEN t.output ELSE 'cancelled by ' || $3::text END,
         completed = CASE WHEN t.state = 0 THEN t.completed ELSE now() END
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = $1 AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
     RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 ),

@@ -87,13 +87,13 @@ older AS (
 ),
 made_redundant AS (
     UPDATE task t SET state = 8, descent = GREATEST(t.state, t.descent)
-    FROM older o
-    WHERE $9 IN (1, 2) AND t.topic = o.topic AND t.sequence = o.sequence
+    FROM (SELECT topic, sequence FROM older WHERE $9 IN (1, 2)) o
+    WHERE t.topic = $1 AND t.sequence = o.sequence
     RETURNING t.sequence
 ),
 deleted AS (
-    DELETE FROM task t USING older o
-    WHERE $9 = 3 AND t.topic = o.topic AND t.sequence = o.sequence
+    DELETE FROM task t USING (SELECT topic, sequence FROM older WHERE $9 = 3) o
+    WHERE t.topic = $1 AND t.sequence = o.sequence
     RETURNING t.sequence
 ),
 inserted AS (
@@ -145,6 +145,9 @@ type TaskPushRow struct {
 // 2 SUPERSEDE, 3 DELETE. Writes nothing and returns no row when the topic is unknown or
 // the push would exceed the topic's queue cap; the caller tells the two apart.
 // TaskPushAppend (below) is the same for APPEND alone, and what repository.Push runs for it.
+// The topic as a value (not only o's) lets the planner prune the target to the topic's
+// table; the insertion test goes in the subquery, since a WHERE that folds to false
+// leaves every table of task as a target (and locks them all).
 // Only what the database decided: the caller has the rest (repository.Push fills it in).
 // notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskPush(ctx context.Context, db DBTX, arg TaskPushParams) ([]TaskPushRow, error) {

@@ -19,25 +19,26 @@ LEFT JOIN LATERAL (
         SELECT DISTINCT ON (t.identifier) t.state, t.sequence
         FROM task t
         WHERE t.topic = tt.topic
-          AND t.sequence BETWEEN $1::bigint AND $2::bigint
-          AND ($3::text IS NULL OR t.identifier = $3)
-          AND ($4::text IS NULL OR t.reference = $4)
+          AND ($1::text IS NULL OR t.topic = $1)
+          AND t.sequence BETWEEN $2::bigint AND $3::bigint
+          AND ($4::text IS NULL OR t.identifier = $4)
+          AND ($5::text IS NULL OR t.reference = $5)
         ORDER BY t.identifier, t.sequence DESC
     ) r
-    WHERE $5::smallint IS NULL OR r.state = $5
+    WHERE $6::smallint IS NULL OR r.state = $6
     GROUP BY r.state
 ) c ON true
-WHERE $6::text IS NULL OR tt.topic = $6
+WHERE $1::text IS NULL OR tt.topic = $1
 ORDER BY tt.topic, c.state
 `
 
 type TaskCountRecentParams struct {
+	Topic        *string
 	FromSequence int64
 	ToSequence   int64
 	Identifier   *string
 	Reference    *string
 	State        *int16
-	Topic        *string
 }
 
 type TaskCountRecentRow struct {
@@ -51,12 +52,12 @@ type TaskCountRecentRow struct {
 // counts; the state filter applies after choosing it.
 func (q *Queries) TaskCountRecent(ctx context.Context, db DBTX, arg TaskCountRecentParams) ([]TaskCountRecentRow, error) {
 	rows, err := db.Query(ctx, taskCountRecent,
+		arg.Topic,
 		arg.FromSequence,
 		arg.ToSequence,
 		arg.Identifier,
 		arg.Reference,
 		arg.State,
-		arg.Topic,
 	)
 	if err != nil {
 		return nil, err
@@ -88,23 +89,25 @@ LEFT JOIN LATERAL (
     SELECT t.state, count(*) AS count, max(t.sequence) AS highest
     FROM task t
     WHERE t.topic = tt.topic
-      AND t.sequence BETWEEN $1::bigint AND $2::bigint
-      AND ($3::smallint IS NULL OR t.state = $3)
-      AND ($4::text IS NULL OR t.identifier = $4)
-      AND ($5::text IS NULL OR t.reference = $5)
+      -- for one topic, its name as a value: a custom plan then reads the topic's table only
+      AND ($1::text IS NULL OR t.topic = $1)
+      AND t.sequence BETWEEN $2::bigint AND $3::bigint
+      AND ($4::smallint IS NULL OR t.state = $4)
+      AND ($5::text IS NULL OR t.identifier = $5)
+      AND ($6::text IS NULL OR t.reference = $6)
     GROUP BY t.state
 ) c ON true
-WHERE $6::text IS NULL OR tt.topic = $6
+WHERE $1::text IS NULL OR tt.topic = $1
 ORDER BY tt.topic, c.state
 `
 
 type TaskCountTotalParams struct {
+	Topic        *string
 	FromSequence int64
 	ToSequence   int64
 	State        *int16
 	Identifier   *string
 	Reference    *string
-	Topic        *string
 }
 
 type TaskCountTotalRow struct {
@@ -118,12 +121,12 @@ type TaskCountTotalRow struct {
 // highest sequence among them. A topic without matches yields one row with state -1.
 func (q *Queries) TaskCountTotal(ctx context.Context, db DBTX, arg TaskCountTotalParams) ([]TaskCountTotalRow, error) {
 	rows, err := db.Query(ctx, taskCountTotal,
+		arg.Topic,
 		arg.FromSequence,
 		arg.ToSequence,
 		arg.State,
 		arg.Identifier,
 		arg.Reference,
-		arg.Topic,
 	)
 	if err != nil {
 		return nil, err

@@ -13,27 +13,27 @@ import (
 const taskReassign = `-- name: TaskReassign :many
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE t.topic = $3 AND t.sequence = ANY($2::bigint[]) AND t.state BETWEEN 2 AND 6
+    WHERE t.topic = $2 AND t.sequence = ANY($3::bigint[]) AND t.state BETWEEN 2 AND 6
     FOR UPDATE OF t
 )
 UPDATE task t
 SET state = $1::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
 FROM target g
-WHERE t.topic = g.topic AND t.sequence = g.sequence
-  AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
+WHERE t.topic = $2 AND t.sequence = g.sequence
+  AND (SELECT count(*) FROM target) = cardinality($3::bigint[])
 RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 `
 
 type TaskReassignParams struct {
 	Result    int16
-	Sequences []int64
 	Topic     string
+	Sequences []int64
 }
 
 // Gives tasks in EXPIRED..SUCCEEDED the state of result (0 FAILURE ... 3 SUCCESS), all or
 // nothing: when any task is unknown or in another state, no row is changed or returned.
 func (q *Queries) TaskReassign(ctx context.Context, db DBTX, arg TaskReassignParams) ([]Task, error) {
-	rows, err := db.Query(ctx, taskReassign, arg.Result, arg.Sequences, arg.Topic)
+	rows, err := db.Query(ctx, taskReassign, arg.Result, arg.Topic, arg.Sequences)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ WITH target AS (
 UPDATE task t
 SET state = $1::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
 FROM target g
-WHERE t.topic = g.topic AND t.sequence = g.sequence
+WHERE t.topic = $2 AND t.sequence = g.sequence
 `
 
 type TaskReassignAllParams struct {
@@ -117,7 +117,7 @@ WITH target AS (
 marked AS (
     UPDATE task t SET state = 7, descent = GREATEST(t.state, t.descent)
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = $1 AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
     RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 )
@@ -202,7 +202,7 @@ WITH target AS (
 marked AS (
     UPDATE task t SET state = 7, descent = GREATEST(t.state, t.descent)
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = $1 AND t.sequence = g.sequence
     RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 )
 SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM marked ORDER BY sequence
@@ -293,7 +293,7 @@ reset AS (
     SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = $1 AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
     RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 ),
@@ -388,7 +388,7 @@ reset AS (
     SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = $1 AND t.sequence = g.sequence
     RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
 ),
 notified AS (

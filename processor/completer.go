@@ -189,10 +189,14 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report) ([]re
 	for {
 		tasks, err := c.commit(ctx, reports)
 		if err == nil || isRefusal(err) || ctx.Err() != nil {
+			if err == nil || isRefusal(err) {
+				c.m.p.faults.ok(c.m.commitOp) // the database answered
+			}
 			return tasks, err
 		}
 		delay := backoff.next()
-		c.m.cfg.Listener.error(c.m.cfg.Topic, fmt.Errorf("commit decisions (retry in %v): %w", delay, err))
+		c.m.cfg.Listener.error(c.m.cfg.Topic, fmt.Errorf("commit decisions (%w in %v): %w", ErrWillRetry, delay, err))
+		c.m.p.faults.fail(ctx, c.m.commitOp, err)
 		sleep(ctx, delay)
 	}
 }

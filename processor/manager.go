@@ -118,6 +118,8 @@ type TaskManager struct {
 
 	wake   chan struct{} // capacity 1: a wake-up is never lost
 	active atomic.Bool
+	// pollOp and commitOp name the manager's polls and commits in Processor.Health.
+	pollOp, commitOp string
 
 	// leased counts tasks leased since the topic's statistics were last refreshed;
 	// analyzeAt and analyzeSoonAt are how many make the next refresh due after
@@ -154,6 +156,8 @@ func newManager(p *Processor, cfg ManagerConfig) (*TaskManager, error) {
 		wake:     make(chan struct{}, 1),
 		inflight: make(map[*Batch]struct{}),
 		bySeq:    make(map[int64]*Batch),
+		pollOp:   fmt.Sprintf("poll topic %q", cfg.Topic),
+		commitOp: fmt.Sprintf("commit decisions of topic %q", cfg.Topic),
 	}
 	m.active.Store(true)
 	m.analyzeAt.Store(analyzeMinimum)
@@ -310,9 +314,11 @@ func (m *TaskManager) run(ctx context.Context) error {
 			return fmt.Errorf("manager of topic %q: %w", topic, err)
 		}
 		delay := startup.next()
-		m.cfg.Listener.error(topic, fmt.Errorf("start (retry in %v): %w", delay, err))
+		m.cfg.Listener.error(topic, fmt.Errorf("start (%w in %v): %w", ErrWillRetry, delay, err))
+		m.p.faults.fail(ctx, fmt.Sprintf("start topic %q", topic), err)
 		sleep(ctx, delay)
 	}
+	m.p.faults.ok(fmt.Sprintf("start topic %q", topic))
 	// Handlers run on a context that survives the start of a graceful shutdown and is
 	// cancelled only when its deadline passes.
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -453,11 +459,12 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 				continue
 			}
 			delay := backoff.next()
-			m.cfg.Listener.error(topic, fmt.Errorf("poll (retry in %v): %w", delay, err))
-			m.p.logger.Warn("poll failed", slog.String("topic", topic), slog.Any("error", err), slog.Duration("retry_in", delay))
+			m.cfg.Listener.error(topic, fmt.Errorf("poll (%w in %v): %w", ErrWillRetry, delay, err))
+			m.p.faults.fail(ctx, m.pollOp, err)
 			sleep(ctx, delay)
 			continue
 		}
+		m.p.faults.ok(m.pollOp)
 		backoff.reset()
 		m.leased.Add(int64(len(tasks)))
 		m.vacuumLeased.Add(int64(len(tasks)))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,8 @@ const (
 	ExpiryTimeoutDefault = 5 * HeartbeatIntervalDefault
 	// VacuumEveryDefault is Config.VacuumEvery's default.
 	VacuumEveryDefault = 500_000
+	// ErrorLogIntervalDefault is Config.ErrorLogInterval's default.
+	ErrorLogIntervalDefault = time.Minute
 )
 
 // Config configures a Processor: the process-wide parts shared by all its managers.
@@ -53,6 +56,11 @@ type Config struct {
 	// rows (as of the last statistics refresh). Default 500 000; negative leaves
 	// vacuuming to autovacuum. See Processor.vacuum.
 	VacuumEvery int64
+	// ErrorLogInterval is how often a database error that goes on is logged again. Each
+	// distinct error (an operation and its SQLSTATE, or kind of connection failure) is
+	// logged when it starts, then once per interval with how long it has lasted, and
+	// once more when the operation succeeds again. Default 1 minute.
+	ErrorLogInterval time.Duration
 }
 
 func (c *Config) validate() error {
@@ -80,6 +88,12 @@ func (c *Config) validate() error {
 	if c.VacuumEvery == 0 {
 		c.VacuumEvery = VacuumEveryDefault
 	}
+	if c.ErrorLogInterval < 0 {
+		return fmt.Errorf("processor: config: ErrorLogInterval %v is negative", c.ErrorLogInterval)
+	}
+	if c.ErrorLogInterval == 0 {
+		c.ErrorLogInterval = ErrorLogIntervalDefault
+	}
 	if c.Repository == nil {
 		repo, err := repository.New(repository.Config{})
 		if err != nil {
@@ -99,6 +113,7 @@ type Processor struct {
 	repo     *repository.Repository
 	logger   *slog.Logger
 	notifier *Notifier
+	faults   *faults
 
 	mu       sync.Mutex
 	managers map[string][]*TaskManager // by topic
@@ -121,6 +136,7 @@ func New(cfg Config) (*Processor, error) {
 		pool:     cfg.Pool,
 		repo:     cfg.Repository,
 		logger:   cfg.Logger,
+		faults:   newFaults(cfg.Logger, cfg.ErrorLogInterval),
 		managers: make(map[string][]*TaskManager),
 	}
 	if !cfg.DisableNotifications {
@@ -131,6 +147,13 @@ func New(cfg Config) (*Processor, error) {
 
 // Repository returns the repository the processor uses (its owner identity).
 func (p *Processor) Repository() *repository.Repository { return p.repo }
+
+// Health returns nil while the processor's database operations succeed, and an error
+// wrapping ErrUnhealthy, naming each failing operation with its cause (SQLSTATE or kind
+// of connection failure) and how long it has failed, while any of them fails: polls,
+// commits, the heartbeat and the periodic maintenance. An operation is healthy again as
+// soon as it succeeds once. Serve it as a health check (cmd/processor's /healthz does).
+func (p *Processor) Health() error { return p.faults.health() }
 
 // Notifier returns the listening connection's notifier, nil when disabled.
 func (p *Processor) Notifier() *Notifier { return p.notifier }
@@ -288,15 +311,22 @@ func (p *Processor) heartbeats(ctx context.Context) {
 }
 
 func (p *Processor) heartbeat(ctx context.Context) {
-	if err := p.repo.Heartbeat(ctx, p.pool); errors.Is(err, repository.ErrNotRegistered) {
+	err := p.repo.Heartbeat(ctx, p.pool)
+	if errors.Is(err, repository.ErrNotRegistered) {
 		// We were silent long enough to be purged as dead; our leases were taken back
 		// and late completions will be refused. Come back as a fresh owner row.
 		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
-		if err := p.register(ctx); err != nil {
-			p.logUnlessStopping(ctx, slog.LevelError, "register owner", slog.Any("error", err))
-		}
-	} else if err != nil {
-		p.logUnlessStopping(ctx, slog.LevelError, "heartbeat", slog.Any("error", err))
+		err = p.register(ctx)
+	}
+	p.outcome(ctx, "heartbeat", err)
+}
+
+// outcome records the result of a database operation in p.faults.
+func (p *Processor) outcome(ctx context.Context, op string, err error) {
+	if err != nil {
+		p.faults.fail(ctx, op, err)
+	} else {
+		p.faults.ok(op)
 	}
 }
 
@@ -355,8 +385,8 @@ func (p *Processor) analyze(ctx context.Context) {
 			continue
 		}
 		rows, err := p.repo.Analyze(ctx, p.pool, m.cfg.Topic)
+		p.outcome(ctx, fmt.Sprintf("analyze topic %q", m.cfg.Topic), err)
 		if err != nil {
-			p.logUnlessStopping(ctx, slog.LevelWarn, "analyze topic", slog.String("topic", m.cfg.Topic), slog.Any("error", err))
 			continue
 		}
 		now := time.Now().UnixNano()
@@ -407,8 +437,9 @@ func (p *Processor) vacuum(ctx context.Context) {
 		p.vacuums.Go(func() {
 			defer p.vacuuming.Store(false)
 			start := time.Now()
-			if err := p.repo.Vacuum(ctx, p.pool, topic); err != nil {
-				p.logUnlessStopping(ctx, slog.LevelWarn, "vacuum topic", slog.String("topic", topic), slog.Any("error", err))
+			err := p.repo.Vacuum(ctx, p.pool, topic)
+			p.outcome(ctx, fmt.Sprintf("vacuum topic %q", topic), err)
+			if err != nil {
 				return
 			}
 			p.logger.Debug("vacuumed topic", slog.String("topic", topic), slog.Duration("took", time.Since(start)))
@@ -425,8 +456,8 @@ func (p *Processor) retain(ctx context.Context) {
 	var total int64
 	for ctx.Err() == nil {
 		n, err := p.repo.PurgeRetention(ctx, p.pool, retentionBatch)
+		p.outcome(ctx, "purge by retention", err)
 		if err != nil {
-			p.logUnlessStopping(ctx, slog.LevelError, "purge by retention", slog.Any("error", err))
 			return
 		}
 		total += n
@@ -457,9 +488,7 @@ func (p *Processor) tick(ctx context.Context, orphans bool) {
 		expire = p.repo.Expire
 	}
 	expired, err := expire(ctx, p.pool, p.cfg.ExpiryTimeout)
-	if err != nil {
-		p.logUnlessStopping(ctx, slog.LevelError, "expire dead owners' leases", slog.Any("error", err))
-	}
+	p.outcome(ctx, "expire dead owners' leases", err)
 	if len(expired) > 0 && p.cfg.OnExpire != nil {
 		p.cfg.OnExpire(expired)
 	}
@@ -468,13 +497,16 @@ func (p *Processor) tick(ctx context.Context, orphans bool) {
 			slog.Int64("expired", e.Expired), slog.Int64("retried", e.Retried))
 		p.Resume(e.Topic)
 	}
-	if _, err := p.repo.PurgeOwners(ctx, p.pool, 2*p.cfg.ExpiryTimeout); err != nil {
-		p.logUnlessStopping(ctx, slog.LevelError, "purge dead owners", slog.Any("error", err))
+	_, err = p.repo.PurgeOwners(ctx, p.pool, 2*p.cfg.ExpiryTimeout)
+	p.outcome(ctx, "purge dead owners", err)
+	topics := p.topics()
+	if len(topics) == 0 {
+		return // nothing leased, nothing to refresh
 	}
-	cancelled, err := p.repo.CancelledLeases(ctx, p.pool)
-	if err != nil {
-		p.logUnlessStopping(ctx, slog.LevelError, "list cancelled leases", slog.Any("error", err))
-	}
+	// Only this processor's topics: their tables, and their rows of task_topic, whatever
+	// the number of other topics.
+	cancelled, err := p.repo.CancelledLeases(ctx, p.pool, topics...)
+	p.outcome(ctx, "list cancelled leases", err)
 	for _, l := range cancelled {
 		for _, m := range p.managersOf(l.Topic) {
 			m.cancelTask(l.Sequence)
@@ -482,14 +514,23 @@ func (p *Processor) tick(ctx context.Context, orphans bool) {
 	}
 	p.analyze(ctx)
 	p.vacuum(ctx)
-	topics, err := p.repo.Topics(ctx, p.pool)
-	if err != nil {
-		p.logUnlessStopping(ctx, slog.LevelError, "read topic activation", slog.Any("error", err))
-		return
-	}
-	for _, t := range topics {
-		for _, m := range p.managersOf(t.Name) {
-			m.setActive(t.Active)
+	active, err := p.repo.Activation(ctx, p.pool, topics)
+	p.outcome(ctx, "read topic activation", err)
+	for topic, on := range active {
+		for _, m := range p.managersOf(topic) {
+			m.setActive(on)
 		}
 	}
+}
+
+// topics lists the topics this processor manages, by name.
+func (p *Processor) topics() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	topics := make([]string, 0, len(p.managers))
+	for topic := range p.managers {
+		topics = append(topics, topic)
+	}
+	slices.Sort(topics)
+	return topics
 }

@@ -116,6 +116,16 @@ func (e *QueueFullError) Error() string {
 // Unwrap returns ErrQueueFull.
 func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
 
+// SQLState returns the SQLSTATE of the PostgreSQL error that err wraps, or "" when it
+// wraps none (a failure to connect, a lost connection, a timeout).
+func SQLState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
 // invalid builds an ErrInvalid error naming what is wrong.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))

@@ -2,6 +2,8 @@ package repository
 
 import (
 	"context"
+
+	"github.com/pgtask/pgtask/db"
 )
 
 // Lease names one ACTIVE task.
@@ -10,10 +12,15 @@ type Lease struct {
 	Sequence int64
 }
 
-// CancelledLeases lists the ACTIVE tasks leased by this owner that were cancelled. A
-// processor polls it as the fallback for CANCEL notifications it may have missed.
-func (r *Repository) CancelledLeases(ctx context.Context, h Handle) ([]Lease, error) {
-	rows, err := r.q.TaskCancelledLeases(ctx, h, r.owner)
+// CancelledLeases lists the ACTIVE tasks leased by this owner that were cancelled, in
+// the given topics, or in every topic when none is given (which reads every table of
+// task). A processor polls it, for its own topics, as the fallback for CANCEL
+// notifications it may have missed.
+func (r *Repository) CancelledLeases(ctx context.Context, h Handle, topics ...string) ([]Lease, error) {
+	if topics == nil {
+		topics = []string{}
+	}
+	rows, err := r.q.TaskCancelledLeases(ctx, h, db.TaskCancelledLeasesParams{Owner: r.owner, Topics: topics})
 	if err != nil {
 		return nil, mapError("list cancelled leases", err)
 	}

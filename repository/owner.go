@@ -75,6 +75,15 @@ func (r *Repository) PurgeOwners(ctx context.Context, h Handle, timeout time.Dur
 	if err := validTimeout("timeout", timeout); err != nil {
 		return 0, err
 	}
+	// Most calls find no dead owner: tell that from task_owner alone, before a statement
+	// whose plan covers (and locks) every task table.
+	dead, err := r.q.OwnerAnyDead(ctx, h, db.OwnerAnyDeadParams{Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	if err != nil {
+		return 0, mapError("purge owners", err)
+	}
+	if !dead {
+		return 0, nil
+	}
 	n, err := r.q.OwnerPurge(ctx, h, db.OwnerPurgeParams{Now: r.clock(), TimeoutMs: durationMs(timeout)})
 	if err != nil {
 		return 0, mapError("purge owners", err)

@@ -316,10 +316,21 @@ func (r *Repository) Expire(ctx context.Context, h Handle, timeout time.Duration
 }
 
 // ExpireStale is Expire for owners that are registered: when no other owner's heartbeat
-// is older than now − timeout it returns at once, without reading the ACTIVE tasks (a
-// scan that costs milliseconds under load). The tasks of owners whose row is gone, which
-// only a deleted owner row or a purge racing a poll leaves behind, wait for Expire.
+// is older than now − timeout it returns at once, having read task_owner only (neither
+// the ACTIVE tasks, a scan that costs milliseconds under load, nor the catalogs of every
+// task table, which planning the expiry locks). The tasks of owners whose row is gone,
+// which only a deleted owner row or a purge racing a poll leaves behind, wait for Expire.
 func (r *Repository) ExpireStale(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
+	if err := validTimeout("expiry timeout", timeout); err != nil {
+		return nil, err
+	}
+	stale, err := r.q.OwnerAnyStale(ctx, h, db.OwnerAnyStaleParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	if err != nil {
+		return nil, mapError("expire", err)
+	}
+	if !stale {
+		return nil, nil
+	}
 	return r.expire(ctx, h, timeout, false)
 }
 

@@ -7,6 +7,8 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -288,6 +290,64 @@ func TestBinary(t *testing.T) {
 				t.Errorf("%q: stderr %q, want it to contain %q and point to --help", tc.args, stderr, tc.want)
 			}
 		}
+	})
+
+	t.Run("FailingStatementsAreLoggedOnceAndUnhealthy", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		p := start(t, bin, f.url, "--topic", f.topic, "--addr", "127.0.0.1:0", "--exec", "/bin/sh", script)
+		addr := p.addr()
+		waitFor(t, 10*time.Second, "a healthy processor", func() bool {
+			code, _ := httpGet(t, "http://"+addr+"/healthz")
+			return code == http.StatusOK
+		})
+		// Every poll raises what a full lock table raises.
+		for _, stmt := range []string{
+			"ALTER FUNCTION task_poll_candidates(text, boolean, smallint, integer) RENAME TO task_poll_candidates_real",
+			`CREATE FUNCTION task_poll_candidates(text, boolean, smallint, integer) RETURNS SETOF tid LANGUAGE plpgsql AS
+			 $$ BEGIN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200'; END $$`,
+		} {
+			if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		task := f.push("ok")[0]
+		var body string
+		waitFor(t, 20*time.Second, "/healthz to report the failing polls", func() bool {
+			var code int
+			code, body = httpGet(t, "http://"+addr+"/healthz")
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "SQLSTATE 53200")
+		})
+		if !strings.Contains(body, `poll topic \"`+f.topic+`\"`) && !strings.Contains(body, `poll topic "`+f.topic+`"`) {
+			t.Errorf("/healthz body %q does not name the failing poll", body)
+		}
+		// a few retries later, still one line
+		waitFor(t, 20*time.Second, "three failed polls", func() bool {
+			_, body = httpGet(t, "http://"+addr+"/healthz")
+			m := regexp.MustCompile(`\((\d+) failures\)`).FindStringSubmatch(body)
+			n, _ := strconv.Atoi(append(m, "", "0")[1])
+			return n >= 3
+		})
+		if n := strings.Count(p.stderr.String(), `"msg":"database operation failing"`); n != 1 {
+			t.Errorf("the failing poll was logged %d times, want once:\n%s", n, p.stderr.String())
+		}
+		for _, stmt := range []string{
+			"DROP FUNCTION task_poll_candidates(text, boolean, smallint, integer)",
+			"ALTER FUNCTION task_poll_candidates_real(text, boolean, smallint, integer) RENAME TO task_poll_candidates",
+		} {
+			if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		f.waitState(task.Sequence, repository.Succeeded)
+		waitFor(t, 10*time.Second, "/healthz to recover", func() bool {
+			code, _ := httpGet(t, "http://"+addr+"/healthz")
+			return code == http.StatusOK
+		})
+		if !strings.Contains(p.stderr.String(), `"msg":"database operation recovered"`) {
+			t.Errorf("no recovery line in the log:\n%s", p.stderr.String())
+		}
+		p.stop()
 	})
 
 	t.Run("HelpPrintsUsage", func(t *testing.T) {

@@ -103,6 +103,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Listener: processor.Listeners(m.Listener(), processor.Listener{
 			OnStart: func(string) { running.Store(true) },
 			OnError: func(topic string, err error) {
+				if errors.Is(err, processor.ErrWillRetry) {
+					return // the processor logs database failures once per cause
+				}
 				logger.Warn("processor error", slog.String("topic", topic), slog.Any("error", err))
 			},
 			OnFatal: func(topic string, err error) {
@@ -116,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if cfg.addr != "" {
-		stopServer, err := serve(cfg.addr, newMux(reg, pool, &running), logger)
+		stopServer, err := serve(cfg.addr, newMux(reg, pool, &running, p.Health), logger)
 		if err != nil {
 			return err
 		}

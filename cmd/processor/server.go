@@ -19,9 +19,10 @@ import (
 // healthTimeout bounds the database check of one /healthz request.
 const healthTimeout = 2 * time.Second
 
-// newMux serves /metrics from reg and /healthz: 200 while the processor runs and the
-// database answers, 503 with the reason otherwise.
-func newMux(reg prometheus.Gatherer, pool *pgxpool.Pool, running *atomic.Bool) *http.ServeMux {
+// newMux serves /metrics from reg and /healthz: 200 while the processor runs, the
+// database answers and the processor's own statements succeed (health, which is
+// Processor.Health), 503 with the reason otherwise.
+func newMux(reg prometheus.Gatherer, pool *pgxpool.Pool, running *atomic.Bool, health func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +37,11 @@ func newMux(reg prometheus.Gatherer, pool *pgxpool.Pool, running *atomic.Bool) *
 		if err := pool.Ping(ctx); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "database not answering: %v\n", err)
+			return
+		}
+		if err := health(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
 			return
 		}
 		fmt.Fprintln(w, "ok")

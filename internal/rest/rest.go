@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,6 +84,8 @@ type server struct {
 	token     bool
 	tokenHash [sha256.Size]byte
 	mux       *http.ServeMux
+	// statements is what GET /healthz knows of the API's statements.
+	statements statements
 }
 
 // endpoint answers a request with a status and a JSON body, or an error that
@@ -210,6 +213,11 @@ func (s *server) handle(e endpoint) http.Handler {
 		status, body, err := e(s, w, r)
 		if err != nil {
 			status = statusOf(err)
+		}
+		if r.URL.Path != "/healthz" {
+			s.statements.record(err, status)
+		}
+		if err != nil {
 			if status == http.StatusInternalServerError {
 				s.logger.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
@@ -267,7 +275,52 @@ func (s *server) health(_ http.ResponseWriter, r *http.Request) (int, any, error
 	if err := s.pool.Ping(ctx); err != nil {
 		return http.StatusServiceUnavailable, errorJSON{"database unreachable: " + err.Error()}, nil
 	}
+	if failing := s.statements.failing(); failing != "" {
+		return http.StatusServiceUnavailable, errorJSON{failing}, nil
+	}
 	return http.StatusOK, map[string]string{"status": "ok"}, nil
+}
+
+// statements tracks whether the API's statements succeed, for GET /healthz: a server
+// whose database answers pings but refuses its statements (a full lock table, say) is
+// not healthy. The last statement decides: one PostgreSQL refused with an error of its
+// own (not one of the client's making) marks the server failing until one succeeds.
+type statements struct {
+	mu       sync.Mutex
+	cause    string // the SQLSTATE, while failing
+	since    time.Time
+	failures int64
+}
+
+// record notes the outcome of an endpoint: err is its error, nil on success, and status
+// what the client was answered.
+func (st *statements) record(err error, status int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	code := repository.SQLState(err)
+	switch {
+	case err == nil, code != "" && status != http.StatusInternalServerError:
+		st.failures = 0 // the database answered
+		return
+	case code == "":
+		return // not the database's doing, or no answer from it (Ping tells that)
+	}
+	if st.failures == 0 {
+		st.since = time.Now()
+	}
+	st.failures++
+	st.cause = code
+}
+
+// failing describes the failure in progress, "" when none.
+func (st *statements) failing() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.failures == 0 {
+		return ""
+	}
+	return fmt.Sprintf("database statements failing: SQLSTATE %s for %v (%d failures)",
+		st.cause, time.Since(st.since).Round(time.Second), st.failures)
 }
 
 func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, error) {

@@ -709,6 +709,36 @@ func TestHealth(t *testing.T) {
 		f.pool.Close()
 		f.call("GET", "/healthz", "").wantError(t, http.StatusServiceUnavailable, "database unreachable")
 	})
+	t.Run("AnswersUnavailableWhileStatementsFail", func(t *testing.T) {
+		f := setup(t)
+		// The database answers pings but refuses a statement the API runs: the topic
+		// statistics raise what a full lock table raises.
+		for _, stmt := range []string{
+			"ALTER FUNCTION task_topic_rows(text) RENAME TO task_topic_rows_real",
+			`CREATE FUNCTION task_topic_rows(text) RETURNS bigint LANGUAGE plpgsql AS
+			 $$ BEGIN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200'; END $$`,
+		} {
+			if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		f.call("GET", "/topics/mail", "").wantError(t, http.StatusInternalServerError)
+		f.call("GET", "/healthz", "").wantError(t, http.StatusServiceUnavailable, "database statements failing: SQLSTATE 53200")
+		// A client's mistake is not the database's.
+		f.call("GET", "/topics/mail/tasks/nonsense", "").wantError(t, http.StatusBadRequest)
+		f.call("GET", "/healthz", "").wantError(t, http.StatusServiceUnavailable, "SQLSTATE 53200")
+
+		for _, stmt := range []string{
+			"DROP FUNCTION task_topic_rows(text)",
+			"ALTER FUNCTION task_topic_rows_real(text) RENAME TO task_topic_rows",
+		} {
+			if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		f.call("GET", "/topics/mail", "").want(t, http.StatusOK, nil)
+		f.call("GET", "/healthz", "").want(t, http.StatusOK, nil)
+	})
 }
 
 func TestRouting(t *testing.T) {

@@ -31,3 +31,21 @@ WHERE o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(t
 DELETE FROM task_owner o
 WHERE o.owner = sqlc.arg(owner)
   AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner);
+
+-- name: OwnerAnyStale :one
+-- Whether another owner's heartbeat is older than now - timeout: reads task_owner only, so
+-- that the periodic expiry plans its statement over the task tables (locking each) only
+-- when there is something to expire.
+SELECT EXISTS (
+    SELECT 1 FROM task_owner w
+    WHERE w.owner <> sqlc.arg(owner)
+      AND w.heartbeat < COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+)::boolean AS stale;
+
+-- name: OwnerAnyDead :one
+-- Whether some owner's heartbeat is at or before now - timeout (what OwnerPurge deletes,
+-- if it leases nothing); task_owner only, as OwnerAnyStale.
+SELECT EXISTS (
+    SELECT 1 FROM task_owner o
+    WHERE o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+)::boolean AS dead;

@@ -166,7 +166,7 @@ cancelled AS (
         output    = CASE WHEN t.state = 0 THEN t.output ELSE 'cancelled by ' || sqlc.arg(by)::text END,
         completed = CASE WHEN t.state = 0 THEN t.completed ELSE now() END
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
     RETURNING t.*
 ),

@@ -77,15 +77,18 @@ older AS (
     UNION ALL
     SELECT s.topic, s.sequence FROM older_settled s
 ),
+-- The topic as a value (not only o's) lets the planner prune the target to the topic's
+-- table; the insertion test goes in the subquery, since a WHERE that folds to false
+-- leaves every table of task as a target (and locks them all).
 made_redundant AS (
     UPDATE task t SET state = 8, descent = GREATEST(t.state, t.descent)
-    FROM older o
-    WHERE sqlc.arg(insertion) IN (1, 2) AND t.topic = o.topic AND t.sequence = o.sequence
+    FROM (SELECT * FROM older WHERE sqlc.arg(insertion) IN (1, 2)) o
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = o.sequence
     RETURNING t.sequence
 ),
 deleted AS (
-    DELETE FROM task t USING older o
-    WHERE sqlc.arg(insertion) = 3 AND t.topic = o.topic AND t.sequence = o.sequence
+    DELETE FROM task t USING (SELECT * FROM older WHERE sqlc.arg(insertion) = 3) o
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = o.sequence
     RETURNING t.sequence
 ),
 inserted AS (

@@ -30,6 +30,8 @@ LEFT JOIN LATERAL (
     SELECT t.state, count(*) AS count, max(t.sequence) AS highest
     FROM task t
     WHERE t.topic = tt.topic
+      -- for one topic, its name as a value: a custom plan then reads the topic's table only
+      AND (sqlc.narg('topic')::text IS NULL OR t.topic = sqlc.narg('topic'))
       AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
       AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
       AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
@@ -50,6 +52,7 @@ LEFT JOIN LATERAL (
         SELECT DISTINCT ON (t.identifier) t.state, t.sequence
         FROM task t
         WHERE t.topic = tt.topic
+          AND (sqlc.narg('topic')::text IS NULL OR t.topic = sqlc.narg('topic'))
           AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
           AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
           AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))

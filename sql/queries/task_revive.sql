@@ -9,7 +9,7 @@ WITH target AS (
 UPDATE task t
 SET state = sqlc.arg(result)::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
 FROM target g
-WHERE t.topic = g.topic AND t.sequence = g.sequence
+WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
   AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
 RETURNING t.*;
 
@@ -26,7 +26,7 @@ WITH target AS (
 UPDATE task t
 SET state = sqlc.arg(result)::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
 FROM target g
-WHERE t.topic = g.topic AND t.sequence = g.sequence;
+WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence;
 
 -- name: TaskRecreateMark :many
 -- Marks tasks (by sequence) RECREATED so that fresh copies can be pushed; all or nothing
@@ -39,7 +39,7 @@ WITH target AS (
 marked AS (
     UPDATE task t SET state = 7, descent = GREATEST(t.state, t.descent)
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
     RETURNING t.*
 )
@@ -60,7 +60,7 @@ WITH target AS (
 marked AS (
     UPDATE task t SET state = 7, descent = GREATEST(t.state, t.descent)
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
     RETURNING t.*
 )
 SELECT * FROM marked ORDER BY sequence;
@@ -79,7 +79,7 @@ reset AS (
     SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
     RETURNING t.*
 ),
@@ -109,7 +109,7 @@ reset AS (
     SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
-    WHERE t.topic = g.topic AND t.sequence = g.sequence
+    WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
     RETURNING t.*
 ),
 notified AS (

@@ -1,0 +1,116 @@
+package processor_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) count(parts ...string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(s.b.String(), "\n") {
+		ok := line != ""
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDatabaseErrors injects a database failure into every poll (the SQLSTATE of an
+// exhausted lock table, 53200) and checks that the processor says so once, reports
+// itself unhealthy, keeps retrying with backoff, and resumes and recovers when the
+// failure clears.
+func TestDatabaseErrors(t *testing.T) {
+	f := setup(t)
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	var pollErrors atomic.Int64
+	done := make(chan int64, 10)
+	p, _ := f.processor("faulty", processor.Config{Logger: logger, ErrorLogInterval: time.Hour}, processor.ManagerConfig{
+		Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			done <- task.Sequence
+			return repository.Decision{Result: repository.Success}
+		}),
+		Listener: processor.Listener{OnError: func(_ string, err error) {
+			if strings.Contains(err.Error(), "poll") {
+				pollErrors.Add(1)
+			}
+		}},
+	})
+	// The injected failure: the poll's candidate function raises what PostgreSQL raises
+	// when its lock table is full.
+	for _, stmt := range []string{
+		"ALTER FUNCTION task_poll_candidates(text, boolean, smallint, integer) RENAME TO task_poll_candidates_real",
+		`CREATE FUNCTION task_poll_candidates(text, boolean, smallint, integer) RETURNS SETOF tid LANGUAGE plpgsql AS
+		 $$ BEGIN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200', HINT = 'You might need to increase max_locks_per_transaction.'; END $$`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	f.start(p)
+	pushed := f.pushN(1)[0]
+
+	f.eventually("four failed polls", func() bool { return pollErrors.Load() >= 4 })
+	err := p.Health()
+	if !errors.Is(err, processor.ErrUnhealthy) || !strings.Contains(err.Error(), `poll topic "topic": SQLSTATE 53200`) {
+		t.Fatalf("health while polls fail = %v, want ErrUnhealthy naming the poll and SQLSTATE 53200", err)
+	}
+	if n := logs.count("database operation failing", `poll topic \"topic\"`, "SQLSTATE 53200"); n != 1 {
+		t.Fatalf("%d failed polls logged %d times, want once:\n%s", pollErrors.Load(), n, logs.b.String())
+	}
+	select {
+	case seq := <-done:
+		t.Fatalf("task %d ran although every poll failed", seq)
+	default:
+	}
+
+	// The condition clears: the next retry polls, the task runs, the processor is healthy.
+	for _, stmt := range []string{
+		"DROP FUNCTION task_poll_candidates(text, boolean, smallint, integer)",
+		"ALTER FUNCTION task_poll_candidates_real(text, boolean, smallint, integer) RENAME TO task_poll_candidates",
+	} {
+		if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	select {
+	case seq := <-done:
+		if seq != pushed.Sequence {
+			t.Fatalf("ran task %d, want %d", seq, pushed.Sequence)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task did not run within 30 s of the failure clearing (the poll backoff is at most 10 s)")
+	}
+	f.eventually("healthy", func() bool { return p.Health() == nil })
+	if n := logs.count("database operation recovered", `poll topic \"topic\"`); n != 1 {
+		t.Errorf("recovery logged %d times, want once:\n%s", n, logs.b.String())
+	}
+}
