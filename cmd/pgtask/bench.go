@@ -32,7 +32,11 @@ import (
 
 const benchAbout = `
 Measures pgtask against a database. It registers its own topic (bench-<mode>-<random>),
-runs one of three modes, and destroys the topic at the end, also when interrupted.
+or --topics of them, runs one of three modes, and destroys the topics at the end, also
+when interrupted. With --topics K, the pushes go to the topics in turn and processor i
+(in-process manager or child process) works on topic i mod K. With --idle-topics N, it
+first registers N more topics, one per transaction, that stay idle during the run, and
+destroys them after it (the registration time is reported).
 
   burndown   push --tasks no-op tasks (in batches of --push-batch), then process them
              all. tasks/s counts from the start of the push (push included, as River
@@ -80,6 +84,8 @@ type benchConfig struct {
 	json          bool
 	url           string
 	migrate       bool
+	topics        int // topics the run uses
+	idleTopics    int // topics registered beside them, idle
 }
 
 // benchChildFlag, as the first argument, runs a child process of --processes (hidden).
@@ -112,7 +118,7 @@ func benchFlags(f *flags, cfg *benchConfig) (insertion, condition, order *string
 	f.Var((*durationValue)(&cfg.flushInterval), "flush-interval", "how long (`DURATION`) the completer waits for --flush-size decisions; 0 commits\nas soon as the previous commit is done")
 	f.Var((*durationValue)(&cfg.handlerDelay), "handler-delay", "time (`DURATION`) the handler spends on each task")
 	f.IntVar(&cfg.managers, "managers", 1, "processors (`N`), each with its own pool and owner, per process")
-	f.Int64Var(&cfg.vacuumEvery, "vacuum-every", processor.VacuumEveryDefault, "the processors VACUUM the topic's partition after every `N` tasks leased (a quarter\nof its rows when more); 0 leaves it to autovacuum")
+	f.Int64Var(&cfg.vacuumEvery, "vacuum-every", processor.VacuumEveryDefault, "the processors VACUUM the topic's table after every `N` tasks leased (a quarter\nof its rows when more); 0 leaves it to autovacuum")
 	condition = f.String("condition", "none", "poll `CONDITION`: none, singular-by-identifier, ...-suspend-on-failure,\n...-suspend-until-success")
 	order = f.String("order", "fifo", "poll `ORDER`: fifo or lifo")
 	insertion = f.String("insertion", "append", "push insertion `MODE`: append, replace, supersede or delete")
@@ -136,6 +142,8 @@ func parseBench(e *env, args []string) (*benchConfig, error) {
 	f.Var((*durationValue)(&cfg.interval), "interval", "progress report `INTERVAL`")
 	f.BoolVar(&cfg.json, "json", false, "print one JSON object with the results as the last line")
 	f.BoolVar(&cfg.migrate, "migrate", false, "apply pending migrations first")
+	f.IntVar(&cfg.topics, "topics", 1, "topics (`K`) the run pushes to and processes, each processor on one of them")
+	f.IntVar(&cfg.idleTopics, "idle-topics", 0, "idle topics (`N`) registered before the run and destroyed after it")
 	cfg.interval = 2 * time.Second
 	if err := f.noArgs(args); err != nil {
 		return nil, err
@@ -155,10 +163,16 @@ func parseBench(e *env, args []string) (*benchConfig, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"tasks", cfg.tasks}, {"push-batch", cfg.pushBatch}, {"pushers", cfg.pushers}} {
+	}{{"tasks", cfg.tasks}, {"push-batch", cfg.pushBatch}, {"pushers", cfg.pushers}, {"topics", cfg.topics}} {
 		if v.n < 1 {
 			return nil, f.usagef("--%s: %d is below 1", v.name, v.n)
 		}
+	}
+	if cfg.idleTopics < 0 {
+		return nil, f.usagef("--idle-topics: %d is negative", cfg.idleTopics)
+	}
+	if cfg.mode == "latency" && cfg.topics > 1 {
+		return nil, f.usagef("--topics: latency mode measures one idle topic, got %d", cfg.topics)
 	}
 	if cfg.processes < 0 || cfg.identifiers < 0 || cfg.rate < 0 || math.IsNaN(cfg.rate) || math.IsInf(cfg.rate, 0) {
 		return nil, f.usagef("--processes, --identifiers and --rate must not be negative")
@@ -366,10 +380,11 @@ type inProcess struct {
 
 // startProcessors starts cfg.managers processors in this process and waits until each
 // listens for notifications.
-func startProcessors(ctx context.Context, cfg *benchConfig, topic string, s *benchStats, logger *slog.Logger, record bool, onDone func()) (*inProcess, error) {
+func startProcessors(ctx context.Context, cfg *benchConfig, topics []string, s *benchStats, logger *slog.Logger, record bool, onDone func()) (*inProcess, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ip := &inProcess{cancel: cancel}
 	for i := range cfg.managers {
+		topic := topics[i%len(topics)]
 		pool, err := openPool(ctx, cfg.url, "pgtask bench processor", 4)
 		if err != nil {
 			_ = ip.stop()
@@ -462,12 +477,12 @@ type children struct {
 
 // startChildren runs cfg.processes child processes of this binary, each running
 // cfg.managers processors, and waits until all listen.
-func startChildren(ctx context.Context, cfg *benchConfig, topic string, s *benchStats, stderr io.Writer, record bool) (*children, error) {
+func startChildren(ctx context.Context, cfg *benchConfig, topics []string, s *benchStats, stderr io.Writer, record bool) (*children, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this binary for --processes: %w", err)
 	}
-	args := []string{"bench", benchChildFlag, "--topic", topic, "--mode", cfg.mode, "--database-url", cfg.url,
+	args := []string{"bench", benchChildFlag, "--mode", cfg.mode, "--database-url", cfg.url,
 		"--workers", strconv.Itoa(cfg.workers), "--queue", strconv.Itoa(cfg.queue),
 		"--batch-size", strconv.Itoa(cfg.batchSize), "--flush-size", strconv.Itoa(cfg.flushSize),
 		"--flush-interval", cfg.flushInterval.String(), "--handler-delay", cfg.handlerDelay.String(),
@@ -475,8 +490,8 @@ func startChildren(ctx context.Context, cfg *benchConfig, topic string, s *bench
 		"--order", cfg.order.String(), "--insertion", cfg.insertion.String(), "--record=" + strconv.FormatBool(record)}
 	c := &children{}
 	ready := make(chan struct{}, cfg.processes)
-	for range cfg.processes {
-		cmd := exec.Command(exe, args...)
+	for i := range cfg.processes {
+		cmd := exec.Command(exe, append(args, "--topic", topics[i%len(topics)])...)
 		cmd.Stderr = stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
@@ -621,7 +636,7 @@ func runBenchChild(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ip, err := startProcessors(ctx, cfg, *topic, s, logger, *record, report)
+	ip, err := startProcessors(ctx, cfg, []string{*topic}, s, logger, *record, report)
 	if err != nil {
 		return err
 	}
@@ -665,7 +680,8 @@ type benchRun struct {
 	e      *env
 	pool   *pgxpool.Pool
 	repo   *repository.Repository
-	topic  string
+	topic  string   // the first of topics
+	topics []string // those the run pushes to and processes
 	stats  *benchStats
 	logger *slog.Logger
 	result map[string]any
@@ -693,24 +709,53 @@ func bench(ctx context.Context, e *env, cfg *benchConfig) (err error) {
 	}
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
+	name := "bench-" + cfg.mode + "-" + hex.EncodeToString(suffix[:])
 	r := &benchRun{
 		cfg: cfg, e: e, pool: pool, repo: repo,
-		topic:  "bench-" + cfg.mode + "-" + hex.EncodeToString(suffix[:]),
 		stats:  newBenchStats(e.stderr),
 		logger: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		result: map[string]any{},
 	}
-	if _, err := repo.Initialize(ctx, pool, r.topic); err != nil {
-		return fmt.Errorf("bench: %w", err)
+	r.topics = []string{name}
+	if cfg.topics > 1 {
+		r.topics = make([]string, cfg.topics)
+		for i := range r.topics {
+			r.topics[i] = fmt.Sprintf("%s-%d", name, i)
+		}
 	}
+	r.topic = r.topics[0]
+	idle := make([]string, cfg.idleTopics)
+	for i := range idle {
+		idle[i] = fmt.Sprintf("%s-idle-%d", name, i)
+	}
+	// Destroy the topics even when interrupted: on a context of its own.
+	var created []string
 	defer func() {
-		// Destroy the topic even when interrupted: on a context of its own.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 		defer cancel()
-		if _, derr := repo.Destroy(dctx, pool, r.topic); derr != nil {
-			err = errors.Join(err, fmt.Errorf("bench: destroy topic %q: %w", r.topic, derr))
+		if derr := destroyTopics(dctx, repo, pool, created); derr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: %w", derr))
 		}
 	}()
+	for _, topic := range r.topics {
+		if _, err := repo.Initialize(ctx, pool, topic); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		created = append(created, topic)
+	}
+	if len(idle) > 0 {
+		// One topic per transaction, as applications register them.
+		start := time.Now()
+		for _, topic := range idle {
+			if _, err := repo.Initialize(ctx, pool, topic); err != nil {
+				return fmt.Errorf("bench: idle topics: %w", err)
+			}
+			created = append(created, topic)
+		}
+		secs := time.Since(start).Seconds()
+		fmt.Fprintf(e.stdout, "registered %d idle topics in %.2fs (%.0f/s)\n", len(idle), secs, float64(len(idle))/secs)
+		r.result["idle_topics_register_seconds"] = round(secs, 3)
+	}
 	procs := "in this process"
 	if cfg.processes > 0 {
 		procs = fmt.Sprintf("in each of %d child processes", cfg.processes)
@@ -737,6 +782,8 @@ func bench(ctx context.Context, e *env, cfg *benchConfig) (err error) {
 	}
 	r.result["mode"] = cfg.mode
 	r.result["topic"] = r.topic
+	r.result["topics"] = len(r.topics)
+	r.result["idle_topics"] = cfg.idleTopics
 	r.result["managers"] = cfg.managers
 	r.result["processes"] = cfg.processes
 	r.result["workers"] = cfg.workers
@@ -827,9 +874,51 @@ func (r *benchRun) sampleHeap() (stop func()) {
 // start starts the processors; record keeps latency samples.
 func (r *benchRun) start(ctx context.Context, record bool) (processors, error) {
 	if r.cfg.processes > 0 {
-		return startChildren(ctx, r.cfg, r.topic, r.stats, r.e.stderr, record)
+		return startChildren(ctx, r.cfg, r.topics, r.stats, r.e.stderr, record)
 	}
-	return startProcessors(ctx, r.cfg, r.topic, r.stats, r.logger, record, nil)
+	return startProcessors(ctx, r.cfg, r.topics, r.stats, r.logger, record, nil)
+}
+
+// destroyTopics destroys topics, four at a time.
+func destroyTopics(ctx context.Context, repo *repository.Repository, pool *pgxpool.Pool, topics []string) error {
+	var next atomic.Int64
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; int(i) < len(topics); i = next.Add(1) - 1 {
+				if _, err := repo.Destroy(ctx, pool, topics[i]); err != nil {
+					errs[w] = fmt.Errorf("destroy topic %q: %w", topics[i], err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// setActive pauses or resumes every topic of the run.
+func (r *benchRun) setActive(ctx context.Context, active bool) error {
+	for _, topic := range r.topics {
+		if err := r.repo.SetActive(ctx, r.pool, topic, active); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ready counts the READY tasks of the run's topics.
+func (r *benchRun) ready(ctx context.Context) (int64, error) {
+	var n int64
+	for _, topic := range r.topics {
+		stats, err := r.repo.Stats(ctx, r.pool, topic)
+		if err != nil {
+			return 0, err
+		}
+		n += stats.Ready
+	}
+	return n, nil
 }
 
 // creations builds n creations; stamp, when not zero, is written as the input.
@@ -860,7 +949,9 @@ func (r *benchRun) push(ctx context.Context, n int, stamp bool) error {
 	if stamp {
 		at = time.Now().UnixNano()
 	}
-	tasks, err := r.repo.Push(ctx, r.pool, r.topic, r.cfg.insertion, r.creations(n, at)...)
+	// the topics in turn, one statement each
+	topic := r.topics[int(r.pushes.Add(1)-1)%len(r.topics)]
+	tasks, err := r.repo.Push(ctx, r.pool, topic, r.cfg.insertion, r.creations(n, at)...)
 	if err != nil {
 		return err
 	}
@@ -871,7 +962,6 @@ func (r *benchRun) push(ctx context.Context, n int, stamp bool) error {
 		}
 	}
 	r.pushed.Add(int64(ready))
-	r.pushes.Add(1)
 	return nil
 }
 
@@ -924,7 +1014,7 @@ func (r *benchRun) burndown(ctx context.Context) error {
 	cfg, out := r.cfg, r.e.stdout
 	// The processors start first, on a paused topic, so that their start-up is not
 	// counted; resuming the topic is the start signal.
-	if err := r.repo.SetActive(ctx, r.pool, r.topic, false); err != nil {
+	if err := r.setActive(ctx, false); err != nil {
 		return err
 	}
 	procs, err := r.start(ctx, false)
@@ -964,15 +1054,14 @@ func (r *benchRun) burndown(ctx context.Context) error {
 	}
 	pushed := time.Now()
 	pushSecs := pushed.Sub(start).Seconds()
-	stats, err := r.repo.Stats(ctx, r.pool, r.topic)
+	want, err := r.ready(ctx)
 	if err != nil {
 		return err
 	}
-	want := stats.Ready
 	fmt.Fprintf(out, "pushed %d tasks (%d READY) in %.2fs: %.0f/s\n", cfg.tasks, want, pushSecs, float64(cfg.tasks)/pushSecs)
 
 	procStart := time.Now()
-	if err := r.repo.SetActive(ctx, r.pool, r.topic, true); err != nil {
+	if err := r.setActive(ctx, true); err != nil {
 		return err
 	}
 	last = 0
@@ -1069,7 +1158,7 @@ func (r *benchRun) sustained(ctx context.Context) error {
 	}
 	secs := time.Since(start).Seconds()
 	pushed, processed := r.pushed.Load(), r.stats.processed.Load()
-	stats, err := r.repo.Stats(ctx, r.pool, r.topic)
+	backlog, err := r.ready(ctx)
 	if err != nil {
 		return err
 	}
@@ -1084,14 +1173,14 @@ func (r *benchRun) sustained(ctx context.Context) error {
 	}
 	mu.Unlock()
 	fmt.Fprintf(out, "sustained %.1fs: pushed %d (%.0f/s), processed %d (%.0f/s), backlog at the end %d READY (%+.0f/s over the second half)\n",
-		secs, pushed, float64(pushed)/secs, processed, float64(processed)/secs, stats.Ready, growth)
+		secs, pushed, float64(pushed)/secs, processed, float64(processed)/secs, backlog, growth)
 	r.result["seconds"] = round(secs, 3)
 	r.result["pushed"] = pushed
 	r.result["push_statements"] = r.pushes.Load()
 	r.result["processed"] = processed
 	r.result["pushed_per_second"] = round(float64(pushed)/secs, 1)
 	r.result["tasks_per_second"] = round(float64(processed)/secs, 1)
-	r.result["backlog"] = stats.Ready
+	r.result["backlog"] = backlog
 	r.result["backlog_growth_per_second"] = round(growth, 1)
 	r.result["rate"] = cfg.rate
 	r.latencies(false)

@@ -77,6 +77,22 @@ func TestBench(t *testing.T) {
 		}
 		f.wantOnlyTopicT()
 	})
+	t.Run("BurndownOverTopicsBesideIdleOnes", func(t *testing.T) {
+		// three child processes on three topics, 40 idle topics registered and removed
+		r := f.benchJSON("--tasks", "300", "--topics", "3", "--processes", "3", "--idle-topics", "40",
+			"--push-batch", "25", "--batch-size", "20")
+		wantPositive(t, r, "tasks_per_second", "idle_topics_register_seconds")
+		if r["processed"] != float64(300) || r["topics"] != float64(3) || r["idle_topics"] != float64(40) || r["errors"] != float64(0) {
+			t.Errorf("result %v", r)
+		}
+		f.wantOnlyTopicT()
+	})
+	t.Run("SustainedOverTopics", func(t *testing.T) {
+		r := f.benchJSON("--mode", "sustained", "--duration", "1s", "--rate", "300", "--push-batch", "20",
+			"--topics", "2", "--managers", "2")
+		wantPositive(t, r, "tasks_per_second", "pushed_per_second")
+		f.wantOnlyTopicT()
+	})
 	t.Run("BurndownWithInsertionAndCondition", func(t *testing.T) {
 		// 300 pushes over 100 identifiers: with REPLACE only the last of each stays READY.
 		r := f.benchJSON("--tasks", "300", "--identifiers", "100", "--push-batch", "100",
@@ -133,6 +149,9 @@ func TestBench(t *testing.T) {
 		wantUsage(t, f.cli("bench", "--vacuum-every", "-5"), "--vacuum-every", "-5")
 		wantUsage(t, f.cli("bench", "--push-linger", "-1s"), "--push-linger", "-1s")
 		wantUsage(t, f.cli("bench", "--condition", "sometimes"), "--condition")
+		wantUsage(t, f.cli("bench", "--topics", "0"), "--topics", "0")
+		wantUsage(t, f.cli("bench", "--idle-topics", "-1"), "--idle-topics", "-1")
+		wantUsage(t, f.cli("bench", "--mode", "latency", "--topics", "2"), "--topics", "latency")
 		// runBench's signature (fixed by the dispatcher) reads the real environment.
 		if os.Getenv("DATABASE_URL") == "" {
 			wantUsage(t, runCLI(f.ctx, "", nil, "bench"), "--database-url")

@@ -83,6 +83,7 @@ func commands() []*command {
 			{name: "list", summary: "list topics and their settings", run: runTopicList},
 			{name: "set", args: "NAME", summary: "change some settings of a topic", run: runTopicSet},
 			{name: "destroy", args: "NAME", summary: "remove a topic with all its tasks", run: runTopicDestroy},
+			{name: "dedicate", args: "NAME", summary: "give a topic a table of its own", run: runTopicDedicate},
 		}},
 		{name: "push", args: "--topic T [IDENTIFIER [INPUT]]", summary: "push a task, or many from stdin", run: runPush},
 		{name: "list", args: "--topic T", summary: "list the tasks of a topic, page by page", run: runList},

@@ -48,7 +48,7 @@ func TestHelp(t *testing.T) {
 	t.Run("DatabaseCommandsTakeDatabaseURL", func(t *testing.T) {
 		t.Parallel()
 		for _, args := range [][]string{
-			{"migrate", "up"}, {"topic", "add"}, {"topic", "list"}, {"topic", "set"}, {"topic", "destroy"},
+			{"migrate", "up"}, {"topic", "add"}, {"topic", "list"}, {"topic", "set"}, {"topic", "destroy"}, {"topic", "dedicate"},
 			{"push"}, {"list"}, {"show"}, {"stats"}, {"revive"}, {"cancel"}, {"pause"}, {"resume"},
 			{"purge"}, {"expire"}, {"serve"}, {"dev"},
 		} {

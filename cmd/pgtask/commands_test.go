@@ -118,6 +118,27 @@ func TestTopic(t *testing.T) {
 		}
 		wantRuntime(t, f.cli("pause", "nope"), repository.ErrUnknownTopic)
 	})
+	t.Run("DedicateGivesATableOfItsOwn", func(t *testing.T) {
+		wantContains(t, f.ok("topic", "list"), "shared")
+		wantContains(t, f.ok("topic", "add", "heavy", "--dedicated"), `topic "heavy" added`, `topic "heavy" dedicated: its tasks are in table task_`)
+		wantContains(t, f.ok("topic", "dedicate", "heavy"), `topic "heavy" already has a table of its own`)
+		wantContains(t, f.ok("topic", "list"), "dedicated")
+		var list topicsJSON
+		if err := json.Unmarshal([]byte(f.ok("topic", "list", "--json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range list.Topics {
+			if topic.Dedicated != (topic.Name == "heavy") || topic.Table == "" {
+				t.Errorf("topic %s: dedicated %v, table %q", topic.Name, topic.Dedicated, topic.Table)
+			}
+		}
+		wantRuntime(t, f.cli("topic", "dedicate", "nope"), repository.ErrUnknownTopic)
+		f.ok("push", "--topic", "mail", "a")
+		r := f.cli("topic", "dedicate", "mail")
+		wantRuntime(t, r, repository.ErrTopicInUse)
+		wantContains(t, r.stderr, "pause it")
+		wantContains(t, f.ok("topic", "destroy", "heavy"), `topic "heavy" destroyed`)
+	})
 	t.Run("DestroyRemovesTopic", func(t *testing.T) {
 		wantContains(t, f.ok("topic", "destroy", "mail"), `topic "mail" destroyed`)
 		if _, err := f.repo.Topic(f.ctx, f.pool, "mail"); err == nil {

@@ -93,9 +93,10 @@ func (s *settingFlags) apply(f *flags, t *repository.TopicSettings) {
 
 func runTopicAdd(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask topic add", "NAME [flags]",
-		"Registers topic NAME and creates its partition. Adding a topic that exists is not an\nerror; settings given are then applied to it.\n"+topicSettingsHelp)
+		"Registers topic NAME: a row of task_topic, its tasks in the shared table of its bucket\n(or, with --dedicated, in a table of its own). Adding a topic that exists is not an\nerror; settings given are then applied to it.\n"+topicSettingsHelp)
 	url := f.databaseURL()
 	settings := f.settingFlags()
+	dedicated := f.Bool("dedicated", false, "give the topic a table of its own (see pgtask topic dedicate)")
 	pos, err := f.args(args, 1, 1, "topic NAME")
 	if err != nil {
 		return err
@@ -134,6 +135,13 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "topic %q added\n", name)
 	} else {
 		fmt.Fprintf(e.stdout, "topic %q already exists\n", name)
+	}
+	if *dedicated {
+		// after the registration committed: dedicating locks the topic's bucket until
+		// its own commit, which must come at once
+		if err := dedicate(ctx, e, c, name); err != nil {
+			return err
+		}
 	}
 	if settings.anyGiven(f) {
 		fmt.Fprintf(e.stdout, "settings: %s\n", describeSettings(topic.TopicSettings))
@@ -206,18 +214,64 @@ func runTopicList(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	tw := table(e.stdout)
-	fmt.Fprintln(tw, "TOPIC\tSTATUS\tMAX_ATTEMPTS\tBACKOFF_BASE\tBACKOFF_CAP\tJITTER\tQUEUE_CAP\tRETENTION\tCREATED")
+	fmt.Fprintln(tw, "TOPIC\tSTATUS\tSTORAGE\tMAX_ATTEMPTS\tBACKOFF_BASE\tBACKOFF_CAP\tJITTER\tQUEUE_CAP\tRETENTION\tCREATED")
 	for _, t := range topics {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, status(t.Active), t.MaxAttempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, status(t.Active), storage(t), t.MaxAttempts,
 			shortDuration(t.BackoffBase), shortDuration(t.BackoffCap), shortDuration(t.BackoffJitter),
 			orNone(t.QueueCap, "unlimited"), orForever(t.Retention), formatTime(t.Created))
 	}
 	return tw.Flush()
 }
 
+// storage says where a topic's tasks are: "shared" or "dedicated".
+func storage(t repository.Topic) string {
+	if t.Dedicated {
+		return "dedicated"
+	}
+	return "shared"
+}
+
+func runTopicDedicate(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "pgtask topic dedicate", "NAME [flags]",
+		`Gives topic NAME a table of its own and moves its tasks there. A dedicated topic is
+vacuumed and analyzed alone, and purging or destroying it truncates or drops its table.
+A topic with tasks must be paused (pgtask pause NAME) with none of its tasks ACTIVE.
+The other topics of its bucket wait while PostgreSQL checks the tables (for a second at
+most: the command then gives up and changes nothing).`)
+	url := f.databaseURL()
+	pos, err := f.args(args, 1, 1, "topic NAME")
+	if err != nil {
+		return err
+	}
+	c, err := f.connect(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return dedicate(ctx, e, c, pos[0])
+}
+
+// dedicate gives a topic a table of its own and says what happened.
+func dedicate(ctx context.Context, e *env, c *conn, topic string) error {
+	done, err := c.repo.Dedicate(ctx, c.pool, topic)
+	if err != nil {
+		return err
+	}
+	t, err := c.repo.Topic(ctx, c.pool, topic)
+	if err != nil {
+		return err
+	}
+	if done {
+		fmt.Fprintf(e.stdout, "topic %q dedicated: its tasks are in table %s\n", topic, t.Table)
+	} else {
+		fmt.Fprintf(e.stdout, "topic %q already has a table of its own: %s\n", topic, t.Table)
+	}
+	return nil
+}
+
 func runTopicDestroy(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask topic destroy", "NAME [flags]",
-		"Removes topic NAME with ALL its tasks (drops its partition). There is no undo.")
+		"Removes topic NAME with ALL its tasks (drops its table when dedicated). There is no undo.")
 	url := f.databaseURL()
 	pos, err := f.args(args, 1, 1, "topic NAME")
 	if err != nil {

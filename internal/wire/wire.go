@@ -83,11 +83,13 @@ func nullTime(t time.Time) *time.Time {
 // Topic is a topic with its settings (durations in milliseconds) and, where asked for,
 // its stats.
 type Topic struct {
-	Name     string    `json:"name"`
-	Created  time.Time `json:"created"`
-	Active   bool      `json:"active"`
-	Settings Settings  `json:"settings"`
-	Stats    *Stats    `json:"stats,omitempty"`
+	Name      string    `json:"name"`
+	Created   time.Time `json:"created"`
+	Active    bool      `json:"active"`
+	Dedicated bool      `json:"dedicated"`
+	Table     string    `json:"table"`
+	Settings  Settings  `json:"settings"`
+	Stats     *Stats    `json:"stats,omitempty"`
 }
 
 // Settings are a topic's settings.
@@ -116,9 +118,11 @@ type Stats struct {
 // "stats" field is left out).
 func FromTopic(t repository.Topic, stats *repository.TopicStats) Topic {
 	out := Topic{
-		Name:    t.Name,
-		Created: t.Created,
-		Active:  t.Active,
+		Name:      t.Name,
+		Created:   t.Created,
+		Active:    t.Active,
+		Dedicated: t.Dedicated,
+		Table:     t.Table,
 		Settings: Settings{
 			MaxAttempts:     t.MaxAttempts,
 			BackoffBaseMs:   t.BackoffBase.Milliseconds(),
