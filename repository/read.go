@@ -229,7 +229,7 @@ func (r *Repository) PurgeAll(ctx context.Context, h Handle, topic string) (int6
 	if err != nil {
 		return 0, mapError(fmt.Sprintf("purge all of topic %q", topic), err)
 	}
-	n, err := r.q.TopicTruncate(ctx, h, topic)
+	n, err := retryLocked(ctx, h, func() (int64, error) { return r.q.TopicTruncate(ctx, h, topic) })
 	if err != nil {
 		return 0, mapError(fmt.Sprintf("purge all of topic %q", topic), err)
 	}

@@ -357,7 +357,7 @@ func TestDedicate(t *testing.T) {
 		}
 	})
 
-	t.Run("DestroyGivesUpWhenTheBucketStaysBusy", func(t *testing.T) {
+	t.Run("DestroyWaitsForABusyBucketASecondAtATime", func(t *testing.T) {
 		f := setup(t)
 		if _, err := f.repo.Dedicate(f.ctx, f.pool, f.topic); err != nil {
 			t.Fatal(err)
@@ -365,24 +365,49 @@ func TestDedicate(t *testing.T) {
 		neighbour := sameBucketTopic(f)
 		// A transaction that pushed to a topic of the same bucket and stays open holds a
 		// lock on the bucket that dropping the dedicated table must wait for.
-		tx, err := f.pool.Begin(f.ctx)
+		busy := func() pgx.Tx {
+			tx, err := f.pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.repo.Push(f.ctx, tx, neighbour, repository.Append, repository.Creation{Identifier: "n"}); err != nil {
+				t.Fatal(err)
+			}
+			return tx
+		}
+		// In the caller's transaction: one attempt, refused after lock_timeout.
+		tx := busy()
+		destroyTx, err := f.pool.Begin(f.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = tx.Rollback(f.ctx) }()
-		if _, err := f.repo.Push(f.ctx, tx, neighbour, repository.Append, repository.Creation{Identifier: "n"}); err != nil {
-			t.Fatal(err)
+		if _, err := f.repo.Destroy(f.ctx, destroyTx, f.topic); !errors.Is(err, repository.ErrLockTimeout) {
+			t.Fatalf("destroy in a transaction while the bucket is busy: %v, want ErrLockTimeout", err)
 		}
-		_, err = f.repo.Destroy(f.ctx, f.pool, f.topic)
-		if !errors.Is(err, repository.ErrLockTimeout) {
-			t.Fatalf("destroy while the bucket is busy: %v, want ErrLockTimeout", err)
-		}
-		if _, err := f.repo.Topic(f.ctx, f.pool, f.topic); err != nil {
-			t.Errorf("topic after the refused destroy: %v", err)
+		_ = destroyTx.Rollback(f.ctx)
+		// On a pool: tried again until the bucket is free.
+		done := make(chan error, 1)
+		go func() {
+			_, err := f.repo.Destroy(f.ctx, f.pool, f.topic)
+			done <- err
+		}()
+		f.eventually("the destroy to wait for the bucket's lock", func() bool {
+			var waiting bool
+			err := f.pool.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+				WHERE NOT l.granted AND a.query LIKE '%task_topic_destroy%')`).Scan(&waiting)
+			return err == nil && waiting
+		})
+		select {
+		case err := <-done:
+			t.Fatalf("destroy returned %v while the bucket was still busy", err)
+		default:
 		}
 		_ = tx.Rollback(f.ctx)
-		if ok, err := f.repo.Destroy(f.ctx, f.pool, f.topic); err != nil || !ok {
-			t.Fatalf("destroy once the bucket is quiet: %v, %v", ok, err)
+		if err := <-done; err != nil {
+			t.Fatalf("destroy once the bucket is free: %v", err)
+		}
+		if _, err := f.repo.Topic(f.ctx, f.pool, f.topic); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("topic after the destroy: %v, want unknown", err)
 		}
 	})
 }
@@ -550,4 +575,16 @@ func identifiers(tasks []repository.Task) []string {
 		out[i] = t.Identifier
 	}
 	return out
+}
+
+// eventually polls cond every 20 ms until it holds, failing the test after 30 s.
+func (f *fixture) eventually(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out after 30s waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -71,7 +71,7 @@ func (r *Repository) Destroy(ctx context.Context, h Handle, topic string) (bool,
 	if _, err := r.deleteInBatches(ctx, h, topic); err != nil {
 		return false, mapError(fmt.Sprintf("destroy topic %q", topic), err)
 	}
-	destroyed, err := r.q.TopicDestroy(ctx, h, topic)
+	destroyed, err := retryLocked(ctx, h, func() (bool, error) { return r.q.TopicDestroy(ctx, h, topic) })
 	if err != nil {
 		return false, mapError(fmt.Sprintf("destroy topic %q", topic), err)
 	}
@@ -205,14 +205,17 @@ func (r *Repository) Analyze(ctx context.Context, h Handle, topic string) (int64
 // A topic with tasks must be paused with none ACTIVE (ErrTopicInUse otherwise), so that
 // no completion races the move. While the table is attached, the other topics of its
 // bucket wait for PostgreSQL to read it and the bucket's shared table once; when they
-// keep the bucket busy for longer than a second, Dedicate gives up with ErrLockTimeout.
-// Call it on a pool, not inside a long transaction: the bucket stays locked until
-// commit. An unknown topic returns ErrUnknownTopic.
+// keep the bucket busy for longer than a second, the attempt gives up; on a pool (or a
+// connection outside a transaction) Dedicate tries again, lockAttempts times in all,
+// before it returns ErrLockTimeout. Autovacuum is the usual culprit: it gives way to a
+// waiting lock only after deadlock_timeout. Call it on a pool, not inside a long
+// transaction: the bucket stays locked until commit. An unknown topic returns
+// ErrUnknownTopic.
 func (r *Repository) Dedicate(ctx context.Context, h Handle, topic string) (bool, error) {
 	if err := validTopic(topic); err != nil {
 		return false, err
 	}
-	dedicated, err := r.q.TopicDedicate(ctx, h, topic)
+	dedicated, err := retryLocked(ctx, h, func() (bool, error) { return r.q.TopicDedicate(ctx, h, topic) })
 	if err != nil {
 		return false, mapError(fmt.Sprintf("dedicate topic %q", topic), err)
 	}
@@ -259,5 +262,29 @@ func (r *Repository) deleteInBatches(ctx context.Context, h Handle, topic string
 		if err != nil || n < deleteBatch {
 			return total, err
 		}
+	}
+}
+
+// lockAttempts is how many times an operation that locks other topics' tables (and
+// waits for them no longer than a second each time) is tried on a pool.
+const lockAttempts = 8
+
+// retryLocked runs op, and when h runs each statement in a transaction of its own and
+// op fails for want of a lock within its lock_timeout (SQLSTATE 55P03), runs it again
+// after a pause that grows from 250 ms, lockAttempts times in all. Inside the caller's
+// transaction op runs once: the failed statement has aborted that transaction.
+func retryLocked[T any](ctx context.Context, h Handle, op func() (T, error)) (T, error) {
+	pause := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		v, err := op()
+		if err == nil || attempt == lockAttempts || !autocommit(h) || SQLState(err) != sqlstateLockNotAvailable {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
 	}
 }

@@ -84,8 +84,9 @@ type benchConfig struct {
 	json          bool
 	url           string
 	migrate       bool
-	topics        int // topics the run uses
-	idleTopics    int // topics registered beside them, idle
+	topics        int    // topics the run uses
+	idleTopics    int    // topics registered beside them, idle
+	topicName     string // the run's topic instead of bench-<mode>-<random>
 }
 
 // benchChildFlag, as the first argument, runs a child process of --processes (hidden).
@@ -144,6 +145,7 @@ func parseBench(e *env, args []string) (*benchConfig, error) {
 	f.BoolVar(&cfg.migrate, "migrate", false, "apply pending migrations first")
 	f.IntVar(&cfg.topics, "topics", 1, "topics (`K`) the run pushes to and processes, each processor on one of them")
 	f.IntVar(&cfg.idleTopics, "idle-topics", 0, "idle topics (`N`) registered before the run and destroyed after it")
+	f.StringVar(&cfg.topicName, "topic", "", "`NAME` of the run's topic (with --topics, of the first, the others NAME-1...);\nit must not exist, and is destroyed at the end (default bench-MODE-RANDOM)")
 	cfg.interval = 2 * time.Second
 	if err := f.noArgs(args); err != nil {
 		return nil, err
@@ -710,16 +712,19 @@ func bench(ctx context.Context, e *env, cfg *benchConfig) (err error) {
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	name := "bench-" + cfg.mode + "-" + hex.EncodeToString(suffix[:])
+	if cfg.topicName != "" {
+		name = cfg.topicName
+	}
 	r := &benchRun{
 		cfg: cfg, e: e, pool: pool, repo: repo,
 		stats:  newBenchStats(e.stderr),
 		logger: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		result: map[string]any{},
 	}
-	r.topics = []string{name}
-	if cfg.topics > 1 {
-		r.topics = make([]string, cfg.topics)
-		for i := range r.topics {
+	r.topics = make([]string, cfg.topics)
+	for i := range r.topics {
+		r.topics[i] = name
+		if i > 0 || cfg.topics > 1 && cfg.topicName == "" {
 			r.topics[i] = fmt.Sprintf("%s-%d", name, i)
 		}
 	}
@@ -738,8 +743,13 @@ func bench(ctx context.Context, e *env, cfg *benchConfig) (err error) {
 		}
 	}()
 	for _, topic := range r.topics {
-		if _, err := repo.Initialize(ctx, pool, topic); err != nil {
+		fresh, err := repo.Initialize(ctx, pool, topic)
+		if err != nil {
 			return fmt.Errorf("bench: %w", err)
+		}
+		if !fresh {
+			// someone else's topic: never destroy it
+			return fmt.Errorf("bench: topic %q exists already: choose another --topic", topic)
 		}
 		created = append(created, topic)
 	}

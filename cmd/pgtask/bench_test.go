@@ -150,6 +150,10 @@ func TestBench(t *testing.T) {
 		wantUsage(t, f.cli("bench", "--push-linger", "-1s"), "--push-linger", "-1s")
 		wantUsage(t, f.cli("bench", "--condition", "sometimes"), "--condition")
 		wantUsage(t, f.cli("bench", "--topics", "0"), "--topics", "0")
+		wantRuntime(t, f.cli("bench", "--topic", "t", "--tasks", "10"), nil)
+		if _, err := f.repo.Topic(f.ctx, f.pool, "t"); err != nil {
+			t.Errorf("bench --topic naming an existing topic destroyed it: %v", err)
+		}
 		wantUsage(t, f.cli("bench", "--idle-topics", "-1"), "--idle-topics", "-1")
 		wantUsage(t, f.cli("bench", "--mode", "latency", "--topics", "2"), "--topics", "latency")
 		// runBench's signature (fixed by the dispatcher) reads the real environment.
