@@ -130,7 +130,7 @@ type TaskManager struct {
 	analyzeSoonAt atomic.Int64
 	analyzed      atomic.Int64
 	// rows is the topic's row estimate at the last refresh; vacuumLeased counts tasks
-	// leased since its partition was last vacuumed (Processor.vacuum).
+	// leased since the table holding the topic was last vacuumed (Processor.vacuum).
 	rows         atomic.Int64
 	vacuumLeased atomic.Int64
 

@@ -52,7 +52,7 @@ type Config struct {
 	// metrics); it runs on the heartbeat goroutine and must be quick.
 	OnExpire func([]repository.Expiry)
 	// VacuumEvery is how many tasks this processor's managers of a topic lease, in all,
-	// between two VACUUMs of the topic's partition; with a larger table, a quarter of its
+	// between two VACUUMs of the table holding the topic; with a larger table, a quarter of its
 	// rows (as of the last statistics refresh). Default 500 000; negative leaves
 	// vacuuming to autovacuum. See Processor.vacuum.
 	VacuumEvery int64
@@ -400,7 +400,7 @@ func (p *Processor) analyze(ctx context.Context) {
 	}
 }
 
-// vacuum starts a VACUUM of the partition of a topic whose managers leased, in all,
+// vacuum starts a VACUUM of the table holding a topic whose managers leased, in all,
 // max(VacuumEvery, rows/4) tasks since the last one. Every poll reads the READY index
 // from its head, and the entries of the tasks leased before it stay there, marked dead,
 // until VACUUM removes them: a poll under a sustained load walked over more of them with

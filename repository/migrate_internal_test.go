@@ -2,6 +2,7 @@ package repository
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -351,4 +352,75 @@ func TestTopicStorageRefusesWhenLocksRunShort(t *testing.T) {
 		t.Fatalf("migrate with the lock table as it is: %v", err)
 	}
 	sameRows(t, "tasks after 000009", taskRows(t, pool), tasks)
+}
+
+// TestTopicStoragePartitions checks that the number of buckets is read from
+// pgtask.partitions when migration 000009 runs, that the storage works with another
+// number, and that a bad value is refused with nothing changed.
+func TestTopicStoragePartitions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	withSetting := func(pool *pgxpool.Pool, value string) *pgxpool.Pool {
+		cfg := pool.Config().Copy()
+		cfg.ConnConfig.RuntimeParams["pgtask.partitions"] = value
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	buckets := func(pool *pgxpool.Pool) int {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'task'::regclass").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	for _, bad := range []string{"0", "257", "sixteen"} {
+		pool := pgtest.NewPool(t, "pgtask repository partitions test: empty database", nil)
+		steps, _ := stepper(t, pool)
+		steps(8)
+		err := Migrate(ctx, withSetting(pool, bad))
+		if !errors.Is(err, ErrMigrationRefused) || !strings.Contains(err.Error(), "pgtask.partitions") {
+			t.Fatalf("pgtask.partitions=%s: %v, want ErrMigrationRefused naming the setting", bad, err)
+		}
+		if version, dirty, err := MigrationVersion(ctx, pool); err != nil || version != 8 || dirty {
+			t.Fatalf("version after refusing pgtask.partitions=%s: %d (dirty %v, %v), want 8", bad, version, dirty, err)
+		}
+	}
+
+	pool := pgtest.NewPool(t, "pgtask repository partitions test: empty database", nil)
+	if err := Migrate(ctx, withSetting(pool, "4")); err != nil {
+		t.Fatalf("migrate with pgtask.partitions=4: %v", err)
+	}
+	if n := buckets(pool); n != 4 {
+		t.Fatalf("buckets = %d, want 4", n)
+	}
+	repo, err := New(Config{Owner: "partitions"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		topic := "topic-" + strconv.Itoa(i)
+		if _, err := repo.Initialize(ctx, pool, topic); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.Push(ctx, pool, topic, Append, Creation{Identifier: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := repo.Poll(ctx, pool, topic, FIFO, None, 10); err != nil || len(got) != 1 {
+			t.Fatalf("poll %s: %d tasks, %v", topic, len(got), err)
+		}
+	}
+	if _, err := repo.Dedicate(ctx, pool, "topic-0"); !errors.Is(err, ErrTopicInUse) {
+		t.Errorf("dedicate a topic with an ACTIVE task: %v, want ErrTopicInUse", err)
+	}
+	if _, err := repo.Initialize(ctx, pool, "heavy"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := repo.Dedicate(ctx, pool, "heavy"); err != nil || !ok {
+		t.Fatalf("dedicate with 4 buckets: %v, %v", ok, err)
+	}
 }

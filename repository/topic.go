@@ -151,15 +151,16 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 	}, nil
 }
 
-// Vacuum runs VACUUM on the topic's partition: it removes the index entries of the row
-// versions that polls and completions replaced. Until then every poll walks over the
+// Vacuum runs VACUUM on the table that holds the topic's tasks (its bucket's shared
+// table, or its own when dedicated; Topic.Table): it removes the index entries of the
+// row versions that polls and completions replaced. Until then every poll walks over the
 // entries of the tasks leased before it at the head of the READY index, a walk that
 // grows with every task processed; autovacuum does the same, if it is on and in time.
 // h must not be in a transaction (VACUUM cannot run in one). Another VACUUM of the
-// partition (autovacuum's, say) is not waited for: the call then returns at once. Only
-// the partition's owner (the role that created the topic, or a member of it) may
-// VACUUM it; for any other user Vacuum fails and says so, where PostgreSQL would only
-// skip the table with a warning.
+// table (autovacuum's, say) is not waited for: the call then returns at once. Only the
+// table's owner (the role that migrated the schema or created it, or a member of it)
+// may VACUUM it; for any other user Vacuum fails and says so, where PostgreSQL would
+// only skip the table with a warning.
 func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
 	if err := validTopic(topic); err != nil {
 		return err
@@ -180,9 +181,10 @@ func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
 	return nil
 }
 
-// Analyze refreshes the planner statistics of the topic's partition and returns its
-// estimated row count. Processors call it as a topic grows, so that plans cached while
-// the table was nearly empty are replaced (autovacuum would, if it is on and in time).
+// Analyze refreshes the planner statistics of the table that holds the topic's tasks and
+// returns that table's estimated row count (all its topics' when shared). Processors
+// call it as a topic grows, so that plans cached while the table was nearly empty are
+// replaced (autovacuum would, if it is on and in time).
 func (r *Repository) Analyze(ctx context.Context, h Handle, topic string) (int64, error) {
 	if err := validTopic(topic); err != nil {
 		return 0, err

@@ -220,8 +220,8 @@ func runPurge(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask purge", "--topic T [--state S] [--from F --to T] | --topic T --all | --retention", `
 Deletes finished tasks (FAILED, SUSPENDED, FILTERED, SUCCEEDED, RECREATED, REDUNDANT) of a
 topic, or only those of --state, optionally within --from/--to. ACTIVE, READY and EXPIRED
-tasks are never purged. --all instead deletes EVERY task of the topic, whatever its state,
-by truncating the topic's partition. --retention (without --topic) deletes, in every
+tasks are never purged. --all instead deletes EVERY task of the topic, whatever its state
+(10 000 per transaction, or by TRUNCATE of its table when dedicated). --retention (without --topic) deletes, in every
 topic that has a retention setting, the finished tasks completed longer ago than it; run
 it periodically (e.g. from cron).`)
 	url := f.databaseURL()

@@ -88,7 +88,7 @@ var options = []option{
 	{name: "heartbeat", env: "PGTASK_HEARTBEAT", def: heartbeatDefault.String(), arg: "DURATION", help: "owner heartbeat interval; leases of an owner silent for 5 intervals are taken back"},
 	{name: "pause-interval", env: "PGTASK_PAUSE_INTERVAL", def: pauseIntervalDefault.String(), arg: "DURATION", help: "how often an idle processor polls when no notification arrives"},
 	{name: "shutdown-timeout", env: "PGTASK_SHUTDOWN_TIMEOUT", def: shutdownTimeoutDefault.String(), arg: "DURATION", help: "how long running tasks may finish after SIGTERM before they are killed"},
-	{name: "vacuum-every", env: "PGTASK_VACUUM_EVERY", def: strconv.Itoa(vacuumEveryDefault), arg: "N", help: "VACUUM the topic's partition after every N tasks leased (a quarter of its rows when more); 0 leaves it to autovacuum"},
+	{name: "vacuum-every", env: "PGTASK_VACUUM_EVERY", def: strconv.Itoa(vacuumEveryDefault), arg: "N", help: "VACUUM the table holding the topic after every N tasks leased (a quarter of its rows when more); 0 leaves it to autovacuum"},
 	{name: "init", env: "PGTASK_INIT", def: "false", isBool: true, help: "register the topic if it is missing"},
 	{name: "migrate", env: "PGTASK_MIGRATE", def: "false", isBool: true, help: "apply pending schema migrations first"},
 	{name: "addr", env: "PGTASK_ADDR", def: addrDefault, arg: "HOST:PORT", help: "address of the /metrics and /healthz server; empty disables it"},
