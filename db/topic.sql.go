@@ -227,7 +227,7 @@ SELECT count(*) FILTER (WHERE t.state = 0)                                    AS
        COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
                     FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
                 0)::bigint AS oldest_ready_age_ms,
-       GREATEST(task_topic_rows($1), 0)::bigint AS rows_estimate
+       COALESCE(task_topic_rows($1), 0)::bigint AS rows_estimate
 FROM (SELECT r.state, r.not_before, r.created FROM task r
       WHERE hashtext(r.topic) = hashtext($1) AND r.topic = $1 AND r.state = 1
       UNION ALL
@@ -264,6 +264,86 @@ func (q *Queries) TopicStats(ctx context.Context, db DBTX, topic string) (TopicS
 		&i.RowsEstimate,
 	)
 	return i, err
+}
+
+const topicStatsAll = `-- name: TopicStatsAll :many
+SELECT tt.topic, tt.partition, tt.created, tt.max_attempts, tt.backoff_base_ms, tt.backoff_cap_ms, tt.backoff_jitter_ms, tt.queue_cap, tt.retention_ms, tt.active, tt.dedicated,
+       s.active, s.ready, s.delayed, s.expired, s.failed, s.suspended, s.oldest_ready_age_ms,
+       COALESCE(task_topic_rows(tt.topic), 0)::bigint AS rows_estimate
+FROM task_topic tt
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE t.state = 0)                          AS active,
+           count(*) FILTER (WHERE t.state = 1)                          AS ready,
+           count(*) FILTER (WHERE t.state = 1 AND t.not_before > now()) AS delayed,
+           count(*) FILTER (WHERE t.state = 2)                          AS expired,
+           count(*) FILTER (WHERE t.state = 3)                          AS failed,
+           count(*) FILTER (WHERE t.state = 4)                          AS suspended,
+           COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
+                        FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
+                    0)::bigint AS oldest_ready_age_ms
+    FROM (SELECT r.state, r.not_before, r.created FROM task r
+          WHERE hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic AND r.state = 1
+          UNION ALL
+          SELECT o.state, o.not_before, o.created FROM task o
+          WHERE o.state = ANY ('{0,2,3,4}') AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic) t
+) s
+WHERE cardinality($1::text[]) = 0 OR tt.topic = ANY($1::text[])
+ORDER BY tt.topic
+`
+
+type TopicStatsAllRow struct {
+	TaskTopic        TaskTopic
+	Active           int64
+	Ready            int64
+	Delayed          int64
+	Expired          int64
+	Failed           int64
+	Suspended        int64
+	OldestReadyAgeMs int64
+	RowsEstimate     int64
+}
+
+// TopicStats of every registered topic (or of those named, when topics is not empty), in
+// one statement: each topic's open tasks through its own index ranges, so the cost
+// follows the open tasks and the number of topics read, never the finished history.
+func (q *Queries) TopicStatsAll(ctx context.Context, db DBTX, topics []string) ([]TopicStatsAllRow, error) {
+	rows, err := db.Query(ctx, topicStatsAll, topics)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TopicStatsAllRow
+	for rows.Next() {
+		var i TopicStatsAllRow
+		if err := rows.Scan(
+			&i.TaskTopic.Topic,
+			&i.TaskTopic.Partition,
+			&i.TaskTopic.Created,
+			&i.TaskTopic.MaxAttempts,
+			&i.TaskTopic.BackoffBaseMs,
+			&i.TaskTopic.BackoffCapMs,
+			&i.TaskTopic.BackoffJitterMs,
+			&i.TaskTopic.QueueCap,
+			&i.TaskTopic.RetentionMs,
+			&i.TaskTopic.Active,
+			&i.TaskTopic.Dedicated,
+			&i.Active,
+			&i.Ready,
+			&i.Delayed,
+			&i.Expired,
+			&i.Failed,
+			&i.Suspended,
+			&i.OldestReadyAgeMs,
+			&i.RowsEstimate,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const topicTruncate = `-- name: TopicTruncate :one

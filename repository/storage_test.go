@@ -588,3 +588,62 @@ func (f *fixture) eventually(what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestStatsAll checks that StatsAll gives, in one statement, what Stats gives topic by
+// topic, for all topics or the named ones, and that the row estimate follows the topic's
+// share of its table once that is analyzed.
+func TestStatsAll(t *testing.T) {
+	f := setup(t)
+	other := f.newRepo("owner-2")
+	for _, topic := range []string{"b", "a", "c"} {
+		if _, err := f.repo.Initialize(f.ctx, f.pool, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, not_before)
+		SELECT 'a', 'i' || g, g % 5, CASE WHEN g % 10 = 1 THEN now() + interval '1 hour' END
+		FROM generate_series(1, 3000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Push(f.ctx, f.pool, "b", repository.Append, repository.Creation{Identifier: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task"); err != nil {
+		t.Fatal(err)
+	}
+	all, err := f.repo.StatsAll(f.ctx, f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range all {
+		names = append(names, s.Name)
+		want, err := f.repo.Stats(f.ctx, f.pool, s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// the oldest READY task's age grows between the two reads
+		got := s.Stats
+		if d := got.OldestReady - want.OldestReady; d > time.Second || d < -time.Second {
+			t.Errorf("StatsAll of %s: oldest READY %v, Stats: %v", s.Name, got.OldestReady, want.OldestReady)
+		}
+		got.OldestReady = want.OldestReady
+		if got != want {
+			t.Errorf("StatsAll of %s = %+v, Stats = %+v", s.Name, got, want)
+		}
+	}
+	if want := []string{"a", "b", "c", "topic"}; !slices.Equal(names, want) {
+		t.Errorf("StatsAll topics %v, want %v", names, want)
+	}
+	a := all[0].Stats
+	if a.Ready != 600 || a.Delayed != 300 || a.Active != 600 || a.Expired != 600 || a.Failed != 600 || a.Suspended != 600 {
+		t.Errorf("stats of a = %+v", a)
+	}
+	if a.RowsEstimate < 2000 || a.RowsEstimate > 4000 {
+		t.Errorf("rows estimate of a (3000 tasks, analyzed) = %d", a.RowsEstimate)
+	}
+	some, err := f.repo.StatsAll(f.ctx, f.pool, "c", "nope", "b")
+	if err != nil || len(some) != 2 || some[0].Name != "b" || some[1].Name != "c" || some[0].Stats.Ready != 1 {
+		t.Errorf("StatsAll of c, nope, b = %+v, %v; want b (1 READY) and c", some, err)
+	}
+}

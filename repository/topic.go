@@ -290,3 +290,34 @@ func retryLocked[T any](ctx context.Context, h Handle, op func() (T, error)) (T,
 		pause = min(2*pause, 2*time.Second)
 	}
 }
+
+// TopicStatus is a topic with its TopicStats, as StatsAll returns them.
+type TopicStatus struct {
+	Topic
+	Stats TopicStats
+}
+
+// StatsAll returns Stats of every registered topic, or of the named ones (unknown names
+// are left out), by name, in one statement. It reads each topic's unfinished and broken
+// tasks through its own index ranges, so its cost follows those tasks and the number of
+// topics, never the finished history; with thousands of topics it is the way to read
+// them all (Stats of each would be one statement per topic).
+func (r *Repository) StatsAll(ctx context.Context, h Handle, topics ...string) ([]TopicStatus, error) {
+	if topics == nil {
+		topics = []string{}
+	}
+	rows, err := r.q.TopicStatsAll(ctx, h, topics)
+	if err != nil {
+		return nil, mapError("stats of topics", err)
+	}
+	out := make([]TopicStatus, len(rows))
+	for i, row := range rows {
+		out[i] = TopicStatus{Topic: topicFrom(row.TaskTopic), Stats: TopicStats{
+			Active: row.Active, Ready: row.Ready, Delayed: row.Delayed, Expired: row.Expired,
+			Failed: row.Failed, Suspended: row.Suspended,
+			OldestReady:  time.Duration(row.OldestReadyAgeMs) * time.Millisecond,
+			RowsEstimate: row.RowsEstimate,
+		}}
+	}
+	return out, nil
+}

@@ -206,23 +206,20 @@ planner's estimate of all rows. Cheap even with millions of finished tasks.`)
 		return err
 	}
 	defer c.Close()
-	var topics []repository.Topic
+	var only []string
 	if *topic != "" {
-		t, err := c.repo.Topic(ctx, c.pool, *topic)
-		if err != nil {
+		if _, err := c.repo.Topic(ctx, c.pool, *topic); err != nil {
 			return err
 		}
-		topics = []repository.Topic{t}
-	} else if topics, err = c.repo.Topics(ctx, c.pool); err != nil {
+		only = []string{*topic}
+	}
+	topics, err := c.repo.StatsAll(ctx, c.pool, only...)
+	if err != nil {
 		return err
 	}
 	out := make([]wire.Topic, 0, len(topics))
 	for _, t := range topics {
-		s, err := c.repo.Stats(ctx, c.pool, t.Name)
-		if err != nil {
-			return err
-		}
-		out = append(out, wire.FromTopic(t, &s))
+		out = append(out, wire.FromTopic(t.Topic, &t.Stats))
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, topicsJSON{out})

@@ -77,7 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
-	reg.MustRegister(metrics.NewQueueCollector(pool, repo, queueStatsTTL))
+	// its own topic's depth: the operator's view of every topic is pgtask serve's
+	reg.MustRegister(metrics.NewQueueCollector(pool, repo, queueStatsTTL, cfg.topic))
 
 	var running atomic.Bool
 	p, err := processor.New(processor.Config{

@@ -457,6 +457,30 @@ pgtask_topic_active{topic="b"} 0
 			t.Errorf("READY after push = %v, want 1", got)
 		}
 	})
+	t.Run("ReportsOnlyTheTopicsGiven", func(t *testing.T) {
+		f := setup(t)
+		f.topic("a", repository.TopicSettings{})
+		f.topic("b", repository.TopicSettings{})
+		f.push("b", repository.Creation{Identifier: "x"})
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewQueueCollector(f.pool, f.repo, 0, "b"))
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range families {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "topic" && l.GetValue() != "b" {
+						t.Errorf("%s reports topic %q, want only b", mf.GetName(), l.GetValue())
+					}
+				}
+			}
+		}
+		if got := gauge(t, reg, "pgtask_queue_depth", map[string]string{"topic": "b", "state": "READY"}); got != 1 {
+			t.Errorf("READY of b = %v, want 1", got)
+		}
+	})
 	t.Run("ReportsReadErrorAsInvalidMetric", func(t *testing.T) {
 		f := setup(t)
 		reg := prometheus.NewRegistry()

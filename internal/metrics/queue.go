@@ -38,10 +38,11 @@ var (
 
 // queueCollector reads the queue's state from the database at scrape time.
 type queueCollector struct {
-	pool *pgxpool.Pool
-	repo *repository.Repository
-	ttl  time.Duration
-	now  func() time.Time // injectable for tests
+	pool   *pgxpool.Pool
+	repo   *repository.Repository
+	ttl    time.Duration
+	topics []string         // only these, when not empty
+	now    func() time.Time // injectable for tests
 
 	mu      sync.Mutex // held during a read: concurrent scrapes share it
 	read    time.Time
@@ -49,14 +50,16 @@ type queueCollector struct {
 }
 
 // NewQueueCollector returns a collector of the queue's depth per topic and state, its
-// delayed tasks, the age of its oldest pollable task (all from repository.Stats, which
-// counts over the small index of unfinished tasks, so it stays cheap at millions of
-// rows), whether each topic runs, and the number of live owners (repository.LiveOwners
-// with processor.ExpiryTimeoutDefault). A successful read is served for ttl, so frequent
-// scrapes cost one read per ttl; ttl 0 reads on every scrape. A failed read is reported
-// to the scrape as an invalid metric carrying the error, and retried at the next scrape.
-func NewQueueCollector(pool *pgxpool.Pool, repo *repository.Repository, ttl time.Duration) prometheus.Collector {
-	return &queueCollector{pool: pool, repo: repo, ttl: ttl, now: time.Now}
+// delayed tasks, the age of its oldest pollable task (all from repository.StatsAll, one
+// statement over the small indexes of unfinished tasks, so it stays cheap at millions of
+// rows and thousands of topics), whether each topic runs, and the number of live owners
+// (repository.LiveOwners with processor.ExpiryTimeoutDefault). Given topics, it reports
+// only those (a processor reports its own); otherwise every registered topic. A
+// successful read is served for ttl, so frequent scrapes cost one read per ttl; ttl 0
+// reads on every scrape. A failed read is reported to the scrape as an invalid metric
+// carrying the error, and retried at the next scrape.
+func NewQueueCollector(pool *pgxpool.Pool, repo *repository.Repository, ttl time.Duration, topics ...string) prometheus.Collector {
+	return &queueCollector{pool: pool, repo: repo, ttl: ttl, topics: topics, now: time.Now}
 }
 
 // Describe sends the descriptors of every metric the collector exports.
@@ -90,7 +93,7 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queueReadTimeout)
 	defer cancel()
-	topics, err := c.repo.Topics(ctx, c.pool)
+	topics, err := c.repo.StatsAll(ctx, c.pool, c.topics...)
 	if err != nil {
 		return nil, fmt.Errorf("queue collector: %w", err)
 	}
@@ -99,13 +102,7 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 		out = append(out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...))
 	}
 	for _, t := range topics {
-		s, err := c.repo.Stats(ctx, c.pool, t.Name)
-		if errors.Is(err, repository.ErrUnknownTopic) {
-			continue // destroyed since it was listed
-		}
-		if err != nil {
-			return nil, fmt.Errorf("queue collector: %w", err)
-		}
+		s := t.Stats
 		counts := map[repository.State]int64{
 			repository.Active: s.Active, repository.Ready: s.Ready, repository.Expired: s.Expired,
 			repository.Failed: s.Failed, repository.Suspended: s.Suspended,

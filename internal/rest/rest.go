@@ -324,21 +324,13 @@ func (st *statements) failing() string {
 }
 
 func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	ctx := r.Context()
-	topics, err := s.repo.Topics(ctx, s.pool)
+	topics, err := s.repo.StatsAll(r.Context(), s.pool)
 	if err != nil {
 		return 0, nil, err
 	}
 	out := make([]wire.Topic, 0, len(topics))
 	for _, t := range topics {
-		stats, err := s.repo.Stats(ctx, s.pool, t.Name)
-		if errors.Is(err, repository.ErrUnknownTopic) {
-			continue // destroyed since it was listed
-		}
-		if err != nil {
-			return 0, nil, err
-		}
-		out = append(out, wire.FromTopic(t, &stats))
+		out = append(out, wire.FromTopic(t.Topic, &t.Stats))
 	}
 	return http.StatusOK, map[string]any{"topics": out}, nil
 }

@@ -53,7 +53,7 @@ SELECT count(*) FILTER (WHERE t.state = 0)                                    AS
        COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
                     FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
                 0)::bigint AS oldest_ready_age_ms,
-       GREATEST(task_topic_rows(sqlc.arg(topic)), 0)::bigint AS rows_estimate
+       COALESCE(task_topic_rows(sqlc.arg(topic)), 0)::bigint AS rows_estimate
 FROM (SELECT r.state, r.not_before, r.created FROM task r
       WHERE hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic) AND r.state = 1
       UNION ALL
@@ -87,3 +87,30 @@ SELECT task_topic_delete_rows(sqlc.arg(topic)::text, sqlc.arg(size)::bigint)::bi
 -- name: TopicActivation :many
 -- Whether each of the named topics is active (not paused); unknown topics are left out.
 SELECT tt.topic, tt.active FROM task_topic tt WHERE tt.topic = ANY(sqlc.arg(topics)::text[]);
+
+-- name: TopicStatsAll :many
+-- TopicStats of every registered topic (or of those named, when topics is not empty), in
+-- one statement: each topic's open tasks through its own index ranges, so the cost
+-- follows the open tasks and the number of topics read, never the finished history.
+SELECT sqlc.embed(tt),
+       s.active, s.ready, s.delayed, s.expired, s.failed, s.suspended, s.oldest_ready_age_ms,
+       COALESCE(task_topic_rows(tt.topic), 0)::bigint AS rows_estimate
+FROM task_topic tt
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE t.state = 0)                          AS active,
+           count(*) FILTER (WHERE t.state = 1)                          AS ready,
+           count(*) FILTER (WHERE t.state = 1 AND t.not_before > now()) AS delayed,
+           count(*) FILTER (WHERE t.state = 2)                          AS expired,
+           count(*) FILTER (WHERE t.state = 3)                          AS failed,
+           count(*) FILTER (WHERE t.state = 4)                          AS suspended,
+           COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
+                        FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
+                    0)::bigint AS oldest_ready_age_ms
+    FROM (SELECT r.state, r.not_before, r.created FROM task r
+          WHERE hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic AND r.state = 1
+          UNION ALL
+          SELECT o.state, o.not_before, o.created FROM task o
+          WHERE o.state = ANY ('{0,2,3,4}') AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic) t
+) s
+WHERE cardinality(sqlc.arg(topics)::text[]) = 0 OR tt.topic = ANY(sqlc.arg(topics)::text[])
+ORDER BY tt.topic;

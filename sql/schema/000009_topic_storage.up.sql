@@ -399,27 +399,27 @@ BEGIN
 END
 $$;
 
--- task_topic_rows estimates how many tasks a topic holds (-1 for an unknown topic): its
--- table's row count when dedicated, otherwise the planner's estimate for the topic in
--- its shared table (from that table's statistics; no row is read).
--- (VOLATILE: PostgreSQL runs EXPLAIN in volatile functions only.)
+-- task_topic_rows estimates how many tasks a topic holds, from the statistics of the
+-- table that holds it (as fresh as its last ANALYZE; no row is read): that table's row
+-- count when the topic is dedicated, otherwise its row count times the topic's share of
+-- it, as the planner reckons it: the topic's frequency among the most common values of
+-- the table's topic column, or else an equal share of what those leave to the other
+-- topics. NULL for an unknown topic.
 CREATE FUNCTION task_topic_rows(p_topic text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    v_table     text;
-    v_dedicated boolean;
-    v_plan      json;
-BEGIN
-    SELECT partition, dedicated INTO v_table, v_dedicated FROM task_topic WHERE topic = p_topic;
-    IF NOT FOUND THEN
-        RETURN -1;
-    END IF;
-    IF v_dedicated THEN
-        RETURN (SELECT GREATEST(reltuples, 0)::bigint FROM pg_catalog.pg_class WHERE oid = to_regclass(v_table));
-    END IF;
-    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM %I WHERE topic = %L', v_table, p_topic) INTO v_plan;
-    RETURN round((v_plan -> 0 -> 'Plan' ->> 'Plan Rows')::numeric)::bigint;
-END
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN tt.dedicated THEN GREATEST(c.reltuples, 0)::bigint
+           ELSE round(GREATEST(c.reltuples, 0) * COALESCE(
+                    (SELECT f.freq FROM unnest(s.most_common_vals::text::text[], s.most_common_freqs) f(val, freq)
+                     WHERE f.val = tt.topic),
+                    (1 - COALESCE((SELECT sum(x) FROM unnest(s.most_common_freqs) x), 0))
+                    / GREATEST(CASE WHEN s.n_distinct < 0 THEN -s.n_distinct * c.reltuples ELSE s.n_distinct END
+                               - COALESCE(cardinality(s.most_common_freqs), 0), 1),
+                    0))::bigint END
+    FROM task_topic tt
+    JOIN pg_catalog.pg_class c ON c.oid = to_regclass(tt.partition)
+    LEFT JOIN pg_catalog.pg_stats s
+           ON s.schemaname = current_schema() AND s.tablename = tt.partition AND s.attname = 'topic' AND NOT s.inherited
+    WHERE tt.topic = p_topic
 $$;
 
 -- The cap test of 000007, on the new indexes.
