@@ -31,7 +31,9 @@ LOCK TABLE task IN EXCLUSIVE MODE;
 
 DROP VIEW task_pretty;
 DROP FUNCTION task_topic_dedicate(text);
+DROP FUNCTION task_topic_stats(text[]);
 DROP FUNCTION task_topic_rows(text);
+DROP FUNCTION task_table_shares(text[]);
 ALTER TABLE task RENAME TO task_v9;
 ALTER INDEX task_pkey RENAME TO task_v9_pkey;
 ALTER INDEX task_ready RENAME TO task_v9_ready;
