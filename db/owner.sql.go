@@ -13,19 +13,21 @@ import (
 const ownerAnyDead = `-- name: OwnerAnyDead :one
 SELECT EXISTS (
     SELECT 1 FROM task_owner o
-    WHERE o.heartbeat <= COALESCE($1::timestamptz, now()) - $2::bigint * interval '1 millisecond'
+    WHERE o.owner <> $1
+      AND o.heartbeat <= COALESCE($2::timestamptz, now()) - $3::bigint * interval '1 millisecond'
 )::boolean AS dead
 `
 
 type OwnerAnyDeadParams struct {
+	Owner     string
 	Now       *time.Time
 	TimeoutMs int64
 }
 
-// Whether some owner's heartbeat is at or before now - timeout (what OwnerPurge deletes,
-// if it leases nothing); task_owner only, as OwnerAnyStale.
+// Whether another owner's heartbeat is at or before now - timeout (what OwnerPurge
+// deletes, if it leases nothing); task_owner only, as OwnerAnyStale.
 func (q *Queries) OwnerAnyDead(ctx context.Context, db DBTX, arg OwnerAnyDeadParams) (bool, error) {
-	row := db.QueryRow(ctx, ownerAnyDead, arg.Now, arg.TimeoutMs)
+	row := db.QueryRow(ctx, ownerAnyDead, arg.Owner, arg.Now, arg.TimeoutMs)
 	var dead bool
 	err := row.Scan(&dead)
 	return dead, err
@@ -130,19 +132,22 @@ func (q *Queries) OwnerLive(ctx context.Context, db DBTX, arg OwnerLiveParams) (
 
 const ownerPurge = `-- name: OwnerPurge :execrows
 DELETE FROM task_owner o
-WHERE o.heartbeat <= COALESCE($1::timestamptz, now()) - $2::bigint * interval '1 millisecond'
+WHERE o.owner <> $1
+  AND o.heartbeat <= COALESCE($2::timestamptz, now()) - $3::bigint * interval '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner)
 `
 
 type OwnerPurgeParams struct {
+	Owner     string
 	Now       *time.Time
 	TimeoutMs int64
 }
 
-// Deletes dead owners that lease no task. NOT EXISTS rather than NOT IN: a task without
+// Deletes the OTHER owners that are dead and lease no task (design section 4.1): never
+// owner itself, whatever its heartbeat. NOT EXISTS rather than NOT IN: a task without
 // owner (NULL) must not block the purge.
 func (q *Queries) OwnerPurge(ctx context.Context, db DBTX, arg OwnerPurgeParams) (int64, error) {
-	result, err := db.Exec(ctx, ownerPurge, arg.Now, arg.TimeoutMs)
+	result, err := db.Exec(ctx, ownerPurge, arg.Owner, arg.Now, arg.TimeoutMs)
 	if err != nil {
 		return 0, err
 	}

@@ -424,3 +424,75 @@ func TestTopicStoragePartitions(t *testing.T) {
 		t.Fatalf("dedicate with 4 buckets: %v, %v", ok, err)
 	}
 }
+
+// TestSuspendedDescentMigration checks migration 000010: tasks pushed suspended get
+// descent READY from then on, existing ones only where their history is certain (still
+// SUSPENDED, never leased, never completed), and the down migration restores the old
+// push and leaves the rows.
+func TestSuspendedDescentMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository suspended descent test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(9)
+	create("t")
+	var pushed, legit, released int64
+	for _, q := range []struct {
+		into *int64
+		sql  string
+	}{
+		{&pushed, "SELECT task_push('t', 'pushed', suspended => true)"}, // SUSPENDED/SUSPENDED at version 9
+		{&legit, `INSERT INTO task (topic, identifier, state, descent, attempt, completed, output)
+		          VALUES ('t', 'legit', 4, 4, 2, now(), 'waiting') RETURNING sequence`},
+		{&released, `INSERT INTO task (topic, identifier, state, descent, attempt)
+		             VALUES ('t', 'released', 1, 4, 0) RETURNING sequence`},
+	} {
+		if err := pool.QueryRow(ctx, q.sql).Scan(q.into); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	descent := func(seq int64) (state, d int16) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, "SELECT state, descent FROM task WHERE sequence = $1", seq).Scan(&state, &d); err != nil {
+			t.Fatal(err)
+		}
+		return state, d
+	}
+	if s, d := descent(pushed); s != 4 || d != 4 {
+		t.Fatalf("a suspended push at version 9 = %d/%d, want 4/4 (the deviation 000010 fixes)", s, d)
+	}
+
+	steps(1)
+	for _, c := range []struct {
+		name     string
+		seq      int64
+		state, d int16
+	}{
+		{"pushed suspended, never leased", pushed, 4, 1},
+		{"suspended after attempts", legit, 4, 4},
+		{"READY after a release or a reset", released, 1, 4},
+	} {
+		if s, d := descent(c.seq); s != c.state || d != c.d {
+			t.Errorf("%s after 000010: %d/%d, want %d/%d", c.name, s, d, c.state, c.d)
+		}
+	}
+	var fresh int64
+	if err := pool.QueryRow(ctx, "SELECT task_push('t', 'fresh', suspended => true)").Scan(&fresh); err != nil {
+		t.Fatal(err)
+	}
+	if s, d := descent(fresh); s != 4 || d != 1 {
+		t.Errorf("a suspended push at version 10 = %d/%d, want 4/1", s, d)
+	}
+
+	steps(-1)
+	if s, d := descent(pushed); s != 4 || d != 1 {
+		t.Errorf("the fixed row after reverting 000010 = %d/%d, want it left 4/1", s, d)
+	}
+	var old int64
+	if err := pool.QueryRow(ctx, "SELECT task_push('t', 'old', suspended => true)").Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	if s, d := descent(old); s != 4 || d != 4 {
+		t.Errorf("a suspended push after reverting 000010 = %d/%d, want 4/4 as at version 9", s, d)
+	}
+}

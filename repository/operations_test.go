@@ -196,11 +196,25 @@ func TestTransitions(t *testing.T) {
 		{"FreshIsReadyReady", func(c *fixture) int64 {
 			return c.push(repository.Append, "x")[0].Sequence
 		}, repository.Ready, repository.Ready},
-		{"PushedSuspendedIsSuspendedSuspended", func(c *fixture) int64 {
-			// A task pushed suspended never was anything else: like a fresh READY/READY task
-			// its descent is its own state.
+		{"PushedSuspendedIsSuspendedReady", func(c *fixture) int64 {
+			// Every fresh task has descent READY, suspended or not (design §3, issue 17).
 			return pushOne(c, repository.Creation{Identifier: "x", Suspended: true}).Sequence
-		}, repository.Suspended, repository.Suspended},
+		}, repository.Suspended, repository.Ready},
+		{"PushedSuspendedFromSQLIsSuspendedReady", func(c *fixture) int64 {
+			var seq int64
+			if err := c.pool.QueryRow(c.ctx, "SELECT task_push($1, 'x', suspended => true)", c.topic).Scan(&seq); err != nil {
+				c.t.Fatal(err)
+			}
+			return seq
+		}, repository.Suspended, repository.Ready},
+		{"PushedSuspendedThenReleasedIsReadyReady", func(c *fixture) int64 {
+			// a junction leaves descent as it is
+			seq := pushOne(c, repository.Creation{Identifier: "x", Suspended: true}).Sequence
+			if _, err := c.repo.Junction(c.ctx, c.pool, c.topic, repository.Singular, []string{"x"}); err != nil {
+				c.t.Fatal(err)
+			}
+			return seq
+		}, repository.Ready, repository.Ready},
 		{"PolledIsActiveReady", func(c *fixture) int64 {
 			return driveTo(c, "x", repository.Active).Sequence
 		}, repository.Active, repository.Ready},
@@ -595,8 +609,9 @@ func TestJunction(t *testing.T) {
 		if got := junction(f, repository.Singular, []string{"a", "b"}); !slices.Equal(got, []string{"a", "b"}) {
 			t.Fatalf("released %v, want [a b]", got)
 		}
-		wantState(t, f.get(tasks[0].Sequence), repository.Ready, repository.Suspended)
-		wantState(t, f.get(tasks[2].Sequence), repository.Suspended, repository.Suspended)
+		// released READY/READY: a junction leaves descent as the push made it (READY)
+		wantState(t, f.get(tasks[0].Sequence), repository.Ready, repository.Ready)
+		wantState(t, f.get(tasks[2].Sequence), repository.Suspended, repository.Ready)
 	})
 	t.Run("SingularHoldsGroupWithAnIdentifierNotSuspended", func(t *testing.T) {
 		f := isolated(t, shared)
@@ -605,7 +620,7 @@ func TestJunction(t *testing.T) {
 		if got := junction(f, repository.Singular, []string{"a", "b"}); len(got) != 0 {
 			t.Fatalf("released %v, want nothing", got)
 		}
-		wantState(t, f.get(a.Sequence), repository.Suspended, repository.Suspended)
+		wantState(t, f.get(a.Sequence), repository.Suspended, repository.Ready)
 	})
 	t.Run("SingularIgnoresSameIdentifierInAnotherTopic", func(t *testing.T) {
 		f := isolated(t, shared)
@@ -640,7 +655,7 @@ func TestJunction(t *testing.T) {
 		if got := junction(f, repository.Eternal, []string{"a", "b"}); !slices.Equal(got, []string{"a"}) {
 			t.Fatalf("released %v, want [a]", got)
 		}
-		wantState(t, f.get(a.Sequence), repository.Ready, repository.Suspended)
+		wantState(t, f.get(a.Sequence), repository.Ready, repository.Ready)
 	})
 	t.Run("EternalIgnoresSameIdentifierInAnotherTopic", func(t *testing.T) {
 		f := isolated(t, shared)
@@ -697,6 +712,32 @@ func TestPurgeOwners(t *testing.T) {
 		}
 		if err := f.repo.Heartbeat(f.ctx, f.pool); err != nil {
 			t.Errorf("live owner-1 was purged: %v", err)
+		}
+	})
+	t.Run("NeverPurgesItself", func(t *testing.T) {
+		// With timeout 0 every owner, this one included, has a heartbeat at or before
+		// now − timeout; only the others go.
+		f := setup(t)
+		other := clockedRepo(f, "other", 0)
+		n, err := f.repo.PurgeOwners(f.ctx, f.pool, 0)
+		if err != nil || n != 1 {
+			t.Fatalf("purge owners with timeout 0 = %d, %v; want 1 (the other owner)", n, err)
+		}
+		if err := f.repo.Heartbeat(f.ctx, f.pool); err != nil {
+			t.Errorf("the purging owner's heartbeat after the purge: %v, want its row kept", err)
+		}
+		if err := other.Heartbeat(f.ctx, f.pool); !errors.Is(err, repository.ErrNotRegistered) {
+			t.Errorf("the other owner's heartbeat: %v, want ErrNotRegistered", err)
+		}
+		// a stale heartbeat of its own does not make it purge itself either
+		if _, err := f.pool.Exec(f.ctx, "UPDATE task_owner SET heartbeat = now() - interval '2 hours' WHERE owner = 'owner-1'"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := f.repo.PurgeOwners(f.ctx, f.pool, time.Hour); err != nil || n != 0 {
+			t.Fatalf("an owner with a stale heartbeat purging = %d, %v; want 0", n, err)
+		}
+		if err := f.repo.Heartbeat(f.ctx, f.pool); err != nil {
+			t.Errorf("an owner with a stale heartbeat purged itself: %v", err)
 		}
 	})
 	t.Run("KeepsDeadOwnerWithActiveTask", func(t *testing.T) {

@@ -69,22 +69,24 @@ func (r *Repository) LiveOwners(ctx context.Context, h Handle, timeout time.Dura
 	return owners, nil
 }
 
-// PurgeOwners deletes owners whose heartbeat is older than now − timeout and that lease
-// no ACTIVE task; it returns how many.
+// PurgeOwners deletes the OTHER owners whose heartbeat is older than now − timeout and
+// that lease no ACTIVE task; it returns how many. It never deletes this repository's own
+// owner, whatever the timeout (a process does not deregister itself this way: see
+// Deregister).
 func (r *Repository) PurgeOwners(ctx context.Context, h Handle, timeout time.Duration) (int64, error) {
 	if err := validTimeout("timeout", timeout); err != nil {
 		return 0, err
 	}
 	// Most calls find no dead owner: tell that from task_owner alone, before a statement
 	// whose plan covers (and locks) every task table.
-	dead, err := r.q.OwnerAnyDead(ctx, h, db.OwnerAnyDeadParams{Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	dead, err := r.q.OwnerAnyDead(ctx, h, db.OwnerAnyDeadParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
 	if err != nil {
 		return 0, mapError("purge owners", err)
 	}
 	if !dead {
 		return 0, nil
 	}
-	n, err := r.q.OwnerPurge(ctx, h, db.OwnerPurgeParams{Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	n, err := r.q.OwnerPurge(ctx, h, db.OwnerPurgeParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
 	if err != nil {
 		return 0, mapError("purge owners", err)
 	}

@@ -427,7 +427,7 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 				if want := []string{waiting.Identifier}; !slices.Equal(released, want) {
 					t.Errorf("released %v, want %v", released, want)
 				}
-				wantState(t, f.get(waiting.Sequence), repository.Ready, repository.Suspended)
+				wantState(t, f.get(waiting.Sequence), repository.Ready, repository.Ready)
 				wantUnchanged(f, stuck)
 				wantUnchanged(f, done)
 			})

@@ -192,8 +192,8 @@ func TestSQLPush(t *testing.T) {
 	t.Run("Suspended", func(t *testing.T) {
 		f := setup(t)
 		seq := sqlPush(f, "SELECT task_push('topic', 'held', suspended => true)")
-		if task := f.get(seq); task.State != repository.Suspended || task.Descent != repository.Suspended {
-			t.Fatalf("task = %v/%v, want SUSPENDED/SUSPENDED as the Go push does", task.State, task.Descent)
+		if task := f.get(seq); task.State != repository.Suspended || task.Descent != repository.Ready {
+			t.Fatalf("task = %v/%v, want SUSPENDED/READY as the Go push does", task.State, task.Descent)
 		}
 		if polled := f.poll(repository.FIFO, repository.None, 10); len(polled) != 0 {
 			t.Fatalf("polled %v, want nothing", sequences(polled))

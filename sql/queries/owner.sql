@@ -19,10 +19,12 @@ WHERE owner <> sqlc.arg(owner)
 ORDER BY owner;
 
 -- name: OwnerPurge :execrows
--- Deletes dead owners that lease no task. NOT EXISTS rather than NOT IN: a task without
+-- Deletes the OTHER owners that are dead and lease no task (design section 4.1): never
+-- owner itself, whatever its heartbeat. NOT EXISTS rather than NOT IN: a task without
 -- owner (NULL) must not block the purge.
 DELETE FROM task_owner o
-WHERE o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+WHERE o.owner <> sqlc.arg(owner)
+  AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner);
 
 -- name: OwnerDeregister :execrows
@@ -43,9 +45,10 @@ SELECT EXISTS (
 )::boolean AS stale;
 
 -- name: OwnerAnyDead :one
--- Whether some owner's heartbeat is at or before now - timeout (what OwnerPurge deletes,
--- if it leases nothing); task_owner only, as OwnerAnyStale.
+-- Whether another owner's heartbeat is at or before now - timeout (what OwnerPurge
+-- deletes, if it leases nothing); task_owner only, as OwnerAnyStale.
 SELECT EXISTS (
     SELECT 1 FROM task_owner o
-    WHERE o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+    WHERE o.owner <> sqlc.arg(owner)
+      AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
 )::boolean AS dead;

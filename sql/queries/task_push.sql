@@ -98,7 +98,7 @@ inserted AS (
            CASE WHEN sqlc.arg(insertion) IN (1, 2) AND NOT c.last THEN 8
                 WHEN c.suspended THEN 4
                 ELSE 1 END,
-           CASE WHEN c.suspended THEN 4 ELSE 1 END,
+           1, -- descent: a fresh task was READY before whatever it is (design section 3)
            c.input, c.reference, c.priority, c.not_before
     FROM (SELECT * FROM creation c
           WHERE EXISTS (SELECT 1 FROM admitted) AND (sqlc.arg(insertion) <> 3 OR c.last)
@@ -151,7 +151,7 @@ inserted AS (
     INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before)
     -- nextval over rows already in input order: sequences follow the input
     SELECT sqlc.arg(topic), nextval('task_sequence'), e.identifier,
-           CASE WHEN e.suspended THEN 4 ELSE 1 END, CASE WHEN e.suspended THEN 4 ELSE 1 END,
+           CASE WHEN e.suspended THEN 4 ELSE 1 END, 1, -- descent READY, as TaskPush
            NULLIF(e.input, ''), NULLIF(e.reference, ''), e.priority,
            CASE WHEN e.not_before_us <> 0 THEN to_timestamp(e.not_before_us / 1e6)
                 WHEN e.delay_ms > 0 THEN now() + e.delay_ms * interval '1 millisecond'
