@@ -21,13 +21,16 @@ import (
 // (an operation and its cause: the SQLSTATE, or the kind of connection failure) when it
 // first happens and again once per interval while it lasts, with how long it has lasted
 // and how often it happened, and once more when the operation succeeds again. An
-// operation whose last attempt failed makes the processor unhealthy (Processor.Health).
+// operation whose last attempt failed, within the last `fresh`, makes the processor
+// unhealthy (Processor.Health); one that has not been tried since (a VACUUM that comes
+// round every few hundred thousand tasks) no longer counts.
 //
 // The operations retry on their own schedules (polls and commits with backoff, the
 // heartbeat and maintenance on their tick): faults only decides what is said about them.
 type faults struct {
 	logger   *slog.Logger
 	interval time.Duration
+	fresh    time.Duration
 	now      func() time.Time
 
 	mu      sync.Mutex
@@ -39,12 +42,13 @@ type fault struct {
 	cause    string // SQLSTATE, or a kind of failure
 	err      error  // the latest
 	since    time.Time
+	last     time.Time // of the latest failure
 	logged   time.Time
 	failures int64 // since the operation last succeeded
 }
 
-func newFaults(logger *slog.Logger, interval time.Duration) *faults {
-	return &faults{logger: logger, interval: interval, now: time.Now, failing: map[string]*fault{}}
+func newFaults(logger *slog.Logger, interval, fresh time.Duration) *faults {
+	return &faults{logger: logger, interval: interval, fresh: fresh, now: time.Now, failing: map[string]*fault{}}
 }
 
 // fail records that op failed with err. It logs at ERROR when the failure is new, its
@@ -63,7 +67,7 @@ func (f *faults) fail(ctx context.Context, op string, err error) {
 		f.failing[op] = ft
 	}
 	ft.failures++
-	ft.err = err
+	ft.err, ft.last = err, now
 	log := !ok || ft.cause != cause || now.Sub(ft.logged) >= f.interval
 	if log {
 		ft.cause, ft.logged = cause, now
@@ -91,17 +95,21 @@ func (f *faults) ok(op string) {
 }
 
 // health returns nil when no operation is failing, otherwise an error naming each
-// failing operation, its cause and how long it has failed.
+// failing operation, its cause and how long it has failed. An operation whose latest
+// failure is older than f.fresh is not failing any more as far as health goes.
 func (f *faults) health() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.failing) == 0 {
-		return nil
-	}
 	now := f.now()
-	parts := make([]string, 0, len(f.failing))
+	var parts []string
 	for op, ft := range f.failing {
+		if now.Sub(ft.last) > f.fresh {
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s: %s for %v (%d failures)", op, ft.cause, now.Sub(ft.since).Round(time.Second), ft.failures))
+	}
+	if len(parts) == 0 {
+		return nil
 	}
 	slices.Sort(parts)
 	return fmt.Errorf("%w: %s", ErrUnhealthy, strings.Join(parts, "; "))

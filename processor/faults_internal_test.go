@@ -46,7 +46,7 @@ func (l *logBuffer) lines(parts ...string) []string {
 
 func TestFaults(t *testing.T) {
 	var logs logBuffer
-	f := newFaults(slog.New(slog.NewTextHandler(&logs, nil)), time.Minute)
+	f := newFaults(slog.New(slog.NewTextHandler(&logs, nil)), time.Minute, 30*time.Second)
 	now := time.Unix(1_000_000, 0)
 	f.now = func() time.Time { return now }
 	ctx := context.Background()
@@ -66,6 +66,7 @@ func TestFaults(t *testing.T) {
 	if !errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), "poll: SQLSTATE 53200 for 30s (30 failures)") {
 		t.Fatalf("health while failing = %v", err)
 	}
+
 
 	// Another cause is logged at once; the same cause again once the interval passed.
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
@@ -96,6 +97,22 @@ func TestFaults(t *testing.T) {
 	if err := f.health(); err != nil {
 		t.Errorf("health after every operation recovered: %v", err)
 	}
+
+	// An operation not tried again within fresh (a VACUUM comes round rarely) no longer
+	// makes the processor unhealthy; failing again, it does.
+	f.fail(ctx, "vacuum", lockTable)
+	if err := f.health(); err == nil || !strings.Contains(err.Error(), "vacuum") {
+		t.Errorf("health right after vacuum failed = %v, want it failing", err)
+	}
+	now = now.Add(31 * time.Second)
+	if err := f.health(); err != nil {
+		t.Errorf("health 31 s after vacuum last failed = %v, want nil", err)
+	}
+	f.fail(ctx, "vacuum", lockTable)
+	if err := f.health(); err == nil {
+		t.Errorf("health after vacuum failed again = nil, want it failing")
+	}
+	f.ok("vacuum")
 
 	// A failure because the processor is stopping is not one.
 	stopped, cancel := context.WithCancel(ctx)

@@ -133,6 +133,8 @@ type TaskManager struct {
 	// leased since the table holding the topic was last vacuumed (Processor.vacuum).
 	rows         atomic.Int64
 	vacuumLeased atomic.Int64
+	// noVacuum is set once a VACUUM was refused for want of owning the table.
+	noVacuum atomic.Bool
 
 	dueMu    sync.Mutex
 	due      []time.Time // sorted wake-ups for tasks retried or snoozed here

@@ -136,7 +136,7 @@ func New(cfg Config) (*Processor, error) {
 		pool:     cfg.Pool,
 		repo:     cfg.Repository,
 		logger:   cfg.Logger,
-		faults:   newFaults(cfg.Logger, cfg.ErrorLogInterval),
+		faults:   newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
 		managers: make(map[string][]*TaskManager),
 	}
 	if !cfg.DisableNotifications {
@@ -152,7 +152,9 @@ func (p *Processor) Repository() *repository.Repository { return p.repo }
 // wrapping ErrUnhealthy, naming each failing operation with its cause (SQLSTATE or kind
 // of connection failure) and how long it has failed, while any of them fails: polls,
 // commits, the heartbeat and the periodic maintenance. An operation is healthy again as
-// soon as it succeeds once. Serve it as a health check (cmd/processor's /healthz does).
+// soon as it succeeds once, or when it has not failed for 30 s (or 3 heartbeat
+// intervals, if longer): some run rarely (a VACUUM every few hundred thousand tasks).
+// Serve it as a health check (cmd/processor's /healthz does).
 func (p *Processor) Health() error { return p.faults.health() }
 
 // Notifier returns the listening connection's notifier, nil when disabled.
@@ -420,6 +422,9 @@ func (p *Processor) vacuum(ctx context.Context) {
 			return
 		}
 		topic := m.cfg.Topic
+		if m.noVacuum.Load() {
+			continue
+		}
 		managers := p.managersOf(topic)
 		var leased int64
 		for _, other := range managers {
@@ -438,6 +443,15 @@ func (p *Processor) vacuum(ctx context.Context) {
 			defer p.vacuuming.Store(false)
 			start := time.Now()
 			err := p.repo.Vacuum(ctx, p.pool, topic)
+			if errors.Is(err, repository.ErrNotTableOwner) {
+				// not a failure of the database: say so once, and leave the table to
+				// autovacuum from now on
+				for _, other := range p.managersOf(topic) {
+					other.noVacuum.Store(true)
+				}
+				p.logger.Warn("VACUUM left to autovacuum", slog.String("topic", topic), slog.Any("error", err))
+				return
+			}
 			p.outcome(ctx, fmt.Sprintf("vacuum topic %q", topic), err)
 			if err != nil {
 				return

@@ -32,6 +32,10 @@ var (
 	// Destroy or PurgeAll of a dedicated topic) gave up waiting for them after
 	// lock_timeout, rather than hold their work up; nothing was changed. Try again.
 	ErrLockTimeout = errors.New("lock not available within lock_timeout")
+	// ErrNotTableOwner means the database user may not VACUUM the table that holds a
+	// topic's tasks: only its owner (the role that ran the migrations, for a shared table,
+	// or dedicated the topic) or a member of that role may.
+	ErrNotTableOwner = errors.New("not the owner of the topic's table")
 	// ErrMigrationRefused means PostgreSQL refused a migration: nothing of it was
 	// applied and the schema stays at the version before it.
 	ErrMigrationRefused = errors.New("migration refused")

@@ -327,7 +327,7 @@ func TestTopicStorageRefusesWhenLocksRunShort(t *testing.T) {
 	tasks, settings := taskRows(t, pool), topicSettings(t, pool)
 
 	cfg := pool.Config().Copy()
-	cfg.ConnConfig.RuntimeParams["pgtask.lock_capacity"] = "200" // 5 topics need about 125: more than half
+	cfg.ConnConfig.RuntimeParams["pgtask.lock_capacity"] = "100" // 5 topics need about 100: more than three quarters
 	small, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

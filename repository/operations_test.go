@@ -1852,8 +1852,8 @@ func TestVacuum(t *testing.T) {
 		t.Fatal(rerr)
 	}
 	conn.Release()
-	if err == nil || !strings.Contains(err.Error(), "does not own") {
-		t.Errorf("Vacuum by a user that does not own the table: err = %v, want one saying so", err)
+	if !errors.Is(err, repository.ErrNotTableOwner) || !strings.Contains(err.Error(), "not the owner") {
+		t.Errorf("Vacuum by a user that does not own the table: err = %v, want ErrNotTableOwner", err)
 	}
 
 	// VACUUM cannot run in a transaction: the error says so

@@ -468,3 +468,66 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteTopicReadsItsOwnRows checks the plans of PurgeAll and Destroy of a shared
+// topic: its tasks are read through the topic's ranges of the indexes (a BitmapOr over
+// the three partial indexes that together hold every state), never the whole table it
+// shares with other topics.
+func TestDeleteTopicReadsItsOwnRows(t *testing.T) {
+	f := setup(t)
+	neighbour := sameBucketTopic(f)
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state)
+		SELECT CASE WHEN g % 100 = 0 THEN $1 ELSE $2 END, 'i' || g, g % 9 FROM generate_series(1, 20000) g`,
+		f.topic, neighbour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task"); err != nil {
+		t.Fatal(err)
+	}
+	checker := newPlanChecker(f)
+	conn, capture := explainedConn(f)
+	for _, op := range []struct {
+		name string
+		run  func() error
+	}{
+		{"PurgeAll", func() error {
+			n, err := f.repo.PurgeAll(f.ctx, conn, f.topic)
+			if err == nil && n != 200 {
+				err = fmt.Errorf("purged %d tasks, want 200", n)
+			}
+			return err
+		}},
+		{"Destroy", func() error {
+			f.push(repository.Append, "a", "b")
+			ok, err := f.repo.Destroy(f.ctx, conn, f.topic)
+			if err == nil && !ok {
+				err = errors.New("destroy reported an unknown topic")
+			}
+			return err
+		}},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			capture.take(t)
+			if err := op.run(); err != nil {
+				t.Fatal(err)
+			}
+			plans := capture.take(t)
+			deletes := 0
+			for _, p := range plans {
+				if v := checker.violations(p); len(v) > 0 {
+					t.Errorf("%s reads %s in full: %s\nplan: %s", op.name, checker.partition, strings.Join(v, "; "), p.raw)
+				}
+				if strings.Contains(p.Query, "DELETE FROM task") {
+					deletes++
+				}
+			}
+			if deletes == 0 {
+				t.Fatalf("%s: no DELETE among the %d plans reported", op.name, len(plans))
+			}
+		})
+	}
+	var left int
+	if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1", neighbour).Scan(&left); err != nil || left != 19800 {
+		t.Errorf("the neighbour's tasks: %d (%v), want 19800", left, err)
+	}
+}

@@ -158,9 +158,9 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 // grows with every task processed; autovacuum does the same, if it is on and in time.
 // h must not be in a transaction (VACUUM cannot run in one). Another VACUUM of the
 // table (autovacuum's, say) is not waited for: the call then returns at once. Only the
-// table's owner (the role that migrated the schema or created it, or a member of it)
-// may VACUUM it; for any other user Vacuum fails and says so, where PostgreSQL would
-// only skip the table with a warning.
+// table's owner (the role that ran the migrations, for a shared table, or dedicated the
+// topic, or a member of that role) may VACUUM it; for any other user Vacuum fails with
+// ErrNotTableOwner, where PostgreSQL would only skip the table with a warning.
 func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
 	if err := validTopic(topic); err != nil {
 		return err
@@ -173,7 +173,7 @@ func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
 		return mapError(fmt.Sprintf("vacuum topic %q", topic), err)
 	}
 	if !row.Owned {
-		return fmt.Errorf("vacuum topic %q: the database user does not own its table %s (the role that created the topic does)", topic, row.Partition)
+		return fmt.Errorf("vacuum topic %q: %w %s (the role that ran the migrations, or dedicated the topic, owns it)", topic, ErrNotTableOwner, row.Partition)
 	}
 	if _, err := h.Exec(ctx, "VACUUM (SKIP_LOCKED) "+pgx.Identifier{row.Partition}.Sanitize()); err != nil {
 		return mapError(fmt.Sprintf("vacuum topic %q", topic), err)

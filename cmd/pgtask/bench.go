@@ -176,6 +176,10 @@ func parseBench(e *env, args []string) (*benchConfig, error) {
 	if cfg.mode == "latency" && cfg.topics > 1 {
 		return nil, f.usagef("--topics: latency mode measures one idle topic, got %d", cfg.topics)
 	}
+	// processor i works on topic i mod K: every topic needs one
+	if processors := max(cfg.processes, 0); (processors == 0 && cfg.managers < cfg.topics) || (processors > 0 && processors < cfg.topics) {
+		return nil, f.usagef("--topics: %d topics need as many processors (--managers, or --processes with them)", cfg.topics)
+	}
 	if cfg.processes < 0 || cfg.identifiers < 0 || cfg.rate < 0 || math.IsNaN(cfg.rate) || math.IsInf(cfg.rate, 0) {
 		return nil, f.usagef("--processes, --identifiers and --rate must not be negative")
 	}

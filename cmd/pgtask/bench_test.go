@@ -155,6 +155,8 @@ func TestBench(t *testing.T) {
 			t.Errorf("bench --topic naming an existing topic destroyed it: %v", err)
 		}
 		wantUsage(t, f.cli("bench", "--idle-topics", "-1"), "--idle-topics", "-1")
+		wantUsage(t, f.cli("bench", "--topics", "3", "--managers", "2"), "--topics", "processors")
+		wantUsage(t, f.cli("bench", "--topics", "3", "--processes", "2", "--managers", "4"), "--topics", "processors")
 		wantUsage(t, f.cli("bench", "--mode", "latency", "--topics", "2"), "--topics", "latency")
 		// runBench's signature (fixed by the dispatcher) reads the real environment.
 		if os.Getenv("DATABASE_URL") == "" {

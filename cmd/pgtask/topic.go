@@ -236,8 +236,9 @@ func runTopicDedicate(ctx context.Context, e *env, args []string) error {
 		`Gives topic NAME a table of its own and moves its tasks there. A dedicated topic is
 vacuumed and analyzed alone, and purging or destroying it truncates or drops its table.
 A topic with tasks must be paused (pgtask pause NAME) with none of its tasks ACTIVE.
-The other topics of its bucket wait while PostgreSQL checks the tables (for a second at
-most: the command then gives up and changes nothing).`)
+The other topics of its bucket wait while PostgreSQL checks the tables; each attempt
+waits for them a second at most, and the command tries up to 8 times before it gives up,
+having changed nothing.`)
 	url := f.databaseURL()
 	pos, err := f.args(args, 1, 1, "topic NAME")
 	if err != nil {

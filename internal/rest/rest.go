@@ -284,13 +284,18 @@ func (s *server) health(_ http.ResponseWriter, r *http.Request) (int, any, error
 // statements tracks whether the API's statements succeed, for GET /healthz: a server
 // whose database answers pings but refuses its statements (a full lock table, say) is
 // not healthy. The last statement decides: one PostgreSQL refused with an error of its
-// own (not one of the client's making) marks the server failing until one succeeds.
+// own (not one of the client's making) marks the server failing until one succeeds, or
+// until statementsFresh passes without another failure (no request may come to clear it).
 type statements struct {
 	mu       sync.Mutex
 	cause    string // the SQLSTATE, while failing
 	since    time.Time
+	last     time.Time
 	failures int64
 }
+
+// statementsFresh is how long a failed statement keeps GET /healthz failing.
+const statementsFresh = 30 * time.Second
 
 // record notes the outcome of an endpoint: err is its error, nil on success, and status
 // what the client was answered.
@@ -309,14 +314,14 @@ func (st *statements) record(err error, status int) {
 		st.since = time.Now()
 	}
 	st.failures++
-	st.cause = code
+	st.cause, st.last = code, time.Now()
 }
 
 // failing describes the failure in progress, "" when none.
 func (st *statements) failing() string {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.failures == 0 {
+	if st.failures == 0 || time.Since(st.last) > statementsFresh {
 		return ""
 	}
 	return fmt.Sprintf("database statements failing: SQLSTATE %s for %v (%d failures)",

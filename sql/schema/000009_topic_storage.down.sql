@@ -17,12 +17,12 @@ BEGIN
                               + current_setting('max_worker_processes')::bigint
                               + current_setting('max_wal_senders')::bigint
                               + current_setting('max_prepared_transactions')::bigint));
-    v_need := 25 * v_topics;
-    IF v_need > v_capacity / 2 THEN
-        RAISE EXCEPTION 'task_topic has % topics: giving each its own partition in one transaction takes about % locks, more than half of the lock table (% locks)', v_topics, v_need, v_capacity
+    v_need := 20 * v_topics;
+    IF v_need > v_capacity * 3 / 4 THEN
+        RAISE EXCEPTION 'task_topic has % topics: giving each its own partition in one transaction takes about % locks, more than three quarters of the lock table (% locks)', v_topics, v_need, v_capacity
             USING ERRCODE = 'configuration_limit_exceeded',
                   HINT = format('Nothing was changed. Set max_locks_per_transaction to at least %s in postgresql.conf, restart PostgreSQL and migrate again.',
-                                ceil(current_setting('max_locks_per_transaction')::numeric * 2 * v_need / v_capacity));
+                                ceil(current_setting('max_locks_per_transaction')::numeric * 4 * v_need / (3 * v_capacity)));
     END IF;
 END
 $$;
