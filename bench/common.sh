@@ -15,8 +15,11 @@ fi
 field() { sed -n "s/.*\"$1\":\(-\{0,1\}[0-9.]*\).*/\1/p" <<<"$2"; }
 # median: the median of the numbers on standard input, one per line.
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# checkpoint URL: a CHECKPOINT, so that the next run starts with no dirty pages to flush.
-checkpoint() { psql -qAt "$1" -c CHECKPOINT >/dev/null; }
+# checkpoint URL: a VACUUM and a CHECKPOINT, so that the next run starts with no dead
+# rows of an earlier one to clean (a destroyed topic's tasks are deleted from the table
+# it shared with other topics, and autovacuum would clean them during the next run) and
+# no dirty pages to flush.
+checkpoint() { psql -qAt "$1" -c VACUUM -c CHECKPOINT >/dev/null; }
 # raw_baseline URL: the last line (JSON) of a bench/baseline.sh run, after a CHECKPOINT.
 # A run during which autovacuum processed the baseline's table measured another regime
 # (its claims no longer step over the index entries of the rows already done, and run two

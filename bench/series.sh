@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A series of burn-down pairs for BENCHMARKS.md: the raw baseline (bench/baseline.sh) and
-# pgtask's burn-down (pgtask bench), run alternately, each right after a CHECKPOINT.
+# pgtask's burn-down (pgtask bench), run alternately, each right after a VACUUM and a
+# CHECKPOINT (bench/common.sh).
 #
 #   bench/series.sh PGTASK_DATABASE_URL RAW_DATABASE_URL [PAIRS] [-- BENCH_FLAGS...]
 #

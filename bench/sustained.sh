@@ -10,7 +10,8 @@
 # defaults to 3. FRACTION (default 0.70) is the share of the raw lifecycle pushed,
 # DURATION (default 60s) the length of each run; BENCH_FLAGS are added to `pgtask bench
 # --mode sustained --pushers 2 --push-batch 1000 --json`. PGTASK overrides the binary
-# (default: built from this checkout). Each run starts right after a CHECKPOINT, which
+# (default: built from this checkout). Each run starts right after a VACUUM and a
+# CHECKPOINT (bench/common.sh), which
 # needs a superuser (or the pg_checkpoint role). Each pusher sends 1 000 tasks as soon
 # as that many are due (pgtask bench's --push-linger, 100ms by default, bounds the wait
 # at low rates); `-- --push-linger 0` pushes whatever is due at once instead, as builds

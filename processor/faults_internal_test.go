@@ -67,7 +67,6 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("health while failing = %v", err)
 	}
 
-
 	// Another cause is logged at once; the same cause again once the interval passed.
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
 	f.fail(ctx, "poll", reset)

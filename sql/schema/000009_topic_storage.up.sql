@@ -232,13 +232,16 @@ END
 $$;
 
 -- task_topic_delete_rows deletes the tasks of a shared topic, at most p_limit of them
--- (NULL: all), and returns how many. One statement, so one snapshot: a task that changes
--- state meanwhile (a retry puts an ACTIVE task back to READY, a junction or a reset
--- makes one READY) is followed to its new version and deleted all the same, where one
--- statement per group of states could miss it between two of them. The condition on
--- state is true of every task; written as one part per index, it lets the planner read
--- the topic's entries of the three partial indexes that together hold every state
--- (a BitmapOr), so the cost follows the topic's own rows, not its table's.
+-- (NULL: all), and returns how many. All of them: in one statement, so one snapshot: a
+-- task that changes state meanwhile (a retry puts an ACTIVE task back to READY, a
+-- junction or a reset makes one READY) is followed to its new version and deleted all
+-- the same, where one statement per group of states could miss it between two of them.
+-- The condition on state is true of every task; written as one part per index, it lets
+-- the planner read the topic's entries of the three partial indexes that together hold
+-- every state (a BitmapOr), so the cost follows the topic's own rows, not its table's.
+-- A batch (p_limit) need not be complete (the last call, with NULL, is): it reads the
+-- three indexes with scans that stop at the limit, where a bitmap would first collect
+-- every task of the topic (a million tasks in batches of 10 000 took 7 s instead of 2).
 CREATE FUNCTION task_topic_delete_rows(p_topic text, p_limit bigint) RETURNS bigint
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -252,9 +255,14 @@ BEGIN
           AND (t.state = 1 OR t.state = ANY ('{0,2,3,4}') OR t.state >= 2);
     ELSE
         DELETE FROM task t USING (
-            SELECT r.sequence FROM task r
-            WHERE hashtext(r.topic) = hashtext(p_topic) AND r.topic = p_topic
-              AND (r.state = 1 OR r.state = ANY ('{0,2,3,4}') OR r.state >= 2)
+            (SELECT r.sequence FROM task r
+             WHERE hashtext(r.topic) = hashtext(p_topic) AND r.topic = p_topic AND r.state = 1 LIMIT p_limit)
+            UNION ALL
+            (SELECT o.sequence FROM task o
+             WHERE o.state = 0 AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic LIMIT p_limit)
+            UNION ALL
+            (SELECT s.sequence FROM task s
+             WHERE hashtext(s.topic) = hashtext(p_topic) AND s.topic = p_topic AND s.state >= 2 LIMIT p_limit)
             LIMIT p_limit) d
         WHERE t.topic = p_topic AND t.sequence = d.sequence;
     END IF;
