@@ -109,78 +109,26 @@ func (q *Queries) TaskCancel(ctx context.Context, db DBTX, arg TaskCancelParams)
 }
 
 const taskComplete = `-- name: TaskComplete :many
-WITH decision AS (
-    SELECT d.sequence, d.attempt, d.result, NULLIF(d.output, '') AS output, d.delay_ms
-    FROM (SELECT unnest($1::bigint[]) AS sequence, unnest($2::integer[]) AS attempt,
-                 unnest($3::smallint[]) AS result, unnest($4::text[]) AS output,
-                 unnest($5::bigint[]) AS delay_ms) d
-),
-policy AS MATERIALIZED (
-    -- read once, not once per task
-    SELECT p.max_attempts, p.backoff_base_ms, p.backoff_cap_ms, p.backoff_jitter_ms
-    FROM task_topic p WHERE p.topic = $6
-),
-done AS (
-    UPDATE task t
-    SET state      = CASE WHEN t.cancelled THEN 3
-                          WHEN d.result = 4 THEN 1
-                          -- a FAILURE with attempts left goes back to READY (design section 5.1)
-                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN 1
-                          ELSE d.result + 3 END,
-        descent    = GREATEST(t.state, t.descent),
-        output     = CASE WHEN t.cancelled THEN 'cancelled'
-                          WHEN d.result = 4 THEN t.output
-                          ELSE d.output END,
-        completed  = CASE WHEN t.cancelled THEN now()
-                          WHEN d.result = 4 THEN NULL
-                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN NULL
-                          ELSE now() END,
-        not_before = CASE WHEN t.cancelled THEN t.not_before
-                          WHEN d.result = 4 THEN now() + d.delay_ms * interval '1 millisecond'
-                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts
-                          -- backoff: min(cap, base*2^(attempt-1)) + random jitter
-                          THEN now() + (least(p.backoff_cap_ms::double precision,
-                                              p.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
-                                        + random() * p.backoff_jitter_ms) * interval '1 millisecond'
-                          ELSE t.not_before END,
-        -- a snooze hands the attempt back: it does not count against max_attempts
-        returned   = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.returned + 1 ELSE t.returned END,
-        errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
-                          WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
-                          ELSE t.errors END
-    FROM decision d, policy p
-    WHERE t.topic = $6 AND t.sequence = ANY ($1::bigint[])
-      AND t.sequence = d.sequence
-      -- IS TRUE keeps these tests out of index and join choices (they only filter): seen as
-      -- index conditions, on the estimates of a young table they led a cached plan to
-      -- a nested loop over the batch squared
-      AND (t.state = 0 AND t.owner = $7::text AND t.attempt = d.attempt) IS TRUE
-    RETURNING t.sequence, t.state, t.descent, t.created, t.completed, t.output, t.priority, t.not_before,
-              t.returned, t.errors, t.cancelled,
-              -- lean: the caller has these from the lease (they never change after the push;
-              -- the owner is the fence), so the rows carry less to the client
-              (CASE WHEN $8::boolean THEN '' ELSE t.topic END)::text AS topic,
-              (CASE WHEN $8::boolean THEN '' ELSE t.identifier END)::text AS identifier,
-              CASE WHEN NOT $8::boolean THEN t.owner END AS owner,
-              CASE WHEN NOT $8::boolean THEN t.input END AS input,
-              CASE WHEN NOT $8::boolean THEN t.reference END AS reference,
-              t.attempt
-)
-SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed,
-       c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
-FROM done c
-WHERE task_all_or_nothing((SELECT count(*) FROM done), cardinality($1::bigint[]))
+SELECT (CASE WHEN $1::boolean THEN '' ELSE c.topic END)::text AS topic, c.sequence,
+       (CASE WHEN $1::boolean THEN '' ELSE c.identifier END)::text AS identifier,
+       c.state, c.descent, CASE WHEN NOT $1::boolean THEN c.owner END AS owner,
+       c.created, c.completed, CASE WHEN NOT $1::boolean THEN c.input END AS input,
+       c.output, CASE WHEN NOT $1::boolean THEN c.reference END AS reference,
+       c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
+FROM task_complete($2::text, $3::text, $4::bigint[],
+                   $5::integer[], $6::smallint[], $7::text[],
+                   $8::bigint[]) c
 `
 
 type TaskCompleteParams struct {
+	Lean      bool
+	Topic     string
+	Owner     string
 	Sequences []int64
 	Attempts  []int32
 	Results   []int16
 	Outputs   []string
 	DelaysMs  []int64
-	Topic     string
-	Owner     string
-	Lean      bool
 }
 
 type TaskCompleteRow struct {
@@ -203,29 +151,23 @@ type TaskCompleteRow struct {
 	Cancelled  bool
 }
 
-// Completes a batch of leased tasks in one statement, all or nothing (design section 4.4, section 5.1).
-// results: 0 FAILURE, 1 SUSPENSION, 2 FILTER, 3 SUCCESS, 4 SNOOZE (back to READY after
-// delays_ms without consuming an attempt; also how unstarted tasks are handed back).
-// The attempts used are attempt - returned: attempt itself never goes down, it fences
-// completions of stale leases.
-// Only rows ACTIVE, leased by owner in the decision's attempt qualify; when any decision
-// does not, task_all_or_nothing (migration 000004) raises PT005 after the update, which
-// undoes the whole statement; when none qualifies, nothing is updated and no row is
-// returned (the check filters the updated rows, so it does not run). The rows are not locked beforehand: the UPDATE locks each
-// as it writes it and re-checks a row changed meanwhile, and its SET list reads that
-// current version, so a cancel that committed meanwhile is honoured.
+// Completes a batch of leased tasks in one statement, all or nothing: task_complete
+// (migration 000011) holds the statement and describes it; it plans it without nested
+// loops, which the estimates of a table shared by many topics can make ruinous.
+// results: 0 FAILURE, 1 SUSPENSION, 2 FILTER, 3 SUCCESS, 4 SNOOZE. When a decision does
+// not qualify, it raises PT005 and nothing changes; when none does, no row comes back.
 // With lean, topic and identifier come back empty and owner, input and reference NULL:
 // the caller fills them in from the leased tasks (Repository.Complete).
 func (q *Queries) TaskComplete(ctx context.Context, db DBTX, arg TaskCompleteParams) ([]TaskCompleteRow, error) {
 	rows, err := db.Query(ctx, taskComplete,
+		arg.Lean,
+		arg.Topic,
+		arg.Owner,
 		arg.Sequences,
 		arg.Attempts,
 		arg.Results,
 		arg.Outputs,
 		arg.DelaysMs,
-		arg.Topic,
-		arg.Owner,
-		arg.Lean,
 	)
 	if err != nil {
 		return nil, err

@@ -13,80 +13,22 @@ WHERE t.topic = sqlc.arg(topic)
 RETURNING t.*;
 
 -- name: TaskComplete :many
--- Completes a batch of leased tasks in one statement, all or nothing (design section 4.4, section 5.1).
--- results: 0 FAILURE, 1 SUSPENSION, 2 FILTER, 3 SUCCESS, 4 SNOOZE (back to READY after
--- delays_ms without consuming an attempt; also how unstarted tasks are handed back).
--- The attempts used are attempt - returned: attempt itself never goes down, it fences
--- completions of stale leases.
--- Only rows ACTIVE, leased by owner in the decision's attempt qualify; when any decision
--- does not, task_all_or_nothing (migration 000004) raises PT005 after the update, which
--- undoes the whole statement; when none qualifies, nothing is updated and no row is
--- returned (the check filters the updated rows, so it does not run). The rows are not locked beforehand: the UPDATE locks each
--- as it writes it and re-checks a row changed meanwhile, and its SET list reads that
--- current version, so a cancel that committed meanwhile is honoured.
+-- Completes a batch of leased tasks in one statement, all or nothing: task_complete
+-- (migration 000011) holds the statement and describes it; it plans it without nested
+-- loops, which the estimates of a table shared by many topics can make ruinous.
+-- results: 0 FAILURE, 1 SUSPENSION, 2 FILTER, 3 SUCCESS, 4 SNOOZE. When a decision does
+-- not qualify, it raises PT005 and nothing changes; when none does, no row comes back.
 -- With lean, topic and identifier come back empty and owner, input and reference NULL:
 -- the caller fills them in from the leased tasks (Repository.Complete).
-WITH decision AS (
-    SELECT d.sequence, d.attempt, d.result, NULLIF(d.output, '') AS output, d.delay_ms
-    FROM (SELECT unnest(sqlc.arg(sequences)::bigint[]) AS sequence, unnest(sqlc.arg(attempts)::integer[]) AS attempt,
-                 unnest(sqlc.arg(results)::smallint[]) AS result, unnest(sqlc.arg(outputs)::text[]) AS output,
-                 unnest(sqlc.arg(delays_ms)::bigint[]) AS delay_ms) d
-),
-policy AS MATERIALIZED (
-    -- read once, not once per task
-    SELECT p.max_attempts, p.backoff_base_ms, p.backoff_cap_ms, p.backoff_jitter_ms
-    FROM task_topic p WHERE p.topic = sqlc.arg(topic)
-),
-done AS (
-    UPDATE task t
-    SET state      = CASE WHEN t.cancelled THEN 3
-                          WHEN d.result = 4 THEN 1
-                          -- a FAILURE with attempts left goes back to READY (design section 5.1)
-                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN 1
-                          ELSE d.result + 3 END,
-        descent    = GREATEST(t.state, t.descent),
-        output     = CASE WHEN t.cancelled THEN 'cancelled'
-                          WHEN d.result = 4 THEN t.output
-                          ELSE d.output END,
-        completed  = CASE WHEN t.cancelled THEN now()
-                          WHEN d.result = 4 THEN NULL
-                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts THEN NULL
-                          ELSE now() END,
-        not_before = CASE WHEN t.cancelled THEN t.not_before
-                          WHEN d.result = 4 THEN now() + d.delay_ms * interval '1 millisecond'
-                          WHEN d.result = 0 AND t.attempt - t.returned < p.max_attempts
-                          -- backoff: min(cap, base*2^(attempt-1)) + random jitter
-                          THEN now() + (least(p.backoff_cap_ms::double precision,
-                                              p.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
-                                        + random() * p.backoff_jitter_ms) * interval '1 millisecond'
-                          ELSE t.not_before END,
-        -- a snooze hands the attempt back: it does not count against max_attempts
-        returned   = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.returned + 1 ELSE t.returned END,
-        errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
-                          WHEN d.result = 0 THEN array_append(t.errors, COALESCE(d.output, 'failed'))
-                          ELSE t.errors END
-    FROM decision d, policy p
-    WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY (sqlc.arg(sequences)::bigint[])
-      AND t.sequence = d.sequence
-      -- IS TRUE keeps these tests out of index and join choices (they only filter): seen as
-      -- index conditions, on the estimates of a young table they led a cached plan to
-      -- a nested loop over the batch squared
-      AND (t.state = 0 AND t.owner = sqlc.arg(owner)::text AND t.attempt = d.attempt) IS TRUE
-    RETURNING t.sequence, t.state, t.descent, t.created, t.completed, t.output, t.priority, t.not_before,
-              t.returned, t.errors, t.cancelled,
-              -- lean: the caller has these from the lease (they never change after the push;
-              -- the owner is the fence), so the rows carry less to the client
-              (CASE WHEN sqlc.arg(lean)::boolean THEN '' ELSE t.topic END)::text AS topic,
-              (CASE WHEN sqlc.arg(lean)::boolean THEN '' ELSE t.identifier END)::text AS identifier,
-              CASE WHEN NOT sqlc.arg(lean)::boolean THEN t.owner END AS owner,
-              CASE WHEN NOT sqlc.arg(lean)::boolean THEN t.input END AS input,
-              CASE WHEN NOT sqlc.arg(lean)::boolean THEN t.reference END AS reference,
-              t.attempt
-)
-SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed,
-       c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
-FROM done c
-WHERE task_all_or_nothing((SELECT count(*) FROM done), cardinality(sqlc.arg(sequences)::bigint[]));
+SELECT (CASE WHEN sqlc.arg(lean)::boolean THEN '' ELSE c.topic END)::text AS topic, c.sequence,
+       (CASE WHEN sqlc.arg(lean)::boolean THEN '' ELSE c.identifier END)::text AS identifier,
+       c.state, c.descent, CASE WHEN NOT sqlc.arg(lean)::boolean THEN c.owner END AS owner,
+       c.created, c.completed, CASE WHEN NOT sqlc.arg(lean)::boolean THEN c.input END AS input,
+       c.output, CASE WHEN NOT sqlc.arg(lean)::boolean THEN c.reference END AS reference,
+       c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
+FROM task_complete(sqlc.arg(topic)::text, sqlc.arg(owner)::text, sqlc.arg(sequences)::bigint[],
+                   sqlc.arg(attempts)::integer[], sqlc.arg(results)::smallint[], sqlc.arg(outputs)::text[],
+                   sqlc.arg(delays_ms)::bigint[]) c;
 
 -- name: TaskLeases :many
 -- The current lease state of tasks, to explain why a completion was refused.
