@@ -10,8 +10,9 @@
 # topics one per transaction before the run and destroys them after). PGTASK overrides
 # the binary (default: built from this checkout).
 #
-# It prints one line per pair (tasks/s and latency p50/p99 without and with the idle
-# topics, and the ratios), the medians, and the 8-processor run's line.
+# It prints one line per pair (tasks/s counted from the start of the push, processed/s
+# counted from the start of processing, and latency p50/p99, each without and with the
+# idle topics, and the ratios), the medians, and the 8-processor run's line.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,7 +33,7 @@ run() {
 	DATABASE_URL="$url" "$pgtask" bench --json "$@" | tail -n 1
 }
 
-tps0=() tps1=() p50a=() p50b=() p99a=() p99b=()
+tps0=() tps1=() proc0=() proc1=() p50a=() p50b=() p99a=() p99b=()
 for i in $(seq "$pairs"); do
 	# which of the two goes first alternates from pair to pair
 	if ((i % 2)); then
@@ -47,18 +48,21 @@ for i in $(seq "$pairs"); do
 		la="$(run --mode latency --tasks 500)"
 	fi
 	tps0+=("$(field tasks_per_second "$a")") tps1+=("$(field tasks_per_second "$b")")
+	proc0+=("$(field process_per_second "$a")") proc1+=("$(field process_per_second "$b")")
 	p50a+=("$(field p50_ms "$la")") p50b+=("$(field p50_ms "$lb")")
 	p99a+=("$(field p99_ms "$la")") p99b+=("$(field p99_ms "$lb")")
 	awk -v i="$i" -v n="$idle" -v a="${tps0[-1]}" -v b="${tps1[-1]}" -v r="$(field idle_topics_register_seconds "$b")" \
+		-v c="${proc0[-1]}" -v d="${proc1[-1]}" \
 		-v p="${p50a[-1]}" -v q="${p50b[-1]}" -v x="${p99a[-1]}" -v y="${p99b[-1]}" 'BEGIN {
-		printf "pair %d: burn-down %6.0f vs %6.0f tasks/s with %d idle topics (%.2f, registered in %.1fs); latency p50 %.2f vs %.2f ms, p99 %.2f vs %.2f ms\n",
-			i, a, b, n, b / a, r, p, q, x, y }'
+		printf "pair %d: burn-down %6.0f vs %6.0f tasks/s with %d idle topics (%.2f), processed %6.0f vs %6.0f/s (%.2f), registered in %.1fs; latency p50 %.2f vs %.2f ms, p99 %.2f vs %.2f ms\n",
+			i, a, b, n, b / a, c, d, d / c, r, p, q, x, y }'
 done
 m() { printf '%s\n' "$@" | median; }
 awk -v a="$(m "${tps0[@]}")" -v b="$(m "${tps1[@]}")" -v p="$(m "${p50a[@]}")" -v q="$(m "${p50b[@]}")" \
+	-v c="$(m "${proc0[@]}")" -v d="$(m "${proc1[@]}")" \
 	-v x="$(m "${p99a[@]}")" -v y="$(m "${p99b[@]}")" -v n="$idle" 'BEGIN {
-	printf "medians: burn-down %.0f vs %.0f tasks/s with %d idle topics (%.2f); latency p50 %.2f vs %.2f ms (%+.0f %%), p99 %.2f vs %.2f ms (%+.0f %%)\n",
-		a, b, n, b / a, p, q, 100 * (q - p) / p, x, y, 100 * (y - x) / x }'
+	printf "medians: burn-down %.0f vs %.0f tasks/s with %d idle topics (%.2f), processed %.0f vs %.0f/s (%.2f); latency p50 %.2f vs %.2f ms (%+.0f %%), p99 %.2f vs %.2f ms (%+.0f %%)\n",
+		a, b, n, b / a, c, d, d / c, p, q, 100 * (q - p) / p, x, y, 100 * (y - x) / x }'
 
 e="$(run --mode burndown --tasks 200000 --topics 8 --processes 8 --idle-topics "$idle" --push-batch 1000 --pushers 2)"
 awk -v t="$(field tasks_per_second "$e")" -v p="$(field processed "$e")" -v err="$(field errors "$e")" -v n="$idle" 'BEGIN {

@@ -9,23 +9,24 @@ import (
 )
 
 type Task struct {
-	Topic      string
-	Sequence   int64
-	Identifier string
-	State      int16
-	Descent    int16
-	Owner      *string
-	Created    time.Time
-	Completed  *time.Time
-	Input      *string
-	Output     *string
-	Reference  *string
-	Priority   int16
-	NotBefore  *time.Time
-	Attempt    int32
-	Returned   int32
-	Errors     []string
-	Cancelled  bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 type TaskOwner struct {
@@ -56,6 +57,26 @@ type TaskPretty struct {
 	Cancelled  bool
 }
 
+type TaskSchedule struct {
+	Name         string
+	Topic        string
+	Spec         string
+	TimeZone     string
+	Identifier   *string
+	Input        *string
+	Priority     int16
+	Insertion    int16
+	CatchUp      int32
+	Paused       bool
+	NextFire     *time.Time
+	LastFire     *time.Time
+	LastFiredAt  *time.Time
+	LastSequence *int64
+	Fires        int64
+	Created      time.Time
+	Updated      time.Time
+}
+
 type TaskTopic struct {
 	Topic           string
 	Partition       string
@@ -68,4 +89,17 @@ type TaskTopic struct {
 	RetentionMs     *int64
 	Active          bool
 	Dedicated       bool
+	Concurrency     *int32
+	KeyConcurrency  *int32
+	Rate            *int32
+	RatePeriodMs    *int64
+	RateBurst       *int32
+	Fair            bool
+}
+
+type TaskTopicLimit struct {
+	Topic   string
+	Tokens  *float64
+	Counted *time.Time
+	LastKey *string
 }

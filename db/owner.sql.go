@@ -90,6 +90,69 @@ func (q *Queries) OwnerHeartbeat(ctx context.Context, db DBTX, arg OwnerHeartbea
 	return result.RowsAffected(), nil
 }
 
+const ownerList = `-- name: OwnerList :many
+SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
+       (o.heartbeat > COALESCE($1::timestamptz, now()) - $2::bigint * interval '1 millisecond')::boolean AS alive,
+       l.leased, l.topics
+FROM task_owner o
+CROSS JOIN LATERAL (
+    SELECT count(*)::bigint AS leased,
+           COALESCE(array_agg(DISTINCT t.topic ORDER BY t.topic), '{}')::text[] AS topics
+    FROM task t WHERE t.state = 0 AND t.owner = o.owner
+) l
+ORDER BY o.heartbeat DESC, o.owner
+LIMIT $3::int
+`
+
+type OwnerListParams struct {
+	Now       *time.Time
+	TimeoutMs int64
+	Size      int32
+}
+
+type OwnerListRow struct {
+	Owner     string
+	Heartbeat time.Time
+	Started   time.Time
+	Host      *string
+	Pid       *int32
+	Alive     bool
+	Leased    int64
+	Topics    []string
+}
+
+// Every owner, live or dead, with how many ACTIVE tasks it leases and in which topics
+// (read through the partial index task_open, whose size follows the open tasks only) and
+// whether its heartbeat is newer than now - timeout.
+func (q *Queries) OwnerList(ctx context.Context, db DBTX, arg OwnerListParams) ([]OwnerListRow, error) {
+	rows, err := db.Query(ctx, ownerList, arg.Now, arg.TimeoutMs, arg.Size)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OwnerListRow
+	for rows.Next() {
+		var i OwnerListRow
+		if err := rows.Scan(
+			&i.Owner,
+			&i.Heartbeat,
+			&i.Started,
+			&i.Host,
+			&i.Pid,
+			&i.Alive,
+			&i.Leased,
+			&i.Topics,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ownerLive = `-- name: OwnerLive :many
 SELECT owner, heartbeat, started, host, pid FROM task_owner
 WHERE owner <> $1
@@ -143,7 +206,7 @@ type OwnerPurgeParams struct {
 	TimeoutMs int64
 }
 
-// Deletes the OTHER owners that are dead and lease no task (design section 4.1): never
+// Deletes the OTHER owners that are dead and lease no task: never
 // owner itself, whatever its heartbeat. NOT EXISTS rather than NOT IN: a task without
 // owner (NULL) must not block the purge.
 func (q *Queries) OwnerPurge(ctx context.Context, db DBTX, arg OwnerPurgeParams) (int64, error) {

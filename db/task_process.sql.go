@@ -27,13 +27,13 @@ cancelled AS (
     FROM target g
     WHERE t.topic = $1 AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key
 ),
 notified AS (
     SELECT pg_notify('task_notification', 'CANCEL ' || md5($1) || ' ' || c.sequence) AS sent
     FROM cancelled c WHERE c.state = 0
 )
-SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed, c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled
+SELECT c.topic, c.sequence, c.identifier, c.state, c.descent, c.owner, c.created, c.completed, c.input, c.output, c.reference, c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled, c.concurrency_key
 FROM cancelled c
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY c.sequence
@@ -46,23 +46,24 @@ type TaskCancelParams struct {
 }
 
 type TaskCancelRow struct {
-	Topic      string
-	Sequence   int64
-	Identifier string
-	State      int16
-	Descent    int16
-	Owner      *string
-	Created    time.Time
-	Completed  *time.Time
-	Input      *string
-	Output     *string
-	Reference  *string
-	Priority   int16
-	NotBefore  *time.Time
-	Attempt    int32
-	Returned   int32
-	Errors     []string
-	Cancelled  bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // Cancels READY, SUSPENDED and EXPIRED tasks (they become REDUNDANT with output saying
@@ -97,6 +98,7 @@ func (q *Queries) TaskCancel(ctx context.Context, db DBTX, arg TaskCancelParams)
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -239,11 +241,25 @@ expired AS (
                           ELSE 'expired: owner ' || t.owner || ' stopped heart-beating' END)
     FROM stale s, task_topic p
     WHERE t.topic = s.topic AND t.sequence = s.sequence AND p.topic = t.topic
-    RETURNING t.topic, t.state
+    RETURNING t.topic, t.state, t.priority, t.sequence, t.not_before,
+              p.concurrency IS NOT NULL OR p.key_concurrency IS NOT NULL AS capped
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(r.topic)) AS sent
-    FROM (SELECT DISTINCT e.topic FROM expired e WHERE e.state = 1) r
+    -- per topic, as a completion does: the first task made READY in poll order and, when
+    -- none is due yet, in how many milliseconds the earliest is (repository.Notification);
+    -- a topic with a concurrency limit is told even when no task became READY, since
+    -- its processors waiting at the limit may poll again ('WORK <md5(topic)>')
+    SELECT pg_notify('task_notification', 'WORK ' || md5(r.topic)
+                     || CASE WHEN r.ready THEN ' ' || r.priority || ' ' || r.sequence
+                                               || CASE WHEN r.due > clock_timestamp()
+                                                       THEN ' ' || ceil(extract(epoch FROM r.due - clock_timestamp()) * 1000)::bigint
+                                                       ELSE '' END
+                             ELSE '' END) AS sent
+    FROM (SELECT DISTINCT ON (e.topic) e.topic, e.state = 1 AS ready, e.priority, e.sequence, e.capped,
+                 min(CASE WHEN e.state = 1 THEN coalesce(e.not_before, '-infinity') END) OVER (PARTITION BY e.topic) AS due
+          FROM expired e
+          ORDER BY e.topic, e.state <> 1, e.priority, e.sequence) r
+    WHERE r.ready OR r.capped
 )
 SELECT e.topic, count(*)::bigint AS expired, count(*) FILTER (WHERE e.state = 1)::bigint AS retried
 FROM expired e
@@ -297,6 +313,32 @@ func (q *Queries) TaskExpire(ctx context.Context, db DBTX, arg TaskExpireParams)
 	return items, nil
 }
 
+const taskFirstReady = `-- name: TaskFirstReady :one
+SELECT t.priority, t.sequence
+FROM task t
+WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1 AND t.state = 1
+  AND (t.not_before IS NULL OR t.not_before <= now())
+ORDER BY t.priority, t.sequence
+LIMIT 1
+`
+
+type TaskFirstReadyRow struct {
+	Priority int16
+	Sequence int64
+}
+
+// Where the first READY task of the topic that is due stands in FIFO poll order (no row
+// when there is none), without locking it: what a processor polling from a position
+// checks now and then, off its poll loop, for work before that position that no
+// notification told of. It reads task_ready from the head of the topic, over the entries
+// a long-held snapshot keeps.
+func (q *Queries) TaskFirstReady(ctx context.Context, db DBTX, topic string) (TaskFirstReadyRow, error) {
+	row := db.QueryRow(ctx, taskFirstReady, topic)
+	var i TaskFirstReadyRow
+	err := row.Scan(&i.Priority, &i.Sequence)
+	return i, err
+}
+
 const taskJunction = `-- name: TaskJunction :many
 WITH member AS (
     SELECT DISTINCT m.grp, m.identifier
@@ -326,11 +368,12 @@ released AS (
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
     WHERE t.state = 4 AND hashtext(t.topic) = hashtext($4) AND t.topic = $4
       AND t.identifier = r.identifier
-    RETURNING t.identifier
+    RETURNING t.identifier, t.priority, t.sequence
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5($4)) AS sent
-    WHERE EXISTS (SELECT 1 FROM released)
+    -- with the position of the first task released in poll order (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5($4) || ' ' || f.priority || ' ' || f.sequence) AS sent
+    FROM (SELECT r.priority, r.sequence FROM released r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
 SELECT DISTINCT r.identifier FROM released r
 WHERE (SELECT count(*) FROM notified) >= 0
@@ -367,6 +410,61 @@ func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionPar
 			return nil, err
 		}
 		items = append(items, identifier)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskLeased = `-- name: TaskLeased :many
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key FROM task t
+WHERE t.topic = $1 AND hashtext(t.topic) = hashtext($1)
+  AND t.state = 0 AND t.owner = $2::text
+ORDER BY t.sequence
+`
+
+type TaskLeasedParams struct {
+	Topic string
+	Owner string
+}
+
+// The ACTIVE tasks of a topic leased by owner, in sequence order: what a processor
+// compares with the tasks it knows it holds after a statement whose reply it lost (a
+// poll that committed leases it never received). It reads the topic's ACTIVE entries of
+// task_open; it runs only after such a fault.
+func (q *Queries) TaskLeased(ctx context.Context, db DBTX, arg TaskLeasedParams) ([]Task, error) {
+	rows, err := db.Query(ctx, taskLeased, arg.Topic, arg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Task
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Sequence,
+			&i.Identifier,
+			&i.State,
+			&i.Descent,
+			&i.Owner,
+			&i.Created,
+			&i.Completed,
+			&i.Input,
+			&i.Output,
+			&i.Reference,
+			&i.Priority,
+			&i.NotBefore,
+			&i.Attempt,
+			&i.Returned,
+			&i.Errors,
+			&i.Cancelled,
+			&i.ConcurrencyKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -418,44 +516,113 @@ func (q *Queries) TaskLeases(ctx context.Context, db DBTX, arg TaskLeasesParams)
 	return items, nil
 }
 
+const taskNextDue = `-- name: TaskNextDue :one
+SELECT ceil(extract(epoch FROM t.not_before - clock_timestamp()) * 1000)::bigint AS in_ms,
+       t.priority, t.sequence
+FROM task t
+WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1
+  AND t.state = 1 AND t.not_before IS NOT NULL
+  AND t.not_before > now() - $2::bigint * interval '1 millisecond'
+ORDER BY t.not_before
+LIMIT 1
+`
+
+type TaskNextDueParams struct {
+	Topic  string
+	SeenMs int64
+}
+
+type TaskNextDueRow struct {
+	InMs     int64
+	Priority int16
+	Sequence int64
+}
+
+// In how many milliseconds (0 or less: it is due) the earliest READY task of the topic
+// that fell due or falls due after seen_ms ago does, and where it stands in poll order
+// (no row when there is none): one probe of task_delayed (migration 000013), which a
+// processor makes after a poll found nothing, to arm a timer for that moment. seen_ms is
+// how long ago its last poll from the head of the topic began: tasks due before it were
+// there for it to lease, and one it could not (held by a condition) must not look due to
+// every probe. The delay is computed by the database's clock, so the processor's own
+// clock need not agree with it.
+func (q *Queries) TaskNextDue(ctx context.Context, db DBTX, arg TaskNextDueParams) (TaskNextDueRow, error) {
+	row := db.QueryRow(ctx, taskNextDue, arg.Topic, arg.SeenMs)
+	var i TaskNextDueRow
+	err := row.Scan(&i.InMs, &i.Priority, &i.Sequence)
+	return i, err
+}
+
 const taskPoll = `-- name: TaskPoll :many
 UPDATE task t SET state = 0, owner = $1::text, attempt = t.attempt + 1
 WHERE t.topic = $2
   AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates($2::text, $3::boolean,
-                                                      $4::smallint, $5::integer)))
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+                                                      $4::smallint, $5::integer,
+                                                      $6::smallint,
+                                                      $7::bigint)))
+RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key, (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = $2)::boolean AS keyed
 `
 
 type TaskPollParams struct {
-	Owner     string
-	Topic     string
-	Lifo      bool
-	Condition int16
-	Size      int32
+	Owner        string
+	Topic        string
+	Lifo         bool
+	Condition    int16
+	Size         int32
+	FromPriority *int16
+	FromSequence *int64
 }
 
-// Leases up to size READY tasks in poll order (design section 4.3): the function
+type TaskPollRow struct {
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
+	Keyed          bool
+}
+
+// Leases up to size READY tasks in poll order: the function
 // task_poll_candidates (migration 000003) picks and locks them with FOR UPDATE SKIP
 // LOCKED, and this statement marks them ACTIVE under owner with the attempt counted.
 // condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
-// 3 ..._SUSPEND_UNTIL_SUCCESS. Rows are found by their address (a TID scan, the one
-// plan that stays right when pgx caches a generic plan made on a near-empty table); the
-// topic equality prunes the UPDATE to the table holding the topic.
-func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]Task, error) {
+// 3 ..._SUSPEND_UNTIL_SUCCESS. A FIFO poll without a condition starts at the position
+// (from_priority, from_sequence) when given (migration 000012). Rows are found by their
+// address (a TID scan, the one plan that stays right when pgx caches a generic plan made
+// on a near-empty table); the topic equality prunes the UPDATE to the table holding the
+// topic.
+// keyed: the topic is polled key by key (migration 000015), and its tasks come in turns of
+// their keys (repository.Poll)
+func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]TaskPollRow, error) {
 	rows, err := db.Query(ctx, taskPoll,
 		arg.Owner,
 		arg.Topic,
 		arg.Lifo,
 		arg.Condition,
 		arg.Size,
+		arg.FromPriority,
+		arg.FromSequence,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Task
+	var items []TaskPollRow
 	for rows.Next() {
-		var i Task
+		var i TaskPollRow
 		if err := rows.Scan(
 			&i.Topic,
 			&i.Sequence,
@@ -474,6 +641,8 @@ func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
+			&i.Keyed,
 		); err != nil {
 			return nil, err
 		}
@@ -483,4 +652,30 @@ func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]
 		return nil, err
 	}
 	return items, nil
+}
+
+const taskRateWait = `-- name: TaskRateWait :one
+SELECT ceil((1 - b.tokens) * tt.rate_period_ms / tt.rate)::bigint AS in_ms
+FROM task_topic tt
+JOIN task_topic_limit l ON l.topic = tt.topic
+CROSS JOIN LATERAL (
+    SELECT least(tt.rate_burst::double precision,
+                 l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
+           AS tokens) b
+WHERE tt.topic = $1 AND tt.rate IS NOT NULL AND b.tokens < 1
+  AND EXISTS (SELECT 1 FROM task t
+              WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1 AND t.state = 1
+                AND (t.not_before IS NULL OR t.not_before <= now()))
+`
+
+// How many milliseconds until the rate limit of the topic lets one more task start, when
+// it holds back due READY work now (no row otherwise: no rate limit, a token left, or
+// nothing due): what a processor whose poll came back empty waits before polling again.
+// The bucket refills at rate per rate_period_ms up to rate_burst (task_poll_limited,
+// migration 000015).
+func (q *Queries) TaskRateWait(ctx context.Context, db DBTX, topic string) (int64, error) {
+	row := db.QueryRow(ctx, taskRateWait, topic)
+	var in_ms int64
+	err := row.Scan(&in_ms)
+	return in_ms, err
 }

@@ -13,7 +13,10 @@ import (
 const taskPush = `-- name: TaskPush :many
 WITH topic AS (
     -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
-    SELECT tt.topic, tt.queue_cap FROM task_topic tt WHERE tt.topic = $1 FOR KEY SHARE
+    -- keyed: the topic is polled by key (migration 000015), where a task without a key has
+    -- the key ''
+    SELECT tt.topic, tt.queue_cap, tt.fair OR tt.key_concurrency IS NOT NULL AS keyed
+    FROM task_topic tt WHERE tt.topic = $1 FOR KEY SHARE
 ),
 element AS (
     -- Parallel unnest in the select list runs the arrays in lockstep; generate_series
@@ -23,11 +26,13 @@ element AS (
            unnest($4::text[]) AS reference, unnest($5::boolean[]) AS suspended,
            unnest($6::smallint[]) AS priority,
            unnest($7::bigint[]) AS not_before_us,
-           unnest($8::bigint[]) AS delay_ms
+           unnest($8::bigint[]) AS delay_ms,
+           unnest($9::text[]) AS concurrency_key
 ),
 creation AS (
     SELECT c.ord, c.identifier, NULLIF(c.input, '') AS input, NULLIF(c.reference, '') AS reference,
            c.suspended, c.priority,
+           coalesce(NULLIF(c.concurrency_key, ''), CASE WHEN (SELECT tp.keyed FROM topic tp) THEN '' END) AS concurrency_key,
            CASE WHEN c.not_before_us <> 0 THEN to_timestamp(c.not_before_us / 1e6)
                 WHEN c.delay_ms > 0 THEN now() + c.delay_ms * interval '1 millisecond'
            END AS not_before,
@@ -35,14 +40,14 @@ creation AS (
     FROM (
         -- APPEND inserts every occurrence live: it skips sorting the batch by identifier.
         SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us,
-               e.delay_ms, true AS last
-        FROM element e WHERE $9::smallint = 0
+               e.delay_ms, e.concurrency_key, true AS last
+        FROM element e WHERE $10::smallint = 0
         UNION ALL
         -- Otherwise only the last occurrence of an identifier in the batch stays live
         -- (REPLACE, SUPERSEDE) or is inserted at all (DELETE).
         SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us,
-               e.delay_ms, e.ord = max(e.ord) OVER (PARTITION BY e.identifier) AS last
-        FROM element e WHERE $9::smallint <> 0
+               e.delay_ms, e.concurrency_key, e.ord = max(e.ord) OVER (PARTITION BY e.identifier) AS last
+        FROM element e WHERE $10::smallint <> 0
     ) c
 ),
 admitted AS (
@@ -52,7 +57,7 @@ admitted AS (
     WHERE topic.queue_cap IS NULL
        OR task_queue_admits($1, topic.queue_cap,
                             (SELECT count(*) FROM creation c
-                             WHERE NOT c.suspended AND (c.last OR $9::smallint = 0)))
+                             WHERE NOT c.suspended AND (c.last OR $10::smallint = 0)))
 ),
 older_ready AS (
     -- Older tasks of the same identifiers that this insertion mode touches, in two parts
@@ -62,7 +67,7 @@ older_ready AS (
     -- concurrent transaction are skipped. The insertion test depends on no row, so an
     -- APPEND reads nothing.
     SELECT t.topic, t.sequence FROM task t
-    WHERE $9::smallint <> 0 AND EXISTS (SELECT 1 FROM admitted)
+    WHERE $10::smallint <> 0 AND EXISTS (SELECT 1 FROM admitted)
       -- = ANY(array) rather than IN (SELECT ...): an index probe per identifier whatever
       -- the statistics of a young table say
       AND (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT $1 || E'\n' || i
@@ -74,10 +79,10 @@ older_ready AS (
 older_settled AS (
     -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
     SELECT t.topic, t.sequence FROM task t
-    WHERE $9::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM admitted)
+    WHERE $10::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM admitted)
       AND hashtext(t.topic) = hashtext($1) AND t.topic = $1 AND t.state >= 2
       AND t.identifier = ANY($2::text[])
-      AND ($9::smallint = 3 OR t.state <= 6)
+      AND ($10::smallint = 3 OR t.state <= 6)
     FOR UPDATE SKIP LOCKED
 ),
 older AS (
@@ -87,32 +92,41 @@ older AS (
 ),
 made_redundant AS (
     UPDATE task t SET state = 8, descent = GREATEST(t.state, t.descent)
-    FROM (SELECT topic, sequence FROM older WHERE $9 IN (1, 2)) o
+    FROM (SELECT topic, sequence FROM older WHERE $10 IN (1, 2)) o
     WHERE t.topic = $1 AND t.sequence = o.sequence
     RETURNING t.sequence
 ),
 deleted AS (
-    DELETE FROM task t USING (SELECT topic, sequence FROM older WHERE $9 = 3) o
+    DELETE FROM task t USING (SELECT topic, sequence FROM older WHERE $10 = 3) o
     WHERE t.topic = $1 AND t.sequence = o.sequence
     RETURNING t.sequence
 ),
 inserted AS (
-    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before)
+    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before,
+                      concurrency_key)
     -- nextval over rows already in input order: sequences follow the input
     SELECT $1, nextval('task_sequence'), c.identifier,
-           CASE WHEN $9 IN (1, 2) AND NOT c.last THEN 8
+           CASE WHEN $10 IN (1, 2) AND NOT c.last THEN 8
                 WHEN c.suspended THEN 4
                 ELSE 1 END,
-           1, -- descent: a fresh task was READY before whatever it is (design section 3)
-           c.input, c.reference, c.priority, c.not_before
-    FROM (SELECT ord, identifier, input, reference, suspended, priority, not_before, last FROM creation c
-          WHERE EXISTS (SELECT 1 FROM admitted) AND ($9 <> 3 OR c.last)
+           1, -- descent: a fresh task was READY before whatever it is
+           c.input, c.reference, c.priority, c.not_before, c.concurrency_key
+    FROM (SELECT ord, identifier, input, reference, suspended, priority, concurrency_key, not_before, last FROM creation c
+          WHERE EXISTS (SELECT 1 FROM admitted) AND ($10 <> 3 OR c.last)
           ORDER BY c.ord) c
-    RETURNING sequence, identifier, state, descent, created, not_before
+    RETURNING sequence, identifier, state, descent, created, not_before, priority
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5($1)) AS sent
-    WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
+    -- with the position of the first READY task in poll order, where a processor's next
+    -- poll must start from to see them all, and, when none is due yet, in how many
+    -- milliseconds the earliest is (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence
+                     || CASE WHEN f.due > clock_timestamp()
+                             THEN ' ' || ceil(extract(epoch FROM f.due - clock_timestamp()) * 1000)::bigint
+                             ELSE '' END) AS sent
+    FROM (SELECT i.priority, i.sequence, min(coalesce(i.not_before, '-infinity')) OVER () AS due
+          FROM inserted i WHERE i.state = 1
+          ORDER BY i.priority, i.sequence LIMIT 1) f
 )
 SELECT i.sequence, i.identifier, i.state, i.descent, i.created, i.not_before
 FROM inserted i
@@ -129,6 +143,7 @@ type TaskPushParams struct {
 	Priorities   []int16
 	NotBeforesUs []int64
 	DelaysMs     []int64
+	Keys         []string
 	Insertion    int16
 }
 
@@ -141,7 +156,7 @@ type TaskPushRow struct {
 	NotBefore  *time.Time
 }
 
-// Pushes a whole batch in one statement (design section 4.2). insertion: 0 APPEND, 1 REPLACE,
+// Pushes a whole batch in one statement. insertion: 0 APPEND, 1 REPLACE,
 // 2 SUPERSEDE, 3 DELETE. Writes nothing and returns no row when the topic is unknown or
 // the push would exceed the topic's queue cap; the caller tells the two apart.
 // TaskPushAppend (below) is the same for APPEND alone, and what repository.Push runs for it.
@@ -160,6 +175,7 @@ func (q *Queries) TaskPush(ctx context.Context, db DBTX, arg TaskPushParams) ([]
 		arg.Priorities,
 		arg.NotBeforesUs,
 		arg.DelaysMs,
+		arg.Keys,
 		arg.Insertion,
 	)
 	if err != nil {
@@ -190,7 +206,10 @@ func (q *Queries) TaskPush(ctx context.Context, db DBTX, arg TaskPushParams) ([]
 const taskPushAppend = `-- name: TaskPushAppend :many
 WITH topic AS (
     -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
-    SELECT tt.topic, tt.queue_cap FROM task_topic tt WHERE tt.topic = $1 FOR KEY SHARE
+    -- keyed: the topic is polled by key (migration 000015), where a task without a key has
+    -- the key ''
+    SELECT tt.topic, tt.queue_cap, tt.fair OR tt.key_concurrency IS NOT NULL AS keyed
+    FROM task_topic tt WHERE tt.topic = $1 FOR KEY SHARE
 ),
 element AS (
     -- One function scan of the arrays in lockstep, numbered by ORDINALITY. A generic plan
@@ -198,12 +217,14 @@ element AS (
     -- charged its planning) and the server settles on it; generate_series(1,
     -- cardinality(...)) beside unnests in the select list (as in TaskPush) is estimated
     -- at 1 000 rows there, which kept every execution custom-planned.
-    SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us, e.delay_ms
+    SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us, e.delay_ms,
+           e.concurrency_key
     FROM ROWS FROM (unnest($2::text[]), unnest($3::text[]),
                     unnest($4::text[]), unnest($5::boolean[]),
                     unnest($6::smallint[]), unnest($7::bigint[]),
-                    unnest($8::bigint[]))
-         WITH ORDINALITY AS e(identifier, input, reference, suspended, priority, not_before_us, delay_ms, ord)
+                    unnest($8::bigint[]), unnest($9::text[]))
+         WITH ORDINALITY AS e(identifier, input, reference, suspended, priority, not_before_us, delay_ms,
+                              concurrency_key, ord)
 ),
 admitted AS (
     SELECT true AS ok FROM topic
@@ -212,20 +233,30 @@ admitted AS (
                             (SELECT count(*) FROM element e WHERE NOT e.suspended))
 ),
 inserted AS (
-    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before)
+    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before,
+                      concurrency_key)
     -- nextval over rows already in input order: sequences follow the input
     SELECT $1, nextval('task_sequence'), e.identifier,
            CASE WHEN e.suspended THEN 4 ELSE 1 END, 1, -- descent READY, as TaskPush
            NULLIF(e.input, ''), NULLIF(e.reference, ''), e.priority,
            CASE WHEN e.not_before_us <> 0 THEN to_timestamp(e.not_before_us / 1e6)
                 WHEN e.delay_ms > 0 THEN now() + e.delay_ms * interval '1 millisecond'
-           END
-    FROM (SELECT ord, identifier, input, reference, suspended, priority, not_before_us, delay_ms FROM element e WHERE EXISTS (SELECT 1 FROM admitted) ORDER BY e.ord) e
-    RETURNING sequence, identifier, state, descent, created, not_before
+           END,
+           coalesce(NULLIF(e.concurrency_key, ''), CASE WHEN (SELECT tp.keyed FROM topic tp) THEN '' END)
+    FROM (SELECT ord, identifier, input, reference, suspended, priority, not_before_us, delay_ms, concurrency_key FROM element e WHERE EXISTS (SELECT 1 FROM admitted) ORDER BY e.ord) e
+    RETURNING sequence, identifier, state, descent, created, not_before, priority
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5($1)) AS sent
-    WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
+    -- with the position of the first READY task in poll order, where a processor's next
+    -- poll must start from to see them all, and, when none is due yet, in how many
+    -- milliseconds the earliest is (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence
+                     || CASE WHEN f.due > clock_timestamp()
+                             THEN ' ' || ceil(extract(epoch FROM f.due - clock_timestamp()) * 1000)::bigint
+                             ELSE '' END) AS sent
+    FROM (SELECT i.priority, i.sequence, min(coalesce(i.not_before, '-infinity')) OVER () AS due
+          FROM inserted i WHERE i.state = 1
+          ORDER BY i.priority, i.sequence LIMIT 1) f
 )
 SELECT i.sequence, i.identifier, i.state, i.descent, i.created, i.not_before
 FROM inserted i
@@ -242,6 +273,7 @@ type TaskPushAppendParams struct {
 	Priorities   []int16
 	NotBeforesUs []int64
 	DelaysMs     []int64
+	Keys         []string
 }
 
 type TaskPushAppendRow struct {
@@ -271,6 +303,7 @@ func (q *Queries) TaskPushAppend(ctx context.Context, db DBTX, arg TaskPushAppen
 		arg.Priorities,
 		arg.NotBeforesUs,
 		arg.DelaysMs,
+		arg.Keys,
 	)
 	if err != nil {
 		return nil, err

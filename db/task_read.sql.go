@@ -151,8 +151,228 @@ func (q *Queries) TaskCountTotal(ctx context.Context, db DBTX, arg TaskCountTota
 	return items, nil
 }
 
+const taskExcerptBackward = `-- name: TaskExcerptBackward :many
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
+       COALESCE(substr(t.input, 1, $1::integer), '')::text AS input,
+       COALESCE(octet_length(t.input), 0)::bigint AS input_bytes,
+       COALESCE(substr(t.output, 1, $1::integer), '')::text AS output,
+       COALESCE(octet_length(t.output), 0)::bigint AS output_bytes,
+       t.reference, t.priority, t.not_before, t.attempt, t.returned,
+       ARRAY(SELECT substr(e.text, 1, $1::integer)
+             FROM unnest(t.errors) WITH ORDINALITY AS e(text, n)
+             WHERE e.n > cardinality(t.errors) - $2::integer
+             ORDER BY e.n)::text[] AS errors,
+       (COALESCE(cardinality(t.errors), 0) > $2::integer
+        OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
+       t.cancelled
+FROM task t
+WHERE t.topic = $3 AND t.sequence < $4::bigint
+  AND ($5::smallint IS NULL OR t.state = $5)
+  AND ($6::text IS NULL OR t.identifier = $6)
+  AND ($7::text IS NULL OR t.reference = $7)
+ORDER BY t.sequence DESC
+LIMIT $8
+`
+
+type TaskExcerptBackwardParams struct {
+	Length     int32
+	ErrorCount int32
+	Topic      string
+	Cursor     int64
+	State      *int16
+	Identifier *string
+	Reference  *string
+	Size       int32
+}
+
+type TaskExcerptBackwardRow struct {
+	Topic       string
+	Sequence    int64
+	Identifier  string
+	State       int16
+	Descent     int16
+	Owner       *string
+	Created     time.Time
+	Completed   *time.Time
+	Input       string
+	InputBytes  int64
+	Output      string
+	OutputBytes int64
+	Reference   *string
+	Priority    int16
+	NotBefore   *time.Time
+	Attempt     int32
+	Returned    int32
+	Errors      []string
+	ErrorsCut   bool
+	Cancelled   bool
+}
+
+// TaskExcerptForward before the exclusive cursor, newest first.
+func (q *Queries) TaskExcerptBackward(ctx context.Context, db DBTX, arg TaskExcerptBackwardParams) ([]TaskExcerptBackwardRow, error) {
+	rows, err := db.Query(ctx, taskExcerptBackward,
+		arg.Length,
+		arg.ErrorCount,
+		arg.Topic,
+		arg.Cursor,
+		arg.State,
+		arg.Identifier,
+		arg.Reference,
+		arg.Size,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskExcerptBackwardRow
+	for rows.Next() {
+		var i TaskExcerptBackwardRow
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Sequence,
+			&i.Identifier,
+			&i.State,
+			&i.Descent,
+			&i.Owner,
+			&i.Created,
+			&i.Completed,
+			&i.Input,
+			&i.InputBytes,
+			&i.Output,
+			&i.OutputBytes,
+			&i.Reference,
+			&i.Priority,
+			&i.NotBefore,
+			&i.Attempt,
+			&i.Returned,
+			&i.Errors,
+			&i.ErrorsCut,
+			&i.Cancelled,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskExcerptForward = `-- name: TaskExcerptForward :many
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
+       COALESCE(substr(t.input, 1, $1::integer), '')::text AS input,
+       COALESCE(octet_length(t.input), 0)::bigint AS input_bytes,
+       COALESCE(substr(t.output, 1, $1::integer), '')::text AS output,
+       COALESCE(octet_length(t.output), 0)::bigint AS output_bytes,
+       t.reference, t.priority, t.not_before, t.attempt, t.returned,
+       ARRAY(SELECT substr(e.text, 1, $1::integer)
+             FROM unnest(t.errors) WITH ORDINALITY AS e(text, n)
+             WHERE e.n > cardinality(t.errors) - $2::integer
+             ORDER BY e.n)::text[] AS errors,
+       (COALESCE(cardinality(t.errors), 0) > $2::integer
+        OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
+       t.cancelled
+FROM task t
+WHERE t.topic = $3 AND t.sequence > $4::bigint
+  AND ($5::smallint IS NULL OR t.state = $5)
+  AND ($6::text IS NULL OR t.identifier = $6)
+  AND ($7::text IS NULL OR t.reference = $7)
+ORDER BY t.sequence
+LIMIT $8
+`
+
+type TaskExcerptForwardParams struct {
+	Length     int32
+	ErrorCount int32
+	Topic      string
+	Cursor     int64
+	State      *int16
+	Identifier *string
+	Reference  *string
+	Size       int32
+}
+
+type TaskExcerptForwardRow struct {
+	Topic       string
+	Sequence    int64
+	Identifier  string
+	State       int16
+	Descent     int16
+	Owner       *string
+	Created     time.Time
+	Completed   *time.Time
+	Input       string
+	InputBytes  int64
+	Output      string
+	OutputBytes int64
+	Reference   *string
+	Priority    int16
+	NotBefore   *time.Time
+	Attempt     int32
+	Returned    int32
+	Errors      []string
+	ErrorsCut   bool
+	Cancelled   bool
+}
+
+// TaskPageForward for a listing, with the long texts cut so that a page's size does not
+// grow with them: input and output to their first @length characters (substr reads
+// only that prefix of a compressed or out-of-line value), errors to the last
+// @error_count, each cut likewise. input_bytes and output_bytes are the whole lengths
+// (octet_length reads no value); errors_cut says whether the errors were cut.
+func (q *Queries) TaskExcerptForward(ctx context.Context, db DBTX, arg TaskExcerptForwardParams) ([]TaskExcerptForwardRow, error) {
+	rows, err := db.Query(ctx, taskExcerptForward,
+		arg.Length,
+		arg.ErrorCount,
+		arg.Topic,
+		arg.Cursor,
+		arg.State,
+		arg.Identifier,
+		arg.Reference,
+		arg.Size,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskExcerptForwardRow
+	for rows.Next() {
+		var i TaskExcerptForwardRow
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Sequence,
+			&i.Identifier,
+			&i.State,
+			&i.Descent,
+			&i.Owner,
+			&i.Created,
+			&i.Completed,
+			&i.Input,
+			&i.InputBytes,
+			&i.Output,
+			&i.OutputBytes,
+			&i.Reference,
+			&i.Priority,
+			&i.NotBefore,
+			&i.Attempt,
+			&i.Returned,
+			&i.Errors,
+			&i.ErrorsCut,
+			&i.Cancelled,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskGet = `-- name: TaskGet :one
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM task WHERE topic = $1 AND sequence = $2
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM task WHERE topic = $1 AND sequence = $2
 `
 
 type TaskGetParams struct {
@@ -181,12 +401,228 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, arg TaskGetParams) (Task
 		&i.Returned,
 		&i.Errors,
 		&i.Cancelled,
+		&i.ConcurrencyKey,
 	)
 	return i, err
 }
 
+const taskGetMany = `-- name: TaskGetMany :many
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM task WHERE topic = $1 AND sequence = ANY($2::bigint[])
+ORDER BY sequence
+`
+
+type TaskGetManyParams struct {
+	Topic     string
+	Sequences []int64
+}
+
+// The tasks of a topic with the given sequences (primary key lookups), by sequence;
+// unknown sequences are left out.
+func (q *Queries) TaskGetMany(ctx context.Context, db DBTX, arg TaskGetManyParams) ([]Task, error) {
+	rows, err := db.Query(ctx, taskGetMany, arg.Topic, arg.Sequences)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Task
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Sequence,
+			&i.Identifier,
+			&i.State,
+			&i.Descent,
+			&i.Owner,
+			&i.Created,
+			&i.Completed,
+			&i.Input,
+			&i.Output,
+			&i.Reference,
+			&i.Priority,
+			&i.NotBefore,
+			&i.Attempt,
+			&i.Returned,
+			&i.Errors,
+			&i.Cancelled,
+			&i.ConcurrencyKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskLatest = `-- name: TaskLatest :many
+WITH latest AS (
+    (SELECT o.sequence FROM task o
+     WHERE $5::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = $6
+       AND hashtext(o.topic) = hashtext($3) AND o.topic = $3
+       AND o.sequence < $7::bigint
+       AND ($8::text IS NULL OR o.identifier = $8)
+       AND ($9::text IS NULL OR o.reference = $9)
+     ORDER BY o.sequence DESC LIMIT $4)
+    UNION ALL
+    (SELECT r.sequence FROM task r
+     WHERE $5::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3
+       AND r.sequence < $7::bigint
+       AND ($8::text IS NULL OR r.identifier = $8)
+       AND ($9::text IS NULL OR r.reference = $9)
+     ORDER BY r.sequence DESC LIMIT $4)
+    UNION ALL
+    (SELECT a.sequence FROM task a
+     WHERE $5::smallint = 3 AND a.state = 0 AND hashtext(a.topic) = hashtext($3) AND a.topic = $3
+       AND a.identifier = $8
+       AND a.sequence < $7::bigint
+       AND ($6::smallint IS NULL OR a.state = $6)
+       AND ($9::text IS NULL OR a.reference = $9)
+     ORDER BY a.sequence DESC LIMIT $4)
+    UNION ALL
+    (SELECT i.sequence FROM task i
+     WHERE $5::smallint = 3 AND i.state = 1 AND i.topic = $3 AND i.identifier = $8
+       AND (i.topic || E'\n' || i.identifier) = ($3 || E'\n' || $8)
+       AND i.sequence < $7::bigint
+       AND ($6::smallint IS NULL OR i.state = $6)
+       AND ($9::text IS NULL OR i.reference = $9)
+     ORDER BY i.sequence DESC LIMIT $4)
+    UNION ALL
+    (SELECT s.sequence FROM task s
+     WHERE $5::smallint = 3 AND s.state >= 2 AND hashtext(s.topic) = hashtext($3) AND s.topic = $3
+       AND s.identifier = $8
+       AND s.sequence < $7::bigint
+       AND ($6::smallint IS NULL OR s.state = $6)
+       AND ($9::text IS NULL OR s.reference = $9)
+     ORDER BY s.sequence DESC LIMIT $4)
+    UNION ALL
+    (SELECT f.sequence FROM task f
+     WHERE $5::smallint = 4 AND hashtext(f.topic) = hashtext($3) AND f.topic = $3 AND f.reference = $9
+       AND f.sequence < $7::bigint
+       AND ($6::smallint IS NULL OR f.state = $6)
+       AND ($8::text IS NULL OR f.identifier = $8)
+     ORDER BY f.sequence DESC LIMIT $4)
+)
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
+       COALESCE(substr(t.input, 1, $1::integer), '')::text AS input,
+       COALESCE(octet_length(t.input), 0)::bigint AS input_bytes,
+       COALESCE(substr(t.output, 1, $1::integer), '')::text AS output,
+       COALESCE(octet_length(t.output), 0)::bigint AS output_bytes,
+       t.reference, t.priority, t.not_before, t.attempt, t.returned,
+       ARRAY(SELECT substr(e.text, 1, $1::integer)
+             FROM unnest(t.errors) WITH ORDINALITY AS e(text, n)
+             WHERE e.n > cardinality(t.errors) - $2::integer
+             ORDER BY e.n)::text[] AS errors,
+       (COALESCE(cardinality(t.errors), 0) > $2::integer
+        OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
+       t.cancelled
+FROM latest l
+JOIN task t ON t.sequence = l.sequence AND t.topic = $3
+ORDER BY t.sequence DESC
+LIMIT $4
+`
+
+type TaskLatestParams struct {
+	Length     int32
+	ErrorCount int32
+	Topic      string
+	Size       int32
+	Path       int16
+	State      *int16
+	Before     int64
+	Identifier *string
+	Reference  *string
+}
+
+type TaskLatestRow struct {
+	Topic       string
+	Sequence    int64
+	Identifier  string
+	State       int16
+	Descent     int16
+	Owner       *string
+	Created     time.Time
+	Completed   *time.Time
+	Input       string
+	InputBytes  int64
+	Output      string
+	OutputBytes int64
+	Reference   *string
+	Priority    int16
+	NotBefore   *time.Time
+	Attempt     int32
+	Returned    int32
+	Errors      []string
+	ErrorsCut   bool
+	Cancelled   bool
+}
+
+// The latest @size tasks of the topic before the exclusive cursor @before, newest first,
+// that match the filters (state, identifier, reference; NULL matches everything), with
+// the columns of TaskExcerptForward, their sequences read through the index that fits
+// the filter @path picks (Repository.Latest): 1, an unfinished or broken state other than
+// READY, through task_open; 2, READY, through task_ready; 3, an identifier, in three parts
+// (ACTIVE through task_open, READY through task_ready_identifier, EXPIRED and after
+// through task_identifier); 4, a reference, through task_reference. Each part is gated
+// by its path (a one-time filter: the others never run), and its literal states let the
+// planner prove a partial index's predicate even in a generic plan; so the cost follows
+// the tasks that match, never the topic's others (a page filtered this way walks the
+// topic's sequences instead).
+func (q *Queries) TaskLatest(ctx context.Context, db DBTX, arg TaskLatestParams) ([]TaskLatestRow, error) {
+	rows, err := db.Query(ctx, taskLatest,
+		arg.Length,
+		arg.ErrorCount,
+		arg.Topic,
+		arg.Size,
+		arg.Path,
+		arg.State,
+		arg.Before,
+		arg.Identifier,
+		arg.Reference,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskLatestRow
+	for rows.Next() {
+		var i TaskLatestRow
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Sequence,
+			&i.Identifier,
+			&i.State,
+			&i.Descent,
+			&i.Owner,
+			&i.Created,
+			&i.Completed,
+			&i.Input,
+			&i.InputBytes,
+			&i.Output,
+			&i.OutputBytes,
+			&i.Reference,
+			&i.Priority,
+			&i.NotBefore,
+			&i.Attempt,
+			&i.Returned,
+			&i.Errors,
+			&i.ErrorsCut,
+			&i.Cancelled,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskPageBackward = `-- name: TaskPageBackward :many
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM task t
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM task t
 WHERE t.topic = $1 AND t.sequence < $2::bigint
   AND ($3::smallint IS NULL OR t.state = $3)
   AND ($4::text IS NULL OR t.identifier = $4)
@@ -239,6 +675,7 @@ func (q *Queries) TaskPageBackward(ctx context.Context, db DBTX, arg TaskPageBac
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -251,7 +688,7 @@ func (q *Queries) TaskPageBackward(ctx context.Context, db DBTX, arg TaskPageBac
 }
 
 const taskPageForward = `-- name: TaskPageForward :many
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM task t
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM task t
 WHERE t.topic = $1 AND t.sequence > $2::bigint
   AND ($3::smallint IS NULL OR t.state = $3)
   AND ($4::text IS NULL OR t.identifier = $4)
@@ -304,6 +741,7 @@ func (q *Queries) TaskPageForward(ctx context.Context, db DBTX, arg TaskPageForw
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -437,4 +875,73 @@ func (q *Queries) TaskResults(ctx context.Context, db DBTX, arg TaskResultsParam
 		return nil, err
 	}
 	return items, nil
+}
+
+const taskWaiting = `-- name: TaskWaiting :one
+SELECT t.state, t.not_before, t.concurrency_key, tt.active AS topic_active,
+    tt.concurrency, tt.key_concurrency, tt.rate, tt.rate_period_ms, tt.rate_burst,
+    (SELECT count(*) FROM (SELECT 1 FROM task a
+                           WHERE a.state = 0 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
+                           LIMIT 100000) x)::bigint AS active,
+    (SELECT count(*) FROM task a
+     WHERE a.state = 0 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
+       AND a.concurrency_key = t.concurrency_key)::bigint AS key_active,
+    (SELECT count(*) FROM (SELECT 1 FROM task a
+                           WHERE a.state = 1 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
+                             AND (a.priority, a.sequence) < (t.priority, t.sequence)
+                             AND (a.not_before IS NULL OR a.not_before <= now())
+                           LIMIT 10000) y)::bigint AS ahead,
+    coalesce((SELECT least(tt.rate_burst::double precision,
+                  l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
+     FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL), -1)::double precision AS tokens
+FROM task t JOIN task_topic tt ON tt.topic = t.topic
+WHERE t.topic = $1 AND t.sequence = $2
+`
+
+type TaskWaitingParams struct {
+	Topic    string
+	Sequence int64
+}
+
+type TaskWaitingRow struct {
+	State          int16
+	NotBefore      *time.Time
+	ConcurrencyKey *string
+	TopicActive    bool
+	Concurrency    *int32
+	KeyConcurrency *int32
+	Rate           *int32
+	RatePeriodMs   *int64
+	RateBurst      *int32
+	Active         int64
+	KeyActive      int64
+	Ahead          int64
+	Tokens         float64
+}
+
+// What may hold a READY task back (Repository.Waiting): its topic's activation and
+// limits, the topic's ACTIVE tasks (counted up to 100 000), those of the task's
+// concurrency key, and the due READY tasks polled before it (by priority and sequence,
+// counted up to 10 000 through task_ready). No row for an unknown task. The subqueries
+// name the topic by the argument, not the task's column, so that a planner (Citus's too)
+// can tell they read one topic.
+func (q *Queries) TaskWaiting(ctx context.Context, db DBTX, arg TaskWaitingParams) (TaskWaitingRow, error) {
+	row := db.QueryRow(ctx, taskWaiting, arg.Topic, arg.Sequence)
+	var i TaskWaitingRow
+	err := row.Scan(
+		&i.State,
+		&i.NotBefore,
+		&i.ConcurrencyKey,
+		&i.TopicActive,
+		&i.Concurrency,
+		&i.KeyConcurrency,
+		&i.Rate,
+		&i.RatePeriodMs,
+		&i.RateBurst,
+		&i.Active,
+		&i.KeyActive,
+		&i.Ahead,
+		&i.Tokens,
+	)
+	return i, err
 }

@@ -21,7 +21,7 @@ SET state = $1::smallint + 3, descent = GREATEST(t.state, t.descent), completed 
 FROM target g
 WHERE t.topic = $2 AND t.sequence = g.sequence
   AND (SELECT count(*) FROM target) = cardinality($3::bigint[])
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key
 `
 
 type TaskReassignParams struct {
@@ -59,6 +59,7 @@ func (q *Queries) TaskReassign(ctx context.Context, db DBTX, arg TaskReassignPar
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -119,9 +120,9 @@ marked AS (
     FROM target g
     WHERE t.topic = $1 AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key
 )
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM marked ORDER BY sequence
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM marked ORDER BY sequence
 `
 
 type TaskRecreateMarkParams struct {
@@ -130,23 +131,24 @@ type TaskRecreateMarkParams struct {
 }
 
 type TaskRecreateMarkRow struct {
-	Topic      string
-	Sequence   int64
-	Identifier string
-	State      int16
-	Descent    int16
-	Owner      *string
-	Created    time.Time
-	Completed  *time.Time
-	Input      *string
-	Output     *string
-	Reference  *string
-	Priority   int16
-	NotBefore  *time.Time
-	Attempt    int32
-	Returned   int32
-	Errors     []string
-	Cancelled  bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // Marks tasks (by sequence) RECREATED so that fresh copies can be pushed; all or nothing
@@ -178,6 +180,7 @@ func (q *Queries) TaskRecreateMark(ctx context.Context, db DBTX, arg TaskRecreat
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -203,9 +206,9 @@ marked AS (
     UPDATE task t SET state = 7, descent = GREATEST(t.state, t.descent)
     FROM target g
     WHERE t.topic = $1 AND t.sequence = g.sequence
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key
 )
-SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled FROM marked ORDER BY sequence
+SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM marked ORDER BY sequence
 `
 
 type TaskRecreateMarkStateParams struct {
@@ -217,23 +220,24 @@ type TaskRecreateMarkStateParams struct {
 }
 
 type TaskRecreateMarkStateRow struct {
-	Topic      string
-	Sequence   int64
-	Identifier string
-	State      int16
-	Descent    int16
-	Owner      *string
-	Created    time.Time
-	Completed  *time.Time
-	Input      *string
-	Output     *string
-	Reference  *string
-	Priority   int16
-	NotBefore  *time.Time
-	Attempt    int32
-	Returned   int32
-	Errors     []string
-	Cancelled  bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // Marks up to size tasks of state RECREATED, oldest first, within the sequence range,
@@ -271,6 +275,7 @@ func (q *Queries) TaskRecreateMarkState(ctx context.Context, db DBTX, arg TaskRe
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -295,13 +300,14 @@ reset AS (
     FROM target g
     WHERE t.topic = $1 AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5($1)) AS sent
-    WHERE EXISTS (SELECT 1 FROM reset)
+    -- with the position of the first task reset in poll order (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence) AS sent
+    FROM (SELECT r.priority, r.sequence FROM reset r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
-SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled FROM reset r
+SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled, r.concurrency_key FROM reset r
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY r.sequence
 `
@@ -312,23 +318,24 @@ type TaskResetParams struct {
 }
 
 type TaskResetRow struct {
-	Topic      string
-	Sequence   int64
-	Identifier string
-	State      int16
-	Descent    int16
-	Owner      *string
-	Created    time.Time
-	Completed  *time.Time
-	Input      *string
-	Output     *string
-	Reference  *string
-	Priority   int16
-	NotBefore  *time.Time
-	Attempt    int32
-	Returned   int32
-	Errors     []string
-	Cancelled  bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // Flips tasks (by sequence) in EXPIRED..SUCCEEDED back to READY with a fresh attempt
@@ -362,6 +369,7 @@ func (q *Queries) TaskReset(ctx context.Context, db DBTX, arg TaskResetParams) (
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -389,13 +397,14 @@ reset AS (
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = $1 AND t.sequence = g.sequence
-    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5($1)) AS sent
-    WHERE EXISTS (SELECT 1 FROM reset)
+    -- with the position of the first task reset in poll order (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence) AS sent
+    FROM (SELECT r.priority, r.sequence FROM reset r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
-SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled FROM reset r
+SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled, r.concurrency_key FROM reset r
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY r.sequence
 `
@@ -409,23 +418,24 @@ type TaskResetStateParams struct {
 }
 
 type TaskResetStateRow struct {
-	Topic      string
-	Sequence   int64
-	Identifier string
-	State      int16
-	Descent    int16
-	Owner      *string
-	Created    time.Time
-	Completed  *time.Time
-	Input      *string
-	Output     *string
-	Reference  *string
-	Priority   int16
-	NotBefore  *time.Time
-	Attempt    int32
-	Returned   int32
-	Errors     []string
-	Cancelled  bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // Flips up to size tasks of state back to READY, oldest first within the sequence range,
@@ -464,6 +474,7 @@ func (q *Queries) TaskResetState(ctx context.Context, db DBTX, arg TaskResetStat
 			&i.Returned,
 			&i.Errors,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const topicActivation = `-- name: TopicActivation :many
@@ -110,7 +111,7 @@ func (q *Queries) TopicDestroy(ctx context.Context, db DBTX, topic string) (bool
 }
 
 const topicGet = `-- name: TopicGet :one
-SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated FROM task_topic WHERE topic = $1
+SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair FROM task_topic WHERE topic = $1
 `
 
 func (q *Queries) TopicGet(ctx context.Context, db DBTX, topic string) (TaskTopic, error) {
@@ -128,12 +129,135 @@ func (q *Queries) TopicGet(ctx context.Context, db DBTX, topic string) (TaskTopi
 		&i.RetentionMs,
 		&i.Active,
 		&i.Dedicated,
+		&i.Concurrency,
+		&i.KeyConcurrency,
+		&i.Rate,
+		&i.RatePeriodMs,
+		&i.RateBurst,
+		&i.Fair,
+	)
+	return i, err
+}
+
+const topicGetForUpdate = `-- name: TopicGetForUpdate :one
+SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair FROM task_topic WHERE topic = $1 FOR UPDATE
+`
+
+// The topic's row, locked until the end of the transaction: a partial update of its
+// settings (Repository.UpdateSettings) reads, changes and writes them back without
+// losing a concurrent one.
+func (q *Queries) TopicGetForUpdate(ctx context.Context, db DBTX, topic string) (TaskTopic, error) {
+	row := db.QueryRow(ctx, topicGetForUpdate, topic)
+	var i TaskTopic
+	err := row.Scan(
+		&i.Topic,
+		&i.Partition,
+		&i.Created,
+		&i.MaxAttempts,
+		&i.BackoffBaseMs,
+		&i.BackoffCapMs,
+		&i.BackoffJitterMs,
+		&i.QueueCap,
+		&i.RetentionMs,
+		&i.Active,
+		&i.Dedicated,
+		&i.Concurrency,
+		&i.KeyConcurrency,
+		&i.Rate,
+		&i.RatePeriodMs,
+		&i.RateBurst,
+		&i.Fair,
+	)
+	return i, err
+}
+
+const topicGetMany = `-- name: TopicGetMany :many
+SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair FROM task_topic tt WHERE tt.topic = ANY($1::text[]) ORDER BY tt.topic
+`
+
+// The named topics, by name; unknown ones are left out.
+func (q *Queries) TopicGetMany(ctx context.Context, db DBTX, topics []string) ([]TaskTopic, error) {
+	rows, err := db.Query(ctx, topicGetMany, topics)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskTopic
+	for rows.Next() {
+		var i TaskTopic
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Partition,
+			&i.Created,
+			&i.MaxAttempts,
+			&i.BackoffBaseMs,
+			&i.BackoffCapMs,
+			&i.BackoffJitterMs,
+			&i.QueueCap,
+			&i.RetentionMs,
+			&i.Active,
+			&i.Dedicated,
+			&i.Concurrency,
+			&i.KeyConcurrency,
+			&i.Rate,
+			&i.RatePeriodMs,
+			&i.RateBurst,
+			&i.Fair,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const topicLimitUsage = `-- name: TopicLimitUsage :one
+SELECT
+    (SELECT count(*) FROM task t
+     WHERE t.state = 0 AND hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic)::bigint AS active,
+    (SELECT count(*) FROM (SELECT 1 FROM task t
+                           WHERE t.state = 0 AND hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic
+                             AND t.concurrency_key IS NOT NULL AND t.concurrency_key <> ''
+                           GROUP BY t.concurrency_key
+                           HAVING count(*) >= tt.key_concurrency) k)::bigint AS keys_at_limit,
+    task_keys_ready(tt.topic, 10000) AS keys_ready,
+    coalesce((SELECT least(tt.rate_burst::double precision,
+                  l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
+     FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL),
+             tt.rate_burst, 0)::double precision AS tokens
+FROM task_topic tt
+WHERE tt.topic = $1
+`
+
+type TopicLimitUsageRow struct {
+	Active      int64
+	KeysAtLimit int64
+	KeysReady   int64
+	Tokens      float64
+}
+
+// How much of its limits a topic uses now (migration 000015): its ACTIVE tasks, the keys
+// at their per-key limit, the keys with READY tasks (counted through task_ready_key one
+// key at a time, up to 10 000) and the tokens left in its rate limit's bucket, refilled
+// to now (the burst before its first poll, when the bucket is full; 0 without a rate
+// limit). No row for an unknown topic.
+func (q *Queries) TopicLimitUsage(ctx context.Context, db DBTX, topic string) (TopicLimitUsageRow, error) {
+	row := db.QueryRow(ctx, topicLimitUsage, topic)
+	var i TopicLimitUsageRow
+	err := row.Scan(
+		&i.Active,
+		&i.KeysAtLimit,
+		&i.KeysReady,
+		&i.Tokens,
 	)
 	return i, err
 }
 
 const topicList = `-- name: TopicList :many
-SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated FROM task_topic ORDER BY topic
+SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair FROM task_topic ORDER BY topic
 `
 
 func (q *Queries) TopicList(ctx context.Context, db DBTX) ([]TaskTopic, error) {
@@ -157,6 +281,68 @@ func (q *Queries) TopicList(ctx context.Context, db DBTX) ([]TaskTopic, error) {
 			&i.RetentionMs,
 			&i.Active,
 			&i.Dedicated,
+			&i.Concurrency,
+			&i.KeyConcurrency,
+			&i.Rate,
+			&i.RatePeriodMs,
+			&i.RateBurst,
+			&i.Fair,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const topicPage = `-- name: TopicPage :many
+SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair FROM task_topic
+WHERE topic > $1::text
+  AND ($2::text = '' OR strpos(lower(topic), lower($2::text)) > 0)
+ORDER BY topic
+LIMIT $3::int
+`
+
+type TopicPageParams struct {
+	After  string
+	Search string
+	Size   int32
+}
+
+// Up to size topics after the name `after` (keyset: ” starts at the first), by name,
+// whose name contains `search` (case-insensitive; ” matches every topic). Reads
+// task_topic only (its primary key gives the order), never the task tables: the
+// dashboard's overview pages through thousands of topics with it.
+func (q *Queries) TopicPage(ctx context.Context, db DBTX, arg TopicPageParams) ([]TaskTopic, error) {
+	rows, err := db.Query(ctx, topicPage, arg.After, arg.Search, arg.Size)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskTopic
+	for rows.Next() {
+		var i TaskTopic
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Partition,
+			&i.Created,
+			&i.MaxAttempts,
+			&i.BackoffBaseMs,
+			&i.BackoffCapMs,
+			&i.BackoffJitterMs,
+			&i.QueueCap,
+			&i.RetentionMs,
+			&i.Active,
+			&i.Dedicated,
+			&i.Concurrency,
+			&i.KeyConcurrency,
+			&i.Rate,
+			&i.RatePeriodMs,
+			&i.RateBurst,
+			&i.Fair,
 		); err != nil {
 			return nil, err
 		}
@@ -267,7 +453,7 @@ func (q *Queries) TopicStats(ctx context.Context, db DBTX, topic string) (TopicS
 }
 
 const topicStatsAll = `-- name: TopicStatsAll :many
-SELECT tt.topic, tt.partition, tt.created, tt.max_attempts, tt.backoff_base_ms, tt.backoff_cap_ms, tt.backoff_jitter_ms, tt.queue_cap, tt.retention_ms, tt.active, tt.dedicated, s.active::bigint AS active, s.ready::bigint AS ready, s.delayed::bigint AS delayed,
+SELECT tt.topic, tt.partition, tt.created, tt.max_attempts, tt.backoff_base_ms, tt.backoff_cap_ms, tt.backoff_jitter_ms, tt.queue_cap, tt.retention_ms, tt.active, tt.dedicated, tt.concurrency, tt.key_concurrency, tt.rate, tt.rate_period_ms, tt.rate_burst, tt.fair, s.active::bigint AS active, s.ready::bigint AS ready, s.delayed::bigint AS delayed,
        s.expired::bigint AS expired, s.failed::bigint AS failed, s.suspended::bigint AS suspended,
        s.oldest_ready_age_ms::bigint AS oldest_ready_age_ms, COALESCE(s.rows_estimate, 0)::bigint AS rows_estimate
 FROM task_topic tt
@@ -313,6 +499,12 @@ func (q *Queries) TopicStatsAll(ctx context.Context, db DBTX, topics []string) (
 			&i.TaskTopic.RetentionMs,
 			&i.TaskTopic.Active,
 			&i.TaskTopic.Dedicated,
+			&i.TaskTopic.Concurrency,
+			&i.TaskTopic.KeyConcurrency,
+			&i.TaskTopic.Rate,
+			&i.TaskTopic.RatePeriodMs,
+			&i.TaskTopic.RateBurst,
+			&i.TaskTopic.Fair,
 			&i.Active,
 			&i.Ready,
 			&i.Delayed,
@@ -346,15 +538,28 @@ func (q *Queries) TopicTruncate(ctx context.Context, db DBTX, topic string) (int
 }
 
 const topicUpdate = `-- name: TopicUpdate :one
-UPDATE task_topic
-SET max_attempts      = $1,
-    backoff_base_ms   = $2,
-    backoff_cap_ms    = $3,
-    backoff_jitter_ms = $4,
-    queue_cap         = $5,
-    retention_ms      = $6
-WHERE topic = $7
-RETURNING topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated
+WITH updated AS (
+    UPDATE task_topic
+    SET max_attempts      = $1,
+        backoff_base_ms   = $2,
+        backoff_cap_ms    = $3,
+        backoff_jitter_ms = $4,
+        queue_cap         = $5,
+        retention_ms      = $6,
+        concurrency       = $7,
+        key_concurrency   = $8,
+        rate              = $9,
+        rate_period_ms    = $10,
+        rate_burst        = $11,
+        fair              = $12
+    WHERE topic = $13
+    RETURNING topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair
+),
+notified AS (
+    SELECT pg_notify('task_notification', 'WORK ' || md5(u.topic)) AS sent FROM updated u
+)
+SELECT u.topic, u.partition, u.created, u.max_attempts, u.backoff_base_ms, u.backoff_cap_ms, u.backoff_jitter_ms, u.queue_cap, u.retention_ms, u.active, u.dedicated, u.concurrency, u.key_concurrency, u.rate, u.rate_period_ms, u.rate_burst, u.fair FROM updated u
+WHERE (SELECT count(*) FROM notified) >= 0
 `
 
 type TopicUpdateParams struct {
@@ -364,10 +569,39 @@ type TopicUpdateParams struct {
 	BackoffJitterMs int64
 	QueueCap        *int64
 	RetentionMs     *int64
+	Concurrency     *int32
+	KeyConcurrency  *int32
+	Rate            *int32
+	RatePeriodMs    *int64
+	RateBurst       *int32
+	Fair            bool
 	Topic           string
 }
 
-func (q *Queries) TopicUpdate(ctx context.Context, db DBTX, arg TopicUpdateParams) (TaskTopic, error) {
+type TopicUpdateRow struct {
+	Topic           string
+	Partition       string
+	Created         time.Time
+	MaxAttempts     int32
+	BackoffBaseMs   int64
+	BackoffCapMs    int64
+	BackoffJitterMs int64
+	QueueCap        *int64
+	RetentionMs     *int64
+	Active          bool
+	Dedicated       bool
+	Concurrency     *int32
+	KeyConcurrency  *int32
+	Rate            *int32
+	RatePeriodMs    *int64
+	RateBurst       *int32
+	Fair            bool
+}
+
+// Writes a topic's settings and notifies it ('WORK <md5(topic)>'), so that its processors
+// poll now under the new limits (a raised concurrency limit lets them take more at once).
+// notified runs only when referenced: a scalar subquery in WHERE always runs
+func (q *Queries) TopicUpdate(ctx context.Context, db DBTX, arg TopicUpdateParams) (TopicUpdateRow, error) {
 	row := db.QueryRow(ctx, topicUpdate,
 		arg.MaxAttempts,
 		arg.BackoffBaseMs,
@@ -375,9 +609,15 @@ func (q *Queries) TopicUpdate(ctx context.Context, db DBTX, arg TopicUpdateParam
 		arg.BackoffJitterMs,
 		arg.QueueCap,
 		arg.RetentionMs,
+		arg.Concurrency,
+		arg.KeyConcurrency,
+		arg.Rate,
+		arg.RatePeriodMs,
+		arg.RateBurst,
+		arg.Fair,
 		arg.Topic,
 	)
-	var i TaskTopic
+	var i TopicUpdateRow
 	err := row.Scan(
 		&i.Topic,
 		&i.Partition,
@@ -390,6 +630,12 @@ func (q *Queries) TopicUpdate(ctx context.Context, db DBTX, arg TopicUpdateParam
 		&i.RetentionMs,
 		&i.Active,
 		&i.Dedicated,
+		&i.Concurrency,
+		&i.KeyConcurrency,
+		&i.Rate,
+		&i.RatePeriodMs,
+		&i.RateBurst,
+		&i.Fair,
 	)
 	return i, err
 }

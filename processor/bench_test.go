@@ -52,7 +52,7 @@ func benchProcessor(b *testing.B, batch, workers int, delay time.Duration) {
 		b.Fatal(err)
 	}
 	const topic = "bench"
-	if _, err := repo.Initialize(ctx, pool, topic); err != nil {
+	if _, err := repo.CreateTopic(ctx, pool, topic); err != nil {
 		b.Fatal(err)
 	}
 	for done := 0; done < b.N; {

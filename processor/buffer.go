@@ -39,7 +39,9 @@ type BufferConfig struct {
 }
 
 // Buffered is a Handler that queues batches in front of a pool of workers running the
-// inner handler (design §7 "Buffering"), so the next batch is ready when a worker frees.
+// inner handler, so the next batch is ready when a worker frees. A queued batch counts
+// as started (see Batch) only once a worker hands it to the inner handler: until then
+// a shutdown hands it back whole.
 type Buffered struct {
 	inner Handler
 	cfg   BufferConfig
@@ -189,9 +191,9 @@ func (b *Buffered) signalSpace() {
 }
 
 func (b *Buffered) run(q queued) {
-	if q.batch.reported.Load() {
-		// Failed while it waited in the queue (handler timeout, shutdown deadline): its
-		// tasks are no longer ours to run.
+	if q.batch.isClosed() {
+		// Relieved of it while it waited in the queue (handler timeout, shutdown
+		// deadline): its tasks are no longer ours to run.
 		return
 	}
 	b.mu.Lock()
@@ -205,8 +207,11 @@ func (b *Buffered) run(q queued) {
 			_ = q.batch.Fail(fmt.Errorf("handler panicked: %v", r))
 		}
 	}()
-	b.inner.Handle(q.ctx, q.batch)
+	handleBatch(q.ctx, b.inner, q.batch)
 }
+
+// tracksStarts: a queued batch is started when a worker hands it to the inner handler.
+func (*Buffered) tracksStarts() {}
 
 // Stop stops accepting batches and disposes of the queued ones as OnClose says; running
 // batches finish. The manager calls it at graceful shutdown.

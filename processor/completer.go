@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,19 +15,29 @@ import (
 	"github.com/pgtask/pgtask/repository"
 )
 
-// report is one batch's decisions waiting to be committed.
+// report is decisions of one batch's tasks waiting to be committed: every decision the
+// batch reported since its previous report was taken for a flush.
 type report struct {
 	batch       *Batch
 	completions []repository.Completion
-	followups   []followup
+	followups   []FollowUp
+	since       time.Time // when its first decision arrived
 	// fallback marks the failure decisions that replace refused ones.
 	fallback bool
 }
 
-// completer commits the decisions of many batches together: one Complete statement per
-// flush, in one transaction with the batches' follow-ups. A flush goes out as soon as the
-// previous one is done (decisions arriving meanwhile join it), after FlushInterval, or
-// when FlushSize decisions are waiting. No transaction is open while a handler runs.
+// completer commits the decisions of many tasks and batches together: one Complete
+// statement per flush, in one transaction with the batches' follow-ups. A flush goes out
+// as soon as the previous one is done (decisions arriving meanwhile join it), after
+// FlushInterval, or when FlushSize decisions are waiting. No transaction is open while a
+// handler runs. A batch's decisions join its report still waiting, if any, so a batch
+// decided task by task costs one report per flush, not one per task.
+//
+// Without a FlushInterval, decisions of a batch whose handler is still deciding its other
+// tasks at a steady pace wait for them (spare), up to holdMax; once the batch goes quiet
+// (a slow task) for three times its usual time between decisions, or two flushes' time,
+// or holdMin, its decisions so far go out in the next flush. A batch decided steadily, task by task, is
+// then committed in one statement, as one reported whole is.
 type completer struct {
 	m *TaskManager
 
@@ -36,21 +48,59 @@ type completer struct {
 	closed  bool
 	done    chan struct{} // closed by close()
 	drained chan struct{} // closed when run returns
+	// hurry is closed when the shutdown begins: decisions no longer wait FlushInterval.
+	hurry     chan struct{}
+	hurryOnce sync.Once
+
+	// handedBack counts the tasks handed back unstarted, for the shutdown's log line.
+	handedBack atomic.Int64
+	// lastFlush is how long the last flush took (hold); only run touches it.
+	lastFlush time.Duration
 }
+
+// Bounds of the hold (spare): how long decisions of a batch still being decided may wait
+// for their batch mates before a flush without FlushInterval goes out.
+const (
+	holdMin = 5 * time.Millisecond
+	holdMax = 100 * time.Millisecond
+)
 
 func newCompleter(m *TaskManager) *completer {
-	return &completer{m: m, signal: make(chan struct{}, 1), done: make(chan struct{})}
+	return &completer{m: m, signal: make(chan struct{}, 1), done: make(chan struct{}), hurry: make(chan struct{})}
 }
 
-func (c *completer) add(r *report) {
+// add queues decisions of b's tasks, with the follow-ups declared before them. It wakes
+// run when they change what a flush would do: a batch's first decisions waiting, its
+// last one, FlushSize reached. (More decisions of a batch already waiting only extend
+// its hold, which run's timer reads.)
+func (c *completer) add(b *Batch, completions []repository.Completion, followups []FollowUp) {
 	c.mu.Lock()
-	c.pending = append(c.pending, r)
-	c.size += len(r.completions)
-	c.mu.Unlock()
-	select {
-	case c.signal <- struct{}{}:
-	default:
+	wake := b.open == nil
+	if r := b.open; r != nil {
+		r.completions = append(r.completions, completions...)
+		r.followups = append(r.followups, followups...)
+	} else {
+		b.open = &report{batch: b, completions: completions, followups: followups, since: time.Now()}
+		c.pending = append(c.pending, b.open)
 	}
+	c.size += len(completions)
+	wake = wake || c.size >= c.m.cfg.FlushSize
+	c.mu.Unlock()
+	if !wake {
+		_, _, wake = b.pace() // its last decision
+	}
+	if wake {
+		select {
+		case c.signal <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// stopWaiting makes every flush go out at once, without waiting FlushInterval for more
+// decisions: the shutdown began, and what was decided is to be committed now.
+func (c *completer) stopWaiting() {
+	c.hurryOnce.Do(func() { close(c.hurry) })
 }
 
 // close makes run flush what is pending and return.
@@ -63,18 +113,30 @@ func (c *completer) close() {
 	}
 }
 
-// take removes up to FlushSize decisions' worth of reports (at least one report).
-func (c *completer) take() []*report {
+// take removes up to FlushSize decisions' worth of reports (at least one report),
+// leaving those of spare to wait for a later flush unless nothing else is waiting.
+func (c *completer) take(spare map[*report]bool) []*report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, size := 0, 0
-	for n < len(c.pending) && (n == 0 || size+len(c.pending[n].completions) <= c.m.cfg.FlushSize) {
-		size += len(c.pending[n].completions)
-		n++
+	var out, rest []*report
+	size := 0
+	for _, r := range c.pending {
+		if spare[r] || len(out) > 0 && size+len(r.completions) > c.m.cfg.FlushSize {
+			rest = append(rest, r)
+			continue
+		}
+		out = append(out, r)
+		size += len(r.completions)
 	}
-	out := c.pending[:n:n]
-	c.pending = c.pending[n:]
+	if len(out) == 0 && len(rest) > 0 {
+		out, rest = rest[:1], rest[1:]
+		size = len(out[0].completions)
+	}
+	c.pending = rest
 	c.size -= size
+	for _, r := range out {
+		r.batch.open = nil // later decisions go to a report of their own
+	}
 	return out
 }
 
@@ -87,10 +149,17 @@ func (c *completer) waiting() (reports, size int) {
 func (c *completer) run(ctx context.Context) {
 	for {
 		if n, size := c.waiting(); n > 0 {
-			if c.m.cfg.FlushInterval > 0 && size < c.m.cfg.FlushSize {
+			var spare map[*report]bool
+			switch {
+			case c.hurried() || size >= c.m.cfg.FlushSize:
+			case c.m.cfg.FlushInterval > 0:
 				c.gather(ctx)
+			default:
+				spare = c.hold(ctx)
 			}
-			c.flush(ctx, c.take())
+			start := time.Now()
+			c.flush(ctx, c.take(spare))
+			c.lastFlush = time.Since(start)
 			continue
 		}
 		select {
@@ -107,13 +176,97 @@ func (c *completer) run(ctx context.Context) {
 			}
 			// Free what they hold (limiter slots may be shared beyond this processor).
 			for n, _ := c.waiting(); n > 0; n, _ = c.waiting() {
-				for _, r := range c.take() {
-					c.m.finished(r.batch)
+				for _, r := range c.take(nil) {
+					c.settle(r)
 				}
 			}
 			return
 		}
 	}
+}
+
+func (c *completer) hurried() bool {
+	select {
+	case <-c.hurry:
+		return true
+	default:
+		return false
+	}
+}
+
+// hold waits while every waiting report may wait (spare) and returns those that may wait
+// for a later flush: nil when FlushSize decisions wait or the shutdown began.
+func (c *completer) hold(ctx context.Context) map[*report]bool {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		spare, next := c.spare()
+		if spare == nil || len(spare) < c.reports() {
+			return spare
+		}
+		if timer == nil {
+			timer = time.NewTimer(time.Until(next))
+		} else {
+			timer.Reset(time.Until(next))
+		}
+		select {
+		case <-c.signal:
+		case <-timer.C:
+		case <-c.hurry:
+			return nil
+		case <-c.done:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (c *completer) reports() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// spare returns the waiting reports that may wait for a later flush, and the earliest
+// time one of them no longer may; nil when FlushSize decisions wait. A report may wait
+// while its batch has tasks still undecided and goes on deciding them at its pace: until
+// holdMax after its first decision, and while the batch's latest decision is more recent
+// than three times the batch's average time between decisions, twice the last flush's
+// duration, or holdMin, whichever is longest. A batch decided steadily is so committed in one statement, and the decisions
+// made before a slow task go out once the batch has gone quiet.
+func (c *completer) spare() (spare map[*report]bool, next time.Time) {
+	now := time.Now()
+	c.mu.Lock()
+	if c.size >= c.m.cfg.FlushSize {
+		c.mu.Unlock()
+		return nil, next
+	}
+	pending := slices.Clone(c.pending)
+	c.mu.Unlock()
+	spare = make(map[*report]bool, len(pending))
+	for _, r := range pending {
+		between, last, all := r.batch.pace()
+		if all {
+			continue
+		}
+		deadline := last.Add(max(3*between, 2*c.lastFlush, holdMin))
+		if limit := r.since.Add(holdMax); limit.Before(deadline) {
+			deadline = limit
+		}
+		if !now.Before(deadline) {
+			continue
+		}
+		spare[r] = true
+		if next.IsZero() || deadline.Before(next) {
+			next = deadline
+		}
+	}
+	return spare, next
 }
 
 // gather waits up to FlushInterval for FlushSize decisions.
@@ -127,6 +280,8 @@ func (c *completer) gather(ctx context.Context) {
 		select {
 		case <-c.signal:
 		case <-timer.C:
+			return
+		case <-c.hurry:
 			return
 		case <-c.done:
 			return
@@ -150,6 +305,15 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		c.finish(reports, tasks, time.Since(start))
 		return
 	}
+	if errors.Is(err, errCommitted) {
+		// An earlier attempt committed; its reply was lost. Not an error: the tasks were
+		// completed as decided (those retried or snoozed may be due again: poll).
+		c.m.p.logger.Info("decisions committed by an attempt whose reply was lost", slog.String("topic", topic),
+			slog.Int("batches", len(reports)))
+		c.m.Resume()
+		c.finish(reports, nil, time.Since(start))
+		return
+	}
 	if len(reports) > 1 && isRefusal(err) {
 		for _, r := range reports {
 			c.flush(ctx, []*report{r})
@@ -170,10 +334,54 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		return
 	}
 	c.m.cfg.Listener.error(topic, fmt.Errorf("commit decisions of %d batches: %w", len(reports), err))
-	c.m.p.logger.Error("decisions not committed", slog.String("topic", topic), slog.Any("error", err))
+	c.m.p.logger.Error("decisions not committed", slog.String("topic", topic), slog.Int("tasks", completions(reports)),
+		slog.Any("error", err))
 	for _, r := range reports {
+		c.settle(r)
+	}
+}
+
+// completions counts the decisions of reports.
+func completions(reports []*report) int {
+	n := 0
+	for _, r := range reports {
+		n += len(r.completions)
+	}
+	return n
+}
+
+// settle books a report's decisions as committed or given up on; the batch is finished
+// once every task's is.
+func (c *completer) settle(r *report) {
+	if n := int64(len(r.completions)); n > 0 && r.batch.unsettled.Add(-n) == 0 {
 		c.m.finished(r.batch)
 	}
+}
+
+// refusedAll reports whether err refuses every task of reports because it is no longer
+// ACTIVE under this owner in the attempt completed. The decisions are committed all
+// together or not at all, and the owner's leases are not taken back while it
+// heart-beats: after an attempt whose outcome is unknown, that is the mark of its
+// having committed (a task retried may even have been leased again since).
+func refusedAll(err error, reports []*report) bool {
+	var te *repository.TaskError
+	if !errors.As(err, &te) {
+		return false
+	}
+	refused := make(map[int64]bool, len(te.Problems))
+	for _, p := range te.Problems {
+		if errors.Is(p.Err, repository.ErrWrongState) || errors.Is(p.Err, repository.ErrNotOwned) {
+			refused[p.Sequence] = true
+		}
+	}
+	for _, r := range reports {
+		for _, comp := range r.completions {
+			if !refused[comp.Sequence] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // isRefusal reports whether err is the repository refusing the decisions themselves
@@ -184,20 +392,26 @@ func isRefusal(err error) bool {
 		errors.Is(err, repository.ErrQueueFull)
 }
 
+// errCommitted is what commitRetrying returns when the decisions were refused because
+// an earlier attempt, whose reply was lost, had committed them.
+var errCommitted = errors.New("decisions already committed")
+
 func (c *completer) commitRetrying(ctx context.Context, reports []*report) ([]repository.Task, error) {
 	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
+	unsure := false // an attempt failed after its statement may have been committed
 	for {
 		tasks, err := c.commit(ctx, reports)
 		if err == nil || isRefusal(err) || ctx.Err() != nil {
 			if err == nil || isRefusal(err) {
 				c.m.p.faults.ok(c.m.commitOp) // the database answered
 			}
+			if unsure && refusedAll(err, reports) {
+				return nil, errCommitted
+			}
 			return tasks, err
 		}
-		delay := backoff.next()
-		c.m.cfg.Listener.error(c.m.cfg.Topic, fmt.Errorf("commit decisions (%w in %v): %w", ErrWillRetry, delay, err))
-		c.m.p.faults.fail(ctx, c.m.commitOp, err)
-		sleep(ctx, delay)
+		unsure = unsure || repository.Uncertain(err)
+		c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff)
 	}
 }
 
@@ -230,31 +444,39 @@ func (c *completer) commit(ctx context.Context, reports []*report) ([]repository
 	return tasks, err
 }
 
-func runFollowup(ctx context.Context, repo *repository.Repository, tx pgx.Tx, f followup) error {
-	if f.push {
-		_, err := repo.Push(ctx, tx, f.topic, f.insertion, f.creations...)
+func runFollowup(ctx context.Context, repo *repository.Repository, tx pgx.Tx, f FollowUp) error {
+	if f.Push {
+		_, err := repo.Push(ctx, tx, f.Topic, f.Insertion, f.Creations...)
 		return err
 	}
-	_, err := repo.Junction(ctx, tx, f.topic, f.junction, f.groups...)
+	_, err := repo.Junction(ctx, tx, f.Topic, f.Junction, f.Groups...)
 	return err
 }
 
 // finish tells everyone about a committed flush.
 func (c *completer) finish(reports []*report, tasks []repository.Task, took time.Duration) {
 	c.m.cfg.Listener.complete(c.m.cfg.Topic, tasks, took)
+	c.m.logCommitted(reports, tasks, took)
+	c.m.p.publish(tasks)
 	for _, t := range tasks {
 		if t.State == repository.Ready {
 			// Retried or snoozed: poll again when it is due. The database clock set
 			// NotBefore; a little skew only makes the first poll early or late.
-			c.m.wakeAt(t.NotBefore)
+			c.m.wakeAt(t.NotBefore, repository.PositionOf(t))
 		}
 	}
 	for _, r := range reports {
 		for _, f := range r.followups {
-			if f.topic != c.m.cfg.Topic {
-				c.m.p.Resume(f.topic)
+			if f.Topic != c.m.cfg.Topic {
+				c.m.p.Resume(f.Topic)
 			}
 		}
-		c.m.finished(r.batch)
+		c.settle(r)
+	}
+	if c.m.limited.Load() && len(tasks) > 0 {
+		// The commit freed capacity of a limited topic: this manager, which freed it,
+		// polls for the next task now. The other processes waiting at the limit are not
+		// told: one freed slot wakes one poll, not all of them.
+		c.m.Resume()
 	}
 }

@@ -28,7 +28,7 @@ func TaskStep(fn func(ctx context.Context, task repository.Task, supplement *Sup
 	}
 }
 
-// Composite is a Handler running a DAG of named steps (design §7 "Composite").
+// Composite is a Handler running a DAG of named steps.
 // Independent steps run concurrently. A task flows into a step only if it reached every
 // step the step depends on and its merged decision so far is SUCCESS or continued. Its
 // final decision merges every decision it received: the worst result wins (FAILURE >

@@ -225,7 +225,7 @@ func TestLiveness(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ghost.Register(f.ctx, f.pool); err != nil {
+		if _, err := ghost.RegisterOwner(f.ctx, f.pool); err != nil {
 			t.Fatal(err)
 		}
 		p, _ := f.processor("alive", processor.Config{ExpiryTimeout: 500 * time.Millisecond})

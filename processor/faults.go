@@ -17,13 +17,15 @@ import (
 	"github.com/pgtask/pgtask/repository"
 )
 
-// faults keeps a processor's failing database operations: it logs each distinct error
-// (an operation and its cause: the SQLSTATE, or the kind of connection failure) when it
-// first happens and again once per interval while it lasts, with how long it has lasted
-// and how often it happened, and once more when the operation succeeds again. An
-// operation whose last attempt failed, within the last `fresh`, makes the processor
-// unhealthy (Processor.Health); one that has not been tried since (a VACUUM that comes
-// round every few hundred thousand tasks) no longer counts.
+// faults keeps a processor's failing database operations. The log speaks of causes (the
+// SQLSTATE, or the kind of connection failure: causeOf), not of operations, since an
+// outage fails every operation at once with the same cause: a cause is logged at ERROR
+// (WARN for the contention a retry resolves: levelOf) when an operation first fails with it, again once per interval while operations keep
+// failing with it, each time with the operations failing with it, how long and how often
+// it has happened, and once at INFO when the last of them succeeds again (or fails with
+// another cause). Health is per operation: one whose last attempt failed, within the last
+// `fresh`, makes the processor unhealthy (Processor.Health); one that has not been tried
+// since (a VACUUM that comes round every few hundred thousand tasks) no longer counts.
 //
 // The operations retry on their own schedules (polls and commits with backoff, the
 // heartbeat and maintenance on their tick): faults only decides what is said about them.
@@ -34,64 +36,113 @@ type faults struct {
 	now      func() time.Time
 
 	mu      sync.Mutex
-	failing map[string]*fault // by operation
+	failing map[string]*fault // by operation: health
+	causes  map[string]*cause // by cause: the log
 }
 
 // fault is one operation's current run of failures.
 type fault struct {
-	cause    string // SQLSTATE, or a kind of failure
-	err      error  // the latest
+	cause    string
 	since    time.Time
 	last     time.Time // of the latest failure
+	failures int64     // since the operation last succeeded
+}
+
+// cause is one cause's current run of failures, across operations.
+type cause struct {
+	ops      map[string]bool // every operation that failed with it: true while it still does
+	since    time.Time
 	logged   time.Time
-	failures int64 // since the operation last succeeded
+	failures int64
 }
 
 func newFaults(logger *slog.Logger, interval, fresh time.Duration) *faults {
-	return &faults{logger: logger, interval: interval, fresh: fresh, now: time.Now, failing: map[string]*fault{}}
+	return &faults{logger: logger, interval: interval, fresh: fresh, now: time.Now,
+		failing: map[string]*fault{}, causes: map[string]*cause{}}
 }
 
-// fail records that op failed with err. It logs at ERROR when the failure is new, its
-// cause changed, or interval has passed since it was last logged. A failure caused by
+// fail records that op failed with err. It logs the cause at ERROR when no operation was
+// failing with it, or interval has passed since it was last logged. A failure caused by
 // ctx ending (shutdown) is not recorded.
 func (f *faults) fail(ctx context.Context, op string, err error) {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) || errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return
 	}
-	cause := causeOf(err)
-	now := f.now()
+	name, now := causeOf(err), f.now()
+	var recovered, failing []slog.Attr // the lines to log, if any
 	f.mu.Lock()
-	ft, ok := f.failing[op]
-	if !ok {
+	ft := f.failing[op]
+	if ft == nil {
 		ft = &fault{since: now}
 		f.failing[op] = ft
+	} else if ft.cause != name {
+		recovered = f.leave(op, ft.cause, now)
 	}
+	ft.cause, ft.last = name, now
 	ft.failures++
-	ft.err, ft.last = err, now
-	log := !ok || ft.cause != cause || now.Sub(ft.logged) >= f.interval
-	if log {
-		ft.cause, ft.logged = cause, now
+	c, seen := f.causes[name]
+	if !seen {
+		c = &cause{ops: map[string]bool{}, since: now}
+		f.causes[name] = c
 	}
-	failures, since := ft.failures, now.Sub(ft.since)
+	c.ops[op] = true
+	c.failures++
+	if !seen || now.Sub(c.logged) >= f.interval {
+		c.logged = now
+		failing = []slog.Attr{slog.String("cause", name), slog.String("operations", operations(c.ops, true)),
+			slog.Duration("failing_for", now.Sub(c.since).Round(time.Millisecond)), slog.Int64("failures", c.failures),
+			slog.Any("error", err)}
+	}
 	f.mu.Unlock()
-	if log {
-		f.logger.Error("database operation failing", slog.String("operation", op), slog.String("cause", cause),
-			slog.Duration("failing_for", since.Round(time.Millisecond)), slog.Int64("failures", failures),
-			slog.Any("error", err))
+	if recovered != nil {
+		f.logger.LogAttrs(ctx, slog.LevelInfo, "database operations recovered", recovered...)
+	}
+	if failing != nil {
+		f.logger.LogAttrs(ctx, levelOf(name), "database operations failing", failing...)
 	}
 }
 
-// ok records that op succeeded; if it was failing, that is logged at INFO.
+// ok records that op succeeded. If it was the last operation failing with its cause,
+// that cause's recovery is logged at INFO.
 func (f *faults) ok(op string) {
 	f.mu.Lock()
-	ft, was := f.failing[op]
-	delete(f.failing, op)
-	now := f.now()
-	f.mu.Unlock()
-	if was {
-		f.logger.Info("database operation recovered", slog.String("operation", op), slog.String("cause", ft.cause),
-			slog.Duration("failed_for", now.Sub(ft.since).Round(time.Millisecond)), slog.Int64("failures", ft.failures))
+	var recovered []slog.Attr
+	if ft := f.failing[op]; ft != nil {
+		delete(f.failing, op)
+		recovered = f.leave(op, ft.cause, f.now())
 	}
+	f.mu.Unlock()
+	if recovered != nil {
+		f.logger.LogAttrs(context.Background(), slog.LevelInfo, "database operations recovered", recovered...)
+	}
+}
+
+// leave takes op out of the operations failing with cause name. When no operation fails
+// with it any more, the cause's run ends and leave returns its recovery line's attributes.
+// f.mu is held.
+func (f *faults) leave(op, name string, now time.Time) []slog.Attr {
+	c := f.causes[name]
+	c.ops[op] = false
+	for _, failing := range c.ops {
+		if failing {
+			return nil
+		}
+	}
+	delete(f.causes, name)
+	return []slog.Attr{slog.String("cause", name), slog.String("operations", operations(c.ops, false)),
+		slog.Duration("failed_for", now.Sub(c.since).Round(time.Millisecond)), slog.Int64("failures", c.failures)}
+}
+
+// operations lists ops' operations, sorted, or only those still failing.
+func operations(ops map[string]bool, onlyFailing bool) string {
+	var names []string
+	for op, failing := range ops {
+		if failing || !onlyFailing {
+			names = append(names, op)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // health returns nil when no operation is failing, otherwise an error naming each
@@ -123,6 +174,17 @@ var ErrUnhealthy = errors.New("database operations failing")
 // processor's Logger already reports them once per cause (Config.ErrorLogInterval), so a
 // listener that logs errors can skip these.
 var ErrWillRetry = errors.New("will retry")
+
+// levelOf is the level a cause is logged at: WARN for the contention between
+// transactions that the retry resolves (serialization failures and deadlocks, SQLSTATE
+// class 40; a lock not had within lock_timeout, 55P03), ERROR for every other cause (the
+// server refusing, restarting or out of resources, the connection lost or refused).
+func levelOf(cause string) slog.Level {
+	if strings.HasPrefix(cause, "SQLSTATE 40") || cause == "SQLSTATE 55P03" {
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
 
 // causeOf names what an error is, as one cause: the SQLSTATE of a PostgreSQL error, or
 // the kind of a connection failure. It never includes the connection's details.

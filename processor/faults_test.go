@@ -1,47 +1,18 @@
 package processor_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(parts ...string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, line := range strings.Split(s.b.String(), "\n") {
-		ok := line != ""
-		for _, p := range parts {
-			ok = ok && strings.Contains(line, p)
-		}
-		if ok {
-			n++
-		}
-	}
-	return n
-}
 
 // TestDatabaseErrors injects a database failure into every poll (the SQLSTATE of an
 // exhausted lock table, 53200) and checks that the processor says so once, reports
@@ -49,7 +20,7 @@ func (s *syncBuffer) count(parts ...string) int {
 // failure clears.
 func TestDatabaseErrors(t *testing.T) {
 	f := setup(t)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	var pollErrors atomic.Int64
 	done := make(chan int64, 10)
@@ -83,8 +54,8 @@ func TestDatabaseErrors(t *testing.T) {
 	if !errors.Is(err, processor.ErrUnhealthy) || !strings.Contains(err.Error(), `poll topic "topic": SQLSTATE 53200`) {
 		t.Fatalf("health while polls fail = %v, want ErrUnhealthy naming the poll and SQLSTATE 53200", err)
 	}
-	if n := logs.count("database operation failing", `poll topic \"topic\"`, "SQLSTATE 53200"); n != 1 {
-		t.Fatalf("%d failed polls logged %d times, want once:\n%s", pollErrors.Load(), n, logs.b.String())
+	if n := len(logs.Lines("database operations failing", `cause="SQLSTATE 53200"`, `operations="poll topic \"topic\""`)); n != 1 {
+		t.Fatalf("%d failed polls logged %d times, want once:\n%s", pollErrors.Load(), n, logs.String())
 	}
 	select {
 	case seq := <-done:
@@ -110,7 +81,7 @@ func TestDatabaseErrors(t *testing.T) {
 		t.Fatal("the task did not run within 30 s of the failure clearing (the poll backoff is at most 10 s)")
 	}
 	f.eventually("healthy", func() bool { return p.Health() == nil })
-	if n := logs.count("database operation recovered", `poll topic \"topic\"`); n != 1 {
-		t.Errorf("recovery logged %d times, want once:\n%s", n, logs.b.String())
+	if n := len(logs.Lines("database operations recovered", `cause="SQLSTATE 53200"`, `operations="poll topic \"topic\""`)); n != 1 {
+		t.Errorf("recovery logged %d times, want once:\n%s", n, logs.String())
 	}
 }

@@ -105,7 +105,7 @@ func TestBadHandler(t *testing.T) {
 		})
 		f.start(p)
 		f.eventually("stuck batch failed", func() bool { return f.get(stuck[0].Sequence).State == repository.Failed })
-		if got := f.get(stuck[0].Sequence).Output; !strings.Contains(got, "handler did not report within 200ms") {
+		if got := f.get(stuck[0].Sequence).Output; !strings.Contains(got, "handler timed out: it did not decide this task within 200ms") {
 			t.Fatalf("output %q", got)
 		}
 		if !errs.contains("timed out") {
@@ -204,7 +204,7 @@ func TestHandlers(t *testing.T) {
 
 	t.Run("FollowUpsCommitWithTheCompletionAndWakeTheirManager", func(t *testing.T) {
 		f := setup(t)
-		if _, err := f.repo.Initialize(f.ctx, f.pool, "next"); err != nil {
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, "next"); err != nil {
 			t.Fatal(err)
 		}
 		tasks := f.pushN(1)

@@ -8,7 +8,9 @@ import (
 // Limiter bounds the batches a manager has outstanding (polled and not yet completed).
 // Acquire blocks until a slot is free or ctx is done; Release frees a slot.
 type Limiter interface {
+	// Acquire takes a slot, waiting for one to be free; it fails only when ctx ends.
 	Acquire(ctx context.Context) error
+	// Release gives a slot back.
 	Release()
 }
 

@@ -6,16 +6,18 @@ import (
 	"github.com/pgtask/pgtask/repository"
 )
 
-// Listener observes a manager (design §7): every field is optional and called
+// Listener observes a manager: every field is optional and called
 // synchronously from the manager's goroutines, so it must be quick. Metrics and logs
-// hang off it.
+// hang off it. Give one to a manager (ManagerConfig.Listener), or to every manager of a
+// processor (Processor.Observe).
 type Listener struct {
 	// OnStart: the manager started polling its topic.
 	OnStart func(topic string)
 	// OnDispatch: a poll leased tasks that are now handed to the handler.
 	OnDispatch func(topic string, tasks []repository.Task, poll time.Duration)
-	// OnCallback: the handler reported decisions for a batch after handling it for the
-	// given time.
+	// OnCallback: the handler reported decisions for these tasks of a batch, the given
+	// time after the batch was handed to it. A batch whose tasks are decided one at a
+	// time (Batch.Decide, TaskFunc) calls it for each report.
 	OnCallback func(topic string, tasks []repository.Task, decisions map[int64]repository.Decision, handling time.Duration)
 	// OnComplete: decisions were committed; tasks are the rows as stored.
 	OnComplete func(topic string, tasks []repository.Task, flush time.Duration)
@@ -25,47 +27,95 @@ type Listener struct {
 	OnEmpty func(topic string, poll time.Duration)
 	// OnFatal: the manager stopped because of err.
 	OnFatal func(topic string, err error)
+	// OnExpire: the processor's expiry took back the leases of dead owners (the tasks of
+	// every topic, not one manager's). Only the listeners given to Processor.Observe
+	// receive it.
+	OnExpire func(expired []repository.Expiry)
+	// OnFire: the processor fired schedules (Config.OnFire); only the listeners given to
+	// Processor.Observe receive it.
+	OnFire func(fires []repository.Fire)
 }
 
-// Listeners combines listeners: each event goes to all of them in order.
+// Listeners combines listeners: each event goes to all of them in order. An event none
+// of them observes stays nil, so it costs the manager nothing.
 func Listeners(ls ...Listener) Listener {
-	return Listener{
-		OnStart: func(topic string) {
+	var out Listener
+	has := func(f func(Listener) bool) bool {
+		for _, l := range ls {
+			if f(l) {
+				return true
+			}
+		}
+		return false
+	}
+	if has(func(l Listener) bool { return l.OnStart != nil }) {
+		out.OnStart = func(topic string) {
 			for _, l := range ls {
 				l.start(topic)
 			}
-		},
-		OnDispatch: func(topic string, tasks []repository.Task, poll time.Duration) {
+		}
+	}
+	if has(func(l Listener) bool { return l.OnDispatch != nil }) {
+		out.OnDispatch = func(topic string, tasks []repository.Task, poll time.Duration) {
 			for _, l := range ls {
 				l.dispatch(topic, tasks, poll)
 			}
-		},
-		OnCallback: func(topic string, tasks []repository.Task, d map[int64]repository.Decision, handling time.Duration) {
+		}
+	}
+	if has(func(l Listener) bool { return l.OnCallback != nil }) {
+		out.OnCallback = func(topic string, tasks []repository.Task, d map[int64]repository.Decision, handling time.Duration) {
 			for _, l := range ls {
 				l.callback(topic, tasks, d, handling)
 			}
-		},
-		OnComplete: func(topic string, tasks []repository.Task, flush time.Duration) {
+		}
+	}
+	if has(func(l Listener) bool { return l.OnComplete != nil }) {
+		out.OnComplete = func(topic string, tasks []repository.Task, flush time.Duration) {
 			for _, l := range ls {
 				l.complete(topic, tasks, flush)
 			}
-		},
-		OnError: func(topic string, err error) {
+		}
+	}
+	if has(func(l Listener) bool { return l.OnError != nil }) {
+		out.OnError = func(topic string, err error) {
 			for _, l := range ls {
 				l.error(topic, err)
 			}
-		},
-		OnEmpty: func(topic string, poll time.Duration) {
+		}
+	}
+	if has(func(l Listener) bool { return l.OnEmpty != nil }) {
+		out.OnEmpty = func(topic string, poll time.Duration) {
 			for _, l := range ls {
 				l.empty(topic, poll)
 			}
-		},
-		OnFatal: func(topic string, err error) {
+		}
+	}
+	if has(func(l Listener) bool { return l.OnFatal != nil }) {
+		out.OnFatal = func(topic string, err error) {
 			for _, l := range ls {
 				l.fatal(topic, err)
 			}
-		},
+		}
 	}
+	if has(func(l Listener) bool { return l.OnExpire != nil }) {
+		out.OnExpire = func(expired []repository.Expiry) {
+			for _, l := range ls {
+				if l.OnExpire != nil {
+					l.OnExpire(expired)
+				}
+			}
+		}
+	}
+	if has(func(l Listener) bool { return l.OnFire != nil }) {
+		out.OnFire = func(fires []repository.Fire) {
+			for _, l := range ls {
+				if l.OnFire != nil {
+					l.OnFire(fires)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (l Listener) start(topic string) {

@@ -28,37 +28,51 @@ const (
 type ManagerConfig struct {
 	// Topic is the topic to process. Required.
 	Topic string
-	// Initialize registers the topic if it is not yet registered.
+	// CreateTopic creates (registers) the topic when the manager starts, if it does not
+	// exist yet (Repository.CreateTopic).
+	CreateTopic bool
+	// Initialize is the former name of CreateTopic; either one creates the topic.
+	//
+	// Deprecated: use CreateTopic.
 	Initialize bool
 	// Handler handles the polled batches. Required. Wrap it with Buffer for a prefetch
 	// queue and a pool of workers.
 	Handler Handler
-	// Order and Condition are passed to every poll (the condition is honoured).
-	Order     repository.Order
+	// Order is the order of every poll: FIFO (the default) or LIFO.
+	Order repository.Order
+	// Condition is passed to every poll (and honoured): it can keep the tasks of one
+	// identifier in flight one at a time, in order. Default repository.None.
 	Condition repository.Condition
 	// BatchSize is the most tasks one poll leases. Default 100.
 	BatchSize int
 	// PauseInterval is how long the manager hibernates when the topic is empty before it
-	// polls again; a NOTIFY or Resume wakes it earlier. Default 5 s.
+	// polls again. A notification of new work, a timer for the next task that falls due
+	// (a delay, a retry's backoff, a snooze) or Resume wake it earlier, so the interval
+	// only bounds how late a task whose notification was lost starts. Default 5 s.
 	PauseInterval time.Duration
 	// Limiter bounds the batches outstanding at once (polled and not yet committed). nil
 	// bounds them to what the handler can use: a Buffer's workers plus its queue plus
 	// two, else OutstandingDefault; leasing further ahead buys nothing and costs memory.
 	// Use Unbounded() to lift the bound.
 	Limiter Limiter
-	// Listener observes the manager.
+	// Listener observes the manager (as do the listeners given to Processor.Observe).
 	Listener Listener
-	// HandlerTimeout, when positive, fails a batch whose handler has not reported within
-	// it. Zero waits for ever (until shutdown).
+	// HandlerTimeout, when positive, relieves a handler of the tasks of a batch it has
+	// not decided within it: those it started fail, the others are handed back (see
+	// Batch). Zero waits for ever (until shutdown).
 	HandlerTimeout time.Duration
-	// ShutdownTimeout is how long a graceful shutdown lets running handlers finish
-	// before their contexts are cancelled and their tasks failed. Default 30 s.
+	// ShutdownTimeout is how long a graceful shutdown lets running handlers decide their
+	// tasks before their contexts are cancelled: then the tasks they started fail and
+	// the others are handed back (see Batch). Default 30 s.
 	ShutdownTimeout time.Duration
 	// FlushSize is the most decisions committed in one statement. Default 1000.
 	FlushSize int
 	// FlushInterval is how long the completer waits for more decisions before it commits
 	// a flush smaller than FlushSize. Zero commits as soon as the previous commit is done
-	// (decisions that arrive meanwhile are committed together).
+	// (decisions that arrive meanwhile are committed together); decisions of a batch
+	// whose other tasks are still being decided at a steady pace then wait for them (up to
+	// 100 ms), and go out once the batch is quiet for three times its pace or 5 ms (a slow
+	// task), so that a batch decided task by task is still one statement.
 	FlushInterval time.Duration
 }
 
@@ -108,7 +122,7 @@ func (c *ManagerConfig) validate() error {
 	return nil
 }
 
-// TaskManager is the poll loop of one topic (design §7): it leases batches, hands them to
+// TaskManager is the poll loop of one topic: it leases batches, hands them to
 // the handler, and commits the decisions in batches. It hibernates when the topic is
 // empty until a NOTIFY, a Resume or the pause interval wakes it, backs off on database
 // errors, stops polling while the topic is paused, and shuts down gracefully.
@@ -118,8 +132,15 @@ type TaskManager struct {
 
 	wake   chan struct{} // capacity 1: a wake-up is never lost
 	active atomic.Bool
-	// pollOp and commitOp name the manager's polls and commits in Processor.Health.
-	pollOp, commitOp string
+	// limited and rated say whether the topic has limits a poll enforces, and a rate
+	// limit among them, as last read (refreshActive, Processor.tick): a commit then
+	// wakes the manager (capacity was freed), and an empty poll asks when the rate
+	// limit lets the next task start.
+	limited, rated atomic.Bool
+	// startOp, pollOp, dueOp, watchOp and commitOp name the manager's start, polls,
+	// look-ups of the next due task, looks for work before its poll position (watchFloor)
+	// and commits in Processor.Health.
+	startOp, pollOp, dueOp, watchOp, commitOp string
 
 	// leased counts tasks leased since the topic's statistics were last refreshed;
 	// analyzeAt and analyzeSoonAt are how many make the next refresh due after
@@ -137,8 +158,18 @@ type TaskManager struct {
 	noVacuum atomic.Bool
 
 	dueMu    sync.Mutex
-	due      []time.Time // sorted wake-ups for tasks retried or snoozed here
+	due      []dueAt     // sorted wake-ups for tasks that fall due (wakeAt)
 	dueTimer *time.Timer // fires at due[0]
+
+	// leases is shared by the managers of the topic in this processor: a poll holds it
+	// for reading from its statement until its batch is tracked, a reconciliation for
+	// writing (reconcile), so that the tasks tracked are all that it has leased.
+	leases *sync.RWMutex
+	// floor is where the next poll starts.
+	floor *floor
+	// unsure is set by a poll whose outcome is unknown (repository.Uncertain): the
+	// next round reconciles before it polls. Only the poll loop reads and writes it.
+	unsure bool
 
 	mu       sync.Mutex
 	inflight map[*Batch]struct{}
@@ -158,8 +189,12 @@ func newManager(p *Processor, cfg ManagerConfig) (*TaskManager, error) {
 		wake:     make(chan struct{}, 1),
 		inflight: make(map[*Batch]struct{}),
 		bySeq:    make(map[int64]*Batch),
+		startOp:  fmt.Sprintf("start topic %q", cfg.Topic),
 		pollOp:   fmt.Sprintf("poll topic %q", cfg.Topic),
+		dueOp:    fmt.Sprintf("find the next due task of topic %q", cfg.Topic),
+		watchOp:  fmt.Sprintf("look for work before the poll position of topic %q", cfg.Topic),
 		commitOp: fmt.Sprintf("commit decisions of topic %q", cfg.Topic),
+		floor:    newFloor(cfg.Order, cfg.Condition),
 	}
 	m.active.Store(true)
 	m.analyzeAt.Store(analyzeMinimum)
@@ -180,17 +215,28 @@ func (m *TaskManager) Resume() {
 	}
 }
 
-// wakeAt schedules a Resume for when a task this manager put back to READY with a
-// not-before time (a retry with backoff, a snooze) becomes due, so it does not wait for
-// the pause interval. Due times are kept sorted; one timer is armed for the earliest.
-func (m *TaskManager) wakeAt(at time.Time) {
+// dueAt is a moment a READY task falls due, and where it stands in poll order (zero:
+// unknown).
+type dueAt struct {
+	at   time.Time
+	from repository.Position
+}
+
+// wakeAt schedules a poll for when a READY task falls due: a task this manager retried
+// or snoozed, the earliest delayed task found before hibernating (probeDue), the delayed
+// work a notification announced. The manager then polls at that moment, not at its next
+// pause interval, whether it is idle or busy polling from a position past the task: the
+// poll starts at from, the task's position, or at the head of the topic when from is
+// zero. Due times are kept sorted; one timer is armed for the earliest, and a later
+// time does not move it.
+func (m *TaskManager) wakeAt(at time.Time, from repository.Position) {
 	m.dueMu.Lock()
 	defer m.dueMu.Unlock()
-	i, _ := slices.BinarySearchFunc(m.due, at, func(a, b time.Time) int { return a.Compare(b) })
+	i, _ := slices.BinarySearchFunc(m.due, at, func(a dueAt, b time.Time) int { return a.at.Compare(b) })
 	if i >= maxDue {
-		return // far behind a thousand earlier ones: the pause interval will do
+		return // far behind a thousand earlier ones: found by a later probe (probeDue)
 	}
-	m.due = slices.Insert(m.due, i, at)
+	m.due = slices.Insert(m.due, i, dueAt{at: at, from: from})
 	if len(m.due) > maxDue {
 		m.due = m.due[:maxDue]
 	}
@@ -199,8 +245,50 @@ func (m *TaskManager) wakeAt(at time.Time) {
 	}
 }
 
-// maxDue bounds the due times a manager remembers.
+// maxDue bounds the due times a manager remembers. Those dropped are found again by
+// the probe of the next empty poll (probeDue).
 const maxDue = 1000
+
+// probeDue arms the timer for the earliest READY task of the topic that falls due after
+// the poll from the head that began at polled (Repository.NextDue), before the manager
+// hibernates. A task that fell due since (while polls started from a position past it,
+// or while the last poll ran) makes it poll again at once, from that task's position. A
+// failure is reported and otherwise ignored: the pause interval remains the safety net.
+func (m *TaskManager) probeDue(ctx context.Context, polled time.Time) {
+	qctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	due, ok, err := m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(polled))
+	if err != nil {
+		if ctx.Err() == nil {
+			m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("find the next due task: %w", err))
+			m.p.faults.fail(ctx, m.dueOp, err)
+		}
+		return
+	}
+	m.p.faults.ok(m.dueOp)
+	if ok {
+		m.wakeAt(time.Now().Add(due.Delay), due.At)
+	}
+}
+
+// probeRate arms the timer for when the topic's rate limit lets the next task start,
+// when it is what held back the empty poll that just ran (Repository.RateWait): the
+// manager then polls at that moment, not at its pause interval.
+func (m *TaskManager) probeRate(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	wait, ok, err := m.p.repo.RateWait(qctx, m.p.pool, m.cfg.Topic)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("find when the rate limit lets a task start: %w", err))
+			m.p.faults.fail(ctx, m.dueOp, err)
+		}
+		return
+	}
+	if ok {
+		m.wakeAt(time.Now().Add(wait), repository.Position{})
+	}
+}
 
 // armDue (re)arms the timer for the earliest due time; called with dueMu held.
 func (m *TaskManager) armDue() {
@@ -210,22 +298,67 @@ func (m *TaskManager) armDue() {
 	if len(m.due) == 0 {
 		return
 	}
-	m.dueTimer = time.AfterFunc(max(time.Until(m.due[0]), 0), m.dueFired)
+	m.dueTimer = time.AfterFunc(max(time.Until(m.due[0].at), 0), m.dueFired)
 }
 
-// dueFired wakes the manager and arms the timer for the next due time.
+// dueFired sends the next poll to the tasks falling due (they may lie before the
+// position polls start from), wakes the manager and arms the timer for the next due time.
 func (m *TaskManager) dueFired() {
-	m.Resume()
 	m.dueMu.Lock()
-	defer m.dueMu.Unlock()
 	now := time.Now()
 	n := 0
-	for n < len(m.due) && !m.due[n].After(now) {
+	for n < len(m.due) && !m.due[n].at.After(now) {
+		m.floor.notified(m.due[n].from)
 		n++
 	}
 	m.due = m.due[n:]
 	m.armDue()
+	m.dueMu.Unlock()
+	m.Resume()
 }
+
+// watchFloor looks, off the poll loop, for READY work before the position polls start
+// from that no notification or timer told of (a row changed by hand, a notification
+// missed while the manager was busy), and sends the next poll to it: at most every
+// checkEvery, and for at most 1/checkShare of the time when reading the topic from its
+// head is slow, as a long-held snapshot makes it (see floor). It returns when ctx is
+// done.
+func (m *TaskManager) watchFloor(ctx context.Context) {
+	wait := checkEvery
+	for {
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return
+		}
+		_, now, w := m.floor.look()
+		wait = w
+		if !now || !m.active.Load() || m.limited.Load() {
+			continue // a limited topic's polls take no position
+		}
+		qctx, cancel := context.WithTimeout(ctx, watchTimeout)
+		start := time.Now()
+		first, _, err := m.p.repo.FirstReady(qctx, m.p.pool, m.cfg.Topic)
+		took := time.Since(start)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			m.p.faults.fail(ctx, m.watchOp, err)
+			m.floor.looked(took, repository.Position{}) // a look that timed out was slow
+			_, _, wait = m.floor.look()
+			continue
+		}
+		m.p.faults.ok(m.watchOp)
+		if m.floor.looked(took, first) {
+			m.Resume()
+		}
+		_, _, wait = m.floor.look()
+	}
+}
+
+// watchTimeout bounds one look of watchFloor.
+const watchTimeout = 2 * time.Minute
 
 // Active reports whether the topic is running (not paused) as last seen.
 func (m *TaskManager) Active() bool { return m.active.Load() }
@@ -240,8 +373,15 @@ func (m *TaskManager) setActive(active bool) {
 func (m *TaskManager) notify(n repository.Notification) {
 	switch n.Event {
 	case repository.EventWork:
+		if n.Delay > 0 {
+			// Nothing of it is due yet: poll when it is, not now, from where it is.
+			m.wakeAt(time.Now().Add(n.Delay), n.From)
+			return
+		}
+		m.floor.notified(n.From)
 		m.Resume()
 	case repository.EventActivation:
+		m.floor.restart()
 		// Re-read the persisted state now rather than at the next heartbeat.
 		go m.refreshActive(context.Background())
 	case repository.EventCancel:
@@ -256,8 +396,20 @@ func (m *TaskManager) refreshActive(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.setActive(t.Active)
+	m.setTopic(t)
 	return nil
+}
+
+// setTopic takes in the topic's state as read: activation and limits. A topic that has
+// just become limited is polled at once: a poll held back by the new limit before this
+// manager knew of it may have left it asleep, and only its own commits wake it now.
+func (m *TaskManager) setTopic(t repository.Topic) {
+	was := m.limited.Swap(t.Limited())
+	m.rated.Store(t.Rate > 0)
+	m.setActive(t.Active)
+	if !was && t.Limited() && t.Active {
+		m.Resume()
+	}
 }
 
 // cancelTask cancels the context of a running task of this manager.
@@ -300,7 +452,7 @@ func (m *TaskManager) run(ctx context.Context) error {
 	// Register the topic if asked, and come up in the state the database holds (pause
 	// survives restarts). An unknown topic is a configuration error and fatal; anything
 	// else (the database restarting, say) is retried with backoff.
-	startup := newBackoff(100*time.Millisecond, 10*time.Second)
+	startup := newBackoff(100*time.Millisecond, retryCap)
 	for {
 		err := m.start(ctx)
 		if err == nil {
@@ -315,12 +467,9 @@ func (m *TaskManager) run(ctx context.Context) error {
 			m.cfg.Listener.fatal(topic, err)
 			return fmt.Errorf("manager of topic %q: %w", topic, err)
 		}
-		delay := startup.next()
-		m.cfg.Listener.error(topic, fmt.Errorf("start (%w in %v): %w", ErrWillRetry, delay, err))
-		m.p.faults.fail(ctx, fmt.Sprintf("start topic %q", topic), err)
-		sleep(ctx, delay)
+		m.retry(ctx, "start", m.startOp, err, startup)
 	}
-	m.p.faults.ok(fmt.Sprintf("start topic %q", topic))
+	m.p.faults.ok(m.startOp)
 	// Handlers run on a context that survives the start of a graceful shutdown and is
 	// cancelled only when its deadline passes.
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -344,6 +493,13 @@ func (m *TaskManager) run(ctx context.Context) error {
 		defer close(pollDone)
 		m.poll(ctx, handlerCtx, stopping)
 	}()
+	if m.floor.enabled {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		var watch sync.WaitGroup
+		watch.Go(func() { m.watchFloor(watchCtx) })
+		defer watch.Wait()
+		defer stopWatch()
+	}
 	select {
 	case <-ctx.Done():
 	case <-pollDone:
@@ -352,6 +508,7 @@ func (m *TaskManager) run(ctx context.Context) error {
 	// Graceful shutdown: polling stops. Unstarted tasks are handed back, running
 	// handlers get until the deadline to report, then everything left fails.
 	close(stopping)
+	m.completer.stopWaiting() // what is decided commits now
 	if s, ok := m.cfg.Handler.(Stopper); ok {
 		s.Stop()
 	}
@@ -372,8 +529,10 @@ func (m *TaskManager) run(ctx context.Context) error {
 		}
 	}
 	if expired {
+		// Relieve the handlers first: a handler whose context is cancelled may still
+		// report, and the shutdown's account of what it did not decide must stand.
+		m.failInflight(fmt.Errorf("processor shut down: the handler did not decide this task within the shutdown timeout of %v", m.cfg.ShutdownTimeout))
 		cancelHandlers()
-		m.failInflight(fmt.Errorf("processor shut down: the handler did not report within the shutdown timeout of %v", m.cfg.ShutdownTimeout))
 		select {
 		case <-m.drained():
 		case <-time.After(5 * time.Second):
@@ -387,13 +546,14 @@ func (m *TaskManager) run(ctx context.Context) error {
 		cancelCommits()
 		<-completerDone
 	}
+	m.logShutdown()
 	return nil
 }
 
 // start registers the topic when configured to and reads its activation.
 func (m *TaskManager) start(ctx context.Context) error {
-	if m.cfg.Initialize {
-		if _, err := m.p.repo.Initialize(ctx, m.p.pool, m.cfg.Topic); err != nil {
+	if m.cfg.CreateTopic || m.cfg.Initialize {
+		if _, err := m.p.repo.CreateTopic(ctx, m.p.pool, m.cfg.Topic); err != nil {
 			return err
 		}
 	}
@@ -423,33 +583,70 @@ func (m *TaskManager) failInflight(err error) {
 	}
 	m.mu.Unlock()
 	for _, b := range batches {
-		if b.Fail(err) == nil {
-			m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("batch of %d tasks: %w", len(b.Tasks), err))
-		}
+		m.relieve(b, err)
 	}
 }
 
 // poll is the poll loop proper; it returns when ctx is done.
 func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct{}) {
 	topic := m.cfg.Topic
-	backoff := newBackoff(100*time.Millisecond, 10*time.Second)
+	backoff := newBackoff(100*time.Millisecond, retryCap)
+	// probe says whether an empty poll is followed by a look for the next due task
+	// (probeDue): always, except when the pause interval alone woke the manager and it
+	// found nothing (nothing happened that a notification would have told of, and an
+	// idle manager then costs one poll per pause interval, as it always did) while
+	// notifications are on.
+	probe := true
+	// head is when the last poll from the head of the topic began: it saw every task due
+	// then, those before the position of later polls included.
+	var head time.Time
 	for ctx.Err() == nil {
 		if !m.active.Load() {
 			m.hibernate(ctx)
+			probe = true
 			continue
 		}
 		if err := m.cfg.Limiter.Acquire(ctx); err != nil {
 			return
+		}
+		if m.unsure {
+			b, err := m.reconcile(ctx, handlerCtx, stopping)
+			if err != nil {
+				m.cfg.Limiter.Release()
+				if ctx.Err() != nil {
+					return
+				}
+				m.retry(ctx, "reconcile leases", m.pollOp, err, backoff)
+				continue
+			}
+			m.unsure = false
+			if b != nil {
+				// b holds the limiter slot, as a polled batch does.
+				m.handle(b)
+				continue
+			}
 		}
 		start := time.Now()
 		// The poll is not cancelled by the shutdown: a poll cancelled after the server
 		// committed it would leave leases nobody knows of until expiry. Its tasks, if
 		// any, are handed back by the shutdown like any unstarted batch.
 		pollCtx, cancelPoll := context.WithTimeout(context.WithoutCancel(ctx), pollTimeout)
-		tasks, err := m.p.repo.Poll(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize)
+		from := m.floor.next()
+		if from.IsZero() {
+			head = start
+		}
+		m.leases.RLock()
+		tasks, err := m.p.repo.PollFrom(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
 		cancelPoll()
 		elapsed := time.Since(start)
+		var b *Batch
+		if err == nil && len(tasks) > 0 {
+			b = m.prepare(handlerCtx, tasks, stopping)
+		}
+		m.leases.RUnlock()
 		if err != nil {
+			// A poll whose reply was lost may have leased tasks all the same.
+			m.unsure = m.unsure || repository.Uncertain(err)
 			m.cfg.Limiter.Release()
 			if ctx.Err() != nil {
 				return
@@ -460,42 +657,107 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 				m.hibernate(ctx)
 				continue
 			}
-			delay := backoff.next()
-			m.cfg.Listener.error(topic, fmt.Errorf("poll (%w in %v): %w", ErrWillRetry, delay, err))
-			m.p.faults.fail(ctx, m.pollOp, err)
-			sleep(ctx, delay)
+			m.retry(ctx, "poll", m.pollOp, err, backoff)
 			continue
 		}
 		m.p.faults.ok(m.pollOp)
 		backoff.reset()
+		m.floor.polled(from, elapsed, tasks)
 		m.leased.Add(int64(len(tasks)))
 		m.vacuumLeased.Add(int64(len(tasks)))
 		if len(tasks) == 0 {
 			m.cfg.Limiter.Release()
 			m.cfg.Listener.empty(topic, elapsed)
-			m.hibernate(ctx)
+			if probe {
+				m.probeDue(ctx, head)
+			}
+			if m.rated.Load() {
+				m.probeRate(ctx)
+			}
+			// Without notifications, only the probe tells of delayed work.
+			probe = !m.hibernate(ctx) || m.p.notifier == nil
 			continue
 		}
+		probe = true
 		m.cfg.Listener.dispatch(topic, tasks, elapsed)
 		// Poll again right away, even after a short batch: with several managers SKIP
 		// LOCKED or a condition makes batches short long before the topic is empty, and
 		// only an empty poll says it is.
-		m.dispatch(handlerCtx, tasks, stopping)
+		m.handle(b)
+	}
+}
+
+// reconcile looks for tasks that this processor's owner holds in the topic but that
+// none of its managers knows of: the leases of a poll that the server committed but
+// whose reply was lost (a connection cut after the commit, a failover). Nobody else
+// would run them while the owner heart-beats, so this manager runs them, as a batch of
+// their own (nil when there are none). It costs one statement, only after such a poll.
+func (m *TaskManager) reconcile(ctx, handlerCtx context.Context, stopping chan struct{}) (*Batch, error) {
+	m.leases.Lock()
+	defer m.leases.Unlock()
+	// What the managers know, before the statement: a batch committed meanwhile is then
+	// known (and no longer ACTIVE), never taken for a stranded lease.
+	known := map[int64]bool{}
+	for _, other := range m.p.managersOf(m.cfg.Topic) {
+		other.mu.Lock()
+		for seq := range other.bySeq {
+			known[seq] = true
+		}
+		other.mu.Unlock()
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollTimeout)
+	defer cancel()
+	leased, err := m.p.repo.Leased(qctx, m.p.pool, m.cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	stranded := slices.DeleteFunc(leased, func(t repository.Task) bool { return known[t.Sequence] })
+	if len(stranded) == 0 {
+		return nil, nil
+	}
+	m.p.logger.Warn("running tasks leased by a poll whose reply was lost", slog.String("topic", m.cfg.Topic),
+		slog.Int("tasks", len(stranded)))
+	m.cfg.Listener.dispatch(m.cfg.Topic, stranded, 0)
+	return m.prepare(handlerCtx, stranded, stopping), nil
+}
+
+// retryCap is the longest wait between two tries of a failed start or poll: a try
+// against a database that is down costs a connection attempt, and after a failover the
+// first try that reaches the new primary should come soon.
+const retryCap = 2 * time.Second
+
+// retry reports a database operation that failed and will be retried (what names it to
+// the Listener, op in Processor.Health), then waits out the next delay of backoff, or
+// less when the manager is woken: the notifier wakes it once it has reconnected, so the
+// database answers again.
+func (m *TaskManager) retry(ctx context.Context, what, op string, err error, backoff *backoff) {
+	delay := backoff.next()
+	m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("%s (%w in %v): %w", what, ErrWillRetry, delay, err))
+	m.p.faults.fail(ctx, op, err)
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-m.wake:
 	}
 }
 
 // pollTimeout bounds one poll statement.
 const pollTimeout = 30 * time.Second
 
-// hibernate waits for a wake-up, the pause interval or ctx.
-func (m *TaskManager) hibernate(ctx context.Context) {
+// hibernate waits for a wake-up, the pause interval or ctx; it reports whether the
+// pause interval ended it.
+func (m *TaskManager) hibernate(ctx context.Context) (paused bool) {
 	timer := time.NewTimer(m.cfg.PauseInterval)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
 	case <-m.wake:
 	case <-timer.C:
+		return true
 	}
+	return false
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -507,47 +769,49 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// dispatch hands a batch to the handler, containing panics.
-func (m *TaskManager) dispatch(handlerCtx context.Context, tasks []repository.Task, stopping chan struct{}) {
+// prepare makes a batch of leased tasks and tracks it, for handle.
+func (m *TaskManager) prepare(handlerCtx context.Context, tasks []repository.Task, stopping chan struct{}) *Batch {
 	// Each batch has its own context, cancelled once the batch is committed (after a
 	// timeout, say), so a handler cannot go on working on tasks that were failed.
 	batchCtx, cancel := context.WithCancel(handlerCtx)
 	b := newBatch(batchCtx, m.cfg.Topic, tasks, stopping, m.reported)
-	b.cancel = cancel
+	b.ctx, b.cancel = batchCtx, cancel
 	if m.cfg.HandlerTimeout > 0 {
 		timeout := m.cfg.HandlerTimeout
 		b.mu.Lock()
 		b.timeout = time.AfterFunc(timeout, func() {
-			if b.Fail(fmt.Errorf("handler did not report within %v", timeout)) == nil {
-				m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("batch of %d tasks timed out after %v", len(b.Tasks), timeout))
-			}
+			m.relieve(b, fmt.Errorf("handler timed out: it did not decide this task within %v", timeout))
 		})
 		b.mu.Unlock()
 	}
 	m.track(b)
+	return b
+}
+
+// handle hands a prepared batch to the handler, containing panics.
+func (m *TaskManager) handle(b *Batch) {
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("handler panicked: %v", r)
 			m.cfg.Listener.error(m.cfg.Topic, err)
+			m.p.logger.Error("handler panicked", slog.String("topic", m.cfg.Topic), slog.Int("tasks", len(b.Tasks)),
+				slog.Any("panic", r))
 			_ = b.Fail(err)
 		}
 	}()
-	m.cfg.Handler.Handle(batchCtx, b)
+	handleBatch(b.ctx, m.cfg.Handler, b)
 }
 
-// reported receives a batch's decisions from Batch (exactly once per batch).
-func (m *TaskManager) reported(b *Batch, decisions map[int64]repository.Decision, followups []followup) {
-	completions := b.leases
-	for i := range completions {
-		completions[i].Decision = decisions[completions[i].Sequence]
-	}
+// reported receives decisions of a batch's tasks from Batch (each task's once), for
+// the next flush; report.go says what it logs.
+func (m *TaskManager) reported(b *Batch, completions []repository.Completion, followups []FollowUp, kind reportKind, err error) {
 	// Queue the decisions first: a listener that panics must not lose them.
-	m.completer.add(&report{batch: b, completions: completions, followups: followups})
-	m.cfg.Listener.callback(m.cfg.Topic, b.Tasks, decisions, time.Since(b.started))
+	m.completer.add(b, completions, followups)
+	m.noteReport(b, completions, kind, err)
 }
 
-// finished is called by the completer once a batch's decisions are committed (or given
-// up on): the batch leaves the books and frees its limiter slot.
+// finished is called once every decision of a batch is committed (or given up on):
+// the batch leaves the books and frees its limiter slot.
 func (m *TaskManager) finished(b *Batch) {
 	b.release()
 	m.untrack(b)

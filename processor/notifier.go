@@ -88,7 +88,7 @@ func (n *Notifier) PID() uint32 {
 
 // Run listens until ctx is done, reconnecting with backoff after errors.
 func (n *Notifier) Run(ctx context.Context) {
-	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
+	backoff := newBackoff(50*time.Millisecond, retryCap)
 	for ctx.Err() == nil {
 		connected, err := n.listen(ctx)
 		if ctx.Err() != nil {

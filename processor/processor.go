@@ -32,7 +32,10 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Repository is used for every operation; nil creates one with a random owner.
 	Repository *repository.Repository
-	// Logger receives operational logs; nil discards them.
+	// Logger receives the processor's logs; nil discards them. A happy run logs nothing
+	// at INFO; failed and retried tasks, dead letters, what a shutdown hands back, handler
+	// misbehaviour and database errors (once per cause: ErrorLogInterval) are logged with
+	// topic, sequence, identifier and attempt (the package documentation lists them).
 	Logger *slog.Logger
 	// HeartbeatInterval is how often the owner heart-beats and, on the same tick, expires
 	// dead owners' leases, purges dead owners, notices missed cancels and re-reads
@@ -49,18 +52,33 @@ type Config struct {
 	// minute; negative disables it.
 	RetentionInterval time.Duration
 	// OnExpire, when set, is called after every expiry that took leases back (for
-	// metrics); it runs on the heartbeat goroutine and must be quick.
+	// metrics); it runs on the heartbeat goroutine and must be quick. The OnExpire of the
+	// listeners given to Observe is called too.
 	OnExpire func([]repository.Expiry)
 	// VacuumEvery is how many tasks this processor's managers of a topic lease, in all,
-	// between two VACUUMs of the table holding the topic; with a larger table, a quarter of its
-	// rows (as of the last statistics refresh). Default 500 000; negative leaves
-	// vacuuming to autovacuum. See Processor.vacuum.
+	// between two VACUUMs of the table holding the topic; with a larger table, a quarter
+	// of its rows (as of the last statistics refresh). Each poll walks over the index
+	// entries of the tasks leased before it until a VACUUM removes them, so a sustained
+	// load slows down without one; the VACUUM runs in the background, one at a time, and
+	// only the table's owner may run it (others leave it to autovacuum, with a warning).
+	// Default 500 000; negative leaves vacuuming to autovacuum.
 	VacuumEvery int64
 	// ErrorLogInterval is how often a database error that goes on is logged again. Each
-	// distinct error (an operation and its SQLSTATE, or kind of connection failure) is
-	// logged when it starts, then once per interval with how long it has lasted, and
-	// once more when the operation succeeds again. Default 1 minute.
+	// cause of failing operations (a SQLSTATE, or a kind of connection failure) is logged
+	// when it starts, then at most once per interval while operations fail with it, with
+	// those operations, how long it has lasted and how often, and once more when the
+	// last of them succeeds again. Default 1 minute.
 	ErrorLogInterval time.Duration
+	// DisableSchedules stops this processor firing schedules. By default every processor
+	// fires the due schedules of the database (all topics', not only its own) every
+	// HeartbeatInterval, so a fire is late by at most one interval while any processor
+	// runs; any number of them may, each fire time is pushed once
+	// (Repository.FireSchedules).
+	DisableSchedules bool
+	// OnFire, when set, is called with what each round of firing schedules pushed (for
+	// metrics); it runs on the schedules' goroutine and must be quick. The OnFire of the
+	// listeners given to Observe is called too.
+	OnFire func([]repository.Fire)
 }
 
 func (c *Config) validate() error {
@@ -115,9 +133,18 @@ type Processor struct {
 	notifier *Notifier
 	faults   *faults
 
-	mu       sync.Mutex
-	managers map[string][]*TaskManager // by topic
-	running  bool
+	mu        sync.Mutex
+	managers  map[string][]*TaskManager // by topic
+	running   bool
+	observers []Listener // Observe
+
+	// subs are the subscriptions (Subscribe); subsMu serialises their changes.
+	subsMu sync.Mutex
+	subs   atomic.Pointer[subscribers]
+	// onExpire is Config.OnExpire and the observers', set by Run.
+	onExpire func([]repository.Expiry)
+	// onFire is Config.OnFire and the observers', set by Run.
+	onFire func([]repository.Fire)
 
 	// vacuuming is set while a VACUUM runs on vacuums (one at a time); draining once
 	// Run's context is done, when no new one starts.
@@ -148,6 +175,22 @@ func New(cfg Config) (*Processor, error) {
 // Repository returns the repository the processor uses (its owner identity).
 func (p *Processor) Repository() *repository.Repository { return p.repo }
 
+// Pool returns the database pool the processor uses (Config.Pool).
+func (p *Processor) Pool() *pgxpool.Pool { return p.pool }
+
+// Observe adds a listener to every manager of the processor, those added by Manage
+// before and after the call, and to its expiries (Listener.OnExpire). Package metrics
+// observes a processor this way. It must be called before Run.
+func (p *Processor) Observe(l Listener) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running {
+		return errors.New("processor: Observe called after Run")
+	}
+	p.observers = append(p.observers, l)
+	return nil
+}
+
 // Health returns nil while the processor's database operations succeed, and an error
 // wrapping ErrUnhealthy, naming each failing operation with its cause (SQLSTATE or kind
 // of connection failure) and how long it has failed, while any of them fails: polls,
@@ -160,7 +203,9 @@ func (p *Processor) Health() error { return p.faults.health() }
 // Notifier returns the listening connection's notifier, nil when disabled.
 func (p *Processor) Notifier() *Notifier { return p.notifier }
 
-// Manage adds a manager for a topic. It must be called before Run.
+// Manage adds the manager of a topic. It must be called before Run, once per topic: a
+// second manager of a topic is refused (ErrTopicManaged); for more concurrency give the
+// one manager a larger BatchSize, a Buffer with more workers, or a Limiter.
 func (p *Processor) Manage(cfg ManagerConfig) (*TaskManager, error) {
 	m, err := newManager(p, cfg)
 	if err != nil {
@@ -171,9 +216,23 @@ func (p *Processor) Manage(cfg ManagerConfig) (*TaskManager, error) {
 	if p.running {
 		return nil, errors.New("processor: Manage called after Run")
 	}
+	if len(p.managers[cfg.Topic]) > 0 {
+		return nil, fmt.Errorf("processor: manage topic %q: %w", cfg.Topic, ErrTopicManaged)
+	}
+	if others := p.managers[cfg.Topic]; len(others) > 0 {
+		m.leases = others[0].leases
+	} else {
+		m.leases = new(sync.RWMutex)
+	}
 	p.managers[cfg.Topic] = append(p.managers[cfg.Topic], m)
 	return m, nil
 }
+
+// ErrTopicManaged is returned by Manage for a topic the processor already manages.
+var ErrTopicManaged = errors.New("topic already managed by this processor")
+
+// Topics returns the topics the processor manages, by name.
+func (p *Processor) Topics() []string { return p.topics() }
 
 // Resume wakes every local manager of topic (as a NOTIFY would).
 func (p *Processor) Resume(topic string) {
@@ -209,6 +268,27 @@ func (p *Processor) Run(ctx context.Context) error {
 		return errors.New("processor: Run called twice")
 	}
 	p.running = true
+	// The observers join each manager's listener now that no more come.
+	observers := p.observers
+	for _, ms := range p.managers {
+		for _, m := range ms {
+			if len(observers) > 0 {
+				m.cfg.Listener = Listeners(append([]Listener{m.cfg.Listener}, observers...)...)
+			}
+		}
+	}
+	p.onExpire = p.cfg.OnExpire
+	for _, o := range observers {
+		if o.OnExpire != nil {
+			p.onExpire = chainExpire(p.onExpire, o.OnExpire)
+		}
+	}
+	p.onFire = p.cfg.OnFire
+	for _, o := range observers {
+		if o.OnFire != nil {
+			p.onFire = chainFire(p.onFire, o.OnFire)
+		}
+	}
 	p.mu.Unlock()
 
 	if err := p.register(ctx); err != nil {
@@ -234,6 +314,10 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	bg.Go(func() { p.heartbeats(bgCtx) })
 	bg.Go(func() { p.liveness(bgCtx) })
+	if !p.cfg.DisableSchedules {
+		// Schedules stop with the managers: a stopping process pushes no more.
+		bg.Go(func() { p.schedules(ctx) })
+	}
 	stopVacuums := context.AfterFunc(ctx, func() { p.draining.Store(true) })
 	defer stopVacuums()
 
@@ -262,6 +346,28 @@ func (p *Processor) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// chainExpire calls a (if any), then b.
+func chainExpire(a, b func([]repository.Expiry)) func([]repository.Expiry) {
+	if a == nil {
+		return b
+	}
+	return func(e []repository.Expiry) {
+		a(e)
+		b(e)
+	}
+}
+
+// chainFire calls a (if any), then b.
+func chainFire(a, b func([]repository.Fire)) func([]repository.Fire) {
+	if a == nil {
+		return b
+	}
+	return func(f []repository.Fire) {
+		a(f)
+		b(f)
+	}
+}
+
 // deregisterTimeout bounds the deletion of the owner row at the end of Run.
 const deregisterTimeout = 5 * time.Second
 
@@ -280,16 +386,16 @@ func (p *Processor) deregister(ctx context.Context) {
 	}
 }
 
-// deleteOwnerRow runs Repository.Deregister within deregisterTimeout, also when ctx is
-// already done (it runs at the end of Run).
+// deleteOwnerRow runs Repository.DeregisterOwner within deregisterTimeout, also when
+// ctx is already done (it runs at the end of Run).
 func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer cancel()
-	return p.repo.Deregister(ctx, p.pool)
+	return p.repo.DeregisterOwner(ctx, p.pool)
 }
 
 func (p *Processor) register(ctx context.Context) error {
-	if _, err := p.repo.Register(ctx, p.pool); err != nil {
+	if _, err := p.repo.RegisterOwner(ctx, p.pool); err != nil {
 		return fmt.Errorf("processor: %w", err)
 	}
 	return nil
@@ -480,7 +586,7 @@ func (p *Processor) retain(ctx context.Context) {
 		}
 	}
 	if total > 0 {
-		p.logger.Info("purged finished tasks past their retention", slog.Int64("tasks", total))
+		p.logger.Debug("purged finished tasks past their retention", slog.Int64("tasks", total))
 	}
 }
 
@@ -503,8 +609,8 @@ func (p *Processor) tick(ctx context.Context, orphans bool) {
 	}
 	expired, err := expire(ctx, p.pool, p.cfg.ExpiryTimeout)
 	p.outcome(ctx, "expire dead owners' leases", err)
-	if len(expired) > 0 && p.cfg.OnExpire != nil {
-		p.cfg.OnExpire(expired)
+	if len(expired) > 0 && p.onExpire != nil {
+		p.onExpire(expired)
 	}
 	for _, e := range expired {
 		p.logger.Info("took back leases of dead owners", slog.String("topic", e.Topic),
@@ -528,11 +634,11 @@ func (p *Processor) tick(ctx context.Context, orphans bool) {
 	}
 	p.analyze(ctx)
 	p.vacuum(ctx)
-	active, err := p.repo.Activation(ctx, p.pool, topics)
+	states, err := p.repo.TopicsNamed(ctx, p.pool, topics...)
 	p.outcome(ctx, "read topic activation", err)
-	for topic, on := range active {
-		for _, m := range p.managersOf(topic) {
-			m.setActive(on)
+	for _, t := range states {
+		for _, m := range p.managersOf(t.Name) {
+			m.setTopic(t)
 		}
 	}
 }

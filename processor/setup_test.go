@@ -16,9 +16,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// fixture is one test's database with topic "topic" registered.
+// fixture is one test's database with topic "topic" created (one attempt per task).
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	url   string
 	pool  *pgxpool.Pool
@@ -29,6 +29,12 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	t.Parallel()
+	return setupSerial(t)
+}
+
+// setupSerial is setup for a test that must not run beside others, or a benchmark.
+func setupSerial(t testing.TB) *fixture {
+	t.Helper()
 	url := pgtest.NewDatabase(t, schema.Hash(), repository.Migrate)
 	f := &fixture{t: t, ctx: t.Context(), url: url, topic: "topic"}
 	f.pool = f.newPool()
@@ -37,10 +43,24 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f.repo = repo
-	if _, err := repo.Initialize(f.ctx, f.pool, f.topic); err != nil {
-		t.Fatalf("initialize: %v", err)
-	}
+	f.createTopic(f.topic, 1)
 	return f
+}
+
+// createTopic creates a topic whose tasks get the given number of attempts (0 keeps the
+// default). The fixture's own topic has one: a failure is final, as most tests here
+// want to see it.
+func (f *fixture) createTopic(topic string, attempts int32) {
+	f.t.Helper()
+	if _, err := f.repo.CreateTopic(f.ctx, f.pool, topic); err != nil {
+		f.t.Fatalf("create topic %q: %v", topic, err)
+	}
+	if attempts == 0 {
+		return
+	}
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, topic, func(s *repository.TopicSettings) { s.MaxAttempts = attempts }); err != nil {
+		f.t.Fatalf("configure topic %q: %v", topic, err)
+	}
 }
 
 // newPool opens a separate pool on the test database.
@@ -80,6 +100,13 @@ func (f *fixture) processor(owner string, pcfg processor.Config, cfgs ...process
 		pcfg.Pool = f.newPool()
 	}
 	pcfg.Repository = repo
+	// The tests of this package that are not about schedules run without the schedule
+	// loop (schedule_test.go builds its processors itself): with the 100 ms heartbeat
+	// below it reads task_schedule ten times a second, and an idle processor running it
+	// started a handed-back task 40-180 ms after it was due instead of 15-50
+	// (TestDueWakeups); the cause is not pinned down yet (the suspect: the pool of four
+	// connections, one of them listening, shared with the background loops).
+	pcfg.DisableSchedules = true
 	if pcfg.HeartbeatInterval == 0 {
 		pcfg.HeartbeatInterval = 100 * time.Millisecond
 	}
@@ -132,6 +159,18 @@ func (f *fixture) count(state repository.State) int64 {
 		f.t.Fatalf("count: %v", err)
 	}
 	return counts[f.topic][state].Count
+}
+
+// within reports whether cond held within d, polling the database every 10 ms.
+func (f *fixture) within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 // eventually waits (polling the database, bounded by the test's deadline or 60 s) until

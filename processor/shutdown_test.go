@@ -87,7 +87,7 @@ func TestShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(f.ctx)
-		if _, err := f.repo.Initialize(f.ctx, tx, "fresh"); err != nil {
+		if _, err := f.repo.CreateTopic(f.ctx, tx, "fresh"); err != nil {
 			t.Fatal(err)
 		}
 		var fatal atomic.Value
@@ -95,7 +95,7 @@ func TestShutdown(t *testing.T) {
 			return repository.Succeed("")
 		})
 		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{
-			Topic: "fresh", Initialize: true, Handler: handler,
+			Topic: "fresh", CreateTopic: true, Handler: handler,
 			Listener: processor.Listener{OnFatal: func(topic string, err error) { fatal.Store(err) }},
 		})
 		stop := f.start(p)

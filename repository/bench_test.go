@@ -39,11 +39,11 @@ func benchSetup(b *testing.B) *benchFixture {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := repo.Register(ctx, pool); err != nil {
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
 	f := &benchFixture{b: b, ctx: ctx, pool: pool, repo: repo, topic: "bench"}
-	if _, err := repo.Initialize(ctx, pool, f.topic); err != nil {
+	if _, err := repo.CreateTopic(ctx, pool, f.topic); err != nil {
 		b.Fatal(err)
 	}
 	return f

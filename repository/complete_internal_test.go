@@ -21,10 +21,10 @@ func TestCompleteLean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Initialize(ctx, pool, "lean"); err != nil {
+	if _, err := r.CreateTopic(ctx, pool, "lean"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Register(ctx, pool); err != nil {
+	if _, err := r.RegisterOwner(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Push(ctx, pool, "lean", Append, Creation{Identifier: "a", Input: "in", Reference: "ref"}); err != nil {

@@ -119,13 +119,13 @@ func TestConcurrentPollersSingularByIdentifier(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := repo.Register(ctx, pool); err != nil {
+		if _, err := repo.RegisterOwner(ctx, pool); err != nil {
 			t.Fatalf("register worker %d: %v", i, err)
 		}
 		pools[i], repos[i] = pool, repo
 	}
 	const topic = "topic"
-	if _, err := repos[0].Initialize(ctx, pools[0], topic); err != nil {
+	if _, err := repos[0].CreateTopic(ctx, pools[0], topic); err != nil {
 		t.Fatal(err)
 	}
 

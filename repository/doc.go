@@ -6,10 +6,13 @@
 // # Getting started
 //
 // Apply the schema once with [Migrate] (safe to call from every process at start-up),
-// create one [Repository] per process with [New], [Repository.Register] its owner and
-// [Repository.Initialize] the topics it uses. Then [Repository.Push] tasks,
-// [Repository.Poll] leases batches of them and [Repository.Complete] records a
-// [Decision] for each leased task.
+// create one [Repository] per process with [New], register its owner with
+// [Repository.RegisterOwner] and create the topics it uses with [Repository.CreateTopic]
+// (a new topic retries a failed task 25 times: [TopicSettings]; change some settings
+// with [Repository.UpdateSettings]). Then [Repository.Push] tasks, [Repository.Poll]
+// leases batches of them and [Repository.Complete] records a [Decision] for each leased
+// task; package processor does the polling and completing for you. [Repository.Stats],
+// [Repository.CountByState] and [Repository.Count] tell how many tasks are where.
 //
 // # Handles
 //
@@ -23,10 +26,14 @@
 // # Errors
 //
 // Errors wrap one of the sentinels [ErrInvalid], [ErrUnknownTopic], [ErrUnknownTask],
-// [ErrNotOwned], [ErrWrongState], [ErrQueueFull] and [ErrNotRegistered], or a database
-// error; test them with errors.Is. A batch refused because of some of its tasks returns a
+// [ErrNotOwned], [ErrWrongState], [ErrQueueFull], [ErrNotRegistered] and
+// [ErrSchemaMissing] (and a few more for storage and migrations), or a database error;
+// test them with errors.Is. A batch refused because of some of its tasks returns a
 // [*TaskError] naming each task and why (errors.As gives the detail); a push beyond a
-// topic's cap returns a [*QueueFullError]. A refused call writes nothing.
+// topic's cap returns a [*QueueFullError]. A refused call writes nothing. Text is
+// refused, never rewritten, when it is not UTF-8 or beyond its limit (MaxTopicLength and
+// the others); [ValidateTopic], [ValidateIdentifier], [ValidateCanceller],
+// [ValidateFilter] and [Creation.Validate] let a front end apply the same rules first.
 //
 // # States
 //
@@ -39,4 +46,16 @@
 // identifier in flight one at a time, in order. Revival ([Repository.Reassign],
 // [Repository.Recreate]) brings finished tasks back; [Repository.Expire],
 // [Repository.Purge] and [Repository.PurgeRetention] keep the tables healthy.
+//
+// # Schedules
+//
+// A [Schedule] pushes a task to a topic at each fire time of a cron spec in an IANA time
+// zone ([ScheduleSettings]): create, change, pause and remove them with
+// [Repository.CreateSchedule], [Repository.UpdateSchedule], [Repository.PauseSchedule],
+// [Repository.ResumeSchedule] and [Repository.RemoveSchedule], read them with
+// [Repository.Schedules]. [Repository.FireSchedules] pushes the due ones, each fire time
+// exactly once however many processes call it (every processor does, on its heartbeat):
+// a compare-and-set of the schedule's next fire time commits with the push. Bad input
+// returns [ErrInvalid] naming the field, [ErrUnknownTopic], [ErrScheduleExists] or
+// [ErrUnknownSchedule].
 package repository

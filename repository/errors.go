@@ -23,8 +23,11 @@ var (
 	ErrWrongState = errors.New("task in wrong state")
 	// ErrQueueFull means a push would exceed the topic's queue-length cap.
 	ErrQueueFull = errors.New("queue length cap reached")
-	// ErrNotRegistered means the owner has no row: call Register first.
+	// ErrNotRegistered means the owner has no row: call RegisterOwner first.
 	ErrNotRegistered = errors.New("owner not registered")
+	// ErrSchemaMissing means the database lacks pgtask's tables or functions: apply the
+	// migrations first (Migrate).
+	ErrSchemaMissing = errors.New("pgtask schema missing")
 	// ErrTopicInUse means an operation that needs a quiet topic (Dedicate) found it
 	// running: not paused, or with ACTIVE tasks.
 	ErrTopicInUse = errors.New("topic in use")
@@ -41,24 +44,34 @@ var (
 	ErrMigrationRefused = errors.New("migration refused")
 	// ErrMigrationInProgress means another process is migrating the database.
 	ErrMigrationInProgress = errors.New("another process is migrating the schema")
+	// ErrUnknownSchedule means no schedule has the given name.
+	ErrUnknownSchedule = errors.New("unknown schedule")
+	// ErrScheduleExists means a schedule of that name exists already.
+	ErrScheduleExists = errors.New("schedule exists")
 )
 
 // TaskProblem says why one task of a batch was refused.
 type TaskProblem struct {
+	// Sequence is the refused task's.
 	Sequence int64
 	// Err is ErrUnknownTask, ErrNotOwned or ErrWrongState.
-	Err    error
+	Err error
+	// Detail says more, such as the state the task is in.
 	Detail string
 }
 
 // TaskError is returned when a batch operation refused some of its tasks; nothing of the
 // batch was written. errors.Is matches the sentinel of any problem.
 type TaskError struct {
-	Op       string
-	Topic    string
+	// Op names the operation, such as "complete".
+	Op string
+	// Topic is the topic of the batch.
+	Topic string
+	// Problems lists each refused task, in the batch's order.
 	Problems []TaskProblem
 }
 
+// Error lists the refused tasks (the first ten) and why.
 func (e *TaskError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s topic %q: nothing written:", e.Op, e.Topic)
@@ -107,12 +120,15 @@ func (e *TaskError) Sequences() []int64 {
 // QueueFullError is returned when a push would exceed the topic's queue cap. It matches
 // ErrQueueFull.
 type QueueFullError struct {
+	// Topic is the topic pushed to.
 	Topic string
-	Cap   int64
+	// Cap is the topic's queue cap (TopicSettings.QueueCap).
+	Cap int64
 	// Pushed is how many live tasks the refused push would have added.
 	Pushed int
 }
 
+// Error says how many tasks the push would have added, and the cap.
 func (e *QueueFullError) Error() string {
 	return fmt.Sprintf("push %d tasks to topic %q: %v (cap %d READY or ACTIVE tasks); nothing written", e.Pushed, e.Topic, ErrQueueFull, e.Cap)
 }
@@ -152,6 +168,8 @@ const (
 	sqlstateRaiseBadIdentifier = "PT003"
 	sqlstateRaiseQueueFull     = "PT004"
 	sqlstateRaiseRefused       = "PT005"
+	sqlstateRaiseDuplicate     = "PT016" // numbered after its migration, 000016
+	sqlstateFKViolation        = "23503"
 )
 
 // mapError is the one place that turns PostgreSQL errors (by SQLSTATE, never by message
@@ -170,6 +188,8 @@ func mapError(op string, err error) error {
 			return fmt.Errorf("%s: %w: %w", op, ErrInvalid, err)
 		case sqlstateRaiseUnknownTopic:
 			return fmt.Errorf("%s: %w: %w", op, ErrUnknownTopic, err)
+		case sqlstateRaiseDuplicate:
+			return fmt.Errorf("%s: %w: %w", op, ErrScheduleExists, err)
 		case sqlstateRaiseQueueFull:
 			return fmt.Errorf("%s: %w: %w", op, ErrQueueFull, err)
 		case sqlstateObjectInUse:
@@ -177,8 +197,34 @@ func mapError(op string, err error) error {
 		case sqlstateLockNotAvailable:
 			return fmt.Errorf("%s: %w: %w", op, ErrLockTimeout, err)
 		case sqlstateUndefinedTable, sqlstateUndefinedFunction:
-			return fmt.Errorf("%s: schema missing, run migrations (pgtask migrate up): %w", op, err)
+			return fmt.Errorf("%s: %w: apply the migrations with repository.Migrate (or `pgtask migrate up`): %w", op, ErrSchemaMissing, err)
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Uncertain reports whether err leaves the outcome of the statement that returned it
+// unknown: the connection failed (or the context ended) after the statement was sent and
+// before its reply arrived, so the server may have executed and committed it, or not.
+// A poll whose reply was lost may have leased tasks the caller never received; a
+// completion may have been recorded. Errors of the server (an SQLSTATE), refusals of the
+// repository, and failures before anything was sent (pgconn.SafeToRetry: a connection
+// that could not be made, say) are certain: nothing was written.
+func Uncertain(err error) bool {
+	if err == nil || SQLState(err) != "" || pgconn.SafeToRetry(err) {
+		return false
+	}
+	var te *TaskError
+	if errors.As(err, &te) {
+		return false
+	}
+	for _, sentinel := range []error{ErrInvalid, ErrUnknownTopic, ErrUnknownTask, ErrNotOwned, ErrWrongState,
+		ErrQueueFull, ErrNotRegistered, ErrTopicInUse, ErrLockTimeout, ErrNotTableOwner, ErrUnknownSchedule,
+		ErrScheduleExists} {
+		if errors.Is(err, sentinel) {
+			return false
+		}
+	}
+	var connectErr *pgconn.ConnectError
+	return !errors.As(err, &connectErr)
 }

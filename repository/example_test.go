@@ -1,7 +1,7 @@
 package repository_test
 
 // These examples are compiled but not run by go test (they have no "Output:" comment):
-// they need a PostgreSQL server, and the test harness (internal/pgtest) hands out
+// they need a PostgreSQL server, and the test kit (package pgtasktest) hands out
 // databases only to a *testing.T. They connect to the database named by DATABASE_URL.
 
 import (
@@ -30,21 +30,27 @@ func exampleConnect(ctx context.Context) *pgxpool.Pool {
 	return pool
 }
 
-// A process creates one Repository, registers its owner and initializes the topics it
+// A process creates one Repository, registers its owner and creates the topics it
 // uses. Both calls are idempotent, so every process can make them at start-up.
-func ExampleRepository_Register() {
+func ExampleRepository_RegisterOwner() {
 	ctx := context.Background()
-	pool := exampleConnect(ctx)
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer pool.Close()
+	if err := repository.Migrate(ctx, pool); err != nil { // every process may: one migrates
+		log.Fatal(err)
+	}
 
 	repo, err := repository.New(repository.Config{}) // owner: a random UUID
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := repo.Register(ctx, pool); err != nil {
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := repo.Initialize(ctx, pool, "emails"); err != nil {
+	if _, err := repo.CreateTopic(ctx, pool, "emails"); err != nil {
 		log.Fatal(err)
 	}
 	// Prove liveness regularly, so other processes do not expire this owner's leases.
@@ -53,9 +59,9 @@ func ExampleRepository_Register() {
 	}
 }
 
-// Initialize registers a topic and creates its partition; it reports whether the topic
-// was new.
-func ExampleRepository_Initialize() {
+// CreateTopic creates (registers) a topic with the default settings; it reports whether
+// the topic was new.
+func ExampleRepository_CreateTopic() {
 	ctx := context.Background()
 	pool := exampleConnect(ctx)
 	defer pool.Close()
@@ -64,7 +70,7 @@ func ExampleRepository_Initialize() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	created, err := repo.Initialize(ctx, pool, "emails")
+	created, err := repo.CreateTopic(ctx, pool, "emails")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -96,7 +102,7 @@ func ExampleRepository_Push() {
 	})
 	switch {
 	case errors.Is(err, repository.ErrUnknownTopic):
-		log.Fatal("initialize the topic first: ", err)
+		log.Fatal("create the topic first: ", err)
 	case errors.Is(err, repository.ErrQueueFull):
 		log.Print("topic is full, nothing was pushed: ", err)
 	case err != nil:
@@ -114,7 +120,7 @@ func ExampleRepository_Poll() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := repo.Register(ctx, pool); err != nil {
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
 
@@ -138,7 +144,7 @@ func ExampleRepository_Complete() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := repo.Register(ctx, pool); err != nil {
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
 
@@ -171,4 +177,115 @@ func exampleSend(input string) error {
 		return errors.New("empty input")
 	}
 	return nil
+}
+
+// UpdateSettings changes the settings it sets and keeps the others: here, fewer attempts
+// and a slower backoff for a topic whose tasks call a rate-limited API.
+func ExampleRepository_UpdateSettings() {
+	ctx := context.Background()
+	pool := exampleConnect(ctx)
+	defer pool.Close()
+	repo, err := repository.New(repository.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	topic, err := repo.UpdateSettings(ctx, pool, "emails", func(s *repository.TopicSettings) {
+		s.MaxAttempts = 5
+		s.BackoffBase = 30 * time.Second
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(topic.MaxAttempts, topic.BackoffBase, topic.BackoffCap) // the cap is as it was
+}
+
+// Limits hold across every process: here at most 3 tasks of "partner-api" run at once,
+// one per customer, 50 start per second at most, and customers take turns.
+func ExampleTopicSettings_limits() {
+	ctx := context.Background()
+	pool := exampleConnect(ctx)
+	defer pool.Close()
+	repo, err := repository.New(repository.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	_, err = repo.UpdateSettings(ctx, pool, "partner-api", func(s *repository.TopicSettings) {
+		s.Concurrency = 3    // ACTIVE at once, whatever the processes and their workers
+		s.KeyConcurrency = 1 // per concurrency key
+		s.Rate, s.RatePeriod, s.RateBurst = 50, time.Second, 10
+		s.Fair = true // keys with READY tasks take turns
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = repo.Push(ctx, pool, "partner-api", repository.Append,
+		repository.Creation{Identifier: "sync-42", ConcurrencyKey: "customer-7"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	usage, err := repo.LimitUsage(ctx, pool, "partner-api")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(usage.Active, usage.KeysWaiting, usage.Tokens)
+}
+
+// CountByState counts a topic's tasks exactly, by state; Stats is the cheap summary of a
+// large topic.
+func ExampleRepository_CountByState() {
+	ctx := context.Background()
+	pool := exampleConnect(ctx)
+	defer pool.Close()
+	repo, err := repository.New(repository.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	counts, err := repo.CountByState(ctx, pool, "emails")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("sent:", counts[repository.Succeeded], "dead letters:", counts[repository.Failed])
+	stats, err := repo.Stats(ctx, pool, "emails")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("waiting:", stats.Ready-stats.Delayed, "oldest for", stats.OldestReady)
+}
+
+// A schedule pushes a task at each fire time of its spec; every running processor
+// fires the due ones. CreateSchedule refuses a name taken (ErrScheduleExists), so a
+// process that declares its schedules at start-up updates them instead.
+func ExampleRepository_CreateSchedule() {
+	ctx := context.Background()
+	pool := exampleConnect(ctx)
+	defer pool.Close()
+	repo, err := repository.New(repository.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	settings := repository.ScheduleSettings{
+		Topic:      "emails",
+		Spec:       "0 8 * * mon-fri", // 08:00 on weekdays
+		TimeZone:   "Europe/Paris",
+		Identifier: "digest-{time}", // a task of its own per fire time
+		CatchUp:    3,               // after a downtime, the 3 latest missed times
+	}
+	_, err = repo.CreateSchedule(ctx, pool, "weekday-digest", settings)
+	if errors.Is(err, repository.ErrScheduleExists) {
+		_, err = repo.UpdateSchedule(ctx, pool, "weekday-digest", func(s *repository.ScheduleSettings) { *s = settings })
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	schedules, err := repo.Schedules(ctx, pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range schedules {
+		fmt.Println(s.Name, s.Spec, s.NextFire, s.Paused)
+	}
 }

@@ -8,7 +8,9 @@ import (
 
 // Lease names one ACTIVE task.
 type Lease struct {
-	Topic    string
+	// Topic is the task's topic.
+	Topic string
+	// Sequence is the task's sequence.
 	Sequence int64
 }
 

@@ -19,9 +19,7 @@ func onTopic(t *testing.T, f *fixture, topic string) *fixture {
 	t.Helper()
 	g := *f
 	g.t, g.ctx, g.topic = t, t.Context(), topic
-	if _, err := g.repo.Initialize(g.ctx, g.pool, topic); err != nil {
-		t.Fatalf("initialize %q: %v", topic, err)
-	}
+	g.createTopic(topic)
 	return &g
 }
 
@@ -33,7 +31,7 @@ func ghost(f *fixture) *repository.Repository {
 	if err != nil {
 		f.t.Fatalf("new ghost repository: %v", err)
 	}
-	if _, err := repo.Register(f.ctx, f.pool); err != nil {
+	if _, err := repo.RegisterOwner(f.ctx, f.pool); err != nil {
 		f.t.Fatalf("register ghost: %v", err)
 	}
 	return repo
@@ -77,6 +75,7 @@ func driveTo(f *fixture, id string, state repository.State) repository.Task {
 			if f.get(task.Sequence).State != repository.Active {
 				break
 			}
+			time.Sleep(10 * time.Millisecond) // a loaded machine: let the other commit
 		}
 	case repository.Failed:
 		complete(repository.Fail(errors.New("boom")))

@@ -2,9 +2,11 @@ package repository
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/jackc/pgx/v5"
@@ -128,6 +130,24 @@ func stepper(t *testing.T, pool *pgxpool.Pool) (steps func(n int), create func(t
 		}
 	}
 	return steps, create
+}
+
+// migrateTo migrates the database up or down to version, or up to the latest with 0.
+func migrateTo(t *testing.T, pool *pgxpool.Pool, version uint) {
+	t.Helper()
+	var cur int64
+	if err := pool.QueryRow(t.Context(), "SELECT version FROM "+migrationsTable).Scan(&cur); err != nil {
+		t.Fatalf("read the schema version: %v", err)
+	}
+	up := version == 0 || int64(version) > cur
+	if err := withMigrate(t.Context(), pool, up, func(m *migrate.Migrate) error {
+		if version == 0 {
+			return m.Up()
+		}
+		return m.Migrate(version)
+	}); err != nil {
+		t.Fatalf("migrate to version %d: %v", version, err)
+	}
 }
 
 // storageColumns lists task's columns, for comparing rows across layouts.
@@ -257,9 +277,11 @@ func TestTopicStorageUpgrade(t *testing.T) {
 	}
 
 	// The moved tasks work through the new indexes, with the code of this version, which
-	// needs the migrations after 000009 (000010 changes none of these rows).
-	steps(2)
-	sameRows(t, "tasks after 000011", taskRows(t, pool), tasks)
+	// needs every migration after 000009 (none changes these rows: 000010 fixes only
+	// tasks pushed suspended and never leased, the others add functions, indexes and
+	// columns).
+	migrateTo(t, pool, 0)
+	sameRows(t, "tasks after the latest migration", taskRows(t, pool), tasks)
 	repo, err := New(Config{Owner: "upgrade-test"})
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +321,7 @@ func TestTopicStorageUpgrade(t *testing.T) {
 	}
 	tasks, settings = taskRows(t, pool), topicSettings(t, pool)
 
-	steps(-3)
+	migrateTo(t, pool, 8)
 	sameRows(t, "tasks after reverting 000009", taskRows(t, pool), tasks)
 	sameRows(t, "topics after reverting 000009", topicSettings(t, pool), settings)
 	misplaced = textRows(t, pool, `
@@ -311,7 +333,7 @@ func TestTopicStorageUpgrade(t *testing.T) {
 		t.Fatalf("topics without their own partition (or rows outside it) after reverting 000009: %q", misplaced)
 	}
 
-	steps(3)
+	migrateTo(t, pool, 0)
 	sameRows(t, "tasks after 000009 again", taskRows(t, pool), tasks)
 	sameRows(t, "topics after 000009 again", topicSettings(t, pool), settings)
 }
@@ -407,7 +429,7 @@ func TestTopicStoragePartitions(t *testing.T) {
 	}
 	for i := range 20 {
 		topic := "topic-" + strconv.Itoa(i)
-		if _, err := repo.Initialize(ctx, pool, topic); err != nil {
+		if _, err := repo.CreateTopic(ctx, pool, topic); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := repo.Push(ctx, pool, topic, Append, Creation{Identifier: "a"}); err != nil {
@@ -420,7 +442,7 @@ func TestTopicStoragePartitions(t *testing.T) {
 	if _, err := repo.Dedicate(ctx, pool, "topic-0"); !errors.Is(err, ErrTopicInUse) {
 		t.Errorf("dedicate a topic with an ACTIVE task: %v, want ErrTopicInUse", err)
 	}
-	if _, err := repo.Initialize(ctx, pool, "heavy"); err != nil {
+	if _, err := repo.CreateTopic(ctx, pool, "heavy"); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := repo.Dedicate(ctx, pool, "heavy"); err != nil || !ok {
@@ -497,5 +519,315 @@ func TestSuspendedDescentMigration(t *testing.T) {
 	}
 	if s, d := descent(old); s != 4 || d != 4 {
 		t.Errorf("a suspended push after reverting 000010 = %d/%d, want 4/4 as at version 9", s, d)
+	}
+}
+
+// TestDueWakeupsMigration checks migration 000013 on a database of version 12 with rows:
+// the delayed READY tasks already there are found by the next-due probe through the new
+// index, completions that make tasks READY notify, and down and up again keep every row.
+func TestDueWakeupsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository due wake-ups test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(12)
+	create("t")
+	create("u")
+	for _, q := range []string{
+		"SELECT task_push('t', 'now')",
+		"SELECT task_push('t', 'soon', delay => '1 hour')",
+		"SELECT task_push('t', 'later', delay => '2 hours')",
+		"SELECT task_push('u', 'other', delay => '10 minutes')",
+		"SELECT task_push('t', 'held', suspended => true)",
+		`INSERT INTO task (topic, identifier, state, descent, not_before, completed)
+		 VALUES ('t', 'done', 6, 1, now() + interval '1 minute', now())`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	tasks := taskRows(t, pool)
+
+	steps(1)
+	sameRows(t, "tasks after 000013", taskRows(t, pool), tasks)
+	var entries int64
+	if err := pool.QueryRow(ctx, `
+		SELECT sum((SELECT count(*) FROM task t WHERE t.tableoid = i.indrelid AND t.state = 1 AND t.not_before IS NOT NULL))
+		FROM pg_partition_tree('task_delayed') p JOIN pg_index i ON i.indexrelid = p.relid
+		WHERE p.isleaf`).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if entries != 3 {
+		t.Errorf("task_delayed covers %d delayed READY tasks, want 3 (every table holding tasks has the index)", entries)
+	}
+	repo, err := New(Config{Owner: "upgrade-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]time.Duration{"t": time.Hour, "u": 10 * time.Minute} {
+		due, ok, err := repo.NextDue(ctx, pool, topic, 0)
+		if err != nil || !ok || due.Delay <= want-time.Minute || due.Delay > want {
+			t.Errorf("next due in topic %s after 000013 = %v, %v, %v; want about %v", topic, due.Delay, ok, err, want)
+		}
+	}
+	tasks = taskRows(t, pool)
+
+	steps(-1)
+	sameRows(t, "tasks after reverting 000013", taskRows(t, pool), tasks)
+	var index *string
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('task_delayed')::text").Scan(&index); err != nil || index != nil {
+		t.Errorf("task_delayed after reverting 000013: %v, %v; want gone", index, err)
+	}
+	steps(1)
+	sameRows(t, "tasks after 000013 again", taskRows(t, pool), tasks)
+}
+
+// TestDefaultRetriesMigration upgrades a database at schema version 13, with topics and
+// tasks in every state (written by SQL, as that version had them), through 000014: every
+// topic keeps its settings and every task its row, a topic created afterwards retries a
+// failure (25 attempts) where an old one does not, and going back restores the old
+// default for topics created later without touching the new ones.
+func TestDefaultRetriesMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository default retries test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(13)
+	create("old-default")
+	create("configured")
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`UPDATE task_topic SET max_attempts = 3, backoff_base_ms = 2000, backoff_cap_ms = 60000, backoff_jitter_ms = 1000,
+		queue_cap = 1000, retention_ms = 3600000 WHERE topic = 'configured'`)
+	// Tasks in every state but EXPIRED in both topics: READY (one delayed), SUSPENDED,
+	// ACTIVE, and completed with every result.
+	for _, topic := range []string{"old-default", "configured"} {
+		exec("SELECT task_push($1, 'ok', '{\"n\":1}')", topic)
+		exec("SELECT task_push($1, 'later', delay => '1 hour')", topic)
+		exec("SELECT task_push($1, 'parked', suspended => true)", topic)
+		exec(`INSERT INTO task (topic, identifier, state, descent, owner, attempt, priority)
+			VALUES ($1, 'running', 0, 1, 'upgrader', 1, 5)`, topic)
+		exec(`INSERT INTO task (topic, identifier, state, descent, attempt, completed, output, errors, reference)
+			VALUES ($1, 'fail', 3, 1, 1, now(), 'boom', '{boom}', NULL), ($1, 'skip', 5, 1, 1, now(), 'no', '{}', NULL),
+			       ($1, 'wait', 4, 1, 1, now(), 'later', '{}', 'ref'), ($1, 'done', 6, 1, 1, now(), 'done', '{}', NULL)`, topic)
+	}
+	settingsBefore, rowsBefore := topicSettings(t, pool), taskRows(t, pool)
+
+	steps(1)
+	wantVersion := func(want int64) {
+		t.Helper()
+		var v int64
+		if err := pool.QueryRow(ctx, "SELECT version FROM "+migrationsTable).Scan(&v); err != nil || v != want {
+			t.Fatalf("schema version %d (%v), want %d", v, err, want)
+		}
+	}
+	wantVersion(14)
+	sameRows(t, "topic settings after 000014", topicSettings(t, pool), settingsBefore)
+	sameRows(t, "tasks after 000014", taskRows(t, pool), rowsBefore)
+	create("new-default")
+	var attempts, baseMs, capMs, jitterMs int64
+	if err := pool.QueryRow(ctx, `SELECT max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms
+		FROM task_topic WHERE topic = 'new-default'`).Scan(&attempts, &baseMs, &capMs, &jitterMs); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 25 || baseMs != 1000 || capMs != 3600000 || jitterMs != 0 {
+		t.Fatalf("a topic created at version 14 has %d attempts, backoff %d..%d ms (+%d); want 25, 1000..3600000 (+0)",
+			attempts, baseMs, capMs, jitterMs)
+	}
+
+	// A failure is final in the old topic and retried in the new one, with the code of
+	// this version (which needs the migrations after 14).
+	migrateTo(t, pool, 0)
+	repo, err := New(Config{Owner: "upgrader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	failOne := func(topic string) Task {
+		t.Helper()
+		if _, err := repo.Push(ctx, pool, topic, Append, Creation{Identifier: "again"}); err != nil {
+			t.Fatal(err)
+		}
+		leased, err := repo.Poll(ctx, pool, topic, FIFO, None, 10)
+		i := slices.IndexFunc(leased, func(t Task) bool { return t.Identifier == "again" })
+		if err != nil || i < 0 {
+			t.Fatalf("poll %s: %+v, %v; want again among them", topic, leased, err)
+		}
+		done, err := repo.Complete(ctx, pool, topic, leased[i].Decide(Fail(errors.New("boom"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return done[0]
+	}
+	if got := failOne("old-default"); got.State != Failed {
+		t.Errorf("a failure in a topic created at version 13 = %v, want FAILED (it keeps its one attempt)", got.State)
+	}
+	if got := failOne("new-default"); got.State != Ready {
+		t.Errorf("a failure in a topic created at version 14 = %v, want READY (retried)", got.State)
+	}
+
+	migrateTo(t, pool, 13)
+	wantVersion(13)
+	create("after-revert")
+	got := map[string]int32{}
+	rows, err := pool.Query(ctx, "SELECT topic, max_attempts FROM task_topic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		topic string
+		n     int32
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&topic, &n}, func() error { got[topic] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int32{"old-default": 1, "configured": 3, "new-default": 25, "after-revert": 1}
+	for topic, n := range want {
+		if got[topic] != n {
+			t.Errorf("after reverting 000014, topic %s has %d attempts, want %d", topic, got[topic], n)
+		}
+	}
+}
+
+// TestLimitsMigration checks migration 000015 on a database of version 14 with tasks in
+// several states and topics: every row kept, topics without limits as before, limits and
+// keys usable at once; down and up again keep every row.
+func TestLimitsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository limits test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(14)
+	create("t")
+	create("u")
+	for _, q := range []string{
+		"SELECT task_push('t', 'a')",
+		"SELECT task_push('t', 'b', delay => '1 hour')",
+		"SELECT task_push('u', 'c', suspended => true)",
+		`INSERT INTO task (topic, identifier, state, descent, owner, attempt) VALUES ('t', 'leased', 0, 1, 'someone', 1)`,
+		`INSERT INTO task (topic, identifier, state, descent, completed, output) VALUES ('u', 'done', 6, 1, now(), 'ok')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	topics := topicSettings(t, pool)
+	tasks := taskRows(t, pool)
+
+	steps(1)
+	sameRows(t, "tasks after 000015", taskRows(t, pool), tasks)
+	var keys int64
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM task WHERE concurrency_key IS NOT NULL").Scan(&keys); err != nil || keys != 0 {
+		t.Errorf("tasks with a key after 000015: %d, %v; want none", keys, err)
+	}
+	sameRows(t, "topics after 000015", topicSettings(t, pool), topics)
+	repo, err := New(Config{Owner: "upgrade-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	// the old tasks poll as before; a limit holds at once, counting the old lease
+	if _, err := repo.UpdateSettings(ctx, pool, "t", func(s *TopicSettings) { s.Concurrency = 2 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Push(ctx, pool, "t", Append, Creation{Identifier: "d", ConcurrencyKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	polled, err := repo.Poll(ctx, pool, "t", FIFO, None, 10)
+	if err != nil || len(polled) != 1 || polled[0].Identifier != "a" {
+		t.Fatalf("poll with a limit of 2 and one old lease = %v, %v; want a", polled, err)
+	}
+	tasks = taskRows(t, pool)
+	topics = topicSettings(t, pool)
+
+	steps(-1)
+	var col *string
+	if err := pool.QueryRow(ctx, `SELECT column_name::text FROM information_schema.columns
+		WHERE table_name = 'task' AND column_name = 'concurrency_key'`).Scan(&col); err == nil {
+		t.Errorf("task.concurrency_key after reverting 000015: still there")
+	}
+	sameRows(t, "tasks after reverting 000015", taskRows(t, pool), tasks)
+	if _, err := pool.Exec(ctx, "SELECT task_push('t', 'e')"); err != nil {
+		t.Errorf("the SQL push of 000013 after reverting 000015: %v", err)
+	}
+	steps(1)
+	if got := taskRows(t, pool); len(got) != len(tasks)+1 {
+		t.Errorf("tasks after 000015 again: %d, want %d", len(got), len(tasks)+1)
+	}
+}
+
+// TestSchedulesMigration checks migration 000016 on a database of version 15: upgrading a database with topics and tasks keeps them, schedules
+// can be declared and fired, and reverting drops the schedules and keeps the tasks they
+// pushed.
+func TestSchedulesMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository schedules test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(15)
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	repo, err := New(Config{Owner: "upgrader", Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	create("reports")
+	create("other")
+	if _, err := repo.Push(ctx, pool, "reports", Append, Creation{Identifier: "old", Input: "x"}, Creation{Identifier: "parked", Suspended: true}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := repo.Poll(ctx, pool, "reports", FIFO, None, 1)
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("poll: %v, %v", leased, err)
+	}
+	settingsBefore, rowsBefore := topicSettings(t, pool), taskRows(t, pool)
+
+	steps(1)
+	var version int64
+	if err := pool.QueryRow(ctx, "SELECT version FROM "+migrationsTable).Scan(&version); err != nil || version != 16 {
+		t.Fatalf("schema version %d (%v), want 16", version, err)
+	}
+	sameRows(t, "topic settings after 000016", topicSettings(t, pool), settingsBefore)
+	sameRows(t, "tasks after 000016", taskRows(t, pool), rowsBefore)
+	if _, err := repo.CreateSchedule(ctx, pool, "hourly", ScheduleSettings{Topic: "reports", Spec: "@hourly", Identifier: "report-{time}"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "SELECT task_schedule('sql', 'other', '*/5 * * * *')"); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Hour)
+	fires, err := repo.FireSchedules(ctx, pool)
+	if err != nil || len(fires) != 1 || fires[0].Tasks[0].Identifier != "report-2026-03-01T13:00:00Z" {
+		t.Fatalf("fires after the upgrade: %+v, %v", fires, err)
+	}
+	// The old tasks work as before: the leased one completes.
+	if _, err := repo.Complete(ctx, pool, "reports", leased[0].Decide(Succeed("done"))); err != nil {
+		t.Fatal(err)
+	}
+	rowsWithSchedules := taskRows(t, pool)
+
+	steps(-1)
+	if err := pool.QueryRow(ctx, "SELECT version FROM "+migrationsTable).Scan(&version); err != nil || version != 15 {
+		t.Fatalf("schema version %d (%v), want 15", version, err)
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('task_schedule') IS NOT NULL").Scan(&exists); err != nil || exists {
+		t.Fatalf("task_schedule after reverting 000016: exists %v, %v", exists, err)
+	}
+	sameRows(t, "tasks after reverting 000016", taskRows(t, pool), rowsWithSchedules)
+	// And up again.
+	steps(1)
+	if list, err := repo.Schedules(ctx, pool); err != nil || len(list) != 0 {
+		t.Fatalf("schedules after up, down, up: %+v, %v", list, err)
 	}
 }

@@ -127,7 +127,7 @@ func TestMigrate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := repo.Initialize(ctx, pool, "topic"); err != nil {
+		if _, err := repo.CreateTopic(ctx, pool, "topic"); err != nil {
 			t.Fatalf("initialize: %v", err)
 		}
 		if _, err := repo.Push(ctx, pool, "topic", repository.Append, repository.Creation{Identifier: "a"}); err != nil {
@@ -169,7 +169,7 @@ func TestMigrate(t *testing.T) {
 		if topics, err := repo.Topics(ctx, pool); err != nil || len(topics) != 0 {
 			t.Fatalf("topics after down and up = %v, %v; want none", topics, err)
 		}
-		if _, err := repo.Initialize(ctx, pool, "topic"); err != nil {
+		if _, err := repo.CreateTopic(ctx, pool, "topic"); err != nil {
 			t.Fatalf("initialize after down and up: %v", err)
 		}
 		tasks, err := repo.Push(ctx, pool, "topic", repository.Append, repository.Creation{Identifier: "a"})
@@ -274,4 +274,17 @@ func holdMigrationLock(t *testing.T, pool *pgxpool.Pool) (release func()) {
 // migrateLockKey is golang-migrate's advisory lock key for a database and schema.
 func migrateLockKey(db, schemaName string) (string, error) {
 	return database.GenerateAdvisoryLockId(db, schemaName, "schema_migrations")
+}
+
+func TestSchemaMissingSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	pool := emptyPool(t)
+	repo, err := repository.New(repository.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = repo.Push(t.Context(), pool, "emails", repository.Append, repository.Creation{Identifier: "a"})
+	if !errors.Is(err, repository.ErrSchemaMissing) || !strings.Contains(err.Error(), "repository.Migrate") {
+		t.Fatalf("push without the schema: %v, want ErrSchemaMissing naming repository.Migrate", err)
+	}
 }

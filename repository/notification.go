@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // NotificationChannel is the LISTEN/NOTIFY channel every pgtask notification uses.
@@ -14,9 +15,13 @@ const NotificationChannel = "task_notification"
 // Event is the kind of a notification.
 type Event string
 
-// The notification events (design §6).
+// The notification events, each "<EVENT> <md5(topic)>[ <detail>]" on NotificationChannel.
 const (
-	// EventWork: a topic received pollable work (push, revival, junction release).
+	// EventWork: a topic received READY work: a push, a retry, a snooze or a task handed
+	// back by a completion, an expiry, a revival, a junction release. Pushes, completions
+	// and expiries say where the work is (Notification.From) and, when none of it is
+	// due yet, when it will be (Notification.Delay): "WORK <md5(topic)> <priority>
+	// <sequence>[ <milliseconds>]".
 	EventWork Event = "WORK"
 	// EventActivation: a topic was paused or resumed.
 	EventActivation Event = "ACTIVATION"
@@ -26,11 +31,21 @@ const (
 
 // Notification is a parsed task_notification payload: "<EVENT> <md5(topic)>[ <detail>]".
 type Notification struct {
+	// Event is what happened.
 	Event Event
 	// TopicHash is the hex MD5 of the topic name (see TopicHash).
 	TopicHash string
 	// Sequence is the cancelled task's sequence for EventCancel.
 	Sequence int64
+	// From is, for an EventWork, the position of the first task the write made READY in
+	// FIFO poll order: a poll from there sees every one of them. Zero when the work may
+	// lie anywhere in the topic.
+	From Position
+	// Delay is, for an EventWork whose tasks are all delayed, how long after the writing
+	// statement ended the earliest of them falls due (by the database's clock, rounded
+	// up to the millisecond): a listener counts it from the notification's arrival,
+	// which follows the commit by a millisecond or so. Zero when one is due at once.
+	Delay time.Duration
 }
 
 // TopicHash returns the hex MD5 of a topic name, as notifications carry it: fixed length
@@ -48,7 +63,29 @@ func ParseNotification(payload string) (Notification, error) {
 	}
 	n := Notification{Event: Event(fields[0]), TopicHash: fields[1]}
 	switch n.Event {
-	case EventWork, EventActivation:
+	case EventActivation:
+	case EventWork:
+		// "WORK <md5(topic)> <priority> <sequence>[ <milliseconds>]" from a push, a
+		// completion or an expiry; fields beyond are ignored, as a later version may add
+		// some.
+		if len(fields) >= 5 {
+			ms, err := strconv.ParseInt(fields[4], 10, 64)
+			if err != nil || ms < 0 {
+				return Notification{}, invalid("notification %q: delay %q is not a number of milliseconds", payload, fields[4])
+			}
+			n.Delay = time.Duration(min(ms, int64(maxDelay/time.Millisecond))) * time.Millisecond
+		}
+		if len(fields) >= 4 {
+			priority, err := strconv.ParseInt(fields[2], 10, 16)
+			if err != nil {
+				return Notification{}, invalid("notification %q: priority: %v", payload, err)
+			}
+			seq, err := strconv.ParseInt(fields[3], 10, 64)
+			if err != nil || seq <= 0 {
+				return Notification{}, invalid("notification %q: sequence %q is not a positive number", payload, fields[3])
+			}
+			n.From = Position{Priority: int16(priority), Sequence: seq}
+		}
 	case EventCancel:
 		if len(fields) != 3 {
 			return Notification{}, invalid("notification %q: CANCEL carries a sequence", payload)
@@ -69,5 +106,16 @@ func (n Notification) String() string {
 	if n.Event == EventCancel {
 		return fmt.Sprintf("%s %s %d", n.Event, n.TopicHash, n.Sequence)
 	}
+	if n.Event == EventWork && !n.From.IsZero() {
+		if n.Delay > 0 {
+			return fmt.Sprintf("%s %s %d %d %d", n.Event, n.TopicHash, n.From.Priority, n.From.Sequence,
+				(n.Delay+time.Millisecond-1)/time.Millisecond)
+		}
+		return fmt.Sprintf("%s %s %d %d", n.Event, n.TopicHash, n.From.Priority, n.From.Sequence)
+	}
 	return fmt.Sprintf("%s %s", n.Event, n.TopicHash)
 }
+
+// maxDelay caps the delays notifications and NextDue report, so that they convert to a
+// time.Duration without overflow (a task delayed by centuries is simply "not soon").
+const maxDelay = 100 * 365 * 24 * time.Hour

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -75,7 +77,7 @@ func clockedRepo(f *fixture, owner string, offset time.Duration) *repository.Rep
 	if err != nil {
 		f.t.Fatalf("new repository: %v", err)
 	}
-	if _, err := repo.Register(f.ctx, f.pool); err != nil {
+	if _, err := repo.RegisterOwner(f.ctx, f.pool); err != nil {
 		f.t.Fatalf("register %s: %v", owner, err)
 	}
 	return repo
@@ -760,7 +762,7 @@ func TestDeregister(t *testing.T) {
 	task := f.push(repository.Append, "a")[0]
 	owner := clockedRepo(f, "leaving", 0)
 	lease := pollOne(f, owner, task.Sequence)
-	if gone, err := owner.Deregister(f.ctx, f.pool); err != nil || gone {
+	if gone, err := owner.DeregisterOwner(f.ctx, f.pool); err != nil || gone {
 		t.Fatalf("deregister with an ACTIVE task = %v, %v; want the row kept", gone, err)
 	}
 	if err := owner.Heartbeat(f.ctx, f.pool); err != nil {
@@ -769,13 +771,13 @@ func TestDeregister(t *testing.T) {
 	if _, err := owner.Complete(f.ctx, f.pool, f.topic, lease.Decide(repository.Succeed(""))); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
-	if gone, err := owner.Deregister(f.ctx, f.pool); err != nil || !gone {
+	if gone, err := owner.DeregisterOwner(f.ctx, f.pool); err != nil || !gone {
 		t.Fatalf("deregister with no task leased = %v, %v; want the row deleted", gone, err)
 	}
 	if err := owner.Heartbeat(f.ctx, f.pool); !errors.Is(err, repository.ErrNotRegistered) {
 		t.Fatalf("heartbeat after deregister: %v, want ErrNotRegistered", err)
 	}
-	if gone, err := owner.Deregister(f.ctx, f.pool); err != nil || gone {
+	if gone, err := owner.DeregisterOwner(f.ctx, f.pool); err != nil || gone {
 		t.Fatalf("second deregister = %v, %v; want nothing to delete", gone, err)
 	}
 	if err := f.repo.Heartbeat(f.ctx, f.pool); err != nil {
@@ -1517,7 +1519,7 @@ func TestDestroy(t *testing.T) {
 			t.Errorf("push after destroy: %v, want ErrUnknownTopic", err)
 		}
 		// Initializing it again gives an empty topic.
-		if created, err := f.repo.Initialize(f.ctx, f.pool, f.topic); err != nil || !created {
+		if created, err := f.repo.CreateTopic(f.ctx, f.pool, f.topic); err != nil || !created {
 			t.Fatalf("initialize again = %v, %v", created, err)
 		}
 		if left := allTasks(f); len(left) != 0 {
@@ -1546,8 +1548,26 @@ func TestDestroy(t *testing.T) {
 
 func TestTopicSettings(t *testing.T) {
 	shared := setup(t)
-	t.Run("FreshTopicHasDefaults", func(t *testing.T) {
+	// fresh creates a topic with the defaults (isolated's topic has one attempt).
+	fresh := func(t *testing.T) *fixture {
+		t.Helper()
 		f := isolated(t, shared)
+		f.topic = t.Name() + "/fresh"
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, f.topic); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	stored := func(f *fixture) repository.TopicSettings {
+		f.t.Helper()
+		got, err := f.repo.Topic(f.ctx, f.pool, f.topic)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		return got.TopicSettings
+	}
+	t.Run("FreshTopicHasDefaults", func(t *testing.T) {
+		f := fresh(t)
 		got, err := f.repo.Topic(f.ctx, f.pool, f.topic)
 		if err != nil {
 			t.Fatal(err)
@@ -1555,6 +1575,17 @@ func TestTopicSettings(t *testing.T) {
 		want := repository.TopicSettings{MaxAttempts: repository.MaxAttemptsDefault, BackoffBase: repository.BackoffBaseDefault, BackoffCap: repository.BackoffCapDefault}
 		if got.TopicSettings != want || !got.Active || got.Name != f.topic {
 			t.Errorf("topic = %+v, want defaults %+v, active", got, want)
+		}
+		if repository.MaxAttemptsDefault != 25 {
+			t.Errorf("MaxAttemptsDefault = %d, want 25 (the documented default)", repository.MaxAttemptsDefault)
+		}
+	})
+	t.Run("FreshTopicRetriesAFailure", func(t *testing.T) {
+		f := fresh(t)
+		f.push(repository.Append, "a")
+		got := f.complete(repository.Fail(errors.New("boom")), f.poll(repository.FIFO, repository.None, 1)...)[0]
+		if got.State != repository.Ready || got.NotBefore.IsZero() || len(got.Errors) != 1 {
+			t.Fatalf("failed task of a fresh topic = %v, not before %v, errors %q; want READY after a backoff, the error kept", got.State, got.NotBefore, got.Errors)
 		}
 	})
 	t.Run("ConfigureRoundTrips", func(t *testing.T) {
@@ -1573,21 +1604,27 @@ func TestTopicSettings(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		settings repository.TopicSettings
+		says     string
 	}{
-		{"ZeroMaxAttemptsIsInvalid", repository.TopicSettings{MaxAttempts: 0}},
-		{"NegativeBackoffBaseIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffBase: -time.Second}},
-		{"NegativeBackoffCapIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffCap: -time.Second}},
-		{"NegativeJitterIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffJitter: -time.Second}},
-		{"NegativeQueueCapIsInvalid", repository.TopicSettings{MaxAttempts: 1, QueueCap: -1}},
-		{"NegativeRetentionIsInvalid", repository.TopicSettings{MaxAttempts: 1, Retention: -time.Hour}},
+		{"ZeroMaxAttemptsIsInvalid", repository.TopicSettings{MaxAttempts: 0}, "max attempts 0 is below 1"},
+		{"NegativeBackoffBaseIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffBase: -time.Second}, "backoff base -1s is negative"},
+		{"NegativeBackoffCapIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffCap: -time.Second}, "backoff cap -1s is negative"},
+		{"NegativeJitterIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffJitter: -time.Second}, "backoff jitter -1s is negative"},
+		{"NegativeQueueCapIsInvalid", repository.TopicSettings{MaxAttempts: 1, QueueCap: -1}, "queue cap -1 is negative"},
+		{"NegativeRetentionIsInvalid", repository.TopicSettings{MaxAttempts: 1, Retention: -time.Hour}, "retention -1h0m0s is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := isolated(t, shared)
-			if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, tc.settings); !errors.Is(err, repository.ErrInvalid) {
+			f := fresh(t)
+			before := stored(f)
+			_, err := f.repo.Configure(f.ctx, f.pool, f.topic, tc.settings)
+			if !errors.Is(err, repository.ErrInvalid) {
 				t.Fatalf("err = %v, want ErrInvalid", err)
 			}
-			if got, _ := f.repo.Topic(f.ctx, f.pool, f.topic); got.MaxAttempts != repository.MaxAttemptsDefault {
-				t.Errorf("settings changed to %+v", got.TopicSettings)
+			if msg := err.Error(); !strings.Contains(msg, strconv.Quote(f.topic)) || !strings.Contains(msg, tc.says) {
+				t.Errorf("error %q does not name the topic and say %q", msg, tc.says)
+			}
+			if got := stored(f); got != before {
+				t.Errorf("settings changed to %+v", got)
 			}
 		})
 	}
@@ -1597,6 +1634,117 @@ func TestTopicSettings(t *testing.T) {
 			t.Fatalf("err = %v, want ErrUnknownTopic", err)
 		}
 	})
+	t.Run("UpdateSettingsChangesOnlyWhatItSets", func(t *testing.T) {
+		f := fresh(t)
+		want := stored(f)
+		want.BackoffBase = 10 * time.Second
+		got, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.BackoffBase = 10 * time.Second })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.TopicSettings != want || stored(f) != want {
+			t.Errorf("after UpdateSettings: returned %+v, stored %+v; want %+v", got.TopicSettings, stored(f), want)
+		}
+	})
+	t.Run("UpdateSettingsInvalidNamesTheTopicAndChangesNothing", func(t *testing.T) {
+		f := fresh(t)
+		before := stored(f)
+		_, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) {
+			s.BackoffBase = time.Minute
+			s.MaxAttempts = 0
+		})
+		if !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), strconv.Quote(f.topic)) {
+			t.Fatalf("err = %v, want ErrInvalid naming the topic", err)
+		}
+		if got := stored(f); got != before {
+			t.Errorf("settings changed to %+v", got)
+		}
+	})
+	t.Run("UpdateSettingsUnknownTopicIsErrUnknownTopic", func(t *testing.T) {
+		f := isolated(t, shared)
+		called := false
+		_, err := f.repo.UpdateSettings(f.ctx, f.pool, "nope", func(*repository.TopicSettings) { called = true })
+		if !errors.Is(err, repository.ErrUnknownTopic) || called {
+			t.Fatalf("err = %v (change called: %v), want ErrUnknownTopic without calling it", err, called)
+		}
+	})
+	t.Run("ConcurrentUpdatesKeepEachOthersChanges", func(t *testing.T) {
+		f := fresh(t)
+		// The first update holds the topic's row while a second one runs: the second
+		// waits for it and applies its change to what the first wrote.
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		if _, err := f.repo.UpdateSettings(f.ctx, tx, f.topic, func(s *repository.TopicSettings) { s.QueueCap = 7 }); err != nil {
+			t.Fatal(err)
+		}
+		second := make(chan error, 1)
+		go func() {
+			_, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.MaxAttempts = 3 })
+			second <- err
+		}()
+		waitForLock(t, f.pool, "task_topic")
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-second; err != nil {
+			t.Fatal(err)
+		}
+		if got := stored(f); got.QueueCap != 7 || got.MaxAttempts != 3 {
+			t.Errorf("settings %+v, want both changes (queue cap 7, 3 attempts)", got)
+		}
+	})
+}
+
+// waitForLock waits until a session of the database waits for a lock while running a
+// statement that mentions what.
+func waitForLock(t *testing.T, pool *pgxpool.Pool, what string) {
+	t.Helper()
+	for {
+		var waiting bool
+		if err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, what).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal("no session waited for the lock")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func TestDeprecatedNames(t *testing.T) {
+	// The names of the previous release still work: Initialize creates a topic, Register
+	// and Deregister register and deregister the owner.
+	f := setup(t)
+	repo, err := repository.New(repository.Config{Owner: "old-names"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created, err := repo.Initialize(f.ctx, f.pool, "old"); err != nil || !created {
+		t.Fatalf("Initialize = %v, %v; want a new topic", created, err)
+	}
+	if _, err := repo.Topic(f.ctx, f.pool, "old"); err != nil {
+		t.Fatalf("topic made by Initialize: %v", err)
+	}
+	if created, err := repo.Register(f.ctx, f.pool); err != nil || !created {
+		t.Fatalf("Register = %v, %v; want a new owner row", created, err)
+	}
+	if err := repo.Heartbeat(f.ctx, f.pool); err != nil {
+		t.Fatalf("heartbeat after Register: %v", err)
+	}
+	if gone, err := repo.Deregister(f.ctx, f.pool); err != nil || !gone {
+		t.Fatalf("Deregister = %v, %v; want the row gone", gone, err)
+	}
+	if err := repo.Heartbeat(f.ctx, f.pool); !errors.Is(err, repository.ErrNotRegistered) {
+		t.Fatalf("heartbeat after Deregister: %v, want ErrNotRegistered", err)
+	}
 }
 
 func TestQueueCap(t *testing.T) {
@@ -1769,6 +1917,69 @@ func TestStats(t *testing.T) {
 			t.Fatalf("err = %v, want ErrUnknownTopic", err)
 		}
 	})
+	t.Run("RowsEstimateIsNeverBelowTheTasksCounted", func(t *testing.T) {
+		// A table never analyzed estimates no row: 100 READY tasks are 100 at least.
+		f := isolated(t, shared)
+		ids := make([]string, 100)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("id-%d", i)
+		}
+		f.push(repository.Append, ids...)
+		got, err := f.repo.Stats(f.ctx, f.pool, f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := f.repo.StatsAll(f.ctx, f.pool, f.topic)
+		if err != nil || len(all) != 1 {
+			t.Fatalf("StatsAll = %v, %v", all, err)
+		}
+		if got.Ready != 100 || got.RowsEstimate < 100 || all[0].Stats.RowsEstimate < 100 {
+			t.Errorf("stats %+v (StatsAll %+v), want 100 READY and a rows estimate of 100 at least", got, all[0].Stats)
+		}
+	})
+}
+
+func TestCountByState(t *testing.T) {
+	shared := setup(t)
+	t.Run("CountsEveryStateExactly", func(t *testing.T) {
+		f := isolated(t, shared)
+		driveTo(f, "active", repository.Active)
+		f.push(repository.Append, "r1", "r2")
+		driveTo(f, "failed", repository.Failed)
+		driveTo(f, "done", repository.Succeeded)
+		driveTo(f, "done-too", repository.Succeeded)
+		got, err := f.repo.CountByState(f.ctx, f.pool, f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[repository.State]int64{repository.Active: 1, repository.Ready: 2, repository.Failed: 1, repository.Succeeded: 2}
+		for _, s := range repository.States() {
+			if n, ok := got[s]; !ok || n != want[s] {
+				t.Errorf("%v: %d (present %v), want %d", s, n, ok, want[s])
+			}
+		}
+	})
+	t.Run("UnknownTopicIsErrUnknownTopic", func(t *testing.T) {
+		f := isolated(t, shared)
+		if _, err := f.repo.CountByState(f.ctx, f.pool, "nope"); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Fatalf("err = %v, want ErrUnknownTopic", err)
+		}
+	})
+}
+
+func TestGetMany(t *testing.T) {
+	f := setup(t)
+	tasks := f.push(repository.Append, "a", "b", "c")
+	got, err := f.repo.GetMany(f.ctx, f.pool, f.topic, tasks[2].Sequence, 999, tasks[0].Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, []repository.Task{f.get(tasks[0].Sequence), f.get(tasks[2].Sequence)}) {
+		t.Errorf("GetMany = %+v, want tasks %d and %d by sequence, the unknown one left out", got, tasks[0].Sequence, tasks[2].Sequence)
+	}
+	if none, err := f.repo.GetMany(f.ctx, f.pool, f.topic); err != nil || none != nil {
+		t.Errorf("GetMany of nothing = %v, %v", none, err)
+	}
 }
 
 func TestAnalyze(t *testing.T) {

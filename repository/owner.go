@@ -2,13 +2,16 @@ package repository
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/pgtask/pgtask/db"
 )
 
-// Register inserts this instance's owner row if absent and reports whether it was new.
-func (r *Repository) Register(ctx context.Context, h Handle) (bool, error) {
+// RegisterOwner inserts this instance's owner row (task_owner) if absent and reports
+// whether it was new. An owner leases tasks and proves it is alive with Heartbeat; a
+// processor registers its own. Topics are created with CreateTopic.
+func (r *Repository) RegisterOwner(ctx context.Context, h Handle) (bool, error) {
 	pid := int32(r.pid)
 	created, err := r.q.OwnerRegister(ctx, h, db.OwnerRegisterParams{
 		Owner: r.owner, Now: r.clock(), Host: ptr(r.host), Pid: ptr(pid),
@@ -19,15 +22,29 @@ func (r *Repository) Register(ctx context.Context, h Handle) (bool, error) {
 	return created, nil
 }
 
-// Deregister deletes this owner's row when it leases no task (no ACTIVE task names it),
-// as a processor does when it stops cleanly; it reports whether the row went. An owner
-// that still leases tasks keeps its row, so that they expire once it is silent.
-func (r *Repository) Deregister(ctx context.Context, h Handle) (bool, error) {
+// Register is the former name of RegisterOwner.
+//
+// Deprecated: use RegisterOwner (topics are created with CreateTopic).
+func (r *Repository) Register(ctx context.Context, h Handle) (bool, error) {
+	return r.RegisterOwner(ctx, h)
+}
+
+// DeregisterOwner deletes this owner's row when it leases no task (no ACTIVE task names
+// it), as a processor does when it stops cleanly; it reports whether the row went. An
+// owner that still leases tasks keeps its row, so that they expire once it is silent.
+func (r *Repository) DeregisterOwner(ctx context.Context, h Handle) (bool, error) {
 	n, err := r.q.OwnerDeregister(ctx, h, r.owner)
 	if err != nil {
 		return false, mapError("deregister owner "+r.owner, err)
 	}
 	return n > 0, nil
+}
+
+// Deregister is the former name of DeregisterOwner.
+//
+// Deprecated: use DeregisterOwner.
+func (r *Repository) Deregister(ctx context.Context, h Handle) (bool, error) {
+	return r.DeregisterOwner(ctx, h)
 }
 
 // Heartbeat records that this owner is alive. It fails with ErrNotRegistered when the
@@ -45,9 +62,12 @@ func (r *Repository) Heartbeat(ctx context.Context, h Handle) error {
 
 type ownerError struct{ owner string }
 
+// Error says which owner is not registered.
 func (e *ownerError) Error() string {
 	return "heartbeat owner " + e.owner + ": " + ErrNotRegistered.Error()
 }
+
+// Unwrap returns ErrNotRegistered.
 func (e *ownerError) Unwrap() error { return ErrNotRegistered }
 
 // LiveOwners lists the other owners whose heartbeat is newer than now − timeout.
@@ -72,7 +92,7 @@ func (r *Repository) LiveOwners(ctx context.Context, h Handle, timeout time.Dura
 // PurgeOwners deletes the OTHER owners whose heartbeat is older than now − timeout and
 // that lease no ACTIVE task; it returns how many. It never deletes this repository's own
 // owner, whatever the timeout (a process does not deregister itself this way: see
-// Deregister).
+// DeregisterOwner).
 func (r *Repository) PurgeOwners(ctx context.Context, h Handle, timeout time.Duration) (int64, error) {
 	if err := validTimeout("timeout", timeout); err != nil {
 		return 0, err
@@ -91,4 +111,42 @@ func (r *Repository) PurgeOwners(ctx context.Context, h Handle, timeout time.Dur
 		return 0, mapError("purge owners", err)
 	}
 	return n, nil
+}
+
+// OwnerStatus is an owner as Owners reports it: whether it is alive and how many tasks
+// it leases.
+type OwnerStatus struct {
+	Owner
+	// Alive is true when the owner's heartbeat is newer than now − the timeout given.
+	Alive bool
+	// Leased counts the ACTIVE tasks the owner leases, in every topic.
+	Leased int64
+	// Topics names the topics of those tasks, sorted.
+	Topics []string
+}
+
+// Owners lists up to size owners (1..TopicPageMax), live or dead, the most recent
+// heartbeat first (this repository's own owner included, when registered), each with
+// whether its heartbeat is newer than now − timeout and how many ACTIVE tasks it leases,
+// in which topics.
+func (r *Repository) Owners(ctx context.Context, h Handle, timeout time.Duration, size int) ([]OwnerStatus, error) {
+	if err := validTimeout("timeout", timeout); err != nil {
+		return nil, err
+	}
+	if size < 1 || size > TopicPageMax {
+		return nil, fmt.Errorf("%w: owner list size %d is outside 1..%d", ErrInvalid, size, TopicPageMax)
+	}
+	rows, err := r.q.OwnerList(ctx, h, db.OwnerListParams{Now: r.clock(), TimeoutMs: durationMs(timeout), Size: int32(size)})
+	if err != nil {
+		return nil, mapError("list owners", err)
+	}
+	owners := make([]OwnerStatus, len(rows))
+	for i, row := range rows {
+		owners[i] = OwnerStatus{Owner: Owner{Name: row.Owner, Heartbeat: row.Heartbeat, Started: row.Started, Host: str(row.Host)},
+			Alive: row.Alive, Leased: row.Leased, Topics: row.Topics}
+		if row.Pid != nil {
+			owners[i].Owner.PID = int(*row.Pid)
+		}
+	}
+	return owners, nil
 }

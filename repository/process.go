@@ -19,9 +19,43 @@ import (
 // (SELECT … FOR UPDATE SKIP LOCKED): they become ACTIVE under this owner with their
 // attempt counted. Tasks come in poll order: priority (lower first), then sequence
 // ascending (FIFO) or descending (LIFO). The condition excludes tasks by the other tasks
-// of their identifier in this topic (design §4.3). Size 0 returns nothing; an unknown
+// of their identifier in this topic (see Condition). Size 0 returns nothing; an unknown
 // topic returns ErrUnknownTopic.
 func (r *Repository) Poll(ctx context.Context, h Handle, topic string, order Order, condition Condition, size int) ([]Task, error) {
+	return r.PollFrom(ctx, h, topic, order, condition, size, Position{})
+}
+
+// Position is a place in a topic's FIFO poll order: tasks come by priority, then
+// sequence. The zero Position is the head of the topic.
+type Position struct {
+	// Priority is the priority of the task at the position.
+	Priority int16
+	// Sequence is the sequence of the task at the position.
+	Sequence int64
+}
+
+// IsZero reports whether p is the head of the topic.
+func (p Position) IsZero() bool { return p == Position{} }
+
+// Compare orders positions as a FIFO poll does: -1 when p comes before q.
+func (p Position) Compare(q Position) int {
+	if c := cmp.Compare(p.Priority, q.Priority); c != 0 {
+		return c
+	}
+	return cmp.Compare(p.Sequence, q.Sequence)
+}
+
+// PositionOf is where t stands in its topic's FIFO poll order.
+func PositionOf(t Task) Position { return Position{Priority: t.Priority, Sequence: t.Sequence} }
+
+// PollFrom is Poll starting at from: a FIFO poll without a condition considers only the
+// tasks at or after from in poll order; the zero Position (and LIFO, and any condition)
+// polls from the head. A processor polling a busy topic starts where its previous poll
+// found work: everything before was leased, delayed or never READY, and a poll from the
+// head would read it all again, including the row versions a long-held snapshot keeps
+// (docs/processor.md, "A long-held snapshot"). Tasks that become READY before from are
+// the caller's to look for (Notification.From, Due.At, FirstReady).
+func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order Order, condition Condition, size int, from Position) ([]Task, error) {
 	if size == 0 {
 		return nil, nil
 	}
@@ -38,9 +72,13 @@ func (r *Repository) Poll(ctx context.Context, h Handle, topic string, order Ord
 		return nil, invalid("unknown order %d", order)
 	}
 	size = min(size, 1<<31-1)
-	rows, err := r.q.TaskPoll(ctx, h, db.TaskPollParams{
+	params := db.TaskPollParams{
 		Owner: r.owner, Topic: topic, Lifo: order == LIFO, Condition: int16(condition), Size: int32(size),
-	})
+	}
+	if !from.IsZero() {
+		params.FromPriority, params.FromSequence = &from.Priority, &from.Sequence
+	}
+	rows, err := r.q.TaskPoll(ctx, h, params)
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("poll topic %q", topic), err)
 	}
@@ -70,15 +108,146 @@ func (r *Repository) Poll(ctx context.Context, h Handle, topic string, order Ord
 	})
 	tasks := make([]Task, len(rows))
 	for k, i := range at {
-		tasks[k] = taskFrom(db.Task(rows[i]))
+		row := &rows[i]
+		tasks[k] = taskFrom(db.Task{
+			Topic: row.Topic, Sequence: row.Sequence, Identifier: row.Identifier, State: row.State,
+			Descent: row.Descent, Owner: row.Owner, Created: row.Created, Completed: row.Completed,
+			Input: row.Input, Output: row.Output, Reference: row.Reference, Priority: row.Priority,
+			NotBefore: row.NotBefore, Attempt: row.Attempt, Returned: row.Returned, Errors: row.Errors,
+			Cancelled: row.Cancelled, ConcurrencyKey: row.ConcurrencyKey,
+		})
+	}
+	if rows[0].Keyed {
+		tasks = inTurns(tasks)
 	}
 	return tasks, nil
+}
+
+// inTurns orders the tasks of a topic polled key by key (TopicSettings.KeyConcurrency,
+// Fair) as the poll took them: within each priority, one task of each concurrency key in
+// turn, keys in the order of their first task; each key's tasks keep their order. tasks
+// is in poll order.
+func inTurns(tasks []Task) []Task {
+	out := make([]Task, 0, len(tasks))
+	for start := 0; start < len(tasks); {
+		end := start
+		for end < len(tasks) && tasks[end].Priority == tasks[start].Priority {
+			end++
+		}
+		var keys []string
+		byKey := map[string][]Task{}
+		for _, t := range tasks[start:end] {
+			if _, seen := byKey[t.ConcurrencyKey]; !seen {
+				keys = append(keys, t.ConcurrencyKey)
+			}
+			byKey[t.ConcurrencyKey] = append(byKey[t.ConcurrencyKey], t)
+		}
+		for len(out) < end {
+			for _, k := range keys {
+				if q := byKey[k]; len(q) > 0 {
+					out = append(out, q[0])
+					byKey[k] = q[1:]
+				}
+			}
+		}
+		start = end
+	}
+	return out
+}
+
+// Due is when and where the next delayed task of a topic falls due (NextDue).
+type Due struct {
+	// Delay is how long until it falls due, by the database's clock; zero when it is due.
+	Delay time.Duration
+	// At is where it stands in the topic's FIFO poll order.
+	At Position
+}
+
+// NextDue reports when the earliest READY task of topic that is delayed falls due, by the
+// database's clock (ok false when there is none), and where it stands in poll order: due
+// at once (Delay zero) when it fell due less than seen ago. It is one index probe. A
+// processor makes it after a poll found nothing, seen being how long ago its last poll
+// from the head of the topic began, to arm a timer, so that a delayed push, a retry after
+// a backoff or a snooze starts when it falls due rather than at the next poll. Tasks due
+// before then were there for that poll to lease: one it could not (held by a poll
+// condition) is not reported again and again.
+func (r *Repository) NextDue(ctx context.Context, h Handle, topic string, seen time.Duration) (due Due, ok bool, err error) {
+	if err := validTopic(topic); err != nil {
+		return Due{}, false, err
+	}
+	if seen < 0 {
+		return Due{}, false, invalid("next due task of topic %q: seen %v is negative", topic, seen)
+	}
+	row, err := r.q.TaskNextDue(ctx, h, db.TaskNextDueParams{Topic: topic, SeenMs: durationMs(seen)})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Due{}, false, nil
+	}
+	if err != nil {
+		return Due{}, false, mapError(fmt.Sprintf("next due task of topic %q", topic), err)
+	}
+	return Due{
+		Delay: time.Duration(min(max(row.InMs, 0), int64(maxDelay/time.Millisecond))) * time.Millisecond,
+		At:    Position{Priority: row.Priority, Sequence: row.Sequence},
+	}, true, nil
+}
+
+// RateWait reports how long until the rate limit of topic lets one more task start, when
+// it holds back due READY work now (ok false otherwise: no rate limit, a token left, or
+// nothing due). A processor whose poll came back empty polls again then.
+func (r *Repository) RateWait(ctx context.Context, h Handle, topic string) (wait time.Duration, ok bool, err error) {
+	if err := validTopic(topic); err != nil {
+		return 0, false, err
+	}
+	ms, err := r.q.TaskRateWait(ctx, h, topic)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, mapError(fmt.Sprintf("rate wait of topic %q", topic), err)
+	}
+	return time.Duration(min(max(ms, 0), int64(maxDelay/time.Millisecond))) * time.Millisecond, true, nil
+}
+
+// FirstReady returns where the first READY task of topic that is due stands in FIFO poll
+// order (ok false when there is none), without locking or leasing it. A processor that
+// polls a busy topic from a position (PollFrom) checks with it, now and then and off its
+// poll loop, that no work became READY before that position without a notification
+// saying so. It reads the topic's READY index from its head, over whatever entries a
+// long-held snapshot keeps there.
+func (r *Repository) FirstReady(ctx context.Context, h Handle, topic string) (at Position, ok bool, err error) {
+	if err := validTopic(topic); err != nil {
+		return Position{}, false, err
+	}
+	row, err := r.q.TaskFirstReady(ctx, h, topic)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Position{}, false, nil
+	}
+	if err != nil {
+		return Position{}, false, mapError(fmt.Sprintf("first ready task of topic %q", topic), err)
+	}
+	return Position{Priority: row.Priority, Sequence: row.Sequence}, true, nil
+}
+
+// Leased returns the tasks of topic that are ACTIVE under this repository's owner, in
+// sequence order, ready to be decided on (Task.Decide) like the tasks of a poll. A
+// processor calls it after a poll whose outcome is Uncertain, to find leases the poll
+// committed but whose reply was lost: the tasks among them it does not know of are its
+// own, and nobody else will run them while its owner heart-beats.
+func (r *Repository) Leased(ctx context.Context, h Handle, topic string) ([]Task, error) {
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	rows, err := r.q.TaskLeased(ctx, h, db.TaskLeasedParams{Topic: topic, Owner: r.owner})
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("leased tasks of topic %q", topic), err)
+	}
+	return tasksFrom(rows), nil
 }
 
 // snoozeResult is the SQL code of a snooze decision in TaskComplete.
 const snoozeResult = 4
 
-// Complete records decisions for leased tasks as ONE statement (design §4.4). Each task
+// Complete records decisions for leased tasks as ONE statement. Each task
 // takes the state of its result, its message as output and now() as completion time; a
 // FAILURE with attempts left goes back to READY after the topic's backoff, its error kept
 // in the history; a snooze goes back to READY after its delay without using an attempt;
@@ -363,6 +532,9 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 	if err := validSequences(sequences); err != nil {
 		return nil, fmt.Errorf("cancel in topic %q: %w", topic, err)
 	}
+	if err := ValidateCanceller(by); err != nil {
+		return nil, fmt.Errorf("cancel in topic %q: %w", topic, err)
+	}
 	if by == "" {
 		by = r.owner
 	}
@@ -378,7 +550,7 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 	return tasksFrom(rows), nil
 }
 
-// Junction releases groups of identifiers (design §4.6): for each non-empty group whose
+// Junction releases groups of identifiers: for each non-empty group whose
 // identifiers ALL have a task in this topic that is SUSPENDED (Singular) or in any state
 // but REDUNDANT (Eternal), counting distinct identifiers, every SUSPENDED task of the
 // group in this topic becomes READY. It returns the identifiers of the released tasks,

@@ -10,7 +10,7 @@ import (
 )
 
 // Push inserts tasks into a topic with the given insertion mode, as ONE statement
-// whatever the batch size (design §4.2). Sequences follow the input order and so do the
+// whatever the batch size (insertion modes: see Insertion). Sequences follow the input order and so do the
 // returned tasks. With Replace and Supersede every occurrence of an identifier but the
 // last is inserted REDUNDANT; with Delete only the last is inserted, so the result can be
 // shorter than the input. Older tasks of the same identifiers are changed as the
@@ -42,18 +42,14 @@ func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion
 		DelaysMs:     make([]int64, len(creations)),
 	}
 	for i, c := range creations {
-		if err := validIdentifier(c.Identifier); err != nil {
+		if c.ConcurrencyKey != "" {
+			if arg.Keys == nil {
+				arg.Keys = make([]string, len(creations)) // only when some task has a key
+			}
+			arg.Keys[i] = c.ConcurrencyKey
+		}
+		if err := c.Validate(); err != nil {
 			return nil, fmt.Errorf("push to topic %q: creation %d: %w", topic, i, err)
-		}
-		if n := utf8.RuneCountInString(c.Reference); n > MaxReferenceLength {
-			return nil, fmt.Errorf("push to topic %q: creation %d: %w", topic, i,
-				invalid("reference is %d characters long, at most %d allowed", n, MaxReferenceLength))
-		}
-		if c.Delay < 0 {
-			return nil, fmt.Errorf("push to topic %q: creation %d: %w", topic, i, invalid("delay %v is negative", c.Delay))
-		}
-		if !utf8.ValidString(c.Input) || !utf8.ValidString(c.Reference) {
-			return nil, fmt.Errorf("push to topic %q: creation %d: %w", topic, i, invalid("input or reference is not valid UTF-8"))
 		}
 		arg.Identifiers[i] = c.Identifier
 		arg.Inputs[i] = c.Input
@@ -81,6 +77,45 @@ func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion
 	return pushedTasks(topic, insertion, creations, rows)
 }
 
+// Validate returns nil when Push would accept the creation (whatever the topic): an
+// identifier as ValidateIdentifier wants, a reference of at most MaxReferenceLength
+// characters, a delay that is not negative, and input and reference of valid UTF-8 (they
+// are refused, never rewritten). Otherwise its error wraps ErrInvalid.
+func (c Creation) Validate() error {
+	if err := validIdentifier(c.Identifier); err != nil {
+		return err
+	}
+	if err := validReference(c.Reference); err != nil {
+		return err
+	}
+	if c.Delay < 0 {
+		return invalid("delay %v is negative", c.Delay)
+	}
+	if !utf8.ValidString(c.Input) {
+		return invalid("input is not valid UTF-8")
+	}
+	if err := ValidateConcurrencyKey(c.ConcurrencyKey); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MaxConcurrencyKeyLength is the longest concurrency key, in characters.
+const MaxConcurrencyKeyLength = 250
+
+// ValidateConcurrencyKey returns nil for a concurrency key Push accepts: empty (none), or
+// valid UTF-8 of at most MaxConcurrencyKeyLength characters. Otherwise its error wraps
+// ErrInvalid.
+func ValidateConcurrencyKey(key string) error {
+	if !utf8.ValidString(key) {
+		return invalid("concurrency key is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(key); n > MaxConcurrencyKeyLength {
+		return invalid("concurrency key is %d characters long, at most %d allowed", n, MaxConcurrencyKeyLength)
+	}
+	return nil
+}
+
 // push runs TaskPush, or for APPEND the leaner TaskPushAppend (the same without the
 // reads and writes of older tasks, a third of the planning).
 func (r *Repository) push(ctx context.Context, h Handle, arg db.TaskPushParams) ([]db.TaskPushRow, error) {
@@ -90,7 +125,7 @@ func (r *Repository) push(ctx context.Context, h Handle, arg db.TaskPushParams) 
 	appended, err := r.q.TaskPushAppend(ctx, h, db.TaskPushAppendParams{
 		Topic: arg.Topic, Identifiers: arg.Identifiers, Inputs: arg.Inputs, Refs: arg.Refs,
 		Suspended: arg.Suspended, Priorities: arg.Priorities, NotBeforesUs: arg.NotBeforesUs,
-		DelaysMs: arg.DelaysMs,
+		DelaysMs: arg.DelaysMs, Keys: arg.Keys,
 	})
 	if err != nil {
 		return nil, err
@@ -125,6 +160,7 @@ func pushedTasks(topic string, insertion Insertion, creations []Creation, rows [
 			Topic: topic, Sequence: row.Sequence, Identifier: c.Identifier,
 			State: State(row.State), Descent: State(row.Descent), Created: row.Created,
 			Input: c.Input, Reference: c.Reference, Priority: c.Priority, NotBefore: timeOf(row.NotBefore),
+			ConcurrencyKey: c.ConcurrencyKey,
 		})
 	}
 	if len(tasks) != len(rows) {

@@ -22,47 +22,198 @@ const (
 
 // Page returns up to size tasks of a topic (all columns) after (Forward) or before
 // (Backward) the exclusive cursor; a cursor of MinSequence / MaxSequence is unbounded.
-// An unknown topic returns ErrUnknownTopic.
+// An unknown topic returns ErrUnknownTopic. Excerpts is the same with long texts cut.
 func (r *Repository) Page(ctx context.Context, h Handle, topic string, filter TaskFilter, cursor int64, size int, direction Direction) ([]Task, error) {
-	if err := validTopic(topic); err != nil {
+	p, err := pageParams(topic, filter, cursor, size, direction)
+	if err != nil || size == 0 {
 		return nil, err
 	}
-	if size < 0 {
-		return nil, invalid("page size %d is negative", size)
-	}
-	if cursor < 0 {
-		return nil, invalid("cursor %d is negative", cursor)
-	}
-	state, err := filterState(filter)
-	if err != nil {
-		return nil, err
-	}
-	if size == 0 {
-		return nil, nil
-	}
-	size = min(size, 1<<31-1)
 	var rows []db.Task
-	switch direction {
-	case Forward:
-		rows, err = r.q.TaskPageForward(ctx, h, db.TaskPageForwardParams{
-			Topic: topic, Cursor: cursor, State: state, Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Size: int32(size),
-		})
-	case Backward:
-		rows, err = r.q.TaskPageBackward(ctx, h, db.TaskPageBackwardParams{
-			Topic: topic, Cursor: cursor, State: state, Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Size: int32(size),
-		})
-	default:
-		return nil, invalid("unknown direction %d", direction)
+	if direction == Forward {
+		rows, err = r.q.TaskPageForward(ctx, h, db.TaskPageForwardParams(p))
+	} else {
+		rows, err = r.q.TaskPageBackward(ctx, h, db.TaskPageBackwardParams(p))
 	}
-	if err != nil {
-		return nil, mapError(fmt.Sprintf("page topic %q", topic), err)
-	}
-	if len(rows) == 0 {
-		if _, err := r.Topic(ctx, h, topic); err != nil {
-			return nil, fmt.Errorf("page: %w", err)
-		}
+	if err := r.pageError(ctx, h, topic, len(rows), err); err != nil {
+		return nil, err
 	}
 	return tasksFrom(rows), nil
+}
+
+// Limits of the texts of an Excerpt.
+const (
+	// ExcerptLength is how many characters of a task's input, output and of each error
+	// an Excerpt keeps.
+	ExcerptLength = 1024
+	// ExcerptErrors is how many errors (the latest) an Excerpt keeps.
+	ExcerptErrors = 3
+)
+
+// Excerpt is a task as a listing shows it: Input and Output cut to their first
+// ExcerptLength characters, Errors to the last ExcerptErrors errors, each cut likewise.
+// A page of excerpts is bounded in size however large the tasks' texts; Get returns one
+// task whole.
+type Excerpt struct {
+	Task
+	// InputBytes and OutputBytes are the lengths in bytes of the whole input and output.
+	InputBytes, OutputBytes int64
+	// ErrorsCut reports whether Errors lacks errors or text of the task's.
+	ErrorsCut bool
+}
+
+// InputCut reports whether Input is only the start of the task's input.
+func (e Excerpt) InputCut() bool { return int64(len(e.Input)) < e.InputBytes }
+
+// OutputCut reports whether Output is only the start of the task's output.
+func (e Excerpt) OutputCut() bool { return int64(len(e.Output)) < e.OutputBytes }
+
+// Excerpts is Page for listings: the tasks come as Excerpts, whose texts are cut in the
+// database, so that neither the database's reply nor the caller's memory grows with the
+// size of the tasks' inputs, outputs or errors.
+func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filter TaskFilter, cursor int64, size int, direction Direction) ([]Excerpt, error) {
+	p, err := pageParams(topic, filter, cursor, size, direction)
+	if err != nil || size == 0 {
+		return nil, err
+	}
+	var rows []db.TaskExcerptForwardRow
+	if direction == Forward {
+		rows, err = r.q.TaskExcerptForward(ctx, h, db.TaskExcerptForwardParams{
+			Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, State: p.State,
+			Identifier: p.Identifier, Reference: p.Reference, Size: p.Size,
+		})
+	} else {
+		var back []db.TaskExcerptBackwardRow
+		back, err = r.q.TaskExcerptBackward(ctx, h, db.TaskExcerptBackwardParams{
+			Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, State: p.State,
+			Identifier: p.Identifier, Reference: p.Reference, Size: p.Size,
+		})
+		rows = make([]db.TaskExcerptForwardRow, len(back))
+		for i, b := range back {
+			rows[i] = db.TaskExcerptForwardRow(b)
+		}
+	}
+	if err := r.pageError(ctx, h, topic, len(rows), err); err != nil {
+		return nil, err
+	}
+	return excerptsFrom(rows), nil
+}
+
+// excerptsFrom converts the rows of an excerpt query.
+func excerptsFrom(rows []db.TaskExcerptForwardRow) []Excerpt {
+	out := make([]Excerpt, len(rows))
+	for i, row := range rows {
+		if len(row.Errors) == 0 {
+			row.Errors = nil // as Page has it: no errors, not an empty list
+		}
+		out[i] = Excerpt{
+			Task: taskFrom(db.Task{
+				Topic: row.Topic, Sequence: row.Sequence, Identifier: row.Identifier, State: row.State,
+				Descent: row.Descent, Owner: row.Owner, Created: row.Created, Completed: row.Completed,
+				Input: ptr(row.Input), Output: ptr(row.Output), Reference: row.Reference, Priority: row.Priority,
+				NotBefore: row.NotBefore, Attempt: row.Attempt, Returned: row.Returned, Errors: row.Errors,
+				Cancelled: row.Cancelled,
+			}),
+			InputBytes:  row.InputBytes,
+			OutputBytes: row.OutputBytes,
+			ErrorsCut:   row.ErrorsCut,
+		}
+	}
+	return out
+}
+
+// TimelineMax is the most tasks one Timeline or Latest returns.
+const TimelineMax = 1000
+
+// Timeline returns the latest size tasks (1..TimelineMax) of one identifier in the topic
+// whose sequence is below the exclusive cursor before (MaxSequence for the newest),
+// newest first, as Excerpts: the history that insertion modes and revivals wrote for it.
+// It is Latest with only the identifier filter.
+func (r *Repository) Timeline(ctx context.Context, h Handle, topic, identifier string, before int64, size int) ([]Excerpt, error) {
+	if err := validIdentifier(identifier); err != nil {
+		return nil, err
+	}
+	return r.Latest(ctx, h, topic, TaskFilter{Identifier: identifier}, before, size)
+}
+
+// Latest returns up to size tasks (1..TimelineMax) of the topic that match filter and
+// whose sequence is below the exclusive cursor before (MaxSequence for the newest),
+// newest first, as Excerpts: a listing's page read backward by keyset, like Excerpts
+// with Backward, but through the index that fits the filter, so that a filter matching
+// few of many tasks stays cheap: an unfinished or broken state (ACTIVE to SUSPENDED)
+// through the index of those states, an identifier through the identifier's indexes, a
+// reference through its index. With none of these (no filter, or a finished state
+// alone) it reads the topic's sequences backward, as Excerpts does: cheap while the
+// tasks it keeps are common among the newest.
+func (r *Repository) Latest(ctx context.Context, h Handle, topic string, filter TaskFilter, before int64, size int) ([]Excerpt, error) {
+	if size < 1 || size > TimelineMax {
+		return nil, invalid("page size %d is outside 1..%d", size, TimelineMax)
+	}
+	p, err := pageParams(topic, filter, before, size, Backward)
+	if err != nil {
+		return nil, err
+	}
+	// The index that fits the filter: TaskLatest's paths.
+	var path int16
+	switch {
+	case filter.State != nil && *filter.State == Ready:
+		path = 2
+	case filter.State != nil && *filter.State <= Suspended:
+		path = 1
+	case filter.Identifier != "":
+		path = 3
+	case filter.Reference != "":
+		path = 4
+	default:
+		return r.Excerpts(ctx, h, topic, filter, before, size, Backward)
+	}
+	got, err := r.q.TaskLatest(ctx, h, db.TaskLatestParams{Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: topic,
+		Size: p.Size, Path: path, State: p.State, Before: before, Identifier: p.Identifier, Reference: p.Reference})
+	if err := r.pageError(ctx, h, topic, len(got), err); err != nil {
+		return nil, err
+	}
+	rows := make([]db.TaskExcerptForwardRow, len(got))
+	for i, row := range got {
+		rows[i] = db.TaskExcerptForwardRow(row)
+	}
+	return excerptsFrom(rows), nil
+}
+
+// pageParams checks the arguments of Page and Excerpts and returns the query's.
+func pageParams(topic string, filter TaskFilter, cursor int64, size int, direction Direction) (db.TaskPageForwardParams, error) {
+	if err := validTopic(topic); err != nil {
+		return db.TaskPageForwardParams{}, err
+	}
+	if size < 0 {
+		return db.TaskPageForwardParams{}, invalid("page size %d is negative", size)
+	}
+	if cursor < 0 {
+		return db.TaskPageForwardParams{}, invalid("cursor %d is negative", cursor)
+	}
+	if direction != Forward && direction != Backward {
+		return db.TaskPageForwardParams{}, invalid("unknown direction %d", direction)
+	}
+	if err := ValidateFilter(filter); err != nil {
+		return db.TaskPageForwardParams{}, err
+	}
+	state, _ := filterState(filter)
+	return db.TaskPageForwardParams{
+		Topic: topic, Cursor: cursor, State: state, Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference),
+		Size: int32(min(size, 1<<31-1)),
+	}, nil
+}
+
+// pageError maps the error of a page's query; an empty page of an unknown topic is
+// ErrUnknownTopic.
+func (r *Repository) pageError(ctx context.Context, h Handle, topic string, rows int, err error) error {
+	if err != nil {
+		return mapError(fmt.Sprintf("page topic %q", topic), err)
+	}
+	if rows == 0 {
+		if _, err := r.Topic(ctx, h, topic); err != nil {
+			return fmt.Errorf("page: %w", err)
+		}
+	}
+	return nil
 }
 
 func filterState(filter TaskFilter) (*int16, error) {
@@ -78,6 +229,9 @@ func filterState(filter TaskFilter) (*int16, error) {
 
 // Get returns the task with exactly this topic and sequence, or ErrUnknownTask.
 func (r *Repository) Get(ctx context.Context, h Handle, topic string, sequence int64) (Task, error) {
+	if err := validTopic(topic); err != nil {
+		return Task{}, err
+	}
 	row, err := r.q.TaskGet(ctx, h, db.TaskGetParams{Topic: topic, Sequence: sequence})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, fmt.Errorf("get task %d of topic %q: %w", sequence, topic, ErrUnknownTask)
@@ -86,6 +240,39 @@ func (r *Repository) Get(ctx context.Context, h Handle, topic string, sequence i
 		return Task{}, mapError(fmt.Sprintf("get task %d of topic %q", sequence, topic), err)
 	}
 	return taskFrom(row), nil
+}
+
+// GetMany returns the tasks of a topic with the given sequences, by sequence, in one
+// statement; sequences no task of the topic has are left out.
+func (r *Repository) GetMany(ctx context.Context, h Handle, topic string, sequences ...int64) ([]Task, error) {
+	if len(sequences) == 0 {
+		return nil, nil
+	}
+	rows, err := r.q.TaskGetMany(ctx, h, db.TaskGetManyParams{Topic: topic, Sequences: sequences})
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("get tasks of topic %q", topic), err)
+	}
+	return tasksFrom(rows), nil
+}
+
+// CountByState counts every task of a topic by state, exactly: the map holds each of the
+// nine states, zero included, so counts[repository.Succeeded] reads as expected. It
+// reads all the topic's tasks (Stats is the cheap summary for large topics); Count
+// takes filters, a sequence range and several topics. An unknown topic returns
+// ErrUnknownTopic.
+func (r *Repository) CountByState(ctx context.Context, h Handle, topic string) (map[State]int64, error) {
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	counts, err := r.Count(ctx, h, topic, TaskFilter{}, MinSequence, MaxSequence, Total)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[State]int64, len(stateNames))
+	for _, s := range States() {
+		out[s] = counts[topic][s].Count
+	}
+	return out, nil
 }
 
 // Count counts tasks per topic and state within the inclusive sequence range: every task
@@ -250,4 +437,68 @@ func (r *Repository) PurgeRetention(ctx context.Context, h Handle, size int) (in
 		return 0, mapError("purge by retention", err)
 	}
 	return n, nil
+}
+
+// WaitReason is one thing that holds a READY task back (Repository.Waiting).
+type WaitReason struct {
+	// Kind names the reason: "paused", "delayed", "concurrency", "key_concurrency",
+	// "rate", "ahead" (due tasks polled before it) or "none".
+	Kind string
+	// Text says it for an operator, with the figures.
+	Text string
+}
+
+// Waiting says what holds a READY task back, one reason per entry, for an operator
+// asking why it has not started: its topic paused, its delay, the topic's concurrency
+// limit reached, its concurrency key at the per-key limit, the rate limit's bucket empty,
+// the due tasks polled before it (up to 10 000 counted). It is empty when the task is
+// not READY, and says so (Kind "none") when nothing holds it back: the next poll takes
+// it. A poll condition of the processors (ManagerConfig.Condition) is theirs, not the
+// database's, and is not named. One statement; it reads the topic's ACTIVE tasks and
+// the READY ones ahead of the task, never its finished history.
+func (r *Repository) Waiting(ctx context.Context, h Handle, topic string, sequence int64) ([]WaitReason, error) {
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	w, err := r.q.TaskWaiting(ctx, h, db.TaskWaitingParams{Topic: topic, Sequence: sequence})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("why task %d of topic %q waits: %w", sequence, topic, ErrUnknownTask)
+	}
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("why task %d of topic %q waits", sequence, topic), err)
+	}
+	if State(w.State) != Ready {
+		return nil, nil
+	}
+	var why []WaitReason
+	add := func(kind, format string, args ...any) {
+		why = append(why, WaitReason{Kind: kind, Text: fmt.Sprintf(format, args...)})
+	}
+	if !w.TopicActive {
+		add("paused", "the topic is paused")
+	}
+	if w.NotBefore != nil && time.Until(*w.NotBefore) > 0 {
+		add("delayed", "delayed until %s", w.NotBefore.UTC().Format(time.RFC3339Nano))
+	}
+	if w.Concurrency != nil && w.Active >= int64(*w.Concurrency) {
+		add("concurrency", "the topic's concurrency limit: %d of %d tasks ACTIVE", w.Active, *w.Concurrency)
+	}
+	if w.KeyConcurrency != nil && w.ConcurrencyKey != nil && *w.ConcurrencyKey != "" && w.KeyActive >= int64(*w.KeyConcurrency) {
+		add("key_concurrency", "the per-key limit: %d of %d tasks of concurrency key %q ACTIVE", w.KeyActive, *w.KeyConcurrency, *w.ConcurrencyKey)
+	}
+	if w.Rate != nil && w.Tokens >= 0 && w.Tokens < 1 && w.RatePeriodMs != nil {
+		next := time.Duration((1 - w.Tokens) * float64(*w.RatePeriodMs) / float64(*w.Rate) * float64(time.Millisecond))
+		add("rate", "the rate limit of %d per %v: the next start in %v", *w.Rate,
+			time.Duration(*w.RatePeriodMs)*time.Millisecond, next.Round(time.Millisecond))
+	}
+	switch {
+	case w.Ahead >= 10000:
+		add("ahead", "at least 10000 due READY tasks are ahead of it in poll order")
+	case w.Ahead > 0:
+		add("ahead", "%d due READY tasks are ahead of it in poll order", w.Ahead)
+	}
+	if len(why) == 0 {
+		add("none", "nothing: the next poll of the topic takes it")
+	}
+	return why, nil
 }

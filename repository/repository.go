@@ -19,9 +19,13 @@ import (
 // Operations that need several statements to be atomic open a nested transaction
 // (a savepoint inside a pgx.Tx) with Begin.
 type Handle interface {
+	// Exec runs a statement that returns no rows.
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	// Query runs a statement that returns rows.
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	// QueryRow runs a statement that returns at most one row.
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	// Begin starts a transaction, or a savepoint inside one.
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -30,10 +34,11 @@ type Config struct {
 	// Owner names this instance in task_owner and on the tasks it leases (1..250
 	// characters). Empty picks a random UUID.
 	Owner string
-	// Host and PID are recorded with the owner to help operators; empty/zero pick the
-	// machine's host name and this process's id.
+	// Host is recorded with the owner to help operators; empty picks the machine's host
+	// name.
 	Host string
-	PID  int
+	// PID is recorded with the owner to help operators; zero picks this process's id.
+	PID int
 	// Now, when set, replaces the database clock for heartbeats, liveness and expiry, so
 	// tests can make time pass without sleeping. Nil uses the database's now().
 	Now func() time.Time
@@ -45,6 +50,8 @@ const (
 	MaxIdentifierLength = 500
 	MaxReferenceLength  = 500
 	MaxOwnerLength      = 250
+	// MaxCancellerLength bounds the name a cancellation records ("cancelled by …").
+	MaxCancellerLength = 250
 )
 
 // Sequence bounds: 0 means "before everything", MaxSequence "after everything".
@@ -53,7 +60,8 @@ const (
 	MaxSequence int64 = 1<<63 - 1
 )
 
-// Repository runs every queue operation of design §4 and §5 on a caller's handle.
+// Repository runs every queue operation (push, poll, complete, revive, junction, reads
+// and purges; the README's "The repository" section tours them) on a caller's handle.
 // It is safe for concurrent use.
 type Repository struct {
 	owner string
@@ -90,6 +98,55 @@ func (r *Repository) clock() *time.Time {
 	}
 	t := r.now()
 	return &t
+}
+
+// ValidateTopic returns nil when topic is a name the repository accepts: 1 to
+// MaxTopicLength characters of valid UTF-8. Otherwise its error wraps ErrInvalid and says
+// what is wrong without repeating the name. Front ends (the REST API, the CLI) check their
+// input with it and the other Validate functions before they call the repository, so
+// that every route refuses the same values with the same message.
+func ValidateTopic(topic string) error { return validTopic(topic) }
+
+// ValidateIdentifier returns nil when identifier is one a task may have: 1 to
+// MaxIdentifierLength characters of valid UTF-8; otherwise an error wrapping ErrInvalid.
+func ValidateIdentifier(identifier string) error { return validIdentifier(identifier) }
+
+// ValidateCanceller returns nil when by may name who cancelled tasks (Cancel): at most
+// MaxCancellerLength characters of valid UTF-8; otherwise an error wrapping ErrInvalid.
+func ValidateCanceller(by string) error {
+	if n := utf8.RuneCountInString(by); n > MaxCancellerLength {
+		return invalid("canceller is %d characters long, at most %d allowed", n, MaxCancellerLength)
+	}
+	if !utf8.ValidString(by) {
+		return invalid("canceller is not valid UTF-8")
+	}
+	return nil
+}
+
+// ValidateFilter returns nil when the filter's values could match a task: an identifier
+// or a reference within their lengths, of valid UTF-8, and a known state; otherwise an
+// error wrapping ErrInvalid.
+func ValidateFilter(filter TaskFilter) error {
+	if filter.Identifier != "" {
+		if err := validIdentifier(filter.Identifier); err != nil {
+			return err
+		}
+	}
+	if err := validReference(filter.Reference); err != nil {
+		return err
+	}
+	_, err := filterState(filter)
+	return err
+}
+
+func validReference(reference string) error {
+	if n := utf8.RuneCountInString(reference); n > MaxReferenceLength {
+		return invalid("reference is %d characters long, at most %d allowed", n, MaxReferenceLength)
+	}
+	if !utf8.ValidString(reference) {
+		return invalid("reference is not valid UTF-8")
+	}
+	return nil
 }
 
 func validTopic(topic string) error {
@@ -167,46 +224,48 @@ func timeOf(p *time.Time) time.Time {
 // taskFrom converts a generated row into a Task: the one place rows cross the boundary.
 func taskFrom(row db.Task) Task {
 	return Task{
-		Topic:      row.Topic,
-		Sequence:   row.Sequence,
-		Identifier: row.Identifier,
-		State:      State(row.State),
-		Descent:    State(row.Descent),
-		Owner:      str(row.Owner),
-		Created:    row.Created,
-		Completed:  timeOf(row.Completed),
-		Input:      str(row.Input),
-		Output:     str(row.Output),
-		Reference:  str(row.Reference),
-		Priority:   row.Priority,
-		NotBefore:  timeOf(row.NotBefore),
-		Attempt:    row.Attempt,
-		Returned:   row.Returned,
-		Errors:     row.Errors,
-		Cancelled:  row.Cancelled,
+		Topic:          row.Topic,
+		Sequence:       row.Sequence,
+		Identifier:     row.Identifier,
+		State:          State(row.State),
+		Descent:        State(row.Descent),
+		Owner:          str(row.Owner),
+		Created:        row.Created,
+		Completed:      timeOf(row.Completed),
+		Input:          str(row.Input),
+		Output:         str(row.Output),
+		Reference:      str(row.Reference),
+		Priority:       row.Priority,
+		NotBefore:      timeOf(row.NotBefore),
+		Attempt:        row.Attempt,
+		Returned:       row.Returned,
+		Errors:         row.Errors,
+		Cancelled:      row.Cancelled,
+		ConcurrencyKey: str(row.ConcurrencyKey),
 	}
 }
 
 // tasksFrom converts rows of any generated type that has exactly the task table's
 // columns (sqlc emits one such type per query).
 func tasksFrom[R ~struct {
-	Topic      string
-	Sequence   int64
-	Identifier string
-	State      int16
-	Descent    int16
-	Owner      *string
-	Created    time.Time
-	Completed  *time.Time
-	Input      *string
-	Output     *string
-	Reference  *string
-	Priority   int16
-	NotBefore  *time.Time
-	Attempt    int32
-	Returned   int32
-	Errors     []string
-	Cancelled  bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
 }](rows []R) []Task {
 	tasks := make([]Task, len(rows))
 	for i, row := range rows {
@@ -235,7 +294,22 @@ func topicFrom(row db.TaskTopic) Topic {
 	if row.RetentionMs != nil {
 		t.Retention = time.Duration(*row.RetentionMs) * time.Millisecond
 	}
+	t.Concurrency = deref(row.Concurrency)
+	t.KeyConcurrency = deref(row.KeyConcurrency)
+	t.Rate = deref(row.Rate)
+	t.RateBurst = deref(row.RateBurst)
+	t.RatePeriod = time.Duration(deref(row.RatePeriodMs)) * time.Millisecond
+	t.Fair = row.Fair
 	return t
+}
+
+// deref returns *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }
 
 // inTx runs fn in a nested transaction of h (a savepoint when h is a transaction), so

@@ -9,7 +9,7 @@ import (
 	"github.com/pgtask/pgtask/db"
 )
 
-// Reassign gives tasks in EXPIRED..SUCCEEDED the state of result (design §4.5), all or
+// Reassign gives tasks in EXPIRED..SUCCEEDED the state of result, all or
 // nothing: an unknown task or one in another state fails the call with a *TaskError.
 func (r *Repository) Reassign(ctx context.Context, h Handle, topic string, result Result, sequences ...int64) ([]Task, error) {
 	if len(sequences) == 0 {
@@ -59,7 +59,7 @@ func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, fr
 	return n, nil
 }
 
-// Recreate revives tasks in EXPIRED..SUCCEEDED (design §4.5), all or nothing. Modes
+// Recreate revives tasks in EXPIRED..SUCCEEDED, all or nothing. Modes
 // RecreateAppend, RecreateReplace and RecreateSupersede mark the old rows RECREATED and
 // push fresh copies (identifier, input, reference, priority) with that insertion; Reset
 // flips the same rows back to READY with a fresh attempt budget. It returns old → new.

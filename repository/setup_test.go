@@ -23,7 +23,7 @@ type fixture struct {
 }
 
 // setup gives the test its own migrated database, a repository registered as owner
-// "owner-1" and an initialized topic "topic".
+// "owner-1" and a topic "topic" with one attempt per task (createTopic).
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	t.Parallel()
@@ -31,10 +31,21 @@ func setup(t *testing.T) *fixture {
 	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
 	f := &fixture{t: t, ctx: ctx, pool: pool, topic: "topic"}
 	f.repo = f.newRepo("owner-1")
-	if _, err := f.repo.Initialize(ctx, pool, f.topic); err != nil {
-		t.Fatalf("initialize: %v", err)
-	}
+	f.createTopic(f.topic)
 	return f
+}
+
+// createTopic creates a topic whose tasks get one attempt: a FAILURE is final and an
+// expiry leaves the task EXPIRED, as the state transitions these tests check want (a
+// topic's default retries a failure 25 times: TestTopicDefaults).
+func (f *fixture) createTopic(topic string) {
+	f.t.Helper()
+	if _, err := f.repo.CreateTopic(f.ctx, f.pool, topic); err != nil {
+		f.t.Fatalf("create topic %q: %v", topic, err)
+	}
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, topic, func(s *repository.TopicSettings) { s.MaxAttempts = 1 }); err != nil {
+		f.t.Fatalf("configure topic %q: %v", topic, err)
+	}
 }
 
 // newRepo returns a registered repository with the given owner name.
@@ -44,7 +55,7 @@ func (f *fixture) newRepo(owner string) *repository.Repository {
 	if err != nil {
 		f.t.Fatalf("new repository: %v", err)
 	}
-	if _, err := repo.Register(f.ctx, f.pool); err != nil {
+	if _, err := repo.RegisterOwner(f.ctx, f.pool); err != nil {
 		f.t.Fatalf("register %s: %v", owner, err)
 	}
 	return repo

@@ -290,7 +290,7 @@ func TestSQLPushInsertionMatchesGoPush(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := ghost.Register(f.ctx, f.pool); err != nil {
+			if _, err := ghost.RegisterOwner(f.ctx, f.pool); err != nil {
 				t.Fatal(err)
 			}
 			mode := strings.ToLower(insertion.String())
@@ -473,21 +473,22 @@ func TestSQLPushNotifies(t *testing.T) {
 			t.Fatalf("notification %s %q, want task_notification %q", n.Channel, n.Payload, want)
 		}
 	}
-	work := func(topic string) string {
+	// WORK <md5(topic)> <priority> <first READY sequence> (migration 000013)
+	work := func(topic string, sequence int64) string {
 		sum := md5.Sum([]byte(topic))
-		return "WORK " + hex.EncodeToString(sum[:])
+		return fmt.Sprintf("WORK %s 0 %d", hex.EncodeToString(sum[:]), sequence)
 	}
 
 	sqlPush(f, "SELECT task_push('topic', 'a')")
-	wait(work("topic"))
+	wait(work("topic", 1))
 
 	sqlPushBatch(f, "SELECT * FROM task_push_batch('topic', '{a,b,c}')")
-	wait(work("topic")) // one per transaction, coalesced
+	wait(work("topic", 2)) // one per call
 
 	// A suspended push has no work to announce: the next notification is other's.
 	sqlPush(f, "SELECT task_push('topic', 'held', suspended => true)")
 	sqlPush(f, "SELECT task_push('other', 'a')")
-	wait(work("other"))
+	wait(work("other", 6))
 }
 
 func TestSQLPushFromTrigger(t *testing.T) {

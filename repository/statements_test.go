@@ -101,10 +101,10 @@ func tracedSetup(t *testing.T) (*repository.Repository, *pgxpool.Pool, *statemen
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := repo.Register(ctx, pool); err != nil {
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := repo.Initialize(ctx, pool, "topic"); err != nil {
+	if _, err := repo.CreateTopic(ctx, pool, "topic"); err != nil {
 		t.Fatal(err)
 	}
 	return repo, pool, counter

@@ -11,19 +11,28 @@ import (
 	"github.com/pgtask/pgtask/db"
 )
 
-// Initialize registers a topic, in the caller's transaction when h is one. It is
-// idempotent and reports whether the topic was new. A topic is one row of task_topic: its
-// tasks go to the shared table of its bucket (see Dedicate for a table of its own), so
-// registering one takes the same time whatever the number of topics.
-func (r *Repository) Initialize(ctx context.Context, h Handle, topic string) (bool, error) {
+// CreateTopic creates (registers) a topic, with the default settings, in the caller's
+// transaction when h is one: tasks can be pushed to it from then on. It is idempotent
+// and reports whether the topic was new; an existing topic keeps its settings and tasks.
+// A topic is one row of task_topic: its tasks go to the shared table of its bucket (see
+// Dedicate for a table of its own), so creating one takes the same time whatever the
+// number of topics. SQL's task_topic_create and `pgtask topic add` do the same.
+func (r *Repository) CreateTopic(ctx context.Context, h Handle, topic string) (bool, error) {
 	if err := validTopic(topic); err != nil {
 		return false, err
 	}
 	created, err := r.q.TopicCreate(ctx, h, topic)
 	if err != nil {
-		return false, mapError(fmt.Sprintf("initialize topic %q", topic), err)
+		return false, mapError(fmt.Sprintf("create topic %q", topic), err)
 	}
 	return created, nil
+}
+
+// Initialize is the former name of CreateTopic.
+//
+// Deprecated: use CreateTopic (RegisterOwner registers the repository's owner).
+func (r *Repository) Initialize(ctx context.Context, h Handle, topic string) (bool, error) {
+	return r.CreateTopic(ctx, h, topic)
 }
 
 // Topics lists the registered topics with their settings, by name.
@@ -41,6 +50,9 @@ func (r *Repository) Topics(ctx context.Context, h Handle) ([]Topic, error) {
 
 // Topic returns one registered topic, or ErrUnknownTopic.
 func (r *Repository) Topic(ctx context.Context, h Handle, topic string) (Topic, error) {
+	if err := validTopic(topic); err != nil {
+		return Topic{}, err
+	}
 	row, err := r.q.TopicGet(ctx, h, topic)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Topic{}, unknownTopic("get", topic)
@@ -78,28 +90,94 @@ func (r *Repository) Destroy(ctx context.Context, h Handle, topic string) (bool,
 	return destroyed, nil
 }
 
-// Configure replaces a topic's settings and returns the topic as stored.
+// Configure replaces every setting of a topic with s and returns the topic as stored.
+// To change some settings and keep the others, use UpdateSettings.
 func (r *Repository) Configure(ctx context.Context, h Handle, topic string, s TopicSettings) (Topic, error) {
+	if err := validTopic(topic); err != nil {
+		return Topic{}, err
+	}
+	if err := s.validate(); err != nil {
+		return Topic{}, fmt.Errorf("configure topic %q: %w", topic, err)
+	}
+	return r.configure(ctx, h, topic, s)
+}
+
+// UpdateSettings changes some settings of a topic and keeps the others: change receives
+// the topic's settings as stored and modifies what it wants; the result is validated and
+// written back, and the topic returned as stored. The topic's row is locked from the read
+// to the write (in a nested transaction of h), so concurrent updates do not undo each
+// other. For example, to slow down retries and keep everything else:
+//
+//	repo.UpdateSettings(ctx, pool, "emails", func(s *repository.TopicSettings) {
+//		s.BackoffBase = 10 * time.Second
+//	})
+func (r *Repository) UpdateSettings(ctx context.Context, h Handle, topic string, change func(*TopicSettings)) (Topic, error) {
+	if err := validTopic(topic); err != nil {
+		return Topic{}, err
+	}
+	var out Topic
+	err := inTx(ctx, h, func(tx pgx.Tx) error {
+		row, err := r.q.TopicGetForUpdate(ctx, tx, topic)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return unknownTopic("update settings of", topic)
+		}
+		if err != nil {
+			return mapError(fmt.Sprintf("update settings of topic %q", topic), err)
+		}
+		s := topicFrom(row).TopicSettings
+		change(&s)
+		if err := s.validate(); err != nil {
+			return fmt.Errorf("update settings of topic %q: %w", topic, err)
+		}
+		out, err = r.configure(ctx, tx, topic, s)
+		return err
+	})
+	return out, err
+}
+
+// validate checks settings before they are written.
+func (s TopicSettings) validate() error {
 	if s.MaxAttempts < 1 {
-		return Topic{}, invalid("max attempts %d is below 1", s.MaxAttempts)
+		return invalid("max attempts %d is below 1", s.MaxAttempts)
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"backoff base", s.BackoffBase}, {"backoff cap", s.BackoffCap}, {"backoff jitter", s.BackoffJitter}, {"retention", s.Retention}} {
 		if d.v < 0 {
-			return Topic{}, invalid("%s %v is negative", d.name, d.v)
+			return invalid("%s %v is negative", d.name, d.v)
 		}
 	}
 	if s.QueueCap < 0 {
-		return Topic{}, invalid("queue cap %d is negative", s.QueueCap)
+		return invalid("queue cap %d is negative", s.QueueCap)
 	}
+	for _, l := range []struct {
+		name string
+		v    int32
+	}{{"concurrency", s.Concurrency}, {"key concurrency", s.KeyConcurrency}, {"rate", s.Rate}, {"rate burst", s.RateBurst}} {
+		if l.v < 0 {
+			return invalid("%s %d is negative (0 is no limit)", l.name, l.v)
+		}
+	}
+	switch {
+	case s.RatePeriod < 0:
+		return invalid("rate period %v is negative", s.RatePeriod)
+	case s.Rate > 0 && s.RatePeriod < time.Millisecond:
+		return invalid("rate %d needs a period of at least 1ms, got %v", s.Rate, s.RatePeriod)
+	case s.Rate == 0 && (s.RatePeriod != 0 || s.RateBurst != 0):
+		return invalid("rate period %v and burst %d are given without a rate", s.RatePeriod, s.RateBurst)
+	}
+	return nil
+}
+
+// configure writes validated settings.
+func (r *Repository) configure(ctx context.Context, h Handle, topic string, s TopicSettings) (Topic, error) {
 	var retention *int64
 	if s.Retention > 0 {
 		ms := max(durationMs(s.Retention), 1)
 		retention = &ms
 	}
-	row, err := r.q.TopicUpdate(ctx, h, db.TopicUpdateParams{
+	arg := db.TopicUpdateParams{
 		Topic:           topic,
 		MaxAttempts:     s.MaxAttempts,
 		BackoffBaseMs:   durationMs(s.BackoffBase),
@@ -107,19 +185,34 @@ func (r *Repository) Configure(ctx context.Context, h Handle, topic string, s To
 		BackoffJitterMs: durationMs(s.BackoffJitter),
 		QueueCap:        ptr(s.QueueCap),
 		RetentionMs:     retention,
-	})
+		Concurrency:     ptr(s.Concurrency),
+		KeyConcurrency:  ptr(s.KeyConcurrency),
+		Fair:            s.Fair,
+	}
+	if s.Rate > 0 {
+		burst := s.RateBurst
+		if burst == 0 {
+			burst = s.Rate
+		}
+		period := max(durationMs(s.RatePeriod), 1)
+		arg.Rate, arg.RatePeriodMs, arg.RateBurst = &s.Rate, &period, &burst
+	}
+	row, err := r.q.TopicUpdate(ctx, h, arg)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Topic{}, unknownTopic("configure", topic)
 	}
 	if err != nil {
 		return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
 	}
-	return topicFrom(row), nil
+	return topicFrom(db.TaskTopic(row)), nil
 }
 
 // SetActive pauses (false) or resumes (true) a topic. The state is persisted, and every
 // process listening on task_notification is told at commit (ACTIVATION event).
 func (r *Repository) SetActive(ctx context.Context, h Handle, topic string, active bool) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
 	_, err := r.q.TopicSetActive(ctx, h, db.TopicSetActiveParams{Topic: topic, Active: active})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return unknownTopic("set activation of", topic)
@@ -130,10 +223,14 @@ func (r *Repository) SetActive(ctx context.Context, h Handle, topic string, acti
 	return nil
 }
 
-// Stats returns the topic's cheap health summary: exact counts of the unfinished and
-// broken states (served by a partial index whose size does not grow with finished rows)
-// and an estimate of all rows.
+// Stats returns the topic's cheap health summary (TopicStats): exact counts of the
+// unfinished and broken states (served by a partial index whose size does not grow with
+// finished rows) and an estimate of all rows. For exact counts of every state use
+// CountByState, which reads every task of the topic.
 func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicStats, error) {
+	if err := validTopic(topic); err != nil {
+		return TopicStats{}, err
+	}
 	row, err := r.q.TopicStats(ctx, h, topic)
 	if err != nil {
 		return TopicStats{}, mapError(fmt.Sprintf("stats of topic %q", topic), err)
@@ -143,12 +240,17 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 			return TopicStats{}, err
 		}
 	}
+	return statsOf(row.Active, row.Ready, row.Delayed, row.Expired, row.Failed, row.Suspended, row.OldestReadyAgeMs, row.RowsEstimate), nil
+}
+
+// statsOf builds a TopicStats. The rows estimate is never below the tasks counted: a
+// table whose statistics were never gathered (no ANALYZE yet) estimates nothing.
+func statsOf(active, ready, delayed, expired, failed, suspended, oldestMs, rows int64) TopicStats {
 	return TopicStats{
-		Active: row.Active, Ready: row.Ready, Delayed: row.Delayed, Expired: row.Expired,
-		Failed: row.Failed, Suspended: row.Suspended,
-		OldestReady:  time.Duration(row.OldestReadyAgeMs) * time.Millisecond,
-		RowsEstimate: row.RowsEstimate,
-	}, nil
+		Active: active, Ready: ready, Delayed: delayed, Expired: expired, Failed: failed, Suspended: suspended,
+		OldestReady:  time.Duration(oldestMs) * time.Millisecond,
+		RowsEstimate: max(rows, active+ready+expired+failed+suspended),
+	}
 }
 
 // Vacuum runs VACUUM on the table that holds the topic's tasks (its bucket's shared
@@ -294,6 +396,7 @@ func retryLocked[T any](ctx context.Context, h Handle, op func() (T, error)) (T,
 // TopicStatus is a topic with its TopicStats, as StatsAll returns them.
 type TopicStatus struct {
 	Topic
+	// Stats are the topic's stats, as Stats returns them.
 	Stats TopicStats
 }
 
@@ -312,12 +415,87 @@ func (r *Repository) StatsAll(ctx context.Context, h Handle, topics ...string) (
 	}
 	out := make([]TopicStatus, len(rows))
 	for i, row := range rows {
-		out[i] = TopicStatus{Topic: topicFrom(row.TaskTopic), Stats: TopicStats{
-			Active: row.Active, Ready: row.Ready, Delayed: row.Delayed, Expired: row.Expired,
-			Failed: row.Failed, Suspended: row.Suspended,
-			OldestReady:  time.Duration(row.OldestReadyAgeMs) * time.Millisecond,
-			RowsEstimate: row.RowsEstimate,
-		}}
+		out[i] = TopicStatus{Topic: topicFrom(row.TaskTopic),
+			Stats: statsOf(row.Active, row.Ready, row.Delayed, row.Expired, row.Failed, row.Suspended, row.OldestReadyAgeMs, row.RowsEstimate)}
 	}
 	return out, nil
+}
+
+// LimitUsage is how much of its limits a topic uses now (Repository.LimitUsage).
+type LimitUsage struct {
+	// Active is how many of the topic's tasks are ACTIVE (dead owners' leases included,
+	// until they expire), against TopicSettings.Concurrency.
+	Active int64
+	// KeysAtLimit is how many concurrency keys have TopicSettings.KeyConcurrency tasks
+	// ACTIVE.
+	KeysAtLimit int64
+	// KeysWaiting is how many concurrency keys have READY tasks (counted up to 10 000).
+	KeysWaiting int64
+	// Tokens is how many tasks the rate limit lets start now (whole or not), up to
+	// TopicSettings.RateBurst; the burst when the topic has not been polled since it has
+	// a rate limit, and 0 without one.
+	Tokens float64
+}
+
+// LimitUsage returns how much of its limits topic uses now: ACTIVE tasks, keys at their
+// limit and keys waiting, tokens left. It reads the topic's ACTIVE tasks and one index
+// entry per key with READY tasks, never its finished history.
+func (r *Repository) LimitUsage(ctx context.Context, h Handle, topic string) (LimitUsage, error) {
+	if err := validTopic(topic); err != nil {
+		return LimitUsage{}, err
+	}
+	row, err := r.q.TopicLimitUsage(ctx, h, topic)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return LimitUsage{}, unknownTopic("limit usage of", topic)
+	}
+	if err != nil {
+		return LimitUsage{}, mapError(fmt.Sprintf("limit usage of topic %q", topic), err)
+	}
+	return LimitUsage{Active: row.Active, KeysAtLimit: row.KeysAtLimit, KeysWaiting: row.KeysReady, Tokens: row.Tokens}, nil
+}
+
+// TopicsNamed returns the named topics, by name; unknown ones are left out. A processor
+// reads its own topics with it on every heartbeat: their activation and limits.
+func (r *Repository) TopicsNamed(ctx context.Context, h Handle, topics ...string) ([]Topic, error) {
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	rows, err := r.q.TopicGetMany(ctx, h, topics)
+	if err != nil {
+		return nil, mapError("read topics", err)
+	}
+	out := make([]Topic, len(rows))
+	for i, row := range rows {
+		out[i] = topicFrom(row)
+	}
+	return out, nil
+}
+
+// Limited reports whether the topic has a limit that a poll enforces (TopicSettings
+// Concurrency, KeyConcurrency, Rate or Fair).
+func (s TopicSettings) Limited() bool {
+	return s.Concurrency > 0 || s.KeyConcurrency > 0 || s.Rate > 0 || s.Fair
+}
+
+// TopicPageMax is the most topics one TopicPage returns.
+const TopicPageMax = 1000
+
+// TopicPage lists up to size registered topics (1..TopicPageMax) whose name comes after
+// `after` ("" starts at the first), by name, keeping those whose name contains search
+// ignoring case ("" keeps all). Pass the last name of a page as `after` to read the next:
+// with thousands of topics, a listing reads one page of task_topic, never the task
+// tables; StatsAll of the page's names adds their stats.
+func (r *Repository) TopicPage(ctx context.Context, h Handle, search, after string, size int) ([]Topic, error) {
+	if size < 1 || size > TopicPageMax {
+		return nil, fmt.Errorf("%w: topic page size %d is outside 1..%d", ErrInvalid, size, TopicPageMax)
+	}
+	rows, err := r.q.TopicPage(ctx, h, db.TopicPageParams{After: after, Search: search, Size: int32(size)})
+	if err != nil {
+		return nil, mapError("page topics", err)
+	}
+	topics := make([]Topic, len(rows))
+	for i, row := range rows {
+		topics[i] = topicFrom(row)
+	}
+	return topics, nil
 }

@@ -9,7 +9,7 @@ import (
 // State is the lifecycle state of a task. The ordinals are fixed and visible in SQL.
 type State int16
 
-// The nine task states (design §3).
+// The nine task states; the README's Concepts section describes their life cycle.
 const (
 	Active    State = 0 // leased by an owner and being processed
 	Ready     State = 1 // waiting to be polled (possibly not before a given time)
@@ -99,7 +99,7 @@ func ParseResult(name string) (Result, error) {
 	return 0, fmt.Errorf("%w: unknown result %q (want one of %s)", ErrInvalid, name, strings.Join(resultNames[:], ", "))
 }
 
-// Insertion decides what a push does to older tasks of the same identifier (design §4.2).
+// Insertion decides what a push does to older tasks of the same identifier.
 type Insertion int16
 
 // The insertion modes.
@@ -165,7 +165,7 @@ func ParseOrder(name string) (Order, error) {
 }
 
 // Condition excludes READY tasks from a poll based on other tasks of the same identifier
-// in the same topic (design §4.3).
+// in the same topic.
 type Condition int16
 
 // The poll conditions.
@@ -207,7 +207,7 @@ func ParseCondition(name string) (Condition, error) {
 	return 0, fmt.Errorf("%w: unknown condition %q (want one of %s)", ErrInvalid, name, strings.Join(conditionNames[:], ", "))
 }
 
-// Junction decides which tasks count when releasing a group of identifiers (design §4.6).
+// Junction decides which tasks count when releasing a group of identifiers.
 type Junction int16
 
 // The junction kinds.
@@ -225,7 +225,7 @@ const (
 	Recent CountMode = 1 // only the latest task of each identifier
 )
 
-// RecreateMode is how recreate revives tasks (design §4.5).
+// RecreateMode is how recreate revives tasks.
 type RecreateMode int16
 
 // The recreate modes: the first three mark the old rows RECREATED and push fresh copies
@@ -260,19 +260,33 @@ func ParseRecreateMode(name string) (RecreateMode, error) {
 // Task is one row of the task table. Empty strings stand for absent (NULL) text and zero
 // times for absent times.
 type Task struct {
-	Topic      string
-	Sequence   int64
+	// Topic is the topic the task was pushed to.
+	Topic string
+	// Sequence is the task's number, from one counter shared by all topics: it orders
+	// tasks and, with Topic, identifies one.
+	Sequence int64
+	// Identifier is the business key given at push; not unique.
 	Identifier string
-	State      State
-	// Descent is what the row was before its current state (design §3).
-	Descent   State
-	Owner     string
-	Created   time.Time
+	// State is where the task is in its life cycle.
+	State State
+	// Descent is what the row was before its current state: READY for a fresh task
+	// (also one pushed SUSPENDED); a junction, a poll and an expiry leave it as it is,
+	// every other change sets it to the higher of the old state and the old descent.
+	Descent State
+	// Owner is the owner that leased the task last; empty if it never was.
+	Owner string
+	// Created is when the task was pushed, by the database clock.
+	Created time.Time
+	// Completed is when the task last got a result; zero if it never did.
 	Completed time.Time
-	Input     string
-	Output    string
+	// Input is the payload given at push; empty if none.
+	Input string
+	// Output is the message (or error text) of the task's last decision; empty if none.
+	Output string
+	// Reference is the optional text given at push; empty if none.
 	Reference string
-	Priority  int16
+	// Priority orders polling: lower values first.
+	Priority int16
 	// NotBefore is the earliest time a READY task may be polled; zero means at once.
 	NotBefore time.Time
 	// Attempt counts the leases of the task; a completion must name the current one. It
@@ -285,6 +299,9 @@ type Task struct {
 	Errors []string
 	// Cancelled is set when the task was cancelled.
 	Cancelled bool
+	// ConcurrencyKey is the key the task was pushed with (Creation.ConcurrencyKey);
+	// empty when none.
+	ConcurrencyKey string
 }
 
 // Result returns the task's result and whether it has one (states FAILED..SUCCEEDED).
@@ -321,11 +338,18 @@ type Creation struct {
 	NotBefore time.Time
 	// Delay delays polling by this long after the push, by the database clock.
 	Delay time.Duration
+	// ConcurrencyKey (at most 250 characters) groups tasks for the topic's per-key limit
+	// and fair scheduling (TopicSettings.KeyConcurrency, Fair): a tenant, a customer, an
+	// account. Empty means none. A topic with neither ignores it.
+	ConcurrencyKey string
 }
 
 // Decision is the outcome a handler gives a task: a result with an optional message, or
 // a snooze back to READY.
 type Decision struct {
+	// Result is the outcome: the task becomes FAILED, SUSPENDED, FILTERED or SUCCEEDED
+	// (FAILURE goes back to READY while the topic's retry policy grants an attempt).
+	// Ignored for a snooze.
 	Result Result
 	// Message is stored as the task's output (an error text for FAILURE); empty stores none.
 	Message string
@@ -361,8 +385,12 @@ func SnoozeFor(d time.Duration) Decision { return Decision{Snooze: true, Delay: 
 
 // Completion is a decision for one leased task, fenced by its attempt.
 type Completion struct {
+	// Sequence is the task's.
 	Sequence int64
-	Attempt  int32
+	// Attempt is the task's attempt when it was leased: a completion of an earlier lease
+	// is refused.
+	Attempt int32
+	// Decision is what to record.
 	Decision Decision
 
 	// Set by Task.Decide: the leased task's columns that never change after the push.
@@ -372,32 +400,68 @@ type Completion struct {
 	identifier, input, reference string
 }
 
-// TopicSettings are the per-topic settings every process sees alike.
+// TopicSettings are the per-topic settings every process sees alike. A new topic has
+// the defaults below (MaxAttemptsDefault, BackoffBaseDefault, BackoffCapDefault, no
+// jitter, no queue cap, no retention); Configure replaces them all, UpdateSettings some.
 type TopicSettings struct {
-	// MaxAttempts is how many times a task may be leased before a FAILURE or an expiry is
-	// final; 1 (the default) means no automatic retry.
+	// MaxAttempts is how many attempts a task gets: a FAILURE or an expiry with attempts
+	// left puts it back to READY after a backoff, the last one is final (FAILED, or
+	// EXPIRED). 1 means no automatic retry. Snoozes and hand-backs use no attempt.
 	MaxAttempts int32
-	// BackoffBase, BackoffCap and BackoffJitter give the retry delay:
-	// min(cap, base·2^(attempt−1)) + random jitter in [0, BackoffJitter).
-	BackoffBase   time.Duration
-	BackoffCap    time.Duration
+	// BackoffBase is the delay before the first retry; each later retry waits twice as
+	// long as the one before: min(BackoffCap, BackoffBase·2^(attempt−1)) + jitter.
+	BackoffBase time.Duration
+	// BackoffCap bounds the delay between two attempts.
+	BackoffCap time.Duration
+	// BackoffJitter adds a random delay in [0, BackoffJitter) to each retry, so that
+	// tasks that failed together do not all come back at once.
 	BackoffJitter time.Duration
 	// QueueCap is the most READY+ACTIVE tasks the topic may hold; 0 is unlimited.
 	QueueCap int64
 	// Retention is how long finished tasks are kept; 0 keeps them forever.
 	Retention time.Duration
+
+	// The limits below hold across every process, enforced by the database at each poll
+	// (docs/library.md, "Limits"); 0 (false) is none. A change takes effect at the next
+	// poll. Leases of a dead owner count until they expire.
+
+	// Concurrency is the most tasks of the topic ACTIVE at once.
+	Concurrency int32
+	// KeyConcurrency is the most tasks of one concurrency key (Creation.ConcurrencyKey)
+	// ACTIVE at once. A topic with it is polled key by key, round-robin, as a Fair one.
+	KeyConcurrency int32
+	// Rate is the most tasks started per RatePeriod, with bursts of up to RateBurst (a
+	// token bucket holding RateBurst tokens, refilled at Rate per RatePeriod).
+	Rate int32
+	// RatePeriod is the period of Rate; required with it.
+	RatePeriod time.Duration
+	// RateBurst is the most tasks started at once after a quiet time; with Rate, 0 means
+	// Rate.
+	RateBurst int32
+	// Fair polls the topic key by key, round-robin within each priority: one key's
+	// backlog does not hold back the tasks of the others.
+	Fair bool
 }
 
-// Defaults of a freshly registered topic.
+// Defaults of a freshly created topic: 25 attempts, the first retry after a second, each
+// later one after twice the delay of the one before, up to an hour: a failing task is
+// retried for about 14 hours before it lands in FAILED, the dead-letter set. A topic
+// created before schema version 14 keeps the settings it had (one attempt, unless
+// configured); see docs/library.md.
 const (
-	MaxAttemptsDefault = 1
+	// MaxAttemptsDefault is a new topic's TopicSettings.MaxAttempts.
+	MaxAttemptsDefault = 25
+	// BackoffBaseDefault is a new topic's TopicSettings.BackoffBase.
 	BackoffBaseDefault = time.Second
-	BackoffCapDefault  = time.Hour
+	// BackoffCapDefault is a new topic's TopicSettings.BackoffCap.
+	BackoffCapDefault = time.Hour
 )
 
 // Topic is a registered topic with its settings.
 type Topic struct {
-	Name    string
+	// Name is the topic's name.
+	Name string
+	// Created is when the topic was created.
 	Created time.Time
 	// Active is false while the topic is paused.
 	Active bool
@@ -412,11 +476,16 @@ type Topic struct {
 
 // Owner is a registered repository instance.
 type Owner struct {
-	Name      string
+	// Name is the owner's name (Config.Owner).
+	Name string
+	// Heartbeat is the owner's last heartbeat, by the database clock.
 	Heartbeat time.Time
-	Started   time.Time
-	Host      string
-	PID       int
+	// Started is when the owner registered.
+	Started time.Time
+	// Host is the machine the owner runs on, as it said (Config.Host).
+	Host string
+	// PID is the owner's process id, as it said (Config.PID).
+	PID int
 }
 
 // TaskFilter narrows Page and Count. Zero values match everything.
@@ -431,22 +500,43 @@ type TaskFilter struct {
 
 // Count is the number of tasks of one state and the highest sequence among them.
 type Count struct {
-	Count   int64
+	// Count is how many tasks.
+	Count int64
+	// Highest is the highest sequence among them (0 when none).
 	Highest int64
 }
 
-// TopicStats is the cheap health summary of a topic.
+// TopicStats is the cheap health summary of a topic (Repository.Stats): exact counts of
+// its unfinished and broken tasks, read from small indexes whatever the number of
+// finished ones, and an estimate of all its rows.
 type TopicStats struct {
-	Active, Ready, Delayed, Expired, Failed, Suspended int64
-	// OldestReady is how long the longest-waiting pollable READY task has waited.
+	// Active counts the ACTIVE tasks: leased and being processed.
+	Active int64
+	// Ready counts the READY tasks, the delayed ones included: Ready − Delayed can be
+	// polled now.
+	Ready int64
+	// Delayed counts the READY tasks whose not-before time has not come yet (pushed with
+	// a delay, retried after a backoff, snoozed).
+	Delayed int64
+	// Expired counts the EXPIRED tasks: their owner died and no attempt was left.
+	Expired int64
+	// Failed counts the FAILED tasks: the dead-letter set.
+	Failed int64
+	// Suspended counts the SUSPENDED tasks, waiting for a junction or a revival.
+	Suspended int64
+	// OldestReady is how long the longest-waiting pollable READY task has waited since it
+	// became pollable (its not-before time, or its push); 0 when none waits.
 	OldestReady time.Duration
-	// RowsEstimate is the planner's estimate of all rows in the topic, finished included,
-	// from the statistics of the table that holds it (as fresh as its last ANALYZE).
+	// RowsEstimate estimates all the topic's tasks, finished ones included, from the
+	// planner's statistics of the table that holds them: as fresh as the table's last
+	// ANALYZE (autovacuum's, or a processor's as the topic grows), and never below the
+	// tasks counted above. Use CountByState for exact counts of every state.
 	RowsEstimate int64
 }
 
 // Expiry reports what Expire did to one topic.
 type Expiry struct {
+	// Topic is the topic whose leases were taken back.
 	Topic string
 	// Expired counts every lease taken back; Retried those of them put back to READY.
 	Expired, Retried int64
@@ -454,6 +544,9 @@ type Expiry struct {
 
 // Revival pairs a revived task with its fresh copy (the same task for Reset).
 type Revival struct {
+	// Old is the revived task as stored after the revival (RECREATED, or READY again
+	// for a reset).
 	Old Task
+	// New is its fresh copy (the same task for a reset).
 	New Task
 }

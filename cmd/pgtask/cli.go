@@ -43,7 +43,9 @@ func exitCode(err error, w io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(w, "pgtask: %v\n", err)
+	// An error may quote the database (a task's identifier, PostgreSQL's message):
+	// never raw to the terminal.
+	fmt.Fprintf(w, "pgtask: %s\n", escape(err.Error(), true))
 	var ue *usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(w, "Run '%s --help' for usage.\n", ue.cmd)
@@ -81,9 +83,21 @@ func commands() []*command {
 		{name: "topic", summary: "register, configure, list and destroy topics", sub: []*command{
 			{name: "add", args: "NAME", summary: "register a topic (idempotent), optionally with settings", run: runTopicAdd},
 			{name: "list", summary: "list topics and their settings", run: runTopicList},
+			{name: "show", args: "NAME", summary: "show a topic: settings, limits and their use, task counts", run: runTopicShow},
 			{name: "set", args: "NAME", summary: "change some settings of a topic", run: runTopicSet},
 			{name: "destroy", args: "NAME", summary: "remove a topic with all its tasks", run: runTopicDestroy},
 			{name: "dedicate", args: "NAME", summary: "give a topic a table of its own", run: runTopicDedicate},
+		}},
+		{name: "schedule", summary: "add, change, list, pause and remove schedules (periodic tasks)", sub: []*command{
+			{name: "add", args: "NAME --topic T --spec SPEC", summary: "create a schedule", run: runScheduleAdd},
+			{name: "list", summary: "list schedules and their next fire times", run: runScheduleList},
+			{name: "show", args: "NAME", summary: "show one schedule and its coming fire times", run: runScheduleShow},
+			{name: "set", args: "NAME", summary: "change some settings of a schedule", run: runScheduleSet},
+			{name: "pause", args: "NAME", summary: "stop a schedule firing", run: runSchedulePause},
+			{name: "resume", args: "NAME", summary: "let a paused schedule fire again", run: runScheduleResume},
+			{name: "remove", args: "NAME", summary: "remove a schedule (alias: rm)", run: runScheduleRemove},
+			{name: "rm", args: "NAME", summary: "remove a schedule", run: runScheduleRm},
+			{name: "run-now", args: "NAME", summary: "push a schedule's task now", run: runScheduleRunNow},
 		}},
 		{name: "push", args: "--topic T [IDENTIFIER [INPUT]]", summary: "push a task, or many from stdin", run: runPush},
 		{name: "list", args: "--topic T", summary: "list the tasks of a topic, page by page", run: runList},
@@ -96,9 +110,7 @@ func commands() []*command {
 		{name: "purge", args: "--topic T", summary: "delete finished tasks", run: runPurge},
 		{name: "expire", summary: "take back the leases of dead processes", run: runExpire},
 		{name: "serve", args: "[--addr HOST:PORT]", summary: "serve the REST API and /metrics", run: runServe},
-		{name: "bench", summary: "measure throughput against a database", run: func(ctx context.Context, e *env, args []string) error {
-			return runBench(ctx, args, e.stdout, e.stderr)
-		}},
+		{name: "bench", summary: "measure throughput against a database", run: runBench},
 		{name: "dev", summary: "run the whole system locally, with a throwaway PostgreSQL if needed", run: runDev},
 	}
 }

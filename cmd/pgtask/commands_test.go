@@ -484,7 +484,7 @@ func TestExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dead.Register(f.ctx, f.pool); err != nil {
+	if _, err := dead.RegisterOwner(f.ctx, f.pool); err != nil {
 		t.Fatal(err)
 	}
 	seqs := f.push("a")

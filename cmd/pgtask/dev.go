@@ -14,15 +14,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pgtask/pgtask/internal/metrics"
+	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/internal/pgcluster"
+	"github.com/pgtask/pgtask/metrics"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
 
 const devAbout = `
 Runs the whole pgtask system on this machine in one process: the database schema, the
-REST API with /metrics, and demo processors for two topics:
+web dashboard (unless --ui=false), the REST API with /metrics, and demo processors for
+two topics:
 
   demo   logs each task and succeeds after 50ms (input "fail" makes it fail instead)
   echo   succeeds at once with the task's input as its output
@@ -49,17 +51,19 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 	f := newFlags(e, "pgtask dev", "[flags]", devAbout)
 	url := f.databaseURL()
 	addr := f.String("addr", "127.0.0.1:8080", "REST API address `HOST:PORT` (port 0 picks a free port)")
-	token := f.String("token", "", "bearer `TOKEN` the API requires (default $PGTASK_TOKEN; empty: none)")
+	sec := f.securityFlags()
+	ui := f.uiFlag()
 	keep := f.Bool("keep", false, "keep the throwaway cluster's directory on exit")
 	dir := f.String("dir", "", "parent `DIRECTORY` of the throwaway cluster (default: the system's temporary directory)")
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
-	if *token == "" {
-		*token = e.getenv("PGTASK_TOKEN")
+	if err := sec.check(); err != nil {
+		return err
 	}
 	out := &lockedWriter{w: e.stdout}
-	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: e.stderr}, nil))
+	logWriter := &lockedWriter{w: e.stderr}
+	logger := slog.New(slog.NewTextHandler(logWriter, nil))
 
 	dbURL := f.resolveURL(*url)
 	var cluster *pgcluster.Cluster
@@ -98,14 +102,26 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	api, err := newAPI(pool, *token, 0, logger, reg)
+	ln, guard, err := sec.listen(*addr)
 	if err != nil {
 		return err
 	}
-	proc, err := processor.New(processor.Config{Pool: pool, Logger: logger, OnExpire: m.OnExpire})
+	defer ln.Close()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	api, err := newAPI(pool, guard, 0, logger, reg)
 	if err != nil {
+		return err
+	}
+	if api, err = withDashboard(*ui, pool, guard, sec.token, api, logger); err != nil {
+		return err
+	}
+	proc, err := processor.New(processor.Config{Pool: pool, Logger: logger})
+	if err != nil {
+		return err
+	}
+	// The API registered the queue's series (every topic): the processor adds its own.
+	if err := proc.Observe(m.Listener()); err != nil {
 		return err
 	}
 	demo, err := processor.Buffer(demoHandler(logger), processor.BufferConfig{MinWorkers: 1, MaxWorkers: 4, Queue: 2})
@@ -116,18 +132,13 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 		{Topic: devTopic, Handler: demo, BatchSize: 10},
 		{Topic: devEchoTopic, Handler: echoHandler()},
 	} {
-		mc.Listener = m.Listener()
 		mc.ShutdownTimeout = 5 * time.Second
 		if _, err := proc.Manage(mc); err != nil {
 			return err
 		}
-		if _, err := proc.Repository().Initialize(ctx, pool, mc.Topic); err != nil {
+		if _, err := proc.Repository().CreateTopic(ctx, pool, mc.Topic); err != nil {
 			return err
 		}
-	}
-	ln, err := listen(*addr)
-	if err != nil {
-		return err
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -146,9 +157,10 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 		stop() // one part stopping stops the others
 	}
 	wg.Go(func() { fail(proc.Run(runCtx)) })
-	wg.Go(func() { fail(serveHTTP(runCtx, ln, api, logger, 5*time.Second)) })
+	wg.Go(func() { fail(serveHTTP(runCtx, ln, guard, api, httpguard.Timeouts{}, logger, 5*time.Second)) })
 
-	printDevBanner(out, "http://"+ln.Addr().String(), dbURL, *token, cluster)
+	printDevBanner(out, "http://"+ln.Addr().String(), dbURL, sec.token, cluster)
+	warnOpen(logWriter, "pgtask dev", ln.Addr(), guard, false)
 	fmt.Fprintln(out, devReadyLine)
 
 	<-runCtx.Done()
@@ -206,6 +218,7 @@ func printDevBanner(w io.Writer, base, dbURL, token string, cluster *pgcluster.C
 	fmt.Fprintf(w, `
 pgtask dev is running.
 
+  dashboard     %[1]s/
   REST API      %[1]s   (description: %[1]s/openapi.json)
   metrics       %[1]s/metrics
   health        %[1]s/healthz

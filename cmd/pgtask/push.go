@@ -11,8 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -23,10 +23,11 @@ statement each; every batch commits on its own). A line is either
 
   identifier<TAB>input        (or just: identifier)
   {"identifier": "id", "input": "text or any JSON", "priority": 5, "delay": "5s",
-   "not_before": "2024-05-01T12:00:00Z", "reference": "r", "suspended": false}
+   "not_before": "2024-05-01T12:00:00Z", "reference": "r", "suspended": false,
+   "key": "tenant-7"}
 
-Blank lines are skipped. The flags --priority, --delay, --reference and --suspended
-are the defaults of every line; a JSON line's fields override them. A JSON "input" that
+Blank lines are skipped. The flags --priority, --delay, --reference, --suspended and
+--key are the defaults of every line; a JSON line's fields override them. A JSON "input" that
 is not a string is stored as its JSON text.
 
 --insertion decides what happens to older tasks of the same identifier:
@@ -44,6 +45,7 @@ type pushLine struct {
 	NotBefore  *time.Time      `json:"not_before"`
 	Reference  *string         `json:"reference"`
 	Suspended  *bool           `json:"suspended"`
+	Key        *string         `json:"key"`
 }
 
 func runPush(ctx context.Context, e *env, args []string) error {
@@ -56,6 +58,7 @@ func runPush(ctx context.Context, e *env, args []string) error {
 	reference := f.String("reference", "", "optional reference `TEXT` (e.g. the sequence of the task that caused this one)")
 	suspended := f.Bool("suspended", false, "push SUSPENDED: the task waits for a junction or revival")
 	batchSize := f.Int("batch-size", 1000, "lines (`N`) per push when reading standard input")
+	key := f.String("key", "", "concurrency `KEY` (a tenant, a customer) for the topic's per-key limit and fair polling")
 	pos, err := f.args(args, 0, 2, "")
 	if err != nil {
 		return err
@@ -74,10 +77,13 @@ func runPush(ctx context.Context, e *env, args []string) error {
 	if *batchSize < 1 {
 		return f.usagef("--batch-size: %d is below 1", *batchSize)
 	}
-	if n := utf8.RuneCountInString(*reference); n > repository.MaxReferenceLength {
-		return f.usagef("--reference: %d characters long, at most %d allowed", n, repository.MaxReferenceLength)
+	if err := repository.ValidateFilter(repository.TaskFilter{Reference: *reference}); err != nil {
+		return f.usagef("--reference: %s", stripInvalid(err))
 	}
-	defaults := repository.Creation{Reference: *reference, Suspended: *suspended, Priority: priority, Delay: *delay}
+	if err := repository.ValidateConcurrencyKey(*key); err != nil {
+		return f.usagef("--key: %s", stripInvalid(err))
+	}
+	defaults := repository.Creation{Reference: *reference, Suspended: *suspended, Priority: priority, Delay: *delay, ConcurrencyKey: *key}
 
 	var single *repository.Creation
 	if len(pos) > 0 {
@@ -86,7 +92,7 @@ func runPush(ctx context.Context, e *env, args []string) error {
 		if len(pos) > 1 {
 			c.Input = pos[1]
 		}
-		if err := checkCreation(c, c.Identifier); err != nil {
+		if err := checkCreation(c); err != nil {
 			return f.usagef("%v", err)
 		}
 		single = &c
@@ -182,6 +188,9 @@ func parseLine(line string, defaults repository.Creation) (repository.Creation, 
 	line = strings.TrimRight(line, "\r\n")
 	c := defaults
 	if trimmed := strings.TrimSpace(line); strings.HasPrefix(trimmed, "{") {
+		if err := wire.CheckText([]byte(trimmed)); err != nil {
+			return c, fmt.Errorf("bad JSON: %w", err)
+		}
 		var pl pushLine
 		dec := json.NewDecoder(strings.NewReader(trimmed))
 		dec.DisallowUnknownFields()
@@ -225,28 +234,21 @@ func parseLine(line string, defaults repository.Creation) (repository.Creation, 
 		if pl.Suspended != nil {
 			c.Suspended = *pl.Suspended
 		}
+		if pl.Key != nil {
+			c.ConcurrencyKey = *pl.Key
+		}
 	} else {
 		c.Identifier, c.Input, _ = strings.Cut(line, "\t")
 	}
-	return c, checkCreation(c, c.Identifier)
+	return c, checkCreation(c)
 }
 
-// checkCreation checks what the repository would refuse, so that a bad line is named by
-// its line number rather than its position in a batch.
-func checkCreation(c repository.Creation, identifier string) error {
-	switch n := utf8.RuneCountInString(identifier); {
-	case identifier == "":
-		return errors.New("identifier is empty")
-	case !utf8.ValidString(identifier):
-		return errors.New("identifier is not valid UTF-8")
-	case n > repository.MaxIdentifierLength:
-		return fmt.Errorf("identifier is %d characters long, at most %d allowed", n, repository.MaxIdentifierLength)
-	}
-	if n := utf8.RuneCountInString(c.Reference); n > repository.MaxReferenceLength {
-		return fmt.Errorf("reference is %d characters long, at most %d allowed", n, repository.MaxReferenceLength)
-	}
-	if !utf8.ValidString(c.Input) || !utf8.ValidString(c.Reference) {
-		return errors.New("input or reference is not valid UTF-8")
+// checkCreation checks what the repository would refuse (the same limits as every
+// route of the REST API), so that a bad line is named by its line number rather than its
+// position in a batch.
+func checkCreation(c repository.Creation) error {
+	if err := c.Validate(); err != nil {
+		return errors.New(stripInvalid(err))
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ package main
 //	<!-- test: sh -->      run with bash -euo pipefail
 //	<!-- test: sql -->     run through pgx (one Exec; several statements are fine)
 //	<!-- test: go -->      compile (and check gofmt)
+//	<!-- test: gotest -->  compile as a test file and run it with go test (TEST_DATABASE_URL
+//	                       set to the tests' server)
 //	<!-- test: output -->  (before a text block) what the block before printed
 //	<!-- test: dev -->     the quick start's `go run ./cmd/pgtask dev`
 //	<!-- test: skip (why) -->  not run, with the reason
@@ -32,8 +34,10 @@ package main
 // A go block is compiled as its own package: a block without a package clause is a
 // list of top-level declarations that gets "package main" (if it declares main) or
 // "package readme" and the imports it uses (from a fixed list of the standard library,
-// pgx and pgtask packages) added. The packages are compiled with go build -overlay, so
-// nothing is written into the source tree.
+// pgx, Prometheus and pgtask packages) added. The packages are compiled with go build
+// -overlay, so nothing is written into the source tree. A gotest block is the only
+// file, block_test.go, of its package, run with go test -overlay: a test file a reader
+// can copy as it is.
 //
 // The dev block is not run as written (it runs until Ctrl-C, and a throwaway cluster is
 // what TestDev covers): the test runs the built `pgtask dev --addr 127.0.0.1:0` with
@@ -70,6 +74,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
 	"github.com/pgtask/pgtask/sql/schema"
@@ -95,7 +100,7 @@ func (b *readmeBlock) String() string { return fmt.Sprintf("README.md:%d (%s blo
 var (
 	readmeMarker = regexp.MustCompile(`^<!-- test: (\w+)(.*?)\s*-->$`)
 	readmeKinds  = map[string][]string{ // marker kind → the fence languages it may precede
-		"sh": {"sh", "bash"}, "sql": {"sql"}, "go": {"go"}, "output": {"text"}, "dev": {"sh"}, "skip": nil,
+		"sh": {"sh", "bash"}, "sql": {"sql"}, "go": {"go"}, "gotest": {"go"}, "output": {"text"}, "dev": {"sh"}, "skip": nil,
 	}
 	readmeNeedMarker = map[string]bool{"sh": true, "bash": true, "shell": true, "sql": true, "go": true}
 )
@@ -344,7 +349,7 @@ func readmeStart(t *testing.T, bin string, env []string, ready *regexp.Regexp, a
 	cmd := exec.Command(filepath.Join(bin, "pgtask"), args...)
 	cmd.Env = env
 	cmd.SysProcAttr = endWithTest()
-	var stderr syncBuffer
+	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -354,7 +359,7 @@ func readmeStart(t *testing.T, bin string, env []string, ready *regexp.Regexp, a
 		t.Fatal(err)
 	}
 	var (
-		lines   syncBuffer
+		lines   logbuf.Buffer
 		matched = make(chan []string, 1)
 		drained = make(chan struct{})
 	)
@@ -488,6 +493,9 @@ var readmeImports = map[string]string{
 	"strings": "strings", "json": "encoding/json", "http": "net/http", "slog": "log/slog",
 	"pgx": "github.com/jackc/pgx/v5", "pgxpool": "github.com/jackc/pgx/v5/pgxpool",
 	"repository": "github.com/pgtask/pgtask/repository", "processor": "github.com/pgtask/pgtask/processor",
+	"metrics": "github.com/pgtask/pgtask/metrics", "pgtasktest": "github.com/pgtask/pgtask/pgtasktest",
+	"testing": "testing", "prometheus": "github.com/prometheus/client_golang/prometheus",
+	"promhttp": "github.com/prometheus/client_golang/prometheus/promhttp",
 }
 
 // testReadmeGo compiles every go block as its own package.
@@ -501,11 +509,11 @@ func testReadmeGo(t *testing.T, blocks []*readmeBlock) {
 	}
 	tmp := t.TempDir()
 	overlay := map[string]string{}
-	var pkgs []string
+	var pkgs, testPkgs []string
 	origin := map[string]*readmeBlock{} // generated file → its block
 	header := map[*readmeBlock]int{}    // lines added before the block's text
 	for i, b := range blocks {
-		if b.kind != "go" {
+		if b.kind != "go" && b.kind != "gotest" {
 			continue
 		}
 		src, err := readmeGoSource(b.text)
@@ -520,9 +528,14 @@ func testReadmeGo(t *testing.T, blocks []*readmeBlock) {
 		}
 		// A package directory that exists only in the overlay.
 		pkg := fmt.Sprintf("internal/readmecheck/block%d", i)
+		origin[file] = b
+		if b.kind == "gotest" {
+			overlay[filepath.Join(root, pkg, "block_test.go")] = file
+			testPkgs = append(testPkgs, "./"+pkg)
+			continue
+		}
 		overlay[filepath.Join(root, pkg, "block.go")] = file
 		pkgs = append(pkgs, "./"+pkg)
-		origin[file] = b
 	}
 	if len(pkgs) == 0 {
 		t.Fatal("the README has no tested go block")
@@ -546,11 +559,10 @@ func testReadmeGo(t *testing.T, blocks []*readmeBlock) {
 	if err := os.WriteFile(ovFile, ov, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(t.Context(), "go", append([]string{"build", "-overlay", ovFile}, pkgs...)...)
-	cmd.Dir = root
-	if msg, err := cmd.CombinedOutput(); err != nil {
+	report := func(what string, msg []byte, err error) {
+		t.Helper()
 		// Point the compiler's file:line:column at the README's lines.
-		report := readmeGoPos.ReplaceAllStringFunc(string(msg), func(pos string) string {
+		out := readmeGoPos.ReplaceAllStringFunc(string(msg), func(pos string) string {
 			m := readmeGoPos.FindStringSubmatch(pos)
 			b := origin[m[1]]
 			line, _ := strconv.Atoi(m[2])
@@ -559,7 +571,31 @@ func testReadmeGo(t *testing.T, blocks []*readmeBlock) {
 			}
 			return fmt.Sprintf("README.md:%d:%s", b.line+line-header[b], m[3])
 		})
-		t.Fatalf("the README's Go examples do not compile: %v\n%s", err, report)
+		t.Fatalf("the README's Go %s: %v\n%s", what, err, out)
+	}
+	cmd := exec.CommandContext(t.Context(), "go", append([]string{"build", "-overlay", ovFile}, pkgs...)...)
+	cmd.Dir = root
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		report("examples do not compile", msg, err)
+	}
+	if len(testPkgs) == 0 {
+		return
+	}
+	// Compiled with go test -c and run here: the package directory exists only in the
+	// overlay, and a test binary runs in its package's directory under go test.
+	for _, pkg := range testPkgs {
+		bin := filepath.Join(tmp, filepath.Base(pkg)+".test")
+		cmd := exec.CommandContext(t.Context(), "go", "test", "-c", "-vet=off", "-overlay", ovFile, "-o", bin, pkg)
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			report("test files do not compile", msg, err)
+		}
+		cmd = exec.CommandContext(t.Context(), bin, "-test.count=1")
+		cmd.Dir = tmp
+		cmd.Env = append(os.Environ(), "TEST_DATABASE_URL="+pgtest.AdminURL(t))
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			report("test files fail", msg, err)
+		}
 	}
 }
 

@@ -4,28 +4,40 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/pgtask/pgtask/internal/metrics"
+	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/internal/rest"
+	"github.com/pgtask/pgtask/metrics"
+	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
 
 const serveAbout = `
-Serves the REST API (enqueue, status, cancel, list, stats; GET /openapi.json describes it)
-and Prometheus metrics at /metrics, until SIGINT or SIGTERM, which stop it gracefully:
+Serves the web dashboard at / (unless --ui=false; docs/dashboard.md), the REST API
+(enqueue, status, cancel, list, stats; GET /openapi.json describes it) and Prometheus
+metrics at /metrics, until SIGINT or SIGTERM, which stop it gracefully:
 requests in flight get --shutdown-timeout to finish.
 
 With a token (--token or $PGTASK_TOKEN) every request but GET /healthz and
-GET /openapi.json must carry the header "Authorization: Bearer TOKEN"; without one the
-API is open to anyone who can reach it.`
+GET /openapi.json must carry the header "Authorization: Bearer TOKEN". Without one the API
+is open to every client that can reach it, with two limits against web pages: it answers
+only requests addressed to the address it listens on (localhost for 127.0.0.1; any IP
+for 0.0.0.0) or to an --allow-host, and only writes of Content-Type application/json.
+SECURITY.md says what is protected and how.
+
+It also fires the database's due schedules every second, as every processor does (each
+fire time is pushed once, whatever the number of processes); --no-schedules leaves them
+to the processors.`
 
 // queueCacheTTL is how long the queue collector serves one read of the database.
 const queueCacheTTL = 5 * time.Second
@@ -34,18 +46,32 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask serve", "[--addr HOST:PORT] [flags]", serveAbout)
 	url := f.databaseURL()
 	addr := f.String("addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free port; :8080 listens on every interface)")
-	token := f.String("token", "", "bearer `TOKEN` every request must carry (default $PGTASK_TOKEN; empty: no authentication)")
+	sec := f.securityFlags()
 	maxBody := f.Int64("max-body", rest.MaxBodyBytesDefault, "largest request body in `BYTES`; larger ones are refused with 413")
 	migrate := f.Bool("migrate", false, "apply pending migrations before serving")
+	noSchedules := f.Bool("no-schedules", false, "do not fire schedules (leave them to the processors)")
+	ui := f.uiFlag()
 	shutdown := f.duration("shutdown-timeout", 10*time.Second, "how long (`DURATION`) requests in flight may take to finish at shutdown")
+	readTimeout := f.duration("read-timeout", httpguard.ReadTimeoutDefault, "longest `DURATION` to read a request, headers and body")
+	writeTimeout := f.duration("write-timeout", httpguard.WriteTimeoutDefault, "longest `DURATION` from a request's headers to the end of its answer")
+	idleTimeout := f.duration("idle-timeout", httpguard.IdleTimeoutDefault, "longest `DURATION` a keep-alive connection may wait for its next request")
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
 	if *maxBody < 1 {
 		return f.usagef("--max-body: %d is below 1", *maxBody)
 	}
-	if *token == "" {
-		*token = e.getenv("PGTASK_TOKEN")
+	timeouts := httpguard.Timeouts{Read: *readTimeout, Write: *writeTimeout, Idle: *idleTimeout}
+	for name, d := range map[string]time.Duration{"read-timeout": *readTimeout, "write-timeout": *writeTimeout, "idle-timeout": *idleTimeout} {
+		if d == 0 {
+			return f.usagef("--%s: 0 would never time out: give a duration", name)
+		}
+	}
+	if err := timeouts.Validate(); err != nil {
+		return f.usagef("%v", err)
+	}
+	if err := sec.check(); err != nil {
+		return err
 	}
 	dbURL, err := f.requireURL(*url)
 	if err != nil {
@@ -62,29 +88,118 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, nil))
-	api, err := newAPI(pool, *token, *maxBody, logger, prometheus.NewRegistry())
+	ln, guard, err := sec.listen(*addr)
 	if err != nil {
 		return err
 	}
-	ln, err := listen(*addr)
+	defer ln.Close()
+	reg := prometheus.NewRegistry()
+	api, err := newAPI(pool, guard, *maxBody, logger, reg)
 	if err != nil {
 		return err
 	}
+	if api, err = withDashboard(*ui, pool, guard, sec.token, api, logger); err != nil {
+		return err
+	}
+	if !*noSchedules {
+		m := metrics.New(reg)
+		schedulesCtx, stopSchedules := context.WithCancel(ctx)
+		schedulesDone := make(chan struct{})
+		go func() {
+			defer close(schedulesDone)
+			_ = processor.RunSchedules(schedulesCtx, processor.SchedulesConfig{Pool: pool, Logger: logger, OnFire: m.OnFire})
+		}()
+		defer func() {
+			stopSchedules()
+			<-schedulesDone
+		}()
+	}
+	warnOpen(e.stderr, "pgtask serve", ln.Addr(), guard, true)
 	fmt.Fprintf(e.stdout, "pgtask serve: listening on http://%s (metrics at /metrics)\n", ln.Addr())
-	if *token == "" {
-		fmt.Fprintln(e.stderr, "pgtask serve: warning: no --token or PGTASK_TOKEN: the API accepts every request")
-	}
-	if err := serveHTTP(ctx, ln, api, logger, *shutdown); err != nil {
+	if err := serveHTTP(ctx, ln, guard, api, timeouts, logger, *shutdown); err != nil {
 		return err
 	}
 	fmt.Fprintln(e.stdout, "pgtask serve: stopped")
 	return nil
 }
 
+// securityFlags are the flags of "serve" and "dev" that decide who may use the API.
+type securityFlags struct {
+	f          *flags
+	tokenFlag  *string
+	allowHosts *listValue
+	token      string // set by check
+}
+
+func (f *flags) securityFlags() *securityFlags {
+	s := &securityFlags{f: f, allowHosts: &listValue{}}
+	s.tokenFlag = f.String("token", "", "bearer `TOKEN` every request must carry (default $PGTASK_TOKEN; empty: no authentication)")
+	f.Var(s.allowHosts, "allow-host", "without a token, also answer requests addressed to `HOST` (a name or IP; repeat or separate with commas)")
+	return s
+}
+
+// check takes the token from --token or $PGTASK_TOKEN, refusing one that no client could
+// send; call it before anything starts.
+func (s *securityFlags) check() error {
+	token, source := *s.tokenFlag, "--token"
+	if token == "" {
+		token, source = s.f.e.getenv("PGTASK_TOKEN"), "PGTASK_TOKEN"
+	}
+	if err := httpguard.CheckToken(token); err != nil {
+		return s.f.usagef("%s: %v", source, err)
+	}
+	s.token = token
+	return nil
+}
+
+// listen opens the API's listener on addr and the guard of a server listening there.
+func (s *securityFlags) listen(addr string) (net.Listener, *httpguard.Guard, error) {
+	ln, err := listen(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := httpguard.New(httpguard.Config{Token: s.token, Addr: ln.Addr(), AllowHosts: s.allowHosts.values})
+	if err != nil {
+		ln.Close()
+		return nil, nil, s.f.usagef("%v", err)
+	}
+	return ln, g, nil
+}
+
+// listValue is a flag that may be repeated, each value a comma-separated list.
+type listValue struct{ values []string }
+
+func (l *listValue) String() string { return strings.Join(l.values, ",") }
+
+func (l *listValue) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			l.values = append(l.values, item)
+		}
+	}
+	return nil
+}
+
+// warnOpen warns on w when the API answers without a token: loudly on an address other
+// machines can reach, and on a loopback one too when loopback is set.
+func warnOpen(w io.Writer, name string, addr net.Addr, guard *httpguard.Guard, loopback bool) {
+	if guard.HasToken() {
+		return
+	}
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		if loopback {
+			fmt.Fprintf(w, "%s: warning: no --token or PGTASK_TOKEN: every program on this machine may use the API\n", name)
+		}
+		return
+	}
+	fmt.Fprintf(w, "%s: WARNING: listening on %s without a token (--token or PGTASK_TOKEN): anyone who can reach "+
+		"this address may push, read, cancel and revive tasks and pause topics\n", name, addr)
+}
+
 // newAPI builds the REST handler with /metrics served from reg, on which it registers
 // the queue collector and the Go runtime's collectors. It uses its own repository (and
 // so its own owner name).
-func newAPI(pool *pgxpool.Pool, token string, maxBody int64, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
+func newAPI(pool *pgxpool.Pool, guard *httpguard.Guard, maxBody int64, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
 	repo, err := repository.New(repository.Config{})
 	if err != nil {
 		return nil, err
@@ -97,7 +212,7 @@ func newAPI(pool *pgxpool.Pool, token string, maxBody int64, logger *slog.Logger
 	h, err := rest.New(rest.Config{
 		Pool:         pool,
 		Repository:   repo,
-		Token:        token,
+		Guard:        guard,
 		MaxBodyBytes: maxBody,
 		Logger:       logger,
 		Metrics:      metrics.Handler(reg),
@@ -118,14 +233,13 @@ func listen(addr string) (net.Listener, error) {
 }
 
 // serveHTTP serves h on ln until ctx is done, then shuts down gracefully: it stops
-// accepting connections and waits up to timeout for requests in flight.
-func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger, timeout time.Duration) error {
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
+// accepting connections and waits up to timeout for requests in flight. Every request
+// passes guard.Protect and the timeouts first: a route reaches the network only through
+// here, and is public unless it is wrapped in guard.Authenticate (see httpguard).
+func serveHTTP(ctx context.Context, ln net.Listener, guard *httpguard.Guard, h http.Handler, timeouts httpguard.Timeouts,
+	logger *slog.Logger, timeout time.Duration) error {
+	srv := httpguard.NewServer(guard.Protect(h), timeouts, logger)
+	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

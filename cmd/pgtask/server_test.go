@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,26 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/repository"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // lineWatcher collects the lines a process prints and lets a test wait for one.
 type lineWatcher struct {
@@ -100,22 +82,35 @@ func (w *lineWatcher) text() string {
 	return strings.Join(w.lines, "\n")
 }
 
-// request sends an HTTP request and returns the status and the body.
+// request sends an HTTP request, JSON when it has a body, with the bearer token if
+// any, and returns the status and the body.
 func request(t *testing.T, method, target, token, body string) (int, []byte) {
 	t.Helper()
-	var rd io.Reader
+	header := map[string]string{}
 	if body != "" {
-		rd = strings.NewReader(body)
+		header["Content-Type"] = "application/json"
 	}
-	req, err := http.NewRequestWithContext(t.Context(), method, target, rd)
+	if token != "" {
+		header["Authorization"] = "Bearer " + token
+	}
+	status, b := send(t, method, target, body, header)
+	return status, []byte(b)
+}
+
+// send sends a request with the given headers ("Host" sets the request's host) and
+// returns the status and the body.
+func send(t *testing.T, method, target, body string, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, target, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -126,7 +121,7 @@ func request(t *testing.T, method, target, token, body string) (int, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return resp.StatusCode, string(b)
 }
 
 // findKey returns the first value stored under key anywhere in a decoded JSON document,
@@ -177,7 +172,7 @@ func TestServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	stdoutR, stdoutW := io.Pipe()
-	stderr := &syncBuffer{}
+	stderr := &logbuf.Buffer{}
 	e := &env{
 		stdin: strings.NewReader(""), stdout: stdoutW, stderr: stderr,
 		getenv: func(k string) string { return map[string]string{"PGTASK_TOKEN": "sekrit"}[k] },
@@ -215,6 +210,16 @@ func TestServe(t *testing.T) {
 			t.Fatalf("GET /metrics: status %d:\n%s", status, body)
 		}
 	})
+	t.Run("FiresSchedules", func(t *testing.T) {
+		status, body := request(t, http.MethodPost, base+"/schedules", "sekrit", `{"name":"tick","topic":"t","spec":"@every 1s"}`)
+		if status != http.StatusCreated {
+			t.Fatalf("POST /schedules: status %d: %s", status, body)
+		}
+		eventually(t, 30*time.Second, "the schedule's first task", func() bool {
+			tasks, err := f.repo.Page(f.ctx, f.pool, "t", repository.TaskFilter{Reference: "schedule:tick"}, 0, 1, repository.Forward)
+			return err == nil && len(tasks) == 1
+		})
+	})
 
 	cancel()
 	select {
@@ -243,52 +248,69 @@ func buildPgtask(t *testing.T) string {
 	return bin
 }
 
-// TestDev runs "pgtask dev" as its own process, with no database URL so that it starts
-// a throwaway cluster, and drives it like a user: REST push, demo processor, Ctrl-C.
-func TestDev(t *testing.T) {
-	t.Parallel()
-	bin := buildPgtask(t)
-	cmd := exec.Command(bin, "dev", "--addr", "127.0.0.1:0")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "PGTASK_TOKEN=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+// child is a process of the pgtask binary that a test started.
+type child struct {
+	cmd    *exec.Cmd
+	out    *lineWatcher
+	stderr *logbuf.Buffer
+	exited chan struct{} // closed once it exited; err then says how
+	err    error
+}
+
+// startChild starts bin with args and environment env, watching what it prints. When the
+// test ends, a child still running is interrupted (SIGINT), and killed if it has not
+// exited 30 s later; its output is logged if the test failed.
+func startChild(t *testing.T, bin string, env []string, args ...string) *child {
+	t.Helper()
+	c := &child{cmd: exec.Command(bin, args...), stderr: &logbuf.Buffer{}, exited: make(chan struct{})}
+	c.cmd.Env = env
 	// An os.Pipe rather than cmd.StdoutPipe: Wait must not close the reading end while
 	// the watcher still reads it.
 	stdout, stdoutW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stdout.Close()
-	cmd.Stdout = stdoutW
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	err = cmd.Start()
+	t.Cleanup(func() { stdout.Close() })
+	c.cmd.Stdout, c.cmd.Stderr = stdoutW, c.stderr
+	err = c.cmd.Start()
 	stdoutW.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var waitErr error
-	exited := make(chan struct{})
-	out := watchLines(stdout)
-	go func() { waitErr = cmd.Wait(); close(exited) }()
+	c.out = watchLines(stdout)
+	go func() { c.err = c.cmd.Wait(); close(c.exited) }()
 	t.Cleanup(func() {
 		select {
-		case <-exited:
-		default: // the test failed early: stop the process, and its cluster, if it will
-			_ = cmd.Process.Signal(syscall.SIGINT)
+		case <-c.exited:
+		default: // stop the process, and what it started, if it will
+			_ = c.cmd.Process.Signal(syscall.SIGINT)
 			select {
-			case <-exited:
+			case <-c.exited:
 			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
+				_ = c.cmd.Process.Kill()
+				<-c.exited
 			}
 		}
 		if t.Failed() {
-			t.Logf("stdout:\n%s\nstderr:\n%s", out.text(), stderr.String())
+			t.Logf("%s stdout:\n%s\nstderr:\n%s", args[0], c.out.text(), c.stderr)
 		}
 	})
+	return c
+}
+
+// TestDev runs "pgtask dev" as its own process, with no database URL so that it starts
+// a throwaway cluster, and drives it like a user: REST push, demo processor, Ctrl-C.
+func TestDev(t *testing.T) {
+	t.Parallel()
+	bin := buildPgtask(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "PGTASK_TOKEN=") {
+			env = append(env, kv)
+		}
+	}
+	c := startChild(t, bin, env, "dev", "--addr", "127.0.0.1:0")
+	cmd, out, stderr, exited := c.cmd, c.out, c.stderr, c.exited
 
 	out.waitFor(t, regexp.MustCompile(`^pgtask dev ready$`), 3*time.Minute)
 	base := out.waitFor(t, regexp.MustCompile(`REST API\s+(http://127\.0\.0\.1:\d+)`), time.Second)[1]
@@ -323,8 +345,8 @@ func TestDev(t *testing.T) {
 	}
 	select {
 	case <-exited:
-		if waitErr != nil {
-			t.Fatalf("pgtask dev exited with %v after SIGINT", waitErr)
+		if c.err != nil {
+			t.Fatalf("pgtask dev exited with %v after SIGINT", c.err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("pgtask dev did not exit within a minute of SIGINT")
@@ -344,7 +366,7 @@ func TestDevWithDatabaseURL(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	stdoutR, stdoutW := io.Pipe()
-	stderr := &syncBuffer{}
+	stderr := &logbuf.Buffer{}
 	e := &env{stdin: strings.NewReader(""), stdout: stdoutW, stderr: stderr,
 		getenv: func(k string) string { return map[string]string{"DATABASE_URL": f.url}[k] }}
 	done := make(chan error, 1)

@@ -50,11 +50,16 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := repo.Register(ctx, pool); err != nil {
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, ctx: ctx, url: url, pool: pool, repo: repo}
-	if _, err := repo.Initialize(ctx, pool, "t"); err != nil {
+	if _, err := repo.CreateTopic(ctx, pool, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// One attempt: a failure is final and an expiry leaves the task EXPIRED, as the
+	// commands' tests want to see them (a new topic retries 25 times).
+	if _, err := repo.UpdateSettings(ctx, pool, "t", func(s *repository.TopicSettings) { s.MaxAttempts = 1 }); err != nil {
 		t.Fatal(err)
 	}
 	return f

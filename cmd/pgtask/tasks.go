@@ -28,6 +28,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	limit := f.Int("limit", 50, "at most `N` tasks")
 	backward := f.Bool("backward", false, "newest first, paging towards older tasks")
 	asJSON := f.Bool("json", false, `print {"tasks": [...], "next_cursor": N} instead of a table`)
+	p := f.rawFlag()
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
@@ -56,7 +57,9 @@ func runList(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer c.Close()
-	tasks, err := c.repo.Page(ctx, c.pool, *topic,
+	// Excerpts, as the REST API lists: a page stays small whatever the tasks hold, and
+	// "pgtask show" prints one task whole.
+	tasks, err := c.repo.Excerpts(ctx, c.pool, *topic,
 		repository.TaskFilter{State: state, Identifier: *identifier, Reference: *reference}, from, *limit, direction)
 	if err != nil {
 		return err
@@ -70,8 +73,11 @@ func runList(ctx context.Context, e *env, args []string) error {
 		out := struct {
 			Tasks      []wire.Task `json:"tasks"`
 			NextCursor *int64      `json:"next_cursor"`
-		}{Tasks: wire.FromTasks(tasks), NextCursor: next}
-		return writeJSON(e.stdout, out)
+		}{Tasks: make([]wire.Task, len(tasks)), NextCursor: next}
+		for i, t := range tasks {
+			out.Tasks[i] = wire.FromExcerpt(t)
+		}
+		return p.json(e.stdout, out)
 	}
 	if len(tasks) == 0 {
 		fmt.Fprintln(e.stdout, "no tasks")
@@ -88,8 +94,8 @@ func runList(ctx context.Context, e *env, args []string) error {
 		if t.Cancelled && t.State == repository.Active {
 			state += " (cancelling)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Sequence, state, clip(t.Identifier, 40),
-			t.Priority, t.Attempt, formatTime(t.Created), formatTime(t.Completed), clip(t.Input, 30), clip(t.Output, 30))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Sequence, state, p.cell(clip(t.Identifier, 40)),
+			t.Priority, t.Attempt, formatTime(t.Created), formatTime(t.Completed), p.cell(clip(t.Input, 30)), p.cell(clip(t.Output, 30)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -121,6 +127,8 @@ func runShow(ctx context.Context, e *env, args []string) error {
 	url := f.databaseURL()
 	topic := f.String("topic", "", "`TOPIC` of the task (required)")
 	asJSON := f.Bool("json", false, "print JSON")
+	inputOnly := f.Bool("input", false, "print only the task's input, whole (with --raw: exactly as stored, no newline added)")
+	p := f.rawFlag()
 	pos, err := f.args(args, 1, 1, "task SEQUENCE")
 	if err != nil {
 		return err
@@ -141,14 +149,21 @@ func runShow(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return writeJSON(e.stdout, wire.FromTask(t))
+	switch {
+	case *inputOnly && p.raw:
+		_, err = io.WriteString(e.stdout, t.Input)
+		return err
+	case *inputOnly:
+		fmt.Fprintln(e.stdout, p.block(t.Input))
+		return nil
+	case *asJSON:
+		return p.json(e.stdout, wire.FromTask(t))
 	}
-	printTask(e.stdout, t)
+	printTask(e.stdout, p, t)
 	return nil
 }
 
-func printTask(w io.Writer, t repository.Task) {
+func printTask(w io.Writer, p *printer, t repository.Task) {
 	orDash := func(s string) string {
 		if s == "" {
 			return "-"
@@ -156,9 +171,9 @@ func printTask(w io.Writer, t repository.Task) {
 		return s
 	}
 	tw := table(w)
-	fmt.Fprintf(tw, "topic:\t%s\n", t.Topic)
+	fmt.Fprintf(tw, "topic:\t%s\n", p.cell(t.Topic))
 	fmt.Fprintf(tw, "sequence:\t%d\n", t.Sequence)
-	fmt.Fprintf(tw, "identifier:\t%s\n", t.Identifier)
+	fmt.Fprintf(tw, "identifier:\t%s\n", p.cell(t.Identifier))
 	fmt.Fprintf(tw, "state:\t%s (descent %s)\n", t.State, t.Descent)
 	fmt.Fprintf(tw, "priority:\t%d\n", t.Priority)
 	if t.Returned > 0 {
@@ -166,11 +181,11 @@ func printTask(w io.Writer, t repository.Task) {
 	} else {
 		fmt.Fprintf(tw, "attempt:\t%d\n", t.Attempt)
 	}
-	fmt.Fprintf(tw, "owner:\t%s\n", orDash(t.Owner))
+	fmt.Fprintf(tw, "owner:\t%s\n", p.cell(orDash(t.Owner)))
 	fmt.Fprintf(tw, "created:\t%s\n", formatTime(t.Created))
 	fmt.Fprintf(tw, "not before:\t%s\n", formatTime(t.NotBefore))
 	fmt.Fprintf(tw, "completed:\t%s\n", formatTime(t.Completed))
-	fmt.Fprintf(tw, "reference:\t%s\n", orDash(t.Reference))
+	fmt.Fprintf(tw, "reference:\t%s\n", p.cell(orDash(t.Reference)))
 	fmt.Fprintf(tw, "cancelled:\t%s\n", map[bool]string{false: "no", true: "yes"}[t.Cancelled])
 	_ = tw.Flush()
 	block := func(name, text string) {
@@ -178,14 +193,14 @@ func printTask(w io.Writer, t repository.Task) {
 			fmt.Fprintf(w, "%s: -\n", name)
 			return
 		}
-		fmt.Fprintf(w, "%s:\n  %s\n", name, strings.ReplaceAll(strings.TrimRight(text, "\n"), "\n", "\n  "))
+		fmt.Fprintf(w, "%s:\n  %s\n", name, strings.ReplaceAll(strings.TrimRight(p.block(text), "\n"), "\n", "\n  "))
 	}
 	block("input", t.Input)
 	block("output", t.Output)
 	if len(t.Errors) > 0 {
 		fmt.Fprintln(w, "errors:")
 		for i, msg := range t.Errors {
-			fmt.Fprintf(w, "  attempt %d: %s\n", i+1, strings.ReplaceAll(msg, "\n", "\n    "))
+			fmt.Fprintf(w, "  attempt %d: %s\n", i+1, strings.ReplaceAll(p.block(msg), "\n", "\n    "))
 		}
 	}
 }
@@ -198,6 +213,7 @@ planner's estimate of all rows. Cheap even with millions of finished tasks.`)
 	url := f.databaseURL()
 	topic := f.String("topic", "", "only this `TOPIC`")
 	asJSON := f.Bool("json", false, `print {"topics": [...]} with each topic's "stats" instead of a table`)
+	p := f.rawFlag()
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
@@ -222,7 +238,7 @@ planner's estimate of all rows. Cheap even with millions of finished tasks.`)
 		out = append(out, wire.FromTopic(t.Topic, &t.Stats))
 	}
 	if *asJSON {
-		return writeJSON(e.stdout, topicsJSON{out})
+		return p.json(e.stdout, topicsJSON{out})
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(e.stdout, "no topics")
@@ -232,7 +248,7 @@ planner's estimate of all rows. Cheap even with millions of finished tasks.`)
 	fmt.Fprintln(tw, "TOPIC\tSTATUS\tREADY\tDELAYED\tACTIVE\tEXPIRED\tFAILED\tSUSPENDED\tOLDEST_READY\tROWS_ESTIMATE")
 	for _, t := range out {
 		s := t.Stats
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", t.Name, status(t.Active), s.Ready, s.Delayed,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", p.cell(t.Name), status(t.Active), s.Ready, s.Delayed,
 			s.Active, s.Expired, s.Failed, s.Suspended,
 			shortDuration((time.Duration(s.OldestReadyMs) * time.Millisecond).Round(time.Second)), s.RowsEstimate)
 	}

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,7 +20,14 @@ Settings (each optional; durations take Go syntax such as 500ms, 30s, 2h, or day
 a task is leased at most --max-attempts times; after a FAILURE or an expiry with attempts
 left it waits min(cap, base*2^(attempt-1)) plus a random jitter below --backoff-jitter.
 --queue-cap limits the READY and ACTIVE tasks of the topic (0: unlimited); --retention
-is how long finished tasks are kept (0: forever), enforced by 'pgtask purge --retention'.`
+is how long finished tasks are kept (0: forever), enforced by 'pgtask purge --retention'.
+
+Limits hold across every process, enforced by the database at each poll (none: no
+limit; a change takes effect at the next poll; leases of a dead processor count until
+they expire): --concurrency N tasks ACTIVE at once; --key-concurrency K tasks of one
+concurrency key (pgtask push --key) ACTIVE at once; --rate N/PERIOD task starts per
+period (50/s, 600/1m, 5/2s) with bursts of up to --burst (default N); --fair takes the
+keys with READY tasks in turn, so one key's backlog does not hold back the others.`
 
 // settingFlags are the per-topic settings shared by "topic add" and "topic set".
 type settingFlags struct {
@@ -30,19 +37,69 @@ type settingFlags struct {
 	backoffJitter *time.Duration
 	queueCap      *int64
 	retention     *time.Duration
+	concurrency   *string
+	keyLimit      *string
+	rate          *string
+	burst         *string
+	fair          *bool
 }
 
-var settingNames = []string{"max-attempts", "backoff-base", "backoff-cap", "backoff-jitter", "queue-cap", "retention"}
+var settingNames = []string{"max-attempts", "backoff-base", "backoff-cap", "backoff-jitter", "queue-cap", "retention",
+	"concurrency", "key-concurrency", "rate", "burst", "fair"}
 
 func (f *flags) settingFlags() *settingFlags {
 	return &settingFlags{
-		maxAttempts:   f.Int("max-attempts", 0, "how many times (`N`) a task may be leased before a failure is final (1: no retry)"),
+		maxAttempts:   f.Int("max-attempts", 0, "how many attempts (`N`) a task gets before a failure is final (1: no retry; default 25)"),
 		backoffBase:   f.duration("backoff-base", 0, "first retry delay (`DURATION`)"),
 		backoffCap:    f.duration("backoff-cap", 0, "longest retry delay (`DURATION`)"),
 		backoffJitter: f.duration("backoff-jitter", 0, "random extra delay added to each retry, below this `DURATION`"),
 		queueCap:      f.Int64("queue-cap", 0, "most READY and ACTIVE tasks (`N`); a push beyond it fails (0: unlimited)"),
 		retention:     f.duration("retention", 0, "how long (`DURATION`) finished tasks are kept before purging (0: forever)"),
+		concurrency:   f.String("concurrency", "", "most tasks ACTIVE at once across every process (`N`; none: no limit)"),
+		keyLimit:      f.String("key-concurrency", "", "most tasks of one concurrency key ACTIVE at once (`K`; none: no limit)"),
+		rate:          f.String("rate", "", "most task starts per period across every process (`N/PERIOD`, e.g. 50/s, 600/1m; none: no limit)"),
+		burst:         f.String("burst", "", "most tasks the rate limit lets start at once after a quiet time (`N`; default: the rate's N)"),
+		fair:          f.Bool("fair", false, "take the concurrency keys with READY tasks in turn (--fair=false: in order)"),
 	}
+}
+
+// limitFlag parses a limit flag: a whole number of at least 1, or "none" (0: no limit).
+func limitFlag(f *flags, name, v string) (int32, error) {
+	if v == "none" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil {
+		return 0, f.usagef("--%s: %q is not a whole number (or none: no limit)", name, v)
+	}
+	if n < 1 {
+		return 0, f.usagef("--%s: %d is below 1 (none: no limit; pause a topic to run none of its tasks)", name, n)
+	}
+	return int32(n), nil
+}
+
+// parseRate parses --rate: N/PERIOD, the period a Go duration or a bare unit (s, m, h:
+// one of it), or "none".
+func parseRate(f *flags, v string) (int32, time.Duration, error) {
+	if v == "none" {
+		return 0, 0, nil
+	}
+	count, per, ok := strings.Cut(v, "/")
+	if !ok {
+		return 0, 0, f.usagef("--rate: %q has no period (want N/PERIOD, e.g. 50/s or 600/1m)", v)
+	}
+	n, err := limitFlag(f, "rate", count)
+	if err != nil {
+		return 0, 0, err
+	}
+	if per == "s" || per == "m" || per == "h" || per == "ms" {
+		per = "1" + per
+	}
+	d, err := time.ParseDuration(per)
+	if err != nil || d < time.Millisecond {
+		return 0, 0, f.usagef("--rate: period %q is not a duration of at least 1ms (want N/PERIOD, e.g. 50/s or 600/1m)", per)
+	}
+	return n, d, nil
 }
 
 // anyGiven reports whether any setting flag was given.
@@ -65,6 +122,34 @@ func (s *settingFlags) check(f *flags) error {
 	}
 	if f.given("queue-cap") && *s.queueCap < 0 {
 		return f.usagef("--queue-cap: %d is negative", *s.queueCap)
+	}
+	for _, l := range []struct {
+		name string
+		v    *string
+	}{{"concurrency", s.concurrency}, {"key-concurrency", s.keyLimit}} {
+		if f.given(l.name) {
+			if _, err := limitFlag(f, l.name, *l.v); err != nil {
+				return err
+			}
+		}
+	}
+	rate := int32(-1) // not given
+	if f.given("rate") {
+		var err error
+		if rate, _, err = parseRate(f, *s.rate); err != nil {
+			return err
+		}
+	}
+	if f.given("burst") {
+		if *s.burst == "none" {
+			return f.usagef("--burst: none is not a burst (give N of at least 1, or leave --burst out for the rate's N)")
+		}
+		if _, err := limitFlag(f, "burst", *s.burst); err != nil {
+			return err
+		}
+		if rate == 0 {
+			return f.usagef("--burst: given with --rate none (a burst needs a rate)")
+		}
 	}
 	return nil
 }
@@ -89,15 +174,32 @@ func (s *settingFlags) apply(f *flags, t *repository.TopicSettings) {
 	if f.given("retention") {
 		t.Retention = *s.retention
 	}
+	// checked by check
+	if f.given("concurrency") {
+		t.Concurrency, _ = limitFlag(f, "concurrency", *s.concurrency)
+	}
+	if f.given("key-concurrency") {
+		t.KeyConcurrency, _ = limitFlag(f, "key-concurrency", *s.keyLimit)
+	}
+	if f.given("rate") {
+		t.Rate, t.RatePeriod, _ = parseRate(f, *s.rate)
+		t.RateBurst = 0 // the rate's N, unless given
+	}
+	if f.given("burst") {
+		t.RateBurst, _ = limitFlag(f, "burst", *s.burst)
+	}
+	if f.given("fair") {
+		t.Fair = *s.fair
+	}
 }
 
 func runTopicAdd(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask topic add", "NAME [flags]",
-		"Registers topic NAME: a row of task_topic, its tasks in the shared table of its bucket\n(or, with --dedicated, in a table of its own). Adding a topic that exists is not an\nerror; settings given are then applied to it.\n"+topicSettingsHelp)
+		"Creates (registers) topic NAME: a row of task_topic, its tasks in the shared table of its bucket\n(or, with --dedicated, in a table of its own). Adding a topic that exists is not an\nerror; settings given are then applied to it.\n"+topicSettingsHelp)
 	url := f.databaseURL()
 	settings := f.settingFlags()
 	dedicated := f.Bool("dedicated", false, "give the topic a table of its own (see pgtask topic dedicate)")
-	pos, err := f.args(args, 1, 1, "topic NAME")
+	pos, err := f.topicArg(args, "topic NAME")
 	if err != nil {
 		return err
 	}
@@ -115,17 +217,13 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		topic   repository.Topic
 	)
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if created, err = c.repo.Initialize(ctx, tx, name); err != nil {
-			return err
-		}
-		if topic, err = c.repo.Topic(ctx, tx, name); err != nil {
+		if created, err = c.repo.CreateTopic(ctx, tx, name); err != nil {
 			return err
 		}
 		if !settings.anyGiven(f) {
 			return nil
 		}
-		settings.apply(f, &topic.TopicSettings)
-		topic, err = c.repo.Configure(ctx, tx, name, topic.TopicSettings)
+		topic, err = c.repo.UpdateSettings(ctx, tx, name, func(t *repository.TopicSettings) { settings.apply(f, t) })
 		return err
 	})
 	if err != nil {
@@ -154,12 +252,12 @@ func runTopicSet(ctx context.Context, e *env, args []string) error {
 		"Changes the settings given on the command line and keeps the others.\n"+topicSettingsHelp)
 	url := f.databaseURL()
 	settings := f.settingFlags()
-	pos, err := f.args(args, 1, 1, "topic NAME")
+	pos, err := f.topicArg(args, "topic NAME")
 	if err != nil {
 		return err
 	}
 	if !settings.anyGiven(f) {
-		return f.usagef("no setting given (want at least one of --max-attempts, --backoff-base, --backoff-cap, --backoff-jitter, --queue-cap, --retention)")
+		return f.usagef("no setting given (want at least one of --%s)", strings.Join(settingNames, ", --"))
 	}
 	if err := settings.check(f); err != nil {
 		return err
@@ -170,15 +268,7 @@ func runTopicSet(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer c.Close()
-	var topic repository.Topic
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if topic, err = c.repo.Topic(ctx, tx, name); err != nil {
-			return err
-		}
-		settings.apply(f, &topic.TopicSettings)
-		topic, err = c.repo.Configure(ctx, tx, name, topic.TopicSettings)
-		return err
-	})
+	topic, err := c.repo.UpdateSettings(ctx, c.pool, name, func(t *repository.TopicSettings) { settings.apply(f, t) })
 	if err != nil {
 		return err
 	}
@@ -190,6 +280,7 @@ func runTopicList(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask topic list", "[flags]", "Lists the registered topics with their settings, by name.")
 	url := f.databaseURL()
 	asJSON := f.Bool("json", false, `print {"topics": [...]} (as GET /topics does) instead of a table`)
+	p := f.rawFlag()
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
@@ -207,7 +298,7 @@ func runTopicList(ctx context.Context, e *env, args []string) error {
 		for i, t := range topics {
 			out[i] = wire.FromTopic(t, nil)
 		}
-		return writeJSON(e.stdout, topicsJSON{out})
+		return p.json(e.stdout, topicsJSON{out})
 	}
 	if len(topics) == 0 {
 		fmt.Fprintln(e.stdout, "no topics (add one with: pgtask topic add NAME)")
@@ -216,9 +307,74 @@ func runTopicList(ctx context.Context, e *env, args []string) error {
 	tw := table(e.stdout)
 	fmt.Fprintln(tw, "TOPIC\tSTATUS\tSTORAGE\tMAX_ATTEMPTS\tBACKOFF_BASE\tBACKOFF_CAP\tJITTER\tQUEUE_CAP\tRETENTION\tCREATED")
 	for _, t := range topics {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, status(t.Active), storage(t), t.MaxAttempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.cell(t.Name), status(t.Active), storage(t), t.MaxAttempts,
 			shortDuration(t.BackoffBase), shortDuration(t.BackoffCap), shortDuration(t.BackoffJitter),
 			orNone(t.QueueCap, "unlimited"), orForever(t.Retention), formatTime(t.Created))
+	}
+	return tw.Flush()
+}
+
+func runTopicShow(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "pgtask topic show", "NAME [flags]",
+		"Shows topic NAME: its settings and limits, how much of the limits it uses now (ACTIVE\ntasks, keys at their limit and keys waiting, tokens left), and its task counts.")
+	url := f.databaseURL()
+	asJSON := f.Bool("json", false, "print the topic as GET /topics/{topic} does")
+	p := f.rawFlag()
+	pos, err := f.topicArg(args, "topic NAME")
+	if err != nil {
+		return err
+	}
+	c, err := f.connect(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	name := pos[0]
+	t, err := c.repo.Topic(ctx, c.pool, name)
+	if err != nil {
+		return err
+	}
+	stats, err := c.repo.Stats(ctx, c.pool, name)
+	if err != nil {
+		return err
+	}
+	usage, err := c.repo.LimitUsage(ctx, c.pool, name)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := wire.FromTopic(t, &stats)
+		out.Usage = wire.FromUsage(usage)
+		return p.json(e.stdout, out)
+	}
+	tw := table(e.stdout)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("topic", p.cell(t.Name))
+	row("status", status(t.Active))
+	row("storage", storage(t)+" ("+p.cell(t.Table)+")")
+	row("created", formatTime(t.Created))
+	row("settings", describeSettings(repository.TopicSettings{MaxAttempts: t.MaxAttempts, BackoffBase: t.BackoffBase,
+		BackoffCap: t.BackoffCap, BackoffJitter: t.BackoffJitter, QueueCap: t.QueueCap, Retention: t.Retention}))
+	row("limits", describeLimits(t.TopicSettings))
+	if t.Concurrency > 0 {
+		row("active", fmt.Sprintf("%d of %d", usage.Active, t.Concurrency))
+	} else {
+		row("active", fmt.Sprint(usage.Active))
+	}
+	if t.KeyConcurrency > 0 || t.Fair {
+		waiting := fmt.Sprint(usage.KeysWaiting)
+		if usage.KeysWaiting >= 10000 {
+			waiting = "10000 or more"
+		}
+		row("keys", fmt.Sprintf("%d at their limit, %s with READY tasks", usage.KeysAtLimit, waiting))
+	}
+	if t.Rate > 0 {
+		row("tokens", fmt.Sprintf("%.1f of %d", usage.Tokens, t.RateBurst))
+	}
+	row("tasks", fmt.Sprintf("%d READY (%d of them delayed), %d ACTIVE, %d EXPIRED, %d FAILED, %d SUSPENDED",
+		stats.Ready, stats.Delayed, stats.Active, stats.Expired, stats.Failed, stats.Suspended))
+	if stats.OldestReady > 0 {
+		row("oldest ready", shortDuration(stats.OldestReady.Round(time.Millisecond)))
 	}
 	return tw.Flush()
 }
@@ -240,7 +396,7 @@ The other topics of its bucket wait while PostgreSQL checks the tables; each att
 waits for them a second at most, and the command tries up to 8 times before it gives up,
 having changed nothing.`)
 	url := f.databaseURL()
-	pos, err := f.args(args, 1, 1, "topic NAME")
+	pos, err := f.topicArg(args, "topic NAME")
 	if err != nil {
 		return err
 	}
@@ -274,7 +430,7 @@ func runTopicDestroy(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask topic destroy", "NAME [flags]",
 		"Removes topic NAME with ALL its tasks (drops its table when dedicated). There is no undo.")
 	url := f.databaseURL()
-	pos, err := f.args(args, 1, 1, "topic NAME")
+	pos, err := f.topicArg(args, "topic NAME")
 	if err != nil {
 		return err
 	}
@@ -309,7 +465,7 @@ func setActive(ctx context.Context, e *env, args []string, active bool) error {
 	}
 	f := newFlags(e, "pgtask "+verb, "TOPIC [flags]", about)
 	url := f.databaseURL()
-	pos, err := f.args(args, 1, 1, "TOPIC")
+	pos, err := f.topicArg(args, "TOPIC")
 	if err != nil {
 		return err
 	}
@@ -331,9 +487,34 @@ type topicsJSON struct {
 }
 
 func describeSettings(s repository.TopicSettings) string {
-	return fmt.Sprintf("max attempts %d, backoff %s..%s + jitter below %s, queue cap %s, retention %s",
+	out := fmt.Sprintf("max attempts %d, backoff %s..%s + jitter below %s, queue cap %s, retention %s",
 		s.MaxAttempts, shortDuration(s.BackoffBase), shortDuration(s.BackoffCap), shortDuration(s.BackoffJitter),
 		orNone(s.QueueCap, "unlimited"), orForever(s.Retention))
+	if s.Limited() {
+		out += ", limits: " + describeLimits(s)
+	}
+	return out
+}
+
+// describeLimits says a topic's limits: "none" without any.
+func describeLimits(s repository.TopicSettings) string {
+	var parts []string
+	if s.Concurrency > 0 {
+		parts = append(parts, fmt.Sprintf("concurrency %d", s.Concurrency))
+	}
+	if s.KeyConcurrency > 0 {
+		parts = append(parts, fmt.Sprintf("key concurrency %d", s.KeyConcurrency))
+	}
+	if s.Rate > 0 {
+		parts = append(parts, fmt.Sprintf("rate %d/%s burst %d", s.Rate, shortDuration(s.RatePeriod), s.RateBurst))
+	}
+	if s.Fair {
+		parts = append(parts, "fair")
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func status(active bool) string {
@@ -378,10 +559,4 @@ func formatTime(t time.Time) string {
 
 func table(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -108,14 +108,34 @@ func (f *flags) sequences(args []string) ([]int64, error) {
 	return seqs, nil
 }
 
-// need checks that required string flags are set.
+// need checks that required string flags are set, and --topic, when among them, as
+// every route of the REST API checks a topic.
 func (f *flags) need(names ...string) error {
 	for _, n := range names {
-		if fl := f.Lookup(n); fl != nil && fl.Value.String() == "" {
+		fl := f.Lookup(n)
+		if fl != nil && fl.Value.String() == "" {
 			return f.usagef("--%s is required", n)
+		}
+		if fl != nil && n == "topic" {
+			if err := repository.ValidateTopic(fl.Value.String()); err != nil {
+				return f.usagef("--topic: %s", stripInvalid(err))
+			}
 		}
 	}
 	return nil
+}
+
+// topicArg parses args for a command whose one positional argument is a topic name
+// (what names it in messages), checked as every route of the REST API checks it.
+func (f *flags) topicArg(args []string, what string) ([]string, error) {
+	pos, err := f.args(args, 1, 1, what)
+	if err != nil {
+		return nil, err
+	}
+	if err := repository.ValidateTopic(pos[0]); err != nil {
+		return nil, f.usagef("%s: %s", what, stripInvalid(err))
+	}
+	return pos, nil
 }
 
 // rangeFlags registers --from and --to.

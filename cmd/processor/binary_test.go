@@ -7,9 +7,11 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,6 +125,41 @@ func TestBinary(t *testing.T) {
 			t.Errorf("cancelled task: output %q, want %q", got.Output, "cancelled")
 		}
 		p.stop()
+	})
+
+	t.Run("KillNineKillsTheProgramAndItsChildren", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		pidFile := filepath.Join(t.TempDir(), "pids")
+		p := start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", "/bin/sh", script, pidFile)
+		f.push("linger")
+		var pids []int
+		waitFor(t, 20*time.Second, "the program to write its PID and its child's", func() bool {
+			pids = readPIDs(t, pidFile)
+			return len(pids) == 2
+		})
+		// The group's leader too: the program itself today, whatever leads it otherwise.
+		group := processGroup(t, pids[0])
+		procs := []int{pids[0], pids[1], group}
+		t.Cleanup(func() {
+			if len(living(procs)) > 0 {
+				_ = syscall.Kill(-group, syscall.SIGKILL) // nothing outlives the test
+			}
+		})
+
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Second)
+		left := living(procs)
+		for len(left) > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			left = living(procs)
+		}
+		if len(left) > 0 {
+			t.Errorf("1 s after kill -9 of the processor, %v still run (program %d, its child %d, process group %d)",
+				left, pids[0], pids[1], group)
+		}
 	})
 
 	t.Run("SIGTERMLosesNothing", func(t *testing.T) {
@@ -255,6 +292,36 @@ func TestBinary(t *testing.T) {
 		p.stop()
 	})
 
+	t.Run("KillNineCancelsTheHTTPRequest", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		received, gone := make(chan struct{}), make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.ReadAll(r.Body); err != nil {
+				t.Errorf("read request: %v", err)
+			}
+			close(received)
+			<-r.Context().Done() // the client went away
+			close(gone)
+		}))
+		t.Cleanup(srv.Close)
+		p := start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--http", srv.URL)
+		f.push("hang")
+		select {
+		case <-received:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no request within 20 s")
+		}
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-gone:
+		case <-time.After(time.Second):
+			t.Error("1 s after kill -9 of the processor, the endpoint's request is not cancelled")
+		}
+	})
+
 	t.Run("InitRegistersTopic", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
@@ -301,16 +368,14 @@ func TestBinary(t *testing.T) {
 			code, _ := httpGet(t, "http://"+addr+"/healthz")
 			return code == http.StatusOK
 		})
-		// Every poll raises what a full lock table raises.
-		for _, stmt := range []string{
+		// Every poll raises what a full lock table raises. The swap is one
+		// transaction: a poll between its statements would fail for another
+		// cause (the function missing) and be logged as such.
+		f.exec(
 			"ALTER FUNCTION task_poll_candidates(text, boolean, smallint, integer) RENAME TO task_poll_candidates_real",
 			`CREATE FUNCTION task_poll_candidates(text, boolean, smallint, integer) RETURNS SETOF tid LANGUAGE plpgsql AS
 			 $$ BEGIN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200'; END $$`,
-		} {
-			if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
-				t.Fatalf("%s: %v", stmt, err)
-			}
-		}
+		)
 		task := f.push("ok")[0]
 		var body string
 		waitFor(t, 20*time.Second, "/healthz to report the failing polls", func() bool {
@@ -328,23 +393,19 @@ func TestBinary(t *testing.T) {
 			n, _ := strconv.Atoi(append(m, "", "0")[1])
 			return n >= 3
 		})
-		if n := strings.Count(p.stderr.String(), `"msg":"database operation failing"`); n != 1 {
+		if n := strings.Count(p.stderr.String(), `"msg":"database operations failing"`); n != 1 {
 			t.Errorf("the failing poll was logged %d times, want once:\n%s", n, p.stderr.String())
 		}
-		for _, stmt := range []string{
+		f.exec(
 			"DROP FUNCTION task_poll_candidates(text, boolean, smallint, integer)",
 			"ALTER FUNCTION task_poll_candidates_real(text, boolean, smallint, integer) RENAME TO task_poll_candidates",
-		} {
-			if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
-				t.Fatalf("%s: %v", stmt, err)
-			}
-		}
+		)
 		f.waitState(task.Sequence, repository.Succeeded)
 		waitFor(t, 10*time.Second, "/healthz to recover", func() bool {
 			code, _ := httpGet(t, "http://"+addr+"/healthz")
 			return code == http.StatusOK
 		})
-		if !strings.Contains(p.stderr.String(), `"msg":"database operation recovered"`) {
+		if !strings.Contains(p.stderr.String(), `"msg":"database operations recovered"`) {
 			t.Errorf("no recovery line in the log:\n%s", p.stderr.String())
 		}
 		p.stop()

@@ -39,6 +39,16 @@ type execHandler struct {
 	timeout    time.Duration
 	retryDelay time.Duration
 	logger     *slog.Logger
+	lifeline   *lifeline
+}
+
+// newExecHandler returns a handler whose programs die with this process (guard.go).
+func newExecHandler(program string, args []string, timeout, retryDelay time.Duration, logger *slog.Logger) (*execHandler, error) {
+	l, err := newLifeline()
+	if err != nil {
+		return nil, err
+	}
+	return &execHandler{program: program, args: args, timeout: timeout, retryDelay: retryDelay, logger: logger, lifeline: l}, nil
 }
 
 // execOutcome is how one run of the program ended.
@@ -65,6 +75,21 @@ func (h *execHandler) handle(ctx context.Context, task repository.Task) reposito
 func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome {
 	ctx, cancel := context.WithTimeoutCause(ctx, h.timeout, errTimedOut)
 	defer cancel()
+	// The program runs in a process group of its own task, led by a guard that kills the
+	// group if the processor dies (guard.go). The group lets a timeout or cancel kill
+	// whatever the program started too, and keeps a Ctrl-C at the terminal to the
+	// processor, which then lets running tasks finish.
+	guard, err := h.lifeline.guard()
+	if err != nil {
+		return execOutcome{startErr: err, exitCode: -1}
+	}
+	group := guard.Process.Pid
+	defer func() {
+		// The task is over: whatever the program left running in its process group goes
+		// with it, so background children cannot pile up over thousands of tasks.
+		_ = syscall.Kill(-group, syscall.SIGKILL)
+		_ = guard.Wait()
+	}()
 	stdout := &headBuffer{limit: outputLimit}
 	stderr := &tailBuffer{limit: outputLimit}
 	cmd := exec.CommandContext(ctx, h.program, h.args...)
@@ -72,16 +97,13 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.Env = append(os.Environ(), taskEnv(task)...)
-	// The program leads its own process group, so a timeout or cancel kills whatever
-	// it started too, and a Ctrl-C at the terminal reaches only the processor, which
-	// then lets running tasks finish.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: group}
 	cmd.Cancel = func() error {
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return syscall.Kill(-group, syscall.SIGKILL)
 	}
 	cmd.WaitDelay = waitDelay
 
-	err := cmd.Run()
+	err = cmd.Run()
 	o := execOutcome{stdout: stdout.String(), stderr: stderr.String()}
 	state := cmd.ProcessState
 	if state == nil {
@@ -89,9 +111,6 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 		o.exitCode = -1
 		return o
 	}
-	// The task is over: whatever the program left running in its process group goes
-	// with it, so background children cannot pile up over thousands of tasks.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	o.exitCode = state.ExitCode()
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		o.signal = fmt.Sprintf("%d (%v)", int(ws.Signal()), ws.Signal())

@@ -59,7 +59,10 @@ func runScript(t *testing.T, ctx context.Context, body string, timeout time.Dura
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := &execHandler{program: "/bin/sh", args: append([]string{path}, args...), timeout: timeout, retryDelay: time.Minute, logger: slog.New(slog.DiscardHandler)}
+	h, err := newExecHandler("/bin/sh", append([]string{path}, args...), timeout, time.Minute, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return h.handle(ctx, task)
 }
 
@@ -142,6 +145,58 @@ func TestExecHandler(t *testing.T) {
 	})
 }
 
+// TestGuard checks both kinds of guard: when the processor's end of the lifeline closes,
+// as at its death, the program and what it started are killed.
+func TestGuard(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		self bool
+	}{
+		{"Shell", false},
+		{"ProcessorBinary", true},
+	} {
+		t.Run(tc.name+"KillsTheGroupWhenTheLifelineCloses", func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			script, pidFile := filepath.Join(dir, "script.sh"), filepath.Join(dir, "pids")
+			if err := os.WriteFile(script, []byte(`sleep 300 & echo "$$ $!" > "$1.tmp"; mv "$1.tmp" "$1"; wait`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			h, err := newExecHandler("/bin/sh", []string{script, pidFile}, time.Minute, time.Minute, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.self {
+				if h.lifeline.path, h.lifeline.args, err = selfGuard(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			decision := make(chan repository.Decision, 1)
+			go func() { decision <- h.handle(t.Context(), repository.Task{Topic: "t", Sequence: 1}) }()
+			var pids []int
+			waitFor(t, 10*time.Second, "the program to write its PID and its child's", func() bool {
+				pids = readPIDs(t, pidFile)
+				return len(pids) == 2
+			})
+			group := processGroup(t, pids[0])
+			if group == pids[0] || !alive(group) {
+				t.Errorf("program %d leads its process group %d, want a live guard to lead it", pids[0], group)
+			}
+
+			if err := h.lifeline.write.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, time.Second, "the program, its child and the guard to die", func() bool {
+				return len(living([]int{pids[0], pids[1], group})) == 0
+			})
+			if d, want := <-decision, repository.Fail(errors.New("killed by signal 9 (killed)")); d != want {
+				t.Errorf("decision %+v, want %+v", d, want)
+			}
+		})
+	}
+}
+
 func readPID(t *testing.T, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -153,6 +208,58 @@ func readPID(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// readPIDs reads the PIDs a program wrote to path, separated by white space; none
+// while the file does not exist yet.
+func readPIDs(t *testing.T, path string) []int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, field := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(field)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// processGroup reads the process group of a running process from /proc.
+func processGroup(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After the command name in parentheses: state, parent, process group.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 3 {
+		t.Fatalf("/proc/%d/stat: %q has no process group", pid, s)
+	}
+	group, err := strconv.Atoi(fields[2])
+	if err != nil {
+		t.Fatalf("/proc/%d/stat: %v", pid, err)
+	}
+	return group
+}
+
+// living returns those of pids that are alive.
+func living(pids []int) []int {
+	var left []int
+	for _, pid := range pids {
+		if alive(pid) {
+			left = append(left, pid)
+		}
+	}
+	return left
 }
 
 // alive reports whether a process exists and is not a zombie.

@@ -12,6 +12,9 @@ import (
 )
 
 func main() {
+	if isGuard(os.Args) {
+		runGuard() // the guard of a program's process group (guard.go)
+	}
 	gctune.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	context.AfterFunc(ctx, stop) // a second signal ends the process at once

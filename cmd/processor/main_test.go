@@ -1,26 +1,34 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
 	"github.com/pgtask/pgtask/sql/schema"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the tests, or a guard when the exec handler under test starts this
+// test binary as its guard (guard.go).
+func TestMain(m *testing.M) {
+	if isGuard(os.Args) {
+		runGuard()
+	}
+	pgtest.Main(m)
+}
 
 // taskScript is the program the tests run per task: it acts on its input.
 const taskScript = `#!/bin/sh
@@ -35,6 +43,7 @@ later) exit 75;;
 odd) head -c 10000 /dev/zero | tr '\0' e >&2; echo >&2; echo last words >&2; exit 42;;
 big) head -c 10000 /dev/zero | tr '\0' x;;
 hang) sleep 30;;
+linger) sleep 300 & echo "$$ $!" > "$1.tmp"; mv "$1.tmp" "$1"; wait;;
 slow) sleep 0.2; echo done;;
 *) echo "unexpected input $input" >&2; exit 1;;
 esac
@@ -91,7 +100,12 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, ctx: t.Context(), url: url, pool: pool, repo: repo, topic: "topic"}
-	if _, err := repo.Initialize(f.ctx, pool, f.topic); err != nil {
+	if _, err := repo.CreateTopic(f.ctx, pool, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	// One attempt: a failure is final, as the tests of the exit codes and statuses want
+	// to see it (a new topic retries 25 times).
+	if _, err := repo.UpdateSettings(f.ctx, pool, f.topic, func(s *repository.TopicSettings) { s.MaxAttempts = 1 }); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -109,6 +123,22 @@ func (f *fixture) push(inputs ...string) []repository.Task {
 		f.t.Fatalf("push: %v", err)
 	}
 	return tasks
+}
+
+// exec runs statements in one transaction.
+func (f *fixture) exec(statements ...string) {
+	f.t.Helper()
+	err := pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error {
+		for _, stmt := range statements {
+			if _, err := tx.Exec(f.ctx, stmt); err != nil {
+				return fmt.Errorf("%s: %w", stmt, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 // get reads one task.
@@ -154,30 +184,12 @@ func (f *fixture) waitState(seq int64, want repository.State) repository.Task {
 	return task
 }
 
-// syncBuffer is a bytes.Buffer safe for a subprocess's output and the test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // process is a running processor binary.
 type process struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout logbuf.Buffer
+	stderr logbuf.Buffer
 	done   chan struct{}
 	err    error
 }

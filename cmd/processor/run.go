@@ -17,13 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/pgtask/pgtask/internal/metrics"
+	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/metrics"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
-
-// queueStatsTTL is how long the queue collector serves one read of the queue's depth.
-const queueStatsTTL = 5 * time.Second
 
 // run is the whole program: it parses args, processes the topic until ctx is done,
 // then shuts down gracefully. It returns flag.ErrHelp after printing --help, and a
@@ -66,19 +64,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.httpURL != "" {
 		handle = newHTTPHandler(cfg.httpURL, cfg.timeout, cfg.retryDelay, logger).handle
 	} else {
-		handle = (&execHandler{program: cfg.execArgs[0], args: cfg.execArgs[1:], timeout: cfg.timeout,
-			retryDelay: cfg.retryDelay, logger: logger}).handle
+		h, err := newExecHandler(cfg.execArgs[0], cfg.execArgs[1:], cfg.timeout, cfg.retryDelay, logger)
+		if err != nil {
+			return err
+		}
+		handle = h.handle
 	}
 	workers, err := processor.Buffer(handle, processor.BufferConfig{MinWorkers: 1, MaxWorkers: cfg.workers})
 	if err != nil {
 		return err
 	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg)
-	// its own topic's depth: the operator's view of every topic is pgtask serve's
-	reg.MustRegister(metrics.NewQueueCollector(pool, repo, queueStatsTTL, cfg.topic))
 
 	var running atomic.Bool
 	p, err := processor.New(processor.Config{
@@ -87,21 +82,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger:            logger,
 		HeartbeatInterval: cfg.heartbeat,
 		VacuumEvery:       cfg.vacuumEvery,
-		OnExpire:          m.OnExpire,
 	})
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The managers' and expiries' series, and its own topic's depth: the operator's view
+	// of every topic is pgtask serve's.
+	if _, err := metrics.Instrument(reg, p); err != nil {
+		return err
+	}
 	_, err = p.Manage(processor.ManagerConfig{
 		Topic:           cfg.topic,
-		Initialize:      cfg.initialize,
+		CreateTopic:     cfg.initialize,
 		Handler:         workers,
 		Order:           cfg.order,
 		Condition:       cfg.condition,
 		BatchSize:       cfg.batchSize,
 		PauseInterval:   cfg.pauseInterval,
 		ShutdownTimeout: cfg.shutdownTimeout,
-		Listener: processor.Listeners(m.Listener(), processor.Listener{
+		Listener: processor.Listeners(processor.Listener{
 			OnStart: func(string) { running.Store(true) },
 			OnError: func(topic string, err error) {
 				if errors.Is(err, processor.ErrWillRetry) {
@@ -120,7 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if cfg.addr != "" {
-		stopServer, err := serve(cfg.addr, newMux(reg, pool, &running, p.Health), logger)
+		stopServer, err := serve(cfg.addr, newMux(reg, pool, &running, p.Health, logger), httpguard.Timeouts{}, logger)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pgtask/pgtask/internal/metrics"
+	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/metrics"
 )
 
 // healthTimeout bounds the database check of one /healthz request.
@@ -21,8 +22,10 @@ const healthTimeout = 2 * time.Second
 
 // newMux serves /metrics from reg and /healthz: 200 while the processor runs, the
 // database answers and the processor's own statements succeed (health, which is
-// Processor.Health), 503 with the reason otherwise.
-func newMux(reg prometheus.Gatherer, pool *pgxpool.Pool, running *atomic.Bool, health func() error) *http.ServeMux {
+// Processor.Health and names only operations and SQLSTATEs), 503 with the reason
+// otherwise. How a ping failed (which names the database's address, user and database)
+// goes to logger, never to the client.
+func newMux(reg prometheus.Gatherer, pool *pgxpool.Pool, running *atomic.Bool, health func() error, logger *slog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -35,8 +38,9 @@ func newMux(reg prometheus.Gatherer, pool *pgxpool.Pool, running *atomic.Bool, h
 		ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
+			logger.Warn("healthz: database not answering", slog.Any("error", err))
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "database not answering: %v\n", err)
+			fmt.Fprintln(w, "database not answering")
 			return
 		}
 		if err := health(); err != nil {
@@ -50,13 +54,14 @@ func newMux(reg prometheus.Gatherer, pool *pgxpool.Pool, running *atomic.Bool, h
 }
 
 // serve listens on addr (so a taken port is reported at start) and serves h in the
-// background; the returned function shuts the server down.
-func serve(addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
+// background within the timeouts (run gives httpguard's defaults: only short GETs are
+// served); the returned function shuts the server down.
+func serve(addr string, h http.Handler, timeouts httpguard.Timeouts, logger *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--addr: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpguard.NewServer(h, timeouts, logger)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

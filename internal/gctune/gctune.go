@@ -5,7 +5,7 @@
 // moves, so at Go's default GOGC of 100 it collects many times a second, and on a machine
 // it shares with PostgreSQL that CPU is the database's. At 400 a processor moving small
 // tasks as fast as the database allows used about a third less CPU in all, with a peak
-// RSS of 44–49 MB (BENCHMARKS.md, fifth session). The heap may grow to about five times
+// RSS of 44–49 MB (BENCHMARKS.md, "The processor's side"). The heap may grow to about five times
 // the live data instead of twice: with large inputs, set GOGC lower or GOMEMLIMIT.
 package gctune
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -22,9 +23,18 @@ func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
 }
 
-// decodeStrict decodes a JSON object into v, rejecting unknown fields and trailing data,
-// with messages that name the offending field instead of Go types.
+// invalid turns a repository.Validate… error into a 400 with the same message.
+func invalid(err error) error {
+	return badRequest("%s", strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": "))
+}
+
+// decodeStrict decodes a JSON object into v, rejecting unknown fields, trailing data and
+// text that is not UTF-8 (which encoding/json would rewrite), with messages that name the
+// offending field instead of Go types.
 func decodeStrict(body []byte, v any) error {
+	if err := wire.CheckText(body); err != nil {
+		return badRequest("%v", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -90,6 +100,7 @@ type taskBody struct {
 	Priority   int16           `json:"priority"`
 	Reference  string          `json:"reference"`
 	Suspended  bool            `json:"suspended"`
+	Key        string          `json:"key"`
 	Tasks      []taskBody      `json:"tasks"`
 }
 
@@ -133,7 +144,7 @@ func decodeEnqueue(body []byte) (enqueue, error) {
 		return out, nil
 	}
 	if top.Identifier != "" || top.Input != nil || top.Delay != nil || top.DelayMs != nil || top.NotBefore != nil ||
-		top.Priority != 0 || top.Reference != "" || top.Suspended {
+		top.Priority != 0 || top.Reference != "" || top.Suspended || top.Key != "" {
 		return enqueue{}, badRequest(`with "tasks", only "insertion" may stand beside it: put the task fields inside each task`)
 	}
 	if len(top.Tasks) == 0 {
@@ -149,7 +160,7 @@ func decodeEnqueue(body []byte) (enqueue, error) {
 		}
 		c, err := creation(t)
 		if err != nil {
-			return enqueue{}, fmt.Errorf("tasks[%d]: %w", i, err)
+			return enqueue{}, badRequest("tasks[%d]: %s", i, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "))
 		}
 		out.creations[i] = c
 	}
@@ -168,6 +179,8 @@ func creation(t taskBody) (repository.Creation, error) {
 		Reference:  t.Reference,
 		Suspended:  t.Suspended,
 		Priority:   t.Priority,
+		// "key": the task's concurrency key
+		ConcurrencyKey: t.Key,
 	}
 	input, err := inputText(t.Input)
 	if err != nil {
@@ -207,6 +220,9 @@ func creation(t taskBody) (repository.Creation, error) {
 			at = time.Unix(0, 0) // the zero time would mean "no not-before"
 		}
 		c.NotBefore = at
+	}
+	if err := c.Validate(); err != nil {
+		return repository.Creation{}, invalid(err)
 	}
 	return c, nil
 }
@@ -283,6 +299,9 @@ func decodeCancel(body []byte) (string, error) {
 	if in.By == "" {
 		return cancelByDefault, nil
 	}
+	if err := repository.ValidateCanceller(in.By); err != nil {
+		return "", invalid(err)
+	}
 	return in.By, nil
 }
 
@@ -344,6 +363,9 @@ func decodeList(q url.Values) (list, error) {
 	}
 	out.filter.Identifier = q.Get("identifier")
 	out.filter.Reference = q.Get("reference")
+	if err := repository.ValidateFilter(out.filter); err != nil {
+		return list{}, invalid(err)
+	}
 	return out, nil
 }
 
@@ -362,4 +384,116 @@ func parseSequence(v string) (int64, error) {
 		return 0, badRequest("sequence %q is not a positive integer", v)
 	}
 	return s, nil
+}
+
+// settingsBody is the body of PATCH /topics/{topic}: the settings to change, each
+// optional. A limit is a whole number of at least 1, or null for none.
+type settingsBody struct {
+	MaxAttempts     *int32          `json:"max_attempts"`
+	BackoffBaseMs   *int64          `json:"backoff_base_ms"`
+	BackoffCapMs    *int64          `json:"backoff_cap_ms"`
+	BackoffJitterMs *int64          `json:"backoff_jitter_ms"`
+	QueueCap        *int64          `json:"queue_cap"`
+	RetentionMs     *int64          `json:"retention_ms"`
+	Concurrency     nullable[int32] `json:"concurrency"`
+	KeyConcurrency  nullable[int32] `json:"key_concurrency"`
+	Rate            nullable[int32] `json:"rate"`
+	RatePeriodMs    nullable[int64] `json:"rate_period_ms"`
+	RateBurst       nullable[int32] `json:"rate_burst"`
+	Fair            *bool           `json:"fair"`
+}
+
+// nullable is a field that may be absent (keep), null (none) or a value.
+type nullable[T any] struct {
+	given bool
+	value *T
+}
+
+func (n *nullable[T]) UnmarshalJSON(b []byte) error {
+	n.given = true
+	if string(b) == "null" {
+		return nil
+	}
+	return json.Unmarshal(b, &n.value)
+}
+
+// decodeSettings decodes the body of PATCH /topics/{topic} into a change of settings,
+// which fails (wrapping errBadRequest) on a limit below 1, a rate without its period, or
+// a period or burst without a rate. Other checks are the repository's.
+func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) {
+	var b settingsBody
+	if err := decodeStrict(body, &b); err != nil {
+		return nil, err
+	}
+	limit := func(name string, n nullable[int32]) error {
+		if n.value != nil && *n.value < 1 {
+			return badRequest("%q %d is below 1 (null: no limit; pause a topic to run none of its tasks)", name, *n.value)
+		}
+		return nil
+	}
+	for _, l := range []struct {
+		name string
+		v    nullable[int32]
+	}{{"concurrency", b.Concurrency}, {"key_concurrency", b.KeyConcurrency}, {"rate", b.Rate}, {"rate_burst", b.RateBurst}} {
+		if err := limit(l.name, l.v); err != nil {
+			return nil, err
+		}
+	}
+	if b.RatePeriodMs.value != nil && *b.RatePeriodMs.value < 1 {
+		return nil, badRequest(`"rate_period_ms" %d is below 1`, *b.RatePeriodMs.value)
+	}
+	if b.Rate.value != nil && b.RatePeriodMs.value == nil {
+		return nil, badRequest(`"rate" needs "rate_period_ms", its period`)
+	}
+	if b.Rate.given && b.Rate.value == nil && (b.RatePeriodMs.value != nil || b.RateBurst.value != nil) {
+		return nil, badRequest(`"rate" is null (no rate limit): "rate_period_ms" and "rate_burst" cannot be given with it`)
+	}
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	return func(s *repository.TopicSettings) error {
+		// checked before anything changes: the caller writes what the function leaves
+		if !b.Rate.given && (b.RatePeriodMs.given || b.RateBurst.given) && s.Rate == 0 {
+			return badRequest(`the topic has no rate limit: give "rate" with "rate_period_ms" or "rate_burst"`)
+		}
+		if b.MaxAttempts != nil {
+			s.MaxAttempts = *b.MaxAttempts
+		}
+		for _, d := range []struct {
+			v  *int64
+			to *time.Duration
+		}{{b.BackoffBaseMs, &s.BackoffBase}, {b.BackoffCapMs, &s.BackoffCap}, {b.BackoffJitterMs, &s.BackoffJitter}, {b.RetentionMs, &s.Retention}} {
+			if d.v != nil {
+				*d.to = ms(*d.v)
+			}
+		}
+		if b.QueueCap != nil {
+			s.QueueCap = *b.QueueCap
+		}
+		if b.Concurrency.given {
+			s.Concurrency = deref(b.Concurrency.value)
+		}
+		if b.KeyConcurrency.given {
+			s.KeyConcurrency = deref(b.KeyConcurrency.value)
+		}
+		if b.Rate.given {
+			s.Rate, s.RatePeriod, s.RateBurst = deref(b.Rate.value), ms(deref(b.RatePeriodMs.value)), deref(b.RateBurst.value)
+		} else if b.RatePeriodMs.given || b.RateBurst.given {
+			if b.RatePeriodMs.value != nil {
+				s.RatePeriod = ms(*b.RatePeriodMs.value)
+			}
+			s.RateBurst = deref(b.RateBurst.value)
+		}
+		if b.Fair != nil {
+			s.Fair = *b.Fair
+		}
+		return nil
+	}, nil
+}
+
+// deref is the value p points to, or zero for nil.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -81,6 +82,10 @@ func TestDecodeEnqueue(t *testing.T) {
 		{"TaskFieldsBesideTasks", `{"identifier":"a","tasks":[{"identifier":"b"}]}`, "inside each task"},
 		{"InsertionInsideABatchTask", `{"tasks":[{"identifier":"a","insertion":"replace"}]}`, "tasks[0]"},
 		{"NestedTasks", `{"tasks":[{"identifier":"a","tasks":[]}]}`, "nested"},
+		{"InvalidUTF8InAString", "{\"identifier\":\"a\",\"input\":\"\xff\"}", "not valid UTF-8: byte 27"},
+		{"UnpairedSurrogate", `{"identifier":"a\ud800"}`, "unpaired"},
+		{"IdentifierTooLong", `{"identifier":"` + strings.Repeat("é", 501) + `"}`, "501 characters long, at most 500"},
+		{"ReferenceTooLongInABatch", `{"tasks":[{"identifier":"a","reference":"` + strings.Repeat("r", 501) + `"}]}`, "tasks[0]: reference is 501"},
 	}
 	for _, tc := range bad {
 		t.Run("Rejects"+tc.name, func(t *testing.T) {
@@ -148,13 +153,101 @@ func FuzzDecodeEnqueue(f *testing.F) {
 		if !got.insertion.Valid() || len(got.creations) == 0 || (got.single && len(got.creations) != 1) {
 			t.Fatalf("decode %q = %+v", body, got)
 		}
+		if err := wire.CheckText(body); err != nil {
+			t.Fatalf("decode %q accepted text that is not UTF-8: %v", body, err)
+		}
 		for i, c := range got.creations {
-			if c.Identifier == "" || c.Delay < 0 {
-				t.Fatalf("decode %q: creation %d = %+v", body, i, c)
+			if err := c.Validate(); err != nil {
+				t.Fatalf("decode %q: creation %d = %+v, which the repository refuses: %v", body, i, c, err)
 			}
 			if c.Delay > 0 && !c.NotBefore.IsZero() {
 				t.Fatalf("decode %q: creation %d has both a delay and a not-before time", body, i)
 			}
+		}
+	})
+}
+
+// wantBadRequestOrNil fails unless err is nil or a bad request.
+func wantBadRequestOrNil(t *testing.T, input any, err error) {
+	t.Helper()
+	if err != nil && !errors.Is(err, errBadRequest) {
+		t.Fatalf("decode %q: error %v is not a bad request", input, err)
+	}
+}
+
+// FuzzDecodeCancel checks the cancel body: a bad request or a canceller the repository
+// accepts, never empty.
+func FuzzDecodeCancel(f *testing.F) {
+	for _, seed := range []string{``, ` `, `{}`, `{"by":"alice"}`, `{"by":""}`, `{"by":7}`, `{"who":"x"}`, `{"by":"a\ud800"}`, "{\"by\":\"\xff\"}"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		by, err := decodeCancel(body)
+		wantBadRequestOrNil(t, body, err)
+		if err == nil && (by == "" || repository.ValidateCanceller(by) != nil) {
+			t.Fatalf("decode %q = %q, which the repository refuses", body, by)
+		}
+	})
+}
+
+// FuzzDecodeRevive checks the revive body: a bad request or exactly one of a valid mode
+// and a valid result.
+func FuzzDecodeRevive(f *testing.F) {
+	for _, seed := range []string{`{"mode":"reset"}`, `{"mode":"APPEND"}`, `{"result":"success"}`, `{"mode":"x","result":"y"}`, `{}`, `[]`, `{"mode":null}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := decodeRevive(body)
+		wantBadRequestOrNil(t, body, err)
+		if err != nil {
+			return
+		}
+		if (got.mode == nil) == (got.result == nil) {
+			t.Fatalf("decode %q = %+v: want exactly one of mode and result", body, got)
+		}
+		if got.result != nil && !got.result.Valid() {
+			t.Fatalf("decode %q: result %v is not valid", body, *got.result)
+		}
+	})
+}
+
+// FuzzDecodeList checks the listing's query string: a bad request or a query the
+// repository accepts, with the limit in range.
+func FuzzDecodeList(f *testing.F) {
+	for _, seed := range []string{``, `state=READY&limit=10`, `direction=backward&cursor=5`, `identifier=%FF`, `limit=0`, `state=a&state=b`,
+		`reference=r&identifier=i`, `cursor=-1`, `x=1`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, query string) {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return // the server answers 400 for it before any decoder
+		}
+		got, err := decodeList(q)
+		wantBadRequestOrNil(t, query, err)
+		if err != nil {
+			return
+		}
+		if got.limit < 1 || got.limit > ListLimitMax || got.cursor < 0 {
+			t.Fatalf("decode %q = %+v", query, got)
+		}
+		if err := repository.ValidateFilter(got.filter); err != nil {
+			t.Fatalf("decode %q: filter %+v refused by the repository: %v", query, got.filter, err)
+		}
+	})
+}
+
+// FuzzParseSequence checks the {sequence} path segment: a bad request or a positive
+// sequence.
+func FuzzParseSequence(f *testing.F) {
+	for _, seed := range []string{"1", "0", "-1", "+7", "007", "9223372036854775807", "9223372036854775808", "1e3", " 1", ""} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, segment string) {
+		seq, err := parseSequence(segment)
+		wantBadRequestOrNil(t, segment, err)
+		if err == nil && seq <= 0 {
+			t.Fatalf("parse %q = %d, want a positive sequence", segment, seq)
 		}
 	})
 }

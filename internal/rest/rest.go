@@ -2,8 +2,6 @@ package rest
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,8 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -41,12 +41,15 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Repository runs the queue operations; nil creates one with a random owner name.
 	Repository *repository.Repository
-	// Token, when not empty, is the bearer token every request but GET /healthz and
-	// GET /openapi.json must carry ("Authorization: Bearer <token>").
-	Token string
+	// Guard authenticates every request but GET /healthz and GET /openapi.json (with the
+	// bearer token it was given, if any); nil serves without a token. The server's root
+	// handler is wrapped by the same Guard's Protect (see package httpguard).
+	Guard *httpguard.Guard
 	// MaxBodyBytes is the largest request body accepted (413 beyond it). Default 1 MiB.
 	MaxBodyBytes int64
-	// Logger receives the errors answered with status 500; nil discards them.
+	// Logger receives the errors answered with status 500 (at ERROR), the database's
+	// failures behind GET /healthz (WARN) and requests whose body could not be read
+	// (DEBUG); nil discards them.
 	Logger *slog.Logger
 	// Metrics, when set, is served at GET /metrics (behind the token like the API).
 	Metrics http.Handler
@@ -65,6 +68,13 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Guard == nil {
+		g, err := httpguard.New(httpguard.Config{})
+		if err != nil {
+			return fmt.Errorf("rest: config: %w", err)
+		}
+		c.Guard = g
+	}
 	if c.Repository == nil {
 		repo, err := repository.New(repository.Config{})
 		if err != nil {
@@ -77,13 +87,12 @@ func (c *Config) validate() error {
 
 // server serves the API.
 type server struct {
-	pool      *pgxpool.Pool
-	repo      *repository.Repository
-	logger    *slog.Logger
-	maxBody   int64
-	token     bool
-	tokenHash [sha256.Size]byte
-	mux       *http.ServeMux
+	pool    *pgxpool.Pool
+	repo    *repository.Repository
+	logger  *slog.Logger
+	maxBody int64
+	guard   *httpguard.Guard
+	mux     *http.ServeMux
 	// statements is what GET /healthz knows of the API's statements.
 	statements statements
 }
@@ -104,6 +113,7 @@ var routes = []route{
 	{http.MethodGet, "/openapi.json", true, nil}, // served from the embedded document
 	{http.MethodGet, "/topics", false, (*server).listTopics},
 	{http.MethodGet, "/topics/{topic}", false, (*server).getTopic},
+	{http.MethodPatch, "/topics/{topic}", false, (*server).patchTopic},
 	{http.MethodPost, "/topics/{topic}/pause", false, (*server).pause},
 	{http.MethodPost, "/topics/{topic}/resume", false, (*server).resume},
 	{http.MethodPost, "/topics/{topic}/tasks", false, (*server).enqueue},
@@ -111,6 +121,14 @@ var routes = []route{
 	{http.MethodGet, "/topics/{topic}/tasks/{sequence}", false, (*server).getTask},
 	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/cancel", false, (*server).cancel},
 	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/revive", false, (*server).revive},
+	{http.MethodGet, "/schedules", false, (*server).listSchedules},
+	{http.MethodPost, "/schedules", false, (*server).createSchedule},
+	{http.MethodGet, "/schedules/{name}", false, (*server).getSchedule},
+	{http.MethodPatch, "/schedules/{name}", false, (*server).updateSchedule},
+	{http.MethodDelete, "/schedules/{name}", false, (*server).deleteSchedule},
+	{http.MethodPost, "/schedules/{name}/pause", false, (*server).pauseSchedule},
+	{http.MethodPost, "/schedules/{name}/resume", false, (*server).resumeSchedule},
+	{http.MethodPost, "/schedules/{name}/run", false, (*server).runSchedule},
 }
 
 // metricsPath is where Config.Metrics is mounted.
@@ -127,24 +145,23 @@ func New(cfg Config) (http.Handler, error) {
 		repo:    cfg.Repository,
 		logger:  cfg.Logger,
 		maxBody: cfg.MaxBodyBytes,
-		token:   cfg.Token != "",
+		guard:   cfg.Guard,
 		mux:     http.NewServeMux(),
 	}
-	s.tokenHash = sha256.Sum256([]byte(cfg.Token))
 	for _, rt := range routes {
 		var h http.Handler
 		if rt.serve == nil {
 			h = http.HandlerFunc(serveOpenAPI)
 		} else {
-			h = s.handle(rt.serve)
+			h = s.handle(rt.serve, strings.Contains(rt.path, "{topic}"))
 		}
 		if !rt.public {
-			h = s.authenticate(h)
+			h = s.guard.Authenticate(h)
 		}
 		s.mux.Handle(rt.method+" "+rt.path, h)
 	}
 	if cfg.Metrics != nil {
-		s.mux.Handle(http.MethodGet+" "+metricsPath, s.authenticate(cfg.Metrics))
+		s.mux.Handle(http.MethodGet+" "+metricsPath, s.guard.Authenticate(cfg.Metrics))
 	}
 	return s, nil
 }
@@ -184,33 +201,21 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *recorder) WriteHeader(status int)      { r.status = status }
 
-// authenticate requires the bearer token when one is configured. The comparison is of
-// SHA-256 digests in constant time, so neither the token nor its length leaks.
-func (s *server) authenticate(next http.Handler) http.Handler {
-	if !s.token {
-		return next
-	}
+// handle adapts an endpoint: it checks the {topic} of the path when it has one, then
+// writes the endpoint's body as JSON or maps its error to a status.
+func (s *server) handle(e endpoint, topic bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, given, found := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !found || !strings.EqualFold(scheme, "Bearer") || given == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pgtask"`)
-			writeJSON(w, http.StatusUnauthorized, errorJSON{"missing bearer token: send the header Authorization: Bearer <token>"})
-			return
+		var (
+			status int
+			body   any
+			err    error
+		)
+		if topic {
+			err = repository.ValidateTopic(r.PathValue("topic"))
 		}
-		digest := sha256.Sum256([]byte(strings.TrimSpace(given)))
-		if subtle.ConstantTimeCompare(digest[:], s.tokenHash[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pgtask", error="invalid_token"`)
-			writeJSON(w, http.StatusUnauthorized, errorJSON{"invalid bearer token"})
-			return
+		if err == nil {
+			status, body, err = e(s, w, r)
 		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// handle adapts an endpoint: it writes the body as JSON or maps the error to a status.
-func (s *server) handle(e endpoint) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		status, body, err := e(s, w, r)
 		if err != nil {
 			status = statusOf(err)
 		}
@@ -218,27 +223,43 @@ func (s *server) handle(e endpoint) http.Handler {
 			s.statements.record(err, status)
 		}
 		if err != nil {
-			if status == http.StatusInternalServerError {
+			var bodyErr *httpguard.BodyError
+			switch {
+			case status == http.StatusInternalServerError:
 				s.logger.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+			case errors.As(err, &bodyErr):
+				s.logger.Debug("request body unreadable", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
-			writeJSON(w, status, errorJSON{errorText(err)})
+			writeJSON(w, status, errorJSON{errorText(err, status)})
+			return
+		}
+		if stream, ok := body.(streamer); ok {
+			stream.stream(w, status)
 			return
 		}
 		writeJSON(w, status, body)
 	})
 }
 
+// streamer is a body an endpoint writes itself, piece by piece.
+type streamer interface {
+	stream(w http.ResponseWriter, status int)
+}
+
 // statusOf maps an error to its status code.
 func statusOf(err error) int {
-	var tooLarge *http.MaxBytesError
+	var (
+		tooLarge *http.MaxBytesError
+		bodyErr  *httpguard.BodyError
+	)
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, errBadRequest), errors.Is(err, repository.ErrInvalid):
+	case errors.As(err, &bodyErr), errors.Is(err, errBadRequest), errors.Is(err, repository.ErrInvalid):
 		return http.StatusBadRequest
-	case errors.Is(err, repository.ErrUnknownTopic), errors.Is(err, repository.ErrUnknownTask):
+	case errors.Is(err, repository.ErrUnknownTopic), errors.Is(err, repository.ErrUnknownTask), errors.Is(err, repository.ErrUnknownSchedule):
 		return http.StatusNotFound
-	case errors.Is(err, repository.ErrWrongState):
+	case errors.Is(err, repository.ErrWrongState), errors.Is(err, repository.ErrScheduleExists):
 		return http.StatusConflict
 	case errors.Is(err, repository.ErrQueueFull):
 		return http.StatusTooManyRequests
@@ -246,36 +267,76 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// errorText is the message shown to the client.
-func errorText(err error) string {
+// errorText is the message shown to the client, answered with status. A 500 says what
+// failed and, for an error of PostgreSQL's, its message and SQLSTATE, but never what a
+// failure to connect or a broken connection says (the server's address, the database
+// and user names): those go to the log only.
+func errorText(err error, status int) string {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return fmt.Sprintf("request body too large: at most %d bytes accepted", tooLarge.Limit)
+	}
+	if status == http.StatusInternalServerError {
+		return internalText(err)
 	}
 	// Our own 400s read "bad request: …"; the status already says so.
 	return strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")
 }
 
+// internalText describes a server-side failure to a client.
+func internalText(err error) string {
+	var (
+		pgErr      *pgconn.PgError
+		connectErr *pgconn.ConnectError
+	)
+	switch {
+	case errors.As(err, &connectErr):
+		text := "the database is unavailable: could not connect"
+		if code := repository.SQLState(err); code != "" {
+			text += " (SQLSTATE " + code + ")"
+		}
+		return text
+	case errors.As(err, &pgErr):
+		// The repository's context (which operation, which topic) and PostgreSQL's
+		// message, as err.Error() has them: "page topic "t": ERROR: … (SQLSTATE 42P01)".
+		return err.Error()
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "the request was cancelled or timed out before the database answered"
+	}
+	return "internal error: the database did not answer (the server's log says more)"
+}
+
 func writeJSON(w http.ResponseWriter, status int, body any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	jsonHeaders(w)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// readBody reads the request body, at most maxBody bytes.
-func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+// jsonHeaders declares a JSON answer, which browsers must not sniff into another type.
+func jsonHeaders(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 }
 
-// health pings the database.
+// readBody reads the request body, at most maxBody bytes.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return httpguard.ReadBody(w, r, s.maxBody)
+}
+
+// health pings the database. The route is public: its answer says whether the
+// database answers, never how it failed (the log does), and names the SQLSTATE of
+// failing statements only to a client the guard authorizes.
 func (s *server) health(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
-		return http.StatusServiceUnavailable, errorJSON{"database unreachable: " + err.Error()}, nil
+		s.logger.Warn("health: database unreachable", slog.Any("error", err))
+		return http.StatusServiceUnavailable, errorJSON{"database unreachable"}, nil
 	}
 	if failing := s.statements.failing(); failing != "" {
+		if !s.guard.Authorized(r) {
+			failing = "database statements failing"
+		}
 		return http.StatusServiceUnavailable, errorJSON{failing}, nil
 	}
 	return http.StatusOK, map[string]string{"status": "ok"}, nil
@@ -350,7 +411,36 @@ func (s *server) getTopic(_ http.ResponseWriter, r *http.Request) (int, any, err
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.FromTopic(t, &stats), nil
+	usage, err := s.repo.LimitUsage(ctx, s.pool, topic)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := wire.FromTopic(t, &stats)
+	out.Usage = wire.FromUsage(usage)
+	return http.StatusOK, out, nil
+}
+
+// patchTopic changes the settings given in the body and keeps the others, at once for
+// every process (a limit holds from the next poll).
+func (s *server) patchTopic(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	change, err := decodeSettings(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	// a change refused by change leaves the settings as they were (rewritten unchanged)
+	var bad error
+	t, err := s.repo.UpdateSettings(r.Context(), s.pool, r.PathValue("topic"), func(ts *repository.TopicSettings) { bad = change(ts) })
+	if bad != nil {
+		return 0, nil, bad
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, wire.FromTopic(t, nil), nil
 }
 
 func (s *server) pause(_ http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -402,18 +492,43 @@ func (s *server) listTasks(_ http.ResponseWriter, r *http.Request) (int, any, er
 	if err != nil {
 		return 0, nil, err
 	}
-	// One more than asked tells whether another page follows.
-	tasks, err := s.repo.Page(r.Context(), s.pool, r.PathValue("topic"), q.filter, q.cursor, q.limit+1, q.direction)
+	// One more than asked tells whether another page follows. Excerpts cuts long texts
+	// in the database, so the page's size does not grow with the tasks'.
+	tasks, err := s.repo.Excerpts(r.Context(), s.pool, r.PathValue("topic"), q.filter, q.cursor, q.limit+1, q.direction)
 	if err != nil {
 		return 0, nil, err
 	}
-	var next *int64
+	page := taskPage{tasks: tasks}
 	if len(tasks) > q.limit {
-		tasks = tasks[:q.limit]
-		last := tasks[len(tasks)-1].Sequence
-		next = &last
+		page.tasks = tasks[:q.limit]
+		page.next = &page.tasks[q.limit-1].Sequence
 	}
-	return http.StatusOK, map[string]any{"tasks": wire.FromTasks(tasks), "next_cursor": next}, nil
+	return http.StatusOK, page, nil
+}
+
+// taskPage is a listing's answer, {"tasks": [...], "next_cursor": N or null}, written
+// one task at a time.
+type taskPage struct {
+	tasks []repository.Excerpt
+	next  *int64
+}
+
+func (p taskPage) stream(w http.ResponseWriter, status int) {
+	jsonHeaders(w)
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, `{"tasks":[`)
+	enc := json.NewEncoder(w)
+	for i, t := range p.tasks {
+		if i > 0 {
+			_, _ = io.WriteString(w, ",")
+		}
+		_ = enc.Encode(wire.FromExcerpt(t))
+	}
+	next := "null"
+	if p.next != nil {
+		next = strconv.FormatInt(*p.next, 10)
+	}
+	_, _ = io.WriteString(w, `],"next_cursor":`+next+"}\n")
 }
 
 func (s *server) getTask(_ http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -432,7 +547,17 @@ func (s *server) getTask(_ http.ResponseWriter, r *http.Request) (int, any, erro
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.FromTask(t), nil
+	out := wire.FromTask(t)
+	if t.State == repository.Ready {
+		why, err := s.repo.Waiting(ctx, s.pool, topic, seq)
+		if err != nil {
+			return 0, nil, err
+		}
+		for _, w := range why {
+			out.Waiting = append(out.Waiting, w.Text)
+		}
+	}
+	return http.StatusOK, out, nil
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) (int, any, error) {

@@ -1,7 +1,6 @@
 package rest_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,12 +10,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/internal/rest"
 	"github.com/pgtask/pgtask/repository"
@@ -33,27 +33,44 @@ type fixture struct {
 	repo  *repository.Repository
 	srv   *httptest.Server
 	token string
-	logs  *syncBuffer
+	logs  *logbuf.Buffer
+}
+
+// option adjusts the config of a fixture's API.
+type option func(*fixture, *rest.Config)
+
+// withToken requires the bearer token token.
+func withToken(token string) option {
+	return func(f *fixture, c *rest.Config) {
+		g, err := httpguard.New(httpguard.Config{Token: token})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		c.Guard, f.token = g, token
+	}
 }
 
 // setup serves the API on a fresh database; options adjust its config.
-func setup(t *testing.T, options ...func(*rest.Config)) *fixture {
+func setup(t *testing.T, options ...option) *fixture {
 	t.Helper()
 	t.Parallel()
-	f := &fixture{t: t, ctx: t.Context(), pool: pgtest.NewPool(t, schema.Hash(), repository.Migrate), logs: &syncBuffer{}}
+	f := &fixture{t: t, ctx: t.Context(), pool: pgtest.NewPool(t, schema.Hash(), repository.Migrate), logs: &logbuf.Buffer{}}
 	repo, err := repository.New(repository.Config{Owner: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.repo = repo
-	if _, err := repo.Initialize(f.ctx, f.pool, "mail"); err != nil {
+	if _, err := repo.CreateTopic(f.ctx, f.pool, "mail"); err != nil {
+		t.Fatal(err)
+	}
+	// One attempt: a failure is final, as the revival tests want (a new topic retries).
+	if _, err := repo.UpdateSettings(f.ctx, f.pool, "mail", func(s *repository.TopicSettings) { s.MaxAttempts = 1 }); err != nil {
 		t.Fatal(err)
 	}
 	cfg := rest.Config{Pool: f.pool, Repository: repo, Logger: slog.New(slog.NewTextHandler(f.logs, nil))}
 	for _, o := range options {
-		o(&cfg)
+		o(f, &cfg)
 	}
-	f.token = cfg.Token
 	h, err := rest.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -61,23 +78,6 @@ func setup(t *testing.T, options ...func(*rest.Config)) *fixture {
 	f.srv = httptest.NewServer(h)
 	t.Cleanup(f.srv.Close)
 	return f
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 type response struct {
@@ -319,7 +319,7 @@ func TestEnqueue(t *testing.T) {
 		f.call("POST", "/topics/nope/tasks", `{"identifier":"a"}`).wantError(t, http.StatusNotFound, "unknown topic")
 	})
 	t.Run("RefusesABodyOverTheLimit", func(t *testing.T) {
-		f := setup(t, func(c *rest.Config) { c.MaxBodyBytes = 100 })
+		f := setup(t, func(_ *fixture, c *rest.Config) { c.MaxBodyBytes = 100 })
 		body := `{"identifier":"a","input":"` + strings.Repeat("x", 200) + `"}`
 		f.call("POST", "/topics/mail/tasks", body).wantError(t, http.StatusRequestEntityTooLarge, "100 bytes")
 	})
@@ -379,7 +379,7 @@ func TestGetTask(t *testing.T) {
 	})
 	t.Run("ServesTopicsWhoseNameNeedsEscaping", func(t *testing.T) {
 		f := setup(t)
-		if _, err := f.repo.Initialize(f.ctx, f.pool, "a/b c"); err != nil {
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, "a/b c"); err != nil {
 			t.Fatal(err)
 		}
 		var out taskList
@@ -599,7 +599,7 @@ func TestTopics(t *testing.T) {
 	t.Parallel()
 	t.Run("ListsTopicsWithSettingsAndStats", func(t *testing.T) {
 		f := setup(t)
-		if _, err := f.repo.Initialize(f.ctx, f.pool, "audit"); err != nil {
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, "audit"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 3, BackoffBase: 2 * time.Second, QueueCap: 50}); err != nil {
@@ -654,7 +654,7 @@ func TestTopics(t *testing.T) {
 
 func TestAuthentication(t *testing.T) {
 	t.Parallel()
-	withToken := func(c *rest.Config) { c.Token = "s3cret" }
+	withToken := withToken("s3cret")
 	t.Run("RefusesAMissingToken", func(t *testing.T) {
 		f := setup(t, withToken)
 		resp := f.send("GET", "/topics", "", http.Header{})
@@ -684,7 +684,7 @@ func TestAuthentication(t *testing.T) {
 		f.send("GET", "/openapi.json", "", http.Header{}).want(t, http.StatusOK, nil)
 	})
 	t.Run("GuardsMetrics", func(t *testing.T) {
-		f := setup(t, withToken, func(c *rest.Config) {
+		f := setup(t, withToken, func(_ *fixture, c *rest.Config) {
 			c.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "pgtask_up 1\n") })
 		})
 		f.send("GET", "/metrics", "", http.Header{}).wantError(t, http.StatusUnauthorized)
@@ -711,34 +711,36 @@ func TestHealth(t *testing.T) {
 	})
 	t.Run("AnswersUnavailableWhileStatementsFail", func(t *testing.T) {
 		f := setup(t)
-		// The database answers pings but refuses a statement the API runs: the topic
-		// statistics raise what a full lock table raises.
-		for _, stmt := range []string{
-			"ALTER FUNCTION task_topic_rows(text) RENAME TO task_topic_rows_real",
-			`CREATE FUNCTION task_topic_rows(text) RETURNS bigint LANGUAGE plpgsql AS
-			 $$ BEGIN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200'; END $$`,
-		} {
-			if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
-				t.Fatalf("%s: %v", stmt, err)
-			}
-		}
+		f.failTopicRows()
 		f.call("GET", "/topics/mail", "").wantError(t, http.StatusInternalServerError)
 		f.call("GET", "/healthz", "").wantError(t, http.StatusServiceUnavailable, "database statements failing: SQLSTATE 53200")
 		// A client's mistake is not the database's.
 		f.call("GET", "/topics/mail/tasks/nonsense", "").wantError(t, http.StatusBadRequest)
 		f.call("GET", "/healthz", "").wantError(t, http.StatusServiceUnavailable, "SQLSTATE 53200")
 
-		for _, stmt := range []string{
-			"DROP FUNCTION task_topic_rows(text)",
-			"ALTER FUNCTION task_topic_rows_real(text) RENAME TO task_topic_rows",
-		} {
-			if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
-				t.Fatalf("%s: %v", stmt, err)
-			}
-		}
+		f.exec("DROP FUNCTION task_topic_rows(text)", "ALTER FUNCTION task_topic_rows_real(text) RENAME TO task_topic_rows")
 		f.call("GET", "/topics/mail", "").want(t, http.StatusOK, nil)
 		f.call("GET", "/healthz", "").want(t, http.StatusOK, nil)
 	})
+}
+
+// exec runs statements on the fixture's database.
+func (f *fixture) exec(statements ...string) {
+	f.t.Helper()
+	for _, stmt := range statements {
+		if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+			f.t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
+// failTopicRows makes the database answer pings but refuse a statement the API runs:
+// the topic statistics raise what a full lock table raises (SQLSTATE 53200).
+func (f *fixture) failTopicRows() {
+	f.t.Helper()
+	f.exec("ALTER FUNCTION task_topic_rows(text) RENAME TO task_topic_rows_real",
+		`CREATE FUNCTION task_topic_rows(text) RETURNS bigint LANGUAGE plpgsql AS
+		 $$ BEGIN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200'; END $$`)
 }
 
 func TestRouting(t *testing.T) {

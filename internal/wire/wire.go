@@ -1,5 +1,5 @@
 // Package wire defines the JSON shapes of tasks and topics shared by the REST API and the
-// CLI's --json output.
+// CLI's --json output, and the rule JSON text they read must follow (CheckText).
 package wire
 
 import (
@@ -27,6 +27,14 @@ type Task struct {
 	Returned   int32      `json:"returned"`
 	Errors     []string   `json:"errors"`
 	Cancelled  bool       `json:"cancelled"`
+	// Key is the task's concurrency key; null when none.
+	Key *string `json:"key"`
+	// Waiting says what holds a READY task back (Repository.Waiting); absent otherwise,
+	// and in listings.
+	Waiting []string `json:"waiting,omitempty"`
+	// Truncated names the fields a listing cut ("input", "output", "errors"); absent
+	// when nothing was cut. The task's own URL serves it whole.
+	Truncated []string `json:"truncated,omitempty"`
 }
 
 // FromTask converts a stored task; empty strings and zero times become null, and no
@@ -54,7 +62,23 @@ func FromTask(t repository.Task) Task {
 		Returned:   t.Returned,
 		Errors:     errs,
 		Cancelled:  t.Cancelled,
+		Key:        nullText(t.ConcurrencyKey),
 	}
+}
+
+// FromExcerpt converts a listed task, naming in Truncated the fields that were cut.
+func FromExcerpt(e repository.Excerpt) Task {
+	t := FromTask(e.Task)
+	if e.InputCut() {
+		t.Truncated = append(t.Truncated, "input")
+	}
+	if e.OutputCut() {
+		t.Truncated = append(t.Truncated, "output")
+	}
+	if e.ErrorsCut {
+		t.Truncated = append(t.Truncated, "errors")
+	}
+	return t
 }
 
 // FromTasks converts stored tasks with FromTask.
@@ -90,6 +114,8 @@ type Topic struct {
 	Table     string    `json:"table"`
 	Settings  Settings  `json:"settings"`
 	Stats     *Stats    `json:"stats,omitempty"`
+	// Usage is present where a topic is read alone (GET /topics/{topic}).
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Settings are a topic's settings.
@@ -100,6 +126,34 @@ type Settings struct {
 	BackoffJitterMs int64 `json:"backoff_jitter_ms"`
 	QueueCap        int64 `json:"queue_cap"`
 	RetentionMs     int64 `json:"retention_ms"`
+	// The limits (repository.TopicSettings); null: none.
+	Concurrency    *int32 `json:"concurrency"`
+	KeyConcurrency *int32 `json:"key_concurrency"`
+	Rate           *int32 `json:"rate"`
+	RatePeriodMs   *int64 `json:"rate_period_ms"`
+	RateBurst      *int32 `json:"rate_burst"`
+	Fair           bool   `json:"fair"`
+}
+
+// Usage is how much of its limits a topic uses now (repository.LimitUsage).
+type Usage struct {
+	Active      int64   `json:"active"`
+	KeysAtLimit int64   `json:"keys_at_limit"`
+	KeysWaiting int64   `json:"keys_waiting"`
+	Tokens      float64 `json:"tokens"`
+}
+
+// FromUsage converts a topic's limit usage.
+func FromUsage(u repository.LimitUsage) *Usage {
+	return &Usage{Active: u.Active, KeysAtLimit: u.KeysAtLimit, KeysWaiting: u.KeysWaiting, Tokens: u.Tokens}
+}
+
+// nonZero is nil for 0, else a pointer to v.
+func nonZero[T int32 | int64](v T) *T {
+	if v == 0 {
+		return nil
+	}
+	return &v
 }
 
 // Stats are a topic's task counts.
@@ -130,7 +184,15 @@ func FromTopic(t repository.Topic, stats *repository.TopicStats) Topic {
 			BackoffJitterMs: t.BackoffJitter.Milliseconds(),
 			QueueCap:        t.QueueCap,
 			RetentionMs:     t.Retention.Milliseconds(),
+			Concurrency:     nonZero(t.Concurrency),
+			KeyConcurrency:  nonZero(t.KeyConcurrency),
+			Rate:            nonZero(t.Rate),
+			RateBurst:       nonZero(t.RateBurst),
+			Fair:            t.Fair,
 		},
+	}
+	if t.Rate > 0 {
+		out.Settings.RatePeriodMs = nonZero(t.RatePeriod.Milliseconds())
 	}
 	if stats != nil {
 		out.Stats = &Stats{

@@ -19,7 +19,7 @@ WHERE owner <> sqlc.arg(owner)
 ORDER BY owner;
 
 -- name: OwnerPurge :execrows
--- Deletes the OTHER owners that are dead and lease no task (design section 4.1): never
+-- Deletes the OTHER owners that are dead and lease no task: never
 -- owner itself, whatever its heartbeat. NOT EXISTS rather than NOT IN: a task without
 -- owner (NULL) must not block the purge.
 DELETE FROM task_owner o
@@ -52,3 +52,19 @@ SELECT EXISTS (
     WHERE o.owner <> sqlc.arg(owner)
       AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
 )::boolean AS dead;
+
+-- name: OwnerList :many
+-- Every owner, live or dead, with how many ACTIVE tasks it leases and in which topics
+-- (read through the partial index task_open, whose size follows the open tasks only) and
+-- whether its heartbeat is newer than now - timeout.
+SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
+       (o.heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond')::boolean AS alive,
+       l.leased, l.topics
+FROM task_owner o
+CROSS JOIN LATERAL (
+    SELECT count(*)::bigint AS leased,
+           COALESCE(array_agg(DISTINCT t.topic ORDER BY t.topic), '{}')::text[] AS topics
+    FROM task t WHERE t.state = 0 AND t.owner = o.owner
+) l
+ORDER BY o.heartbeat DESC, o.owner
+LIMIT sqlc.arg(size)::int;

@@ -1,16 +1,22 @@
 -- name: TaskPoll :many
--- Leases up to size READY tasks in poll order (design section 4.3): the function
+-- Leases up to size READY tasks in poll order: the function
 -- task_poll_candidates (migration 000003) picks and locks them with FOR UPDATE SKIP
 -- LOCKED, and this statement marks them ACTIVE under owner with the attempt counted.
 -- condition: 0 NONE, 1 SINGULAR_BY_IDENTIFIER, 2 ..._SUSPEND_ON_FAILURE,
--- 3 ..._SUSPEND_UNTIL_SUCCESS. Rows are found by their address (a TID scan, the one
--- plan that stays right when pgx caches a generic plan made on a near-empty table); the
--- topic equality prunes the UPDATE to the table holding the topic.
+-- 3 ..._SUSPEND_UNTIL_SUCCESS. A FIFO poll without a condition starts at the position
+-- (from_priority, from_sequence) when given (migration 000012). Rows are found by their
+-- address (a TID scan, the one plan that stays right when pgx caches a generic plan made
+-- on a near-empty table); the topic equality prunes the UPDATE to the table holding the
+-- topic.
 UPDATE task t SET state = 0, owner = sqlc.arg(owner)::text, attempt = t.attempt + 1
 WHERE t.topic = sqlc.arg(topic)
   AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates(sqlc.arg(topic)::text, sqlc.arg(lifo)::boolean,
-                                                      sqlc.arg(condition)::smallint, sqlc.arg(size)::integer)))
-RETURNING t.*;
+                                                      sqlc.arg(condition)::smallint, sqlc.arg(size)::integer,
+                                                      sqlc.narg(from_priority)::smallint,
+                                                      sqlc.narg(from_sequence)::bigint)))
+-- keyed: the topic is polled key by key (migration 000015), and its tasks come in turns of
+-- their keys (repository.Poll)
+RETURNING t.*, (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))::boolean AS keyed;
 
 -- name: TaskComplete :many
 -- Completes a batch of leased tasks in one statement, all or nothing: task_complete
@@ -35,6 +41,16 @@ FROM task_complete(sqlc.arg(topic)::text, sqlc.arg(owner)::text, sqlc.arg(sequen
 SELECT t.sequence, t.state, t.owner, t.attempt
 FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[]);
+
+-- name: TaskLeased :many
+-- The ACTIVE tasks of a topic leased by owner, in sequence order: what a processor
+-- compares with the tasks it knows it holds after a statement whose reply it lost (a
+-- poll that committed leases it never received). It reads the topic's ACTIVE entries of
+-- task_open; it runs only after such a fault.
+SELECT t.* FROM task t
+WHERE t.topic = sqlc.arg(topic) AND hashtext(t.topic) = hashtext(sqlc.arg(topic))
+  AND t.state = 0 AND t.owner = sqlc.arg(owner)::text
+ORDER BY t.sequence;
 
 -- name: TaskExpire :many
 -- ACTIVE tasks of OTHER owners whose heartbeat is older than now - timeout (or whose
@@ -76,11 +92,25 @@ expired AS (
                           ELSE 'expired: owner ' || t.owner || ' stopped heart-beating' END)
     FROM stale s, task_topic p
     WHERE t.topic = s.topic AND t.sequence = s.sequence AND p.topic = t.topic
-    RETURNING t.topic, t.state
+    RETURNING t.topic, t.state, t.priority, t.sequence, t.not_before,
+              p.concurrency IS NOT NULL OR p.key_concurrency IS NOT NULL AS capped
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(r.topic)) AS sent
-    FROM (SELECT DISTINCT e.topic FROM expired e WHERE e.state = 1) r
+    -- per topic, as a completion does: the first task made READY in poll order and, when
+    -- none is due yet, in how many milliseconds the earliest is (repository.Notification);
+    -- a topic with a concurrency limit is told even when no task became READY, since
+    -- its processors waiting at the limit may poll again ('WORK <md5(topic)>')
+    SELECT pg_notify('task_notification', 'WORK ' || md5(r.topic)
+                     || CASE WHEN r.ready THEN ' ' || r.priority || ' ' || r.sequence
+                                               || CASE WHEN r.due > clock_timestamp()
+                                                       THEN ' ' || ceil(extract(epoch FROM r.due - clock_timestamp()) * 1000)::bigint
+                                                       ELSE '' END
+                             ELSE '' END) AS sent
+    FROM (SELECT DISTINCT ON (e.topic) e.topic, e.state = 1 AS ready, e.priority, e.sequence, e.capped,
+                 min(CASE WHEN e.state = 1 THEN coalesce(e.not_before, '-infinity') END) OVER (PARTITION BY e.topic) AS due
+          FROM expired e
+          ORDER BY e.topic, e.state <> 1, e.priority, e.sequence) r
+    WHERE r.ready OR r.capped
 )
 SELECT e.topic, count(*)::bigint AS expired, count(*) FILTER (WHERE e.state = 1)::bigint AS retried
 FROM expired e
@@ -88,6 +118,37 @@ FROM expired e
 WHERE (SELECT count(*) FROM notified) >= 0
 GROUP BY e.topic
 ORDER BY e.topic;
+
+-- name: TaskNextDue :one
+-- In how many milliseconds (0 or less: it is due) the earliest READY task of the topic
+-- that fell due or falls due after seen_ms ago does, and where it stands in poll order
+-- (no row when there is none): one probe of task_delayed (migration 000013), which a
+-- processor makes after a poll found nothing, to arm a timer for that moment. seen_ms is
+-- how long ago its last poll from the head of the topic began: tasks due before it were
+-- there for it to lease, and one it could not (held by a condition) must not look due to
+-- every probe. The delay is computed by the database's clock, so the processor's own
+-- clock need not agree with it.
+SELECT ceil(extract(epoch FROM t.not_before - clock_timestamp()) * 1000)::bigint AS in_ms,
+       t.priority, t.sequence
+FROM task t
+WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+  AND t.state = 1 AND t.not_before IS NOT NULL
+  AND t.not_before > now() - sqlc.arg(seen_ms)::bigint * interval '1 millisecond'
+ORDER BY t.not_before
+LIMIT 1;
+
+-- name: TaskFirstReady :one
+-- Where the first READY task of the topic that is due stands in FIFO poll order (no row
+-- when there is none), without locking it: what a processor polling from a position
+-- checks now and then, off its poll loop, for work before that position that no
+-- notification told of. It reads task_ready from the head of the topic, over the entries
+-- a long-held snapshot keeps.
+SELECT t.priority, t.sequence
+FROM task t
+WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state = 1
+  AND (t.not_before IS NULL OR t.not_before <= now())
+ORDER BY t.priority, t.sequence
+LIMIT 1;
 
 -- name: TaskCancel :many
 -- Cancels READY, SUSPENDED and EXPIRED tasks (they become REDUNDANT with output saying
@@ -155,13 +216,32 @@ released AS (
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
     WHERE t.state = 4 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
       AND t.identifier = r.identifier
-    RETURNING t.identifier
+    RETURNING t.identifier, t.priority, t.sequence
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
-    WHERE EXISTS (SELECT 1 FROM released)
+    -- with the position of the first task released in poll order (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence) AS sent
+    FROM (SELECT r.priority, r.sequence FROM released r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
 SELECT DISTINCT r.identifier FROM released r
 -- notified runs only when referenced: a scalar subquery in WHERE always runs
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY r.identifier;
+
+-- name: TaskRateWait :one
+-- How many milliseconds until the rate limit of the topic lets one more task start, when
+-- it holds back due READY work now (no row otherwise: no rate limit, a token left, or
+-- nothing due): what a processor whose poll came back empty waits before polling again.
+-- The bucket refills at rate per rate_period_ms up to rate_burst (task_poll_limited,
+-- migration 000015).
+SELECT ceil((1 - b.tokens) * tt.rate_period_ms / tt.rate)::bigint AS in_ms
+FROM task_topic tt
+JOIN task_topic_limit l ON l.topic = tt.topic
+CROSS JOIN LATERAL (
+    SELECT least(tt.rate_burst::double precision,
+                 l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
+           AS tokens) b
+WHERE tt.topic = sqlc.arg(topic) AND tt.rate IS NOT NULL AND b.tokens < 1
+  AND EXISTS (SELECT 1 FROM task t
+              WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state = 1
+                AND (t.not_before IS NULL OR t.not_before <= now()));

@@ -1,11 +1,14 @@
 -- name: TaskPush :many
--- Pushes a whole batch in one statement (design section 4.2). insertion: 0 APPEND, 1 REPLACE,
+-- Pushes a whole batch in one statement. insertion: 0 APPEND, 1 REPLACE,
 -- 2 SUPERSEDE, 3 DELETE. Writes nothing and returns no row when the topic is unknown or
 -- the push would exceed the topic's queue cap; the caller tells the two apart.
 -- TaskPushAppend (below) is the same for APPEND alone, and what repository.Push runs for it.
 WITH topic AS (
     -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
-    SELECT tt.topic, tt.queue_cap FROM task_topic tt WHERE tt.topic = sqlc.arg(topic) FOR KEY SHARE
+    -- keyed: the topic is polled by key (migration 000015), where a task without a key has
+    -- the key ''
+    SELECT tt.topic, tt.queue_cap, tt.fair OR tt.key_concurrency IS NOT NULL AS keyed
+    FROM task_topic tt WHERE tt.topic = sqlc.arg(topic) FOR KEY SHARE
 ),
 element AS (
     -- Parallel unnest in the select list runs the arrays in lockstep; generate_series
@@ -15,11 +18,13 @@ element AS (
            unnest(sqlc.arg(refs)::text[]) AS reference, unnest(sqlc.arg(suspended)::boolean[]) AS suspended,
            unnest(sqlc.arg(priorities)::smallint[]) AS priority,
            unnest(sqlc.arg(not_befores_us)::bigint[]) AS not_before_us,
-           unnest(sqlc.arg(delays_ms)::bigint[]) AS delay_ms
+           unnest(sqlc.arg(delays_ms)::bigint[]) AS delay_ms,
+           unnest(sqlc.arg(keys)::text[]) AS concurrency_key
 ),
 creation AS (
     SELECT c.ord, c.identifier, NULLIF(c.input, '') AS input, NULLIF(c.reference, '') AS reference,
            c.suspended, c.priority,
+           coalesce(NULLIF(c.concurrency_key, ''), CASE WHEN (SELECT tp.keyed FROM topic tp) THEN '' END) AS concurrency_key,
            CASE WHEN c.not_before_us <> 0 THEN to_timestamp(c.not_before_us / 1e6)
                 WHEN c.delay_ms > 0 THEN now() + c.delay_ms * interval '1 millisecond'
            END AS not_before,
@@ -27,13 +32,13 @@ creation AS (
     FROM (
         -- APPEND inserts every occurrence live: it skips sorting the batch by identifier.
         SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us,
-               e.delay_ms, true AS last
+               e.delay_ms, e.concurrency_key, true AS last
         FROM element e WHERE sqlc.arg(insertion)::smallint = 0
         UNION ALL
         -- Otherwise only the last occurrence of an identifier in the batch stays live
         -- (REPLACE, SUPERSEDE) or is inserted at all (DELETE).
         SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us,
-               e.delay_ms, e.ord = max(e.ord) OVER (PARTITION BY e.identifier) AS last
+               e.delay_ms, e.concurrency_key, e.ord = max(e.ord) OVER (PARTITION BY e.identifier) AS last
         FROM element e WHERE sqlc.arg(insertion)::smallint <> 0
     ) c
 ),
@@ -92,22 +97,31 @@ deleted AS (
     RETURNING t.sequence
 ),
 inserted AS (
-    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before)
+    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before,
+                      concurrency_key)
     -- nextval over rows already in input order: sequences follow the input
     SELECT sqlc.arg(topic), nextval('task_sequence'), c.identifier,
            CASE WHEN sqlc.arg(insertion) IN (1, 2) AND NOT c.last THEN 8
                 WHEN c.suspended THEN 4
                 ELSE 1 END,
-           1, -- descent: a fresh task was READY before whatever it is (design section 3)
-           c.input, c.reference, c.priority, c.not_before
+           1, -- descent: a fresh task was READY before whatever it is
+           c.input, c.reference, c.priority, c.not_before, c.concurrency_key
     FROM (SELECT * FROM creation c
           WHERE EXISTS (SELECT 1 FROM admitted) AND (sqlc.arg(insertion) <> 3 OR c.last)
           ORDER BY c.ord) c
-    RETURNING sequence, identifier, state, descent, created, not_before
+    RETURNING sequence, identifier, state, descent, created, not_before, priority
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
-    WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
+    -- with the position of the first READY task in poll order, where a processor's next
+    -- poll must start from to see them all, and, when none is due yet, in how many
+    -- milliseconds the earliest is (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence
+                     || CASE WHEN f.due > clock_timestamp()
+                             THEN ' ' || ceil(extract(epoch FROM f.due - clock_timestamp()) * 1000)::bigint
+                             ELSE '' END) AS sent
+    FROM (SELECT i.priority, i.sequence, min(coalesce(i.not_before, '-infinity')) OVER () AS due
+          FROM inserted i WHERE i.state = 1
+          ORDER BY i.priority, i.sequence LIMIT 1) f
 )
 -- Only what the database decided: the caller has the rest (repository.Push fills it in).
 SELECT i.sequence, i.identifier, i.state, i.descent, i.created, i.not_before
@@ -126,7 +140,10 @@ ORDER BY i.sequence;
 -- and the same result (TestPushAppendStatement compares the two).
 WITH topic AS (
     -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
-    SELECT tt.topic, tt.queue_cap FROM task_topic tt WHERE tt.topic = sqlc.arg(topic) FOR KEY SHARE
+    -- keyed: the topic is polled by key (migration 000015), where a task without a key has
+    -- the key ''
+    SELECT tt.topic, tt.queue_cap, tt.fair OR tt.key_concurrency IS NOT NULL AS keyed
+    FROM task_topic tt WHERE tt.topic = sqlc.arg(topic) FOR KEY SHARE
 ),
 element AS (
     -- One function scan of the arrays in lockstep, numbered by ORDINALITY. A generic plan
@@ -134,12 +151,14 @@ element AS (
     -- charged its planning) and the server settles on it; generate_series(1,
     -- cardinality(...)) beside unnests in the select list (as in TaskPush) is estimated
     -- at 1 000 rows there, which kept every execution custom-planned.
-    SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us, e.delay_ms
+    SELECT e.ord, e.identifier, e.input, e.reference, e.suspended, e.priority, e.not_before_us, e.delay_ms,
+           e.concurrency_key
     FROM ROWS FROM (unnest(sqlc.arg(identifiers)::text[]), unnest(sqlc.arg(inputs)::text[]),
                     unnest(sqlc.arg(refs)::text[]), unnest(sqlc.arg(suspended)::boolean[]),
                     unnest(sqlc.arg(priorities)::smallint[]), unnest(sqlc.arg(not_befores_us)::bigint[]),
-                    unnest(sqlc.arg(delays_ms)::bigint[]))
-         WITH ORDINALITY AS e(identifier, input, reference, suspended, priority, not_before_us, delay_ms, ord)
+                    unnest(sqlc.arg(delays_ms)::bigint[]), unnest(sqlc.arg(keys)::text[]))
+         WITH ORDINALITY AS e(identifier, input, reference, suspended, priority, not_before_us, delay_ms,
+                              concurrency_key, ord)
 ),
 admitted AS (
     SELECT true AS ok FROM topic
@@ -148,20 +167,30 @@ admitted AS (
                             (SELECT count(*) FROM element e WHERE NOT e.suspended))
 ),
 inserted AS (
-    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before)
+    INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before,
+                      concurrency_key)
     -- nextval over rows already in input order: sequences follow the input
     SELECT sqlc.arg(topic), nextval('task_sequence'), e.identifier,
            CASE WHEN e.suspended THEN 4 ELSE 1 END, 1, -- descent READY, as TaskPush
            NULLIF(e.input, ''), NULLIF(e.reference, ''), e.priority,
            CASE WHEN e.not_before_us <> 0 THEN to_timestamp(e.not_before_us / 1e6)
                 WHEN e.delay_ms > 0 THEN now() + e.delay_ms * interval '1 millisecond'
-           END
+           END,
+           coalesce(NULLIF(e.concurrency_key, ''), CASE WHEN (SELECT tp.keyed FROM topic tp) THEN '' END)
     FROM (SELECT * FROM element e WHERE EXISTS (SELECT 1 FROM admitted) ORDER BY e.ord) e
-    RETURNING sequence, identifier, state, descent, created, not_before
+    RETURNING sequence, identifier, state, descent, created, not_before, priority
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
-    WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.state = 1)
+    -- with the position of the first READY task in poll order, where a processor's next
+    -- poll must start from to see them all, and, when none is due yet, in how many
+    -- milliseconds the earliest is (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence
+                     || CASE WHEN f.due > clock_timestamp()
+                             THEN ' ' || ceil(extract(epoch FROM f.due - clock_timestamp()) * 1000)::bigint
+                             ELSE '' END) AS sent
+    FROM (SELECT i.priority, i.sequence, min(coalesce(i.not_before, '-infinity')) OVER () AS due
+          FROM inserted i WHERE i.state = 1
+          ORDER BY i.priority, i.sequence LIMIT 1) f
 )
 SELECT i.sequence, i.identifier, i.state, i.descent, i.created, i.not_before
 FROM inserted i

@@ -1,6 +1,12 @@
 -- name: TaskGet :one
 SELECT * FROM task WHERE topic = sqlc.arg(topic) AND sequence = sqlc.arg(sequence);
 
+-- name: TaskGetMany :many
+-- The tasks of a topic with the given sequences (primary key lookups), by sequence;
+-- unknown sequences are left out.
+SELECT * FROM task WHERE topic = sqlc.arg(topic) AND sequence = ANY(sqlc.arg(sequences)::bigint[])
+ORDER BY sequence;
+
 -- name: TaskPageForward :many
 -- Tasks after the exclusive cursor, in sequence order; NULL filters match everything.
 SELECT * FROM task t
@@ -14,6 +20,56 @@ LIMIT sqlc.arg(size);
 -- name: TaskPageBackward :many
 -- Tasks before the exclusive cursor, newest first; NULL filters match everything.
 SELECT * FROM task t
+WHERE t.topic = sqlc.arg(topic) AND t.sequence < sqlc.arg(cursor)::bigint
+  AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
+  AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
+  AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
+ORDER BY t.sequence DESC
+LIMIT sqlc.arg(size);
+
+-- name: TaskExcerptForward :many
+-- TaskPageForward for a listing, with the long texts cut so that a page's size does not
+-- grow with them: input and output to their first @length characters (substr reads
+-- only that prefix of a compressed or out-of-line value), errors to the last
+-- @error_count, each cut likewise. input_bytes and output_bytes are the whole lengths
+-- (octet_length reads no value); errors_cut says whether the errors were cut.
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
+       COALESCE(substr(t.input, 1, sqlc.arg(length)::integer), '')::text AS input,
+       COALESCE(octet_length(t.input), 0)::bigint AS input_bytes,
+       COALESCE(substr(t.output, 1, sqlc.arg(length)::integer), '')::text AS output,
+       COALESCE(octet_length(t.output), 0)::bigint AS output_bytes,
+       t.reference, t.priority, t.not_before, t.attempt, t.returned,
+       ARRAY(SELECT substr(e.text, 1, sqlc.arg(length)::integer)
+             FROM unnest(t.errors) WITH ORDINALITY AS e(text, n)
+             WHERE e.n > cardinality(t.errors) - sqlc.arg(error_count)::integer
+             ORDER BY e.n)::text[] AS errors,
+       (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
+        OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
+       t.cancelled
+FROM task t
+WHERE t.topic = sqlc.arg(topic) AND t.sequence > sqlc.arg(cursor)::bigint
+  AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
+  AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
+  AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
+ORDER BY t.sequence
+LIMIT sqlc.arg(size);
+
+-- name: TaskExcerptBackward :many
+-- TaskExcerptForward before the exclusive cursor, newest first.
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
+       COALESCE(substr(t.input, 1, sqlc.arg(length)::integer), '')::text AS input,
+       COALESCE(octet_length(t.input), 0)::bigint AS input_bytes,
+       COALESCE(substr(t.output, 1, sqlc.arg(length)::integer), '')::text AS output,
+       COALESCE(octet_length(t.output), 0)::bigint AS output_bytes,
+       t.reference, t.priority, t.not_before, t.attempt, t.returned,
+       ARRAY(SELECT substr(e.text, 1, sqlc.arg(length)::integer)
+             FROM unnest(t.errors) WITH ORDINALITY AS e(text, n)
+             WHERE e.n > cardinality(t.errors) - sqlc.arg(error_count)::integer
+             ORDER BY e.n)::text[] AS errors,
+       (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
+        OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
+       t.cancelled
+FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.sequence < sqlc.arg(cursor)::bigint
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
   AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
@@ -109,3 +165,106 @@ USING (
     LIMIT sqlc.arg(size)
 ) old
 WHERE t.topic = old.topic AND t.sequence = old.sequence;
+
+-- name: TaskWaiting :one
+-- What may hold a READY task back (Repository.Waiting): its topic's activation and
+-- limits, the topic's ACTIVE tasks (counted up to 100 000), those of the task's
+-- concurrency key, and the due READY tasks polled before it (by priority and sequence,
+-- counted up to 10 000 through task_ready). No row for an unknown task. The subqueries
+-- name the topic by the argument, not the task's column, so that a planner (Citus's too)
+-- can tell they read one topic.
+SELECT t.state, t.not_before, t.concurrency_key, tt.active AS topic_active,
+    tt.concurrency, tt.key_concurrency, tt.rate, tt.rate_period_ms, tt.rate_burst,
+    (SELECT count(*) FROM (SELECT 1 FROM task a
+                           WHERE a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
+                           LIMIT 100000) x)::bigint AS active,
+    (SELECT count(*) FROM task a
+     WHERE a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
+       AND a.concurrency_key = t.concurrency_key)::bigint AS key_active,
+    (SELECT count(*) FROM (SELECT 1 FROM task a
+                           WHERE a.state = 1 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
+                             AND (a.priority, a.sequence) < (t.priority, t.sequence)
+                             AND (a.not_before IS NULL OR a.not_before <= now())
+                           LIMIT 10000) y)::bigint AS ahead,
+    coalesce((SELECT least(tt.rate_burst::double precision,
+                  l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
+     FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL), -1)::double precision AS tokens
+FROM task t JOIN task_topic tt ON tt.topic = t.topic
+WHERE t.topic = sqlc.arg(topic) AND t.sequence = sqlc.arg(sequence);
+
+-- name: TaskLatest :many
+-- The latest @size tasks of the topic before the exclusive cursor @before, newest first,
+-- that match the filters (state, identifier, reference; NULL matches everything), with
+-- the columns of TaskExcerptForward, their sequences read through the index that fits
+-- the filter @path picks (Repository.Latest): 1, an unfinished or broken state other than
+-- READY, through task_open; 2, READY, through task_ready; 3, an identifier, in three parts
+-- (ACTIVE through task_open, READY through task_ready_identifier, EXPIRED and after
+-- through task_identifier); 4, a reference, through task_reference. Each part is gated
+-- by its path (a one-time filter: the others never run), and its literal states let the
+-- planner prove a partial index's predicate even in a generic plan; so the cost follows
+-- the tasks that match, never the topic's others (a page filtered this way walks the
+-- topic's sequences instead).
+WITH latest AS (
+    (SELECT o.sequence FROM task o
+     WHERE sqlc.arg(path)::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = sqlc.narg('state')
+       AND hashtext(o.topic) = hashtext(sqlc.arg(topic)) AND o.topic = sqlc.arg(topic)
+       AND o.sequence < sqlc.arg(before)::bigint
+       AND (sqlc.narg('identifier')::text IS NULL OR o.identifier = sqlc.narg('identifier'))
+       AND (sqlc.narg('reference')::text IS NULL OR o.reference = sqlc.narg('reference'))
+     ORDER BY o.sequence DESC LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT r.sequence FROM task r
+     WHERE sqlc.arg(path)::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic)
+       AND r.sequence < sqlc.arg(before)::bigint
+       AND (sqlc.narg('identifier')::text IS NULL OR r.identifier = sqlc.narg('identifier'))
+       AND (sqlc.narg('reference')::text IS NULL OR r.reference = sqlc.narg('reference'))
+     ORDER BY r.sequence DESC LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT a.sequence FROM task a
+     WHERE sqlc.arg(path)::smallint = 3 AND a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
+       AND a.identifier = sqlc.narg('identifier')
+       AND a.sequence < sqlc.arg(before)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR a.state = sqlc.narg('state'))
+       AND (sqlc.narg('reference')::text IS NULL OR a.reference = sqlc.narg('reference'))
+     ORDER BY a.sequence DESC LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT i.sequence FROM task i
+     WHERE sqlc.arg(path)::smallint = 3 AND i.state = 1 AND i.topic = sqlc.arg(topic) AND i.identifier = sqlc.narg('identifier')
+       AND (i.topic || E'\n' || i.identifier) = (sqlc.arg(topic) || E'\n' || sqlc.narg('identifier'))
+       AND i.sequence < sqlc.arg(before)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR i.state = sqlc.narg('state'))
+       AND (sqlc.narg('reference')::text IS NULL OR i.reference = sqlc.narg('reference'))
+     ORDER BY i.sequence DESC LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT s.sequence FROM task s
+     WHERE sqlc.arg(path)::smallint = 3 AND s.state >= 2 AND hashtext(s.topic) = hashtext(sqlc.arg(topic)) AND s.topic = sqlc.arg(topic)
+       AND s.identifier = sqlc.narg('identifier')
+       AND s.sequence < sqlc.arg(before)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR s.state = sqlc.narg('state'))
+       AND (sqlc.narg('reference')::text IS NULL OR s.reference = sqlc.narg('reference'))
+     ORDER BY s.sequence DESC LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT f.sequence FROM task f
+     WHERE sqlc.arg(path)::smallint = 4 AND hashtext(f.topic) = hashtext(sqlc.arg(topic)) AND f.topic = sqlc.arg(topic) AND f.reference = sqlc.narg('reference')
+       AND f.sequence < sqlc.arg(before)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR f.state = sqlc.narg('state'))
+       AND (sqlc.narg('identifier')::text IS NULL OR f.identifier = sqlc.narg('identifier'))
+     ORDER BY f.sequence DESC LIMIT sqlc.arg(size))
+)
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
+       COALESCE(substr(t.input, 1, sqlc.arg(length)::integer), '')::text AS input,
+       COALESCE(octet_length(t.input), 0)::bigint AS input_bytes,
+       COALESCE(substr(t.output, 1, sqlc.arg(length)::integer), '')::text AS output,
+       COALESCE(octet_length(t.output), 0)::bigint AS output_bytes,
+       t.reference, t.priority, t.not_before, t.attempt, t.returned,
+       ARRAY(SELECT substr(e.text, 1, sqlc.arg(length)::integer)
+             FROM unnest(t.errors) WITH ORDINALITY AS e(text, n)
+             WHERE e.n > cardinality(t.errors) - sqlc.arg(error_count)::integer
+             ORDER BY e.n)::text[] AS errors,
+       (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
+        OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
+       t.cancelled
+FROM latest l
+JOIN task t ON t.sequence = l.sequence AND t.topic = sqlc.arg(topic)
+ORDER BY t.sequence DESC
+LIMIT sqlc.arg(size);

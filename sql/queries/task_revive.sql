@@ -84,8 +84,9 @@ reset AS (
     RETURNING t.*
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
-    WHERE EXISTS (SELECT 1 FROM reset)
+    -- with the position of the first task reset in poll order (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence) AS sent
+    FROM (SELECT r.priority, r.sequence FROM reset r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
 SELECT r.* FROM reset r
 -- notified runs only when referenced: a scalar subquery in WHERE always runs
@@ -113,8 +114,9 @@ reset AS (
     RETURNING t.*
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic))) AS sent
-    WHERE EXISTS (SELECT 1 FROM reset)
+    -- with the position of the first task reset in poll order (repository.Notification)
+    SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence) AS sent
+    FROM (SELECT r.priority, r.sequence FROM reset r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
 SELECT r.* FROM reset r
 -- notified runs only when referenced: a scalar subquery in WHERE always runs

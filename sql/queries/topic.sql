@@ -18,16 +18,38 @@ SELECT * FROM task_topic ORDER BY topic;
 -- name: TopicGet :one
 SELECT * FROM task_topic WHERE topic = sqlc.arg(topic);
 
+-- name: TopicGetForUpdate :one
+-- The topic's row, locked until the end of the transaction: a partial update of its
+-- settings (Repository.UpdateSettings) reads, changes and writes them back without
+-- losing a concurrent one.
+SELECT * FROM task_topic WHERE topic = sqlc.arg(topic) FOR UPDATE;
+
 -- name: TopicUpdate :one
-UPDATE task_topic
-SET max_attempts      = sqlc.arg(max_attempts),
-    backoff_base_ms   = sqlc.arg(backoff_base_ms),
-    backoff_cap_ms    = sqlc.arg(backoff_cap_ms),
-    backoff_jitter_ms = sqlc.arg(backoff_jitter_ms),
-    queue_cap         = sqlc.narg('queue_cap'),
-    retention_ms      = sqlc.narg('retention_ms')
-WHERE topic = sqlc.arg(topic)
-RETURNING *;
+-- Writes a topic's settings and notifies it ('WORK <md5(topic)>'), so that its processors
+-- poll now under the new limits (a raised concurrency limit lets them take more at once).
+WITH updated AS (
+    UPDATE task_topic
+    SET max_attempts      = sqlc.arg(max_attempts),
+        backoff_base_ms   = sqlc.arg(backoff_base_ms),
+        backoff_cap_ms    = sqlc.arg(backoff_cap_ms),
+        backoff_jitter_ms = sqlc.arg(backoff_jitter_ms),
+        queue_cap         = sqlc.narg('queue_cap'),
+        retention_ms      = sqlc.narg('retention_ms'),
+        concurrency       = sqlc.narg('concurrency'),
+        key_concurrency   = sqlc.narg('key_concurrency'),
+        rate              = sqlc.narg('rate'),
+        rate_period_ms    = sqlc.narg('rate_period_ms'),
+        rate_burst        = sqlc.narg('rate_burst'),
+        fair              = sqlc.arg(fair)
+    WHERE topic = sqlc.arg(topic)
+    RETURNING *
+),
+notified AS (
+    SELECT pg_notify('task_notification', 'WORK ' || md5(u.topic)) AS sent FROM updated u
+)
+SELECT u.* FROM updated u
+-- notified runs only when referenced: a scalar subquery in WHERE always runs
+WHERE (SELECT count(*) FROM notified) >= 0;
 
 -- name: TopicSetActive :one
 -- Pause (false) or resume (true) a topic; every process listening is told at commit.
@@ -101,3 +123,40 @@ JOIN task_topic_stats(sqlc.arg(topics)::text[])
   ON s.topic::text = tt.topic
 ORDER BY tt.topic;
 
+
+-- name: TopicLimitUsage :one
+-- How much of its limits a topic uses now (migration 000015): its ACTIVE tasks, the keys
+-- at their per-key limit, the keys with READY tasks (counted through task_ready_key one
+-- key at a time, up to 10 000) and the tokens left in its rate limit's bucket, refilled
+-- to now (the burst before its first poll, when the bucket is full; 0 without a rate
+-- limit). No row for an unknown topic.
+SELECT
+    (SELECT count(*) FROM task t
+     WHERE t.state = 0 AND hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic)::bigint AS active,
+    (SELECT count(*) FROM (SELECT 1 FROM task t
+                           WHERE t.state = 0 AND hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic
+                             AND t.concurrency_key IS NOT NULL AND t.concurrency_key <> ''
+                           GROUP BY t.concurrency_key
+                           HAVING count(*) >= tt.key_concurrency) k)::bigint AS keys_at_limit,
+    task_keys_ready(tt.topic, 10000) AS keys_ready,
+    coalesce((SELECT least(tt.rate_burst::double precision,
+                  l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
+     FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL),
+             tt.rate_burst, 0)::double precision AS tokens
+FROM task_topic tt
+WHERE tt.topic = sqlc.arg(topic);
+
+-- name: TopicGetMany :many
+-- The named topics, by name; unknown ones are left out.
+SELECT * FROM task_topic tt WHERE tt.topic = ANY(sqlc.arg(topics)::text[]) ORDER BY tt.topic;
+
+-- name: TopicPage :many
+-- Up to size topics after the name `after` (keyset: '' starts at the first), by name,
+-- whose name contains `search` (case-insensitive; '' matches every topic). Reads
+-- task_topic only (its primary key gives the order), never the task tables: the
+-- dashboard's overview pages through thousands of topics with it.
+SELECT * FROM task_topic
+WHERE topic > sqlc.arg(after)::text
+  AND (sqlc.arg(search)::text = '' OR strpos(lower(topic), lower(sqlc.arg(search)::text)) > 0)
+ORDER BY topic
+LIMIT sqlc.arg(size)::int;

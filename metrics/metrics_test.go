@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/pgtask/pgtask/internal/metrics"
 	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/metrics"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 	"github.com/pgtask/pgtask/sql/schema"
@@ -45,16 +45,16 @@ func setup(t *testing.T) *fixture {
 	return f
 }
 
-// topic registers a topic with the given settings (zero MaxAttempts keeps the defaults).
+// topic creates a topic with the given settings; zero MaxAttempts stands for one
+// attempt (a failure or an expiry is final).
 func (f *fixture) topic(name string, s repository.TopicSettings) {
 	f.t.Helper()
-	if _, err := f.repo.Initialize(f.ctx, f.pool, name); err != nil {
-		f.t.Fatalf("initialize %q: %v", name, err)
+	if _, err := f.repo.CreateTopic(f.ctx, f.pool, name); err != nil {
+		f.t.Fatalf("create topic %q: %v", name, err)
 	}
-	if s.MaxAttempts != 0 {
-		if _, err := f.repo.Configure(f.ctx, f.pool, name, s); err != nil {
-			f.t.Fatalf("configure %q: %v", name, err)
-		}
+	s.MaxAttempts = max(s.MaxAttempts, 1)
+	if _, err := f.repo.Configure(f.ctx, f.pool, name, s); err != nil {
+		f.t.Fatalf("configure %q: %v", name, err)
 	}
 }
 
@@ -299,7 +299,7 @@ func TestOnExpire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dead.Register(f.ctx, f.pool); err != nil {
+		if _, err := dead.RegisterOwner(f.ctx, f.pool); err != nil {
 			t.Fatal(err)
 		}
 		for _, topic := range []string{"retrying", "final"} {
@@ -363,7 +363,7 @@ func TestQueueCollector(t *testing.T) {
 		if err := f.repo.SetActive(f.ctx, f.pool, "b", false); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.repo.Register(f.ctx, f.pool); err != nil {
+		if _, err := f.repo.RegisterOwner(f.ctx, f.pool); err != nil {
 			t.Fatal(err)
 		}
 		f.push("a",
@@ -520,6 +520,139 @@ func TestHandler(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `pgtask_tasks_expired_total{topic="mail"} 3`) {
 			t.Errorf("GET /metrics: %d\n%s", resp.StatusCode, body)
+		}
+	})
+}
+
+func TestInstrument(t *testing.T) {
+	t.Parallel()
+	t.Run("WiresEverySeriesOfAProcessor", func(t *testing.T) {
+		f := setup(t)
+		f.topic("mail", repository.TopicSettings{})
+		f.topic("elsewhere", repository.TopicSettings{})
+		f.push("elsewhere", repository.Creation{Identifier: "not ours"})
+		p, err := processor.New(processor.Config{Pool: f.pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{}, 2)
+		if _, err := p.Manage(processor.ManagerConfig{Topic: "mail", Handler: processor.TaskFunc(
+			func(_ context.Context, task repository.Task) repository.Decision {
+				if task.Identifier == "bad" {
+					return repository.Fail(errors.New("no"))
+				}
+				return repository.Succeed("")
+			}),
+			Listener: processor.Listener{OnComplete: func(_ string, tasks []repository.Task, _ time.Duration) {
+				for range tasks {
+					done <- struct{}{}
+				}
+			}}}); err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		if _, err := metrics.Instrument(reg, p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := metrics.Instrument(reg, p); err == nil {
+			t.Error("a second Instrument on the same registry was accepted")
+		}
+		f.push("mail", repository.Creation{Identifier: "good"}, repository.Creation{Identifier: "bad"})
+		stop := f.run(p)
+		wait(t, done, "the first task")
+		wait(t, done, "the second task")
+		want := `
+# HELP pgtask_tasks_completed_total Tasks whose decision was committed, by topic and result (the stored state; RETRIED: a failure going back to READY for another attempt; SNOOZED: back to READY without using an attempt).
+# TYPE pgtask_tasks_completed_total counter
+pgtask_tasks_completed_total{result="FAILED",topic="mail"} 1
+pgtask_tasks_completed_total{result="SUCCEEDED",topic="mail"} 1
+# HELP pgtask_queue_depth Tasks of a topic in a state (ACTIVE, READY, EXPIRED, FAILED, SUSPENDED).
+# TYPE pgtask_queue_depth gauge
+pgtask_queue_depth{state="ACTIVE",topic="mail"} 0
+pgtask_queue_depth{state="EXPIRED",topic="mail"} 0
+pgtask_queue_depth{state="FAILED",topic="mail"} 1
+pgtask_queue_depth{state="READY",topic="mail"} 0
+pgtask_queue_depth{state="SUSPENDED",topic="mail"} 0
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgtask_tasks_completed_total", "pgtask_queue_depth"); err != nil {
+			t.Error(err)
+		}
+		if n, err := testutil.GatherAndCount(reg, "pgtask_poll_duration_seconds", "pgtask_handler_duration_seconds",
+			"pgtask_complete_duration_seconds", "pgtask_batch_size"); err != nil || n != 4 {
+			t.Errorf("latency and batch series = %d, %v; want one each for topic mail", n, err)
+		}
+		if _, err := metrics.Instrument(prometheus.NewRegistry(), p); err == nil {
+			t.Error("Instrument of a running processor was accepted")
+		}
+		stop()
+	})
+}
+
+func TestQueueCollectorLimits(t *testing.T) {
+	t.Run("ReportsTheLimitsOfLimitedTopicsAndTheirUse", func(t *testing.T) {
+		f := setup(t)
+		f.topic("api", repository.TopicSettings{Concurrency: 2, KeyConcurrency: 1, Rate: 120, RatePeriod: time.Minute, RateBurst: 5})
+		f.topic("plain", repository.TopicSettings{})
+		f.push("api", repository.Creation{Identifier: "a", ConcurrencyKey: "acme"}, repository.Creation{Identifier: "b", ConcurrencyKey: "acme"},
+			repository.Creation{Identifier: "c", ConcurrencyKey: "zeta"})
+		if leased, err := f.repo.Poll(f.ctx, f.pool, "api", repository.FIFO, repository.None, 1); err != nil || len(leased) != 1 {
+			t.Fatalf("poll: %v %v", leased, err)
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewQueueCollector(f.pool, f.repo, 0))
+		want := `
+# HELP pgtask_topic_keys_at_limit Concurrency keys of a topic with a per-key limit that have that many tasks ACTIVE.
+# TYPE pgtask_topic_keys_at_limit gauge
+pgtask_topic_keys_at_limit{topic="api"} 1
+# HELP pgtask_topic_keys_waiting Concurrency keys of a topic polled by key (a per-key limit or fair) with READY tasks, counted up to 10 000.
+# TYPE pgtask_topic_keys_waiting gauge
+pgtask_topic_keys_waiting{topic="api"} 2
+# HELP pgtask_topic_limit A limit of a topic (concurrency, key_concurrency, rate per second, rate_burst); only those set.
+# TYPE pgtask_topic_limit gauge
+pgtask_topic_limit{limit="concurrency",topic="api"} 2
+pgtask_topic_limit{limit="key_concurrency",topic="api"} 1
+pgtask_topic_limit{limit="rate",topic="api"} 2
+pgtask_topic_limit{limit="rate_burst",topic="api"} 5
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+			"pgtask_topic_keys_at_limit", "pgtask_topic_keys_waiting", "pgtask_topic_limit"); err != nil {
+			t.Error(err)
+		}
+		tokens := find(t, reg, "pgtask_topic_rate_tokens", map[string]string{"topic": "api"})
+		if v := tokens.GetGauge().GetValue(); v < 4 || v > 5 {
+			t.Errorf("tokens %v, want 4 (5 less the one start) up to 5", v)
+		}
+		if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+			t.Errorf("lint: %v %v", problems, err)
+		}
+	})
+}
+
+func TestOnFire(t *testing.T) {
+	t.Parallel()
+	t.Run("CountsFiresAndMissedAndObservesLateness", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		m := metrics.New(reg)
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		m.Listener().OnFire([]repository.Fire{
+			{Schedule: "nightly", Times: []time.Time{at}, At: at.Add(2 * time.Second), Missed: 4},
+			{Schedule: "tick", Times: []time.Time{at, at.Add(time.Second)}, At: at.Add(time.Second)},
+		})
+		want := `
+# HELP pgtask_schedule_fires_total Fire times of schedules this process pushed, by schedule.
+# TYPE pgtask_schedule_fires_total counter
+pgtask_schedule_fires_total{schedule="nightly"} 1
+pgtask_schedule_fires_total{schedule="tick"} 2
+# HELP pgtask_schedule_missed_total Fire times of schedules found late and not pushed (beyond the schedule's catch-up), by schedule.
+# TYPE pgtask_schedule_missed_total counter
+pgtask_schedule_missed_total{schedule="nightly"} 4
+pgtask_schedule_missed_total{schedule="tick"} 0
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgtask_schedule_fires_total", "pgtask_schedule_missed_total"); err != nil {
+			t.Error(err)
+		}
+		if n := testutil.CollectAndCount(reg, "pgtask_schedule_lateness_seconds"); n != 2 {
+			t.Errorf("%d lateness series, want 2", n)
 		}
 	})
 }

@@ -24,7 +24,7 @@ func TestQueueCollectorTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := repo.Initialize(ctx, pool, "a"); err != nil {
+		if _, err := repo.CreateTopic(ctx, pool, "a"); err != nil {
 			t.Fatal(err)
 		}
 		var (

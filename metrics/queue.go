@@ -32,6 +32,14 @@ var (
 		"The planner's estimate of all rows of a topic, finished ones included.", []string{"topic"}, nil)
 	activeDesc = prometheus.NewDesc("pgtask_topic_active",
 		"1 while a topic runs, 0 while it is paused.", []string{"topic"}, nil)
+	limitDesc = prometheus.NewDesc("pgtask_topic_limit",
+		"A limit of a topic (concurrency, key_concurrency, rate per second, rate_burst); only those set.", []string{"topic", "limit"}, nil)
+	keysAtLimitDesc = prometheus.NewDesc("pgtask_topic_keys_at_limit",
+		"Concurrency keys of a topic with a per-key limit that have that many tasks ACTIVE.", []string{"topic"}, nil)
+	keysWaitingDesc = prometheus.NewDesc("pgtask_topic_keys_waiting",
+		"Concurrency keys of a topic polled by key (a per-key limit or fair) with READY tasks, counted up to 10 000.", []string{"topic"}, nil)
+	tokensDesc = prometheus.NewDesc("pgtask_topic_rate_tokens",
+		"How many task starts a topic's rate limit allows now (whole or not), up to its burst.", []string{"topic"}, nil)
 	ownersDesc = prometheus.NewDesc("pgtask_owners_live",
 		"Owners (processes) that heart-beat within the default expiry timeout, other than the collector's own repository owner.", nil, nil)
 )
@@ -41,8 +49,11 @@ type queueCollector struct {
 	pool   *pgxpool.Pool
 	repo   *repository.Repository
 	ttl    time.Duration
-	topics []string         // only these, when not empty
-	now    func() time.Time // injectable for tests
+	topics []string // only these, when not empty
+	// topicsOf, when set, names the topics at each read (a processor's): none, no
+	// topic is read.
+	topicsOf func() []string
+	now      func() time.Time // injectable for tests
 
 	mu      sync.Mutex // held during a read: concurrent scrapes share it
 	read    time.Time
@@ -52,7 +63,9 @@ type queueCollector struct {
 // NewQueueCollector returns a collector of the queue's depth per topic and state, its
 // delayed tasks, the age of its oldest pollable task (all from repository.StatsAll, one
 // statement over the small indexes of unfinished tasks, so it stays cheap at millions of
-// rows and thousands of topics), whether each topic runs, and the number of live owners
+// rows and thousands of topics), whether each topic runs, the limits of a limited topic
+// with their use (repository.LimitUsage: keys at their limit, keys waiting, rate tokens
+// left; one more statement per limited topic), and the number of live owners
 // (repository.LiveOwners with processor.ExpiryTimeoutDefault). Given topics, it reports
 // only those (a processor reports its own); otherwise every registered topic. A
 // successful read is served for ttl, so frequent scrapes cost one read per ttl; ttl 0
@@ -64,7 +77,8 @@ func NewQueueCollector(pool *pgxpool.Pool, repo *repository.Repository, ttl time
 
 // Describe sends the descriptors of every metric the collector exports.
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{depthDesc, delayedDesc, oldestDesc, rowsDesc, activeDesc, ownersDesc} {
+	for _, d := range []*prometheus.Desc{depthDesc, delayedDesc, oldestDesc, rowsDesc, activeDesc, ownersDesc,
+		limitDesc, keysAtLimitDesc, keysWaitingDesc, tokensDesc} {
 		ch <- d
 	}
 }
@@ -86,6 +100,31 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// limits reports a limited topic's limits and their use (one statement: its ACTIVE
+// tasks and one index entry per key waiting).
+func (c *queueCollector) limits(ctx context.Context, t repository.Topic, gauge func(*prometheus.Desc, float64, ...string)) error {
+	u, err := c.repo.LimitUsage(ctx, c.pool, t.Name)
+	if err != nil {
+		return fmt.Errorf("queue collector: %w", err)
+	}
+	if t.Concurrency > 0 {
+		gauge(limitDesc, float64(t.Concurrency), t.Name, "concurrency")
+	}
+	if t.KeyConcurrency > 0 {
+		gauge(limitDesc, float64(t.KeyConcurrency), t.Name, "key_concurrency")
+		gauge(keysAtLimitDesc, float64(u.KeysAtLimit), t.Name)
+	}
+	if t.KeyConcurrency > 0 || t.Fair {
+		gauge(keysWaitingDesc, float64(u.KeysWaiting), t.Name)
+	}
+	if t.Rate > 0 {
+		gauge(limitDesc, float64(t.Rate)/t.RatePeriod.Seconds(), t.Name, "rate")
+		gauge(limitDesc, float64(t.RateBurst), t.Name, "rate_burst")
+		gauge(tokensDesc, u.Tokens, t.Name)
+	}
+	return nil
+}
+
 // collect reads the topics, their stats and the live owners.
 func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	if c.pool == nil || c.repo == nil {
@@ -93,9 +132,15 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queueReadTimeout)
 	defer cancel()
-	topics, err := c.repo.StatsAll(ctx, c.pool, c.topics...)
-	if err != nil {
-		return nil, fmt.Errorf("queue collector: %w", err)
+	var topics []repository.TopicStatus
+	if names := c.topics; c.topicsOf == nil || len(c.topicsOf()) > 0 {
+		if c.topicsOf != nil {
+			names = c.topicsOf()
+		}
+		var err error
+		if topics, err = c.repo.StatsAll(ctx, c.pool, names...); err != nil {
+			return nil, fmt.Errorf("queue collector: %w", err)
+		}
 	}
 	var out []prometheus.Metric
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
@@ -118,6 +163,11 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 			active = 1
 		}
 		gauge(activeDesc, active, t.Name)
+		if t.Limited() {
+			if err := c.limits(ctx, t.Topic, gauge); err != nil {
+				return nil, err
+			}
+		}
 	}
 	owners, err := c.repo.LiveOwners(ctx, c.pool, processor.ExpiryTimeoutDefault)
 	if err != nil {

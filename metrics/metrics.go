@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -40,6 +41,9 @@ type Metrics struct {
 	empty     *prometheus.CounterVec
 	expired   *prometheus.CounterVec
 	retried   *prometheus.CounterVec
+	fires     *prometheus.CounterVec
+	missed    *prometheus.CounterVec
+	lateness  *prometheus.HistogramVec
 
 	mu      sync.Mutex
 	snoozed map[lease]struct{} // snooze decisions reported but not yet committed
@@ -55,10 +59,61 @@ type lease struct {
 // latencyBuckets span a fast poll (1 ms) to a slow handler (5 min), in seconds.
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
-// New creates the collectors and registers them on reg (nil registers nothing). Like
-// prometheus.MustRegister, it panics when they are already registered there.
+// New creates the collectors of the managers' and expiries' series and registers them
+// on reg (nil registers nothing). Like prometheus.MustRegister, it panics when they are
+// already registered there. Feed them with Listener; Instrument does all of it for a
+// processor, the queue's series included.
 func New(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
+	m := newMetrics()
+	if reg != nil {
+		reg.MustRegister(m.collectors()...)
+	}
+	return m
+}
+
+// QueueTTLDefault is how long the queue collector that Instrument registers serves one
+// read of the queue (the pgtask binaries use the same).
+const QueueTTLDefault = 5 * time.Second
+
+// Instrument wires every series the pgtask binaries export into a Go program's
+// processor: it registers on reg the collectors of New, observes every manager and the
+// expiries of p with them (Processor.Observe), and registers a queue collector
+// (NewQueueCollector) of the topics p manages, read at most every QueueTTLDefault. Call
+// it before p.Run, and serve reg (promhttp, or Handler):
+//
+//	m, err := metrics.Instrument(prometheus.DefaultRegisterer, p)
+//
+// It fails, registering nothing, when the series are already registered on reg or p
+// is running.
+func Instrument(reg prometheus.Registerer, p *processor.Processor) (*Metrics, error) {
+	m := newMetrics()
+	queue := &queueCollector{pool: p.Pool(), repo: p.Repository(), ttl: QueueTTLDefault, topicsOf: p.Topics, now: time.Now}
+	var registered []prometheus.Collector
+	undo := func() {
+		for _, c := range registered {
+			reg.Unregister(c)
+		}
+	}
+	for _, c := range append(m.collectors(), queue) {
+		if err := reg.Register(c); err != nil {
+			undo()
+			return nil, fmt.Errorf("metrics: instrument: %w", err)
+		}
+		registered = append(registered, c)
+	}
+	if err := p.Observe(m.Listener()); err != nil {
+		undo()
+		return nil, fmt.Errorf("metrics: instrument: %w", err)
+	}
+	return m, nil
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.completed, m.poll, m.complete, m.handler, m.batch, m.errors, m.empty, m.expired, m.retried, m.fires, m.missed, m.lateness}
+}
+
+func newMetrics() *Metrics {
+	return &Metrics{
 		completed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgtask_tasks_completed_total",
 			Help: "Tasks whose decision was committed, by topic and result (the stored state; RETRIED: a failure going back to READY for another attempt; SNOOZED: back to READY without using an attempt).",
@@ -99,18 +154,30 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "pgtask_tasks_retried_total",
 			Help: "Expired leases put back to READY because the topic's retry policy granted another attempt.",
 		}, []string{"topic"}),
+		fires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgtask_schedule_fires_total",
+			Help: "Fire times of schedules this process pushed, by schedule.",
+		}, []string{"schedule"}),
+		missed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgtask_schedule_missed_total",
+			Help: "Fire times of schedules found late and not pushed (beyond the schedule's catch-up), by schedule.",
+		}, []string{"schedule"}),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pgtask_schedule_lateness_seconds",
+			Help:    "How long after its latest fire time a schedule's fire was pushed, by schedule.",
+			Buckets: latencyBuckets,
+		}, []string{"schedule"}),
 		snoozed: make(map[lease]struct{}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.completed, m.poll, m.complete, m.handler, m.batch, m.errors, m.empty, m.expired, m.retried)
-	}
-	return m
 }
 
-// Listener returns a processor.Listener that records the manager's events. Give the same
-// one to every manager: the topic is a label.
+// Listener returns a processor.Listener that records the managers' events and the
+// expiries: give it to a processor (Processor.Observe), or the same one to every
+// manager (the topic is a label) with OnExpire to processor.Config.
 func (m *Metrics) Listener() processor.Listener {
 	return processor.Listener{
+		OnExpire: m.OnExpire,
+		OnFire:   m.OnFire,
 		OnDispatch: func(topic string, tasks []repository.Task, poll time.Duration) {
 			m.poll.WithLabelValues(topic).Observe(poll.Seconds())
 			m.batch.WithLabelValues(topic).Observe(float64(len(tasks)))
@@ -172,6 +239,16 @@ func (m *Metrics) OnExpire(expired []repository.Expiry) {
 	for _, e := range expired {
 		m.expired.WithLabelValues(e.Topic).Add(float64(e.Expired))
 		m.retried.WithLabelValues(e.Topic).Add(float64(e.Retried))
+	}
+}
+
+// OnFire records what a round of firing schedules pushed; it matches
+// processor.Config.OnFire.
+func (m *Metrics) OnFire(fires []repository.Fire) {
+	for _, f := range fires {
+		m.fires.WithLabelValues(f.Schedule).Add(float64(len(f.Times)))
+		m.missed.WithLabelValues(f.Schedule).Add(float64(f.Missed))
+		m.lateness.WithLabelValues(f.Schedule).Observe(f.Lateness().Seconds())
 	}
 }
 

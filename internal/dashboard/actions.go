@@ -1,0 +1,278 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Limits of the actions.
+const (
+	// actionBodyMax is the largest body an action accepts.
+	actionBodyMax = 64 << 10
+	// bulkMax is the most tasks a bulk action changes at once (purge, which deletes by
+	// range in the database, has no limit).
+	bulkMax = 10_000
+	// bulkChunk is how many tasks one statement of a bulk action changes.
+	bulkChunk = 1000
+	// cancelledBy names the dashboard as the canceller of the tasks it cancels.
+	cancelledBy = "dashboard"
+)
+
+// actionFunc performs an action from a decoded JSON body and returns the answer.
+type actionFunc func(r *http.Request, body []byte) (any, error)
+
+// action adapts an actionFunc: POST with a JSON body (the guard's Protect already
+// refused cross-site requests), answered in JSON, {"error": …} on failure.
+func (s *server) action(a actionFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.signedIn(r) {
+			httpguard.WriteError(w, http.StatusUnauthorized, "sign in first: "+Prefix+"login")
+			return
+		}
+		if err := repository.ValidateTopic(r.PathValue("topic")); err != nil {
+			httpguard.WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		body, err := httpguard.ReadBody(w, r, actionBodyMax)
+		if err != nil {
+			httpguard.WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		out, err := a(r, body)
+		if err != nil {
+			status := statusOf(err)
+			if status == http.StatusInternalServerError {
+				s.cfg.Logger.Error("dashboard action failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+			}
+			httpguard.WriteError(w, status, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+}
+
+// decode reads a JSON body into v, refusing unknown fields.
+func decode(body []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("the body is not the JSON expected: %v", err)
+	}
+	return nil
+}
+
+// settingsBody is the settings form: every field is optional, durations are Go
+// durations ("1s", "1h30m", "0s").
+type settingsBody struct {
+	MaxAttempts   *int32  `json:"max_attempts"`
+	BackoffBase   *string `json:"backoff_base"`
+	BackoffCap    *string `json:"backoff_cap"`
+	BackoffJitter *string `json:"backoff_jitter"`
+	QueueCap      *int64  `json:"queue_cap"`
+	Retention     *string `json:"retention"`
+}
+
+// settings changes the settings the body names (Repository.UpdateSettings, which
+// validates them all: nothing is written when one is wrong).
+func (s *server) settings(r *http.Request, body []byte) (any, error) {
+	var in settingsBody
+	if err := decode(body, &in); err != nil {
+		return nil, err
+	}
+	durations := map[string]*time.Duration{}
+	for name, text := range map[string]*string{"backoff_base": in.BackoffBase, "backoff_cap": in.BackoffCap,
+		"backoff_jitter": in.BackoffJitter, "retention": in.Retention} {
+		if text == nil {
+			continue
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(*text))
+		if err != nil {
+			return nil, badRequest("%s %q is not a duration such as 1s, 5m or 1h30m", name, *text)
+		}
+		durations[name] = &d
+	}
+	t, err := s.repo.UpdateSettings(r.Context(), s.pool, r.PathValue("topic"), func(st *repository.TopicSettings) {
+		if in.MaxAttempts != nil {
+			st.MaxAttempts = *in.MaxAttempts
+		}
+		if in.QueueCap != nil {
+			st.QueueCap = *in.QueueCap
+		}
+		for name, into := range map[string]*time.Duration{"backoff_base": &st.BackoffBase, "backoff_cap": &st.BackoffCap,
+			"backoff_jitter": &st.BackoffJitter, "retention": &st.Retention} {
+			if d := durations[name]; d != nil {
+				*into = *d
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return formOf(t.TopicSettings), nil
+}
+
+// bulkBody is a bulk action on the tasks of a filter (the topic page's).
+type bulkBody struct {
+	// Action is cancel, reassign, recreate or purge.
+	Action string `json:"action"`
+	// Result is reassign's result; Mode recreate's mode (reset, append, replace, supersede).
+	Result string `json:"result"`
+	Mode   string `json:"mode"`
+	// The filter, as the topic page's query string has it.
+	State      string `json:"state"`
+	Identifier string `json:"identifier"`
+	Reference  string `json:"reference"`
+	From       string `json:"from"`
+	To         string `json:"to"`
+}
+
+// bulkResult says what a bulk action did.
+type bulkResult struct {
+	Changed int64  `json:"changed"`
+	Message string `json:"message"`
+}
+
+// bulk applies an action to every task of a filter: cancel (the READY, SUSPENDED,
+// EXPIRED and ACTIVE ones), reassign or recreate (the revivable ones: EXPIRED to
+// SUCCEEDED), up to bulkMax tasks, read page by page; or purge (the finished ones,
+// deleted by sequence range in the database: the identifier and reference filters do not
+// apply to it). The by-task operations are the repository's, all or nothing per chunk.
+func (s *server) bulk(r *http.Request, body []byte) (any, error) {
+	var in bulkBody
+	if err := decode(body, &in); err != nil {
+		return nil, err
+	}
+	f := taskFilter{State: in.State, Identifier: in.Identifier, Reference: in.Reference, From: in.From, To: in.To}
+	res, err := s.resolve(r, f)
+	if err != nil {
+		return nil, err
+	}
+	ctx, topic := r.Context(), r.PathValue("topic")
+	if _, err := s.repo.Topic(ctx, s.pool, topic); err != nil {
+		return nil, err
+	}
+	var (
+		keep  func(repository.State) bool
+		apply func(seqs []int64) (int, error)
+	)
+	switch in.Action {
+	case "purge":
+		if f.Identifier != "" || f.Reference != "" {
+			return nil, badRequest("purge deletes by state and time range: clear the identifier and reference filters")
+		}
+		if res.filter.State != nil && !res.filter.State.Finished() {
+			return nil, badRequest("purge deletes finished tasks only (FAILED to REDUNDANT), not %s", *res.filter.State)
+		}
+		n, err := s.repo.Purge(ctx, s.pool, topic, res.from, res.to, res.filter.State)
+		if err != nil {
+			return nil, err
+		}
+		return bulkResult{Changed: n, Message: fmt.Sprintf("purged %d finished tasks", n)}, nil
+	case "cancel":
+		keep = func(st repository.State) bool {
+			return st == repository.Ready || st == repository.Suspended || st == repository.Expired || st == repository.Active
+		}
+		apply = counted(func(seqs []int64) ([]repository.Task, error) {
+			return s.repo.Cancel(ctx, s.pool, topic, cancelledBy, seqs...)
+		})
+	case "reassign":
+		result, err := repository.ParseResult(in.Result)
+		if err != nil {
+			return nil, badRequest("result %q is unknown: want SUCCESS, FAILURE, SUSPENSION or FILTER", in.Result)
+		}
+		keep, apply = repository.State.Revivable, counted(func(seqs []int64) ([]repository.Task, error) {
+			return s.repo.Reassign(ctx, s.pool, topic, result, seqs...)
+		})
+	case "recreate":
+		mode, err := repository.ParseRecreateMode(in.Mode)
+		if err != nil {
+			return nil, badRequest("mode %q is unknown: want reset, append, replace or supersede", in.Mode)
+		}
+		keep, apply = repository.State.Revivable, counted(func(seqs []int64) ([]repository.Revival, error) {
+			return s.repo.Recreate(ctx, s.pool, topic, mode, seqs...)
+		})
+	default:
+		return nil, badRequest("action %q is unknown: want cancel, reassign, recreate or purge", in.Action)
+	}
+	seqs, err := s.matching(r, topic, res, keep)
+	if err != nil {
+		return nil, err
+	}
+	var changed int64
+	for chunk := range slices.Chunk(seqs, bulkChunk) {
+		n, err := apply(chunk)
+		if err != nil {
+			if errors.Is(err, repository.ErrWrongState) {
+				err = fmt.Errorf("%w (after %d changed: tasks changed state meanwhile; apply again)", err, changed)
+			}
+			return nil, err
+		}
+		changed += int64(n)
+	}
+	msg := fmt.Sprintf("%s: %d tasks", in.Action, changed)
+	if len(seqs) == bulkMax {
+		msg += fmt.Sprintf(" (at most %d at once: apply again for more)", bulkMax)
+	}
+	return bulkResult{Changed: changed, Message: msg}, nil
+}
+
+// counted adapts a by-task operation to report how many tasks it changed.
+func counted[T any](op func(seqs []int64) ([]T, error)) func(seqs []int64) (int, error) {
+	return func(seqs []int64) (int, error) {
+		out, err := op(seqs)
+		return len(out), err
+	}
+}
+
+// matching reads the sequences of up to bulkMax tasks of the filter whose state keep
+// accepts, a page at a time (keyset): oldest first, or, for a narrow filter, newest
+// first through the filter's own index (Repository.Latest).
+func (s *server) matching(r *http.Request, topic string, res resolved, keep func(repository.State) bool) ([]int64, error) {
+	var seqs []int64
+	ctx, backward := r.Context(), narrow(res.filter)
+	cursor := max(res.from-1, repository.MinSequence)
+	if backward {
+		cursor = repository.MaxSequence
+		if res.to < repository.MaxSequence {
+			cursor = res.to + 1
+		}
+	}
+	for len(seqs) < bulkMax {
+		var (
+			page []repository.Excerpt
+			err  error
+		)
+		if backward {
+			page, err = s.repo.Latest(ctx, s.pool, topic, res.filter, cursor, bulkChunk)
+		} else {
+			page, err = s.repo.Excerpts(ctx, s.pool, topic, res.filter, cursor, bulkChunk, repository.Forward)
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range page {
+			if t.Sequence > res.to || t.Sequence < res.from {
+				return seqs, nil
+			}
+			if keep(t.State) && len(seqs) < bulkMax {
+				seqs = append(seqs, t.Sequence)
+			}
+		}
+		if len(page) < bulkChunk {
+			break
+		}
+		cursor = page[len(page)-1].Sequence
+	}
+	return seqs, nil
+}

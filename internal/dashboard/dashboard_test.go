@@ -1,0 +1,466 @@
+package dashboard_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// refresh is how often the pages of the tests refresh their live parts.
+const refresh = 300 * time.Millisecond
+
+func TestOverview(t *testing.T) {
+	f := setup(t, "")
+	for i := range 60 {
+		f.createTopic(fmt.Sprintf("bulk-%02d", i))
+	}
+	f.push("mail", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b", Delay: time.Hour})
+	if err := f.repo.SetActive(f.ctx, f.pool, "bulk-00", false); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("ListsAPageOfTopicsWithTheirCounts", func(t *testing.T) {
+		body := f.page("/")
+		mustContain(t, body, `href="/ui/topics/bulk-00"`, `paused`, `id="next-topics"`)
+		if strings.Contains(body, `href="/ui/topics/mail"`) {
+			t.Error("the first page lists mail, the 61st topic by name")
+		}
+		next := regexp.MustCompile(`href="(/\?after=[^"]+)" id="next-topics"`).FindStringSubmatch(body)
+		if next == nil {
+			t.Fatal("no link to the next page")
+		}
+		second := f.page(strings.ReplaceAll(next[1], "&amp;", "&"))
+		mustContain(t, second, `href="/ui/topics/mail"`, `href="/ui/topics/bulk-59"`)
+		if strings.Contains(second, `href="/ui/topics/bulk-00"`) {
+			t.Error("the second page repeats the first")
+		}
+	})
+	t.Run("SearchFiltersByName", func(t *testing.T) {
+		body := f.page("/?q=MAI")
+		mustContain(t, body, `href="/ui/topics/mail"`)
+		if strings.Contains(body, "bulk-") {
+			t.Error("search MAI lists bulk topics")
+		}
+		// The row of mail: one due, one delayed.
+		row := regexp.MustCompile(`(?s)href="/ui/topics/mail".*?</tr>`).FindString(body)
+		cells := regexp.MustCompile(`<td class="num[^"]*">([^<]*)</td>`).FindAllStringSubmatch(row, -1)
+		if len(cells) < 2 || cells[0][1] != "1" || cells[1][1] != "1" {
+			t.Errorf("mail's row = %q, want 1 due and 1 delayed", row)
+		}
+	})
+	t.Run("APIStaysWhereItWas", func(t *testing.T) {
+		status, h, body := f.get("/topics")
+		if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+			t.Fatalf("GET /topics = %d %s", status, body)
+		}
+	})
+	t.Run("PagesForbidOtherScripts", func(t *testing.T) {
+		_, h, _ := f.get("/")
+		if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+			t.Errorf("Content-Security-Policy = %q", csp)
+		}
+	})
+}
+
+func TestTaskPage(t *testing.T) {
+	f := setup(t, "")
+	t.Run("EscapesInputAndOutput", func(t *testing.T) {
+		task := f.push("mail", repository.Creation{Identifier: `<b>id</b>`, Input: `<script>alert(1)</script>`})[0]
+		body := f.page(fmt.Sprintf("/ui/topics/mail/tasks/%d", task.Sequence))
+		mustContain(t, body, `&lt;script&gt;alert(1)&lt;/script&gt;`, `&lt;b&gt;id&lt;/b&gt;`)
+		if strings.Contains(body, `<script>alert`) || strings.Contains(body, `<b>id`) {
+			t.Error("the page holds the input unescaped")
+		}
+		list := f.page("/ui/topics/mail")
+		if strings.Contains(list, `<script>alert`) {
+			t.Error("the topic page holds the input unescaped")
+		}
+	})
+	t.Run("PrettyPrintsJSONAndCutsLargeValuesWithAWayToSeeAll", func(t *testing.T) {
+		big := `{"k":"` + strings.Repeat("y", 40_000) + `"}`
+		task := f.push("mail", repository.Creation{Identifier: "json2", Input: big})[0]
+		path := fmt.Sprintf("/ui/topics/mail/tasks/%d", task.Sequence)
+		cut := f.page(path)
+		mustContain(t, cut, "Show all", "(JSON)", "{\n  &#34;k&#34;: &#34;yyy")
+		if strings.Count(cut, "y") > 20_000 {
+			t.Error("the page shows the whole large input")
+		}
+		whole := f.page(path + "?full=1")
+		if strings.Count(whole, "y") < 40_000 {
+			t.Error("?full=1 does not show the whole input")
+		}
+	})
+	t.Run("UnknownTaskIs404", func(t *testing.T) {
+		if status, _, _ := f.get("/ui/topics/mail/tasks/999999"); status != http.StatusNotFound {
+			t.Errorf("status = %d, want 404", status)
+		}
+		if status, _, _ := f.get("/ui/topics/nope/tasks/1"); status != http.StatusNotFound {
+			t.Errorf("unknown topic: status = %d, want 404", status)
+		}
+		if status, _, body := f.get("/ui/topics/mail/tasks/x"); status != http.StatusBadRequest || !strings.Contains(body, "sequence") {
+			t.Errorf("bad sequence: status = %d, want 400 naming the sequence: %s", status, body)
+		}
+	})
+}
+
+func TestTaskPageTimeline(t *testing.T) {
+	f := setup(t, "")
+	first := f.push("mail", repository.Creation{Identifier: "order-7", Input: "v1"})[0]
+	second, err := f.repo.Push(f.ctx, f.pool, "mail", repository.Replace, repository.Creation{Identifier: "order-7", Input: "v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := f.push("mail", repository.Creation{Identifier: "order-7", Input: "v3", Delay: time.Hour})[0]
+	if err := f.repo.SetActive(f.ctx, f.pool, "mail", false); err != nil {
+		t.Fatal(err)
+	}
+	body := f.page(fmt.Sprintf("/ui/topics/mail/tasks/%d", third.Sequence))
+	t.Run("ShowsEveryTaskOfTheIdentifierWithStateAndDescent", func(t *testing.T) {
+		timeline := regexp.MustCompile(`(?s)<ol class="timeline".*?</ol>`).FindString(body)
+		for _, want := range []string{
+			fmt.Sprintf(`#%d</a>\s*<span class="state st-redundant">REDUNDANT</span>\s*<span class="muted">from READY`, first.Sequence),
+			fmt.Sprintf(`#%d</a>\s*<span class="state st-ready">READY</span>`, second[0].Sequence),
+			fmt.Sprintf(`current">\s*<a href="/ui/topics/mail/tasks/%d">`, third.Sequence),
+		} {
+			if !regexp.MustCompile(want).MatchString(timeline) {
+				t.Errorf("timeline lacks %s:\n%s", want, timeline)
+			}
+		}
+	})
+	t.Run("SaysWhyPollsSkipAReadyTask", func(t *testing.T) {
+		mustContain(t, body, "not before", "the topic is paused",
+			fmt.Sprintf("waits for the older task #%d", second[0].Sequence),
+			fmt.Sprintf(`href="/ui/topics/mail/tasks/%d">see it`, second[0].Sequence))
+	})
+}
+
+func TestTopicPage(t *testing.T) {
+	f := setup(t, "")
+	var creations []repository.Creation
+	for i := range 120 {
+		creations = append(creations, repository.Creation{Identifier: fmt.Sprintf("id-%03d", i), Reference: fmt.Sprintf("ref-%d", i%2)})
+	}
+	tasks := f.push("mail", creations...)
+	seq := func(i int) int64 { return tasks[i].Sequence }
+	links := regexp.MustCompile(`<a href="/ui/topics/mail/tasks/(\d+)">`)
+	listed := func(body string) []string {
+		var out []string
+		for _, m := range links.FindAllStringSubmatch(body, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	t.Run("KeysetPagesNewestFirstBothWays", func(t *testing.T) {
+		first := f.page("/ui/topics/mail")
+		got := listed(first)
+		if len(got) != 50 || got[0] != fmt.Sprint(seq(119)) || got[49] != fmt.Sprint(seq(70)) {
+			t.Fatalf("first page = %v", got)
+		}
+		if strings.Contains(first, `id="newer-tasks"`) {
+			t.Error("the newest page links to newer tasks")
+		}
+		mustContain(t, first, fmt.Sprintf(`href="/ui/topics/mail?before=%d" id="older-tasks"`, seq(70)))
+		second := f.page(fmt.Sprintf("/ui/topics/mail?before=%d", seq(70)))
+		if got := listed(second); len(got) != 50 || got[0] != fmt.Sprint(seq(69)) || got[49] != fmt.Sprint(seq(20)) {
+			t.Fatalf("second page = %v", got)
+		}
+		mustContain(t, second, fmt.Sprintf(`href="/ui/topics/mail?after=%d" id="newer-tasks"`, seq(69)))
+		last := f.page(fmt.Sprintf("/ui/topics/mail?before=%d", seq(20)))
+		if got := listed(last); len(got) != 20 || strings.Contains(last, `id="older-tasks"`) {
+			t.Fatalf("last page = %v, want 20 tasks and no older page", got)
+		}
+		back := f.page(fmt.Sprintf("/ui/topics/mail?after=%d", seq(69)))
+		if got := listed(back); len(got) != 50 || got[0] != fmt.Sprint(seq(119)) || got[49] != fmt.Sprint(seq(70)) {
+			t.Fatalf("page after %d = %v, want the first page again", seq(69), got)
+		}
+	})
+	t.Run("FiltersByReferenceAndState", func(t *testing.T) {
+		if got := listed(f.page("/ui/topics/mail?reference=ref-1&identifier=id-003")); len(got) != 1 || got[0] != fmt.Sprint(seq(3)) {
+			t.Fatalf("reference ref-1, identifier id-003 = %v", got)
+		}
+		if got := listed(f.page("/ui/topics/mail?state=FAILED")); len(got) != 0 {
+			t.Fatalf("state FAILED = %v, want none", got)
+		}
+	})
+	t.Run("IdentifierPagesThroughItsOwnTasks", func(t *testing.T) {
+		var same []repository.Creation
+		for range 60 {
+			same = append(same, repository.Creation{Identifier: "same"})
+		}
+		mine := f.push("mail", same...)
+		first := f.page("/ui/topics/mail?identifier=same")
+		if got := listed(first); len(got) != 50 || got[0] != fmt.Sprint(mine[59].Sequence) || got[49] != fmt.Sprint(mine[10].Sequence) {
+			t.Fatalf("first page of identifier same = %v", got)
+		}
+		mustContain(t, first, fmt.Sprintf(`href="/ui/topics/mail?before=%d&amp;identifier=same" id="older-tasks"`, mine[10].Sequence))
+		older := f.page(fmt.Sprintf("/ui/topics/mail?identifier=same&before=%d", mine[10].Sequence))
+		if got := listed(older); len(got) != 10 || got[0] != fmt.Sprint(mine[9].Sequence) || strings.Contains(older, `id="older-tasks"`) {
+			t.Fatalf("older page of identifier same = %v", got)
+		}
+		mustContain(t, older, `href="/ui/topics/mail?identifier=same" id="newer-tasks"`)
+		if got := listed(f.page("/ui/topics/mail?identifier=same&state=FAILED")); len(got) != 0 {
+			t.Fatalf("identifier same, state FAILED = %v, want none", got)
+		}
+	})
+	t.Run("FiltersByTimeRange", func(t *testing.T) {
+		future := time.Now().UTC().Add(time.Hour).Format("2006-01-02T15:04")
+		if got := listed(f.page("/ui/topics/mail?from=" + future)); len(got) != 0 {
+			t.Fatalf("from the future = %v, want none", got)
+		}
+		past := time.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04")
+		if got := listed(f.page("/ui/topics/mail?from=" + past)); len(got) != 50 {
+			t.Fatalf("from an hour ago = %d tasks, want a page of 50", len(got))
+		}
+	})
+	t.Run("BadFilterNamesTheField", func(t *testing.T) {
+		for path, field := range map[string]string{"/ui/topics/mail?state=DONE": "state", "/ui/topics/mail?from=yesterday": "from",
+			"/ui/topics/mail?after=x": "after"} {
+			status, _, body := f.get(path)
+			if status != http.StatusBadRequest || !strings.Contains(body, field) {
+				t.Errorf("GET %s = %d, want 400 naming %s", path, status, field)
+			}
+		}
+	})
+}
+
+func TestSettings(t *testing.T) {
+	f := setup(t, "")
+	t.Run("SavesTheFieldsGiven", func(t *testing.T) {
+		status, body := f.post("/ui/topics/mail/settings", `{"max_attempts": 5, "backoff_base": "2s", "queue_cap": 100, "retention": "24h"}`)
+		if status != http.StatusOK {
+			t.Fatalf("status %d: %s", status, body)
+		}
+		topic, err := f.repo.Topic(f.ctx, f.pool, "mail")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if topic.MaxAttempts != 5 || topic.BackoffBase != 2*time.Second || topic.QueueCap != 100 || topic.Retention != 24*time.Hour {
+			t.Fatalf("settings = %+v", topic.TopicSettings)
+		}
+	})
+	t.Run("BadValueNamesTheFieldAndWritesNothing", func(t *testing.T) {
+		before, _ := f.repo.Topic(f.ctx, f.pool, "mail")
+		for body, field := range map[string]string{`{"max_attempts": 7, "backoff_cap": "soon"}`: "backoff_cap",
+			`{"max_attempts": 0}`: "attempts", `{"colour": "red"}`: "colour"} {
+			status, text := f.post("/ui/topics/mail/settings", body)
+			if status != http.StatusBadRequest || !strings.Contains(strings.ToLower(text), field) {
+				t.Errorf("%s: %d %s, want 400 naming %s", body, status, text, field)
+			}
+		}
+		after, _ := f.repo.Topic(f.ctx, f.pool, "mail")
+		if after.TopicSettings != before.TopicSettings {
+			t.Errorf("settings changed: %+v, was %+v", after.TopicSettings, before.TopicSettings)
+		}
+	})
+}
+
+func TestBulk(t *testing.T) {
+	f := setup(t, "")
+	ready := f.push("mail", repository.Creation{Identifier: "r1"}, repository.Creation{Identifier: "r2"}, repository.Creation{Identifier: "keep"})
+	bulk := func(body string) (int64, string) {
+		t.Helper()
+		status, text := f.post("/ui/topics/mail/bulk", body)
+		if status != http.StatusOK {
+			t.Fatalf("bulk %s: %d %s", body, status, text)
+		}
+		var out struct{ Changed int64 }
+		if err := json.Unmarshal([]byte(text), &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.Changed, text
+	}
+	t.Run("CancelsTheReadyTasksOfTheFilter", func(t *testing.T) {
+		if n, text := bulk(`{"action": "cancel", "state": "READY", "identifier": "r1"}`); n != 1 {
+			t.Fatalf("cancelled %d: %s", n, text)
+		}
+		task, err := f.repo.Get(f.ctx, f.pool, "mail", ready[0].Sequence)
+		if err != nil || task.State != repository.Redundant || !task.Cancelled {
+			t.Fatalf("task = %+v, %v; want cancelled", task, err)
+		}
+	})
+	t.Run("RevivesTheFailedOnes", func(t *testing.T) {
+		polled, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 2)
+		if err != nil || len(polled) != 2 {
+			t.Fatalf("poll = %v, %v", polled, err)
+		}
+		if _, err := f.repo.Complete(f.ctx, f.pool, "mail", polled[0].Decide(repository.Fail(fmt.Errorf("boom"))), polled[1].Decide(repository.Fail(fmt.Errorf("boom")))); err != nil {
+			t.Fatal(err)
+		}
+		if n, text := bulk(`{"action": "recreate", "mode": "reset", "state": "FAILED"}`); n != 2 {
+			t.Fatalf("reset %d: %s", n, text)
+		}
+		if got, _ := f.repo.Get(f.ctx, f.pool, "mail", polled[0].Sequence); got.State != repository.Ready {
+			t.Fatalf("state = %s, want READY", got.State)
+		}
+	})
+	t.Run("PurgesFinishedTasks", func(t *testing.T) {
+		if n, text := bulk(`{"action": "purge"}`); n != 1 {
+			t.Fatalf("purged %d: %s, want the cancelled task", n, text)
+		}
+	})
+	t.Run("RefusesWhatItCannotDo", func(t *testing.T) {
+		for body, want := range map[string]string{
+			`{"action": "explode"}`:                     "action",
+			`{"action": "purge", "identifier": "r2"}`:   "identifier",
+			`{"action": "purge", "state": "READY"}`:     "finished",
+			`{"action": "reassign", "result": "MAYBE"}`: "result",
+			`{"action": "cancel", "state": "SLEEPING"}`: "state",
+			`{"action": "cancel", "from": "last week"}`: "from",
+		} {
+			status, text := f.post("/ui/topics/mail/bulk", body)
+			if status != http.StatusBadRequest || !strings.Contains(text, want) {
+				t.Errorf("%s: %d %s, want 400 naming %s", body, status, text, want)
+			}
+		}
+	})
+}
+
+func TestProcesses(t *testing.T) {
+	f := setup(t, "")
+	worker, err := repository.New(repository.Config{Owner: "worker-1", Host: "box", PID: 4242})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.RegisterOwner(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
+	f.push("mail", repository.Creation{Identifier: "a"})
+	if _, err := worker.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 1); err != nil {
+		t.Fatal(err)
+	}
+	body := f.page("/ui/processes")
+	row := regexp.MustCompile(`(?s)<code>worker-1</code>.*?</tr>`).FindString(body)
+	mustContain(t, row, "alive", "box", "4242", `<td class="num">1</td>`, `<a href="/ui/topics/mail?state=ACTIVE">mail</a>`)
+}
+
+func TestLogin(t *testing.T) {
+	const token = "s3cret-token"
+	f := setup(t, token)
+	t.Run("PagesNeedIt", func(t *testing.T) {
+		for _, path := range []string{"/", "/ui/topics/mail", "/ui/processes"} {
+			status, h, _ := f.get(path)
+			if status != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/ui/login?next=") {
+				t.Errorf("GET %s = %d to %q, want 303 to the login", path, status, h.Get("Location"))
+			}
+		}
+		if status, _ := f.post("/ui/topics/mail/settings", `{}`); status != http.StatusUnauthorized {
+			t.Errorf("settings without session = %d, want 401", status)
+		}
+		if status, _ := f.post("/ui/api/topics/mail/pause", `{}`); status != http.StatusUnauthorized {
+			t.Errorf("API without session = %d, want 401", status)
+		}
+	})
+	login := func(given string) (int, http.Header, string) {
+		return f.do(http.MethodPost, "/ui/login", form("token", given, "next", "/ui/processes"), "Content-Type", "application/x-www-form-urlencoded")
+	}
+	t.Run("WrongTokenIsRefused", func(t *testing.T) {
+		status, h, body := login("wrong")
+		if status != http.StatusUnauthorized || h.Get("Set-Cookie") != "" || !strings.Contains(body, "wrong token") {
+			t.Fatalf("login = %d %q", status, h.Get("Set-Cookie"))
+		}
+	})
+	t.Run("RightTokenSetsAStrictHttpOnlyCookie", func(t *testing.T) {
+		status, h, _ := login(token)
+		cookie := h.Get("Set-Cookie")
+		if status != http.StatusSeeOther || h.Get("Location") != "/ui/processes" {
+			t.Fatalf("login = %d to %q", status, h.Get("Location"))
+		}
+		for _, want := range []string{"HttpOnly", "SameSite=Strict", "Path=/"} {
+			if !strings.Contains(cookie, want) {
+				t.Errorf("cookie %q lacks %s", cookie, want)
+			}
+		}
+		if strings.Contains(cookie, token) {
+			t.Error("the cookie holds the token")
+		}
+		session := strings.SplitN(cookie, ";", 2)[0]
+		f.page("/", "Cookie", session)
+		if status, _ := f.post("/ui/api/topics/mail/pause", `{}`, "Cookie", session); status != http.StatusOK {
+			t.Errorf("pause with the session = %d, want 200", status)
+		}
+		if status, _ := f.post("/ui/topics/mail/settings", `{"max_attempts": 3}`, "Cookie", session); status != http.StatusOK {
+			t.Errorf("settings with the session = %d, want 200", status)
+		}
+	})
+	t.Run("BearerTokenWorksToo", func(t *testing.T) {
+		f.page("/", "Authorization", "Bearer "+token)
+	})
+	t.Run("NextStaysOnTheServer", func(t *testing.T) {
+		status, h, _ := f.do(http.MethodPost, "/ui/login", form("token", token, "next", "//evil.example/x"), "Content-Type", "application/x-www-form-urlencoded")
+		if status != http.StatusSeeOther || h.Get("Location") != "/" {
+			t.Errorf("login to //evil.example = %d to %q, want /", status, h.Get("Location"))
+		}
+	})
+	t.Run("CrossSiteWritesAreRefused", func(t *testing.T) {
+		status, _, _ := f.do(http.MethodPost, "/ui/login", form("token", token), "Content-Type", "application/x-www-form-urlencoded", "Sec-Fetch-Site", "cross-site")
+		if status != http.StatusForbidden {
+			t.Errorf("cross-site login = %d, want 403", status)
+		}
+	})
+}
+
+func TestTopicNamesAreEscaped(t *testing.T) {
+	f := setup(t, "")
+	const name = `a/b <&>"`
+	f.createTopic(name)
+	path := "/ui/topics/" + url.PathEscape(name)
+	overview := f.page("/?q=" + url.QueryEscape("a/b"))
+	mustContain(t, overview, `href="`+strings.ReplaceAll(path, "&", "&amp;")+`"`, `a/b &lt;&amp;&gt;&#34;`)
+	body := f.page(path)
+	mustContain(t, body, `data-post="/ui/api/topics/`+strings.ReplaceAll(url.PathEscape(name), "&", "&amp;")+`/pause"`)
+	if status, text := f.post("/ui/api/topics/"+url.PathEscape(name)+"/pause", ""); status != http.StatusOK {
+		t.Fatalf("pause %q through the dashboard's API path: %d %s", name, status, text)
+	}
+	if topic, err := f.repo.Topic(f.ctx, f.pool, name); err != nil || topic.Active {
+		t.Fatalf("topic = %+v, %v; want paused", topic, err)
+	}
+}
+
+func TestLimitsShown(t *testing.T) {
+	f := setup(t, "")
+	f.createTopic("api")
+	if _, err := f.repo.Configure(f.ctx, f.pool, "api", repository.TopicSettings{MaxAttempts: 1, Concurrency: 1, KeyConcurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tasks := f.push("api", repository.Creation{Identifier: "a", ConcurrencyKey: "acme"}, repository.Creation{Identifier: "b", ConcurrencyKey: "acme"})
+	if _, err := f.repo.Poll(f.ctx, f.pool, "api", repository.FIFO, repository.None, 10); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("TopicPageSaysLimitsAndTheirUse", func(t *testing.T) {
+		mustContain(t, f.page("/ui/topics/api"), `id="limits"`, "concurrency 1: 1 ACTIVE", "per concurrency key 1: 1 keys at the limit")
+		if strings.Contains(f.page("/ui/topics/mail"), `id="limits"`) {
+			t.Error("a topic without limits shows limits")
+		}
+	})
+	t.Run("TaskPageNamesTheLimitThatHoldsIt", func(t *testing.T) {
+		mustContain(t, f.page(fmt.Sprintf("/ui/topics/api/tasks/%d", tasks[1].Sequence)), `id="skip-reasons"`,
+			"the topic&#39;s concurrency limit: 1 of 1 tasks ACTIVE", "the per-key limit: 1 of 1 tasks of concurrency key &#34;acme&#34; ACTIVE")
+	})
+}
+
+func TestSchedulesPage(t *testing.T) {
+	f := setup(t, "")
+	if _, err := f.repo.CreateSchedule(f.ctx, f.pool, "night/ly", repository.ScheduleSettings{Topic: "mail", Spec: "0 3 * * *", TimeZone: "Europe/Paris"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("ListsSchedulesWithTheirNextFireAndAPauseButton", func(t *testing.T) {
+		mustContain(t, f.page("/ui/schedules"), "night/ly", "0 3 * * *", "Europe/Paris", "running",
+			`data-post="/ui/api/schedules/night%2Fly/pause"`, `href="/ui/schedules" aria-current="page"`)
+	})
+	t.Run("PauseAndResumeThroughTheAPI", func(t *testing.T) {
+		if status, body := f.post("/ui/api/schedules/night%2Fly/pause", "{}"); status != http.StatusOK {
+			t.Fatalf("pause: %d %s", status, body)
+		}
+		mustContain(t, f.page("/ui/schedules"), "paused", `data-post="/ui/api/schedules/night%2Fly/resume"`)
+		if status, body := f.post("/ui/api/schedules/night%2Fly/resume", "{}"); status != http.StatusOK {
+			t.Fatalf("resume: %d %s", status, body)
+		}
+		mustContain(t, f.page("/ui/schedules"), "running")
+	})
+}

@@ -1,0 +1,104 @@
+package httpguard
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Defaults of Timeouts.
+const (
+	// ReadHeaderTimeoutDefault bounds the reading of a request's headers.
+	ReadHeaderTimeoutDefault = 10 * time.Second
+	// ReadTimeoutDefault bounds the reading of a whole request, headers and body, from
+	// its first byte: a 1 MiB body must arrive at 35 KB/s or more.
+	ReadTimeoutDefault = 30 * time.Second
+	// WriteTimeoutDefault bounds a request from the end of its headers to the end of the
+	// response: the handler's work and the writing of its answer.
+	WriteTimeoutDefault = 60 * time.Second
+	// IdleTimeoutDefault is how long a keep-alive connection may wait for its next request.
+	IdleTimeoutDefault = 60 * time.Second
+)
+
+// Timeouts bound the phases of a connection; a zero field takes its default.
+type Timeouts struct {
+	// ReadHeader bounds the reading of a request's headers.
+	ReadHeader time.Duration
+	// Read bounds the reading of a whole request, headers and body. When it passes
+	// while the handler still runs, the request's context is cancelled too.
+	Read time.Duration
+	// Write bounds a request from the end of its headers to the end of its response.
+	Write time.Duration
+	// Idle is how long a keep-alive connection may wait for its next request.
+	Idle time.Duration
+}
+
+// Validate refuses negative timeouts and a header timeout longer than the whole read.
+func (t Timeouts) Validate() error {
+	t = t.withDefaults()
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read header", t.ReadHeader}, {"read", t.Read}, {"write", t.Write}, {"idle", t.Idle}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s timeout %v is negative", d.name, d.v)
+		}
+	}
+	if t.ReadHeader > t.Read {
+		return fmt.Errorf("read header timeout %v is longer than the read timeout %v", t.ReadHeader, t.Read)
+	}
+	return nil
+}
+
+func (t Timeouts) withDefaults() Timeouts {
+	if t.Read == 0 {
+		t.Read = ReadTimeoutDefault
+	}
+	if t.ReadHeader == 0 {
+		t.ReadHeader = min(ReadHeaderTimeoutDefault, t.Read)
+	}
+	if t.Write == 0 {
+		t.Write = WriteTimeoutDefault
+	}
+	if t.Idle == 0 {
+		t.Idle = IdleTimeoutDefault
+	}
+	return t
+}
+
+// NewServer returns a server of h with the timeouts (zero fields take their defaults);
+// its own errors (a failed TLS handshake, a panic in a handler) go to logger at WARN.
+// Call Timeouts.Validate first: NewServer does not check them.
+func NewServer(h http.Handler, t Timeouts, logger *slog.Logger) *http.Server {
+	t = t.withDefaults()
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// maxHeaderBytes bounds a request's headers: 64 KiB, well above any the API needs and a
+// sixteenth of net/http's default.
+const maxHeaderBytes = 64 << 10
+
+// Extend gives the request being served d more time, from now, both to be read and to
+// be answered, beyond the server's Timeouts. A route that holds requests longer than
+// those (a long poll, a stream of events, a large upload) calls it first; other routes
+// stay bounded by the server's settings.
+func Extend(w http.ResponseWriter, d time.Duration) error {
+	rc := http.NewResponseController(w)
+	deadline := time.Now().Add(d)
+	if err := rc.SetReadDeadline(deadline); err != nil {
+		return fmt.Errorf("extend read deadline: %w", err)
+	}
+	if err := rc.SetWriteDeadline(deadline); err != nil {
+		return fmt.Errorf("extend write deadline: %w", err)
+	}
+	return nil
+}

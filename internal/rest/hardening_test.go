@@ -1,0 +1,217 @@
+package rest_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/conntest"
+	"github.com/pgtask/pgtask/internal/logbuf"
+	"github.com/pgtask/pgtask/internal/rest"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// count returns how many tasks topic mail holds.
+func (f *fixture) count() int {
+	f.t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = 'mail'").Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+func TestValidation(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("t", 10000)
+	t.Run("ALongTopicIs400OnEveryRouteWithoutEchoingIt", func(t *testing.T) {
+		f := setup(t)
+		for _, rt := range []struct{ method, path, body string }{
+			{"GET", "/topics/" + long, ""},
+			{"POST", "/topics/" + long + "/pause", ""},
+			{"POST", "/topics/" + long + "/resume", ""},
+			{"POST", "/topics/" + long + "/tasks", `{"identifier":"a"}`},
+			{"GET", "/topics/" + long + "/tasks", ""},
+			{"GET", "/topics/" + long + "/tasks/1", ""},
+			{"POST", "/topics/" + long + "/tasks/1/cancel", ""},
+			{"POST", "/topics/" + long + "/tasks/1/revive", `{"mode":"reset"}`},
+		} {
+			resp := f.call(rt.method, rt.path, rt.body)
+			resp.wantError(t, http.StatusBadRequest, "topic is 10000 characters long, at most 250 allowed")
+			if strings.Contains(string(resp.body), long[:300]) {
+				t.Errorf("%s %.30s…: the error echoes the topic", rt.method, rt.path)
+			}
+		}
+	})
+	t.Run("ATopicThatIsNotUTF8Is400", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/topics/a%FFb/tasks", "").wantError(t, http.StatusBadRequest, "UTF-8")
+	})
+	t.Run("InvalidUTF8InAStringIsRefusedNotRewritten", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", "{\"identifier\":\"a\",\"input\":\"x\xffy\"}").wantError(t, http.StatusBadRequest, "not valid UTF-8")
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a\udc00"}`).wantError(t, http.StatusBadRequest, "unpaired")
+		if n := f.count(); n != 0 {
+			t.Errorf("%d tasks written, want none", n)
+		}
+	})
+	t.Run("ALongCancellerIs400AndChangesNothing", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		by := strings.Repeat("b", repository.MaxCancellerLength+1)
+		f.call("POST", "/topics/mail/tasks/1/cancel", `{"by":"`+by+`"}`).wantError(t, http.StatusBadRequest, "canceller is 251 characters long")
+		var got task
+		f.call("GET", "/topics/mail/tasks/1", "").want(t, http.StatusOK, &got)
+		if got.State != "READY" {
+			t.Errorf("task %s after a refused cancel, want READY", got.State)
+		}
+	})
+	t.Run("ListingFiltersHaveTheTasksLimits", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/topics/mail/tasks?identifier="+strings.Repeat("i", 501), "").wantError(t, http.StatusBadRequest, "identifier is 501 characters")
+		f.call("GET", "/topics/mail/tasks?reference=%FF", "").wantError(t, http.StatusBadRequest, "reference is not valid UTF-8")
+	})
+}
+
+func TestBoundedListing(t *testing.T) {
+	f := setup(t)
+	big := strings.Repeat("é", repository.ExcerptLength+500)
+	if _, err := f.repo.Push(f.ctx, f.pool, "mail", repository.Append,
+		repository.Creation{Identifier: "big", Input: big}, repository.Creation{Identifier: "small", Input: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	type listing struct {
+		Tasks []struct {
+			task
+			Truncated []string `json:"truncated"`
+		} `json:"tasks"`
+		NextCursor *int64 `json:"next_cursor"`
+	}
+	var page listing
+	f.call("GET", "/topics/mail/tasks?limit=1", "").want(t, http.StatusOK, &page)
+	if len(page.Tasks) != 1 || page.NextCursor == nil || *page.NextCursor != 1 {
+		t.Fatalf("page %+v, want task 1 and a next cursor", page)
+	}
+	got := page.Tasks[0]
+	if n := utf8.RuneCountInString(str(got.Input)); n != repository.ExcerptLength || fmt.Sprint(got.Truncated) != "[input]" {
+		t.Errorf("listed input of %d characters, truncated %v; want %d and [input]", n, got.Truncated, repository.ExcerptLength)
+	}
+	var whole task
+	f.call("GET", "/topics/mail/tasks/1", "").want(t, http.StatusOK, &whole)
+	if str(whole.Input) != big {
+		t.Errorf("the task's own URL serves %d bytes of input, want all %d", len(str(whole.Input)), len(big))
+	}
+	page = listing{}
+	f.call("GET", "/topics/mail/tasks?cursor=1", "").want(t, http.StatusOK, &page)
+	if len(page.Tasks) != 1 || page.Tasks[0].Truncated != nil || str(page.Tasks[0].Input) != "s" || page.NextCursor != nil {
+		t.Errorf("second page %+v, want the small task whole and no cursor", page)
+	}
+}
+
+// TestDatabaseDown serves the API on a pool whose server does not answer: the answers
+// say so without the connection's details, which only the log gets.
+func TestDatabaseDown(t *testing.T) {
+	t.Parallel()
+	port := conntest.ClosedPort(t)
+	pool, err := pgxpool.New(t.Context(), "postgres://secretuser@127.0.0.1:"+port+"/secretdb?connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	logs := &logbuf.Buffer{}
+	h, err := rest.New(rest.Config{Pool: pool, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	f := &fixture{t: t, ctx: t.Context(), srv: srv}
+	secrets := []string{"secretuser", "secretdb", "127.0.0.1", port, "refused"}
+	for _, rt := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{"GET", "/healthz", "", http.StatusServiceUnavailable},
+		{"GET", "/topics", "", http.StatusInternalServerError},
+		{"POST", "/topics/mail/tasks", `{"identifier":"a"}`, http.StatusInternalServerError},
+		{"GET", "/topics/mail/tasks/1", "", http.StatusInternalServerError},
+	} {
+		resp := f.call(rt.method, rt.path, rt.body)
+		resp.wantError(t, rt.status)
+		for _, s := range secrets {
+			if strings.Contains(string(resp.body), s) {
+				t.Errorf("%s %s answers %s, which reveals %q", rt.method, rt.path, resp.body, s)
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "secretdb") {
+		t.Errorf("the log lacks the connection's details:\n%s", logs)
+	}
+}
+
+func TestHealthSaysMoreToTheAuthorized(t *testing.T) {
+	f := setup(t, withToken("s3cret"))
+	f.failTopicRows()
+	f.call("GET", "/topics/mail", "").wantError(t, http.StatusInternalServerError, "SQLSTATE 53200")
+	public := f.send("GET", "/healthz", "", http.Header{})
+	public.wantError(t, http.StatusServiceUnavailable, "database statements failing")
+	if strings.Contains(string(public.body), "53200") {
+		t.Errorf("public /healthz names the SQLSTATE: %s", public.body)
+	}
+	f.call("GET", "/healthz", "").wantError(t, http.StatusServiceUnavailable, "SQLSTATE 53200")
+}
+
+// raw sends text on a fresh connection to the fixture's server, half-closing it if
+// asked, and returns the answer.
+func (f *fixture) raw(text string, halfClose bool) string {
+	f.t.Helper()
+	u, err := url.Parse(f.srv.URL)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	conn := conntest.Dial(f.t, u.Host, text)
+	if halfClose {
+		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return conntest.ReadUntilClosed(f.t, conn, 30*time.Second)
+}
+
+func TestUnreadableBodies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, request string
+		halfClose     bool
+	}{
+		{"Truncated", "POST /topics/mail/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"identifier\": \"a\"}", true},
+		{"BadChunkSize", "POST /topics/mail/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", false},
+		{"TruncatedCancel", "POST /topics/mail/tasks/1/cancel HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"by\"", true},
+	} {
+		t.Run(tc.name+"Is400LoggedAtDebug", func(t *testing.T) {
+			f := setup(t, func(fx *fixture, c *rest.Config) {
+				c.Logger = slog.New(slog.NewTextHandler(fx.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			})
+			answer := f.raw(tc.request, tc.halfClose)
+			if !strings.HasPrefix(answer, "HTTP/1.1 400") || !strings.Contains(answer, "could not read the request body") {
+				t.Errorf("answer %q, want 400 saying the body could not be read", answer)
+			}
+			logs := f.logs.String()
+			if !strings.Contains(logs, "level=DEBUG") || strings.Contains(logs, "level=ERROR") {
+				t.Errorf("logs %q, want the failure at DEBUG only", logs)
+			}
+			if n := f.count(); n != 0 {
+				t.Errorf("%d tasks written, want none", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,225 @@
+package rest
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/pgtask/pgtask/internal/wire"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// scheduleRequest is the body of POST /schedules and PATCH /schedules/{name}: every
+// field optional in a PATCH (absent keeps the stored value).
+type scheduleRequest struct {
+	Name       *string `json:"name"`
+	Topic      *string `json:"topic"`
+	Spec       *string `json:"spec"`
+	TimeZone   *string `json:"time_zone"`
+	Identifier *string `json:"identifier"`
+	Input      *string `json:"input"`
+	Priority   *int16  `json:"priority"`
+	Insertion  *string `json:"insertion"`
+	CatchUp    *int    `json:"catch_up"`
+	Paused     *bool   `json:"paused"`
+}
+
+// apply writes the fields given into s and checks the result.
+func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
+	set := func(dst *string, src *string) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	set(&s.Topic, q.Topic)
+	set(&s.Spec, q.Spec)
+	set(&s.TimeZone, q.TimeZone)
+	set(&s.Identifier, q.Identifier)
+	set(&s.Input, q.Input)
+	if q.Priority != nil {
+		s.Priority = *q.Priority
+	}
+	if q.Insertion != nil {
+		i, err := repository.ParseInsertion(*q.Insertion)
+		if err != nil {
+			return badRequest("field \"insertion\": %s", strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": "))
+		}
+		s.Insertion = &i
+	}
+	if q.CatchUp != nil {
+		s.CatchUp = *q.CatchUp
+	}
+	if q.Paused != nil {
+		s.Paused = *q.Paused
+	}
+	if err := s.Validate(); err != nil {
+		return invalid(err)
+	}
+	return nil
+}
+
+func decodeSchedule(body []byte) (scheduleRequest, error) {
+	var q scheduleRequest
+	if err := decodeStrict(body, &q); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+// schedulePath is the URL path of a schedule.
+func schedulePath(name string) string { return "/schedules/" + url.PathEscape(name) }
+
+// scheduleName is the {name} of the path, checked.
+func scheduleName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if err := repository.ValidateScheduleName(name); err != nil {
+		return "", invalid(err)
+	}
+	return name, nil
+}
+
+func (s *server) listSchedules(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	list, err := s.repo.Schedules(r.Context(), s.pool)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]wire.Schedule, len(list))
+	for i, sc := range list {
+		out[i] = wire.FromSchedule(sc)
+	}
+	return http.StatusOK, map[string]any{"schedules": out}, nil
+}
+
+func (s *server) createSchedule(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	q, err := decodeSchedule(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	if q.Name == nil {
+		return 0, nil, badRequest("field \"name\" is required")
+	}
+	if err := repository.ValidateScheduleName(*q.Name); err != nil {
+		return 0, nil, invalid(err)
+	}
+	if q.Topic == nil || q.Spec == nil {
+		return 0, nil, badRequest("fields \"topic\" and \"spec\" are required")
+	}
+	var settings repository.ScheduleSettings
+	if err := q.apply(&settings); err != nil {
+		return 0, nil, err
+	}
+	sc, err := s.repo.CreateSchedule(r.Context(), s.pool, *q.Name, settings)
+	if err != nil {
+		return 0, nil, err
+	}
+	w.Header().Set("Location", schedulePath(sc.Name))
+	return http.StatusCreated, wire.FromSchedule(sc), nil
+}
+
+func (s *server) getSchedule(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	name, err := scheduleName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	sc, err := s.repo.Schedule(r.Context(), s.pool, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, wire.FromSchedule(sc), nil
+}
+
+func (s *server) updateSchedule(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	name, err := scheduleName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	q, err := decodeSchedule(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	if q.Name != nil && *q.Name != name {
+		return 0, nil, badRequest("field \"name\": a schedule cannot be renamed (remove it and create another)")
+	}
+	var bad error
+	sc, err := s.repo.UpdateSchedule(r.Context(), s.pool, name, func(st *repository.ScheduleSettings) { bad = q.apply(st) })
+	if bad != nil {
+		return 0, nil, bad
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, wire.FromSchedule(sc), nil
+}
+
+func (s *server) deleteSchedule(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	name, err := scheduleName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	removed, err := s.repo.RemoveSchedule(r.Context(), s.pool, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !removed {
+		return 0, nil, fmt.Errorf("remove schedule %q: %w", name, repository.ErrUnknownSchedule)
+	}
+	return http.StatusOK, map[string]any{"removed": name}, nil
+}
+
+func (s *server) pauseSchedule(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	name, err := scheduleName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	sc, err := s.repo.PauseSchedule(r.Context(), s.pool, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, wire.FromSchedule(sc), nil
+}
+
+func (s *server) resumeSchedule(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	name, err := scheduleName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var q struct {
+		Replay bool `json:"replay"`
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := decodeStrict(body, &q); err != nil {
+			return 0, nil, err
+		}
+	}
+	sc, err := s.repo.ResumeSchedule(r.Context(), s.pool, name, q.Replay)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, wire.FromSchedule(sc), nil
+}
+
+func (s *server) runSchedule(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	name, err := scheduleName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	task, err := s.repo.RunSchedule(r.Context(), s.pool, name)
+	if err != nil {
+		return 0, nil, err
+	}
+	w.Header().Set("Location", taskPath(task.Topic, task.Sequence))
+	return http.StatusCreated, map[string]any{"task": wire.FromTask(task)}, nil
+}

@@ -1,0 +1,106 @@
+package rest_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/internal/wire"
+)
+
+func TestSchedules(t *testing.T) {
+	t.Run("CreateGetListUpdatePauseResumeRunDelete", func(t *testing.T) {
+		f := setup(t)
+		var sc wire.Schedule
+		r := f.call(http.MethodPost, "/schedules", `{"name":"nightly","topic":"mail","spec":"0 3 * * *","time_zone":"Europe/Paris","identifier":"digest-{time}","catch_up":2}`)
+		r.want(t, http.StatusCreated, &sc)
+		if r.header.Get("Location") != "/schedules/nightly" || sc.Insertion != "SUPERSEDE" || sc.NextFire == nil || sc.TimeZone != "Europe/Paris" || sc.CatchUp != 2 {
+			t.Errorf("created %+v, Location %q", sc, r.header.Get("Location"))
+		}
+		if h := sc.NextFire.In(mustZone(t, "Europe/Paris")).Hour(); h != 3 {
+			t.Errorf("next fire %v is not at 03:00 in Paris", sc.NextFire)
+		}
+		var list struct {
+			Schedules []wire.Schedule `json:"schedules"`
+		}
+		f.call(http.MethodGet, "/schedules", "").want(t, http.StatusOK, &list)
+		if len(list.Schedules) != 1 || list.Schedules[0].Name != "nightly" {
+			t.Errorf("list %+v", list)
+		}
+		f.call(http.MethodPatch, "/schedules/nightly", `{"spec":"@every 1h","priority":4,"insertion":"append"}`).want(t, http.StatusOK, &sc)
+		if sc.Spec != "@every 1h" || sc.Priority != 4 || sc.Insertion != "APPEND" || *sc.Identifier != "digest-{time}" {
+			t.Errorf("updated %+v", sc)
+		}
+		f.call(http.MethodPost, "/schedules/nightly/pause", "").want(t, http.StatusOK, &sc)
+		if !sc.Paused {
+			t.Errorf("paused %+v", sc)
+		}
+		f.call(http.MethodPost, "/schedules/nightly/resume", `{"replay":false}`).want(t, http.StatusOK, &sc)
+		if sc.Paused {
+			t.Errorf("resumed %+v", sc)
+		}
+		var run struct {
+			Task wire.Task `json:"task"`
+		}
+		r = f.call(http.MethodPost, "/schedules/nightly/run", "")
+		r.want(t, http.StatusCreated, &run)
+		if !strings.HasPrefix(run.Task.Identifier, "digest-") || run.Task.Priority != 4 || run.Task.Topic != "mail" ||
+			!strings.HasPrefix(r.header.Get("Location"), "/topics/mail/tasks/") {
+			t.Errorf("run %+v, Location %q", run.Task, r.header.Get("Location"))
+		}
+		f.call(http.MethodGet, "/schedules/nightly", "").want(t, http.StatusOK, &sc)
+		f.call(http.MethodDelete, "/schedules/nightly", "").want(t, http.StatusOK, nil)
+		f.call(http.MethodGet, "/schedules/nightly", "").wantError(t, http.StatusNotFound, "unknown schedule")
+		f.call(http.MethodDelete, "/schedules/nightly", "").wantError(t, http.StatusNotFound, "unknown schedule")
+	})
+
+	t.Run("BadInputIsRefusedAndNothingWritten", func(t *testing.T) {
+		f := setup(t)
+		f.call(http.MethodPost, "/schedules", `{"name":"taken","topic":"mail","spec":"@hourly"}`).want(t, http.StatusCreated, nil)
+		for _, c := range []struct {
+			method, path, body string
+			status             int
+			says               string
+		}{
+			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"61 * * * *"}`, 400, "spec"},
+			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@every -5s"}`, 400, "interval -5s is negative"},
+			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@hourly","time_zone":"Mars/Olympus"}`, 400, `unknown time zone "Mars/Olympus"`},
+			{"POST", "/schedules", `{"name":"a","topic":"nope","spec":"@hourly"}`, 404, `"nope"`},
+			{"POST", "/schedules", `{"name":"taken","topic":"mail","spec":"@daily"}`, 409, "schedule exists"},
+			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@hourly","catch_up":-1}`, 400, "catch-up -1 is negative"},
+			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@hourly","insertion":"sideways"}`, 400, "insertion"},
+			{"POST", "/schedules", `{"topic":"mail","spec":"@hourly"}`, 400, `"name" is required`},
+			{"POST", "/schedules", `{"name":"a","topic":"mail"}`, 400, `"spec" are required`},
+			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@hourly","cron":"x"}`, 400, `unknown field "cron"`},
+			{"PATCH", "/schedules/taken", `{"spec":"* * *"}`, 400, "spec"},
+			{"PATCH", "/schedules/taken", `{"topic":"nope"}`, 404, `"nope"`},
+			{"PATCH", "/schedules/taken", `{"name":"other"}`, 400, "cannot be renamed"},
+			{"PATCH", "/schedules/ghost", `{"priority":1}`, 404, "unknown schedule"},
+			{"POST", "/schedules/ghost/pause", "", 404, "unknown schedule"},
+		} {
+			f.call(c.method, c.path, c.body).wantError(t, c.status, c.says)
+		}
+		var sc wire.Schedule
+		f.call(http.MethodGet, "/schedules/taken", "").want(t, http.StatusOK, &sc)
+		if sc.Spec != "@hourly" || sc.Topic != "mail" || !sc.Updated.Equal(sc.Created) {
+			t.Errorf("after the refusals %+v", sc)
+		}
+		var list struct {
+			Schedules []wire.Schedule `json:"schedules"`
+		}
+		f.call(http.MethodGet, "/schedules", "").want(t, http.StatusOK, &list)
+		if len(list.Schedules) != 1 {
+			t.Errorf("schedules after the refusals: %+v", list.Schedules)
+		}
+	})
+}
+
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}

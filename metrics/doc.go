@@ -1,0 +1,32 @@
+// Package metrics exports pgtask's Prometheus metrics with the official client: the
+// series the pgtask binaries serve at /metrics, for a Go program that embeds a
+// processor.
+//
+// # Wiring
+//
+// A program that runs a processor wires every series with one call, before p.Run:
+//
+//	p, err := processor.New(processor.Config{Pool: pool})
+//	...
+//	m, err := metrics.Instrument(prometheus.DefaultRegisterer, p)
+//
+// and serves the registry as it already does (promhttp.Handler(), or Handler here).
+// [Instrument] feeds three sources, which a program can also wire one by one:
+//
+//   - [Metrics.Listener] observes task managers (processor.Processor.Observe, or
+//     processor.ManagerConfig.Listener) and a processor's expiry of dead owners' leases.
+//   - [NewQueueCollector] reads the queue itself at scrape time, cached for a while so
+//     frequent scrapes cost the database little. A program that only pushes tasks
+//     registers just this one.
+//   - [Handler] serves a registry, failing the scrape when a collector fails.
+//
+// # Series
+//
+// From the managers: pgtask_tasks_completed_total{topic,result} (result: the stored
+// state, or RETRIED, SNOOZED), pgtask_poll_duration_seconds, pgtask_handler_duration_seconds,
+// pgtask_complete_duration_seconds, pgtask_batch_size, pgtask_errors_total and
+// pgtask_empty_polls_total, each by topic. From the expiry:
+// pgtask_tasks_expired_total and pgtask_tasks_retried_total by topic. From the queue:
+// pgtask_queue_depth{topic,state}, pgtask_queue_delayed, pgtask_queue_oldest_ready_seconds,
+// pgtask_queue_rows_estimate and pgtask_topic_active by topic, and pgtask_owners_live.
+package metrics

@@ -1,0 +1,237 @@
+package pgtasktest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Want describes a pushed task for RequirePushed and its kin. Topic and Identifier are
+// required; every other field, when set, must match too.
+type Want struct {
+	// Topic is the task's topic.
+	Topic string
+	// Identifier is the task's identifier.
+	Identifier string
+	// Input, when not empty, is the task's input: compared as JSON when both are JSON
+	// (so key order and spacing do not matter), as text otherwise.
+	Input string
+	// Reference, when not empty, is the task's reference.
+	Reference string
+	// Priority, when not nil, is the task's priority.
+	Priority *int16
+	// States, when not empty, lists the states the task may be in (READY for a task that
+	// nothing processed yet, SUSPENDED for one pushed suspended).
+	States []repository.State
+}
+
+// RequirePushed fails the test unless exactly one task matches want, and returns it. It
+// reads through h: a pool sees committed tasks, the transaction that pushed them sees
+// its own (RequirePushedTx). The failure message lists the tasks of want's topic.
+func RequirePushed(ctx context.Context, tb testing.TB, h repository.Handle, want Want) repository.Task {
+	tb.Helper()
+	tasks := readTopic(ctx, tb, h, "RequirePushed", want)
+	matches := want.filter(tasks)
+	switch len(matches) {
+	case 1:
+		return matches[0]
+	case 0:
+		tb.Fatalf("pgtasktest.RequirePushed: no task of topic %q matches %v\n%s", want.Topic, want, listing("topic "+strconv.Quote(want.Topic)+" holds", tasks))
+	default:
+		tb.Fatalf("pgtasktest.RequirePushed: %d tasks of topic %q match %v, want exactly one (narrow it with Input, Reference, Priority or States)\n%s",
+			len(matches), want.Topic, want, listing("matching", matches))
+	}
+	return repository.Task{}
+}
+
+// RequirePushedTx is RequirePushed inside the transaction that pushed the tasks, before
+// it commits (or after the test's code returned it uncommitted).
+func RequirePushedTx(ctx context.Context, tb testing.TB, tx pgx.Tx, want Want) repository.Task {
+	tb.Helper()
+	return RequirePushed(ctx, tb, tx, want)
+}
+
+// RequireManyPushed fails the test unless the tasks of the topics named in wants are
+// exactly wants, in push (sequence) order: as many, each matching its Want. It returns
+// them. The failure message sets what the topics hold beside what was wanted.
+func RequireManyPushed(ctx context.Context, tb testing.TB, h repository.Handle, wants ...Want) []repository.Task {
+	tb.Helper()
+	if len(wants) == 0 {
+		tb.Fatal("pgtasktest.RequireManyPushed: no task wanted")
+	}
+	var topics []string
+	var all []repository.Task
+	for _, w := range wants {
+		if !slices.Contains(topics, w.Topic) {
+			topics = append(topics, w.Topic)
+			all = append(all, readTopic(ctx, tb, h, "RequireManyPushed", w)...)
+		}
+	}
+	slices.SortFunc(all, func(a, b repository.Task) int { return int(a.Sequence - b.Sequence) })
+	ok := len(all) == len(wants)
+	for i := 0; ok && i < len(wants); i++ {
+		ok = wants[i].matches(all[i])
+	}
+	if !ok {
+		var b strings.Builder
+		fmt.Fprintf(&b, "pgtasktest.RequireManyPushed: topics %q hold %d tasks, want %d:\n", topics, len(all), len(wants))
+		for i := range max(len(all), len(wants)) {
+			mark, got, want := " ", "(none)", "(none)"
+			if i < len(all) {
+				got = describe(all[i])
+			}
+			if i < len(wants) {
+				want = wants[i].String()
+			}
+			if i >= len(all) || i >= len(wants) || !wants[i].matches(all[i]) {
+				mark = "✗"
+			}
+			fmt.Fprintf(&b, "  %s %d. got %s\n       want %s\n", mark, i+1, got, want)
+		}
+		tb.Fatal(b.String())
+	}
+	return all
+}
+
+// RequireManyPushedTx is RequireManyPushed inside the transaction that pushed the tasks.
+func RequireManyPushedTx(ctx context.Context, tb testing.TB, tx pgx.Tx, wants ...Want) []repository.Task {
+	tb.Helper()
+	return RequireManyPushed(ctx, tb, tx, wants...)
+}
+
+// RequireNotPushed fails the test if a task matches want (a pushed task that was rolled
+// back with its transaction does not).
+func RequireNotPushed(ctx context.Context, tb testing.TB, h repository.Handle, want Want) {
+	tb.Helper()
+	matches := want.filter(readTopic(ctx, tb, h, "RequireNotPushed", want))
+	if len(matches) > 0 {
+		tb.Fatalf("pgtasktest.RequireNotPushed: %d tasks of topic %q match %v, want none\n%s", len(matches), want.Topic, want, listing("matching", matches))
+	}
+}
+
+// reader reads tasks for the assertions; its owner name is never registered.
+var reader = func() *repository.Repository {
+	r, err := repository.New(repository.Config{Owner: "pgtasktest"})
+	if err != nil {
+		panic(err) // a constant, valid configuration
+	}
+	return r
+}()
+
+// readTopic returns every task of want's topic, by sequence.
+func readTopic(ctx context.Context, tb testing.TB, h repository.Handle, fn string, want Want) []repository.Task {
+	tb.Helper()
+	if want.Topic == "" || want.Identifier == "" {
+		tb.Fatalf("pgtasktest.%s: Want.Topic and Want.Identifier are required (got %v)", fn, want)
+	}
+	var all []repository.Task
+	cursor := repository.MinSequence
+	for {
+		page, err := reader.Page(ctx, h, want.Topic, repository.TaskFilter{}, cursor, 1000, repository.Forward)
+		if errors.Is(err, repository.ErrUnknownTopic) {
+			tb.Fatalf("pgtasktest.%s: topic %q does not exist (Repository.CreateTopic creates it)", fn, want.Topic)
+		}
+		if err != nil {
+			tb.Fatalf("pgtasktest.%s: read topic %q: %v", fn, want.Topic, err)
+		}
+		all = append(all, page...)
+		if len(page) < 1000 {
+			return all
+		}
+		cursor = page[len(page)-1].Sequence
+	}
+}
+
+// filter returns the tasks w matches.
+func (w Want) filter(tasks []repository.Task) []repository.Task {
+	var out []repository.Task
+	for _, t := range tasks {
+		if w.matches(t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// matches reports whether t is what w describes.
+func (w Want) matches(t repository.Task) bool {
+	return t.Topic == w.Topic && t.Identifier == w.Identifier &&
+		(w.Input == "" || sameInput(t.Input, w.Input)) && (w.Reference == "" || t.Reference == w.Reference) &&
+		(w.Priority == nil || t.Priority == *w.Priority) && (len(w.States) == 0 || slices.Contains(w.States, t.State))
+}
+
+// sameInput compares inputs as JSON when both are, else as text.
+func sameInput(got, want string) bool {
+	var g, w any
+	if json.Unmarshal([]byte(got), &g) == nil && json.Unmarshal([]byte(want), &w) == nil {
+		return reflect.DeepEqual(g, w)
+	}
+	return got == want
+}
+
+// String describes the wanted task, as failure messages show it.
+func (w Want) String() string {
+	parts := []string{fmt.Sprintf("identifier %q", w.Identifier)}
+	if w.Input != "" {
+		parts = append(parts, fmt.Sprintf("input %s", w.Input))
+	}
+	if w.Reference != "" {
+		parts = append(parts, fmt.Sprintf("reference %q", w.Reference))
+	}
+	if w.Priority != nil {
+		parts = append(parts, fmt.Sprintf("priority %d", *w.Priority))
+	}
+	if len(w.States) > 0 {
+		parts = append(parts, fmt.Sprintf("state in %v", w.States))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// describe is one task in a failure message.
+func describe(t repository.Task) string {
+	s := fmt.Sprintf("task %d: identifier %q, %v", t.Sequence, t.Identifier, t.State)
+	if t.Input != "" {
+		s += ", input " + truncate(t.Input)
+	}
+	if t.Reference != "" {
+		s += fmt.Sprintf(", reference %q", t.Reference)
+	}
+	if t.Priority != 0 {
+		s += fmt.Sprintf(", priority %d", t.Priority)
+	}
+	return s
+}
+
+func truncate(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}
+
+// listing lists tasks (the first 20) for a failure message, after header.
+func listing(header string, tasks []repository.Task) string {
+	if len(tasks) == 0 {
+		return header + " no task"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %d tasks:", header, len(tasks))
+	for i, t := range tasks {
+		if i == 20 {
+			fmt.Fprintf(&b, "\n  … and %d more", len(tasks)-i)
+			break
+		}
+		b.WriteString("\n  " + describe(t))
+	}
+	return b.String()
+}

@@ -1,0 +1,179 @@
+package pgtasktest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// RunTimeout bounds how long Run and Work wait for a handler to decide every task when
+// their context has no deadline of its own.
+const RunTimeout = time.Minute
+
+// NewTasks makes tasks of topic from creations as a poll would lease them, without a
+// database: ACTIVE, attempt 1, sequences 1, 2, 3… in order, created now. Give them to
+// Run.
+func NewTasks(topic string, creations ...repository.Creation) []repository.Task {
+	now := time.Now()
+	tasks := make([]repository.Task, len(creations))
+	for i, c := range creations {
+		tasks[i] = repository.Task{Topic: topic, Sequence: int64(i + 1), Identifier: c.Identifier, State: repository.Active,
+			Descent: repository.Ready, Owner: "pgtasktest", Created: now, Input: c.Input, Reference: c.Reference,
+			Priority: c.Priority, Attempt: 1}
+	}
+	return tasks
+}
+
+// JSON returns v encoded as JSON, for a task's input (what processor.Typed decodes); it
+// fails the test if v does not encode.
+func JSON(tb testing.TB, v any) string {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("pgtasktest.JSON: %v", err)
+	}
+	return string(b)
+}
+
+// Run hands tasks to h as one batch outside a processor (processor.NewBatch), waits until
+// h has decided every task, and returns what it reported: the decisions, the error it
+// failed the batch with, the follow-ups it declared. Nothing touches a database, so
+// handlers that only compute can be tested alone; a handler that reports from other
+// goroutines (Buffer, or one of your own) is waited for. A panic in h fails its batch, as
+// in a processor. Run fails the test when the tasks are not one batch (two of one
+// sequence, or of different topics) or when h has not decided every task by the end of
+// ctx, or RunTimeout when ctx has no deadline.
+func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repository.Task) processor.Outcome {
+	tb.Helper()
+	topic := ""
+	if len(tasks) > 0 {
+		topic = tasks[0].Topic
+	}
+	b, err := processor.NewBatch(ctx, topic, tasks)
+	if err != nil {
+		tb.Fatalf("pgtasktest.Run: %v", err)
+	}
+	return handle(ctx, tb, "Run", h, b)
+}
+
+// handle runs h on b and waits for every decision.
+func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, b *processor.Batch) processor.Outcome {
+	tb.Helper()
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				_ = b.Fail(fmt.Errorf("handler panicked: %v", r))
+			}
+		}()
+		h.Handle(ctx, b)
+	}()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, RunTimeout)
+		defer cancel()
+	}
+	select {
+	case <-b.Done():
+	case <-ctx.Done():
+		tb.Fatalf("pgtasktest.%s: the handler did not decide tasks %v: %v", fn, b.Outcome().Undecided, ctx.Err())
+	}
+	return b.Outcome()
+}
+
+// WorkResult is what Work did.
+type WorkResult struct {
+	// Tasks are the tasks Work pushed, as stored after their decisions were committed in
+	// the transaction (SUCCEEDED, FAILED, READY again for a retry or a snooze…), in push
+	// order.
+	Tasks []repository.Task
+	// Outcome is what the handler reported.
+	Outcome processor.Outcome
+}
+
+// Work runs a handler on new tasks inside tx, as a processor would: it creates topic if
+// it does not exist, pushes creations (Append), leases them, hands them to h as one
+// batch, and commits its decisions and follow-ups — all in tx, which the test inspects
+// and then rolls back. The topic's retry policy applies: a failure with attempts left is
+// READY again. The handler runs outside tx: what it reads and writes through a pool of
+// its own does not see the tasks, nor stays after the rollback. Work fails the test when
+// the lease does not get exactly the pushed tasks (the topic holds other READY tasks, or
+// a creation is delayed or suspended), when h does not decide them in time (see Run),
+// or when the decisions or follow-ups are refused.
+func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, topic string, creations ...repository.Creation) WorkResult {
+	tb.Helper()
+	if _, err := reader.CreateTopic(ctx, tx, topic); err != nil {
+		tb.Fatalf("pgtasktest.Work: %v", err)
+	}
+	pushed, err := reader.Push(ctx, tx, topic, repository.Append, creations...)
+	if err != nil {
+		tb.Fatalf("pgtasktest.Work: %v", err)
+	}
+	leased, err := reader.Poll(ctx, tx, topic, repository.FIFO, repository.None, len(pushed))
+	if err != nil {
+		tb.Fatalf("pgtasktest.Work: %v", err)
+	}
+	want, got := sequencesOf(pushed), sequencesOf(leased)
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(want, got) {
+		tb.Fatalf("pgtasktest.Work: pushed tasks %v but leased %v: the topic holds other READY tasks, or a creation is delayed or suspended", want, got)
+	}
+	b, err := processor.NewBatch(ctx, topic, leased)
+	if err != nil {
+		tb.Fatalf("pgtasktest.Work: %v", err)
+	}
+	outcome := handle(ctx, tb, "Work", h, b)
+	completions := make([]repository.Completion, len(leased))
+	for i, t := range leased {
+		completions[i] = t.Decide(outcome.Decisions[t.Sequence])
+	}
+	err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { // a savepoint: all or nothing
+		if _, err := reader.Complete(ctx, sp, topic, completions...); err != nil {
+			return err
+		}
+		for _, f := range outcome.FollowUps {
+			var err error
+			if f.Push {
+				_, err = reader.Push(ctx, sp, f.Topic, f.Insertion, f.Creations...)
+			} else {
+				_, err = reader.Junction(ctx, sp, f.Topic, f.Junction, f.Groups...)
+			}
+			if err != nil {
+				return fmt.Errorf("follow-up of topic %q: %w", f.Topic, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("pgtasktest.Work: the decisions could not be committed: %v", err)
+	}
+	stored, err := reader.GetMany(ctx, tx, topic, sequencesOf(pushed)...)
+	if err != nil {
+		tb.Fatalf("pgtasktest.Work: %v", err)
+	}
+	byPush := make([]repository.Task, 0, len(stored))
+	for _, p := range pushed {
+		for _, s := range stored {
+			if s.Sequence == p.Sequence {
+				byPush = append(byPush, s)
+			}
+		}
+	}
+	return WorkResult{Tasks: byPush, Outcome: outcome}
+}
+
+func sequencesOf(tasks []repository.Task) []int64 {
+	out := make([]int64, len(tasks))
+	for i, t := range tasks {
+		out[i] = t.Sequence
+	}
+	return out
+}

@@ -1,0 +1,72 @@
+package pgtasktest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pgtask/pgtask/processor"
+)
+
+// Start runs p until the test ends, or until the returned stop is called: stop cancels
+// Run's context (a graceful shutdown) and returns Run's error. If the test did not call
+// stop, Start stops p when the test ends and fails it if Run returned an error.
+func Start(tb testing.TB, p *processor.Processor) (stop func() error) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(tb.Context()))
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var (
+		once   sync.Once
+		result error
+	)
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			result = <-done
+		})
+		return result
+	}
+	tb.Cleanup(func() {
+		if err := stop(); err != nil {
+			tb.Errorf("pgtasktest.Start: processor run: %v", err)
+		}
+	})
+	return stop
+}
+
+// Logger returns a logger that writes to the test's log (testing.TB.Log) from level up,
+// as text, until the test ends: give it to a processor (processor.Config.Logger) to see
+// what it says in the test's output.
+func Logger(tb testing.TB, level slog.Level) *slog.Logger {
+	w := &testWriter{tb: tb}
+	tb.Cleanup(w.close)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// testWriter writes log lines to a test's log until the test ends (testing.TB.Log
+// panics after).
+type testWriter struct {
+	mu     sync.Mutex
+	tb     testing.TB
+	closed bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0, io.ErrClosedPipe
+	}
+	w.tb.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+func (w *testWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}

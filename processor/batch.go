@@ -1,0 +1,546 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Errors a handler's reports can return.
+var (
+	// ErrAlreadyReported means the task (Decide) or the batch (Complete, Fail, Push,
+	// Junction) was already decided: the report was ignored.
+	ErrAlreadyReported = errors.New("already reported")
+	// ErrForeignDecision means a decision named a task outside the batch. Decide ignores
+	// it; Complete fails every task of the batch not yet decided.
+	ErrForeignDecision = errors.New("decision for a task outside the batch")
+)
+
+// Batch is a set of tasks leased together and handed to a Handler, which reports a
+// decision for each of them.
+//
+// # The batch contract
+//
+// Every task of a batch gets exactly one decision; the first one reported stands and
+// a later one returns ErrAlreadyReported. A handler reports with any of:
+//
+//   - Decide(sequence, decision): one task. Its decision is committed in the manager's
+//     next flush (one statement for the decisions of many tasks and batches), whatever
+//     the batch's other tasks do: a slow or stuck task holds up no other. (While its
+//     batch mates are being decided at a steady pace, a decision waits for them, up to
+//     100 ms, so that the batch is committed in one statement; once the batch is quiet
+//     for three times its pace or 5 ms, as behind a slow task, it goes out.)
+//   - Complete(decisions): every task not yet decided, each with its entry of decisions;
+//     a task without one FAILS with a message saying so. Entries for tasks already
+//     decided are ignored. An entry for a task outside the batch fails every task not
+//     yet decided and returns ErrForeignDecision.
+//   - Fail(err): every task not yet decided FAILS with err's text.
+//
+// Complete and Fail close the batch: every report after them returns ErrAlreadyReported.
+// Reports may come from any goroutine, also after Handle returned. A FAILURE goes back
+// to READY while the topic's retry policy grants another attempt; a snooze
+// (repository.SnoozeFor) goes back to READY without using one.
+//
+// Push and Junction declare follow-ups: they commit in one transaction with the batch's
+// next decisions (the next Decide or Complete), so they exist if and only if those
+// decisions were committed. Declare a task's follow-ups before its decision. Fail drops
+// the follow-ups not yet committed.
+//
+// A handler that has not decided every task within ManagerConfig.HandlerTimeout, or by
+// the end of a graceful shutdown (ManagerConfig.ShutdownTimeout), is relieved of the
+// batch: the tasks it started FAIL with a message saying why (the retry policy
+// applies: with attempts left they go back to READY), and those it never started are
+// handed back, READY with no attempt used. A task counts as started once the handler
+// got it: TaskFunc and Typed start their tasks one at a time, a Buffer starts a queued
+// batch when a worker takes it, and any other handler starts every task of the batch
+// when its Handle is called. Decided tasks are committed whatever happens to the rest.
+//
+// A batch outside a processor (NewBatch, for tests and tools) keeps what its handler
+// reports: read it with Outcome once Done is closed.
+type Batch struct {
+	// Topic is the topic the tasks were polled from.
+	Topic string
+	// Tasks are the leased tasks, in poll order. A handler may modify them: what is
+	// completed is the tasks as they were leased.
+	Tasks []repository.Task
+
+	setupOnce sync.Once // builds a batch made by hand (a composite literal)
+
+	stopping <-chan struct{}
+	started  time.Time
+	// sink receives each report: the decided tasks' completions and the follow-ups
+	// declared before them (TaskManager.reported); nil outside a processor.
+	sink func(b *Batch, completions []repository.Completion, followups []FollowUp, kind reportKind, err error)
+
+	// leases holds one completion per task as polled (Task.Decide, which carries the
+	// task's identifier, input and reference to Repository.Complete): what a handler does
+	// to Tasks cannot change what is completed or reported as stored. A report fills in
+	// the decision. index maps a sequence to its position.
+	leases []repository.Completion
+	index  map[int64]int
+
+	ctx context.Context // given to the handler (TaskManager.prepare)
+
+	mu        sync.Mutex
+	decided   []bool
+	begun     []bool // started by the handler (TaskFunc)
+	allBegun  bool   // every task counts as started
+	undecided int
+	// firstDecision and lastDecision are when the first and the latest task were decided
+	// (the completer's hold: completer.spare).
+	firstDecision, lastDecision time.Time
+	closed                      bool  // Complete or Fail (or the manager) closed the batch
+	failed                      error // what Fail (or a refusal) failed it with
+	followups                   []FollowUp
+	sent                        int           // followups[:sent] went with decisions or were dropped
+	went                        []FollowUp    // the follow-ups that went with decisions (Outcome)
+	done                        chan struct{} // closed when no task is undecided
+	timeout                     *time.Timer   // HandlerTimeout, stopped once the batch is committed
+	cancel                      context.CancelFunc
+	taskCtx                     []context.Context
+	cancels                     []context.CancelCauseFunc
+
+	// open is the batch's report waiting in the completer for its next flush, which
+	// later reports join (guarded by the completer's mutex). unsettled counts the tasks
+	// whose decisions are not yet committed (or given up on).
+	open      *report
+	unsettled atomic.Int64
+}
+
+// reportKind says why a batch's tasks were decided, for the manager's logs.
+type reportKind int
+
+const (
+	reportDecided    reportKind = iota // the handler decided (Decide, Complete)
+	reportFailed                       // the handler failed the batch (Fail, panic)
+	reportForeign                      // Complete named tasks outside the batch
+	reportHandedBack                   // unstarted tasks handed back (shutdown, Buffer)
+	reportAbandoned                    // the manager relieved the handler (timeout, deadline)
+)
+
+// ErrTaskCancelled is the cause of a task context cancelled because the task was
+// cancelled.
+var ErrTaskCancelled = errors.New("task cancelled")
+
+// NewBatch returns a batch of tasks that no manager leased, for running a handler
+// outside a processor: in a test (package pgtasktest builds on it), or in a tool. The
+// handler reports to the batch as it would in a processor; nothing is committed, and
+// Outcome returns what it reported once Done is closed. ctx is the parent of the
+// tasks' contexts (Batch.Context); the batch's Stopping channel is never closed.
+// Sequences must be distinct, and each task's Topic empty or topic.
+func NewBatch(ctx context.Context, topic string, tasks []repository.Task) (*Batch, error) {
+	seen := make(map[int64]bool, len(tasks))
+	for _, t := range tasks {
+		if seen[t.Sequence] {
+			return nil, fmt.Errorf("processor: new batch: sequence %d appears twice", t.Sequence)
+		}
+		seen[t.Sequence] = true
+		if t.Topic != "" && t.Topic != topic {
+			return nil, fmt.Errorf("processor: new batch of topic %q: task %d is of topic %q", topic, t.Sequence, t.Topic)
+		}
+	}
+	return newBatch(ctx, topic, tasks, nil, nil), nil
+}
+
+func newBatch(ctx context.Context, topic string, tasks []repository.Task, stopping <-chan struct{},
+	sink func(*Batch, []repository.Completion, []FollowUp, reportKind, error)) *Batch {
+	b := &Batch{Topic: topic, Tasks: tasks, stopping: stopping, sink: sink}
+	b.build(ctx)
+	b.setupOnce.Do(func() {})
+	return b
+}
+
+// build sets up the batch's books.
+func (b *Batch) build(ctx context.Context) {
+	n := len(b.Tasks)
+	b.started = time.Now()
+	b.leases = make([]repository.Completion, n)
+	b.index = make(map[int64]int, n)
+	b.decided = make([]bool, n)
+	b.begun = make([]bool, n)
+	b.undecided = n
+	b.done = make(chan struct{})
+	if n == 0 {
+		close(b.done)
+	}
+	b.taskCtx = make([]context.Context, n)
+	b.cancels = make([]context.CancelCauseFunc, n)
+	b.unsettled.Store(int64(n))
+	ctx = context.WithValue(ctx, stoppingKey{}, b.stopping)
+	for i, t := range b.Tasks {
+		b.leases[i] = t.Decide(repository.Decision{})
+		b.index[t.Sequence] = i
+		b.taskCtx[i], b.cancels[i] = context.WithCancelCause(ctx)
+	}
+	if b.ctx == nil {
+		b.ctx = ctx
+	}
+}
+
+// setup builds a batch made as a composite literal on first use.
+func (b *Batch) setup() {
+	b.setupOnce.Do(func() { b.build(context.Background()) })
+}
+
+// Context returns the context of one task of the batch: it is done when the task is
+// cancelled, its decision was committed, or the shutdown deadline passes. For a
+// sequence outside the batch it returns an already cancelled context.
+func (b *Batch) Context(sequence int64) context.Context {
+	b.setup()
+	if i, ok := b.index[sequence]; ok {
+		return b.taskCtx[i]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+type stoppingKey struct{}
+
+// Stopping returns the channel closed when the manager running the task of ctx (a
+// context from Batch.Context) begins a graceful shutdown, so a long task can wrap up
+// early. It returns nil (never closed) for other contexts.
+func Stopping(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(stoppingKey{}).(<-chan struct{})
+	return ch
+}
+
+// Stopping is closed when the manager begins a graceful shutdown: a handler working
+// through the batch task by task should hand back the tasks it has not started
+// (decide them with repository.SnoozeFor(0)). It is nil, never closed, for a batch
+// from NewBatch.
+func (b *Batch) Stopping() <-chan struct{} { return b.stopping }
+
+// Done returns a channel that is closed once every task of the batch is decided.
+func (b *Batch) Done() <-chan struct{} {
+	b.setup()
+	return b.done
+}
+
+// Decide reports the decision for one task of the batch; it is committed in the next
+// flush, whatever the batch's other tasks do. A second decision for the task returns
+// ErrAlreadyReported, a sequence outside the batch ErrForeignDecision; both are
+// ignored.
+func (b *Batch) Decide(sequence int64, d repository.Decision) error {
+	b.setup()
+	b.mu.Lock()
+	i, ok := b.index[sequence]
+	if !ok {
+		b.mu.Unlock()
+		return fmt.Errorf("decide task %d of topic %q: %w", sequence, b.Topic, ErrForeignDecision)
+	}
+	if b.decided[i] {
+		b.mu.Unlock()
+		return fmt.Errorf("decide task %d of topic %q: %w", sequence, b.Topic, ErrAlreadyReported)
+	}
+	completions := []repository.Completion{b.decideLocked(i, d)}
+	followups := b.takeFollowupsLocked()
+	b.mu.Unlock()
+	b.emit(completions, followups, reportDecided, nil)
+	return nil
+}
+
+// Complete reports the decisions for every task of the batch not yet decided, keyed by
+// task sequence. Tasks without a decision FAIL with a message saying so; decisions for
+// tasks already decided are ignored. Decisions for tasks outside the batch fail every
+// task not yet decided (ErrForeignDecision). Complete closes the batch: a later report
+// returns ErrAlreadyReported and is ignored.
+func (b *Batch) Complete(decisions map[int64]repository.Decision) error {
+	b.setup()
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("complete batch of topic %q: %w", b.Topic, ErrAlreadyReported)
+	}
+	b.closed = true
+	var foreign []int64
+	for seq := range decisions {
+		if _, in := b.index[seq]; !in {
+			foreign = append(foreign, seq)
+		}
+	}
+	if len(foreign) > 0 {
+		slices.Sort(foreign)
+		err := fmt.Errorf("complete batch of topic %q: %w: tasks %v", b.Topic, ErrForeignDecision, foreign)
+		b.failed = err
+		completions := b.decideRestLocked(func(int) repository.Decision {
+			return repository.Fail(fmt.Errorf("handler reported decisions for tasks outside the batch: %v", foreign))
+		})
+		b.sent = len(b.followups)
+		b.mu.Unlock()
+		b.emit(completions, nil, reportForeign, err)
+		return err
+	}
+	completions := b.decideRestLocked(func(i int) repository.Decision {
+		if d, ok := decisions[b.leases[i].Sequence]; ok {
+			return d
+		}
+		return repository.Fail(errors.New("handler reported no decision for this task"))
+	})
+	followups := b.takeFollowupsLocked()
+	b.mu.Unlock()
+	b.emit(completions, followups, reportDecided, nil)
+	return nil
+}
+
+// Fail reports a failure of every task of the batch not yet decided: each FAILS with
+// err's text (the topic's retry policy applies); tasks already decided keep their
+// decisions. Follow-ups not yet committed are dropped. Fail closes the batch: a later
+// report returns ErrAlreadyReported and is ignored.
+func (b *Batch) Fail(err error) error {
+	b.setup()
+	if err == nil {
+		err = errors.New("batch failed")
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("fail batch of topic %q: %w", b.Topic, ErrAlreadyReported)
+	}
+	b.closed = true
+	b.failed = err
+	completions := b.decideRestLocked(func(int) repository.Decision { return repository.Fail(err) })
+	b.sent = len(b.followups)
+	b.mu.Unlock()
+	b.emit(completions, nil, reportFailed, err)
+	return nil
+}
+
+// Push declares tasks to push when, and only if, the batch's next decisions commit: they
+// are pushed in the same transaction. Managers of that topic in this process are resumed
+// after the commit. Once every task of the batch is decided it returns
+// ErrAlreadyReported: there is nothing left for the push to commit with.
+func (b *Batch) Push(topic string, insertion repository.Insertion, creations ...repository.Creation) error {
+	return b.declare(FollowUp{Topic: topic, Push: true, Insertion: insertion, Creations: creations})
+}
+
+// Junction declares a junction to run in the transaction of the batch's next decisions
+// (see Push).
+func (b *Batch) Junction(topic string, junction repository.Junction, groups ...[]string) error {
+	return b.declare(FollowUp{Topic: topic, Junction: junction, Groups: groups})
+}
+
+func (b *Batch) declare(f FollowUp) error {
+	b.setup()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.undecided == 0 {
+		return fmt.Errorf("follow-up of a batch of topic %q: every task is decided: %w", b.Topic, ErrAlreadyReported)
+	}
+	b.followups = append(b.followups, f)
+	return nil
+}
+
+// FollowUp is a push or a junction a handler declared (Batch.Push, Batch.Junction), to
+// commit together with the batch's decisions.
+type FollowUp struct {
+	// Topic is the topic pushed to, or whose suspended tasks the junction releases.
+	Topic string
+	// Push is true for a push of Creations with Insertion, false for a junction of
+	// Groups.
+	Push bool
+	// Insertion is the push's insertion mode.
+	Insertion repository.Insertion
+	// Creations are the tasks pushed.
+	Creations []repository.Creation
+	// Junction is the junction's kind.
+	Junction repository.Junction
+	// Groups are the junction's groups of identifiers.
+	Groups [][]string
+}
+
+// Outcome is what a handler reported for a batch (Batch.Outcome).
+type Outcome struct {
+	// Decisions holds the decision of every task decided so far, by sequence.
+	Decisions map[int64]repository.Decision
+	// Undecided lists the sequences of the tasks not decided yet, in batch order.
+	Undecided []int64
+	// Failed is what the batch was failed with: the error given to Batch.Fail, a
+	// handler's panic or ErrForeignDecision; nil when it was not.
+	Failed error
+	// FollowUps are the follow-ups that went with decisions (in a processor: that
+	// committed with them, or would have), in the order declared.
+	FollowUps []FollowUp
+}
+
+// Outcome returns what the batch's handler reported so far. Wait for Done to see every
+// decision.
+func (b *Batch) Outcome() Outcome {
+	b.setup()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := Outcome{Decisions: make(map[int64]repository.Decision, len(b.leases)), Failed: b.failed,
+		FollowUps: slices.Clone(b.went)}
+	for i, l := range b.leases {
+		if b.decided[i] {
+			o.Decisions[l.Sequence] = l.Decision
+		} else {
+			o.Undecided = append(o.Undecided, l.Sequence)
+		}
+	}
+	return o
+}
+
+// decideLocked records the decision of task i and returns its completion.
+func (b *Batch) decideLocked(i int, d repository.Decision) repository.Completion {
+	b.decided[i] = true
+	b.leases[i].Decision = d
+	b.undecided--
+	b.lastDecision = time.Now()
+	if b.firstDecision.IsZero() {
+		b.firstDecision = b.lastDecision
+	}
+	if b.undecided == 0 {
+		close(b.done)
+	}
+	return b.leases[i]
+}
+
+// decideRestLocked decides every undecided task with decision(i).
+func (b *Batch) decideRestLocked(decision func(i int) repository.Decision) []repository.Completion {
+	if b.undecided == 0 {
+		return nil
+	}
+	out := make([]repository.Completion, 0, b.undecided)
+	for i := range b.leases {
+		if !b.decided[i] {
+			out = append(out, b.decideLocked(i, decision(i)))
+		}
+	}
+	return out
+}
+
+func (b *Batch) takeFollowupsLocked() []FollowUp {
+	if b.sent == len(b.followups) {
+		return nil
+	}
+	out := b.followups[b.sent:len(b.followups):len(b.followups)]
+	b.sent = len(b.followups)
+	b.went = append(b.went, out...)
+	return out
+}
+
+// emit hands a report to the manager (nothing outside a processor).
+func (b *Batch) emit(completions []repository.Completion, followups []FollowUp, kind reportKind, err error) {
+	if b.sink != nil && len(completions) > 0 {
+		b.sink(b, completions, followups, kind, err)
+	}
+}
+
+// begin marks a task as started (TaskFunc); false if it is decided already.
+func (b *Batch) begin(sequence int64) bool {
+	b.setup()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i, ok := b.index[sequence]
+	if !ok || b.decided[i] {
+		return false
+	}
+	b.begun[i] = true
+	return true
+}
+
+// beginAll marks every task as started.
+func (b *Batch) beginAll() {
+	b.setup()
+	b.mu.Lock()
+	b.allBegun = true
+	b.mu.Unlock()
+}
+
+// startTracker is implemented by the handlers that mark themselves which tasks of a
+// batch they start (TaskFunc one at a time, Buffered when a worker takes a batch).
+type startTracker interface{ tracksStarts() }
+
+// handleBatch hands b to h: a handler that does not say which tasks it starts is taken
+// to start all of them.
+func handleBatch(ctx context.Context, h Handler, b *Batch) {
+	if _, ok := h.(startTracker); !ok {
+		b.beginAll()
+	}
+	h.Handle(ctx, b)
+}
+
+// handBack returns every task not yet decided to READY without consuming its attempt
+// (tasks leased but never started) and closes the batch; false if none was left.
+func (b *Batch) handBack() bool {
+	b.setup()
+	b.mu.Lock()
+	b.closed = true
+	completions := b.decideRestLocked(func(int) repository.Decision { return repository.SnoozeFor(0) })
+	b.sent = len(b.followups)
+	b.mu.Unlock()
+	b.emit(completions, nil, reportHandedBack, nil)
+	return len(completions) > 0
+}
+
+// abandon relieves the handler of the tasks it has not decided (HandlerTimeout, the
+// shutdown deadline): those it started FAIL with err, the others are handed back. It
+// returns how many of each.
+func (b *Batch) abandon(err error) (failed, handedBack int) {
+	b.setup()
+	b.mu.Lock()
+	b.closed = true
+	var back, fail []repository.Completion
+	for i := range b.leases {
+		if b.decided[i] {
+			continue
+		}
+		if b.allBegun || b.begun[i] {
+			fail = append(fail, b.decideLocked(i, repository.Fail(err)))
+		} else {
+			back = append(back, b.decideLocked(i, repository.SnoozeFor(0)))
+		}
+	}
+	b.sent = len(b.followups)
+	b.mu.Unlock()
+	b.emit(fail, nil, reportAbandoned, err)
+	b.emit(back, nil, reportHandedBack, nil)
+	return len(fail), len(back)
+}
+
+// pace returns the average time between the batch's decisions so far (0 before the
+// second), when the latest was, and whether every task is decided.
+func (b *Batch) pace() (between time.Duration, last time.Time, all bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if decided := len(b.leases) - b.undecided; decided > 1 {
+		between = b.lastDecision.Sub(b.firstDecision) / time.Duration(decided-1)
+	}
+	return between, b.lastDecision, b.undecided == 0
+}
+
+// isClosed reports whether the batch takes no more reports.
+func (b *Batch) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed || b.undecided == 0
+}
+
+func (b *Batch) cancelTask(sequence int64) bool {
+	i, ok := b.index[sequence]
+	if ok {
+		b.cancels[i](ErrTaskCancelled)
+	}
+	return ok
+}
+
+func (b *Batch) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timeout != nil {
+		b.timeout.Stop()
+	}
+	if b.cancel != nil {
+		b.cancel()
+	}
+	for _, cancel := range b.cancels {
+		cancel(context.Canceled)
+	}
+}

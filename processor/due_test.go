@@ -1,0 +1,331 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// start is when a handler began a task, and the not-before time the task had then.
+type start struct {
+	at        time.Time
+	notBefore time.Time
+}
+
+// idle is a processor that has polled its empty topic and hibernates, with a pause
+// interval of a minute: only a notification or a timer of its own can wake it in time.
+type idle struct {
+	starts chan start
+}
+
+// idle starts such a processor (owner "idle") and returns once it has hibernated: after
+// an empty poll or, when its topic is paused, once it started.
+func (f *fixture) idle() *idle {
+	f.t.Helper()
+	topic, err := f.repo.Topic(f.ctx, f.pool, f.topic)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	w := &idle{starts: make(chan start, 1000)}
+	empty := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case empty <- struct{}{}:
+		default:
+		}
+	}
+	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		w.starts <- start{at: time.Now(), notBefore: task.NotBefore}
+		return repository.Succeed("")
+	})
+	p, _ := f.processor("idle", processor.Config{ExpiryTimeout: time.Hour}, processor.ManagerConfig{
+		Handler: handler, PauseInterval: time.Minute,
+		Listener: processor.Listener{
+			OnEmpty: func(string, time.Duration) { signal() },
+			OnStart: func(string) {
+				if !topic.Active {
+					signal()
+				}
+			},
+		},
+	})
+	connected := p.Notifier().Connected()
+	f.start(p)
+	<-connected
+	select {
+	case <-empty:
+	case <-time.After(30 * time.Second):
+		f.t.Fatal("the idle processor did not poll its empty topic")
+	}
+	return w
+}
+
+// next waits for the idle processor to start a task.
+func (w *idle) next(t *testing.T) start {
+	t.Helper()
+	select {
+	case s := <-w.starts:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle processor started nothing within 10 s")
+	}
+	return start{}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// prompt reports whether s began within 100 ms of due; a start before the task's
+// not-before time fails the test.
+func prompt(t *testing.T, s start, due time.Time) bool {
+	t.Helper()
+	late := s.at.Sub(due)
+	t.Logf("started %v after it was due", late)
+	if !s.notBefore.IsZero() && s.at.Before(s.notBefore) {
+		t.Errorf("started at %v, before its not-before time %v", s.at, s.notBefore)
+	}
+	return late <= 100*time.Millisecond
+}
+
+// promptly runs one case of TestDueWakeups, in a database of its own each time, until
+// run reports the task started within 100 ms of its due time, at most three times: a
+// start that is late because the machine was busy with something else is not what the
+// test is after, a mechanism that waits for the pause interval (a minute) is late every
+// time.
+func promptly(t *testing.T, run func(f *fixture) bool) {
+	t.Helper()
+	for range 3 {
+		if run(setupSerial(t)) {
+			return
+		}
+	}
+	t.Error("started more than 100 ms after it was due in 3 of 3 attempts")
+}
+
+// TestDueWakeups: whatever makes a task runnable, a processor that was idle, with a pause
+// interval of a minute, starts it within 100 ms of the moment it became due. The test
+// and its subtests run alone (not in parallel with each other or the package's other
+// tests), so that nothing else of the package loads the machine while they measure.
+func TestDueWakeups(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	// lease leases the topic's one READY task as another process (owner) would; the
+	// function it returns decides on it.
+	lease := func(f *fixture, owner string) (decide func(repository.Decision)) {
+		f.t.Helper()
+		repo, err := repository.New(repository.Config{Owner: owner})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if _, err := repo.Register(f.ctx, f.pool); err != nil {
+			f.t.Fatal(err)
+		}
+		tasks, err := repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 1)
+		if err != nil || len(tasks) != 1 {
+			f.t.Fatalf("poll: %v, %v", tasks, err)
+		}
+		return func(d repository.Decision) {
+			f.t.Helper()
+			if _, err := repo.Complete(f.ctx, f.pool, f.topic, tasks[0].Decide(d)); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+	}
+	retries := func(f *fixture, base time.Duration) {
+		f.t.Helper()
+		if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{MaxAttempts: 3, BackoffBase: base, BackoffCap: time.Hour}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+
+	t.Run("PushedWithADelayFromGo", func(t *testing.T) {
+		promptly(t, func(f *fixture) bool {
+			w := f.idle()
+			if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "later", Delay: delay}); err != nil {
+				t.Fatal(err)
+			}
+			s := w.next(t)
+			return prompt(t, s, s.notBefore)
+		})
+	})
+
+	t.Run("PushedWithADelayFromSQL", func(t *testing.T) {
+		// task_push's notification says nothing of the delay: the processor polls, finds
+		// nothing due and looks up when the task is.
+		promptly(t, func(f *fixture) bool {
+			w := f.idle()
+			if _, err := f.pool.Exec(f.ctx, "SELECT task_push('topic', 'later', delay => '300 milliseconds')"); err != nil {
+				t.Fatal(err)
+			}
+			s := w.next(t)
+			return prompt(t, s, s.notBefore)
+		})
+	})
+
+	t.Run("ManyDelayedTasksFallingDueWhilePolling", func(t *testing.T) {
+		// Tasks fall due while the processor polls and probes: none may wait for the
+		// pause interval (a minute). The bound is loose, since this measures nothing:
+		// a task missed waits a minute.
+		f := setupSerial(t)
+		w := f.idle()
+		creations := make([]repository.Creation, 300)
+		for i := range creations {
+			creations[i] = repository.Creation{Identifier: fmt.Sprint(i), Delay: time.Duration(1+rand.IntN(2000)) * time.Millisecond}
+		}
+		if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, creations...); err != nil {
+			t.Fatal(err)
+		}
+		var worst time.Duration
+		for range creations {
+			s := w.next(t)
+			worst = max(worst, s.at.Sub(s.notBefore))
+		}
+		t.Logf("the latest of %d starts: %v after it was due", len(creations), worst)
+		if worst > 5*time.Second {
+			t.Errorf("a task started %v after it was due, want well within the pause interval", worst)
+		}
+	})
+
+	t.Run("PushedWithADelayBeforeTheProcessorStarted", func(t *testing.T) {
+		promptly(t, func(f *fixture) bool {
+			if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "later", Delay: 2 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			w := f.idle()
+			s := w.next(t)
+			return prompt(t, s, s.notBefore)
+		})
+	})
+
+	t.Run("RetriedAfterABackoffByAnotherProcess", func(t *testing.T) {
+		promptly(t, func(f *fixture) bool {
+			retries(f, delay)
+			f.pushN(1)
+			decide := lease(f, "other")
+			w := f.idle()
+			decide(repository.Fail(errors.New("try again")))
+			s := w.next(t)
+			return prompt(t, s, s.notBefore)
+		})
+	})
+
+	t.Run("SnoozedByAnotherProcess", func(t *testing.T) {
+		promptly(t, func(f *fixture) bool {
+			f.pushN(1)
+			decide := lease(f, "other")
+			w := f.idle()
+			decide(repository.SnoozeFor(delay))
+			s := w.next(t)
+			return prompt(t, s, s.notBefore)
+		})
+	})
+
+	t.Run("HandedBackByAProcessorThatStopped", func(t *testing.T) {
+		promptly(t, func(f *fixture) bool {
+			tasks := f.pushN(2)
+			running := make(chan struct{})
+			handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+				close(running)
+				<-processor.Stopping(ctx)
+				return repository.Succeed("")
+			})
+			p, _ := f.processor("stopping", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 2})
+			stop := f.start(p)
+			<-running
+			f.eventually("both tasks leased", func() bool { return f.count(repository.Active) == 2 })
+			w := f.idle()
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			s := w.next(t)
+			if got := f.get(tasks[1].Sequence); got.Returned != 1 {
+				t.Fatalf("the unstarted task was not handed back: %+v", got)
+			}
+			return prompt(t, s, s.notBefore)
+		})
+	})
+
+	for _, base := range []time.Duration{0, delay} {
+		name := "ExpiredWithoutBackoff"
+		if base > 0 {
+			name = "ExpiredWithABackoff"
+		}
+		t.Run(name, func(t *testing.T) {
+			// Another process takes the dead owner's lease back; the idle processor's own
+			// expiry runs once an hour.
+			promptly(t, func(f *fixture) bool {
+				retries(f, base)
+				f.pushN(1)
+				lease(f, "dead") // and never heard of again
+				w := f.idle()
+				expired, err := f.repo.Expire(f.ctx, f.pool, 0)
+				// The expiry's not-before time is its transaction's start, and it reads
+				// every table of task: the task is runnable once it committed.
+				committed := time.Now()
+				if err != nil || len(expired) != 1 || expired[0].Retried != 1 {
+					t.Fatalf("expire: %+v, %v", expired, err)
+				}
+				s := w.next(t)
+				return prompt(t, s, later(s.notBefore, committed))
+			})
+		})
+	}
+
+	t.Run("ReleasedByAJunction", func(t *testing.T) {
+		promptly(t, func(f *fixture) bool {
+			if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "held", Suspended: true}); err != nil {
+				t.Fatal(err)
+			}
+			w := f.idle()
+			released, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Singular, []string{"held"})
+			due := time.Now()
+			if err != nil || len(released) != 1 {
+				t.Fatalf("junction: %v, %v", released, err)
+			}
+			return prompt(t, w.next(t), due)
+		})
+	})
+
+	t.Run("RevivedByAReset", func(t *testing.T) {
+		promptly(t, func(f *fixture) bool {
+			retries(f, 0)
+			if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.MaxAttempts = 1 }); err != nil {
+				t.Fatal(err)
+			}
+			tasks := f.pushN(1)
+			lease(f, "other")(repository.Fail(errors.New("broken"))) // one attempt: FAILED
+			w := f.idle()
+			revived, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.Reset, tasks[0].Sequence)
+			due := time.Now()
+			if err != nil || len(revived) != 1 {
+				t.Fatalf("reset: %v, %v", revived, err)
+			}
+			return prompt(t, w.next(t), due)
+		})
+	})
+
+	t.Run("ResumedTopic", func(t *testing.T) {
+		promptly(t, func(f *fixture) bool {
+			if err := f.repo.SetActive(f.ctx, f.pool, f.topic, false); err != nil {
+				t.Fatal(err)
+			}
+			f.pushN(1)
+			w := f.idle()
+			if err := f.repo.SetActive(f.ctx, f.pool, f.topic, true); err != nil {
+				t.Fatal(err)
+			}
+			due := time.Now()
+			return prompt(t, w.next(t), due)
+		})
+	})
+}

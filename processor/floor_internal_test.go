@@ -1,0 +1,108 @@
+package processor
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+func TestFloor(t *testing.T) {
+	pos := func(priority int16, sequence int64) repository.Position {
+		return repository.Position{Priority: priority, Sequence: sequence}
+	}
+	tasks := func(p repository.Position) []repository.Task {
+		return []repository.Task{{Priority: p.Priority, Sequence: p.Sequence}, {Priority: p.Priority, Sequence: p.Sequence + 1}}
+	}
+	f := newFloor(repository.FIFO, repository.None)
+	step := func(want repository.Position) repository.Position {
+		t.Helper()
+		if got := f.next(); got != want {
+			t.Fatalf("next = %+v, want %+v", got, want)
+		}
+		return want
+	}
+	look := func(want bool, wait time.Duration) {
+		t.Helper()
+		if _, now, w := f.look(); now != want || w != wait {
+			t.Fatalf("look = %v, %v; want %v, %v", now, w, want, wait)
+		}
+	}
+
+	look(false, checkEvery) // no position yet: nothing to look before
+	from := step(pos(0, 0)) // the first poll is from the head
+	f.polled(from, time.Millisecond, tasks(pos(0, 10)))
+	from = step(pos(0, 10)) // then from where it found work
+	f.polled(from, 0, tasks(pos(0, 12)))
+	f.notified(pos(0, 30)) // a push after the position changes nothing
+	step(pos(0, 12))
+	f.notified(pos(-1, 40)) // a more urgent one lowers the next poll's position
+	f.notified(pos(0, 5))
+	from = step(pos(-1, 40))
+	from = step(pos(0, 12)) // once
+	f.notified(pos(0, 7))
+	from = step(pos(0, 7))
+	f.polled(from, 0, tasks(pos(0, 7)))
+	step(pos(0, 7))
+	look(true, checkEvery) // busy: look for work before the position every checkEvery
+
+	// a notification that does not say where, or a resume: the head
+	f.notified(repository.Position{})
+	step(pos(0, 0))
+	f.restart()
+	step(pos(0, 0))
+	step(pos(0, 7))
+
+	// after a poll that found nothing, woken by anything but a signal of where work is
+	// (the pause interval): the head, while reading from there is cheap
+	f.polled(pos(0, 7), 0, nil)
+	look(false, checkEvery) // idle, the head cheap: the polls from the head do it
+	from = step(pos(0, 0))
+	f.polled(from, time.Millisecond, nil)
+	step(pos(0, 0))
+	// by a push: where it pushed, even after a poll from a position
+	f.polled(from, time.Millisecond, nil)
+	f.notified(pos(0, 50))
+	from = step(pos(0, 50))
+	f.polled(from, 0, nil)
+	f.notified(pos(0, 70))
+	from = step(pos(0, 70))
+	f.polled(from, 0, tasks(pos(0, 70)))
+	step(pos(0, 70))
+
+	// Reading from the head turns slow (a long-held snapshot): looks are spaced to take
+	// at most 1/checkShare of the time, and an idle manager's safety-net poll stays at
+	// its position while the looks go on.
+	f.polled(pos(0, 0), time.Second, tasks(pos(0, 80)))
+	look(true, checkShare*time.Second)
+	from = step(pos(0, 80))
+	f.polled(from, 0, nil)
+	look(true, checkShare*time.Second)
+	step(pos(0, 80))
+	// a look that finds work before the position sends the next poll there, once
+	if f.looked(2*time.Second, pos(0, 90)) {
+		t.Error("a look finding work after the position lowered it")
+	}
+	look(true, checkShare*2*time.Second)
+	if !f.looked(time.Second, pos(0, 3)) {
+		t.Error("a look finding work before the position did not lower it")
+	}
+	step(pos(0, 3))
+	// cheap again: looks every checkEvery, and none while idle
+	f.looked(time.Millisecond, repository.Position{})
+	look(true, checkEvery)
+	f.polled(pos(0, 80), 0, nil)
+	look(false, checkEvery)
+
+	// LIFO and conditions always poll from the head, and never look
+	for _, g := range []*floor{newFloor(repository.LIFO, repository.None), newFloor(repository.FIFO, repository.SingularByIdentifier)} {
+		g.polled(repository.Position{}, 0, tasks(pos(0, 10)))
+		g.notified(pos(0, 20))
+		if got := g.next(); !got.IsZero() {
+			t.Errorf("a floor that is not FIFO without condition gave %+v", got)
+		}
+		if _, now, _ := g.look(); now {
+			t.Error("a floor that is not FIFO without condition looks")
+		}
+	}
+}

@@ -1,0 +1,478 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// runLog is the table the handlers of the limit tests record each task's run in: when
+// the handler started and ended it, by the test process's clock (every processor of a
+// test runs in it). A recorded run lies within the task's lease (the handler starts
+// after the poll committed, and ends before the decision is committed), so the most
+// runs recorded at once is a lower bound of the most tasks ACTIVE at once: a limit the
+// records break is a limit the database broke.
+const runLog = `CREATE UNLOGGED TABLE IF NOT EXISTS run_log (
+	sequence bigint NOT NULL,
+	key text NOT NULL,
+	started timestamptz NOT NULL,
+	ended timestamptz NOT NULL
+)`
+
+// limit configures the fixture's topic with s (one attempt unless s says otherwise),
+// creates the run log, and fails the test on error.
+func (f *fixture) limit(s repository.TopicSettings) {
+	f.t.Helper()
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = 1
+	}
+	if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, s); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, runLog); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// pushKeys pushes n tasks for each key, key by key, in one statement; identifiers
+// <key>-<i>.
+func (f *fixture) pushKeys(n int, keys ...string) {
+	f.t.Helper()
+	var cs []repository.Creation
+	for _, k := range keys {
+		for i := range n {
+			cs = append(cs, repository.Creation{Identifier: fmt.Sprintf("%s-%d", k, i), ConcurrencyKey: k})
+		}
+	}
+	if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, cs...); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// recorder returns a handler that sleeps for d (or until its context ends) and records
+// the run in the run log; started, when not nil, is called at the start.
+func (f *fixture) recorder(d time.Duration, started func(repository.Task)) processor.TaskFunc {
+	return func(ctx context.Context, task repository.Task) repository.Decision {
+		start := time.Now()
+		if started != nil {
+			started(task)
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		end := time.Now()
+		if _, err := f.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO run_log VALUES ($1, $2, $3, $4)`,
+			task.Sequence, task.ConcurrencyKey, start, end); err != nil {
+			return repository.Fail(fmt.Errorf("record the run: %w", err))
+		}
+		return repository.Succeed("")
+	}
+}
+
+// limitedProcessors starts n processors, each on its own pool and owner, whose manager
+// of the fixture's topic hands batches of up to batch tasks to workers running h (a
+// Buffer of that many workers); the pause interval is an hour, so only notifications and
+// the processors' own commits wake them.
+func (f *fixture) limitedProcessors(n, workers, batch int, h processor.Handler, listener processor.Listener) []func() error {
+	f.t.Helper()
+	var stops []func() error
+	for i := range n {
+		buffered, err := processor.Buffer(h, processor.BufferConfig{MinWorkers: workers})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		p, _ := f.processor(fmt.Sprintf("worker-%d", i), processor.Config{},
+			processor.ManagerConfig{Handler: buffered, BatchSize: batch, Listener: listener})
+		stops = append(stops, f.start(p))
+	}
+	return stops
+}
+
+// overlap returns the most runs recorded at once (since since, when not zero), within
+// one key when byKey.
+func (f *fixture) overlap(byKey bool, since time.Time) int64 {
+	f.t.Helper()
+	var most *int64
+	if err := f.pool.QueryRow(f.ctx, `
+		SELECT max((SELECT count(*) FROM run_log o
+			WHERE o.started <= r.started AND o.ended > r.started AND (NOT $1 OR o.key = r.key)))
+		FROM run_log r WHERE r.started >= $2`, byKey, since).Scan(&most); err != nil {
+		f.t.Fatal(err)
+	}
+	if most == nil {
+		return 0
+	}
+	return *most
+}
+
+// runs returns how many runs are recorded.
+func (f *fixture) runs() int64 {
+	f.t.Helper()
+	var n int64
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM run_log`).Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// TestLimits: a topic's limits hold across processors on separate pools, each of which
+// could run more tasks at once than the limit allows.
+func TestLimits(t *testing.T) {
+	t.Run("ConcurrencyHoldsAcrossProcessors", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 3})
+		const n = 120
+		f.pushN(n)
+		start := time.Now()
+		f.limitedProcessors(4, 8, 1, f.recorder(50*time.Millisecond, nil), processor.Listener{})
+		f.eventually("every task done", func() bool { return f.count(repository.Succeeded) == n })
+		took := time.Since(start)
+		if most := f.overlap(false, time.Time{}); most > 3 {
+			t.Errorf("%d tasks ran at once; the limit is 3", most)
+		} else if most < 2 {
+			t.Errorf("at most %d task ran at once: 4 processors of 8 workers never used the limit of 3", most)
+		}
+		if got := f.runs(); got != n {
+			t.Errorf("%d runs recorded, want %d", got, n)
+		}
+		// not asserted (a timed figure; BenchmarkLimitConcurrency measures it): the
+		// rate against 3 tasks per 50 ms
+		t.Logf("%d tasks in %v: %.1f/s against 60/s", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
+	})
+
+	t.Run("KeyConcurrencyHoldsAcrossProcessorsAndEveryKeyProgresses", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{KeyConcurrency: 1})
+		keys := make([]string, 10)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("key%d", i)
+		}
+		f.pushKeys(8, keys...)
+		f.limitedProcessors(4, 8, 1, f.recorder(20*time.Millisecond, nil), processor.Listener{})
+		f.eventually("every task done", func() bool { return f.count(repository.Succeeded) == 80 })
+		if most := f.overlap(true, time.Time{}); most != 1 {
+			t.Errorf("%d tasks of one key ran at once; the per-key limit is 1", most)
+		}
+		if most := f.overlap(false, time.Time{}); most < 2 {
+			t.Errorf("at most %d task ran at once across 10 keys: the keys did not progress side by side", most)
+		}
+		var keysDone int64
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(DISTINCT key) FROM run_log`).Scan(&keysDone); err != nil || keysDone != 10 {
+			t.Errorf("keys that ran: %d, %v; want 10", keysDone, err)
+		}
+	})
+
+	t.Run("RateHoldsAcrossProcessors", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Rate: 50, RatePeriod: time.Second, RateBurst: 10})
+		// each lease is logged in the poll's transaction with the moment the rate limit
+		// counted it (the poll's look at its bucket, by the database's clock, under the
+		// topic's poll lock: task_topic_limit.counted), not the moment the handler
+		// started, which lags the lease by a varying time
+		for _, q := range []string{
+			`CREATE TABLE lease_log (at timestamptz NOT NULL)`,
+			`CREATE FUNCTION log_lease() RETURNS trigger LANGUAGE plpgsql AS
+				$$BEGIN INSERT INTO lease_log SELECT counted FROM task_topic_limit WHERE topic = NEW.topic; RETURN NULL; END$$`,
+			`CREATE TRIGGER lease AFTER UPDATE ON task FOR EACH ROW
+				WHEN (NEW.state = 0 AND OLD.state <> 0) EXECUTE FUNCTION log_lease()`,
+		} {
+			if _, err := f.pool.Exec(f.ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.pushN(800) // more than 10 s of work at 50/s
+		stops := f.limitedProcessors(4, 4, 10, f.recorder(0, nil), processor.Listener{})
+		var first time.Time
+		f.eventually("the first start", func() bool {
+			return f.pool.QueryRow(f.ctx, `SELECT min(at) FROM lease_log HAVING count(*) > 0`).Scan(&first) == nil
+		})
+		time.Sleep(time.Until(first.Add(10*time.Second + 500*time.Millisecond)))
+		for _, stop := range stops {
+			_ = stop()
+		}
+		var total, most int64
+		if err := f.pool.QueryRow(f.ctx, `
+			SELECT count(*) FILTER (WHERE at < $1::timestamptz + interval '10 s'),
+			       (SELECT max(n) FROM (SELECT count(*) OVER (ORDER BY at
+			                RANGE BETWEEN CURRENT ROW AND interval '999999 microseconds' FOLLOWING) AS n
+			                FROM lease_log) w)
+			FROM lease_log`, first).Scan(&total, &most); err != nil {
+			t.Fatal(err)
+		}
+		// a token bucket of 10 refilled at 50/s lets at most 10 + 50 start in any
+		// second, and 10 + 500 in ten
+		if total < 450 || total > 510 {
+			t.Errorf("%d tasks started in the first 10 s; want about 500 (10 + 50/s)", total)
+		}
+		if most > 60 {
+			t.Errorf("%d tasks started within one second; want at most 60 (50/s + a burst of 10)", most)
+		}
+		t.Logf("%d started in the first 10 s, at most %d in a second", total, most)
+		var logged, notReady int64
+		_ = f.pool.QueryRow(f.ctx, `SELECT (SELECT count(*) FROM lease_log), (SELECT count(*) FROM task WHERE state <> 1)`).Scan(&logged, &notReady)
+	})
+
+	t.Run("FairServesASmallKeyBesideABacklog", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Fair: true})
+		f.pushKeys(10000, "A")
+		var (
+			mu       sync.Mutex
+			order    []string // keys in start order
+			pushedAt = -1     // len(order) when B's tasks were pushed
+			pushed   = make(chan struct{})
+		)
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			mu.Lock()
+			order = append(order, task.ConcurrencyKey)
+			if len(order) == 20 {
+				// B pushes while A's backlog is being worked through
+				cs := make([]repository.Creation, 10)
+				for i := range cs {
+					cs[i] = repository.Creation{Identifier: fmt.Sprintf("B-%d", i), ConcurrencyKey: "B"}
+				}
+				if _, err := f.repo.Push(ctx, f.pool, f.topic, repository.Append, cs...); err != nil {
+					t.Error(err)
+				}
+				pushedAt = len(order)
+				close(pushed)
+			}
+			mu.Unlock()
+			return repository.Succeed("")
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 5})
+		f.start(p)
+		f.eventually("B's ten done", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			b := 0
+			for _, k := range order {
+				if k == "B" {
+					b++
+				}
+			}
+			return b == 10
+		})
+		<-pushed
+		mu.Lock()
+		defer mu.Unlock()
+		last := 0
+		for i, k := range order {
+			if k == "B" {
+				last = i + 1
+			}
+		}
+		if last-pushedAt > 40 {
+			t.Errorf("B's last task started %d starts after B pushed; want within 40", last-pushedAt)
+		}
+		t.Logf("B pushed after start %d; its ten started by start %d", pushedAt, last)
+	})
+
+	t.Run("ADeadOwnersLeasesCountUntilTheyExpire", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 2, MaxAttempts: 3})
+		f.pushN(10)
+		// a process leases 2 tasks and dies: its connection goes, its heartbeat stops
+		ghostPool := f.newPool()
+		ghost, err := repository.New(repository.Config{Owner: "ghost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ghost.RegisterOwner(f.ctx, ghostPool); err != nil {
+			t.Fatal(err)
+		}
+		if leased, err := ghost.Poll(f.ctx, ghostPool, f.topic, repository.FIFO, repository.None, 10); err != nil || len(leased) != 2 {
+			t.Fatalf("the ghost leased %d tasks (%v); want 2, the limit", len(leased), err)
+		}
+		ghostPool.Close()
+		died := time.Now()
+
+		var expired atomic.Int64
+		pcfg := processor.Config{ExpiryTimeout: 2 * time.Second, OnExpire: func(e []repository.Expiry) { expired.Add(int64(len(e))) }}
+		buffered, err := processor.Buffer(f.recorder(20*time.Millisecond, nil), processor.BufferConfig{MinWorkers: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := f.processor("survivor", pcfg, processor.ManagerConfig{Handler: buffered, BatchSize: 1})
+		f.start(p)
+		f.eventually("every task done", func() bool { return f.count(repository.Succeeded) == 10 })
+		var before int64
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM run_log WHERE started < $1`, died.Add(2*time.Second)).Scan(&before); err != nil {
+			t.Fatal(err)
+		}
+		if before != 0 {
+			t.Errorf("%d tasks ran while the dead owner's 2 leases held the limit of 2", before)
+		}
+		if most := f.overlap(false, time.Time{}); most > 2 {
+			t.Errorf("%d tasks ran at once after the expiry; the limit is 2", most)
+		}
+		if expired.Load() == 0 {
+			t.Errorf("no lease expired")
+		}
+	})
+
+	t.Run("AChangedLimitHoldsFromTheNextPoll", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 1})
+		f.pushN(400)
+		f.limitedProcessors(4, 4, 1, f.recorder(30*time.Millisecond, nil), processor.Listener{})
+		f.eventually("some tasks done", func() bool { return f.runs() >= 5 })
+		if most := f.overlap(false, time.Time{}); most != 1 {
+			t.Fatalf("%d tasks ran at once under a limit of 1", most)
+		}
+		raised := time.Now()
+		if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 3 }); err != nil {
+			t.Fatal(err)
+		}
+		// processors at the limit are woken by the change (no poll interval passes)
+		f.eventually("3 tasks at once", func() bool { return f.overlap(false, raised) == 3 })
+		lowered := time.Now()
+		if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 1 }); err != nil {
+			t.Fatal(err)
+		}
+		// the polls that began before the change may lease under the old limit; once
+		// they are over and at most one task is ACTIVE, no more than one runs again
+		time.Sleep(200 * time.Millisecond)
+		f.eventually("at most one ACTIVE", func() bool { return f.count(repository.Active) <= 1 })
+		settled := time.Now()
+		f.eventually("tasks done after the change", func() bool {
+			var n int64
+			err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM run_log WHERE started > $1`, settled).Scan(&n)
+			return err == nil && n >= 10
+		})
+		var most int64
+		if err := f.pool.QueryRow(f.ctx, `
+			SELECT coalesce(max((SELECT count(*) FROM run_log o
+				WHERE o.started <= r.started AND o.ended > r.started AND o.ended > $1)), 0)
+			FROM run_log r WHERE r.started >= $1`, settled).Scan(&most); err != nil {
+			t.Fatal(err)
+		}
+		if most > 1 {
+			t.Errorf("%d tasks ran at once after the limit went back to 1", most)
+		}
+		t.Logf("3 at once %v after the limit was raised", lowered.Sub(raised).Round(time.Millisecond))
+	})
+}
+
+// BenchmarkLimitWakeup: a topic limited to one task at a time, 20 ms handlers, 4
+// processors: how long after a task's completion is committed the next task starts
+// (gap-p50-ms, gap-p99-ms), and how many polls each freed slot costs (polls-per-slot:
+// the one that leases the next task and the one that finds the limit reached again, when
+// a freed slot wakes one processor; 4 more per slot if it woke them all).
+func BenchmarkLimitWakeup(b *testing.B) {
+	const tasks = 100
+	var gaps, commits []time.Duration
+	var polls, slots int64
+	for range b.N {
+		f := setupSerial(b)
+		f.limit(repository.TopicSettings{Concurrency: 1})
+		f.pushN(tasks)
+		var (
+			mu        sync.Mutex
+			started   = map[int64]time.Time{}
+			ended     = map[int64]time.Time{}
+			completed = map[int64]time.Time{}
+			n         atomic.Int64
+		)
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			mu.Lock()
+			started[task.Sequence] = time.Now()
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			mu.Lock()
+			ended[task.Sequence] = time.Now()
+			mu.Unlock()
+			return repository.Succeed("")
+		})
+		listener := processor.Listener{
+			OnDispatch: func(string, []repository.Task, time.Duration) { n.Add(1) },
+			OnEmpty:    func(string, time.Duration) { n.Add(1) },
+			OnComplete: func(_ string, ts []repository.Task, _ time.Duration) {
+				now := time.Now()
+				mu.Lock()
+				for _, t := range ts {
+					completed[t.Sequence] = now
+				}
+				mu.Unlock()
+			},
+		}
+		stops := f.limitedProcessors(4, 4, 1, handler, listener)
+		f.eventually("every task done", func() bool { mu.Lock(); defer mu.Unlock(); return len(completed) == tasks })
+		for _, stop := range stops {
+			_ = stop()
+		}
+		type run struct{ start, end, done time.Time }
+		runs := make([]run, 0, tasks)
+		for seq, s := range started {
+			runs = append(runs, run{s, ended[seq], completed[seq]})
+		}
+		slices.SortFunc(runs, func(a, b run) int { return a.start.Compare(b.start) })
+		// the first tasks warm the connections up (plans of the poll functions)
+		for i := 10; i < len(runs); i++ {
+			gaps = append(gaps, runs[i].start.Sub(runs[i-1].done))
+			commits = append(commits, runs[i-1].done.Sub(runs[i-1].end))
+		}
+		polls += n.Load()
+		slots += tasks
+	}
+	slices.Sort(gaps)
+	q := func(p float64) float64 {
+		return float64(gaps[min(len(gaps)-1, int(p*float64(len(gaps))))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(q(0.5), "gap-p50-ms")
+	b.ReportMetric(q(0.99), "gap-p99-ms")
+	b.ReportMetric(float64(polls)/float64(slots), "polls-per-slot")
+	slices.Sort(commits)
+	b.ReportMetric(float64(commits[len(commits)/2])/float64(time.Millisecond), "commit-p50-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkLimitConcurrency: a topic limited to 3 tasks at a time, 50 ms handlers, 4
+// processors of 8 workers: tasks per second once warm (ideal 60) and that rate's share
+// of the ideal.
+func BenchmarkLimitConcurrency(b *testing.B) {
+	const tasks = 300
+	var rates []float64
+	for range b.N {
+		f := setupSerial(b)
+		f.limit(repository.TopicSettings{Concurrency: 3})
+		f.pushN(tasks)
+		var (
+			mu     sync.Mutex
+			starts []time.Time
+			ends   []time.Time
+		)
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			mu.Lock()
+			starts = append(starts, time.Now())
+			mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+			mu.Lock()
+			ends = append(ends, time.Now())
+			mu.Unlock()
+			return repository.Succeed("")
+		})
+		stops := f.limitedProcessors(4, 8, 1, handler, processor.Listener{})
+		f.eventually("every task done", func() bool { return f.count(repository.Succeeded) == tasks })
+		for _, stop := range stops {
+			_ = stop()
+		}
+		slices.SortFunc(starts, time.Time.Compare)
+		slices.SortFunc(ends, time.Time.Compare)
+		// from the 30th start (warm connections) to the last end
+		rates = append(rates, float64(tasks-30)/ends[len(ends)-1].Sub(starts[30]).Seconds())
+	}
+	slices.Sort(rates)
+	rate := rates[len(rates)/2]
+	b.ReportMetric(rate, "tasks/s")
+	b.ReportMetric(rate/60, "of-ideal")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,258 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/faultproxy"
+	"github.com/pgtask/pgtask/internal/logbuf"
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// lostReplies is how many replies each case of TestLostReplies loses.
+const lostReplies = 50
+
+// TestLostReplies runs a processor through a proxy that loses the replies of one kind
+// of statement after the server has committed it — as a failover or a cut network path
+// does — at random points of a steady push and burn-down, until 50 replies are lost.
+// Afterwards every task pushed exists once and has SUCCEEDED (none stranded under the
+// live owner, none lost), each ran exactly once (never two runs of one task at a time,
+// nor a second run), and no decision was reported as not committed.
+func TestLostReplies(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		statement string
+		// probability of losing a matching reply
+		probability float64
+	}{
+		{"Poll", "TaskPoll", 0.5},
+		{"Complete", "TaskComplete", 0.2},
+		{"Heartbeat", "OwnerHeartbeat", 0.5},
+		{"Expiry", "TaskExpire", 0.5},
+		{"Push", "TaskPushAppend", 0.2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{
+				MaxAttempts: 1000, BackoffBase: time.Millisecond, BackoffCap: 10 * time.Millisecond,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			proxy, err := faultproxy.Start(f.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proxy.Close() })
+			proxied := proxiedPool(t, proxy, f.url)
+
+			runs := newRunBook()
+			var logs logbuf.Buffer
+			p, _ := f.processor("processor", processor.Config{
+				Pool: proxied, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				HeartbeatInterval: 50 * time.Millisecond, ExpiryTimeout: 400 * time.Millisecond,
+			}, processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle), BatchSize: 10, PauseInterval: 100 * time.Millisecond})
+			stop := f.start(p)
+
+			cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement(tc.statement), Probability: tc.probability, Times: lostReplies})
+			ctx, cancel := context.WithTimeout(f.ctx, 90*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			if tc.name == "Expiry" {
+				// Owners that lease a few tasks and die, for the processor to expire.
+				wg.Go(func() { zombies(ctx, f, cut) })
+			}
+			pushVia := f.pool
+			if tc.name == "Push" {
+				pushVia = proxied
+			}
+			pushed := pushUntil(ctx, t, f, pushVia, cut, runs.ran)
+			wg.Wait()
+			if cut.Lost() < lostReplies {
+				t.Fatalf("lost %d replies of %s in 90 s, want %d", cut.Lost(), tc.statement, lostReplies)
+			}
+			proxy.RemoveCut(cut)
+
+			if !f.within(60*time.Second, func() bool { return f.count(repository.Succeeded) >= int64(pushed) }) {
+				// what is left, and what the processor said, to tell why
+				rows, _ := f.pool.Query(f.ctx, `SELECT state || ' ' || coalesce(owner, '-') || ' attempt ' || attempt || ' returned ' || returned,
+					count(*) FROM task WHERE topic = $1 AND state <> 6 GROUP BY 1`, f.topic)
+				for rows.Next() {
+					var what string
+					var n int64
+					_ = rows.Scan(&what, &n)
+					t.Logf("left: %d tasks %s", n, what)
+				}
+				rows.Close()
+				t.Logf("processor log:\n%s", strings.Join(logs.Lines(), "\n"))
+				t.Fatalf("%d of %d tasks SUCCEEDED after a minute", f.count(repository.Succeeded), pushed)
+			}
+			if err := stop(); err != nil {
+				t.Fatalf("processor: %v", err)
+			}
+			for _, s := range []repository.State{repository.Ready, repository.Active, repository.Expired, repository.Failed} {
+				if n := f.count(s); n != 0 {
+					t.Errorf("%d tasks %v at the end, want 0", n, s)
+				}
+			}
+			if n := f.count(repository.Succeeded); n != int64(pushed) {
+				t.Errorf("%d tasks SUCCEEDED, want the %d pushed (each once)", n, pushed)
+			}
+			runs.check(t, pushed)
+			if lines := logs.Lines("level=ERROR", "decisions not committed"); len(lines) > 0 {
+				t.Errorf("a completion reported as not committed:\n%s", strings.Join(lines, "\n"))
+			}
+			t.Logf("%d tasks, %d replies of %s lost", pushed, cut.Lost(), tc.statement)
+		})
+	}
+}
+
+func proxiedPool(t *testing.T, proxy *faultproxy.Proxy, url string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := proxy.PoolConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// pushUntil pushes 20 tasks every 10 ms through pool until cut has lost its replies
+// (or ctx ends), and returns how many distinct tasks it pushed. It waits while more than
+// backlog tasks wait to run (ran says how many ran), so that the burn-down at the end
+// does not depend on how long the faults took to happen. A push whose outcome is unknown
+// (repository.Uncertain) is settled by looking its tasks up by identifier and pushing
+// again only those that are missing: the recipe for pushing exactly once.
+func pushUntil(ctx context.Context, t *testing.T, f *fixture, pool *pgxpool.Pool, cut *faultproxy.Cut, ran func() int) int {
+	t.Helper()
+	const backlog = 2000
+	n := 0
+	for ctx.Err() == nil && cut.Lost() < lostReplies {
+		if n-ran() > backlog {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		batch := make([]repository.Creation, 20)
+		for i := range batch {
+			batch[i] = repository.Creation{Identifier: fmt.Sprintf("task-%d", n+i)}
+		}
+		for len(batch) > 0 && ctx.Err() == nil {
+			_, err := f.repo.Push(ctx, pool, f.topic, repository.Append, batch...)
+			if err == nil {
+				break
+			}
+			if repository.Uncertain(err) {
+				batch = missing(ctx, t, f, batch)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		n += 20
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
+// missing returns the creations whose identifier no task of the topic has.
+func missing(ctx context.Context, t *testing.T, f *fixture, batch []repository.Creation) []repository.Creation {
+	var out []repository.Creation
+	for _, c := range batch {
+		tasks, err := f.repo.Page(ctx, f.pool, f.topic, repository.TaskFilter{Identifier: c.Identifier}, 0, 2, repository.Forward)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("look up %s: %v", c.Identifier, err)
+			}
+			return nil
+		}
+		if len(tasks) == 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// zombies registers an owner every 100 ms that leases 5 tasks and never heart-beats
+// again, until cut has lost its replies or ctx ends.
+func zombies(ctx context.Context, f *fixture, cut *faultproxy.Cut) {
+	for i := 0; ctx.Err() == nil && cut.Lost() < lostReplies; i++ {
+		repo, err := repository.New(repository.Config{Owner: fmt.Sprintf("zombie-%d", i)})
+		if err == nil {
+			if _, err = repo.RegisterOwner(ctx, f.pool); err == nil {
+				_, err = repo.Poll(ctx, f.pool, f.topic, repository.FIFO, repository.None, 5)
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			f.t.Errorf("zombie: %v", err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// runBook records the runs of each task by the handler.
+type runBook struct {
+	mu       sync.Mutex
+	running  map[int64]bool
+	runs     map[int64]int
+	overlaps atomic.Int64
+}
+
+func newRunBook() *runBook { return &runBook{running: map[int64]bool{}, runs: map[int64]int{}} }
+
+func (b *runBook) handle(ctx context.Context, task repository.Task) repository.Decision {
+	b.mu.Lock()
+	if b.running[task.Sequence] {
+		b.overlaps.Add(1)
+	}
+	b.running[task.Sequence] = true
+	b.runs[task.Sequence]++
+	b.mu.Unlock()
+	time.Sleep(100 * time.Microsecond)
+	b.mu.Lock()
+	b.running[task.Sequence] = false
+	b.mu.Unlock()
+	return repository.Decision{Result: repository.Success}
+}
+
+// ran returns how many distinct tasks ran.
+func (b *runBook) ran() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.runs)
+}
+
+// check asserts that n tasks ran, each once, never two runs at a time.
+func (b *runBook) check(t *testing.T, n int) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if o := b.overlaps.Load(); o > 0 {
+		t.Errorf("%d runs started while the same task was running", o)
+	}
+	if len(b.runs) != n {
+		t.Errorf("%d tasks ran, want %d", len(b.runs), n)
+	}
+	again := 0
+	for seq, r := range b.runs {
+		if r > 1 {
+			again++
+			if again <= 5 {
+				t.Errorf("task %d ran %d times", seq, r)
+			}
+		}
+	}
+	if again > 0 {
+		t.Errorf("%d tasks ran more than once", again)
+	}
+}

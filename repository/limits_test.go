@@ -1,0 +1,330 @@
+package repository_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// limit configures the fixture's topic with s and fails the test on error.
+func (f *fixture) limit(s repository.TopicSettings) {
+	f.t.Helper()
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = 1
+	}
+	if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, s); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// pushKeyed pushes n tasks with the concurrency key (none when empty), identifiers
+// key-0, key-1, ...
+func (f *fixture) pushKeyed(key string, n int) []repository.Task {
+	f.t.Helper()
+	cs := make([]repository.Creation, n)
+	for i := range cs {
+		cs[i] = repository.Creation{Identifier: fmt.Sprintf("%s-%d", key, i), ConcurrencyKey: key}
+	}
+	tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, cs...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return tasks
+}
+
+// pollKeys polls up to n tasks and returns their concurrency keys in poll order, "-"
+// for none.
+func (f *fixture) pollKeys(n int) ([]repository.Task, string) {
+	f.t.Helper()
+	tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, n)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	keys := make([]string, len(tasks))
+	for i, t := range tasks {
+		keys[i] = t.ConcurrencyKey
+		if keys[i] == "" {
+			keys[i] = "-"
+		}
+	}
+	// a poll returns its tasks in poll order (priority, sequence), whatever order a
+	// poll by key took them in: compare the keys as a set
+	slices.Sort(keys)
+	return tasks, strings.Join(keys, ",")
+}
+
+func (f *fixture) succeed(tasks ...repository.Task) {
+	f.t.Helper()
+	cs := make([]repository.Completion, len(tasks))
+	for i, t := range tasks {
+		cs[i] = t.Decide(repository.Succeed(""))
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, cs...); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestLimits: a topic's limits hold whatever polls ask for, and a topic without limits
+// is polled as before.
+func TestLimits(t *testing.T) {
+	t.Run("ConcurrencyCapsTheActiveTasks", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 3})
+		f.pushKeyed("", 10)
+		first, _ := f.pollKeys(10)
+		if len(first) != 3 {
+			t.Fatalf("polled %d with a limit of 3", len(first))
+		}
+		if again, _ := f.pollKeys(10); len(again) != 0 {
+			t.Fatalf("polled %d more at the limit", len(again))
+		}
+		// another owner's poll counts the same ACTIVE tasks
+		other := f.newRepo("owner-2")
+		if got, err := other.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10); err != nil || len(got) != 0 {
+			t.Fatalf("another owner polled %d, %v at the limit", len(got), err)
+		}
+		f.succeed(first[0])
+		if next, _ := f.pollKeys(10); len(next) != 1 {
+			t.Fatalf("polled %d after one completed, want 1", len(next))
+		}
+		// a change takes effect at the next poll
+		f.limit(repository.TopicSettings{Concurrency: 5})
+		if next, _ := f.pollKeys(10); len(next) != 2 {
+			t.Fatalf("polled %d after the limit rose to 5, want 2", len(next))
+		}
+		f.limit(repository.TopicSettings{})
+		if rest, _ := f.pollKeys(10); len(rest) != 4 {
+			t.Fatalf("polled %d once unlimited, want the 4 left", len(rest))
+		}
+	})
+
+	t.Run("KeyConcurrencyCapsEachKeyAndServesKeysInTurn", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{KeyConcurrency: 2})
+		f.pushKeyed("a", 5)
+		f.pushKeyed("b", 5)
+		f.pushKeyed("", 2) // no key: '' in a topic polled by key, no per-key limit
+		tasks, keys := f.pollKeys(20)
+		if keys != "-,-,a,a,b,b" {
+			t.Errorf("polled keys %s, want -,-,a,a,b,b (two of each key)", keys)
+		}
+		// in turns of their keys, keys in the order of their first task
+		var order []string
+		for _, task := range tasks {
+			order = append(order, task.Identifier)
+		}
+		if s := strings.Join(order, ","); s != "a-0,b-0,-0,a-1,b-1,-1" {
+			t.Errorf("polled %s, want a-0,b-0,-0,a-1,b-1,-1", s)
+		}
+		if _, keys := f.pollKeys(20); keys != "" {
+			t.Errorf("polled %s with every key at its limit", keys)
+		}
+		var a repository.Task
+		for _, task := range tasks {
+			if task.ConcurrencyKey == "a" {
+				a = task
+			}
+		}
+		f.succeed(a)
+		if _, keys := f.pollKeys(20); keys != "a" {
+			t.Errorf("polled %s after one of a completed, want a", keys)
+		}
+	})
+
+	t.Run("FairTakesKeysInTurn", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Fair: true})
+		f.pushKeyed("big", 1000)
+		f.pushKeyed("small", 3)
+		var got []string
+		for range 4 {
+			_, keys := f.pollKeys(1)
+			got = append(got, keys)
+		}
+		// the key served last is kept between polls
+		if s := strings.Join(got, ","); s != "big,small,big,small" {
+			t.Errorf("four polls of one took %s, want big,small,big,small", s)
+		}
+		// the last of small and four of big (small has no more)
+		if _, keys := f.pollKeys(5); keys != "big,big,big,big,small" {
+			t.Errorf("a poll of five took %s, want big,big,big,big,small", keys)
+		}
+	})
+
+	t.Run("FairHonoursPrioritiesFirst", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Fair: true})
+		for _, c := range []repository.Creation{
+			{Identifier: "a1", ConcurrencyKey: "a", Priority: 1}, {Identifier: "a2", ConcurrencyKey: "a", Priority: 1},
+			{Identifier: "b1", ConcurrencyKey: "b", Priority: 0}, {Identifier: "b2", ConcurrencyKey: "b", Priority: 0},
+			{Identifier: "c1", ConcurrencyKey: "c", Priority: 1, Delay: time.Hour},
+		} {
+			if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tasks, _ := f.pollKeys(10)
+		var ids []string
+		for _, task := range tasks {
+			ids = append(ids, task.Identifier)
+		}
+		if s := strings.Join(ids, ","); s != "b1,b2,a1,a2" {
+			t.Errorf("polled %s, want the priority-0 tasks first, then priority 1 (the delayed one left)", s)
+		}
+	})
+
+	t.Run("FairHonoursConditions", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Fair: true})
+		for _, c := range []repository.Creation{
+			{Identifier: "x", ConcurrencyKey: "a"}, {Identifier: "x", ConcurrencyKey: "a"}, {Identifier: "y", ConcurrencyKey: "b"},
+		} {
+			if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.SingularByIdentifier, 10)
+		if err != nil || len(tasks) != 2 {
+			t.Fatalf("singular poll: %d tasks, %v; want x once and y", len(tasks), err)
+		}
+	})
+
+	t.Run("RateLimitsStarts", func(t *testing.T) {
+		// 10 a minute: the seconds this test takes add a fraction of a token at most
+		f := setup(t)
+		f.limit(repository.TopicSettings{Rate: 10, RatePeriod: time.Minute, RateBurst: 3})
+		f.pushKeyed("", 20)
+		if got, _ := f.pollKeys(20); len(got) != 3 {
+			t.Fatalf("first poll took %d, want the burst of 3", len(got))
+		}
+		if got, _ := f.pollKeys(20); len(got) != 0 {
+			t.Fatalf("second poll took %d with no token left", len(got))
+		}
+		wait, ok, err := f.repo.RateWait(f.ctx, f.pool, f.topic)
+		if err != nil || !ok || wait <= 5*time.Second || wait > 6*time.Second {
+			t.Errorf("rate wait = %v, %v, %v; want up to 6 s (one token at 10 a minute)", wait, ok, err)
+		}
+		// 12 s pass: two tokens
+		if _, err := f.pool.Exec(f.ctx, "UPDATE task_topic_limit SET counted = counted - interval '12 seconds' WHERE topic = $1", f.topic); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := f.pollKeys(20); len(got) != 2 {
+			t.Fatalf("after 12 s took %d, want 2", len(got))
+		}
+		// an hour: the burst, no more
+		if _, err := f.pool.Exec(f.ctx, "UPDATE task_topic_limit SET counted = counted - interval '1 hour' WHERE topic = $1", f.topic); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := f.pollKeys(20); len(got) != 3 {
+			t.Fatalf("after an hour took %d, want the burst of 3", len(got))
+		}
+		u, err := f.repo.LimitUsage(f.ctx, f.pool, f.topic)
+		if err != nil || u.Active != 8 || u.Tokens >= 1 {
+			t.Errorf("usage = %+v, %v; want 8 ACTIVE and no whole token", u, err)
+		}
+		if _, ok, err := f.repo.RateWait(f.ctx, f.pool, "nope"); ok || err != nil {
+			t.Errorf("rate wait of an unknown topic = %v, %v; want none", ok, err)
+		}
+	})
+
+	t.Run("UsageCountsActiveKeysAndTokens", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 10, KeyConcurrency: 1, Rate: 100, RatePeriod: time.Hour, RateBurst: 50})
+		if u, err := f.repo.LimitUsage(f.ctx, f.pool, f.topic); err != nil || u.Tokens != 50 || u.Active != 0 {
+			t.Errorf("usage before any poll = %+v, %v; want a full bucket of 50", u, err)
+		}
+		f.pushKeyed("a", 3)
+		f.pushKeyed("b", 3)
+		f.pushKeyed("c", 1)
+		f.pollKeys(10)
+		u, err := f.repo.LimitUsage(f.ctx, f.pool, f.topic)
+		if err != nil || u.Active != 3 || u.KeysAtLimit != 3 || u.KeysWaiting != 2 || u.Tokens < 46.9 || u.Tokens > 47.5 {
+			t.Errorf("usage = %+v, %v; want 3 ACTIVE, 3 keys at their limit, 2 keys waiting, about 47 tokens", u, err)
+		}
+		if _, err := f.repo.LimitUsage(f.ctx, f.pool, "nope"); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("usage of an unknown topic: %v, want ErrUnknownTopic", err)
+		}
+	})
+
+	t.Run("BadSettingsAreRefusedAndNothingIsWritten", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 2})
+		for _, tc := range []struct {
+			s    repository.TopicSettings
+			want string
+		}{
+			{repository.TopicSettings{MaxAttempts: 1, Concurrency: -1}, "concurrency -1 is negative"},
+			{repository.TopicSettings{MaxAttempts: 1, KeyConcurrency: -2}, "key concurrency -2 is negative"},
+			{repository.TopicSettings{MaxAttempts: 1, Rate: 5}, "rate 5 needs a period"},
+			{repository.TopicSettings{MaxAttempts: 1, RatePeriod: time.Second}, "without a rate"},
+			{repository.TopicSettings{MaxAttempts: 1, Rate: 5, RatePeriod: time.Second, RateBurst: -1}, "rate burst -1 is negative"},
+		} {
+			_, err := f.repo.Configure(f.ctx, f.pool, f.topic, tc.s)
+			if !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"topic"`) {
+				t.Errorf("configure %+v: %v, want ErrInvalid saying %q and naming the topic", tc.s, err, tc.want)
+			}
+		}
+		if got, err := f.repo.Topic(f.ctx, f.pool, f.topic); err != nil || got.Concurrency != 2 || got.Rate != 0 {
+			t.Errorf("topic after refusals = %+v, %v; want it unchanged", got.TopicSettings, err)
+		}
+		if _, err := f.repo.Configure(f.ctx, f.pool, "nope", repository.TopicSettings{MaxAttempts: 1, Concurrency: 1}); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("configure an unknown topic: %v, want ErrUnknownTopic", err)
+		}
+		long := strings.Repeat("k", 251)
+		if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "x", ConcurrencyKey: long}); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("push with a key of 251 characters: %v, want ErrInvalid", err)
+		}
+	})
+
+	t.Run("SQLSetsLimitsAndRefusesBadOnes", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.pool.Exec(f.ctx, "SELECT task_topic_set_limits('topic', concurrency => 4, rate => 60, rate_period => '1 minute', fair => true)"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.repo.Topic(f.ctx, f.pool, f.topic)
+		if err != nil || got.Concurrency != 4 || got.Rate != 60 || got.RatePeriod != time.Minute || got.RateBurst != 60 || !got.Fair {
+			t.Fatalf("limits set from SQL = %+v, %v", got.TopicSettings, err)
+		}
+		for _, tc := range []struct{ sql, want string }{
+			{"SELECT task_topic_set_limits('topic', concurrency => 0)", "concurrency 0 is below 1"},
+			{"SELECT task_topic_set_limits('topic', key_concurrency => -1)", "key_concurrency -1 is below 1"},
+			{"SELECT task_topic_set_limits('topic', rate => 5)", "needs a rate_period"},
+			{"SELECT task_topic_set_limits('topic', rate_burst => 5)", "need a rate"},
+			{"SELECT task_topic_set_limits('topic', rate => 5, rate_period => '1 second', rate_burst => 0)", "rate_burst 0 is below 1"},
+			{"SELECT task_topic_set_limits('nope', concurrency => 1)", "unknown topic"},
+			{"SELECT task_push('topic', 'x', concurrency_key => repeat('k', 251))", "concurrency key"},
+		} {
+			if _, err := f.pool.Exec(f.ctx, tc.sql); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want an error saying %q", tc.sql, err, tc.want)
+			}
+		}
+		if again, err := f.repo.Topic(f.ctx, f.pool, f.topic); err != nil || again.TopicSettings != got.TopicSettings {
+			t.Errorf("limits after refusals = %+v, want them unchanged", again.TopicSettings)
+		}
+		var key *string
+		var seq int64
+		if err := f.pool.QueryRow(f.ctx, "SELECT task_push('topic', 'y', concurrency_key => 'acme')").Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.pool.QueryRow(f.ctx, "SELECT concurrency_key FROM task WHERE topic = 'topic' AND sequence = $1", seq).Scan(&key); err != nil || key == nil || *key != "acme" {
+			t.Errorf("a SQL push's key = %v, %v; want acme", key, err)
+		}
+	})
+
+	t.Run("AKeyOnATopicWithoutKeyLimitsIsKeptAndIgnored", func(t *testing.T) {
+		f := setup(t)
+		f.pushKeyed("a", 3)
+		tasks, keys := f.pollKeys(10)
+		if keys != "a,a,a" {
+			t.Fatalf("polled %s, want the three tasks of a", keys)
+		}
+		if got, err := f.repo.Get(f.ctx, f.pool, f.topic, tasks[0].Sequence); err != nil || got.ConcurrencyKey != "a" {
+			t.Errorf("stored key = %q, %v", got.ConcurrencyKey, err)
+		}
+	})
+}

@@ -1,0 +1,202 @@
+package repository_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+func topicNames(topics []repository.Topic) []string {
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.Name
+	}
+	return names
+}
+
+func TestTopicPage(t *testing.T) {
+	f := setup(t)
+	for _, name := range []string{"Mail-EU", "mail-us", "billing", "zeta"} {
+		f.createTopic(name)
+	}
+	page := func(search, after string, size int) []string {
+		t.Helper()
+		topics, err := f.repo.TopicPage(f.ctx, f.pool, search, after, size)
+		if err != nil {
+			t.Fatalf("TopicPage(%q, %q, %d): %v", search, after, size, err)
+		}
+		return topicNames(topics)
+	}
+	t.Run("KeysetPagesByName", func(t *testing.T) {
+		first := page("", "", 2)
+		if want := []string{"Mail-EU", "billing"}; !slices.Equal(first, want) {
+			t.Fatalf("first page = %q, want %q", first, want)
+		}
+		if got, want := page("", first[1], 10), []string{"mail-us", "topic", "zeta"}; !slices.Equal(got, want) {
+			t.Fatalf("second page = %q, want %q", got, want)
+		}
+	})
+	t.Run("SearchIgnoresCase", func(t *testing.T) {
+		if got, want := page("MAIL", "", 10), []string{"Mail-EU", "mail-us"}; !slices.Equal(got, want) {
+			t.Fatalf("search = %q, want %q", got, want)
+		}
+		if got := page("%", "", 10); len(got) != 0 {
+			t.Fatalf("search %% = %q, want none (no pattern characters)", got)
+		}
+	})
+	t.Run("SizeOutOfRange", func(t *testing.T) {
+		for _, size := range []int{0, repository.TopicPageMax + 1} {
+			if _, err := f.repo.TopicPage(f.ctx, f.pool, "", "", size); !errors.Is(err, repository.ErrInvalid) {
+				t.Fatalf("size %d: err = %v, want ErrInvalid", size, err)
+			}
+		}
+	})
+}
+
+func TestOwners(t *testing.T) {
+	f := setup(t)
+	f.newRepo("owner-2")
+	f.push(repository.Append, "a", "b")
+	f.poll(repository.FIFO, repository.None, 1) // owner-1 leases a
+	if _, err := f.pool.Exec(f.ctx, "UPDATE task_owner SET heartbeat = now() - interval '1 hour' WHERE owner = 'owner-2'"); err != nil {
+		t.Fatal(err)
+	}
+	owners, err := f.repo.Owners(f.ctx, f.pool, time.Minute, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 2 {
+		t.Fatalf("owners = %+v, want 2", owners)
+	}
+	if o := owners[0]; o.Name != "owner-1" || !o.Alive || o.Leased != 1 || !slices.Equal(o.Topics, []string{"topic"}) {
+		t.Fatalf("first owner = %+v, want owner-1 alive leasing 1", o)
+	}
+	if o := owners[1]; o.Name != "owner-2" || o.Alive || o.Leased != 0 || len(o.Topics) != 0 {
+		t.Fatalf("second owner = %+v, want owner-2 dead leasing 0", o)
+	}
+	if _, err := f.repo.Owners(f.ctx, f.pool, -time.Second, 10); !errors.Is(err, repository.ErrInvalid) {
+		t.Fatalf("negative timeout: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestTimeline(t *testing.T) {
+	f := setup(t)
+	first := f.push(repository.Append, "a")[0]
+	f.push(repository.Append, "b")
+	leased := f.poll(repository.FIFO, repository.None, 1)[0] // a@first becomes ACTIVE
+	second := f.push(repository.Append, "a")[0]
+	third := f.push(repository.Replace, "a")[0] // second (READY) becomes REDUNDANT
+	f.complete(repository.Fail(errors.New("boom")), leased)
+	timeline := func(identifier string, before int64, size int) []repository.Excerpt {
+		t.Helper()
+		got, err := f.repo.Timeline(f.ctx, f.pool, f.topic, identifier, before, size)
+		if err != nil {
+			t.Fatalf("Timeline(%q, %d): %v", identifier, size, err)
+		}
+		return got
+	}
+	t.Run("EveryTaskOfTheIdentifierNewestFirst", func(t *testing.T) {
+		got := timeline("a", repository.MaxSequence, 10)
+		want := []struct {
+			seq   int64
+			state repository.State
+		}{{third.Sequence, repository.Ready}, {second.Sequence, repository.Redundant}, {first.Sequence, repository.Failed}}
+		if len(got) != len(want) {
+			t.Fatalf("timeline = %d tasks, want %d", len(got), len(want))
+		}
+		for i, w := range want {
+			if got[i].Sequence != w.seq || got[i].State != w.state {
+				t.Errorf("timeline[%d] = #%d %s, want #%d %s", i, got[i].Sequence, got[i].State, w.seq, w.state)
+			}
+		}
+		if got[2].Errors[0] != "boom" {
+			t.Errorf("errors = %q", got[2].Errors)
+		}
+	})
+	t.Run("TheLatestSize", func(t *testing.T) {
+		if got := timeline("a", repository.MaxSequence, 2); len(got) != 2 || got[0].Sequence != third.Sequence {
+			t.Fatalf("timeline of 2 = %v", got)
+		}
+	})
+	t.Run("BeforeACursor", func(t *testing.T) {
+		if got := timeline("a", third.Sequence, 10); len(got) != 2 || got[0].Sequence != second.Sequence {
+			t.Fatalf("timeline before #%d = %v", third.Sequence, got)
+		}
+	})
+	t.Run("BadArguments", func(t *testing.T) {
+		if _, err := f.repo.Timeline(f.ctx, f.pool, "nope", "a", repository.MaxSequence, 10); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("unknown topic: %v", err)
+		}
+		if _, err := f.repo.Timeline(f.ctx, f.pool, f.topic, "", repository.MaxSequence, 10); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("empty identifier: %v", err)
+		}
+		if _, err := f.repo.Timeline(f.ctx, f.pool, f.topic, "a", repository.MaxSequence, 0); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("size 0: %v", err)
+		}
+	})
+}
+
+// TestLatest checks Latest against Excerpts read backward, the same listing by another
+// path, for every kind of filter it reads through its own index.
+func TestLatest(t *testing.T) {
+	f := setup(t)
+	var creations []repository.Creation
+	for i := range 40 {
+		c := repository.Creation{Identifier: []string{"a", "b", "c"}[i%3], Suspended: i%7 == 0}
+		if i%2 == 1 {
+			c.Reference = []string{"r0", "r1"}[i%4/2]
+		}
+		creations = append(creations, c)
+	}
+	if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, creations...); err != nil {
+		t.Fatal(err)
+	}
+	f.push(repository.Append, "a")
+	f.push(repository.Replace, "a") // the READY a's before it become REDUNDANT
+	polled := f.poll(repository.LIFO, repository.None, 12)
+	f.complete(repository.Fail(errors.New("boom")), polled[:4]...)
+	f.complete(repository.Succeed("ok"), polled[4:8]...) // 8..11 stay ACTIVE
+	mid := polled[6].Sequence
+	states := []*repository.State{nil}
+	for _, s := range repository.States() {
+		states = append(states, &s)
+	}
+	for _, state := range states {
+		for _, identifier := range []string{"", "a"} {
+			for _, reference := range []string{"", "r1"} {
+				for _, before := range []int64{repository.MaxSequence, mid} {
+					filter := repository.TaskFilter{State: state, Identifier: identifier, Reference: reference}
+					want, err := f.repo.Excerpts(f.ctx, f.pool, f.topic, filter, before, 5, repository.Backward)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := f.repo.Latest(f.ctx, f.pool, f.topic, filter, before, 5)
+					if err != nil {
+						t.Fatalf("Latest(%+v, %d): %v", filter, before, err)
+					}
+					if !slices.Equal(excerptSequences(got), excerptSequences(want)) {
+						t.Errorf("Latest(state %v, identifier %q, reference %q, before %d) = %v, want %v",
+							state, identifier, reference, before, excerptSequences(got), excerptSequences(want))
+					}
+				}
+			}
+		}
+	}
+	if _, err := f.repo.Latest(f.ctx, f.pool, f.topic, repository.TaskFilter{}, repository.MaxSequence, 0); !errors.Is(err, repository.ErrInvalid) {
+		t.Errorf("size 0: %v", err)
+	}
+	if _, err := f.repo.Latest(f.ctx, f.pool, "nope", repository.TaskFilter{Reference: "r1"}, repository.MaxSequence, 5); !errors.Is(err, repository.ErrUnknownTopic) {
+		t.Errorf("unknown topic: %v", err)
+	}
+}
+
+func excerptSequences(excerpts []repository.Excerpt) []int64 {
+	out := make([]int64, len(excerpts))
+	for i, e := range excerpts {
+		out[i] = e.Sequence
+	}
+	return out
+}

@@ -1,0 +1,699 @@
+package repository
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	// Time zones are read from the Go release's copy of the IANA database when the
+	// machine has none (a scratch container): a schedule's zone must mean the same in
+	// every process that fires it.
+	_ "time/tzdata"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/robfig/cron/v3"
+
+	"github.com/pgtask/pgtask/db"
+)
+
+// Limits of a schedule's definition.
+const (
+	// MaxScheduleNameLength bounds a schedule's name, in characters.
+	MaxScheduleNameLength = 250
+	// MaxScheduleSpecLength bounds a schedule's spec, in characters.
+	MaxScheduleSpecLength = 250
+	// MaxCatchUp bounds ScheduleSettings.CatchUp.
+	MaxCatchUp = 10_000
+	// ScheduleTimePlaceholder, in a schedule's identifier or input, is replaced by the
+	// fire time of each task it pushes (RFC 3339, UTC, such as 2026-03-29T01:00:00Z).
+	ScheduleTimePlaceholder = "{time}"
+	// ScheduleReferencePrefix starts the reference of every task a schedule pushes; the
+	// schedule's name follows ("schedule:nightly-report"), so that a schedule's tasks can
+	// be listed with a reference filter.
+	ScheduleReferencePrefix = "schedule:"
+)
+
+// fireRound bounds how many schedules one FireSchedules call fires.
+const fireRound = 1000
+
+// ScheduleSettings define a schedule: when it fires, and the task each fire pushes.
+type ScheduleSettings struct {
+	// Topic receives the tasks; it must be registered. Removing the topic removes its
+	// schedules.
+	Topic string
+	// Spec says when the schedule fires: a cron expression of 5 fields (minute hour
+	// day-of-month month day-of-week) or 6 (seconds first), with the ranges (1-5), steps
+	// (*/15), lists (1,15) and names (jan, mon-fri) of github.com/robfig/cron/v3; or one
+	// of @yearly (@annually), @monthly, @weekly, @daily (@midnight), @hourly; or
+	// "@every D" with D a Go duration of whole seconds, at least 1s ("@every 90s": fires
+	// every D from the time the schedule was created or its spec last changed).
+	Spec string
+	// TimeZone is the IANA zone the spec is read in, such as "Europe/Paris"; empty is
+	// UTC. Across a daylight-saving change the cron library's rule holds (robfig/cron
+	// v3: "jobs scheduled during daylight-savings leap-ahead transitions will not be
+	// run"): a wall-clock time the clocks skip (02:30 when they jump from 02:00 to 03:00)
+	// does not fire that day, and one they pass twice (02:30 when they fall back from
+	// 03:00 to 02:00) fires both times. Specs that step through the hours ("0 */30 * * *")
+	// fire at each real half hour. @every counts real time and ignores the zone.
+	TimeZone string
+	// Identifier is the identifier of each task pushed; empty is the schedule's name.
+	// ScheduleTimePlaceholder in it is replaced by the fire time, giving each fire a task
+	// of its own identifier.
+	Identifier string
+	// Input is the input of each task pushed (ScheduleTimePlaceholder replaced as in
+	// Identifier); empty pushes none.
+	Input string
+	// Priority is each task's priority (lower first).
+	Priority int16
+	// Insertion is how each task is pushed; nil is Supersede: a task of the schedule
+	// still READY when the next fires is made REDUNDANT, so a backlog never piles up when
+	// tasks share an identifier (new(repository.Append) keeps every one).
+	Insertion *Insertion
+	// CatchUp is how many missed fire times are pushed when the schedule is found late
+	// (nothing fired it while processes were down, or it was resumed with replay): 0
+	// pushes the latest missed time only, n > 0 the n latest, oldest first (at most
+	// MaxCatchUp).
+	CatchUp int
+	// Paused stops the schedule firing (PauseSchedule, ResumeSchedule).
+	Paused bool
+}
+
+// Schedule is a stored schedule: its name, its settings and its state.
+type Schedule struct {
+	// Name identifies the schedule (1 to MaxScheduleNameLength characters).
+	Name string
+	ScheduleSettings
+	// NextFire is the next fire time; zero when not computed yet (a schedule declared in
+	// SQL: the first FireSchedules that sees it computes it). A paused schedule keeps the
+	// one it had.
+	NextFire time.Time
+	// LastFire is the latest fire time pushed (zero before the first).
+	LastFire time.Time
+	// LastFiredAt is when that fire was pushed, by the firer's clock: LastFiredAt minus
+	// LastFire is how late it was.
+	LastFiredAt time.Time
+	// LastSequence is the sequence of the latest task pushed for a fire.
+	LastSequence int64
+	// Fires counts the fire times pushed since the schedule was created (RunSchedule's
+	// tasks are not counted).
+	Fires int64
+	// Created and Updated are when the schedule was created and its settings last
+	// changed.
+	Created, Updated time.Time
+}
+
+// Fire is what FireSchedules did for one schedule.
+type Fire struct {
+	// Schedule names the schedule.
+	Schedule string
+	// Topic is the topic the tasks went to.
+	Topic string
+	// Times are the fire times pushed, oldest first: one, or up to the schedule's
+	// CatchUp when it was found late.
+	Times []time.Time
+	// Missed counts the fire times that were due but not pushed (beyond CatchUp).
+	Missed int64
+	// Tasks are the tasks pushed, one per fire time, in the same order.
+	Tasks []Task
+	// At is the firer's clock when it fired.
+	At time.Time
+}
+
+// Lateness is how long after its latest fire time the fire was pushed.
+func (f Fire) Lateness() time.Duration {
+	if len(f.Times) == 0 {
+		return 0
+	}
+	return f.At.Sub(f.Times[len(f.Times)-1])
+}
+
+// ValidateScheduleName returns nil when name may name a schedule: 1 to
+// MaxScheduleNameLength characters of valid UTF-8; otherwise an error wrapping
+// ErrInvalid.
+func ValidateScheduleName(name string) error {
+	if name == "" {
+		return invalid("schedule name is empty")
+	}
+	if n := utf8.RuneCountInString(name); n > MaxScheduleNameLength {
+		return invalid("schedule name is %d characters long, at most %d allowed", n, MaxScheduleNameLength)
+	}
+	if !utf8.ValidString(name) {
+		return invalid("schedule name is not valid UTF-8")
+	}
+	return nil
+}
+
+// Validate returns nil when the settings define a schedule CreateSchedule accepts
+// (whatever the topic's existence): a topic name, a spec that parses, a known time zone,
+// an identifier and input that stay valid once the fire time is in them, a known
+// insertion and a catch-up in 0..MaxCatchUp. Otherwise its error wraps ErrInvalid and
+// names the field.
+func (s ScheduleSettings) Validate() error {
+	if err := validTopic(s.Topic); err != nil {
+		return err
+	}
+	if _, err := parseSchedule(s.Spec, s.TimeZone); err != nil {
+		return err
+	}
+	sample := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if s.Identifier != "" {
+		if err := validIdentifier(fireText(s.Identifier, sample)); err != nil {
+			return err
+		}
+	}
+	if !utf8.ValidString(s.Input) {
+		return invalid("input is not valid UTF-8")
+	}
+	if s.Insertion != nil && !s.Insertion.Valid() {
+		return invalid("unknown insertion %d", int16(*s.Insertion))
+	}
+	if s.CatchUp < 0 {
+		return invalid("catch-up %d is negative", s.CatchUp)
+	}
+	if s.CatchUp > MaxCatchUp {
+		return invalid("catch-up %d is above %d", s.CatchUp, MaxCatchUp)
+	}
+	return nil
+}
+
+// ValidateScheduleSpec returns nil when spec parses in the time zone tz (empty is UTC)
+// and fires at least once more; otherwise an error wrapping ErrInvalid that says what is
+// wrong.
+func ValidateScheduleSpec(spec, tz string) error {
+	_, err := parseSchedule(spec, tz)
+	return err
+}
+
+// NextFires returns the next n fire times of a spec in the time zone tz (empty is UTC)
+// after from, for showing what a schedule would do before it is created. For "@every
+// D" the times are from + D, from + 2D, …, from truncated to the second.
+func NextFires(spec, tz string, from time.Time, n int) ([]time.Time, error) {
+	c, err := parseSchedule(spec, tz)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Time
+	for t := from; len(out) < n; {
+		t = c.next(t)
+		if t.IsZero() {
+			break
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// cronParser reads the specs: 5 fields, or 6 with seconds first, and the descriptors.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// cronSchedule is a parsed spec in its time zone.
+type cronSchedule struct {
+	spec  cron.Schedule // nil for @every
+	every time.Duration
+	loc   *time.Location
+}
+
+// parseSchedule parses spec in the zone tz, refusing what the library would take in a
+// way a user would not expect: a zone inside the spec, a negative or sub-second
+// interval (it would round them up to a second), the process's local zone.
+func parseSchedule(spec, tz string) (*cronSchedule, error) {
+	if tz == "" {
+		tz = "UTC"
+	}
+	trimmed := strings.TrimSpace(spec)
+	if trimmed == "" {
+		return nil, invalid("spec is empty")
+	}
+	if n := utf8.RuneCountInString(spec); n > MaxScheduleSpecLength {
+		return nil, invalid("spec is %d characters long, at most %d allowed", n, MaxScheduleSpecLength)
+	}
+	upper := strings.ToUpper(trimmed)
+	if strings.HasPrefix(upper, "TZ=") || strings.HasPrefix(upper, "CRON_TZ=") {
+		return nil, invalid("spec %q names a time zone: give it as the time zone instead", spec)
+	}
+	if tz == "Local" || !utf8.ValidString(tz) {
+		return nil, invalid("unknown time zone %q (want an IANA name such as UTC or Europe/Paris)", tz)
+	}
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return nil, invalid("unknown time zone %q (want an IANA name such as UTC or Europe/Paris)", tz)
+	}
+	c := &cronSchedule{loc: loc}
+	if rest, ok := strings.CutPrefix(strings.ToLower(trimmed), "@every"); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
+		text := strings.TrimSpace(trimmed[len("@every"):])
+		d, err := time.ParseDuration(text)
+		switch {
+		case err != nil:
+			return nil, invalid("spec %q: interval %q is not a duration such as 90s or 1h30m", spec, text)
+		case d < 0:
+			return nil, invalid("spec %q: interval %s is negative", spec, text)
+		case d < time.Second:
+			return nil, invalid("spec %q: interval %s is shorter than 1s", spec, text)
+		case d%time.Second != 0:
+			return nil, invalid("spec %q: interval %s is not a whole number of seconds", spec, text)
+		}
+		c.every = d
+		return c, nil
+	}
+	if strings.HasPrefix(trimmed, "@") {
+		trimmed = strings.ToLower(trimmed) // the library's descriptors are lower case only
+	}
+	parsed, err := cronParser.Parse(trimmed)
+	if err != nil {
+		return nil, invalid("spec %q: %s", spec, err.Error())
+	}
+	c.spec = parsed
+	if c.next(time.Now()).IsZero() {
+		return nil, invalid("spec %q never fires", spec)
+	}
+	return c, nil
+}
+
+// next returns the first fire time strictly after t, or zero when there is none within
+// the library's horizon (five years).
+func (c *cronSchedule) next(t time.Time) time.Time {
+	if c.spec == nil {
+		return t.Truncate(time.Second).Add(c.every).UTC()
+	}
+	n := c.spec.Next(t.In(c.loc))
+	if n.IsZero() {
+		return n
+	}
+	return n.UTC()
+}
+
+// due returns the fire times from start (a fire time) to now, the n latest of them,
+// oldest first, how many earlier ones were left out, and the fire time after them. It
+// does not walk every missed time: @every is arithmetic, and a cron spec is searched
+// backwards from now in a window that doubles until it holds n times or reaches start.
+func (c *cronSchedule) due(start, now time.Time, n int) (times []time.Time, missed int64, next time.Time) {
+	if c.spec == nil {
+		k := int64(now.Sub(start) / c.every) // the last due time is start + k·every
+		first := max(0, k-int64(n)+1)
+		for i := first; i <= k; i++ {
+			times = append(times, start.Add(time.Duration(i)*c.every))
+		}
+		return times, first, start.Add(time.Duration(k+1) * c.every)
+	}
+	for window := time.Minute; ; window *= 2 {
+		from := now.Add(-window)
+		whole := !from.After(start)
+		if whole {
+			from = start.Add(-time.Nanosecond) // start is a fire time: it is the first
+		}
+		times = times[:0]
+		var counted int64
+		for t := c.next(from); !t.IsZero() && !t.After(now); t = c.next(t) {
+			counted++
+			times = append(times, t)
+			if len(times) > n {
+				times = times[1:]
+			}
+		}
+		if len(times) == n || whole {
+			if whole {
+				missed = counted - int64(len(times))
+			} else {
+				missed = c.count(start, from) + counted - int64(len(times))
+			}
+			return times, missed, c.next(now)
+		}
+	}
+}
+
+// countLimit bounds how many missed fire times count walks; beyond it the count says
+// "at least".
+const countLimit = 100_000
+
+// count counts the fire times from start to before (inclusive), at most countLimit.
+func (c *cronSchedule) count(start, before time.Time) int64 {
+	var n int64
+	for t := start; !t.IsZero() && !t.After(before) && n < countLimit; t = c.next(t) {
+		n++
+	}
+	return n
+}
+
+// fireText puts the fire time in a schedule's identifier or input.
+func fireText(s string, at time.Time) string {
+	return strings.ReplaceAll(s, ScheduleTimePlaceholder, at.UTC().Format(time.RFC3339))
+}
+
+// nowOrClock returns the injected clock, or this process's.
+func (r *Repository) nowOrClock() time.Time {
+	if t := r.clock(); t != nil {
+		return *t
+	}
+	return time.Now()
+}
+
+// CreateSchedule stores a new schedule, in the caller's transaction when h is one, and
+// returns it with its first fire time (the first after now). A bad name or setting
+// returns ErrInvalid naming it, an unregistered topic ErrUnknownTopic, a name taken
+// ErrScheduleExists; nothing is written then. SQL's task_schedule and `pgtask schedule
+// add` do the same.
+func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, s ScheduleSettings) (Schedule, error) {
+	if err := ValidateScheduleName(name); err != nil {
+		return Schedule{}, fmt.Errorf("create schedule: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
+	}
+	c, _ := parseSchedule(s.Spec, s.TimeZone)
+	now := r.nowOrClock()
+	arg := db.ScheduleCreateParams{
+		Name: name, Topic: s.Topic, Spec: strings.TrimSpace(s.Spec), TimeZone: zoneName(s.TimeZone),
+		Identifier: ptr(s.Identifier), Input: ptr(s.Input), Priority: s.Priority,
+		Insertion: int16(insertionOf(s)), CatchUp: int32(s.CatchUp), Paused: s.Paused,
+		NextFire: c.next(now), Now: r.clock(),
+	}
+	row, err := r.q.ScheduleCreate(ctx, h, arg)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := r.Topic(ctx, h, s.Topic); err != nil {
+			return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
+		}
+		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, ErrScheduleExists)
+	}
+	if err != nil {
+		return Schedule{}, mapError(fmt.Sprintf("create schedule %q", name), err)
+	}
+	return scheduleFrom(row), nil
+}
+
+// Schedule returns one schedule, or ErrUnknownSchedule.
+func (r *Repository) Schedule(ctx context.Context, h Handle, name string) (Schedule, error) {
+	if err := ValidateScheduleName(name); err != nil {
+		return Schedule{}, fmt.Errorf("get schedule: %w", err)
+	}
+	row, err := r.q.ScheduleGet(ctx, h, name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Schedule{}, unknownSchedule("get", name)
+	}
+	if err != nil {
+		return Schedule{}, mapError(fmt.Sprintf("get schedule %q", name), err)
+	}
+	return scheduleFrom(row), nil
+}
+
+// Schedules lists every schedule, by name, with its next fire time.
+func (r *Repository) Schedules(ctx context.Context, h Handle) ([]Schedule, error) {
+	rows, err := r.q.ScheduleList(ctx, h)
+	if err != nil {
+		return nil, mapError("list schedules", err)
+	}
+	out := make([]Schedule, len(rows))
+	for i, row := range rows {
+		out[i] = scheduleFrom(row)
+	}
+	return out, nil
+}
+
+// UpdateSchedule changes some settings of a schedule and keeps the others: change
+// receives the settings as stored and modifies what it wants; the result is validated
+// and written back (ErrInvalid naming the field, ErrUnknownTopic for an unregistered
+// topic, nothing written), and the schedule returned as stored. The row is locked from
+// the read to the write, in a nested transaction of h. A new spec or time zone restarts
+// the fire times from now; pausing keeps the next fire time and resuming moves it to the
+// first after now, so the fires skipped while paused are not replayed (ResumeSchedule
+// can replay them).
+func (r *Repository) UpdateSchedule(ctx context.Context, h Handle, name string, change func(*ScheduleSettings)) (Schedule, error) {
+	return r.updateSchedule(ctx, h, name, "update", false, change)
+}
+
+// PauseSchedule stops a schedule firing until ResumeSchedule; it returns the schedule
+// as stored, or ErrUnknownSchedule.
+func (r *Repository) PauseSchedule(ctx context.Context, h Handle, name string) (Schedule, error) {
+	return r.updateSchedule(ctx, h, name, "pause", false, func(s *ScheduleSettings) { s.Paused = true })
+}
+
+// ResumeSchedule lets a paused schedule fire again. Without replay its next fire time
+// is the first after now: the fire times it skipped while paused are not pushed. With
+// replay it keeps the next fire time it had, so the next FireSchedules pushes the skipped
+// times as for any late schedule: the latest one, or up to CatchUp of them. Resuming a
+// running schedule changes nothing.
+func (r *Repository) ResumeSchedule(ctx context.Context, h Handle, name string, replay bool) (Schedule, error) {
+	return r.updateSchedule(ctx, h, name, "resume", replay, func(s *ScheduleSettings) { s.Paused = false })
+}
+
+func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op string, replay bool, change func(*ScheduleSettings)) (Schedule, error) {
+	if err := ValidateScheduleName(name); err != nil {
+		return Schedule{}, fmt.Errorf("%s schedule: %w", op, err)
+	}
+	var out Schedule
+	err := inTx(ctx, h, func(tx pgx.Tx) error {
+		row, err := r.q.ScheduleGetForUpdate(ctx, tx, name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return unknownSchedule(op, name)
+		}
+		if err != nil {
+			return mapError(fmt.Sprintf("%s schedule %q", op, name), err)
+		}
+		old := scheduleFrom(row)
+		s := old.ScheduleSettings
+		change(&s)
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("%s schedule %q: %w", op, name, err)
+		}
+		next := row.NextFire
+		restart := strings.TrimSpace(s.Spec) != old.Spec || zoneName(s.TimeZone) != old.TimeZone ||
+			(old.Paused && !s.Paused && !replay)
+		if restart {
+			c, _ := parseSchedule(s.Spec, s.TimeZone)
+			t := c.next(r.nowOrClock())
+			next = &t
+		}
+		updated, err := r.q.ScheduleUpdate(ctx, tx, db.ScheduleUpdateParams{
+			Name: name, Topic: s.Topic, Spec: strings.TrimSpace(s.Spec), TimeZone: zoneName(s.TimeZone),
+			Identifier: ptr(s.Identifier), Input: ptr(s.Input), Priority: s.Priority,
+			Insertion: int16(insertionOf(s)), CatchUp: int32(s.CatchUp), Paused: s.Paused,
+			NextFire: next, Now: r.clock(),
+		})
+		if err != nil {
+			if SQLState(err) == sqlstateFKViolation {
+				return fmt.Errorf("%s schedule %q: topic %q: %w", op, name, s.Topic, ErrUnknownTopic)
+			}
+			return mapError(fmt.Sprintf("%s schedule %q", op, name), err)
+		}
+		out = scheduleFrom(updated)
+		return nil
+	})
+	return out, err
+}
+
+// RemoveSchedule deletes a schedule; it reports false for an unknown one. The tasks it
+// pushed stay.
+func (r *Repository) RemoveSchedule(ctx context.Context, h Handle, name string) (bool, error) {
+	if err := ValidateScheduleName(name); err != nil {
+		return false, fmt.Errorf("remove schedule: %w", err)
+	}
+	n, err := r.q.ScheduleDelete(ctx, h, name)
+	if err != nil {
+		return false, mapError(fmt.Sprintf("remove schedule %q", name), err)
+	}
+	return n > 0, nil
+}
+
+// RunSchedule pushes a schedule's task now, as a fire at the current time would, paused
+// or not, and leaves its fire times alone.
+func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Task, error) {
+	s, err := r.Schedule(ctx, h, name)
+	if err != nil {
+		return Task{}, fmt.Errorf("run schedule: %w", err)
+	}
+	tasks, err := r.Push(ctx, h, s.Topic, insertionOf(s.ScheduleSettings), s.creation(r.nowOrClock().Truncate(time.Second)))
+	if err != nil {
+		return Task{}, fmt.Errorf("run schedule %q: %w", name, err)
+	}
+	return tasks[0], nil
+}
+
+// FireSchedules pushes the task of every running schedule whose next fire time has
+// passed, and returns what it pushed. Each schedule is fired in a nested transaction of
+// h of its own: its push and the compare-and-set that moves its next fire time on
+// commit together, so each fire time is pushed exactly once however many processes call
+// FireSchedules at once, and a process that dies mid-way leaves nothing behind (the
+// next caller fires it). Schedules another caller holds are fired last, once that caller
+// is done with them: bound the wait with ctx. A schedule found late pushes its latest missed fire time, or up to CatchUp of
+// them. Time is the injected clock (Config.Now) or the database's.
+//
+// A schedule that cannot fire (its topic's queue is full, say) is left for the next
+// call and its error returned, joined with the others', after the rest have fired.
+// Every processor calls it on its heartbeat (processor.Config.DisableSchedules).
+func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error) {
+	var (
+		fires []Fire
+		errs  []error
+		skip  = []string{}
+	)
+	if due, err := r.q.ScheduleAnyDue(ctx, h, r.clock()); err != nil || !due {
+		return nil, mapError("find due schedules", err)
+	}
+	// First the schedules no one else holds; then, waiting for them, those another
+	// caller held: fired by it meanwhile, they are passed over; left due (it rolled back
+	// or died), they are fired here.
+	for _, wait := range []bool{false, true} {
+		for range fireRound {
+			var (
+				fired *Fire
+				name  string
+				found bool
+			)
+			err := inTx(ctx, h, func(tx pgx.Tx) error {
+				row, err := r.due(ctx, tx, skip, wait)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				if err != nil {
+					return mapError("find due schedules", err)
+				}
+				found, name = true, row.TaskSchedule.Name
+				fired, err = r.fire(ctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.Now)
+				return err
+			})
+			if !found && err == nil {
+				break
+			}
+			if errors.Is(err, errFiredElsewhere) {
+				skip = append(skip, name)
+				continue // another caller fired it: nothing to report
+			}
+			if err != nil {
+				if ctx.Err() != nil || !found {
+					return fires, errors.Join(append(errs, err)...)
+				}
+				errs = append(errs, err)
+				skip = append(skip, name)
+				continue
+			}
+			if fired != nil {
+				fires = append(fires, *fired)
+			}
+		}
+	}
+	return fires, errors.Join(errs...)
+}
+
+// due locks the oldest due schedule not in skip: skipping those others hold, or
+// waiting for them.
+func (r *Repository) due(ctx context.Context, tx pgx.Tx, skip []string, wait bool) (db.ScheduleDueRow, error) {
+	if !wait {
+		return r.q.ScheduleDue(ctx, tx, db.ScheduleDueParams{Now: r.clock(), Skip: skip})
+	}
+	row, err := r.q.ScheduleDueWait(ctx, tx, db.ScheduleDueWaitParams{Now: r.clock(), Skip: skip})
+	return db.ScheduleDueRow(row), err
+}
+
+// fire pushes the due fire times of one locked schedule and advances its next fire
+// time, in tx; nil when there was nothing to push (a first fire time computed).
+func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected *time.Time, now time.Time) (*Fire, error) {
+	c, err := parseSchedule(s.Spec, s.TimeZone)
+	if err != nil {
+		return nil, fmt.Errorf("fire schedule %q: %w", s.Name, err)
+	}
+	start := s.NextFire
+	if expected == nil {
+		start = c.next(s.Created)
+	}
+	if start.IsZero() {
+		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, s.Created)
+	}
+	if start.After(now) {
+		// Declared in SQL: its first fire time is still to come.
+		return nil, r.advance(ctx, tx, s.Name, expected, db.ScheduleAdvanceParams{NextFire: start})
+	}
+	times, missed, next := c.due(start, now, max(1, s.CatchUp))
+	if next.IsZero() {
+		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, now)
+	}
+	creations := make([]Creation, len(times))
+	for i, t := range times {
+		creations[i] = s.creation(t)
+	}
+	tasks, err := r.Push(ctx, tx, s.Topic, insertionOf(s.ScheduleSettings), creations...)
+	if err != nil {
+		return nil, fmt.Errorf("fire schedule %q: %w", s.Name, err)
+	}
+	last := times[len(times)-1]
+	seq := tasks[len(tasks)-1].Sequence
+	err = r.advance(ctx, tx, s.Name, expected, db.ScheduleAdvanceParams{
+		NextFire: next, LastFire: &last, FiredAt: &now, LastSequence: &seq, Fired: int64(len(times)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Fire{Schedule: s.Name, Topic: s.Topic, Times: times, Missed: missed, Tasks: tasks, At: now}, nil
+}
+
+// errFiredElsewhere rolls back a fire whose compare-and-set found the next fire time
+// moved: another firer pushed it.
+var errFiredElsewhere = errors.New("fired by another caller")
+
+// advance runs the compare-and-set on next_fire.
+func (r *Repository) advance(ctx context.Context, tx pgx.Tx, name string, expected *time.Time, arg db.ScheduleAdvanceParams) error {
+	arg.Name, arg.Expected = name, expected
+	n, err := r.q.ScheduleAdvance(ctx, tx, arg)
+	if err != nil {
+		return mapError(fmt.Sprintf("advance schedule %q", name), err)
+	}
+	if n != 1 {
+		return fmt.Errorf("advance schedule %q: %w", name, errFiredElsewhere)
+	}
+	return nil
+}
+
+// creation is the task a fire at t pushes.
+func (s Schedule) creation(t time.Time) Creation {
+	id := s.Identifier
+	if id == "" {
+		id = s.Name
+	}
+	return Creation{
+		Identifier: fireText(id, t),
+		Input:      fireText(s.Input, t),
+		Reference:  ScheduleReferencePrefix + s.Name,
+		Priority:   s.Priority,
+	}
+}
+
+func insertionOf(s ScheduleSettings) Insertion {
+	if s.Insertion == nil {
+		return Supersede
+	}
+	return *s.Insertion
+}
+
+func zoneName(tz string) string {
+	if tz == "" {
+		return "UTC"
+	}
+	return tz
+}
+
+func unknownSchedule(op, name string) error {
+	return fmt.Errorf("%s schedule %q: %w", op, name, ErrUnknownSchedule)
+}
+
+// scheduleFrom converts a generated row into a Schedule.
+func scheduleFrom(row db.TaskSchedule) Schedule {
+	insertion := Insertion(row.Insertion)
+	s := Schedule{
+		Name: row.Name,
+		ScheduleSettings: ScheduleSettings{
+			Topic: row.Topic, Spec: row.Spec, TimeZone: row.TimeZone, Identifier: str(row.Identifier),
+			Input: str(row.Input), Priority: row.Priority, Insertion: &insertion, CatchUp: int(row.CatchUp),
+			Paused: row.Paused,
+		},
+		NextFire:    timeOf(row.NextFire),
+		LastFire:    timeOf(row.LastFire),
+		LastFiredAt: timeOf(row.LastFiredAt),
+		Fires:       row.Fires,
+		Created:     row.Created,
+		Updated:     row.Updated,
+	}
+	if row.LastSequence != nil {
+		s.LastSequence = *row.LastSequence
+	}
+	return s
+}

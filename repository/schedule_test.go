@@ -1,0 +1,750 @@
+package repository_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// fakeClock is a time the test moves by hand, shared by every repository that fires.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newClock(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *fakeClock) set(t time.Time)         { c.ns.Store(t.UnixNano()) }
+
+// scheduleFixture is a test database, a clock and a repository going by it.
+type scheduleFixture struct {
+	*fixture
+	clock *fakeClock
+	sched *repository.Repository
+}
+
+// start is the fixtures' first instant: a whole second, as fire times are.
+var start = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func setupSchedules(t *testing.T) *scheduleFixture {
+	f := setup(t)
+	s := &scheduleFixture{fixture: f, clock: newClock(start)}
+	s.sched = s.firer("firer-1")
+	return s
+}
+
+// firer returns a repository that goes by the fixture's clock.
+func (s *scheduleFixture) firer(owner string) *repository.Repository {
+	s.t.Helper()
+	repo, err := repository.New(repository.Config{Owner: owner, Now: s.clock.now})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return repo
+}
+
+// create creates a schedule and fails the test on error.
+func (s *scheduleFixture) create(name string, settings repository.ScheduleSettings) repository.Schedule {
+	s.t.Helper()
+	if settings.Topic == "" {
+		settings.Topic = s.topic
+	}
+	sc, err := s.sched.CreateSchedule(s.ctx, s.pool, name, settings)
+	if err != nil {
+		s.t.Fatalf("create schedule %s: %v", name, err)
+	}
+	return sc
+}
+
+// fire runs FireSchedules and fails the test on error.
+func (s *scheduleFixture) fire() []repository.Fire {
+	s.t.Helper()
+	fires, err := s.sched.FireSchedules(s.ctx, s.pool)
+	if err != nil {
+		s.t.Fatalf("fire schedules: %v", err)
+	}
+	return fires
+}
+
+// identifiers returns the identifiers of every task of the topic, in sequence order.
+func (s *scheduleFixture) identifiers() []string {
+	s.t.Helper()
+	tasks, err := s.repo.Page(s.ctx, s.pool, s.topic, repository.TaskFilter{}, 0, 100_000, repository.Forward)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	out := make([]string, len(tasks))
+	for i, task := range tasks {
+		out[i] = task.Identifier
+	}
+	return out
+}
+
+// stamps formats times as a schedule's {time} does.
+func stamps(times ...time.Time) []string {
+	out := make([]string, len(times))
+	for i, t := range times {
+		out[i] = t.UTC().Format(time.RFC3339)
+	}
+	return out
+}
+
+// every returns the n times from first, step apart.
+func every(first time.Time, step time.Duration, n int) []time.Time {
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = first.Add(time.Duration(i) * step)
+	}
+	return out
+}
+
+// appendEach is a schedule pushing one task of its own per fire time.
+func appendEach(spec string) repository.ScheduleSettings {
+	return repository.ScheduleSettings{Spec: spec, Identifier: "{time}", Insertion: new(repository.Append)}
+}
+
+func TestScheduleCreate(t *testing.T) {
+	t.Run("DefaultsAndFirstFireTime", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.clock.set(start.Add(1500 * time.Millisecond))
+		sc := s.create("nightly", repository.ScheduleSettings{Spec: "0 3 * * *"})
+		if sc.TimeZone != "UTC" || sc.Insertion == nil || *sc.Insertion != repository.Supersede || sc.CatchUp != 0 || sc.Paused {
+			t.Errorf("defaults: %+v", sc.ScheduleSettings)
+		}
+		if want := time.Date(2026, 3, 2, 3, 0, 0, 0, time.UTC); !sc.NextFire.Equal(want) {
+			t.Errorf("next fire %v, want %v", sc.NextFire, want)
+		}
+		every := s.create("often", repository.ScheduleSettings{Spec: "@every 90s"})
+		if want := start.Add(time.Second + 90*time.Second); !every.NextFire.Equal(want) {
+			t.Errorf("@every 90s created at %v: next fire %v, want %v", s.clock.now(), every.NextFire, want)
+		}
+		zoned := s.create("paris", repository.ScheduleSettings{Spec: "0 0 9 * * mon-fri", TimeZone: "Europe/Paris"})
+		if want := time.Date(2026, 3, 2, 8, 0, 0, 0, time.UTC); !zoned.NextFire.Equal(want) { // Monday 09:00 CET
+			t.Errorf("paris next fire %v, want %v", zoned.NextFire, want)
+		}
+		got, err := s.sched.Schedule(s.ctx, s.pool, "nightly")
+		if err != nil || got.Spec != "0 3 * * *" || !got.NextFire.Equal(sc.NextFire) {
+			t.Errorf("read back %+v, %v", got, err)
+		}
+		list, err := s.sched.Schedules(s.ctx, s.pool)
+		if err != nil || len(list) != 3 || list[0].Name != "nightly" || list[1].Name != "often" || list[2].Name != "paris" {
+			t.Errorf("list %+v, %v", list, err)
+		}
+	})
+
+	t.Run("BadInputIsRefusedAndNothingWritten", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("taken", repository.ScheduleSettings{Spec: "@hourly"})
+		ok := repository.ScheduleSettings{Topic: s.topic, Spec: "@hourly"}
+		with := func(change func(*repository.ScheduleSettings)) repository.ScheduleSettings {
+			c := ok
+			change(&c)
+			return c
+		}
+		cases := []struct {
+			name     string
+			schedule string
+			settings repository.ScheduleSettings
+			sentinel error
+			says     string
+		}{
+			{"InvalidSpec", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "61 * * * *" }), repository.ErrInvalid, "spec"},
+			{"TooFewFields", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "* * *" }), repository.ErrInvalid, "spec"},
+			{"EmptySpec", "a", with(func(c *repository.ScheduleSettings) { c.Spec = " " }), repository.ErrInvalid, "spec is empty"},
+			{"UnknownDescriptor", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "@fortnightly" }), repository.ErrInvalid, "spec"},
+			{"NeverFires", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "0 0 30 2 *" }), repository.ErrInvalid, "never fires"},
+			{"ZoneInSpec", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "CRON_TZ=Europe/Paris 0 3 * * *" }), repository.ErrInvalid, "time zone"},
+			{"NegativeInterval", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "@every -5s" }), repository.ErrInvalid, "interval -5s is negative"},
+			{"SubSecondInterval", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "@every 500ms" }), repository.ErrInvalid, "shorter than 1s"},
+			{"UnknownTimeZone", "a", with(func(c *repository.ScheduleSettings) { c.TimeZone = "Mars/Olympus" }), repository.ErrInvalid, `unknown time zone "Mars/Olympus"`},
+			{"LocalTimeZone", "a", with(func(c *repository.ScheduleSettings) { c.TimeZone = "Local" }), repository.ErrInvalid, "unknown time zone"},
+			{"UnknownTopic", "a", with(func(c *repository.ScheduleSettings) { c.Topic = "nope" }), repository.ErrUnknownTopic, `topic "nope"`},
+			{"EmptyTopic", "a", with(func(c *repository.ScheduleSettings) { c.Topic = "" }), repository.ErrInvalid, "topic is empty"},
+			{"DuplicateName", "taken", ok, repository.ErrScheduleExists, `"taken"`},
+			{"EmptyName", "", ok, repository.ErrInvalid, "schedule name is empty"},
+			{"LongName", strings.Repeat("n", 251), ok, repository.ErrInvalid, "schedule name is 251 characters"},
+			{"LongIdentifier", "a", with(func(c *repository.ScheduleSettings) { c.Identifier = strings.Repeat("i", 495) + "{time}" }), repository.ErrInvalid, "identifier"},
+			{"NegativeCatchUp", "a", with(func(c *repository.ScheduleSettings) { c.CatchUp = -1 }), repository.ErrInvalid, "catch-up -1 is negative"},
+			{"UnknownInsertion", "a", with(func(c *repository.ScheduleSettings) { c.Insertion = new(repository.Insertion(9)) }), repository.ErrInvalid, "insertion"},
+		}
+		for _, c := range cases {
+			_, err := s.sched.CreateSchedule(s.ctx, s.pool, c.schedule, c.settings)
+			if !errors.Is(err, c.sentinel) || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s: error %v, want %v saying %q", c.name, err, c.sentinel, c.says)
+			}
+		}
+		// In a transaction too, which survives the refusals.
+		tx, err := s.pool.Begin(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(s.ctx) }()
+		if _, err := s.sched.CreateSchedule(s.ctx, tx, "taken", ok); !errors.Is(err, repository.ErrScheduleExists) {
+			t.Errorf("duplicate in a transaction: %v", err)
+		}
+		if _, err := s.sched.CreateSchedule(s.ctx, tx, "b", with(func(c *repository.ScheduleSettings) { c.Topic = "nope" })); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("unknown topic in a transaction: %v", err)
+		}
+		if _, err := s.sched.CreateSchedule(s.ctx, tx, "c", ok); err != nil {
+			t.Errorf("the transaction is usable after refusals: %v", err)
+		}
+		if err := tx.Rollback(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+		list, err := s.sched.Schedules(s.ctx, s.pool)
+		if err != nil || len(list) != 1 {
+			t.Errorf("schedules after the refusals: %+v, %v; want only \"taken\"", list, err)
+		}
+	})
+}
+
+func TestScheduleFire(t *testing.T) {
+	t.Run("OncePerFireTimeWithManyConcurrentFirers", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("tick", appendEach("@every 1s"))
+		firers := make([]*repository.Repository, 8)
+		for i := range firers {
+			firers[i] = s.firer(fmt.Sprintf("firer-%d", i))
+		}
+		var pushed atomic.Int64
+		for range 10 {
+			s.clock.advance(time.Second)
+			var wg sync.WaitGroup
+			for i, firer := range firers {
+				wg.Go(func() {
+					if i == 0 {
+						// A firer that dies mid-way: it fires in a transaction that is
+						// never committed.
+						tx, err := s.pool.Begin(s.ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						defer func() { _ = tx.Rollback(s.ctx) }()
+						if _, err := firer.FireSchedules(s.ctx, tx); err != nil {
+							t.Error(err)
+						}
+						return
+					}
+					fires, err := firer.FireSchedules(s.ctx, s.pool)
+					if err != nil {
+						t.Error(err)
+					}
+					for _, f := range fires {
+						pushed.Add(int64(len(f.Tasks)))
+					}
+				})
+			}
+			wg.Wait()
+		}
+		want := stamps(every(start.Add(time.Second), time.Second, 10)...)
+		if got := s.identifiers(); !slices.Equal(got, want) {
+			t.Errorf("tasks pushed %v, want one per fire time %v", got, want)
+		}
+		if pushed.Load() != 10 {
+			t.Errorf("the firers report %d tasks pushed, want 10", pushed.Load())
+		}
+		sc, err := s.sched.Schedule(s.ctx, s.pool, "tick")
+		if err != nil || sc.Fires != 10 || !sc.LastFire.Equal(start.Add(10*time.Second)) || !sc.NextFire.Equal(start.Add(11*time.Second)) {
+			t.Errorf("state %+v, %v", sc, err)
+		}
+	})
+
+	t.Run("ConcurrentFirersOfManySchedules", func(t *testing.T) {
+		s := setupSchedules(t)
+		for i := range 20 {
+			s.create(fmt.Sprintf("s%02d", i), repository.ScheduleSettings{Spec: "@every 1s", Identifier: fmt.Sprintf("s%02d-{time}", i), Insertion: new(repository.Append)})
+		}
+		s.clock.advance(time.Second)
+		var wg sync.WaitGroup
+		for i := range 6 {
+			firer := s.firer(fmt.Sprintf("firer-%d", i))
+			wg.Go(func() {
+				if _, err := firer.FireSchedules(s.ctx, s.pool); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		got := s.identifiers()
+		slices.Sort(got)
+		var want []string
+		for i := range 20 {
+			want = append(want, fmt.Sprintf("s%02d-%s", i, stamps(start.Add(time.Second))[0]))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("tasks %v, want one per schedule %v", got, want)
+		}
+	})
+
+	t.Run("NotDueFiresNothing", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("tick", appendEach("@every 1s"))
+		s.clock.advance(999 * time.Millisecond)
+		if fires := s.fire(); len(fires) != 0 {
+			t.Errorf("fired %+v before the first fire time", fires)
+		}
+	})
+
+	t.Run("TaskCarriesTheSettings", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("report", repository.ScheduleSettings{Spec: "* * * * *", Input: `{"at":"{time}"}`, Priority: 3})
+		s.clock.advance(time.Minute)
+		fires := s.fire()
+		if len(fires) != 1 || len(fires[0].Tasks) != 1 {
+			t.Fatalf("fires %+v", fires)
+		}
+		f := fires[0]
+		task := s.get(f.Tasks[0].Sequence)
+		at := start.Add(time.Minute)
+		if task.Identifier != "report" || task.Input != `{"at":"`+stamps(at)[0]+`"}` || task.Priority != 3 ||
+			task.Reference != "schedule:report" || task.State != repository.Ready {
+			t.Errorf("task %+v", task)
+		}
+		if f.Schedule != "report" || f.Topic != s.topic || !f.Times[0].Equal(at) || f.Lateness() != 0 || f.Missed != 0 {
+			t.Errorf("fire %+v", f)
+		}
+	})
+
+	t.Run("SupersedeKeepsOneReadyTask", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("tick", repository.ScheduleSettings{Spec: "@every 1s"})
+		for range 3 {
+			s.clock.advance(time.Second)
+			s.fire()
+		}
+		tasks, err := s.repo.Page(s.ctx, s.pool, s.topic, repository.TaskFilter{}, 0, 10, repository.Forward)
+		if err != nil || len(tasks) != 3 {
+			t.Fatalf("tasks %+v, %v", tasks, err)
+		}
+		if tasks[0].State != repository.Redundant || tasks[1].State != repository.Redundant || tasks[2].State != repository.Ready {
+			t.Errorf("states %v %v %v, want REDUNDANT REDUNDANT READY", tasks[0].State, tasks[1].State, tasks[2].State)
+		}
+	})
+
+	t.Run("InTheCallersTransaction", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("tick", appendEach("@every 1s"))
+		s.clock.advance(time.Second)
+		tx, err := s.pool.Begin(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fires, err := s.sched.FireSchedules(s.ctx, tx); err != nil || len(fires) != 1 {
+			t.Fatalf("fire in a transaction: %+v, %v", fires, err)
+		}
+		if err := tx.Rollback(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.identifiers(); len(got) != 0 {
+			t.Errorf("a rolled back fire left tasks %v", got)
+		}
+		if fires := s.fire(); len(fires) != 1 || !fires[0].Times[0].Equal(start.Add(time.Second)) {
+			t.Errorf("the fire after the rollback: %+v", fires)
+		}
+	})
+
+	t.Run("AFailingScheduleDoesNotBlockTheOthers", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.createTopic("capped")
+		if _, err := s.repo.UpdateSettings(s.ctx, s.pool, "capped", func(ts *repository.TopicSettings) { ts.QueueCap = 1 }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.repo.Push(s.ctx, s.pool, "capped", repository.Append, repository.Creation{Identifier: "filler"}); err != nil {
+			t.Fatal(err)
+		}
+		s.create("full", repository.ScheduleSettings{Topic: "capped", Spec: "@every 1s", Identifier: "x-{time}"})
+		s.create("fine", appendEach("@every 1s"))
+		s.clock.advance(time.Second)
+		fires, err := s.sched.FireSchedules(s.ctx, s.pool)
+		if !errors.Is(err, repository.ErrQueueFull) || !strings.Contains(err.Error(), `"full"`) {
+			t.Errorf("error %v, want the full queue of schedule \"full\"", err)
+		}
+		if len(fires) != 1 || fires[0].Schedule != "fine" {
+			t.Errorf("fires %+v, want \"fine\"", fires)
+		}
+		full, _ := s.sched.Schedule(s.ctx, s.pool, "full")
+		if !full.NextFire.Equal(start.Add(time.Second)) || full.Fires != 0 {
+			t.Errorf("the refused schedule moved on: %+v", full)
+		}
+	})
+}
+
+func TestScheduleMissedFires(t *testing.T) {
+	t.Run("LatestOnlyByDefault", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("tick", appendEach("@every 1s"))
+		s.clock.advance(10*time.Second + 300*time.Millisecond)
+		fires := s.fire()
+		if len(fires) != 1 || len(fires[0].Times) != 1 || fires[0].Missed != 9 {
+			t.Fatalf("fires %+v, want the latest of 10 times, 9 missed", fires)
+		}
+		if got, want := s.identifiers(), stamps(start.Add(10*time.Second)); !slices.Equal(got, want) {
+			t.Errorf("tasks %v, want %v", got, want)
+		}
+		if late := fires[0].Lateness(); late != 300*time.Millisecond {
+			t.Errorf("lateness %v, want 300ms", late)
+		}
+		sc, _ := s.sched.Schedule(s.ctx, s.pool, "tick")
+		if !sc.NextFire.Equal(start.Add(11*time.Second)) || sc.Fires != 1 {
+			t.Errorf("next fire %v fires %d, want %v and 1", sc.NextFire, sc.Fires, start.Add(11*time.Second))
+		}
+	})
+
+	t.Run("CatchUpPushesEveryMissedTime", func(t *testing.T) {
+		s := setupSchedules(t)
+		settings := appendEach("@every 1s")
+		settings.CatchUp = 10
+		s.create("tick", settings)
+		s.clock.advance(10 * time.Second)
+		fires := s.fire()
+		if len(fires) != 1 || fires[0].Missed != 0 {
+			t.Fatalf("fires %+v", fires)
+		}
+		if got, want := s.identifiers(), stamps(every(start.Add(time.Second), time.Second, 10)...); !slices.Equal(got, want) {
+			t.Errorf("tasks %v, want %v", got, want)
+		}
+	})
+
+	t.Run("CatchUpIsBounded", func(t *testing.T) {
+		s := setupSchedules(t)
+		settings := appendEach("@every 1s")
+		settings.CatchUp = 4
+		s.create("tick", settings)
+		s.clock.advance(10 * time.Second)
+		fires := s.fire()
+		if len(fires) != 1 || fires[0].Missed != 6 {
+			t.Fatalf("fires %+v, want 4 pushed and 6 missed", fires)
+		}
+		if got, want := s.identifiers(), stamps(every(start.Add(7*time.Second), time.Second, 4)...); !slices.Equal(got, want) {
+			t.Errorf("tasks %v, want the 4 latest %v", got, want)
+		}
+	})
+
+	t.Run("CronCatchUpOverDays", func(t *testing.T) {
+		s := setupSchedules(t)
+		settings := appendEach("0 3 * * *")
+		settings.CatchUp = 3
+		s.create("nightly", settings)
+		s.clock.advance(10 * 24 * time.Hour) // 10 nightly times missed
+		fires := s.fire()
+		if len(fires) != 1 || fires[0].Missed != 7 {
+			t.Fatalf("fires %+v, want 3 pushed and 7 missed", fires)
+		}
+		want := stamps(every(time.Date(2026, 3, 9, 3, 0, 0, 0, time.UTC), 24*time.Hour, 3)...)
+		if got := s.identifiers(); !slices.Equal(got, want) {
+			t.Errorf("tasks %v, want %v", got, want)
+		}
+		sc, _ := s.sched.Schedule(s.ctx, s.pool, "nightly")
+		if want := time.Date(2026, 3, 12, 3, 0, 0, 0, time.UTC); !sc.NextFire.Equal(want) {
+			t.Errorf("next fire %v, want %v", sc.NextFire, want)
+		}
+	})
+}
+
+// TestScheduleCronTimes steps a clock minute by minute (second by second where seconds
+// matter) over days with daylight-saving changes and checks every fire time.
+func TestScheduleCronTimes(t *testing.T) {
+	utc := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	cases := []struct {
+		name, spec, zone string
+		from, to         time.Time
+		step             time.Duration
+		want             []string
+	}{
+		{
+			name: "SecondsStepsAndRanges", spec: "*/20 0-1 12 * * *", zone: "UTC",
+			from: utc("2026-03-01T11:59:00Z"), to: utc("2026-03-01T12:03:00Z"), step: time.Second,
+			want: []string{"2026-03-01T12:00:00Z", "2026-03-01T12:00:20Z", "2026-03-01T12:00:40Z",
+				"2026-03-01T12:01:00Z", "2026-03-01T12:01:20Z", "2026-03-01T12:01:40Z"},
+		},
+		{
+			name: "NamesAndLists", spec: "0 9,17 * jan-mar mon,fri", zone: "UTC",
+			from: utc("2026-03-01T00:00:00Z"), to: utc("2026-03-07T00:00:00Z"), step: time.Minute,
+			want: []string{"2026-03-02T09:00:00Z", "2026-03-02T17:00:00Z", "2026-03-06T09:00:00Z", "2026-03-06T17:00:00Z"},
+		},
+		{
+			// Europe/Paris springs forward on 2026-03-29 at 02:00 CET: 02:30 does not exist
+			// that day and does not fire.
+			name: "SpringForwardSkips", spec: "30 2 * * *", zone: "Europe/Paris",
+			from: utc("2026-03-27T12:00:00Z"), to: utc("2026-03-30T12:00:00Z"), step: time.Minute,
+			want: []string{"2026-03-28T01:30:00Z", "2026-03-30T00:30:00Z"},
+		},
+		{
+			// Europe/Paris falls back on 2026-10-25 at 03:00 CEST: 02:30 happens twice and
+			// fires twice.
+			name: "FallBackRepeats", spec: "30 2 * * *", zone: "Europe/Paris",
+			from: utc("2026-10-24T12:00:00Z"), to: utc("2026-10-26T12:00:00Z"), step: time.Minute,
+			want: []string{"2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z", "2026-10-26T01:30:00Z"},
+		},
+		{
+			// The same day, hourly at minute 0 in New York (falls back 2026-11-01 02:00
+			// EDT): every real hour fires, 25 times on that day.
+			name: "HourlyAcrossFallBack", spec: "@hourly", zone: "America/New_York",
+			from: utc("2026-11-01T03:59:00Z"), to: utc("2026-11-01T08:00:00Z"), step: time.Minute,
+			want: []string{"2026-11-01T04:00:00Z", "2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z", "2026-11-01T08:00:00Z"},
+		},
+		{
+			name: "DailyInAZone", spec: "@daily", zone: "Asia/Tokyo",
+			from: utc("2026-03-01T00:00:00Z"), to: utc("2026-03-03T00:00:00Z"), step: time.Minute,
+			want: []string{"2026-03-01T15:00:00Z", "2026-03-02T15:00:00Z"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := setupSchedules(t)
+			s.clock.set(c.from)
+			settings := appendEach(c.spec)
+			settings.TimeZone = c.zone
+			s.create("cron", settings)
+			for s.clock.now().Before(c.to) {
+				s.clock.advance(c.step)
+				s.fire()
+			}
+			if got := s.identifiers(); !slices.Equal(got, c.want) {
+				t.Errorf("fired at %v, want %v", got, c.want)
+			}
+			// The library's computation, without the database, agrees.
+			times, err := repository.NextFires(c.spec, c.zone, c.from, len(c.want)+1)
+			if err != nil || !slices.Equal(stamps(times[:len(c.want)]...), c.want) || !times[len(c.want)].After(c.to) {
+				t.Errorf("NextFires %v, %v", times, err)
+			}
+		})
+	}
+}
+
+func TestSchedulePause(t *testing.T) {
+	t.Run("PausedDoesNotFireAndResumeDoesNotReplay", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("tick", appendEach("@every 1s"))
+		if sc, err := s.sched.PauseSchedule(s.ctx, s.pool, "tick"); err != nil || !sc.Paused {
+			t.Fatalf("pause: %+v, %v", sc, err)
+		}
+		s.clock.advance(5 * time.Second)
+		if fires := s.fire(); len(fires) != 0 {
+			t.Errorf("a paused schedule fired %+v", fires)
+		}
+		s.clock.advance(500 * time.Millisecond)
+		sc, err := s.sched.ResumeSchedule(s.ctx, s.pool, "tick", false)
+		if err != nil || sc.Paused || !sc.NextFire.Equal(start.Add(6*time.Second)) {
+			t.Fatalf("resume: %+v, %v; want next fire %v", sc, err, start.Add(6*time.Second))
+		}
+		if fires := s.fire(); len(fires) != 0 {
+			t.Errorf("resuming replayed %+v", fires)
+		}
+		s.clock.advance(500 * time.Millisecond)
+		if got, want := stampsOf(s.fire()), stamps(start.Add(6*time.Second)); !slices.Equal(got, want) {
+			t.Errorf("after resuming fired %v, want %v", got, want)
+		}
+	})
+
+	t.Run("ResumeWithReplay", func(t *testing.T) {
+		s := setupSchedules(t)
+		settings := appendEach("@every 1s")
+		settings.CatchUp = 100
+		s.create("tick", settings)
+		s.clock.advance(time.Second)
+		s.fire()
+		if _, err := s.sched.PauseSchedule(s.ctx, s.pool, "tick"); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.advance(5 * time.Second)
+		if _, err := s.sched.ResumeSchedule(s.ctx, s.pool, "tick", true); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := stampsOf(s.fire()), stamps(every(start.Add(2*time.Second), time.Second, 5)...); !slices.Equal(got, want) {
+			t.Errorf("replayed %v, want %v", got, want)
+		}
+	})
+
+	t.Run("Unknown", func(t *testing.T) {
+		s := setupSchedules(t)
+		if _, err := s.sched.PauseSchedule(s.ctx, s.pool, "nope"); !errors.Is(err, repository.ErrUnknownSchedule) {
+			t.Errorf("pause unknown: %v", err)
+		}
+		if _, err := s.sched.Schedule(s.ctx, s.pool, "nope"); !errors.Is(err, repository.ErrUnknownSchedule) {
+			t.Errorf("get unknown: %v", err)
+		}
+		if removed, err := s.sched.RemoveSchedule(s.ctx, s.pool, "nope"); removed || err != nil {
+			t.Errorf("remove unknown: %v, %v", removed, err)
+		}
+	})
+}
+
+// stampsOf lists the fire times of fires, formatted as stamps.
+func stampsOf(fires []repository.Fire) []string {
+	var out []string
+	for _, f := range fires {
+		out = append(out, stamps(f.Times...)...)
+	}
+	return out
+}
+
+func TestScheduleUpdate(t *testing.T) {
+	t.Run("NewSpecRestartsFromNow", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("job", repository.ScheduleSettings{Spec: "@daily"})
+		s.clock.advance(30 * time.Second)
+		sc, err := s.sched.UpdateSchedule(s.ctx, s.pool, "job", func(c *repository.ScheduleSettings) {
+			c.Spec = "@every 1m"
+			c.Priority = -2
+		})
+		if err != nil || sc.Spec != "@every 1m" || sc.Priority != -2 || !sc.NextFire.Equal(start.Add(90*time.Second)) {
+			t.Errorf("update: %+v, %v", sc, err)
+		}
+		same, err := s.sched.UpdateSchedule(s.ctx, s.pool, "job", func(c *repository.ScheduleSettings) { c.Input = "x" })
+		if err != nil || !same.NextFire.Equal(sc.NextFire) || same.Input != "x" {
+			t.Errorf("an input change moved the next fire: %+v, %v", same, err)
+		}
+	})
+
+	t.Run("BadChangeWritesNothing", func(t *testing.T) {
+		s := setupSchedules(t)
+		before := s.create("job", repository.ScheduleSettings{Spec: "@daily"})
+		for _, c := range []struct {
+			change   func(*repository.ScheduleSettings)
+			sentinel error
+			says     string
+		}{
+			{func(c *repository.ScheduleSettings) { c.Spec = "@every -1m" }, repository.ErrInvalid, "negative"},
+			{func(c *repository.ScheduleSettings) { c.TimeZone = "Nowhere/City" }, repository.ErrInvalid, "time zone"},
+			{func(c *repository.ScheduleSettings) { c.Topic = "nope"; c.Priority = 9 }, repository.ErrUnknownTopic, `"nope"`},
+		} {
+			if _, err := s.sched.UpdateSchedule(s.ctx, s.pool, "job", c.change); !errors.Is(err, c.sentinel) || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("error %v, want %v saying %q", err, c.sentinel, c.says)
+			}
+		}
+		after, err := s.sched.Schedule(s.ctx, s.pool, "job")
+		if err != nil || after.Spec != before.Spec || after.Topic != before.Topic || after.Priority != 0 || !after.Updated.Equal(before.Updated) {
+			t.Errorf("after refused changes %+v, %v", after, err)
+		}
+	})
+
+	t.Run("RemoveAndTopicDestroy", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("a", repository.ScheduleSettings{Spec: "@daily"})
+		s.createTopic("other")
+		s.create("b", repository.ScheduleSettings{Topic: "other", Spec: "@daily"})
+		if removed, err := s.sched.RemoveSchedule(s.ctx, s.pool, "a"); !removed || err != nil {
+			t.Errorf("remove: %v, %v", removed, err)
+		}
+		if _, err := s.repo.Destroy(s.ctx, s.pool, "other"); err != nil {
+			t.Fatal(err)
+		}
+		if list, err := s.sched.Schedules(s.ctx, s.pool); err != nil || len(list) != 0 {
+			t.Errorf("schedules left: %+v, %v", list, err)
+		}
+	})
+
+	t.Run("RunNow", func(t *testing.T) {
+		s := setupSchedules(t)
+		sc := s.create("job", repository.ScheduleSettings{Spec: "@daily", Identifier: "job-{time}", Paused: true})
+		s.clock.advance(1500 * time.Millisecond)
+		task, err := s.sched.RunSchedule(s.ctx, s.pool, "job")
+		if err != nil || task.Identifier != "job-"+stamps(start.Add(time.Second))[0] {
+			t.Errorf("run now: %+v, %v", task, err)
+		}
+		after, _ := s.sched.Schedule(s.ctx, s.pool, "job")
+		if !after.NextFire.Equal(sc.NextFire) || after.Fires != 0 {
+			t.Errorf("run now changed the schedule: %+v", after)
+		}
+	})
+}
+
+func TestScheduleSQL(t *testing.T) {
+	t.Run("DeclareAndFire", func(t *testing.T) {
+		s := setupSchedules(t)
+		var name string
+		if err := s.pool.QueryRow(s.ctx, `SELECT task_schedule('sql', 'topic', '@every 1s', identifier => '{time}', insertion => 'append')`).Scan(&name); err != nil || name != "sql" {
+			t.Fatalf("task_schedule: %q, %v", name, err)
+		}
+		sc, err := s.sched.Schedule(s.ctx, s.pool, "sql")
+		if err != nil || !sc.NextFire.IsZero() || *sc.Insertion != repository.Append {
+			t.Fatalf("declared: %+v, %v", sc, err)
+		}
+		// created by the database clock: the first fire time is the first after it
+		s.clock.set(sc.Created.Truncate(time.Second))
+		if fires := s.fire(); len(fires) != 0 {
+			t.Errorf("fired before the first fire time: %+v", fires)
+		}
+		first := sc.Created.Truncate(time.Second).Add(time.Second)
+		if sc, _ := s.sched.Schedule(s.ctx, s.pool, "sql"); !sc.NextFire.Equal(first) {
+			t.Errorf("first fire time %v, want %v", sc.NextFire, first)
+		}
+		s.clock.set(first)
+		if got, want := stampsOf(s.fire()), stamps(first); !slices.Equal(got, want) {
+			t.Errorf("fired %v, want %v", got, want)
+		}
+	})
+
+	t.Run("BadInputIsRefusedAndNothingWritten", func(t *testing.T) {
+		s := setupSchedules(t)
+		if _, err := s.pool.Exec(s.ctx, `SELECT task_schedule('taken', 'topic', '@hourly')`); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			call, state, says string
+		}{
+			{`task_schedule('a', 'topic', '61 * * * *')`, "22023", "minute 61 is out of range 0-59"},
+			{`task_schedule('a', 'topic', '* * *')`, "22023", "has 3 fields"},
+			{`task_schedule('a', 'topic', '0 0 * foo *')`, "22023", "'foo' is not a number or a month name"},
+			{`task_schedule('a', 'topic', '@every -5s')`, "22023", "interval -5s is negative"},
+			{`task_schedule('a', 'topic', '@hourly', time_zone => 'Mars/Olympus')`, "22023", "unknown time zone 'Mars/Olympus'"},
+			{`task_schedule('a', 'nope', '@hourly')`, "PT001", "unknown topic 'nope'"},
+			{`task_schedule('taken', 'topic', '@hourly')`, "PT016", "schedule 'taken' exists"},
+			{`task_schedule('a', 'topic', '@hourly', insertion => 'sideways')`, "PT002", "unknown insertion"},
+			{`task_schedule('a', 'topic', '@hourly', catch_up => -1)`, "22023", "catch_up -1"},
+		} {
+			_, err := s.pool.Exec(s.ctx, "SELECT "+c.call)
+			if repository.SQLState(err) != c.state || err == nil || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s: %v, want SQLSTATE %s saying %q", c.call, err, c.state, c.says)
+			}
+		}
+		var n int
+		if err := s.pool.QueryRow(s.ctx, "SELECT count(*) FROM task_schedule").Scan(&n); err != nil || n != 1 {
+			t.Errorf("%d schedules after the refusals (%v), want 1", n, err)
+		}
+	})
+
+	t.Run("SpecsAgreeWithGo", func(t *testing.T) {
+		s := setupSchedules(t)
+		for _, spec := range []string{"*/5 * * * *", "0 30 9 * * mon-fri", "0 0 1 jan,jul *", "5/10 * * * *", "@hourly", "@every 1h30m",
+			"@every 90s", "@every 1.5s", "@every -5s", "* * *", "61 * * * *", "5-1 * * * *", "*/0 * * * *", "x * * * *",
+			"0 0 * foo *", "TZ=UTC * * * * *", "@fortnightly", "", "0 0 * * 7", "0 0 0 * *", "? * * * *",
+			"@HOURLY", "@Every 5s", "@every 5S", "0 0 * JAN MON", "@every +5s", "@every 0s", "1,2-3/2 * * * *", "1-2-3 * * * *",
+			"0 0 1-31/0 * *", "@every", "* * * * * * *"} {
+			var problem *string
+			if err := s.pool.QueryRow(s.ctx, "SELECT task_schedule_spec_problem($1)", spec).Scan(&problem); err != nil {
+				t.Fatal(err)
+			}
+			goErr := repository.ValidateScheduleSpec(spec, "UTC")
+			if (problem == nil) != (goErr == nil) {
+				t.Errorf("spec %q: SQL says %v, Go says %v", spec, deref(problem), goErr)
+			}
+		}
+	})
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return "<ok>"
+	}
+	return *p
+}

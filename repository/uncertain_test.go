@@ -1,0 +1,72 @@
+package repository_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// TestLeased: the ACTIVE tasks of a topic under this owner, in sequence order, and
+// nothing of other owners, other states or other topics.
+func TestLeased(t *testing.T) {
+	f := setup(t)
+	f.push(repository.Append, "a", "b", "c", "d", "e", "f")
+	mine := f.poll(repository.FIFO, repository.None, 3) // a, b, c
+	other := f.newRepo("owner-2")
+	if _, err := other.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 2); err != nil { // d, e
+		t.Fatal(err)
+	}
+	f.complete(repository.Decision{Result: repository.Success}, mine[1]) // b is done
+	if _, err := f.repo.CreateTopic(f.ctx, f.pool, "elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.repo.Leased(f.ctx, f.pool, f.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, task := range got {
+		ids = append(ids, task.Identifier)
+		if task.State != repository.Active || task.Owner != "owner-1" || task.Attempt != 1 {
+			t.Errorf("task %s: state %v owner %q attempt %d", task.Identifier, task.State, task.Owner, task.Attempt)
+		}
+	}
+	if !slices.Equal(ids, []string{"a", "c"}) {
+		t.Errorf("Leased = %v, want [a c]", ids)
+	}
+	// They can be completed as polled tasks can.
+	f.complete(repository.Decision{Result: repository.Success}, got...)
+	if got, err := f.repo.Leased(f.ctx, f.pool, "elsewhere"); err != nil || len(got) != 0 {
+		t.Errorf("Leased of another topic = %v, %v; want none", got, err)
+	}
+	if _, err := f.repo.Leased(f.ctx, f.pool, ""); !errors.Is(err, repository.ErrInvalid) {
+		t.Errorf("Leased of an empty topic name: %v, want ErrInvalid", err)
+	}
+}
+
+func TestUncertain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"server error", fmt.Errorf("poll: %w", &pgconn.PgError{Code: "57P01"}), false},
+		{"refusal", &repository.TaskError{Op: "complete"}, false},
+		{"invalid", fmt.Errorf("x: %w", repository.ErrInvalid), false},
+		{"cannot connect", &pgconn.ConnectError{}, false},
+		{"connection lost", fmt.Errorf("poll: %w", io.ErrUnexpectedEOF), true},
+		{"deadline while waiting", fmt.Errorf("poll: %w", context.DeadlineExceeded), true},
+	} {
+		if got := repository.Uncertain(tc.err); got != tc.want {
+			t.Errorf("%s: Uncertain(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}

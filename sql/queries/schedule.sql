@@ -1,0 +1,97 @@
+-- name: ScheduleCreate :one
+-- Inserts a schedule (migration 000016) to a registered topic. No row when the topic is
+-- unknown (nothing is selected) or a schedule of that name exists (ON CONFLICT): the
+-- caller tells which apart, and the caller's transaction survives either.
+INSERT INTO task_schedule (name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused,
+                           next_fire, created, updated)
+SELECT sqlc.arg(name), tt.topic, sqlc.arg(spec), sqlc.arg(time_zone), sqlc.narg('identifier'), sqlc.narg('input'),
+       sqlc.arg(priority), sqlc.arg(insertion), sqlc.arg(catch_up), sqlc.arg(paused), sqlc.arg(next_fire)::timestamptz,
+       COALESCE(sqlc.narg('now')::timestamptz, now()), COALESCE(sqlc.narg('now')::timestamptz, now())
+FROM task_topic tt
+WHERE tt.topic = sqlc.arg(topic)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: ScheduleGet :one
+SELECT * FROM task_schedule WHERE name = sqlc.arg(name);
+
+-- name: ScheduleGetForUpdate :one
+-- The schedule's row, locked until the end of the transaction: a change reads, modifies
+-- and writes it back without losing a concurrent one (or a fire).
+SELECT * FROM task_schedule WHERE name = sqlc.arg(name) FOR UPDATE;
+
+-- name: ScheduleList :many
+SELECT * FROM task_schedule ORDER BY name;
+
+-- name: ScheduleUpdate :one
+-- Writes a schedule's definition and its next fire time (recomputed by the caller when
+-- the spec, the time zone or the pause changed). The topic must be registered (the
+-- foreign key).
+UPDATE task_schedule
+SET topic      = sqlc.arg(topic),
+    spec       = sqlc.arg(spec),
+    time_zone  = sqlc.arg(time_zone),
+    identifier = sqlc.narg('identifier'),
+    input      = sqlc.narg('input'),
+    priority   = sqlc.arg(priority),
+    insertion  = sqlc.arg(insertion),
+    catch_up   = sqlc.arg(catch_up),
+    paused     = sqlc.arg(paused),
+    next_fire  = sqlc.narg('next_fire'),
+    updated    = COALESCE(sqlc.narg('now')::timestamptz, now())
+WHERE name = sqlc.arg(name)
+RETURNING *;
+
+-- name: ScheduleDelete :execrows
+DELETE FROM task_schedule WHERE name = sqlc.arg(name);
+
+-- name: ScheduleAnyDue :one
+-- Whether any running schedule is due, without a lock or a transaction: an idle round of
+-- the firers costs one read of task_schedule_due.
+SELECT EXISTS (
+    SELECT FROM task_schedule s
+    WHERE NOT s.paused
+      AND (s.next_fire IS NULL OR s.next_fire <= COALESCE(sqlc.narg('now')::timestamptz, now()))
+)::boolean AS due;
+
+-- name: ScheduleDue :one
+-- The running schedule whose fire time is the oldest past (or not computed yet: NULL
+-- first), locked for this transaction; schedules another firer holds are skipped, not
+-- waited for (ScheduleDueWait waits), and so are those this firer could not fire in this
+-- round (skip). Returns the clock the fire goes by: the injected time, or the database's.
+SELECT sqlc.embed(s), COALESCE(sqlc.narg('now')::timestamptz, now())::timestamptz AS now
+FROM task_schedule s
+WHERE NOT s.paused
+  AND (s.next_fire IS NULL OR s.next_fire <= COALESCE(sqlc.narg('now')::timestamptz, now()))
+  AND s.name <> ALL (sqlc.arg(skip)::text[])
+ORDER BY s.next_fire NULLS FIRST
+LIMIT 1
+FOR UPDATE OF s SKIP LOCKED;
+
+-- name: ScheduleDueWait :one
+-- ScheduleDue that waits for a schedule another firer holds. Once that firer commits,
+-- the row is read again: no longer due (it fired), it is passed over for the next; still
+-- due (that firer rolled back, or died), it is returned, so a fire time is never lost to
+-- a firer that failed while the others skipped it.
+SELECT sqlc.embed(s), COALESCE(sqlc.narg('now')::timestamptz, now())::timestamptz AS now
+FROM task_schedule s
+WHERE NOT s.paused
+  AND (s.next_fire IS NULL OR s.next_fire <= COALESCE(sqlc.narg('now')::timestamptz, now()))
+  AND s.name <> ALL (sqlc.arg(skip)::text[])
+ORDER BY s.next_fire NULLS FIRST
+LIMIT 1
+FOR UPDATE OF s;
+
+-- name: ScheduleAdvance :execrows
+-- Records a fire and moves next_fire on — a compare-and-set: only when next_fire still
+-- holds the value the firer read (NULL included). A second firer of the same fire time
+-- waits here for the first to commit, then matches no row and rolls its push back, so
+-- each fire time is pushed exactly once whatever the number of firers.
+UPDATE task_schedule
+SET next_fire     = sqlc.arg(next_fire)::timestamptz,
+    last_fire     = COALESCE(sqlc.narg('last_fire')::timestamptz, last_fire),
+    last_fired_at = COALESCE(sqlc.narg('fired_at')::timestamptz, last_fired_at),
+    last_sequence = COALESCE(sqlc.narg('last_sequence')::bigint, last_sequence),
+    fires         = fires + sqlc.arg(fired)::bigint
+WHERE name = sqlc.arg(name)
+  AND next_fire IS NOT DISTINCT FROM sqlc.narg('expected')::timestamptz;

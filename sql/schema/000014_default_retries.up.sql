@@ -1,0 +1,16 @@
+-- 000014: a new topic retries a failed task by default.
+--
+-- Until now a topic was created with max_attempts 1: a FAILURE, or the death of the
+-- process running the task, was final at once. A queue that does not retry surprises
+-- the users of every other one (River retries 25 times, Oban 20, Sidekiq 25), and a
+-- task lost to a restart or to a blip of a dependency is the common case retries exist
+-- for. A topic created from now on (task_topic_create, Repository.CreateTopic,
+-- `pgtask topic add`, REST) gets 25 attempts, with the backoff it already had: 1 s
+-- before the first retry, doubling up to 1 h, so a task that keeps failing is retried
+-- for about 14 hours before it lands in FAILED, the dead-letter set.
+--
+-- Only the column default changes. Every existing topic keeps the settings stored in
+-- its row, 1 attempt included, so an upgrade changes the behaviour of no topic that
+-- exists: raise them with `pgtask topic set NAME --max-attempts 25` (or
+-- Repository.UpdateSettings) where retries are wanted.
+ALTER TABLE task_topic ALTER COLUMN max_attempts SET DEFAULT 25;
