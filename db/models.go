@@ -77,6 +77,18 @@ type TaskSchedule struct {
 	Updated      time.Time
 }
 
+type TaskTally struct {
+	Topic     string
+	Second    time.Time
+	Writer    int32
+	Pushed    int64
+	Retried   int64
+	Failed    int64
+	Suspended int64
+	Filtered  int64
+	Succeeded int64
+}
+
 type TaskTopic struct {
 	Topic           string
 	Partition       string

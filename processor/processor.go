@@ -571,7 +571,8 @@ func (p *Processor) vacuum(ctx context.Context) {
 // large backlog of old rows is removed in short transactions.
 const retentionBatch = 10000
 
-// retain deletes finished tasks older than their topic's retention, in batches.
+// retain deletes finished tasks older than their topic's retention, in batches, and the
+// tallies older than repository.TallyKept.
 func (p *Processor) retain(ctx context.Context) {
 	var total int64
 	for ctx.Err() == nil {
@@ -588,6 +589,9 @@ func (p *Processor) retain(ctx context.Context) {
 	if total > 0 {
 		p.logger.Debug("purged finished tasks past their retention", slog.Int64("tasks", total))
 	}
+	// the charts' counts (repository.Tally) are kept for an hour
+	_, err := p.repo.PruneTallies(ctx, p.pool)
+	p.outcome(ctx, "prune tallies", err)
 }
 
 // logUnlessStopping logs a failed step of the heartbeat or the periodic maintenance,

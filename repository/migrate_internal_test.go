@@ -831,3 +831,75 @@ func TestSchedulesMigration(t *testing.T) {
 		t.Fatalf("schedules after up, down, up: %+v, %v", list, err)
 	}
 }
+
+// TestTallyMigration checks migration 000017 on a database of version 16 with tasks in
+// several states: every row kept, tallies counted from the first push and completion
+// after it; reverting drops the tallies and keeps the tasks, and completions work as
+// before.
+func TestTallyMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository tally test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(16)
+	create("t")
+	repo, err := New(Config{Owner: "upgrader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Push(ctx, pool, "t", Append, Creation{Identifier: "a"}, Creation{Identifier: "b"},
+		Creation{Identifier: "c"}, Creation{Identifier: "parked", Suspended: true}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := repo.Poll(ctx, pool, "t", FIFO, None, 2)
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("poll: %v, %v", leased, err)
+	}
+	if _, err := repo.Complete(ctx, pool, "t", leased[0].Decide(Succeed("old"))); err != nil {
+		t.Fatal(err)
+	}
+	rows := taskRows(t, pool)
+
+	steps(1)
+	sameRows(t, "tasks after 000017", taskRows(t, pool), rows)
+	var tallies int64
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM task_tally").Scan(&tallies); err != nil || tallies != 0 {
+		t.Fatalf("tallies after 000017: %d, %v; want none (nothing is counted backwards)", tallies, err)
+	}
+	// the lease taken before the upgrade completes, and is counted, as a new push is
+	if _, err := repo.Complete(ctx, pool, "t", leased[1].Decide(Succeed("new"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "SELECT task_push('t', 'd')"); err != nil {
+		t.Fatal(err)
+	}
+	var pushed, succeeded int64
+	if err := pool.QueryRow(ctx, "SELECT sum(pushed), sum(succeeded) FROM task_tally WHERE topic = 't'").Scan(&pushed, &succeeded); err != nil || pushed != 1 || succeeded != 1 {
+		t.Fatalf("tallies after a push and a completion: %d pushed, %d succeeded (%v); want 1 and 1", pushed, succeeded, err)
+	}
+	rows = taskRows(t, pool)
+
+	steps(-1)
+	sameRows(t, "tasks after reverting 000017", taskRows(t, pool), rows)
+	var gone bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('task_tally') IS NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'task_tally_pushed')").Scan(&gone); err != nil || !gone {
+		t.Fatalf("task_tally or its trigger still there after reverting 000017 (%v)", err)
+	}
+	// version 16's push and completion, without tallies
+	if _, err := repo.Push(ctx, pool, "t", Append, Creation{Identifier: "e"}); err != nil {
+		t.Fatal(err)
+	}
+	more, err := repo.Poll(ctx, pool, "t", FIFO, None, 1)
+	if err != nil || len(more) != 1 {
+		t.Fatalf("poll after reverting 000017: %v, %v", more, err)
+	}
+	if _, err := repo.Complete(ctx, pool, "t", more[0].Decide(Succeed(""))); err != nil {
+		t.Fatalf("complete after reverting 000017: %v", err)
+	}
+	rows = taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000017 again", taskRows(t, pool), rows)
+}

@@ -231,6 +231,11 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("output = %q", out)
 		}
 		screenshot(t, ctx, "task")
+		// The topic's chart counts the push and the success once their second is over.
+		run(t, ctx, chromedp.Navigate(base+"/ui/topics/work"),
+			waitFor(`["pushed", "succeeded"].every((k) =>
+				Number(document.querySelector("#rates .legend [data-series=" + k + "]")?.dataset.total) >= 1 &&
+				document.querySelector("#rates polyline[data-series=" + k + "]") !== null)`))
 	})
 
 	t.Run("InputIsShownAsText", func(t *testing.T) {

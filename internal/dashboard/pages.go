@@ -136,31 +136,49 @@ type overviewView struct {
 	// After is the name the page starts after ("" for the first); Next the name the next
 	// page starts after ("" when none).
 	After, Next string
-	Totals      sample
+	// Rates is the chart of every topic.
+	Rates rates
 }
 
 func (overviewView) title() string { return "Overview" }
 
-// sample is one point of a page's chart: the counts of the open states.
-type sample struct {
-	Due, Delayed, Active, Failed, Expired, Suspended int64
-}
+// chartWindow is how far back the charts reach.
+const chartWindow = 5 * time.Minute
 
-// add counts stats into the sample.
-func (p *sample) add(st repository.TopicStats) {
-	p.Due += st.Ready - st.Delayed
-	p.Delayed += st.Delayed
-	p.Active += st.Active
-	p.Failed += st.Failed
-	p.Expired += st.Expired
-	p.Suspended += st.Suspended
-}
+// rates is a chart's data: what was pushed and completed in each second of the last
+// chartWindow (Repository.Tallies: the tallies of that window, never the tasks).
+type rates []repository.Tally
 
-// JSON is the sample as the chart's script reads it.
-func (p sample) JSON() string {
-	b, _ := json.Marshal(map[string]int64{"due": p.Due, "delayed": p.Delayed, "active": p.Active,
-		"failed": p.Failed, "expired": p.Expired, "suspended": p.Suspended})
+// JSON is the chart's data as app.js reads it: the first second (Unix time) and one
+// array per series, a count per second.
+func (r rates) JSON() string {
+	out := struct {
+		Start     int64   `json:"start"`
+		Pushed    []int64 `json:"pushed"`
+		Succeeded []int64 `json:"succeeded"`
+		Failed    []int64 `json:"failed"`
+		Retried   []int64 `json:"retried"`
+		Filtered  []int64 `json:"filtered"`
+		Suspended []int64 `json:"suspended"`
+	}{}
+	if len(r) > 0 {
+		out.Start = r[0].Second.Unix()
+	}
+	for _, y := range r {
+		out.Pushed = append(out.Pushed, y.Pushed)
+		out.Succeeded = append(out.Succeeded, y.Succeeded)
+		out.Failed = append(out.Failed, y.Failed)
+		out.Retried = append(out.Retried, y.Retried)
+		out.Filtered = append(out.Filtered, y.Filtered)
+		out.Suspended = append(out.Suspended, y.Suspended)
+	}
+	b, _ := json.Marshal(out)
 	return string(b)
+}
+
+// rates reads the chart of topic, or of every topic when topic is "".
+func (s *server) rates(r *http.Request, topic string) (rates, error) {
+	return s.repo.Tallies(r.Context(), s.pool, topic, chartWindow)
 }
 
 // overview lists a page of topics, searched by name, with their stats: one read of
@@ -196,8 +214,10 @@ func (s *server) overview(r *http.Request) (string, any, error) {
 	}
 	for _, t := range topics {
 		row := topicRow{Topic: t, Stats: byName[t.Name]}
-		v.Totals.add(row.Stats)
 		v.Topics = append(v.Topics, row)
+	}
+	if v.Rates, err = s.rates(r, ""); err != nil {
+		return "", nil, err
 	}
 	return "overview", v, nil
 }
@@ -283,7 +303,8 @@ type topicView struct {
 	NewerURL string
 	OlderURL string
 	Settings settingsForm
-	Sample   sample
+	// Rates is the topic's chart.
+	Rates rates
 	// Limits say the topic's limits with their use now, one entry each; none without.
 	Limits []string
 }
@@ -357,7 +378,9 @@ func (s *server) topic(r *http.Request) (string, any, error) {
 			return "", nil, err
 		}
 	}
-	v.Sample.add(stats)
+	if v.Rates, err = s.rates(r, name); err != nil {
+		return "", nil, err
+	}
 	for _, st := range repository.States() {
 		v.States = append(v.States, st.String())
 	}

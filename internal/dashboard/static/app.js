@@ -3,23 +3,19 @@
 //  - live refresh: every data-refresh ms the page is fetched again and each element
 //    with data-live and an id is replaced by its new version (nothing else moves, so
 //    forms being filled are left alone);
-//  - charts: each data-chart element draws the samples (data-sample, JSON counts) the
-//    live elements carry, one point per refresh, over the last minutes;
+//  - charts: each data-chart element draws its data-series (JSON: tasks pushed and
+//    completed by result in each second of the last minutes), redrawn at each refresh;
 //  - actions: buttons with data-post POST data-body (JSON) to their URL; forms with
 //    data-action send their fields as JSON. Every write is application/json and
 //    same-origin, which is what the server's guard requires.
 "use strict";
 (function () {
   const refreshMs = Number(document.body.dataset.refresh) || 3000;
-  const maxPoints = Math.ceil(5 * 60 * 1000 / refreshMs); // five minutes
+  // The charts' series: key in data-series, label, colour.
   const series = [
-    ["due", "Ready (due)", "#2f6fde"], ["delayed", "Delayed", "#8c959f"], ["active", "Active", "#8250df"],
-    ["failed", "Failed", "#cf222e"], ["expired", "Expired", "#e16f24"], ["suspended", "Suspended", "#bf8700"],
+    ["pushed", "Pushed", "#2f6fde"], ["succeeded", "Succeeded", "#1a7f37"], ["failed", "Failed", "#cf222e"],
+    ["retried", "Retried", "#e16f24"], ["filtered", "Filtered", "#8c959f"], ["suspended", "Suspended", "#bf8700"],
   ];
-  // The samples of this page survive navigation within the tab (sessionStorage).
-  const storeKey = "pgtask-chart:" + location.pathname + location.search;
-  let points = [];
-  try { points = JSON.parse(sessionStorage.getItem(storeKey) || "[]"); } catch (e) { points = []; }
   let refreshes = 0;
 
   function toast(text, isError) {
@@ -31,58 +27,53 @@
     toast.timer = setTimeout(() => { el.className = ""; }, isError ? 8000 : 3000);
   }
 
-  function sample() {
-    const el = document.querySelector("[data-sample]");
-    if (!el) return;
-    try {
-      points.push({ t: Date.now(), v: JSON.parse(el.dataset.sample) });
-    } catch (e) { return; }
-    const since = Date.now() - maxPoints * refreshMs;
-    points = points.filter((p) => p.t >= since).slice(-maxPoints);
-    try { sessionStorage.setItem(storeKey, JSON.stringify(points)); } catch (e) { /* full: keep in memory */ }
-    draw();
-  }
-
   const svgNS = "http://www.w3.org/2000/svg";
+  // draw draws each data-chart element's data-series: per second, how many tasks were
+  // pushed and completed by result (the server's tallies of the last minutes).
   function draw() {
     document.querySelectorAll("[data-chart]").forEach((box) => {
+      let data;
+      try { data = JSON.parse(box.dataset.series); } catch (e) { return; }
+      const n = (data.pushed || []).length;
       const w = box.clientWidth || 600, h = 130;
       let top = 1;
-      points.forEach((p) => series.forEach(([k]) => { top = Math.max(top, p.v[k] || 0); }));
+      series.forEach(([k]) => (data[k] || []).forEach((v) => { top = Math.max(top, v); }));
       const svg = document.createElementNS(svgNS, "svg");
       svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
       svg.setAttribute("preserveAspectRatio", "none");
       svg.setAttribute("role", "img");
-      svg.setAttribute("aria-label", "open tasks over the last minutes");
-      // The x axis spans the samples taken (up to five minutes).
-      const span = Math.max(points.length - 1, 1);
+      svg.setAttribute("aria-label", "tasks pushed and completed per second over the last minutes");
+      const span = Math.max(n - 1, 1);
       series.forEach(([key, , color]) => {
-        if (!points.some((p) => p.v[key])) return;
+        const values = data[key] || [];
+        if (!values.some((v) => v > 0)) return;
         const line = document.createElementNS(svgNS, "polyline");
-        const offset = points.length === 1 ? 1 : 0;
-        line.setAttribute("points", points.map((p, i) =>
-          `${((offset + i) / span * w).toFixed(1)},${(h - 4 - (p.v[key] || 0) / top * (h - 8)).toFixed(1)}`).join(" "));
+        line.setAttribute("points", values.map((v, i) =>
+          `${(i / span * w).toFixed(1)},${(h - 4 - v / top * (h - 8)).toFixed(1)}`).join(" "));
         line.setAttribute("fill", "none");
         line.setAttribute("stroke", color);
         line.setAttribute("stroke-width", "2");
         line.setAttribute("vector-effect", "non-scaling-stroke");
+        line.dataset.series = key;
         svg.appendChild(line);
       });
       const legend = document.createElement("div");
       legend.className = "legend";
-      const last = points.length ? points[points.length - 1].v : {};
       series.forEach(([key, label, color]) => {
+        const values = data[key] || [];
+        const total = values.reduce((a, v) => a + v, 0);
         const item = document.createElement("span");
         const swatch = document.createElement("i");
         swatch.style.background = color;
         item.appendChild(swatch);
-        item.appendChild(document.createTextNode(`${label} ${last[key] || 0}`));
+        item.appendChild(document.createTextNode(`${label} ${total.toLocaleString()}`));
+        item.dataset.series = key;
+        item.dataset.total = String(total);
         legend.appendChild(item);
       });
-      const max = document.createElement("span");
-      const seconds = points.length > 1 ? Math.round((points[points.length - 1].t - points[0].t) / 1000) : 0;
-      max.textContent = `scale 0–${top}, last ${seconds}s (up to ${Math.round(maxPoints * refreshMs / 60000)} min)`;
-      legend.appendChild(max);
+      const scale = document.createElement("span");
+      scale.textContent = `scale 0–${top.toLocaleString()}/s, totals over the last ${Math.round(n / 60)} min`;
+      legend.appendChild(scale);
       box.replaceChildren(svg, legend);
     });
   }
@@ -99,7 +90,7 @@
       });
       refreshes++;
       document.body.dataset.refreshes = String(refreshes);
-      sample();
+      draw();
     } catch (e) { /* the next refresh tries again */ }
   }
 
@@ -190,7 +181,7 @@
   });
 
   document.body.dataset.refreshes = "0";
-  sample();
+  draw();
   setInterval(refresh, refreshMs);
   document.body.dataset.ready = "1";
 })();
