@@ -166,12 +166,12 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
        t.cancelled
 FROM task t
-WHERE t.topic = $3 AND t.sequence < $4::bigint
-  AND ($5::smallint IS NULL OR t.state = $5)
-  AND ($6::text IS NULL OR t.identifier = $6)
-  AND ($7::text IS NULL OR t.reference = $7)
+WHERE t.topic = $3 AND t.sequence < $4::bigint AND t.sequence > $5::bigint
+  AND ($6::smallint IS NULL OR t.state = $6)
+  AND ($7::text IS NULL OR t.identifier = $7)
+  AND ($8::text IS NULL OR t.reference = $8)
 ORDER BY t.sequence DESC
-LIMIT $8
+LIMIT $9
 `
 
 type TaskExcerptBackwardParams struct {
@@ -179,6 +179,7 @@ type TaskExcerptBackwardParams struct {
 	ErrorCount int32
 	Topic      string
 	Cursor     int64
+	Floor      int64
 	State      *int16
 	Identifier *string
 	Reference  *string
@@ -215,6 +216,7 @@ func (q *Queries) TaskExcerptBackward(ctx context.Context, db DBTX, arg TaskExce
 		arg.ErrorCount,
 		arg.Topic,
 		arg.Cursor,
+		arg.Floor,
 		arg.State,
 		arg.Identifier,
 		arg.Reference,
@@ -274,12 +276,12 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
        t.cancelled
 FROM task t
-WHERE t.topic = $3 AND t.sequence > $4::bigint
-  AND ($5::smallint IS NULL OR t.state = $5)
-  AND ($6::text IS NULL OR t.identifier = $6)
-  AND ($7::text IS NULL OR t.reference = $7)
+WHERE t.topic = $3 AND t.sequence > $4::bigint AND t.sequence > $5::bigint
+  AND ($6::smallint IS NULL OR t.state = $6)
+  AND ($7::text IS NULL OR t.identifier = $7)
+  AND ($8::text IS NULL OR t.reference = $8)
 ORDER BY t.sequence
-LIMIT $8
+LIMIT $9
 `
 
 type TaskExcerptForwardParams struct {
@@ -287,6 +289,7 @@ type TaskExcerptForwardParams struct {
 	ErrorCount int32
 	Topic      string
 	Cursor     int64
+	Floor      int64
 	State      *int16
 	Identifier *string
 	Reference  *string
@@ -327,6 +330,7 @@ func (q *Queries) TaskExcerptForward(ctx context.Context, db DBTX, arg TaskExcer
 		arg.ErrorCount,
 		arg.Topic,
 		arg.Cursor,
+		arg.Floor,
 		arg.State,
 		arg.Identifier,
 		arg.Reference,
@@ -455,6 +459,18 @@ func (q *Queries) TaskGetMany(ctx context.Context, db DBTX, arg TaskGetManyParam
 		return nil, err
 	}
 	return items, nil
+}
+
+const taskLastSequence = `-- name: TaskLastSequence :one
+SELECT COALESCE(pg_sequence_last_value('task_sequence'), 0)::bigint AS sequence
+`
+
+// The highest sequence taken so far, by any topic (its task may be uncommitted, or gone).
+func (q *Queries) TaskLastSequence(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, taskLastSequence)
+	var sequence int64
+	err := row.Scan(&sequence)
+	return sequence, err
 }
 
 const taskLatest = `-- name: TaskLatest :many
@@ -623,17 +639,18 @@ func (q *Queries) TaskLatest(ctx context.Context, db DBTX, arg TaskLatestParams)
 
 const taskPageBackward = `-- name: TaskPageBackward :many
 SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM task t
-WHERE t.topic = $1 AND t.sequence < $2::bigint
-  AND ($3::smallint IS NULL OR t.state = $3)
-  AND ($4::text IS NULL OR t.identifier = $4)
-  AND ($5::text IS NULL OR t.reference = $5)
+WHERE t.topic = $1 AND t.sequence < $2::bigint AND t.sequence > $3::bigint
+  AND ($4::smallint IS NULL OR t.state = $4)
+  AND ($5::text IS NULL OR t.identifier = $5)
+  AND ($6::text IS NULL OR t.reference = $6)
 ORDER BY t.sequence DESC
-LIMIT $6
+LIMIT $7
 `
 
 type TaskPageBackwardParams struct {
 	Topic      string
 	Cursor     int64
+	Floor      int64
 	State      *int16
 	Identifier *string
 	Reference  *string
@@ -645,6 +662,7 @@ func (q *Queries) TaskPageBackward(ctx context.Context, db DBTX, arg TaskPageBac
 	rows, err := db.Query(ctx, taskPageBackward,
 		arg.Topic,
 		arg.Cursor,
+		arg.Floor,
 		arg.State,
 		arg.Identifier,
 		arg.Reference,
@@ -689,17 +707,18 @@ func (q *Queries) TaskPageBackward(ctx context.Context, db DBTX, arg TaskPageBac
 
 const taskPageForward = `-- name: TaskPageForward :many
 SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM task t
-WHERE t.topic = $1 AND t.sequence > $2::bigint
-  AND ($3::smallint IS NULL OR t.state = $3)
-  AND ($4::text IS NULL OR t.identifier = $4)
-  AND ($5::text IS NULL OR t.reference = $5)
+WHERE t.topic = $1 AND t.sequence > $2::bigint AND t.sequence > $3::bigint
+  AND ($4::smallint IS NULL OR t.state = $4)
+  AND ($5::text IS NULL OR t.identifier = $5)
+  AND ($6::text IS NULL OR t.reference = $6)
 ORDER BY t.sequence
-LIMIT $6
+LIMIT $7
 `
 
 type TaskPageForwardParams struct {
 	Topic      string
 	Cursor     int64
+	Floor      int64
 	State      *int16
 	Identifier *string
 	Reference  *string
@@ -711,6 +730,7 @@ func (q *Queries) TaskPageForward(ctx context.Context, db DBTX, arg TaskPageForw
 	rows, err := db.Query(ctx, taskPageForward,
 		arg.Topic,
 		arg.Cursor,
+		arg.Floor,
 		arg.State,
 		arg.Identifier,
 		arg.Reference,
@@ -812,11 +832,11 @@ func (q *Queries) TaskPurgeRetention(ctx context.Context, db DBTX, size int32) (
 }
 
 const taskResolveFollowing = `-- name: TaskResolveFollowing :one
-SELECT COALESCE(min(t.sequence), 9223372036854775807)::bigint AS sequence
-FROM task t WHERE t.created >= $1::timestamptz
+SELECT COALESCE(task_sequence_at($1::timestamptz, false), 9223372036854775807)::bigint AS sequence
 `
 
-// The first sequence created at or after the time; MaxInt64 when none.
+// The first sequence created at or after the time; MaxInt64 when none: a binary search
+// over the sequences (task_sequence_at, migration 000018), not a read of the tasks.
 func (q *Queries) TaskResolveFollowing(ctx context.Context, db DBTX, at time.Time) (int64, error) {
 	row := db.QueryRow(ctx, taskResolveFollowing, at)
 	var sequence int64
@@ -825,11 +845,15 @@ func (q *Queries) TaskResolveFollowing(ctx context.Context, db DBTX, at time.Tim
 }
 
 const taskResolvePreceding = `-- name: TaskResolvePreceding :one
-SELECT COALESCE(max(t.sequence), 0)::bigint AS sequence
-FROM task t WHERE t.created <= $1::timestamptz
+SELECT COALESCE((SELECT t.sequence FROM task t
+                 WHERE t.sequence < (SELECT COALESCE(task_sequence_at($1::timestamptz, true),
+                                                     9223372036854775807))
+                 ORDER BY t.sequence DESC LIMIT 1), 0)::bigint AS sequence
 `
 
-// The last sequence created at or before the time; 0 when none.
+// The last sequence created at or before the time; 0 when none: the task before the
+// first created after it (task_sequence_at), or the last task when none was.
+// (The bound is a scalar subquery, computed once, not once per table of task.)
 func (q *Queries) TaskResolvePreceding(ctx context.Context, db DBTX, at time.Time) (int64, error) {
 	row := db.QueryRow(ctx, taskResolvePreceding, at)
 	var sequence int64

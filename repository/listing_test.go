@@ -200,3 +200,37 @@ func excerptSequences(excerpts []repository.Excerpt) []int64 {
 	}
 	return out
 }
+
+// TestFloor: a filter's floor bounds Page and Excerpts from below, in both directions;
+// a negative one is refused.
+func TestFloor(t *testing.T) {
+	f := setup(t)
+	tasks := f.push(repository.Append, "a", "b", "c", "d", "e")
+	floor := tasks[1].Sequence // keeps c, d, e
+	filter := repository.TaskFilter{Floor: floor}
+	for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
+		cursor := repository.MaxSequence
+		if direction == repository.Forward {
+			cursor = repository.MinSequence
+		}
+		page, err := f.repo.Page(f.ctx, f.pool, f.topic, filter, cursor, 10, direction)
+		if err != nil {
+			t.Fatal(err)
+		}
+		excerpts, err := f.repo.Excerpts(f.ctx, f.pool, f.topic, filter, cursor, 10, direction)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) != 3 || len(excerpts) != 3 {
+			t.Fatalf("direction %v: %d tasks, %d excerpts above the floor; want 3 (c, d, e)", direction, len(page), len(excerpts))
+		}
+		for i := range page {
+			if page[i].Sequence <= floor || excerpts[i].Sequence <= floor {
+				t.Fatalf("direction %v: task %d at or below the floor %d", direction, page[i].Sequence, floor)
+			}
+		}
+	}
+	if _, err := f.repo.Page(f.ctx, f.pool, f.topic, repository.TaskFilter{Floor: -1}, 0, 10, repository.Forward); !errors.Is(err, repository.ErrInvalid) {
+		t.Fatalf("a negative floor: %v, want ErrInvalid", err)
+	}
+}

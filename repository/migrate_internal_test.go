@@ -903,3 +903,53 @@ func TestTallyMigration(t *testing.T) {
 	steps(1)
 	sameRows(t, "tasks after 000017 again", taskRows(t, pool), rows)
 }
+
+// TestSequenceAtMigration checks migration 000018 on a database of version 17 with
+// tasks: every row kept, Resolve finds over the old rows what a scan finds; reverting
+// drops task_sequence_at and keeps the rows.
+func TestSequenceAtMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository sequence-at test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(17)
+	create("t")
+	for _, q := range []string{
+		"SELECT task_push('t', 'a')",
+		"SELECT task_push_batch('t', ARRAY['b', 'c'])",
+		"SELECT task_push('t', 'd')",
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000018", taskRows(t, pool), rows)
+	repo, err := New(Config{Owner: "upgrader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mid time.Time
+	if err := pool.QueryRow(ctx, "SELECT created FROM task WHERE identifier = 'b'").Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	var first, last int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT min(sequence) FROM task WHERE created >= $1),
+		(SELECT max(sequence) FROM task WHERE created <= $1)`, mid).Scan(&first, &last); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := repo.Resolve(ctx, pool, mid, false); err != nil || got != first {
+		t.Errorf("following %v = %d, %v; a scan says %d", mid, got, err, first)
+	}
+	if got, err := repo.Resolve(ctx, pool, mid, true); err != nil || got != last {
+		t.Errorf("preceding %v = %d, %v; a scan says %d", mid, got, err, last)
+	}
+	steps(-1)
+	sameRows(t, "tasks after reverting 000018", taskRows(t, pool), rows)
+	var gone bool
+	if err := pool.QueryRow(ctx, "SELECT to_regproc('task_sequence_at') IS NULL").Scan(&gone); err != nil || !gone {
+		t.Fatalf("task_sequence_at still there after reverting 000018 (%v)", err)
+	}
+	steps(1)
+}

@@ -2077,3 +2077,60 @@ func TestVacuum(t *testing.T) {
 		t.Errorf("Vacuum in a transaction: err = %v, want one naming the transaction block", err)
 	}
 }
+
+// TestResolveMatchesAScan: Resolve's binary search over the sequences (migration 000018)
+// finds what a scan of every task finds, at each task's creation time and just around
+// it, with tasks of several topics, pushed one and many per transaction, some purged
+// (gaps in the sequences).
+func TestResolveMatchesAScan(t *testing.T) {
+	f := setup(t)
+	f.createTopic("other")
+	var created []time.Time
+	for i := range 40 {
+		topic := f.topic
+		if i%3 == 0 {
+			topic = "other"
+		}
+		n := 1 + i%4
+		cs := make([]repository.Creation, n)
+		for j := range cs {
+			cs[j] = repository.Creation{Identifier: fmt.Sprintf("t%d-%d", i, j)}
+		}
+		tasks, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, cs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		created = append(created, tasks[0].Created)
+	}
+	// gaps: every task of some pushes deleted
+	if _, err := f.pool.Exec(f.ctx, `DELETE FROM task WHERE identifier LIKE 't1%' OR identifier LIKE 't2_-%'`); err != nil {
+		t.Fatal(err)
+	}
+	scan := func(at time.Time, preceding bool) int64 {
+		var seq int64
+		q := `SELECT COALESCE(min(sequence), 9223372036854775807) FROM task WHERE created >= $1`
+		if preceding {
+			q = `SELECT COALESCE(max(sequence), 0) FROM task WHERE created <= $1`
+		}
+		if err := f.pool.QueryRow(f.ctx, q, at).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	checked := 0
+	for _, c := range created {
+		for _, at := range []time.Time{c.Add(-time.Microsecond), c, c.Add(time.Microsecond), c.Add(-time.Hour), c.Add(time.Hour)} {
+			for _, preceding := range []bool{false, true} {
+				got, err := f.repo.Resolve(f.ctx, f.pool, at, preceding)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := scan(at, preceding); got != want {
+					t.Fatalf("Resolve(%v, preceding %v) = %d, a scan of the tasks says %d", at, preceding, got, want)
+				}
+				checked++
+			}
+		}
+	}
+	t.Logf("%d resolutions checked", checked)
+}

@@ -78,13 +78,13 @@ func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filte
 	var rows []db.TaskExcerptForwardRow
 	if direction == Forward {
 		rows, err = r.q.TaskExcerptForward(ctx, h, db.TaskExcerptForwardParams{
-			Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, State: p.State,
+			Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, Floor: p.Floor, State: p.State,
 			Identifier: p.Identifier, Reference: p.Reference, Size: p.Size,
 		})
 	} else {
 		var back []db.TaskExcerptBackwardRow
 		back, err = r.q.TaskExcerptBackward(ctx, h, db.TaskExcerptBackwardParams{
-			Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, State: p.State,
+			Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, Floor: p.Floor, State: p.State,
 			Identifier: p.Identifier, Reference: p.Reference, Size: p.Size,
 		})
 		rows = make([]db.TaskExcerptForwardRow, len(back))
@@ -197,8 +197,8 @@ func pageParams(topic string, filter TaskFilter, cursor int64, size int, directi
 	}
 	state, _ := filterState(filter)
 	return db.TaskPageForwardParams{
-		Topic: topic, Cursor: cursor, State: state, Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference),
-		Size: int32(min(size, 1<<31-1)),
+		Topic: topic, Cursor: cursor, Floor: filter.Floor, State: state, Identifier: ptr(filter.Identifier),
+		Reference: ptr(filter.Reference), Size: int32(min(size, 1<<31-1)),
 	}, nil
 }
 
@@ -374,6 +374,16 @@ func (r *Repository) Resolve(ctx context.Context, h Handle, at time.Time, preced
 	}
 	if err != nil {
 		return 0, mapError("resolve", err)
+	}
+	return seq, nil
+}
+
+// LastSequence returns the highest sequence taken so far by any topic: no task has a
+// higher one (the task that took it may be uncommitted, rolled back or purged).
+func (r *Repository) LastSequence(ctx context.Context, h Handle) (int64, error) {
+	seq, err := r.q.TaskLastSequence(ctx, h)
+	if err != nil {
+		return 0, mapError("last sequence", err)
 	}
 	return seq, nil
 }

@@ -135,6 +135,9 @@ func ValidateFilter(filter TaskFilter) error {
 	if err := validReference(filter.Reference); err != nil {
 		return err
 	}
+	if filter.Floor < 0 {
+		return invalid("floor %d is negative", filter.Floor)
+	}
 	_, err := filterState(filter)
 	return err
 }

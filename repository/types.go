@@ -496,6 +496,11 @@ type TaskFilter struct {
 	Identifier string
 	// Reference, when not empty, keeps only tasks with this reference.
 	Reference string
+	// Floor, when above 0, keeps only tasks with a sequence above it: a bound Page and
+	// Excerpts stop reading at, so that a filter few tasks match reads a window of
+	// sequences at a time (the dashboard's topic page) rather than every older task.
+	// Latest and Count ignore it.
+	Floor int64
 }
 
 // Count is the number of tasks of one state and the highest sequence among them.

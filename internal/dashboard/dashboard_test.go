@@ -464,3 +464,37 @@ func TestSchedulesPage(t *testing.T) {
 		mustContain(t, f.page("/ui/schedules"), "running")
 	})
 }
+
+// TestRareFinishedState: a page filtered by a finished state reads a window of sequences
+// at a time; when the window holds none, it says how far it searched and links to the
+// older tasks, where the match is.
+func TestRareFinishedState(t *testing.T) {
+	f := setup(t, "")
+	f.createTopic("work")
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed, output)
+		VALUES ('work', 'rare', 5, 1, now(), 'skipped')`); err != nil {
+		t.Fatal(err)
+	}
+	// more SUCCEEDED tasks after it than a page reads at once
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed)
+		SELECT 'work', 'common-' || g, 6, 1, now() FROM generate_series(1, 120000) g`); err != nil {
+		t.Fatal(err)
+	}
+	body := f.page("/ui/topics/work?state=FILTERED")
+	mustContain(t, body, "No task matches.", `id="searched"`, "Search older")
+	older := regexp.MustCompile(`href="([^"]+)" id="older-tasks"`).FindStringSubmatch(body)
+	if older == nil {
+		t.Fatal("no link to search older tasks")
+	}
+	next := f.page(strings.ReplaceAll(older[1], "&amp;", "&"))
+	mustContain(t, next, ">rare<", "FILTERED")
+	if strings.Contains(next, "common-") {
+		t.Error("the FILTERED page lists SUCCEEDED tasks")
+	}
+	// a common state fills its page from the newest, with an ordinary link to older ones
+	body = f.page("/ui/topics/work?state=SUCCEEDED")
+	mustContain(t, body, "common-120000", `id="older-tasks">Older »`)
+	if strings.Contains(body, `id="searched"`) {
+		t.Error("a full page says it searched a window")
+	}
+}

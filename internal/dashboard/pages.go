@@ -302,6 +302,9 @@ type topicView struct {
 	// NewerURL and OlderURL are the pages before and after this one ("" for none).
 	NewerURL string
 	OlderURL string
+	// Searched, when not empty, says how far back a page filtered by a finished state
+	// read, which was not to the end (OlderURL searches on).
+	Searched string
 	Settings settingsForm
 	// Rates is the topic's chart.
 	Rates rates
@@ -410,6 +413,26 @@ func (s *server) topic(r *http.Request) (string, any, error) {
 	if narrow(res.filter) {
 		return s.narrowPage(r, v, res, cursor, paged && direction == repository.Backward)
 	}
+	// A finished state that may be rare among millions of others (FILTERED among
+	// SUCCEEDED) has no index of its own: a page reads the scanWindow sequences below its
+	// cursor at most, and offers to search further back when they hold too few.
+	wide := res.filter.State != nil
+	if wide {
+		if direction == repository.Forward { // newer pages start again from the newest
+			cursor, direction = repository.MaxSequence, repository.Backward
+			if res.to < repository.MaxSequence {
+				cursor = res.to + 1
+			}
+		}
+		if cursor == repository.MaxSequence {
+			last, err := s.repo.LastSequence(ctx, s.pool)
+			if err != nil {
+				return "", nil, err
+			}
+			cursor = last + 1
+		}
+		res.filter.Floor = max(res.from-1, cursor-scanWindow, 0)
+	}
 	tasks, err := s.repo.Excerpts(ctx, s.pool, name, res.filter, cursor, tasksPerPage+1, direction)
 	if err != nil {
 		return "", nil, err
@@ -449,8 +472,19 @@ func (s *server) topic(r *http.Request) (string, any, error) {
 			v.OlderURL = v.URL() + "?" + q.Encode()
 		}
 	}
+	if wide && !more && res.filter.Floor > max(res.from-1, 0) {
+		// the window ended before the range did: the older tasks are not searched yet
+		v.Searched = fmt.Sprintf("Searched the %d sequences before %d.", cursor-1-res.filter.Floor, cursor)
+		q := v.Filter.Query()
+		q.Set("before", strconv.FormatInt(res.filter.Floor+1, 10))
+		v.OlderURL = v.URL() + "?" + q.Encode()
+	}
 	return "topic", v, nil
 }
+
+// scanWindow is how many sequences a topic page filtered by a finished state reads at
+// most: about 50 ms with the topic's rows all in the window.
+const scanWindow = 100_000
 
 // narrow reports whether a filter picks few of many tasks, which the topic page then
 // reads through the filter's own index (Repository.Latest): an unfinished or broken state,

@@ -10,7 +10,7 @@ ORDER BY sequence;
 -- name: TaskPageForward :many
 -- Tasks after the exclusive cursor, in sequence order; NULL filters match everything.
 SELECT * FROM task t
-WHERE t.topic = sqlc.arg(topic) AND t.sequence > sqlc.arg(cursor)::bigint
+WHERE t.topic = sqlc.arg(topic) AND t.sequence > sqlc.arg(cursor)::bigint AND t.sequence > sqlc.arg(floor)::bigint
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
   AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
   AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
@@ -20,7 +20,7 @@ LIMIT sqlc.arg(size);
 -- name: TaskPageBackward :many
 -- Tasks before the exclusive cursor, newest first; NULL filters match everything.
 SELECT * FROM task t
-WHERE t.topic = sqlc.arg(topic) AND t.sequence < sqlc.arg(cursor)::bigint
+WHERE t.topic = sqlc.arg(topic) AND t.sequence < sqlc.arg(cursor)::bigint AND t.sequence > sqlc.arg(floor)::bigint
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
   AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
   AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
@@ -47,7 +47,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
        t.cancelled
 FROM task t
-WHERE t.topic = sqlc.arg(topic) AND t.sequence > sqlc.arg(cursor)::bigint
+WHERE t.topic = sqlc.arg(topic) AND t.sequence > sqlc.arg(cursor)::bigint AND t.sequence > sqlc.arg(floor)::bigint
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
   AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
   AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
@@ -70,7 +70,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
        t.cancelled
 FROM task t
-WHERE t.topic = sqlc.arg(topic) AND t.sequence < sqlc.arg(cursor)::bigint
+WHERE t.topic = sqlc.arg(topic) AND t.sequence < sqlc.arg(cursor)::bigint AND t.sequence > sqlc.arg(floor)::bigint
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
   AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
   AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
@@ -129,14 +129,18 @@ GROUP BY t.topic, t.state
 ORDER BY t.topic, t.state;
 
 -- name: TaskResolveFollowing :one
--- The first sequence created at or after the time; MaxInt64 when none.
-SELECT COALESCE(min(t.sequence), 9223372036854775807)::bigint AS sequence
-FROM task t WHERE t.created >= sqlc.arg(at)::timestamptz;
+-- The first sequence created at or after the time; MaxInt64 when none: a binary search
+-- over the sequences (task_sequence_at, migration 000018), not a read of the tasks.
+SELECT COALESCE(task_sequence_at(sqlc.arg(at)::timestamptz, false), 9223372036854775807)::bigint AS sequence;
 
 -- name: TaskResolvePreceding :one
--- The last sequence created at or before the time; 0 when none.
-SELECT COALESCE(max(t.sequence), 0)::bigint AS sequence
-FROM task t WHERE t.created <= sqlc.arg(at)::timestamptz;
+-- The last sequence created at or before the time; 0 when none: the task before the
+-- first created after it (task_sequence_at), or the last task when none was.
+-- (The bound is a scalar subquery, computed once, not once per table of task.)
+SELECT COALESCE((SELECT t.sequence FROM task t
+                 WHERE t.sequence < (SELECT COALESCE(task_sequence_at(sqlc.arg(at)::timestamptz, true),
+                                                     9223372036854775807))
+                 ORDER BY t.sequence DESC LIMIT 1), 0)::bigint AS sequence;
 
 -- name: TaskPurge :execrows
 -- Deletes finished tasks in the sequence range: of state when given (FAILED..REDUNDANT),
@@ -268,3 +272,7 @@ FROM latest l
 JOIN task t ON t.sequence = l.sequence AND t.topic = sqlc.arg(topic)
 ORDER BY t.sequence DESC
 LIMIT sqlc.arg(size);
+
+-- name: TaskLastSequence :one
+-- The highest sequence taken so far, by any topic (its task may be uncommitted, or gone).
+SELECT COALESCE(pg_sequence_last_value('task_sequence'), 0)::bigint AS sequence;

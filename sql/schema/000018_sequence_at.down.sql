@@ -1,0 +1,1 @@
+DROP FUNCTION task_sequence_at(timestamptz, boolean);
