@@ -16,12 +16,20 @@ import (
 type Tally struct {
 	// Second is the second's start by the database's clock (the transaction start of the
 	// writes it counts).
-	Second    time.Time
-	Pushed    int64
-	Retried   int64
-	Failed    int64
+	Second time.Time
+	// Pushed counts the tasks inserted, whatever their state.
+	Pushed int64
+	// Retried counts the FAILURE decisions that sent a task back to READY for another
+	// attempt.
+	Retried int64
+	// Failed counts the decisions that left a task FAILED (a cancelled task's
+	// completion among them).
+	Failed int64
+	// Suspended counts the SUSPENSION decisions.
 	Suspended int64
-	Filtered  int64
+	// Filtered counts the FILTER decisions.
+	Filtered int64
+	// Succeeded counts the SUCCESS decisions.
 	Succeeded int64
 }
 

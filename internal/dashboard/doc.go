@@ -20,14 +20,25 @@
 //     task and pausing or resuming a topic go to the REST API itself, so the dashboard
 //     and the API share their handlers.
 //   - templates/: the pages; static/: app.css (light and dark, following the system
-//     setting) and app.js (live refresh of the parts marked data-live, the chart,
-//     the actions as JSON POSTs).
+//     setting), app.js (live refresh of the parts marked data-live, the charts, the
+//     actions as JSON POSTs) and vendor/ (below).
 //
-// Third-party code: none. app.js is this package's own, about 200 lines, in place of
-// htmx (partial refresh: fetch the page, swap the marked elements) and uPlot (the chart
-// is one SVG polyline per state), so that there is no vendored file to keep updated and
-// `go build` and `go test` need no Node toolchain. Should a library be vendored later,
-// put its pinned release file under static/ and name its origin and version here.
+// Third-party code, vendored in static/vendor/ at pinned versions, each with its
+// licence beside it, embedded with go:embed (go build and go test need no Node
+// toolchain):
+//
+//   - htmx.min.js: htmx 2.0.11 (BSD Zero Clause), dist/htmx.min.js of the npm package
+//     htmx.org@2.0.11, sha256 d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717.
+//     The live refresh: one request for the page, its data-live elements swapped with
+//     hx-select-oob. Configured by the htmx-config meta tag of layout.html so that it
+//     needs nothing the Content-Security-Policy forbids (no eval, no inline style).
+//   - uPlot.iife.min.js and uPlot.min.css: uPlot 1.6.32 (MIT), dist/ of the npm package
+//     uplot@1.6.32, sha256 19c8d4c6ad88929a79f4ae49d6f7161566dfd0ba3d15cc495e974f787eb78f1f
+//     and df630c6a8d6f8eeaff264b50f73ce5b114f646ffd9a0bb74f049b0a00135fa04. The charts.
+//
+// To update one: `npm pack htmx.org@VERSION` (or uplot@VERSION), copy the same files
+// from the tarball's package/dist/ and its LICENSE over those in static/vendor/, put the
+// new version and sha256 here, and run the browser tests (TestBrowser).
 //
 // Security: every page and action needs the session (or the bearer token) when a token
 // is configured; writes are JSON POSTs, which the server's httpguard.Guard protects

@@ -1,10 +1,12 @@
-// pgtask dashboard: partial refresh, charts and actions, without dependencies.
+// pgtask dashboard: live refresh, charts and actions.
 // Pages work without this script (they are server-rendered); it adds:
-//  - live refresh: every data-refresh ms the page is fetched again and each element
-//    with data-live and an id is replaced by its new version (nothing else moves, so
-//    forms being filled are left alone);
-//  - charts: each data-chart element draws its data-series (JSON: tasks pushed and
-//    completed by result in each second of the last minutes), redrawn at each refresh;
+//  - live refresh (htmx, vendor/htmx.min.js): every data-refresh ms, unless the tab is
+//    hidden, the page is fetched again and each element with data-live and an id is
+//    swapped for its new version (hx-select-oob; nothing else moves, so forms being
+//    filled are left alone);
+//  - charts (uPlot, vendor/uPlot.iife.min.js): each data-chart element plots the
+//    data-series (JSON: tasks pushed and completed by result in each second of the last
+//    minutes) of the live element its data-chart names, updated at each refresh;
 //  - actions: buttons with data-post POST data-body (JSON) to their URL; forms with
 //    data-action send their fields as JSON. Every write is application/json and
 //    same-origin, which is what the server's guard requires.
@@ -27,67 +29,68 @@
     toast.timer = setTimeout(() => { el.className = ""; }, isError ? 8000 : 3000);
   }
 
-  const svgNS = "http://www.w3.org/2000/svg";
-  // draw draws each data-chart element's data-series: per second, how many tasks were
-  // pushed and completed by result (the server's tallies of the last minutes).
+  // charts: the uPlot of each data-chart element, by the id of its data element.
+  const charts = new Map();
+  const color = (name) => getComputedStyle(document.body).getPropertyValue(name).trim();
+
+  // draw plots (or updates) each chart from its data element, and writes the totals of
+  // the window under it.
   function draw() {
+    if (typeof uPlot === "undefined") return;
     document.querySelectorAll("[data-chart]").forEach((box) => {
+      const source = document.getElementById(box.dataset.chart);
       let data;
-      try { data = JSON.parse(box.dataset.series); } catch (e) { return; }
+      try { data = JSON.parse(source.dataset.series); } catch (e) { return; }
       const n = (data.pushed || []).length;
-      const w = box.clientWidth || 600, h = 130;
-      let top = 1;
-      series.forEach(([k]) => (data[k] || []).forEach((v) => { top = Math.max(top, v); }));
-      const svg = document.createElementNS(svgNS, "svg");
-      svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
-      svg.setAttribute("preserveAspectRatio", "none");
-      svg.setAttribute("role", "img");
-      svg.setAttribute("aria-label", "tasks pushed and completed per second over the last minutes");
-      const span = Math.max(n - 1, 1);
-      series.forEach(([key, , color]) => {
-        const values = data[key] || [];
-        if (!values.some((v) => v > 0)) return;
-        const line = document.createElementNS(svgNS, "polyline");
-        line.setAttribute("points", values.map((v, i) =>
-          `${(i / span * w).toFixed(1)},${(h - 4 - v / top * (h - 8)).toFixed(1)}`).join(" "));
-        line.setAttribute("fill", "none");
-        line.setAttribute("stroke", color);
-        line.setAttribute("stroke-width", "2");
-        line.setAttribute("vector-effect", "non-scaling-stroke");
-        line.dataset.series = key;
-        svg.appendChild(line);
-      });
-      const legend = document.createElement("div");
-      legend.className = "legend";
-      series.forEach(([key, label, color]) => {
-        const values = data[key] || [];
-        const total = values.reduce((a, v) => a + v, 0);
+      const xs = Array.from({ length: n }, (_, i) => data.start + i);
+      const values = [xs, ...series.map(([key]) => data[key] || [])];
+      let entry = charts.get(box);
+      if (!entry) {
+        const text = color("--muted"), grid = color("--line");
+        const axis = { stroke: text, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+        const plot = document.createElement("div");
+        const totals = document.createElement("div");
+        totals.className = "totals";
+        box.replaceChildren(plot, totals);
+        const u = new uPlot({
+          width: box.clientWidth || 600, height: 160,
+          scales: { x: { time: true }, y: { range: (_, min, max) => [0, Math.max(1, max)] } },
+          // UTC, as every time the dashboard shows
+          tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+          axes: [Object.assign({ space: 80 }, axis), Object.assign({ size: 56, label: "tasks/s", labelSize: 18 }, axis)],
+          series: [{ label: "Time" }, ...series.map(([, label, stroke]) => ({ label, stroke, width: 2, points: { show: false } }))],
+          cursor: { drag: { x: false, y: false } },
+        }, values, plot);
+        entry = { u, totals };
+        charts.set(box, entry);
+        new ResizeObserver(() => u.setSize({ width: box.clientWidth || 600, height: 160 })).observe(box);
+      } else {
+        entry.u.setData(values);
+      }
+      entry.totals.replaceChildren(...series.map(([key, label, stroke]) => {
+        const total = (data[key] || []).reduce((a, v) => a + v, 0);
         const item = document.createElement("span");
         const swatch = document.createElement("i");
-        swatch.style.background = color;
-        item.appendChild(swatch);
-        item.appendChild(document.createTextNode(`${label} ${total.toLocaleString()}`));
+        swatch.style.background = stroke;
+        item.append(swatch, `${label} ${total.toLocaleString()}`);
         item.dataset.series = key;
         item.dataset.total = String(total);
-        legend.appendChild(item);
-      });
-      const scale = document.createElement("span");
-      scale.textContent = `scale 0–${top.toLocaleString()}/s, totals over the last ${Math.round(n / 60)} min`;
-      legend.appendChild(scale);
-      box.replaceChildren(svg, legend);
+        return item;
+      }), Object.assign(document.createElement("span"), { textContent: `totals of the last ${Math.round(n / 60)} min` }));
+      box.dataset.points = String(n);
     });
   }
 
+  // refresh fetches the page again and swaps its live elements (htmx, one request).
+  const live = Array.from(document.querySelectorAll("[data-live][id]"), (el) => "#" + el.id);
+  const poller = document.createElement("div");
+  poller.hidden = true;
+  if (live.length) poller.setAttribute("hx-select-oob", live.join(","));
+  document.body.appendChild(poller);
   async function refresh() {
-    if (!document.querySelector("[data-live]") || document.hidden) return;
+    if (!live.length || document.hidden || typeof htmx === "undefined") return;
     try {
-      const res = await fetch(location.href, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } });
-      if (!res.ok) return;
-      const doc = new DOMParser().parseFromString(await res.text(), "text/html");
-      document.querySelectorAll("[data-live][id]").forEach((el) => {
-        const fresh = doc.getElementById(el.id);
-        if (fresh) el.replaceWith(document.importNode(fresh, true));
-      });
+      await htmx.ajax("GET", location.pathname + location.search, { source: poller, target: poller, swap: "none" });
       refreshes++;
       document.body.dataset.refreshes = String(refreshes);
       draw();
