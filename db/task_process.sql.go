@@ -517,14 +517,8 @@ func (q *Queries) TaskLeases(ctx context.Context, db DBTX, arg TaskLeasesParams)
 }
 
 const taskNextDue = `-- name: TaskNextDue :one
-SELECT ceil(extract(epoch FROM t.not_before - clock_timestamp()) * 1000)::bigint AS in_ms,
-       t.priority, t.sequence
-FROM task t
-WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1
-  AND t.state = 1 AND t.not_before IS NOT NULL
-  AND t.not_before > now() - $2::bigint * interval '1 millisecond'
-ORDER BY t.not_before
-LIMIT 1
+SELECT n.in_ms::bigint AS in_ms, n.priority::smallint AS priority, n.sequence::bigint AS sequence
+FROM task_next_due($1::text, $2::bigint) n
 `
 
 type TaskNextDueParams struct {
@@ -545,7 +539,8 @@ type TaskNextDueRow struct {
 // how long ago its last poll from the head of the topic began: tasks due before it were
 // there for it to lease, and one it could not (held by a condition) must not look due to
 // every probe. The delay is computed by the database's clock, so the processor's own
-// clock need not agree with it.
+// clock need not agree with it. task_next_due (migration 000019) holds the statement, so
+// that no statistics make it read task_ready instead.
 func (q *Queries) TaskNextDue(ctx context.Context, db DBTX, arg TaskNextDueParams) (TaskNextDueRow, error) {
 	row := db.QueryRow(ctx, taskNextDue, arg.Topic, arg.SeenMs)
 	var i TaskNextDueRow

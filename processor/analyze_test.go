@@ -2,11 +2,13 @@ package processor_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -107,4 +109,41 @@ func TestVacuum(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVacuumWaitsForTheOldestSnapshotToMove: while a transaction holds a snapshot, the
+// processor vacuums its topic's table once and then skips the VACUUMs that could free
+// nothing (the oldest snapshot has not moved), and vacuums again once it is gone.
+func TestVacuumWaitsForTheOldestSnapshotToMove(t *testing.T) {
+	f := setup(t)
+	maintenanceCounter(t, f, "vacuum_count") // autovacuum off for the table
+	holder, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.WithoutCancel(f.ctx))
+	if _, err := holder.Exec(f.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(f.ctx, "SELECT count(*) FROM task_topic"); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	var logs logbuf.Buffer
+	p, _ := f.processor("vacuumer", processor.Config{HeartbeatInterval: 20 * time.Millisecond, VacuumEvery: 500,
+		Logger: jsonLogger(&logs, slog.LevelDebug)},
+		processor.ManagerConfig{Handler: processor.TaskFunc(succeed), BatchSize: 100})
+	f.start(p)
+	const n = 3000
+	f.pushN(n)
+	f.eventually("all tasks succeeded", func() bool { return f.count(repository.Succeeded) == n })
+	f.eventually("a VACUUM skipped", func() bool { return len(logs.Lines("VACUUM skipped")) >= 2 })
+	if got := len(logs.Lines(`"msg":"vacuumed topic"`)); got != 1 {
+		t.Fatalf("%d VACUUMs ran while one snapshot was held, want 1 (the others skipped):\n%s", got, logs.String())
+	}
+	if err := holder.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.pushN(n)
+	f.eventually("the new tasks succeeded", func() bool { return f.count(repository.Succeeded) == 2*n })
+	f.eventually("vacuumed again once the snapshot went", func() bool { return len(logs.Lines(`"msg":"vacuumed topic"`)) >= 2 })
 }

@@ -156,6 +156,9 @@ type TaskManager struct {
 	vacuumLeased atomic.Int64
 	// noVacuum is set once a VACUUM was refused for want of owning the table.
 	noVacuum atomic.Bool
+	// vacuumXmin is the database's oldest snapshot (Repository.OldestXmin) when the
+	// last VACUUM of the topic's table began.
+	vacuumXmin atomic.Pointer[string]
 
 	dueMu    sync.Mutex
 	due      []dueAt     // sorted wake-ups for tasks that fall due (wakeAt)

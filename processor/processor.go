@@ -547,8 +547,25 @@ func (p *Processor) vacuum(ctx context.Context) {
 		}
 		p.vacuums.Go(func() {
 			defer p.vacuuming.Store(false)
+			// A VACUUM removes the row versions no snapshot can see any more. While the
+			// oldest snapshot is the one it was at the last VACUUM (a transaction held
+			// open for minutes), nothing became removable since: another VACUUM would
+			// read the table for seconds and free nothing.
+			xmin, err := p.repo.OldestXmin(ctx, p.pool)
+			p.outcome(ctx, "read the oldest snapshot", err)
+			if err != nil {
+				return
+			}
+			if last := m.vacuumXmin.Load(); last != nil && *last == xmin && xmin != "" {
+				p.logger.Debug("VACUUM skipped: the oldest snapshot has not moved since the last one",
+					slog.String("topic", topic), slog.String("xmin", xmin))
+				return
+			}
+			for _, other := range p.managersOf(topic) {
+				other.vacuumXmin.Store(&xmin)
+			}
 			start := time.Now()
-			err := p.repo.Vacuum(ctx, p.pool, topic)
+			err = p.repo.Vacuum(ctx, p.pool, topic)
 			if errors.Is(err, repository.ErrNotTableOwner) {
 				// not a failure of the database: say so once, and leave the table to
 				// autovacuum from now on

@@ -3,6 +3,8 @@ package repository_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -391,6 +393,61 @@ func TestNextDueReadsTheDelayedIndex(t *testing.T) {
 		if v := checker.violations(p); len(v) > 0 {
 			t.Errorf("the probe reads the topic's table in full: %v\nplan: %s", v, p.raw)
 		}
+	}
+}
+
+// TestNextDueReadsTheDelayedIndexWhateverTheStatistics: statistics taken while the
+// topic had no READY task (all finished) made the planner read task_ready for the probe,
+// every READY entry of the topic (migration 000019 fixed it); the probe still reads
+// task_delayed.
+func TestNextDueReadsTheDelayedIndexWhateverTheStatistics(t *testing.T) {
+	f := setup(t)
+	// As a processor's topic goes: a backlog analyzed, then worked off with many more
+	// pushed and done, then vacuumed and analyzed with none READY; then a new backlog.
+	for _, q := range []string{
+		`SELECT count(*) FROM task_push_batch($1, (SELECT array_agg('a' || g) FROM generate_series(1, 5000) g))`,
+		"ANALYZE task",
+		"UPDATE task SET state = 6, completed = now() WHERE topic = $1",
+		`SELECT count(*) FROM task_push_batch($1, (SELECT array_agg('b' || g) FROM generate_series(1, 200000) g))`,
+		"UPDATE task SET state = 6, completed = now() WHERE topic = $1",
+		"VACUUM ANALYZE task",
+		`SELECT count(*) FROM task_push_batch($1, (SELECT array_agg('c' || g) FROM generate_series(1, 1000) g))`,
+		`SELECT task_push($1, 'later', delay => '1 hour')`,
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = []any{f.topic}
+		}
+		if _, err := f.pool.Exec(f.ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	checker := newPlanChecker(f)
+	conn, capture := explainedConn(f)
+	// the custom plans of the first executions and the generic one after them
+	for range 7 {
+		d, ok, err := f.repo.NextDue(f.ctx, conn, f.topic, 0)
+		if err != nil || !ok || d.Delay < 59*time.Minute {
+			t.Fatalf("next due = %v, %v, %v; want the task an hour from now", d, ok, err)
+		}
+	}
+	plans := capture.take(t)
+	if len(plans) == 0 {
+		t.Fatal("auto_explain reported no plan: the capture is broken")
+	}
+	probes := 0
+	for _, p := range plans {
+		if !strings.Contains(p.Query, "ORDER BY t.not_before") {
+			continue // the call of the function, not its statement
+		}
+		probes++
+		used := checker.scans([]loggedPlan{p}, func(planNode, partitionIndex) bool { return true })
+		if !slices.Equal(used, []string{"task_delayed"}) {
+			t.Errorf("the probe reads %v, want task_delayed only\nplan: %s", used, p.raw)
+		}
+	}
+	if probes == 0 {
+		t.Fatalf("no plan of the probe's statement among %d", len(plans))
 	}
 }
 

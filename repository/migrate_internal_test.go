@@ -560,14 +560,15 @@ func TestDueWakeupsMigration(t *testing.T) {
 	if entries != 3 {
 		t.Errorf("task_delayed covers %d delayed READY tasks, want 3 (every table holding tasks has the index)", entries)
 	}
-	repo, err := New(Config{Owner: "upgrade-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// the probe of version 13 (NextDue's statement before migration 000019 moved it into
+	// a function)
 	for topic, want := range map[string]time.Duration{"t": time.Hour, "u": 10 * time.Minute} {
-		due, ok, err := repo.NextDue(ctx, pool, topic, 0)
-		if err != nil || !ok || due.Delay <= want-time.Minute || due.Delay > want {
-			t.Errorf("next due in topic %s after 000013 = %v, %v, %v; want about %v", topic, due.Delay, ok, err, want)
+		var ms int64
+		err := pool.QueryRow(ctx, `SELECT ceil(extract(epoch FROM t.not_before - clock_timestamp()) * 1000)::bigint
+			FROM task t WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1 AND t.state = 1 AND t.not_before IS NOT NULL
+			ORDER BY t.not_before LIMIT 1`, topic).Scan(&ms)
+		if delay := time.Duration(ms) * time.Millisecond; err != nil || delay <= want-time.Minute || delay > want {
+			t.Errorf("next due in topic %s after 000013 = %v, %v; want about %v", topic, delay, err, want)
 		}
 	}
 	tasks = taskRows(t, pool)
@@ -950,6 +951,44 @@ func TestSequenceAtMigration(t *testing.T) {
 	var gone bool
 	if err := pool.QueryRow(ctx, "SELECT to_regproc('task_sequence_at') IS NULL").Scan(&gone); err != nil || !gone {
 		t.Fatalf("task_sequence_at still there after reverting 000018 (%v)", err)
+	}
+	steps(1)
+}
+
+// TestNextDueMigration checks migration 000019 on a database of version 18 with tasks:
+// every row kept, the probe finds the delayed task; reverting drops task_next_due and
+// keeps the rows.
+func TestNextDueMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository next-due test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(18)
+	create("t")
+	for _, q := range []string{
+		"SELECT task_push('t', 'now')",
+		"SELECT task_push('t', 'later', delay => '1 hour')",
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000019", taskRows(t, pool), rows)
+	repo, err := New(Config{Owner: "upgrader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	due, ok, err := repo.NextDue(ctx, pool, "t", 0)
+	if err != nil || !ok || due.Delay < 59*time.Minute || due.Delay > time.Hour {
+		t.Fatalf("next due after 000019 = %v, %v, %v; want the task in an hour", due, ok, err)
+	}
+	steps(-1)
+	sameRows(t, "tasks after reverting 000019", taskRows(t, pool), rows)
+	var gone bool
+	if err := pool.QueryRow(ctx, "SELECT to_regproc('task_next_due') IS NULL").Scan(&gone); err != nil || !gone {
+		t.Fatalf("task_next_due still there after reverting 000019 (%v)", err)
 	}
 	steps(1)
 }

@@ -2134,3 +2134,35 @@ func TestResolveMatchesAScan(t *testing.T) {
 	}
 	t.Logf("%d resolutions checked", checked)
 }
+
+// TestOldestXmin: a snapshot held by another session is the oldest, the same at every
+// look while it is held, whatever else runs; once it is gone, it is no longer.
+func TestOldestXmin(t *testing.T) {
+	f := setup(t)
+	holder, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.WithoutCancel(f.ctx))
+	if _, err := holder.Exec(f.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	var held string
+	if err := holder.QueryRow(f.ctx, "SELECT backend_xmin::text FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		f.push(repository.Append, fmt.Sprintf("t%d", i)) // transactions come and go
+		got, err := f.repo.OldestXmin(f.ctx, f.pool)
+		if err != nil || got != held {
+			t.Fatalf("oldest xmin = %q, %v; want the held snapshot's %q", got, err, held)
+		}
+	}
+	if err := holder.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.push(repository.Append, "after")
+	if got, err := f.repo.OldestXmin(f.ctx, f.pool); err != nil || got == held {
+		t.Fatalf("oldest xmin after the snapshot went = %q, %v; want another", got, err)
+	}
+}

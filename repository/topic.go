@@ -283,6 +283,29 @@ func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
 	return nil
 }
 
+// OldestXmin returns the oldest snapshot that holds back VACUUM in this database, as the
+// transaction id its xmin is (text), or "" when none: of the sessions connected to the
+// database, the replication slots and the prepared transactions. While it stays the
+// same, no row version becomes removable (every transaction older than it ended before
+// that snapshot was taken).
+func (r *Repository) OldestXmin(ctx context.Context, h Handle) (string, error) {
+	var xmin string
+	err := h.QueryRow(ctx, `SELECT COALESCE((
+		SELECT h.x::text FROM (
+			SELECT a.backend_xmin AS x FROM pg_stat_activity a
+			WHERE a.datname = current_database() AND a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
+			UNION ALL
+			SELECT s.xmin FROM pg_replication_slots s WHERE s.xmin IS NOT NULL
+			UNION ALL
+			SELECT p.transaction FROM pg_prepared_xacts p WHERE p.database = current_database()
+		) h
+		ORDER BY age(h.x) DESC LIMIT 1), '')`).Scan(&xmin)
+	if err != nil {
+		return "", mapError("read the oldest snapshot", err)
+	}
+	return xmin, nil
+}
+
 // Analyze refreshes the planner statistics of the table that holds the topic's tasks and
 // returns that table's estimated row count (all its topics' when shared). Processors
 // call it as a topic grows, so that plans cached while the table was nearly empty are

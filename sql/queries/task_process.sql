@@ -127,15 +127,10 @@ ORDER BY e.topic;
 -- how long ago its last poll from the head of the topic began: tasks due before it were
 -- there for it to lease, and one it could not (held by a condition) must not look due to
 -- every probe. The delay is computed by the database's clock, so the processor's own
--- clock need not agree with it.
-SELECT ceil(extract(epoch FROM t.not_before - clock_timestamp()) * 1000)::bigint AS in_ms,
-       t.priority, t.sequence
-FROM task t
-WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
-  AND t.state = 1 AND t.not_before IS NOT NULL
-  AND t.not_before > now() - sqlc.arg(seen_ms)::bigint * interval '1 millisecond'
-ORDER BY t.not_before
-LIMIT 1;
+-- clock need not agree with it. task_next_due (migration 000019) holds the statement, so
+-- that no statistics make it read task_ready instead.
+SELECT n.in_ms::bigint AS in_ms, n.priority::smallint AS priority, n.sequence::bigint AS sequence
+FROM task_next_due(sqlc.arg(topic)::text, sqlc.arg(seen_ms)::bigint) n;
 
 -- name: TaskFirstReady :one
 -- Where the first READY task of the topic that is due stands in FIFO poll order (no row

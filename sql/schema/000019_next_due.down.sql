@@ -1,0 +1,1 @@
+DROP FUNCTION task_next_due(text, bigint);
