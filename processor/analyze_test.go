@@ -132,6 +132,10 @@ func TestVacuumWaitsForTheOldestSnapshotToMove(t *testing.T) {
 	p, _ := f.processor("vacuumer", processor.Config{HeartbeatInterval: 20 * time.Millisecond, VacuumEvery: 500,
 		Logger: jsonLogger(&logs, slog.LevelDebug)},
 		processor.ManagerConfig{Handler: processor.TaskFunc(succeed), BatchSize: 100})
+	// The snapshot counts once held for a second (30 s outside tests); the short
+	// transactions of the processor and the test never do.
+	processor.SetHeldSnapshot(p, time.Second)
+	time.Sleep(1100 * time.Millisecond)
 	f.start(p)
 	const n = 3000
 	f.pushN(n)

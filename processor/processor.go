@@ -126,12 +126,15 @@ func (c *Config) validate() error {
 // expires the leases of dead owners so their tasks come back, routes notifications from
 // ONE listening connection to its managers, and shuts them down gracefully.
 type Processor struct {
-	cfg      Config
-	pool     *pgxpool.Pool
-	repo     *repository.Repository
-	logger   *slog.Logger
-	notifier *Notifier
-	faults   *faults
+	cfg Config
+	// heldSnapshot is how long a transaction must have been open for its snapshot to
+	// hold back the VACUUM (see vacuum): defaultHeldSnapshot, shorter in tests.
+	heldSnapshot time.Duration
+	pool         *pgxpool.Pool
+	repo         *repository.Repository
+	logger       *slog.Logger
+	notifier     *Notifier
+	faults       *faults
 
 	mu        sync.Mutex
 	managers  map[string][]*TaskManager // by topic
@@ -159,12 +162,13 @@ func New(cfg Config) (*Processor, error) {
 		return nil, err
 	}
 	p := &Processor{
-		cfg:      cfg,
-		pool:     cfg.Pool,
-		repo:     cfg.Repository,
-		logger:   cfg.Logger,
-		faults:   newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
-		managers: make(map[string][]*TaskManager),
+		cfg:          cfg,
+		heldSnapshot: defaultHeldSnapshot,
+		pool:         cfg.Pool,
+		repo:         cfg.Repository,
+		logger:       cfg.Logger,
+		faults:       newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
+		managers:     make(map[string][]*TaskManager),
 	}
 	if !cfg.DisableNotifications {
 		p.notifier = NewNotifier(cfg.Pool.Config().ConnConfig, cfg.Logger)
@@ -550,8 +554,10 @@ func (p *Processor) vacuum(ctx context.Context) {
 			// A VACUUM removes the row versions no snapshot can see any more. While the
 			// oldest snapshot is the one it was at the last VACUUM (a transaction held
 			// open for minutes), nothing became removable since: another VACUUM would
-			// read the table for seconds and free nothing.
-			xmin, err := p.repo.OldestXmin(ctx, p.pool)
+			// read the table for seconds and free nothing. Only snapshots held for
+			// p.heldSnapshot count: a short transaction that happened to span two
+			// decisions is no reason to wait.
+			xmin, err := p.repo.OldestXmin(ctx, p.pool, p.heldSnapshot)
 			p.outcome(ctx, "read the oldest snapshot", err)
 			if err != nil {
 				return
@@ -583,6 +589,10 @@ func (p *Processor) vacuum(ctx context.Context) {
 		})
 	}
 }
+
+// defaultHeldSnapshot is how long a transaction must have been open for its snapshot to
+// hold back the processor's VACUUM (see vacuum).
+const defaultHeldSnapshot = 30 * time.Second
 
 // retentionBatch is how many finished tasks one retention statement deletes, so that a
 // large backlog of old rows is removed in short transactions.

@@ -2153,16 +2153,23 @@ func TestOldestXmin(t *testing.T) {
 	}
 	for i := range 3 {
 		f.push(repository.Append, fmt.Sprintf("t%d", i)) // transactions come and go
-		got, err := f.repo.OldestXmin(f.ctx, f.pool)
+		got, err := f.repo.OldestXmin(f.ctx, f.pool, 0)
 		if err != nil || got != held {
 			t.Fatalf("oldest xmin = %q, %v; want the held snapshot's %q", got, err, held)
 		}
+	}
+	// held for less than asked: it does not count
+	if got, err := f.repo.OldestXmin(f.ctx, f.pool, time.Hour); err != nil || got != "" {
+		t.Fatalf("oldest xmin held for an hour = %q, %v; want none", got, err)
+	}
+	if _, err := f.repo.OldestXmin(f.ctx, f.pool, -time.Second); !errors.Is(err, repository.ErrInvalid) {
+		t.Fatalf("a negative holding time: %v, want ErrInvalid", err)
 	}
 	if err := holder.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
 	f.push(repository.Append, "after")
-	if got, err := f.repo.OldestXmin(f.ctx, f.pool); err != nil || got == held {
+	if got, err := f.repo.OldestXmin(f.ctx, f.pool, 0); err != nil || got == held {
 		t.Fatalf("oldest xmin after the snapshot went = %q, %v; want another", got, err)
 	}
 }

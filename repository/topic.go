@@ -283,23 +283,29 @@ func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
 	return nil
 }
 
-// OldestXmin returns the oldest snapshot that holds back VACUUM in this database, as the
-// transaction id its xmin is (text), or "" when none: of the sessions connected to the
-// database, the replication slots and the prepared transactions. While it stays the
-// same, no row version becomes removable (every transaction older than it ended before
-// that snapshot was taken).
-func (r *Repository) OldestXmin(ctx context.Context, h Handle) (string, error) {
+// OldestXmin returns the oldest snapshot held for at least heldFor that holds back
+// VACUUM in this database, as the transaction id its xmin is (text), or "" when none: of
+// the transactions of the sessions connected to the database that began heldFor ago or
+// earlier, the replication slots and the prepared transactions. While it stays the same,
+// no row version becomes removable (every transaction older than it ended before that
+// snapshot was taken). Other roles' sessions count only for a superuser or a member of
+// pg_read_all_stats (PostgreSQL hides their xmin from others).
+func (r *Repository) OldestXmin(ctx context.Context, h Handle, heldFor time.Duration) (string, error) {
+	if heldFor < 0 {
+		return "", invalid("oldest snapshot held for %v: negative", heldFor)
+	}
 	var xmin string
 	err := h.QueryRow(ctx, `SELECT COALESCE((
 		SELECT h.x::text FROM (
 			SELECT a.backend_xmin AS x FROM pg_stat_activity a
 			WHERE a.datname = current_database() AND a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
+			  AND a.xact_start <= now() - $1::bigint * interval '1 millisecond'
 			UNION ALL
 			SELECT s.xmin FROM pg_replication_slots s WHERE s.xmin IS NOT NULL
 			UNION ALL
 			SELECT p.transaction FROM pg_prepared_xacts p WHERE p.database = current_database()
 		) h
-		ORDER BY age(h.x) DESC LIMIT 1), '')`).Scan(&xmin)
+		ORDER BY age(h.x) DESC LIMIT 1), '')`, heldFor.Milliseconds()).Scan(&xmin)
 	if err != nil {
 		return "", mapError("read the oldest snapshot", err)
 	}

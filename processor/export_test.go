@@ -1,0 +1,7 @@
+package processor
+
+import "time"
+
+// SetHeldSnapshot sets, for a test and before p runs, how long a transaction must have
+// been open for its snapshot to hold back p's VACUUM (30 s otherwise).
+func SetHeldSnapshot(p *Processor, d time.Duration) { p.heldSnapshot = d }
