@@ -449,22 +449,41 @@ func (p *Processor) liveness(ctx context.Context) {
 	defer ticker.Stop()
 	lastRetention := time.Now()
 	var lastOrphans time.Time // the first tick looks for orphaned leases too
+	// orphansTook is how long the last look for orphaned leases took: the next waits
+	// orphanShare times as long at least, so that a look that reads for seconds (the
+	// ACTIVE tasks' index entries a long-held snapshot keeps: 1-8 s each after minutes
+	// at 20 000 tasks/s) does not run back to back.
+	var orphansTook time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		}
-		orphans := time.Since(lastOrphans) >= p.cfg.ExpiryTimeout
+		orphans := orphansDue(time.Since(lastOrphans), p.cfg.ExpiryTimeout, orphansTook)
 		if orphans {
 			lastOrphans = time.Now()
 		}
-		p.tick(ctx, orphans)
+		took := p.tick(ctx, orphans)
+		if orphans {
+			orphansTook = took
+		}
 		if p.cfg.RetentionInterval > 0 && time.Since(lastRetention) >= p.cfg.RetentionInterval {
 			lastRetention = time.Now()
 			p.retain(ctx)
 		}
 	}
+}
+
+// orphanShare bounds the time the looks for orphaned leases take (liveness): one that
+// took d is followed by the next no sooner than orphanShare × d later.
+const orphanShare = 20
+
+// orphansDue reports whether the look for orphaned leases is due, since after the last
+// one that took took: every expiry timeout, or orphanShare times its own duration when
+// that is longer.
+func orphansDue(since, expiry, took time.Duration) bool {
+	return since >= max(expiry, orphanShare*took)
 }
 
 // analyzeMinimum is how many tasks a manager leases before it first refreshes its
@@ -632,13 +651,16 @@ func (p *Processor) logUnlessStopping(ctx context.Context, level slog.Level, msg
 
 // tick runs the periodic maintenance. Leases of stale owners are taken back on every
 // tick, which reads the ACTIVE tasks only when some registered owner is stale; with
-// orphans (once per ExpiryTimeout) it also looks for leases whose owner row is gone.
-func (p *Processor) tick(ctx context.Context, orphans bool) {
+// orphans (once per ExpiryTimeout, less often when slow: orphansDue) it also looks for
+// leases whose owner row is gone. It returns how long the expiry took.
+func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duration) {
 	expire := p.repo.ExpireStale
 	if orphans {
 		expire = p.repo.Expire
 	}
+	start := time.Now()
 	expired, err := expire(ctx, p.pool, p.cfg.ExpiryTimeout)
+	expiry = time.Since(start)
 	p.outcome(ctx, "expire dead owners' leases", err)
 	if len(expired) > 0 && p.onExpire != nil {
 		p.onExpire(expired)
@@ -652,7 +674,7 @@ func (p *Processor) tick(ctx context.Context, orphans bool) {
 	p.outcome(ctx, "purge dead owners", err)
 	topics := p.topics()
 	if len(topics) == 0 {
-		return // nothing leased, nothing to refresh
+		return expiry // nothing leased, nothing to refresh
 	}
 	// Only this processor's topics: their tables, and their rows of task_topic, whatever
 	// the number of other topics.
@@ -672,6 +694,7 @@ func (p *Processor) tick(ctx context.Context, orphans bool) {
 			m.setTopic(t)
 		}
 	}
+	return expiry
 }
 
 // topics lists the topics this processor manages, by name.
