@@ -243,10 +243,7 @@ func (s *server) matching(r *http.Request, topic string, res resolved, keep func
 	ctx, backward := r.Context(), narrow(res.filter)
 	cursor := max(res.from-1, repository.MinSequence)
 	if backward {
-		cursor = repository.MaxSequence
-		if res.to < repository.MaxSequence {
-			cursor = res.to + 1
-		}
+		cursor = res.end()
 	}
 	for len(seqs) < bulkMax {
 		var (

@@ -256,6 +256,15 @@ type resolved struct {
 	from, to int64
 }
 
+// end is the exclusive cursor a newest-first read of the range starts from: just past
+// its last sequence, or MaxSequence when the range is open.
+func (res resolved) end() int64 {
+	if res.to < repository.MaxSequence {
+		return res.to + 1
+	}
+	return repository.MaxSequence
+}
+
 // resolve checks the filter and finds the sequences of its time range (Repository.Resolve).
 func (s *server) resolve(r *http.Request, f taskFilter) (resolved, error) {
 	out := resolved{filter: repository.TaskFilter{Identifier: f.Identifier, Reference: f.Reference},
@@ -393,10 +402,7 @@ func (s *server) topic(r *http.Request) (string, any, error) {
 	}
 	// Keyset paging, newest first: a page starts at the end of the time range, before=N
 	// reads the older tasks before N, after=N the newer ones after N (both exclusive).
-	cursor, direction, paged := repository.MaxSequence, repository.Backward, false
-	if res.to < repository.MaxSequence {
-		cursor = res.to + 1
-	}
+	cursor, direction, paged := res.end(), repository.Backward, false
 	if text := q.Get("after"); text != "" {
 		n, err := strconv.ParseInt(text, 10, 64)
 		if err != nil || n < 0 {
@@ -419,10 +425,7 @@ func (s *server) topic(r *http.Request) (string, any, error) {
 	wide := res.filter.State != nil
 	if wide {
 		if direction == repository.Forward { // newer pages start again from the newest
-			cursor, direction = repository.MaxSequence, repository.Backward
-			if res.to < repository.MaxSequence {
-				cursor = res.to + 1
-			}
+			cursor, direction = res.end(), repository.Backward
 		}
 		if cursor == repository.MaxSequence {
 			last, err := s.repo.LastSequence(ctx, s.pool)
@@ -498,11 +501,7 @@ func narrow(f repository.TaskFilter) bool {
 // tasks; a link to newer tasks goes back to the newest.
 func (s *server) narrowPage(r *http.Request, v topicView, res resolved, before int64, paged bool) (string, any, error) {
 	if r.URL.Query().Get("after") != "" {
-		before = repository.MaxSequence
-		if res.to < repository.MaxSequence {
-			before = res.to + 1
-		}
-		paged = false
+		before, paged = res.end(), false
 	}
 	tasks, err := s.repo.Latest(r.Context(), s.pool, v.Name, res.filter, before, tasksPerPage+1)
 	if err != nil {
