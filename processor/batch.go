@@ -86,6 +86,10 @@ type Batch struct {
 	index  map[int64]int
 
 	ctx context.Context // given to the handler (TaskManager.prepare)
+	// slotless is set while a batch a flush leased waits for the poll loop
+	// (TaskManager.hand): it holds no limiter slot to free when it is finished.
+	slotless atomic.Bool
+	polled   time.Duration // how long the flush that leased it took
 
 	mu        sync.Mutex
 	decided   []bool

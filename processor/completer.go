@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -300,7 +301,24 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 	}
 	topic := c.m.cfg.Topic
 	start := time.Now()
-	tasks, err := c.commitRetrying(ctx, reports)
+	unsure := false
+	if !c.hurried() && c.m.wantsLease() {
+		tasks, b, err := c.commitLeasing(ctx, reports)
+		if err == nil {
+			c.finish(reports, tasks, time.Since(start))
+			if b != nil {
+				c.m.hand(b)
+			}
+			return
+		}
+		// Commit the decisions alone (and let the poll loop poll): an attempt whose
+		// outcome is unknown may have committed them, and leased tasks nobody knows of.
+		if unsure = uncertain(err); unsure {
+			c.m.unsure.Store(true)
+		}
+		c.m.Resume()
+	}
+	tasks, err := c.commitRetrying(ctx, reports, unsure)
 	if err == nil {
 		c.finish(reports, tasks, time.Since(start))
 		return
@@ -353,7 +371,9 @@ func completions(reports []*report) int {
 // settle books a report's decisions as committed or given up on; the batch is finished
 // once every task's is.
 func (c *completer) settle(r *report) {
-	if n := int64(len(r.completions)); n > 0 && r.batch.unsettled.Add(-n) == 0 {
+	n := int64(len(r.completions))
+	c.m.holding.Add(-n)
+	if n > 0 && r.batch.unsettled.Add(-n) == 0 {
 		c.m.finished(r.batch)
 	}
 }
@@ -396,9 +416,11 @@ func isRefusal(err error) bool {
 // an earlier attempt, whose reply was lost, had committed them.
 var errCommitted = errors.New("decisions already committed")
 
-func (c *completer) commitRetrying(ctx context.Context, reports []*report) ([]repository.Task, error) {
+// commitRetrying commits reports' decisions, retrying database errors until ctx is
+// done; unsure says an earlier attempt (commitLeasing's) may have committed them.
+func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsure bool) ([]repository.Task, error) {
 	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
-	unsure := false // an attempt failed after its statement may have been committed
+	// unsure: an attempt failed after its statement may have been committed
 	for {
 		tasks, err := c.commit(ctx, reports)
 		if err == nil || isRefusal(err) || ctx.Err() != nil {
@@ -410,38 +432,110 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report) ([]re
 			}
 			return tasks, err
 		}
-		unsure = unsure || repository.Uncertain(err)
+		unsure = unsure || uncertain(err)
 		c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff)
 	}
 }
 
 func (c *completer) commit(ctx context.Context, reports []*report) ([]repository.Task, error) {
-	var completions []repository.Completion
 	hasFollowups := false
 	for _, r := range reports {
-		completions = append(completions, r.completions...)
 		hasFollowups = hasFollowups || len(r.followups) > 0
 	}
-	repo, pool, topic := c.m.p.repo, c.m.p.pool, c.m.cfg.Topic
 	if !hasFollowups {
-		return repo.Complete(ctx, pool, topic, completions...)
+		return c.m.p.repo.Complete(ctx, c.m.p.pool, c.m.cfg.Topic, decisions(reports)...)
 	}
 	var tasks []repository.Task
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, c.m.p.pool, func(tx pgx.Tx) error {
 		var err error
-		if tasks, err = repo.Complete(ctx, tx, topic, completions...); err != nil {
-			return err
-		}
-		for _, r := range reports {
-			for _, f := range r.followups {
-				if err := runFollowup(ctx, repo, tx, f); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		tasks, err = c.decide(ctx, tx, reports)
+		return err
 	})
 	return tasks, err
+}
+
+// commitLeasing commits reports' decisions and leases the next tasks of the topic in
+// one transaction, once (the caller commits the decisions alone after an error), and
+// returns the committed tasks and a batch of those leased (nil: none), which waits for
+// the poll loop (TaskManager.hand). Under a concurrency limit, the capacity the
+// decisions free is so taken again at the same commit: a limited topic with fast
+// handlers costs one commit per batch, not a commit to complete and another to poll,
+// with the slots idle between them.
+func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]repository.Task, *Batch, error) {
+	m := c.m
+	// As a poll does, from its statement until its batch is tracked (reconcile).
+	m.leases.RLock()
+	defer m.leases.RUnlock()
+	start := time.Now()
+	var tasks, leased []repository.Task
+	err := inTx(ctx, m.p.pool, func(tx pgx.Tx) error {
+		var err error
+		if tasks, err = c.decide(ctx, tx, reports); err != nil {
+			return err
+		}
+		leased, err = m.p.repo.Poll(ctx, tx, m.cfg.Topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize)
+		return err
+	})
+	if err != nil || len(leased) == 0 {
+		return tasks, nil, err
+	}
+	b := m.prepareWaiting(m.handlerCtx, leased, m.stopping)
+	b.slotless.Store(true)
+	b.polled = time.Since(start)
+	return tasks, b, nil
+}
+
+// inTx runs fn in a transaction of pool and commits it. It returns fn's error, or the
+// commit's wrapped in errCommitUnknown: a commit whose reply is lost may have happened
+// whatever the error says (pgx reports some such losses as "conn closed", which is safe
+// to retry, and pgx.BeginFunc replaces the commit's error with its rollback's).
+func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(ctx) // fn's error says what happened
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("%w: %w", errCommitUnknown, err)
+	}
+	return nil
+}
+
+// errCommitUnknown marks the failure of a COMMIT (inTx): its outcome is unknown.
+var errCommitUnknown = errors.New("commit failed, outcome unknown")
+
+// uncertain is repository.Uncertain, and true for a commit that failed (inTx).
+func uncertain(err error) bool {
+	return errors.Is(err, errCommitUnknown) || repository.Uncertain(err)
+}
+
+// decide completes reports' tasks as decided and runs their follow-ups, in tx.
+func (c *completer) decide(ctx context.Context, tx pgx.Tx, reports []*report) ([]repository.Task, error) {
+	repo := c.m.p.repo
+	tasks, err := repo.Complete(ctx, tx, c.m.cfg.Topic, decisions(reports)...)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range reports {
+		for _, f := range r.followups {
+			if err := runFollowup(ctx, repo, tx, f); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return tasks, nil
+}
+
+// decisions returns reports' completions, in order.
+func decisions(reports []*report) []repository.Completion {
+	var out []repository.Completion
+	for _, r := range reports {
+		out = append(out, r.completions...)
+	}
+	return out
 }
 
 func runFollowup(ctx context.Context, repo *repository.Repository, tx pgx.Tx, f FollowUp) error {

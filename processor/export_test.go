@@ -5,3 +5,7 @@ import "time"
 // SetHeldSnapshot sets, for a test and before p runs, how long a transaction must have
 // been open for its snapshot to hold back p's VACUUM (30 s otherwise).
 func SetHeldSnapshot(p *Processor, d time.Duration) { p.heldSnapshot = d }
+
+// Quiet reports whether p holds back its reads from the head of topics (a long-held
+// transaction, or the time after one).
+func Quiet(p *Processor) bool { return p.quiet() }

@@ -148,6 +148,75 @@ func TestLimits(t *testing.T) {
 		t.Logf("%d tasks in %v: %.1f/s against 60/s", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
 	})
 
+	t.Run("TheFlushThatFreesCapacityLeasesTheNextTasks", func(t *testing.T) {
+		// One processor whose tasks fill the limit: each flush of decisions leases the
+		// next tasks in its transaction, and the poll loop, at the limit, does not poll.
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 4})
+		const n = 200
+		f.pushN(n)
+		var dispatches, empties atomic.Int64
+		p, _ := f.processor("processor", processor.Config{}, processor.ManagerConfig{
+			Handler: f.recorder(0, nil), BatchSize: 100, PauseInterval: time.Hour,
+			Listener: processor.Listener{
+				OnDispatch: func(string, []repository.Task, time.Duration) { dispatches.Add(1) },
+				OnEmpty:    func(string, time.Duration) { empties.Add(1) },
+			},
+		})
+		f.start(p)
+		f.eventually("every task done", func() bool { return f.count(repository.Succeeded) == n })
+		if most := f.overlap(false, time.Time{}); most > 4 {
+			t.Errorf("%d tasks ran at once; the limit is 4", most)
+		}
+		if got := f.runs(); got != n {
+			t.Errorf("%d runs recorded, want %d", got, n)
+		}
+		// A poll loop that polled after each batch would find the limit reached every
+		// time: about one empty poll per batch.
+		if d, e := dispatches.Load(), empties.Load(); d < n/4 || e > d/5 {
+			t.Errorf("%d batches dispatched, %d empty polls: want at least %d batches (the limit of 4 each) and few empty polls",
+				d, e, n/4)
+		}
+		t.Logf("%d batches, %d empty polls", dispatches.Load(), empties.Load())
+	})
+	t.Run("ASlowTaskHoldsOnlyItsOwnSlot", func(t *testing.T) {
+		// A batch fills the limit; three of its tasks are decided and committed, the
+		// fourth runs on. The three slots they freed are used while it does, by tasks
+		// pushed after (no flush is left to lease them: the poll loop polls).
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 4})
+		const n = 40
+		f.pushN(4)
+		release := make(chan struct{})
+		h := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			if task.Identifier == "task-3" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return repository.Succeed("")
+		})
+		buffered, err := processor.Buffer(h, processor.BufferConfig{MinWorkers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := f.processor("processor", processor.Config{}, processor.ManagerConfig{
+			Handler: buffered, BatchSize: 4, PauseInterval: time.Hour,
+		})
+		f.start(p)
+		f.eventually("three of the first four done", func() bool { return f.count(repository.Succeeded) == 3 })
+		var later []repository.Creation
+		for i := range n - 4 {
+			later = append(later, repository.Creation{Identifier: fmt.Sprintf("later-%d", i)})
+		}
+		if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, later...); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("every task but the slow one done", func() bool { return f.count(repository.Succeeded) == n-1 })
+		close(release)
+		f.eventually("the slow one done", func() bool { return f.count(repository.Succeeded) == n })
+	})
 	t.Run("KeyConcurrencyHoldsAcrossProcessorsAndEveryKeyProgresses", func(t *testing.T) {
 		f := setup(t)
 		f.limit(repository.TopicSettings{KeyConcurrency: 1})

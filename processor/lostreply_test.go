@@ -33,17 +33,22 @@ func TestLostReplies(t *testing.T) {
 		statement string
 		// probability of losing a matching reply
 		probability float64
+		// concurrency limits the topic: its flushes lease the next tasks in their
+		// transaction, whose COMMIT then loses its reply
+		concurrency int32
 	}{
-		{"Poll", "TaskPoll", 0.5},
-		{"Complete", "TaskComplete", 0.2},
-		{"Heartbeat", "OwnerHeartbeat", 0.5},
-		{"Expiry", "TaskExpire", 0.5},
-		{"Push", "TaskPushAppend", 0.2},
+		{"Poll", "TaskPoll", 0.5, 0},
+		{"Complete", "TaskComplete", 0.2, 0},
+		{"CompleteAndLease", "COMMIT", 0.2, 10},
+		{"Heartbeat", "OwnerHeartbeat", 0.5, 0},
+		{"Expiry", "TaskExpire", 0.5, 0},
+		{"Push", "TaskPushAppend", 0.2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t)
 			if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{
 				MaxAttempts: 1000, BackoffBase: time.Millisecond, BackoffCap: 10 * time.Millisecond,
+				Concurrency: tc.concurrency,
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -77,6 +82,7 @@ func TestLostReplies(t *testing.T) {
 			pushed := pushUntil(ctx, t, f, pushVia, cut, runs.ran)
 			wg.Wait()
 			if cut.Lost() < lostReplies {
+				t.Logf("processor log:\n%s", strings.Join(logs.Lines(), "\n"))
 				t.Fatalf("lost %d replies of %s in 90 s, want %d", cut.Lost(), tc.statement, lostReplies)
 			}
 			proxy.RemoveCut(cut)

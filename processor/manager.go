@@ -172,9 +172,28 @@ type TaskManager struct {
 	leases *sync.RWMutex
 	// floor is where the next poll starts.
 	floor *floor
-	// unsure is set by a poll whose outcome is unknown (repository.Uncertain): the
-	// next round reconciles before it polls. Only the poll loop reads and writes it.
-	unsure bool
+	// unsure is set by a poll whose outcome is unknown (repository.Uncertain), the
+	// poll loop's or a flush's that leased (completer.commitLeasing): the next round
+	// reconciles before it polls.
+	unsure atomic.Bool
+
+	// A limited topic's next tasks are leased by the flush that frees its capacity, in
+	// the same transaction (completer.commitLeasing), when the poll loop waits for that:
+	// parked is set while it does (after an empty poll, or while the tasks this manager
+	// holds fill the topic's concurrency limit, which it stores in concurrency; 0: none).
+	// The flush hands the batch it leased over in handed, which the poll loop takes
+	// before it polls; once the loop has ended (loopDone), a flush hands its batch back.
+	parked      atomic.Bool
+	concurrency atomic.Int32
+	handMu      sync.Mutex
+	handed      []*Batch
+	loopDone    bool
+	// holding counts the tasks leased and not yet decided and committed (or given up
+	// on): track adds a batch's, completer.settle takes away those of each report.
+	holding atomic.Int64
+	// handlerCtx and stopping are run's, for the batches a flush leases.
+	handlerCtx context.Context
+	stopping   chan struct{}
 
 	mu       sync.Mutex
 	inflight map[*Batch]struct{}
@@ -352,8 +371,8 @@ func (m *TaskManager) watchFloor(ctx context.Context) {
 		}
 		_, now, w := m.floor.look()
 		wait = w
-		if !now || !m.active.Load() || m.limited.Load() {
-			continue // a limited topic's polls take no position
+		if !now || !m.active.Load() || m.limited.Load() || m.p.quiet() {
+			continue // a limited topic's polls take no position; see Processor.quiet
 		}
 		qctx, cancel := context.WithTimeout(ctx, watchTimeout)
 		start := time.Now()
@@ -425,6 +444,7 @@ func (m *TaskManager) refreshActive(ctx context.Context) error {
 // manager knew of it may have left it asleep, and only its own commits wake it now.
 func (m *TaskManager) setTopic(t repository.Topic) {
 	was := m.limited.Swap(t.Limited())
+	m.concurrency.Store(t.Concurrency)
 	m.rated.Store(t.Rate > 0)
 	m.setActive(t.Active)
 	if !was && t.Limited() && t.Active {
@@ -449,6 +469,7 @@ func (m *TaskManager) track(b *Batch) {
 	for _, t := range b.Tasks {
 		m.bySeq[t.Sequence] = b
 	}
+	m.holding.Add(int64(len(b.Tasks)))
 }
 
 func (m *TaskManager) untrack(b *Batch) {
@@ -495,6 +516,7 @@ func (m *TaskManager) run(ctx context.Context) error {
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	stopping := make(chan struct{})
+	m.handlerCtx, m.stopping = handlerCtx, stopping // before the completer starts
 	completerDone := make(chan struct{})
 	// Decisions are committed on yet another context, so that those reported at the
 	// deadline (failures of handlers that did not finish) still land.
@@ -623,8 +645,10 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 	// The probes run beside the loop (probeDueAside); none outlives it.
 	var probes sync.WaitGroup
 	defer probes.Wait()
+	defer m.endHandover()
 	for ctx.Err() == nil {
 		if !m.active.Load() {
+			m.returnHanded(false) // leased by a flush as the pause came
 			m.hibernate(ctx)
 			probe = true
 			continue
@@ -632,9 +656,17 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 		if err := m.cfg.Limiter.Acquire(ctx); err != nil {
 			return
 		}
-		if m.unsure {
+		if b := m.takeHanded(); b != nil {
+			// Leased by a flush (completer.commitLeasing): it takes the slot just acquired.
+			m.dispatched(b.Tasks, b.polled)
+			m.handle(b)
+			continue
+		}
+		if m.unsure.Swap(false) {
+			// cleared first: a flush whose outcome is unknown may set it again meanwhile
 			b, err := m.reconcile(ctx, handlerCtx, stopping)
 			if err != nil {
+				m.unsure.Store(true)
 				m.cfg.Limiter.Release()
 				if ctx.Err() != nil {
 					return
@@ -642,12 +674,18 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 				m.retry(ctx, "reconcile leases", m.pollOp, err, backoff)
 				continue
 			}
-			m.unsure = false
 			if b != nil {
 				// b holds the limiter slot, as a polled batch does.
 				m.handle(b)
 				continue
 			}
+		}
+		if m.atLimit() {
+			// The tasks this manager holds fill the topic's concurrency limit: a poll
+			// would lease none. The flush that frees capacity leases the next ones.
+			m.cfg.Limiter.Release()
+			m.park(ctx)
+			continue
 		}
 		start := time.Now()
 		// The poll is not cancelled by the shutdown: a poll cancelled after the server
@@ -669,7 +707,9 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 		m.leases.RUnlock()
 		if err != nil {
 			// A poll whose reply was lost may have leased tasks all the same.
-			m.unsure = m.unsure || repository.Uncertain(err)
+			if repository.Uncertain(err) {
+				m.unsure.Store(true)
+			}
 			m.cfg.Limiter.Release()
 			if ctx.Err() != nil {
 				return
@@ -686,8 +726,6 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 		m.p.faults.ok(m.pollOp)
 		backoff.reset()
 		m.floor.polled(from, elapsed, tasks)
-		m.leased.Add(int64(len(tasks)))
-		m.vacuumLeased.Add(int64(len(tasks)))
 		if len(tasks) == 0 {
 			m.cfg.Limiter.Release()
 			m.cfg.Listener.empty(topic, elapsed)
@@ -698,17 +736,104 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 				m.probeRate(ctx)
 			}
 			// Without notifications, only the probe tells of delayed work.
+			m.parked.Store(m.limited.Load())
 			probe = !m.hibernate(ctx) || m.p.notifier == nil
+			m.parked.Store(false)
 			continue
 		}
 		probe = true
-		m.cfg.Listener.dispatch(topic, tasks, elapsed)
+		m.dispatched(tasks, elapsed)
 		// Poll again right away, even after a short batch: with several managers SKIP
 		// LOCKED or a condition makes batches short long before the topic is empty, and
 		// only an empty poll says it is.
 		m.handle(b)
 	}
 }
+
+// dispatched books tasks leased by a poll (or a flush) that took elapsed, before they are
+// handled.
+func (m *TaskManager) dispatched(tasks []repository.Task, elapsed time.Duration) {
+	m.leased.Add(int64(len(tasks)))
+	m.vacuumLeased.Add(int64(len(tasks)))
+	m.cfg.Listener.dispatch(m.cfg.Topic, tasks, elapsed)
+}
+
+// atLimit reports whether the tasks this manager holds fill its limited topic's
+// concurrency limit, so that only a commit of theirs can free a slot.
+func (m *TaskManager) atLimit() bool {
+	c := m.concurrency.Load()
+	return m.limited.Load() && c > 0 && m.holding.Load() >= int64(c)
+}
+
+// park waits, while the manager is at its topic's concurrency limit, for the flush that
+// frees capacity (which leases the next tasks for it, commitLeasing) or any other wake-up.
+func (m *TaskManager) park(ctx context.Context) {
+	m.parked.Store(true)
+	defer m.parked.Store(false)
+	if !m.atLimit() || m.hasHanded() {
+		return // a flush freed capacity meanwhile
+	}
+	m.hibernate(ctx)
+}
+
+// wantsLease reports whether a flush committing now should lease the next tasks of the
+// topic in its transaction (commitLeasing): the topic is limited and running, and the
+// poll loop waits for capacity (parked, or about to: its tasks fill the limit) with no
+// batch handed over yet.
+func (m *TaskManager) wantsLease() bool {
+	return m.limited.Load() && m.active.Load() && (m.parked.Load() || m.atLimit()) && !m.hasHanded()
+}
+
+func (m *TaskManager) hasHanded() bool {
+	m.handMu.Lock()
+	defer m.handMu.Unlock()
+	return len(m.handed) > 0
+}
+
+// hand gives the poll loop a batch leased by a flush; once the loop has ended, or while
+// the topic is paused, the batch's tasks are handed back (READY, no attempt used).
+func (m *TaskManager) hand(b *Batch) {
+	m.handMu.Lock()
+	if !m.loopDone && m.active.Load() {
+		m.handed = append(m.handed, b)
+		m.handMu.Unlock()
+		m.Resume()
+		return
+	}
+	m.handMu.Unlock()
+	b.handBack()
+}
+
+// takeHanded returns the oldest batch a flush leased for the poll loop, if any, which
+// then holds the limiter slot the loop acquired, and starts its HandlerTimeout.
+func (m *TaskManager) takeHanded() *Batch {
+	m.handMu.Lock()
+	defer m.handMu.Unlock()
+	if len(m.handed) == 0 {
+		return nil
+	}
+	b := m.handed[0]
+	m.handed = m.handed[1:]
+	b.slotless.Store(false)
+	m.armTimeout(b)
+	return b
+}
+
+// returnHanded hands back the batches waiting for the poll loop (it stops, or the topic
+// was paused); with done, those a flush leases from now on are handed back too.
+func (m *TaskManager) returnHanded(done bool) {
+	m.handMu.Lock()
+	m.loopDone = m.loopDone || done
+	handed := m.handed
+	m.handed = nil
+	m.handMu.Unlock()
+	for _, b := range handed {
+		b.handBack()
+	}
+}
+
+// endHandover ends the poll loop's side of the handover (returnHanded).
+func (m *TaskManager) endHandover() { m.returnHanded(true) }
 
 // reconcile looks for tasks that this processor's owner holds in the topic but that
 // none of its managers knows of: the leases of a poll that the server committed but
@@ -720,11 +845,19 @@ func (m *TaskManager) reconcile(ctx, handlerCtx context.Context, stopping chan s
 	defer m.leases.Unlock()
 	// What the managers know, before the statement: a batch committed meanwhile is then
 	// known (and no longer ACTIVE), never taken for a stranded lease.
-	known := map[int64]bool{}
+	// Known by sequence and attempt: a flush whose reply was lost may have handed a task
+	// back and leased it again, while the batch of its earlier lease is still tracked.
+	type lease struct {
+		sequence int64
+		attempt  int32
+	}
+	known := map[lease]bool{}
 	for _, other := range m.p.managersOf(m.cfg.Topic) {
 		other.mu.Lock()
-		for seq := range other.bySeq {
-			known[seq] = true
+		for b := range other.inflight {
+			for _, l := range b.leases {
+				known[lease{l.Sequence, l.Attempt}] = true
+			}
 		}
 		other.mu.Unlock()
 	}
@@ -734,7 +867,7 @@ func (m *TaskManager) reconcile(ctx, handlerCtx context.Context, stopping chan s
 	if err != nil {
 		return nil, err
 	}
-	stranded := slices.DeleteFunc(leased, func(t repository.Task) bool { return known[t.Sequence] })
+	stranded := slices.DeleteFunc(leased, func(t repository.Task) bool { return known[lease{t.Sequence, t.Attempt}] })
 	if len(stranded) == 0 {
 		return nil, nil
 	}
@@ -794,11 +927,25 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // prepare makes a batch of leased tasks and tracks it, for handle.
 func (m *TaskManager) prepare(handlerCtx context.Context, tasks []repository.Task, stopping chan struct{}) *Batch {
+	b := m.prepareWaiting(handlerCtx, tasks, stopping)
+	m.armTimeout(b)
+	return b
+}
+
+// prepareWaiting is prepare for a batch that waits before it is handled (leased by a
+// flush, TaskManager.hand): its HandlerTimeout starts when it is taken (armTimeout).
+func (m *TaskManager) prepareWaiting(handlerCtx context.Context, tasks []repository.Task, stopping chan struct{}) *Batch {
 	// Each batch has its own context, cancelled once the batch is committed (after a
 	// timeout, say), so a handler cannot go on working on tasks that were failed.
 	batchCtx, cancel := context.WithCancel(handlerCtx)
 	b := newBatch(batchCtx, m.cfg.Topic, tasks, stopping, m.reported)
 	b.ctx, b.cancel = batchCtx, cancel
+	m.track(b)
+	return b
+}
+
+// armTimeout starts b's HandlerTimeout, if any.
+func (m *TaskManager) armTimeout(b *Batch) {
 	if m.cfg.HandlerTimeout > 0 {
 		timeout := m.cfg.HandlerTimeout
 		b.mu.Lock()
@@ -807,8 +954,6 @@ func (m *TaskManager) prepare(handlerCtx context.Context, tasks []repository.Tas
 		})
 		b.mu.Unlock()
 	}
-	m.track(b)
-	return b
 }
 
 // handle hands a prepared batch to the handler, containing panics.
@@ -838,7 +983,9 @@ func (m *TaskManager) reported(b *Batch, completions []repository.Completion, fo
 func (m *TaskManager) finished(b *Batch) {
 	b.release()
 	m.untrack(b)
-	m.cfg.Limiter.Release()
+	if !b.slotless.Load() {
+		m.cfg.Limiter.Release()
+	}
 	if m.cfg.Condition != repository.None {
 		// Tasks this batch excluded by the condition may be pollable now.
 		m.Resume()

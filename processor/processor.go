@@ -154,6 +154,62 @@ type Processor struct {
 	vacuuming atomic.Bool
 	draining  atomic.Bool
 	vacuums   sync.WaitGroup
+
+	// quietUntil is when the processor stops being quiet (see quiet), as nanoseconds
+	// since epoch (a monotonic reading taken by New); heldFrom is when the long-held
+	// transaction being followed began (zero: none), which only the liveness goroutine
+	// touches.
+	epoch      time.Time
+	quietUntil atomic.Int64
+	heldFrom   time.Time
+}
+
+// quiet reports whether the processor holds back the work that reads a topic's table
+// from its head, or all of it, while a transaction open for heldSnapshot or more keeps
+// the row versions that left READY or ACTIVE since it began, and after it ends for as
+// long as it was open (at most maxQuiet): the looks for work before the poll position
+// (watchFloor) and for orphaned leases, the processor's VACUUM and ANALYZE. During the
+// hold such reads grow with every task processed and free nothing; right after it, the
+// first of them would prune millions of pages at once, and the write-ahead log and the
+// checkpoints they cause stall every commit for seconds. Autovacuum, which paces its
+// writes, cleans the table meanwhile; polls go on from their positions (floor).
+func (p *Processor) quiet() bool { return int64(time.Since(p.epoch)) < p.quietUntil.Load() }
+
+// quietFor keeps the processor quiet for d from now.
+func (p *Processor) quietFor(d time.Duration) { p.quietUntil.Store(int64(time.Since(p.epoch) + d)) }
+
+// maxQuiet bounds how long the processor stays quiet after a long-held transaction ends.
+const maxQuiet = 30 * time.Minute
+
+// watchHeld follows the oldest long-held transaction (Repository.OldestTransaction) and
+// keeps the processor quiet while one is open and after it (see quiet).
+func (p *Processor) watchHeld(ctx context.Context) {
+	age, ok, err := p.repo.OldestTransaction(ctx, p.pool, p.heldSnapshot)
+	p.outcome(ctx, "read the oldest transaction", err)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	if ok {
+		if from := now.Add(-age); p.heldFrom.IsZero() || from.Before(p.heldFrom) {
+			if p.heldFrom.IsZero() {
+				p.logger.Info("a transaction open for a long time holds back VACUUM: reads from the head of topics, VACUUM and ANALYZE wait until after it",
+					slog.Duration("open", age.Round(time.Second)))
+			}
+			p.heldFrom = from
+		}
+		// renewed at every tick (a tick may take long on a bloated table); lapses if the
+		// ticks stop reaching the database
+		p.quietFor(max(3*p.cfg.HeartbeatInterval, time.Minute))
+		return
+	}
+	if !p.heldFrom.IsZero() {
+		quiet := min(now.Sub(p.heldFrom), maxQuiet)
+		p.quietFor(quiet)
+		p.heldFrom = time.Time{}
+		p.logger.Info("the long-held transaction ended: reads from the head of topics, VACUUM and ANALYZE wait while autovacuum cleans",
+			slog.Duration("for", quiet.Round(time.Second)))
+	}
 }
 
 // New validates cfg and returns a Processor; add managers with Manage, then Run.
@@ -164,6 +220,7 @@ func New(cfg Config) (*Processor, error) {
 	p := &Processor{
 		cfg:          cfg,
 		heldSnapshot: defaultHeldSnapshot,
+		epoch:        time.Now(),
 		pool:         cfg.Pool,
 		repo:         cfg.Repository,
 		logger:       cfg.Logger,
@@ -460,7 +517,8 @@ func (p *Processor) liveness(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		orphans := orphansDue(time.Since(lastOrphans), p.cfg.ExpiryTimeout, orphansTook)
+		p.watchHeld(ctx)
+		orphans := !p.quiet() && orphansDue(time.Since(lastOrphans), p.cfg.ExpiryTimeout, orphansTook)
 		if orphans {
 			lastOrphans = time.Now()
 		}
@@ -685,8 +743,10 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 			m.cancelTask(l.Sequence)
 		}
 	}
-	p.analyze(ctx)
-	p.vacuum(ctx)
+	if !p.quiet() {
+		p.analyze(ctx)
+		p.vacuum(ctx)
+	}
 	states, err := p.repo.TopicsNamed(ctx, p.pool, topics...)
 	p.outcome(ctx, "read topic activation", err)
 	for _, t := range states {

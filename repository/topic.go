@@ -283,6 +283,37 @@ func (r *Repository) Vacuum(ctx context.Context, h Handle, topic string) error {
 	return nil
 }
 
+// OldestTransaction returns how long the oldest transaction of this database that has
+// been open for at least heldFor has been open (ok false when there is none), by the
+// database's clock: of the client sessions connected to the database whose snapshot or
+// transaction id holds back VACUUM, and the prepared transactions. A VACUUM (which holds
+// a snapshot as it runs), autovacuum and replication slots, whose age is not a time, do
+// not count. Other roles' sessions count only for a superuser or a member of
+// pg_read_all_stats, as in OldestXmin.
+func (r *Repository) OldestTransaction(ctx context.Context, h Handle, heldFor time.Duration) (age time.Duration, ok bool, err error) {
+	if heldFor < 0 {
+		return 0, false, invalid("transaction held for %v: negative", heldFor)
+	}
+	var ms *float64
+	err = h.QueryRow(ctx, `SELECT extract(epoch FROM now() - min(h.started))::float8 * 1000 FROM (
+		SELECT a.xact_start AS started FROM pg_stat_activity a
+		WHERE a.datname = current_database() AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
+		  AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+		  AND a.xact_start <= now() - $1::bigint * interval '1 millisecond'
+		  AND a.pid NOT IN (SELECT v.pid FROM pg_stat_progress_vacuum v)
+		UNION ALL
+		SELECT p.prepared FROM pg_prepared_xacts p
+		WHERE p.database = current_database() AND p.prepared <= now() - $1::bigint * interval '1 millisecond'
+	) h`, heldFor.Milliseconds()).Scan(&ms)
+	if err != nil {
+		return 0, false, mapError("read the oldest transaction", err)
+	}
+	if ms == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*ms * float64(time.Millisecond)), true, nil
+}
+
 // OldestXmin returns the oldest snapshot held for at least heldFor that holds back
 // VACUUM in this database, as the transaction id its xmin is (text), or "" when none: of
 // the transactions of the sessions connected to the database that began heldFor ago or
