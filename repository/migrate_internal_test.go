@@ -1,6 +1,7 @@
 package repository
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
@@ -989,6 +990,61 @@ func TestNextDueMigration(t *testing.T) {
 	var gone bool
 	if err := pool.QueryRow(ctx, "SELECT to_regproc('task_next_due') IS NULL").Scan(&gone); err != nil || !gone {
 		t.Fatalf("task_next_due still there after reverting 000019 (%v)", err)
+	}
+	steps(1)
+}
+
+// TestAnalyzeSkipLockedMigration: 000020 keeps the tasks, and after it Analyze returns at
+// once while another session holds the lock a VACUUM holds, where before it waited.
+func TestAnalyzeSkipLockedMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository analyze test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(19)
+	create("t")
+	if _, err := pool.Exec(ctx, "SELECT task_push('t', 'a')"); err != nil {
+		t.Fatal(err)
+	}
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000020", taskRows(t, pool), rows)
+	repo, err := New(Config{Owner: "upgrader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table string
+	if err := pool.QueryRow(ctx, "SELECT partition FROM task_topic WHERE topic = 't'").Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	// the lock a VACUUM holds, held by another session
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.WithoutCancel(ctx))
+	if _, err := holder.Exec(ctx, "LOCK TABLE "+pgx.Identifier{table}.Sanitize()+" IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := repo.Analyze(actx, pool, "t"); err != nil {
+		t.Fatalf("analyze while the table is locked by another session: %v (want it skipped at once)", err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Analyze(ctx, pool, "t"); err != nil {
+		t.Fatalf("analyze: %v", err)
+	}
+	steps(-1)
+	sameRows(t, "tasks after reverting 000020", taskRows(t, pool), rows)
+	var body string
+	if err := pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'task_topic_analyze'").Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(body, "SKIP_LOCKED") {
+		t.Fatalf("task_topic_analyze still skips locked tables after reverting 000020")
 	}
 	steps(1)
 }

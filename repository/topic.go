@@ -346,7 +346,9 @@ func (r *Repository) OldestXmin(ctx context.Context, h Handle, heldFor time.Dura
 // Analyze refreshes the planner statistics of the table that holds the topic's tasks and
 // returns that table's estimated row count (all its topics' when shared). Processors
 // call it as a topic grows, so that plans cached while the table was nearly empty are
-// replaced (autovacuum would, if it is on and in time).
+// replaced (autovacuum would, if it is on and in time). While a VACUUM holds the table
+// (autovacuum's, or a processor's), the ANALYZE is skipped rather than waiting for it or
+// cancelling it (schema 20), and the estimate of the last statistics is returned.
 func (r *Repository) Analyze(ctx context.Context, h Handle, topic string) (int64, error) {
 	if err := validTopic(topic); err != nil {
 		return 0, err
