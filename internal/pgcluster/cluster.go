@@ -72,6 +72,10 @@ type Options struct {
 	// BinDir is the directory holding initdb, pg_ctl and postgres. Empty
 	// means [FindBinaries].
 	BinDir string
+	// Conf is appended to postgresql.conf after pgcluster's own settings (so it
+	// overrides them), one setting per line, as PostgreSQL reads it:
+	// "shared_preload_libraries = 'citus'".
+	Conf []string
 }
 
 // Cluster is a running PostgreSQL cluster started by [Start]. Its methods are
@@ -84,6 +88,7 @@ type Cluster struct {
 	keep    bool
 	log     *slog.Logger
 	cred    *syscall.Credential // nil unless running as root
+	conf    []string            // Options.Conf
 
 	stopOnce sync.Once
 	stopErr  error
@@ -187,7 +192,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 	reapStale(parent, log)
 
-	c := &Cluster{binDir: binDir, port: port, keep: opts.Keep, log: log}
+	c := &Cluster{binDir: binDir, port: port, keep: opts.Keep, log: log, conf: opts.Conf}
 
 	var runAs *user.User
 	if os.Geteuid() == 0 {
@@ -252,6 +257,9 @@ full_page_writes = off
 max_connections = 300
 shared_buffers = 128MB
 `, strings.ReplaceAll(c.dir, "'", "''"), c.port)
+	for _, line := range c.conf {
+		conf += line + "\n"
+	}
 	f, err := os.OpenFile(filepath.Join(c.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("pgcluster: %w", err)

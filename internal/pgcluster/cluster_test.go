@@ -65,6 +65,26 @@ func TestStartQueryStop(t *testing.T) {
 	}
 }
 
+// TestConf: Options.Conf lines reach postgresql.conf, after (and over) pgcluster's own.
+func TestConf(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, Options{Conf: []string{"work_mem = '7MB'", "max_connections = 50"}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var workMem, maxConns string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('work_mem'), current_setting('max_connections')").Scan(&workMem, &maxConns); err != nil {
+		t.Fatal(err)
+	}
+	if workMem != "7MB" || maxConns != "50" {
+		t.Errorf("work_mem=%q max_connections=%q, want 7MB and 50 (pgcluster's own is 300)", workMem, maxConns)
+	}
+}
+
 // TestKeepAndReap starts two clusters in a t.TempDir() (0700 directories, so
 // as root this also exercises making the path searchable): one kept, one
 // whose owner is made to look dead. A third Start must reap only the latter.
