@@ -417,10 +417,10 @@ func isRefusal(err error) bool {
 var errCommitted = errors.New("decisions already committed")
 
 // commitRetrying commits reports' decisions, retrying database errors until ctx is
-// done; unsure says an earlier attempt (commitLeasing's) may have committed them.
+// done; unsure says an earlier attempt (commitLeasing's) may have committed them, and
+// becomes true once an attempt here fails after its statement was sent.
 func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsure bool) ([]repository.Task, error) {
 	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
-	// unsure: an attempt failed after its statement may have been committed
 	for {
 		tasks, err := c.commit(ctx, reports)
 		if err == nil || isRefusal(err) || ctx.Err() != nil {
@@ -479,7 +479,7 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 	if err != nil || len(leased) == 0 {
 		return tasks, nil, err
 	}
-	b := m.prepareWaiting(m.handlerCtx, leased, m.stopping)
+	b := m.prepareWaiting(leased)
 	b.slotless.Store(true)
 	b.polled = time.Since(start)
 	return tasks, b, nil

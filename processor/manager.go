@@ -191,7 +191,8 @@ type TaskManager struct {
 	// holding counts the tasks leased and not yet decided and committed (or given up
 	// on): track adds a batch's, completer.settle takes away those of each report.
 	holding atomic.Int64
-	// handlerCtx and stopping are run's, for the batches a flush leases.
+	// handlerCtx and stopping are run's: the context handlers run on, and the channel
+	// closed when the shutdown begins, for every batch the manager prepares.
 	handlerCtx context.Context
 	stopping   chan struct{}
 
@@ -516,7 +517,7 @@ func (m *TaskManager) run(ctx context.Context) error {
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	stopping := make(chan struct{})
-	m.handlerCtx, m.stopping = handlerCtx, stopping // before the completer starts
+	m.handlerCtx, m.stopping = handlerCtx, stopping // before the poll loop and the completer start
 	completerDone := make(chan struct{})
 	// Decisions are committed on yet another context, so that those reported at the
 	// deadline (failures of handlers that did not finish) still land.
@@ -533,7 +534,7 @@ func (m *TaskManager) run(ctx context.Context) error {
 	pollDone := make(chan struct{})
 	go func() {
 		defer close(pollDone)
-		m.poll(ctx, handlerCtx, stopping)
+		m.poll(ctx)
 	}()
 	if m.floor.enabled {
 		watchCtx, stopWatch := context.WithCancel(ctx)
@@ -630,7 +631,7 @@ func (m *TaskManager) failInflight(err error) {
 }
 
 // poll is the poll loop proper; it returns when ctx is done.
-func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct{}) {
+func (m *TaskManager) poll(ctx context.Context) {
 	topic := m.cfg.Topic
 	backoff := newBackoff(100*time.Millisecond, retryCap)
 	// probe says whether an empty poll is followed by a look for the next due task
@@ -664,7 +665,7 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 		}
 		if m.unsure.Swap(false) {
 			// cleared first: a flush whose outcome is unknown may set it again meanwhile
-			b, err := m.reconcile(ctx, handlerCtx, stopping)
+			b, err := m.reconcile(ctx)
 			if err != nil {
 				m.unsure.Store(true)
 				m.cfg.Limiter.Release()
@@ -702,7 +703,7 @@ func (m *TaskManager) poll(ctx, handlerCtx context.Context, stopping chan struct
 		elapsed := time.Since(start)
 		var b *Batch
 		if err == nil && len(tasks) > 0 {
-			b = m.prepare(handlerCtx, tasks, stopping)
+			b = m.prepare(tasks)
 		}
 		m.leases.RUnlock()
 		if err != nil {
@@ -840,7 +841,7 @@ func (m *TaskManager) endHandover() { m.returnHanded(true) }
 // whose reply was lost (a connection cut after the commit, a failover). Nobody else
 // would run them while the owner heart-beats, so this manager runs them, as a batch of
 // their own (nil when there are none). It costs one statement, only after such a poll.
-func (m *TaskManager) reconcile(ctx, handlerCtx context.Context, stopping chan struct{}) (*Batch, error) {
+func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	m.leases.Lock()
 	defer m.leases.Unlock()
 	// What the managers know, before the statement: a batch committed meanwhile is then
@@ -874,7 +875,7 @@ func (m *TaskManager) reconcile(ctx, handlerCtx context.Context, stopping chan s
 	m.p.logger.Warn("running tasks leased by a poll whose reply was lost", slog.String("topic", m.cfg.Topic),
 		slog.Int("tasks", len(stranded)))
 	m.cfg.Listener.dispatch(m.cfg.Topic, stranded, 0)
-	return m.prepare(handlerCtx, stranded, stopping), nil
+	return m.prepare(stranded), nil
 }
 
 // retryCap is the longest wait between two tries of a failed start or poll: a try
@@ -926,19 +927,19 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // prepare makes a batch of leased tasks and tracks it, for handle.
-func (m *TaskManager) prepare(handlerCtx context.Context, tasks []repository.Task, stopping chan struct{}) *Batch {
-	b := m.prepareWaiting(handlerCtx, tasks, stopping)
+func (m *TaskManager) prepare(tasks []repository.Task) *Batch {
+	b := m.prepareWaiting(tasks)
 	m.armTimeout(b)
 	return b
 }
 
 // prepareWaiting is prepare for a batch that waits before it is handled (leased by a
 // flush, TaskManager.hand): its HandlerTimeout starts when it is taken (armTimeout).
-func (m *TaskManager) prepareWaiting(handlerCtx context.Context, tasks []repository.Task, stopping chan struct{}) *Batch {
+func (m *TaskManager) prepareWaiting(tasks []repository.Task) *Batch {
 	// Each batch has its own context, cancelled once the batch is committed (after a
 	// timeout, say), so a handler cannot go on working on tasks that were failed.
-	batchCtx, cancel := context.WithCancel(handlerCtx)
-	b := newBatch(batchCtx, m.cfg.Topic, tasks, stopping, m.reported)
+	batchCtx, cancel := context.WithCancel(m.handlerCtx)
+	b := newBatch(batchCtx, m.cfg.Topic, tasks, m.stopping, m.reported)
 	b.ctx, b.cancel = batchCtx, cancel
 	m.track(b)
 	return b

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -145,16 +146,7 @@ func setUp(ctx context.Context, node *pgcluster.Cluster) error {
 }
 
 // quote quotes s as an SQL string literal.
-func quote(s string) string {
-	out := []byte{'\''}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '\''))
-}
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Stop stops every node and removes their directories.
 func (c *Cluster) Stop(ctx context.Context) error {
