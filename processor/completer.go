@@ -467,17 +467,29 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 	m.leases.RLock()
 	defer m.leases.RUnlock()
 	start := time.Now()
+	// The poll loop waits meanwhile: this poll takes its turn with the floor, as the
+	// loop's polls do, so that it starts where the last one found work.
+	from := m.floor.next()
 	var tasks, leased []repository.Task
+	var polled time.Duration
 	err := inTx(ctx, m.p.pool, func(tx pgx.Tx) error {
 		var err error
 		if tasks, err = c.decide(ctx, tx, reports); err != nil {
 			return err
 		}
-		leased, err = m.p.repo.Poll(ctx, tx, m.cfg.Topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize)
+		pollStart := time.Now()
+		leased, err = m.p.repo.PollFrom(ctx, tx, m.cfg.Topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
+		polled = time.Since(pollStart)
 		return err
 	})
-	if err != nil || len(leased) == 0 {
+	if err != nil {
+		// whatever the position had taken in (a notification's) goes with it: from the head
+		m.floor.restart()
 		return tasks, nil, err
+	}
+	m.floor.polled(from, polled, leased)
+	if len(leased) == 0 {
+		return tasks, nil, nil
 	}
 	b := m.prepareWaiting(leased)
 	b.slotless.Store(true)

@@ -135,8 +135,10 @@ type TaskManager struct {
 	// limited and rated say whether the topic has limits a poll enforces, and a rate
 	// limit among them, as last read (refreshActive, Processor.tick): a commit then
 	// wakes the manager (capacity was freed), and an empty poll asks when the rate
-	// limit lets the next task start.
-	limited, rated atomic.Bool
+	// limit lets the next task start. keyed says its polls take tasks by concurrency key
+	// (a per-key limit, or fairness): those read the topic from its head, whatever the
+	// position (schema 21).
+	limited, rated, keyed atomic.Bool
 	// startOp, pollOp, dueOp, watchOp and commitOp name the manager's start, polls,
 	// look-ups of the next due task, looks for work before its poll position (watchFloor)
 	// and commits in Processor.Health.
@@ -372,8 +374,8 @@ func (m *TaskManager) watchFloor(ctx context.Context) {
 		}
 		_, now, w := m.floor.look()
 		wait = w
-		if !now || !m.active.Load() || m.limited.Load() || m.p.quiet() {
-			continue // a limited topic's polls take no position; see Processor.quiet
+		if !now || !m.active.Load() || m.keyed.Load() || m.p.quiet() {
+			continue // polls by key take no position; see Processor.quiet
 		}
 		qctx, cancel := context.WithTimeout(ctx, watchTimeout)
 		start := time.Now()
@@ -447,6 +449,7 @@ func (m *TaskManager) setTopic(t repository.Topic) {
 	was := m.limited.Swap(t.Limited())
 	m.concurrency.Store(t.Concurrency)
 	m.rated.Store(t.Rate > 0)
+	m.keyed.Store(t.KeyConcurrency > 0 || t.Fair)
 	m.setActive(t.Active)
 	if !was && t.Limited() && t.Active {
 		m.Resume()

@@ -327,4 +327,31 @@ func TestLimits(t *testing.T) {
 			t.Errorf("stored key = %q, %v", got.ConcurrencyKey, err)
 		}
 	})
+
+	t.Run("ALimitedPollStartsAtItsPosition", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 5})
+		pushed := f.pushKeyed("", 10)
+		from := repository.PositionOf(pushed[3])
+		got, err := f.repo.PollFrom(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10, from)
+		if err != nil || len(got) != 5 {
+			t.Fatalf("limited poll from the fourth task: %d tasks, %v; want the limit's 5", len(got), err)
+		}
+		for i, task := range got {
+			if task.Sequence != pushed[3+i].Sequence {
+				t.Fatalf("limited poll from the fourth task took %d at %d, want %d: it starts at the position", task.Sequence, i, pushed[3+i].Sequence)
+			}
+		}
+	})
+
+	t.Run("AKeyedPollReadsFromTheHead", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{KeyConcurrency: 1})
+		pushed := f.pushKeyed("a", 3)
+		f.pushKeyed("b", 3)
+		got, err := f.repo.PollFrom(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10, repository.PositionOf(pushed[2]))
+		if err != nil || len(got) != 2 || got[0].Sequence != pushed[0].Sequence {
+			t.Fatalf("keyed poll given a position: %v, %v; want the first task of each key, from the head", got, err)
+		}
+	})
 }

@@ -1048,3 +1048,57 @@ func TestAnalyzeSkipLockedMigration(t *testing.T) {
 	}
 	steps(1)
 }
+
+// TestLimitedPositionMigration: 000021 keeps the tasks, a limited topic's poll given a
+// position starts there after it (and from the head before it, and after reverting it).
+func TestLimitedPositionMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository limited-position test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(20)
+	create("t")
+	for _, q := range []string{
+		"SELECT task_push('t', 'a')", "SELECT task_push('t', 'b')", "SELECT task_push('t', 'c')",
+		"SELECT task_push('t', 'd')", "UPDATE task_topic SET concurrency = 1 WHERE topic = 't'",
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var third int64
+	if err := pool.QueryRow(ctx, "SELECT sequence FROM task WHERE topic = 't' AND identifier = 'c'").Scan(&third); err != nil {
+		t.Fatal(err)
+	}
+	// the poll statement of schemas 20 and 21, given the position of c; rolled back
+	poll := func() string {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		var identifier string
+		if err := tx.QueryRow(ctx, `UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
+			WHERE t.topic = 't' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('t', false, 0::smallint, 10, 0::smallint, $1)))
+			RETURNING t.identifier`, third).Scan(&identifier); err != nil {
+			t.Fatal(err)
+		}
+		return identifier
+	}
+	if got := poll(); got != "a" {
+		t.Fatalf("limited poll given c's position before 000021 took %s, want a (from the head)", got)
+	}
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000021", taskRows(t, pool), rows)
+	if got := poll(); got != "c" {
+		t.Fatalf("limited poll given c's position after 000021 took %s, want c", got)
+	}
+	steps(-1)
+	sameRows(t, "tasks after reverting 000021", taskRows(t, pool), rows)
+	if got := poll(); got != "a" {
+		t.Fatalf("limited poll given c's position after reverting 000021 took %s, want a", got)
+	}
+	steps(1)
+}
