@@ -649,7 +649,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 	// The probes run beside the loop (probeDueAside); none outlives it.
 	var probes sync.WaitGroup
 	defer probes.Wait()
-	defer m.endHandover()
+	defer m.returnHanded(true) // the loop's side of the handover ends with it
 	for ctx.Err() == nil {
 		if !m.active.Load() {
 			m.returnHanded(false) // leased by a flush as the pause came
@@ -835,9 +835,6 @@ func (m *TaskManager) returnHanded(done bool) {
 		b.handBack()
 	}
 }
-
-// endHandover ends the poll loop's side of the handover (returnHanded).
-func (m *TaskManager) endHandover() { m.returnHanded(true) }
 
 // reconcile looks for tasks that this processor's owner holds in the topic but that
 // none of its managers knows of: the leases of a poll that the server committed but
