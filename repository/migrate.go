@@ -46,15 +46,25 @@ func MigrateDown(ctx context.Context, pool *pgxpool.Pool) error {
 // failed migration left the schema dirty. It reads golang-migrate's table without
 // taking its lock, so it answers while another process migrates.
 func MigrationVersion(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
+	return migrationVersion(ctx, pool)
+}
+
+// rowQuerier is what reads one row: a pool, a connection or a transaction.
+type rowQuerier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// migrationVersion is MigrationVersion on q.
+func migrationVersion(ctx context.Context, q rowQuerier) (version uint, dirty bool, err error) {
 	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", migrationsTable).Scan(&exists); err != nil {
+	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", migrationsTable).Scan(&exists); err != nil {
 		return 0, false, fmt.Errorf("migrate: version: %w", err)
 	}
 	if !exists {
 		return 0, false, nil
 	}
 	var v int64
-	err = pool.QueryRow(ctx, "SELECT version, dirty FROM "+migrationsTable+" LIMIT 1").Scan(&v, &dirty)
+	err = q.QueryRow(ctx, "SELECT version, dirty FROM "+migrationsTable+" LIMIT 1").Scan(&v, &dirty)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && v < 0 {
 		return 0, dirty, nil
 	}
@@ -62,6 +72,30 @@ func MigrationVersion(ctx context.Context, pool *pgxpool.Pool) (version uint, di
 		return 0, false, fmt.Errorf("migrate: version: %w", err)
 	}
 	return uint(v), dirty, nil
+}
+
+// latestMigration is the version of the newest embedded migration.
+func latestMigration() uint {
+	src, err := iofs.New(schema.FS, ".")
+	if err != nil {
+		panic(fmt.Sprintf("migrate: read embedded migrations: %v", err)) // embedded at build time
+	}
+	return newest(src)
+}
+
+// newest is the version of src's newest migration (0 when it has none).
+func newest(src source.Driver) uint {
+	latest, err := src.First()
+	if err != nil {
+		return 0
+	}
+	for {
+		next, err := src.Next(latest)
+		if err != nil {
+			return latest
+		}
+		latest = next
+	}
 }
 
 // withMigrate runs fn on a golang-migrate instance over pool; up tells the direction fn
@@ -180,6 +214,15 @@ func noOtherMigrator(ctx context.Context, pool *pgxpool.Pool, src source.Driver,
 	if up && upToDate(ctx, conn, src) {
 		return true, nil
 	}
+	// The migrations are written for plain PostgreSQL: on distributed tables their DDL
+	// and function bodies would not do what they say (issue 18).
+	if distributed, err := isDistributed(ctx, conn); err != nil {
+		return false, fmt.Errorf("migrate: %w", err)
+	} else if distributed {
+		version, _, _ := migrationVersion(ctx, conn)
+		return false, fmt.Errorf("migrate: %w: this database was distributed with pgtask citus enable at schema version %d, and migrating it is not supported yet; nothing was changed",
+			ErrDistributed, version)
+	}
 	var dbName, schemaName string
 	if err := conn.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&dbName, &schemaName); err != nil {
 		return false, fmt.Errorf("migrate: %w", err)
@@ -217,23 +260,7 @@ func noOtherMigrator(ctx context.Context, pool *pgxpool.Pool, src source.Driver,
 
 // upToDate reports whether the schema is cleanly at the newest embedded migration.
 func upToDate(ctx context.Context, conn *pgxpool.Conn, src source.Driver) bool {
-	latest, err := src.First()
-	if err != nil {
-		return false
-	}
-	for {
-		next, err := src.Next(latest)
-		if err != nil {
-			break
-		}
-		latest = next
-	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", migrationsTable).Scan(&exists); err != nil || !exists {
-		return false
-	}
-	var version int64
-	var dirty bool
-	err = conn.QueryRow(ctx, "SELECT version, dirty FROM "+migrationsTable+" LIMIT 1").Scan(&version, &dirty)
-	return err == nil && !dirty && version == int64(latest)
+	latest := newest(src)
+	version, dirty, err := migrationVersion(ctx, conn)
+	return latest > 0 && err == nil && !dirty && version == latest
 }
