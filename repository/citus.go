@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/sql/citus"
 )
 
 // ErrCitusRefused means DistributeCitus refused to distribute the database (no Citus, no
@@ -63,9 +65,13 @@ type CitusReport struct {
 // (an owner heart-beat within OwnerTimeout). Tasks, topics and schedules are locked
 // against writers meanwhile.
 //
-// UNFINISHED (issue 18): this converts the tables; the hot statements (push, poll,
-// complete, heartbeat, expiry) do not run on the distributed tables yet, and Migrate
-// refuses further migrations of a distributed database (ErrDistributed).
+// It also creates the functions of the hot paths that Citus runs on the node of a topic
+// (sql/citus), which the repository calls on a distributed database instead of its
+// plain statements: push, poll, complete, expiry, a topic's stats.
+//
+// UNFINISHED (issue 18): cancel, revive, junctions, purges, reads over all topics and
+// the per-topic maintenance do not run on the distributed tables yet (docs/citus.md),
+// and Migrate refuses further migrations of a distributed database (ErrDistributed).
 func DistributeCitus(ctx context.Context, pool *pgxpool.Pool, opts CitusOptions) (CitusReport, error) {
 	if opts.OwnerTimeout < 0 {
 		return CitusReport{}, invalid("owner timeout %v is negative", opts.OwnerTimeout)
@@ -317,6 +323,8 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		return fmt.Errorf("distribute: count the topics: %w", err)
 	}
 	for _, s := range []struct{ what, q string }{
+		// the shard is every topic's table now
+		{"name the topics' table", `UPDATE task_topic SET partition = 'task', dedicated = false`},
 		// Foreign keys to task_topic go while it changes kind; task_topic_limit's comes
 		// back between co-located tables, task_schedule's cannot (a reference table's
 		// to a distributed one): destroying a topic deletes its schedules itself.
@@ -331,6 +339,28 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		{"replicate task_schedule", `SELECT create_reference_table('task_schedule')`},
 	} {
 		if err := step(s.what, s.q); err != nil {
+			return err
+		}
+	}
+	// The functions of the hot paths (sql/citus), each run whole on the node of its
+	// topic, and every other function of pgtask on every node, for them to call.
+	if err := step("create the functions of sql/citus", citus.Functions); err != nil {
+		return err
+	}
+	if err := step("put the functions on every node", `
+		SELECT create_distributed_function(p.oid::regprocedure) FROM pg_proc p
+		WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'task\_%'
+		  AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')`); err != nil {
+		return err
+	}
+	for _, f := range []string{
+		"task_citus_push(text,smallint,bigint[],text[],text[],text[],boolean[],smallint[],bigint[],bigint[],text[])",
+		"task_citus_poll(text,text,boolean,smallint,integer,smallint,bigint)",
+		"task_citus_complete(text,text,bigint[],integer[],smallint[],text[],bigint[])",
+		"task_citus_expire(text,text,text[],timestamptz)",
+		"task_citus_stats(text)",
+	} {
+		if err := step("delegate "+f, `SELECT create_distributed_function($1::regprocedure, 'p_topic', colocate_with := 'task', force_delegation := true)`, f); err != nil {
 			return err
 		}
 	}

@@ -209,8 +209,14 @@ func mapError(op string, err error) error {
 // A poll whose reply was lost may have leased tasks the caller never received; a
 // completion may have been recorded. Errors of the server (an SQLSTATE), refusals of the
 // repository, and failures before anything was sent (pgconn.SafeToRetry: a connection
-// that could not be made, say) are certain: nothing was written.
+// that could not be made, say) are certain: nothing was written; except a connection
+// exception the server reports (SQLSTATE class 08): on Citus, the coordinator's word
+// that its connection to the worker running the statement failed, maybe after the
+// worker committed it.
 func Uncertain(err error) bool {
+	if state := SQLState(err); strings.HasPrefix(state, "08") {
+		return true
+	}
 	if err == nil || SQLState(err) != "" || pgconn.SafeToRetry(err) {
 		return false
 	}

@@ -12,6 +12,11 @@ import (
 // whether it was new. An owner leases tasks and proves it is alive with Heartbeat; a
 // processor registers its own. Topics are created with CreateTopic.
 func (r *Repository) RegisterOwner(ctx context.Context, h Handle) (bool, error) {
+	// Learn here, once, whether the database is distributed (onCitus), rather than at
+	// the first push or poll, which are one statement each.
+	if _, err := r.onCitus(ctx, h); err != nil {
+		return false, mapError("register owner "+r.owner, err)
+	}
 	pid := int32(r.pid)
 	created, err := r.q.OwnerRegister(ctx, h, db.OwnerRegisterParams{
 		Owner: r.owner, Now: r.clock(), Host: ptr(r.host), Pid: ptr(pid),
@@ -33,7 +38,15 @@ func (r *Repository) Register(ctx context.Context, h Handle) (bool, error) {
 // it), as a processor does when it stops cleanly; it reports whether the row went. An
 // owner that still leases tasks keeps its row, so that they expire once it is silent.
 func (r *Repository) DeregisterOwner(ctx context.Context, h Handle) (bool, error) {
-	n, err := r.q.OwnerDeregister(ctx, h, r.owner)
+	citus, err := r.onCitus(ctx, h)
+	var n int64
+	switch {
+	case err != nil:
+	case citus:
+		n, err = r.deregisterCitus(ctx, h)
+	default:
+		n, err = r.q.OwnerDeregister(ctx, h, r.owner)
+	}
 	if err != nil {
 		return false, mapError("deregister owner "+r.owner, err)
 	}
@@ -50,7 +63,15 @@ func (r *Repository) Deregister(ctx context.Context, h Handle) (bool, error) {
 // Heartbeat records that this owner is alive. It fails with ErrNotRegistered when the
 // owner row is missing (never registered, or purged as dead).
 func (r *Repository) Heartbeat(ctx context.Context, h Handle) error {
-	n, err := r.q.OwnerHeartbeat(ctx, h, db.OwnerHeartbeatParams{Now: r.clock(), Owner: r.owner})
+	citus, err := r.onCitus(ctx, h)
+	var n int64
+	switch {
+	case err != nil:
+	case citus:
+		n, err = r.heartbeatCitus(ctx, h)
+	default:
+		n, err = r.q.OwnerHeartbeat(ctx, h, db.OwnerHeartbeatParams{Now: r.clock(), Owner: r.owner})
+	}
 	if err != nil {
 		return mapError("heartbeat owner "+r.owner, err)
 	}
@@ -106,7 +127,15 @@ func (r *Repository) PurgeOwners(ctx context.Context, h Handle, timeout time.Dur
 	if !dead {
 		return 0, nil
 	}
-	n, err := r.q.OwnerPurge(ctx, h, db.OwnerPurgeParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	citus, err := r.onCitus(ctx, h)
+	var n int64
+	switch {
+	case err != nil:
+	case citus:
+		n, err = r.purgeCitus(ctx, h, timeout)
+	default:
+		n, err = r.q.OwnerPurge(ctx, h, db.OwnerPurgeParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	}
 	if err != nil {
 		return 0, mapError("purge owners", err)
 	}

@@ -78,7 +78,7 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 	if !from.IsZero() {
 		params.FromPriority, params.FromSequence = &from.Priority, &from.Sequence
 	}
-	rows, err := r.q.TaskPoll(ctx, h, params)
+	rows, err := r.poll(ctx, h, params)
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("poll topic %q", topic), err)
 	}
@@ -121,6 +121,17 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 		tasks = inTurns(tasks)
 	}
 	return tasks, nil
+}
+
+// poll runs TaskPoll, or its function on Citus.
+func (r *Repository) poll(ctx context.Context, h Handle, params db.TaskPollParams) ([]db.TaskPollRow, error) {
+	if citus, err := r.onCitus(ctx, h); err != nil || citus {
+		if err != nil {
+			return nil, err
+		}
+		return r.pollCitus(ctx, h, params)
+	}
+	return r.q.TaskPoll(ctx, h, params)
 }
 
 // inTurns orders the tasks of a topic polled key by key (TopicSettings.KeyConcurrency,
@@ -299,6 +310,12 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 		arg.Lean = arg.Lean && c.leased
 	}
 	rows, err := allOrNothing(ctx, h, func(h Handle) ([]db.TaskCompleteRow, error) {
+		if citus, err := r.onCitus(ctx, h); err != nil || citus {
+			if err != nil {
+				return nil, err
+			}
+			return r.completeCitus(ctx, h, arg)
+		}
 		return r.q.TaskComplete(ctx, h, arg)
 	})
 	if errors.Is(err, errRefused) {
@@ -506,6 +523,13 @@ func (r *Repository) ExpireStale(ctx context.Context, h Handle, timeout time.Dur
 func (r *Repository) expire(ctx context.Context, h Handle, timeout time.Duration, orphans bool) ([]Expiry, error) {
 	if err := validTimeout("expiry timeout", timeout); err != nil {
 		return nil, err
+	}
+	if citus, err := r.onCitus(ctx, h); err != nil || citus {
+		if err != nil {
+			return nil, mapError("expire", err)
+		}
+		out, err := r.expireCitus(ctx, h, timeout)
+		return out, mapError("expire", err)
 	}
 	rows, err := r.q.TaskExpire(ctx, h, db.TaskExpireParams{Owner: r.owner, Orphans: orphans, Now: r.clock(), TimeoutMs: durationMs(timeout)})
 	if err != nil {

@@ -119,6 +119,12 @@ func ValidateConcurrencyKey(key string) error {
 // push runs TaskPush, or for APPEND the leaner TaskPushAppend (the same without the
 // reads and writes of older tasks, a third of the planning).
 func (r *Repository) push(ctx context.Context, h Handle, arg db.TaskPushParams) ([]db.TaskPushRow, error) {
+	if citus, err := r.onCitus(ctx, h); err != nil || citus {
+		if err != nil {
+			return nil, err
+		}
+		return r.pushCitus(ctx, h, arg)
+	}
 	if Insertion(arg.Insertion) != Append {
 		return r.q.TaskPush(ctx, h, arg)
 	}

@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"sync/atomic"
 
 	"os"
 	"time"
@@ -69,6 +70,9 @@ type Repository struct {
 	pid   int
 	now   func() time.Time
 	q     *db.Queries
+	// citus caches whether the database is distributed (onCitus): citusUnknown until
+	// the first statement that differs there.
+	citus atomic.Int32
 }
 
 // New validates cfg and returns a Repository.

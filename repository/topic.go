@@ -231,7 +231,15 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 	if err := validTopic(topic); err != nil {
 		return TopicStats{}, err
 	}
-	row, err := r.q.TopicStats(ctx, h, topic)
+	citus, err := r.onCitus(ctx, h)
+	var row db.TopicStatsRow
+	switch {
+	case err != nil:
+	case citus:
+		row, err = r.statsCitus(ctx, h, topic)
+	default:
+		row, err = r.q.TopicStats(ctx, h, topic)
+	}
 	if err != nil {
 		return TopicStats{}, mapError(fmt.Sprintf("stats of topic %q", topic), err)
 	}

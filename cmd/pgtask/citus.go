@@ -17,15 +17,16 @@ a worker node for the shards, when the database is distributed already, when the
 is not at the newest migration, or while a processor runs (an owner heart-beating
 within --owner-timeout). Writers wait while it runs.
 
-UNFINISHED (issue 18): afterwards a topic's settings and tasks can be read, but tasks
-cannot yet be pushed, polled or completed on the distributed tables, and pgtask migrate
-refuses to migrate the database. Pass --unfinished to distribute anyway.`
+UNFINISHED (issue 18): afterwards processors push, poll and complete tasks on the
+distributed tables, but cancel, revive, junctions, purges, reads over all topics and the
+per-topic maintenance do not work there yet (docs/citus.md), and pgtask migrate refuses
+to migrate the database. Pass --unfinished to distribute anyway.`
 
 func runCitusEnable(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask citus enable", "--unfinished [flags]", citusEnableAbout)
 	url := f.databaseURL()
 	ownerTimeout := f.duration("owner-timeout", time.Minute, "an owner heart-beating within this `DURATION` is a running processor")
-	unfinished := f.Bool("unfinished", false, "distribute although pgtask cannot yet push, poll or complete on Citus")
+	unfinished := f.Bool("unfinished", false, "distribute although pgtask on Citus is unfinished (docs/citus.md)")
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
@@ -33,7 +34,7 @@ func runCitusEnable(ctx context.Context, e *env, args []string) error {
 		return f.usagef("--owner-timeout: %v is not positive", *ownerTimeout)
 	}
 	if !*unfinished {
-		return f.usagef("--unfinished: pgtask on Citus is unfinished (issue 18): after this, tasks cannot be pushed, polled or completed on the distributed database; pass --unfinished to distribute anyway")
+		return f.usagef("--unfinished: pgtask on Citus is unfinished (issue 18): after this, cancel, revive, junctions, purges and reads over all topics fail on the distributed database (docs/citus.md); pass --unfinished to distribute anyway")
 	}
 	c, err := f.connect(ctx, *url)
 	if err != nil {

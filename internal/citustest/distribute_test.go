@@ -2,6 +2,7 @@ package citustest_test
 
 import (
 	"context"
+	"crypto/md5"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/citustest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -140,18 +142,31 @@ func TestDistribute(t *testing.T) {
 		}
 	})
 	t.Run("ATopicsReadsRunOnOneNode", func(t *testing.T) {
-		// Any statement that would run on more than one shard fails on these
-		// connections, also inside functions on the workers.
-		cfg := pool.Config().Copy()
-		cfg.ConnConfig.RuntimeParams["citus.multi_task_query_log_level"] = "error"
-		routed, err := pgxpool.NewWithConfig(ctx, cfg)
+		// Any statement that would run on more than one shard fails in the sessions that
+		// start from now on, on every node (Citus propagates the setting), also inside
+		// the functions delegated to the workers.
+		// (a function delegated as pgtask's are, that reads every shard from the worker)
+		exec(`CREATE FUNCTION probe_every_shard(p_topic text) RETURNS bigint LANGUAGE plpgsql AS
+			'BEGIN RETURN (SELECT count(*) FROM task); END'`)
+		exec(`SELECT create_distributed_function('probe_every_shard(text)', 'p_topic', colocate_with := 'task', force_delegation := true)`)
+		exec("ALTER DATABASE " + citustest.Database + " SET citus.multi_task_query_log_level = 'error'")
+		defer exec("ALTER DATABASE " + citustest.Database + " RESET citus.multi_task_query_log_level")
+		routed, err := pgxpool.New(ctx, c.URL())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer routed.Close()
-		if _, err := routed.Exec(ctx, "SELECT count(*) FROM task"); err == nil || !strings.Contains(err.Error(), "multi-task query about to be executed") {
-			t.Fatalf("a statement over every shard: %v; want it refused (the guard is off)", err)
+		for _, q := range []string{"SELECT count(*) FROM task", "SELECT * FROM probe_every_shard('mail')"} {
+			if _, err := routed.Exec(ctx, q); err == nil || !strings.Contains(err.Error(), "multi-task query about to be executed") {
+				t.Fatalf("%s, over every shard: %v; want it refused (the guard is off)", q, err)
+			}
 		}
+		// a new repository: one learns once whether its database is distributed
+		fresh, err := repository.New(repository.Config{Owner: "citus-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run("TheCoreLoop", func(t *testing.T) { coreLoop(t, ctx, c, routed, fresh) })
 		for _, topic := range []string{"mail", "sms", "api"} {
 			if _, err := repo.CountByState(ctx, routed, topic); err != nil {
 				t.Errorf("CountByState(%s): %v", topic, err)
@@ -169,6 +184,101 @@ func TestDistribute(t *testing.T) {
 			}
 		}
 	})
+}
+
+// coreLoop: on the distributed database, through connections on which any statement
+// over more than one shard fails, a topic is created, tasks are pushed (sequences
+// ordered, a processor's LISTEN on the coordinator told), polled and completed as on
+// plain PostgreSQL.
+func coreLoop(t *testing.T, ctx context.Context, c *citustest.Cluster, routed *pgxpool.Pool, repo *repository.Repository) {
+	listener, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(context.WithoutCancel(ctx))
+	if _, err := listener.Exec(ctx, "LISTEN task_notification"); err != nil {
+		t.Fatal(err)
+	}
+	heard := func(want string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		n, err := listener.WaitForNotification(wctx)
+		if err != nil || !strings.HasPrefix(n.Payload, want) {
+			t.Fatalf("notification %v, %v; want one starting %q", n, err, want)
+		}
+	}
+	if created, err := repo.CreateTopic(ctx, routed, "jobs"); err != nil || !created {
+		t.Fatalf("CreateTopic: %v, %v", created, err)
+	}
+	pushed, err := repo.Push(ctx, routed, "jobs", repository.Append,
+		repository.Creation{Identifier: "j1", Input: "one"}, repository.Creation{Identifier: "j2", Priority: -1},
+		repository.Creation{Identifier: "j3", Delay: time.Hour})
+	if err != nil || len(pushed) != 3 {
+		t.Fatalf("Push: %v, %v", pushed, err)
+	}
+	if !(pushed[0].Sequence < pushed[1].Sequence && pushed[1].Sequence < pushed[2].Sequence) || pushed[2].NotBefore.IsZero() {
+		t.Fatalf("pushed %+v; want sequences in input order and the delayed one with its time", pushed)
+	}
+	heard(fmt.Sprintf("WORK %x -1 %d", md5.Sum([]byte("jobs")), pushed[1].Sequence))
+	more, err := repo.Push(ctx, routed, "jobs", repository.Append, repository.Creation{Identifier: "j4"})
+	if err != nil || more[0].Sequence <= pushed[2].Sequence {
+		t.Fatalf("a later push: %v, %v; want a greater sequence than %d", more, err, pushed[2].Sequence)
+	}
+	heard("WORK ")
+	if _, err := repo.Push(ctx, routed, "nope", repository.Append, repository.Creation{Identifier: "x"}); !errors.Is(err, repository.ErrUnknownTopic) {
+		t.Errorf("push to an unknown topic: %v, want ErrUnknownTopic", err)
+	}
+
+	leased, err := repo.Poll(ctx, routed, "jobs", repository.FIFO, repository.None, 10)
+	if err != nil || len(leased) != 3 || leased[0].Identifier != "j2" || leased[1].Identifier != "j1" || leased[2].Identifier != "j4" {
+		t.Fatalf("Poll: %v, %v; want j2, j1, j4 (the delayed j3 not yet)", leased, err)
+	}
+	for _, l := range leased {
+		if l.State != repository.Active || l.Attempt != 1 || l.Owner != repo.Owner() {
+			t.Fatalf("leased %+v", l)
+		}
+	}
+	// all or nothing: a completion of a task not leased refuses the batch
+	_, err = repo.Complete(ctx, routed, "jobs", leased[0].Decide(repository.Succeed("ok")),
+		repository.Completion{Sequence: pushed[2].Sequence, Attempt: 1, Decision: repository.Succeed("")})
+	if !errors.Is(err, repository.ErrWrongState) {
+		t.Fatalf("a batch with a task not leased: %v, want ErrWrongState", err)
+	}
+	done, err := repo.Complete(ctx, routed, "jobs", leased[0].Decide(repository.Succeed("ok")),
+		leased[1].Decide(repository.Fail(errors.New("boom"))), leased[2].Decide(repository.SnoozeFor(time.Minute)))
+	if err != nil || len(done) != 3 {
+		t.Fatalf("Complete: %v, %v", done, err)
+	}
+	heard("WORK ")
+	states := map[string]repository.State{}
+	for _, d := range done {
+		states[d.Identifier] = d.State
+	}
+	if states["j2"] != repository.Succeeded || states["j1"] != repository.Ready || states["j4"] != repository.Ready {
+		t.Fatalf("completed: %v; want j2 SUCCEEDED, j1 READY for a retry, j4 READY snoozed", states)
+	}
+	got, err := repo.Get(ctx, routed, "jobs", leased[1].Sequence)
+	if err != nil || got.NotBefore.IsZero() || len(got.Errors) != 1 || got.Errors[0] != "boom" {
+		t.Fatalf("the failed task: %+v, %v; want READY after a backoff with its error", got, err)
+	}
+	counts, err := repo.CountByState(ctx, routed, "jobs")
+	if err != nil || counts[repository.Ready] != 3 || counts[repository.Succeeded] != 1 {
+		t.Fatalf("counts %v, %v", counts, err)
+	}
+	// REPLACE: the READY j1 (waiting for its retry) gives way to a fresh one
+	replaced, err := repo.Push(ctx, routed, "jobs", repository.Replace, repository.Creation{Identifier: "j1", Input: "two"})
+	if err != nil || len(replaced) != 1 || replaced[0].State != repository.Ready {
+		t.Fatalf("push with REPLACE: %v, %v", replaced, err)
+	}
+	if old, err := repo.Get(ctx, routed, "jobs", leased[1].Sequence); err != nil || old.State != repository.Redundant {
+		t.Fatalf("the task REPLACE replaced: %+v, %v; want REDUNDANT", old, err)
+	}
+	var pushedTally, succeededTally int64
+	if err := routed.QueryRow(ctx, "SELECT sum(pushed), sum(succeeded) FROM task_tally WHERE topic = 'jobs'").
+		Scan(&pushedTally, &succeededTally); err != nil || pushedTally != 5 || succeededTally != 1 {
+		t.Errorf("tallies: %d pushed, %d succeeded (%v); want 5 and 1", pushedTally, succeededTally, err)
+	}
 }
 
 // fill gives the database tasks in the states a running system has (READY, delayed,
@@ -227,7 +337,8 @@ func dump(t *testing.T, ctx context.Context, pool *pgxpool.Pool) string {
 	var b strings.Builder
 	for _, q := range []string{
 		"SELECT row_to_json(x)::text FROM task x ORDER BY topic, sequence",
-		"SELECT row_to_json(x)::text FROM task_topic x ORDER BY topic",
+		// (but the name of the table holding the topic, which DistributeCitus sets to task)
+		"SELECT (row_to_json(x)::jsonb - 'partition' - 'dedicated')::text FROM task_topic x ORDER BY topic",
 		"SELECT row_to_json(x)::text FROM task_topic_limit x ORDER BY topic",
 		"SELECT row_to_json(x)::text FROM task_tally x ORDER BY topic, second, writer",
 		"SELECT row_to_json(x)::text FROM task_owner x ORDER BY owner",

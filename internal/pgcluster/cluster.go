@@ -523,3 +523,14 @@ func reapStale(parent string, log *slog.Logger) {
 		}
 	}
 }
+
+// Restart stops the server at once, as a crash would (pg_ctl -m immediate), and starts
+// it again on the same data directory and socket; its clients lose their connections
+// and what they had not committed.
+func (c *Cluster) Restart(ctx context.Context) error {
+	if _, err := c.run(ctx, "pg_ctl", "restart", "-w", "-t", "120", "-s", "-m", "immediate",
+		"-D", c.dataDir, "-l", filepath.Join(c.dir, logFile)); err != nil {
+		return fmt.Errorf("%w\n%s", err, c.logTail())
+	}
+	return nil
+}

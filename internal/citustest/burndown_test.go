@@ -1,0 +1,201 @@
+package citustest_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/citustest"
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// victimEnv carries the coordinator's URL to the victim subprocess of TestBurnDown.
+const victimEnv = "PGTASK_TEST_CITUS_VICTIM_URL"
+
+// TestCitusVictim is not a test of its own: TestBurnDown runs the test binary again with
+// victimEnv set, and then this is a processor that completes tasks of the topic "work"
+// for a while and then hangs in the middle of a batch, holding its leases, until it is
+// killed.
+func TestCitusVictim(t *testing.T) {
+	url := os.Getenv(victimEnv)
+	if url == "" {
+		t.Skip("helper process for TestBurnDown; runs only as its subprocess")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := repository.New(repository.Config{Owner: "victim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := processor.New(processor.Config{Pool: pool, Repository: repo, HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		if handled.Add(1) == 300 {
+			fmt.Println("hanging")
+			select {} // holds its batch's leases until SIGKILL
+		}
+		return repository.Succeed("victim")
+	})
+	if _, err := p.Manage(processor.ManagerConfig{Topic: "work", Handler: handler, BatchSize: 50}); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Run(ctx)
+}
+
+// TestBurnDown: on the distributed database, a processor process is killed (SIGKILL)
+// while it holds leases, and a worker node restarts while another processor works; every
+// task ends SUCCEEDED, the killed process's leases are taken back once it stops
+// heart-beating and done again, and no task is lost or left behind.
+func TestBurnDown(t *testing.T) {
+	c := start(t)
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := repository.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repository.DistributeCitus(ctx, pool, repository.CitusOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := repository.New(repository.Config{Owner: "survivor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.CreateTopic(ctx, pool, "work"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.UpdateSettings(ctx, pool, "work", func(s *repository.TopicSettings) {
+		s.BackoffBase, s.BackoffCap = time.Millisecond, time.Millisecond
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const tasks = 3000
+	for i := 0; i < tasks; i += 500 {
+		creations := make([]repository.Creation, 500)
+		for k := range creations {
+			creations[k] = repository.Creation{Identifier: fmt.Sprintf("t%d", i+k)}
+		}
+		if _, err := repo.Push(ctx, pool, "work", repository.Append, creations...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// the victim: killed while it hangs over a batch
+	victim := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCitusVictim$", "-test.v")
+	victim.Env = append(os.Environ(), victimEnv+"="+c.URL())
+	out, err := victim.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim.Stderr = os.Stderr
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	hanging := make(chan bool, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			if strings.Contains(s.Text(), "hanging") {
+				hanging <- true
+			}
+		}
+		close(hanging)
+	}()
+	select {
+	case ok := <-hanging:
+		if !ok {
+			t.Fatal("the victim ended before it hung over a batch")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the victim did not get to its hanging batch within a minute")
+	}
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+
+	// the survivor, with a worker node crashing under it
+	p, err := processor.New(processor.Config{Pool: pool, Repository: repo,
+		HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	if _, err := p.Manage(processor.ManagerConfig{Topic: "work", BatchSize: 100,
+		Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			handled.Add(1)
+			return repository.Succeed("survivor")
+		})}); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(runCtx) }()
+	for handled.Load() < 500 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.Workers[0].Restart(ctx); err != nil {
+		t.Fatalf("restart worker 1: %v", err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	var counts map[repository.State]int64
+	for {
+		counts, err = repo.CountByState(ctx, pool, "work")
+		if err == nil && counts[repository.Succeeded] == tasks {
+			break
+		}
+		if time.Now().After(deadline) {
+			var owners, registered string
+			_ = pool.QueryRow(ctx, "SELECT string_agg(DISTINCT owner || ' ' || attempt, ', ') FROM task WHERE topic = 'work' AND state = 0").Scan(&owners)
+			_ = pool.QueryRow(ctx, "SELECT string_agg(owner || ' ' || (now() - heartbeat), ', ') FROM task_owner").Scan(&registered)
+			for _, n := range c.Nodes() {
+				var activity string
+				_ = pool.QueryRow(ctx, `SELECT string_agg(format('%s %s %s %s [%s]', pid, state, wait_event, now() - query_start, left(query, 150)), E'\n')
+					FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, citustest.Database).Scan(&activity)
+				t.Logf("node %d:\n%s", n.Port(), activity)
+				break
+			}
+			t.Fatalf("after two minutes: %v (%v); want all %d SUCCEEDED; ACTIVE under %s; owners %s", counts, err, tasks, owners, registered)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	if err := <-ran; err != nil && ctx.Err() == nil {
+		t.Logf("the survivor's Run: %v", err)
+	}
+	var expired, byVictim int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE array_to_string(errors, ' ') LIKE '%expired: owner victim%'),
+		count(*) FILTER (WHERE output = 'victim') FROM task WHERE topic = 'work'`).Scan(&expired, &byVictim); err != nil {
+		t.Fatal(err)
+	}
+	if expired == 0 {
+		t.Error("no task says its lease was taken back from the killed victim")
+	}
+	// (the survivor may run a task twice when the restart loses a commit's reply)
+	if byVictim == 0 || byVictim+handled.Load() < tasks {
+		t.Errorf("the victim completed %d and the survivor handled %d of %d tasks", byVictim, handled.Load(), tasks)
+	}
+	t.Logf("%d tasks: %d completed by the victim before it was killed, %d by the survivor, %d taken back from the victim",
+		tasks, byVictim, handled.Load(), expired)
+}

@@ -1,0 +1,242 @@
+package repository
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/db"
+)
+
+// The hot paths on a database distributed by DistributeCitus: calls of the delegated
+// functions of sql/citus/functions.sql, each a bare SELECT * FROM f(parameters) (the
+// only form Citus delegates), and the notification each returns sent on the
+// coordinator.
+
+// citusState caches whether the repository's database is distributed.
+const (
+	citusUnknown int32 = iota
+	citusNo
+	citusYes
+)
+
+// onCitus reports whether the database of h was distributed by DistributeCitus (it has
+// the function task_distributed). The answer is read once per Repository, at
+// RegisterOwner or the first statement that differs on Citus: a process that was
+// running when its database was distributed must be restarted.
+func (r *Repository) onCitus(ctx context.Context, h Handle) (bool, error) {
+	switch r.citus.Load() {
+	case citusNo:
+		return false, nil
+	case citusYes:
+		return true, nil
+	}
+	var yes bool
+	if err := h.QueryRow(ctx, "SELECT to_regprocedure('task_distributed()') IS NOT NULL").Scan(&yes); err != nil {
+		return false, err
+	}
+	if yes {
+		r.citus.Store(citusYes)
+	} else {
+		r.citus.Store(citusNo)
+	}
+	return yes, nil
+}
+
+// notify sends a notification payload a function returned, on the coordinator (NOTIFY
+// on a worker reaches only that worker's listeners): at the caller's commit when h is
+// in a transaction, at once otherwise, after the statement committed.
+func notify(ctx context.Context, h Handle, payload string) error {
+	if payload == "" {
+		return nil
+	}
+	_, err := h.Exec(ctx, "SELECT pg_notify('task_notification', $1)", payload)
+	return err
+}
+
+// pushCitus is push on Citus, with sequences taken on the coordinator in input order.
+func (r *Repository) pushCitus(ctx context.Context, h Handle, arg db.TaskPushParams) ([]db.TaskPushRow, error) {
+	rows, err := h.Query(ctx, "SELECT nextval('task_sequence') FROM generate_series(1, $1::integer) ORDER BY 1", len(arg.Identifiers))
+	if err != nil {
+		return nil, err
+	}
+	sequences, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	rows, err = h.Query(ctx, "SELECT * FROM task_citus_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		arg.Topic, arg.Insertion, sequences, arg.Identifiers, arg.Inputs, arg.Refs, arg.Suspended, arg.Priorities,
+		arg.NotBeforesUs, arg.DelaysMs, arg.Keys)
+	if err != nil {
+		return nil, err
+	}
+	var payload *string
+	pushed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (db.TaskPushRow, error) {
+		var p db.TaskPushRow
+		err := row.Scan(&p.Sequence, &p.Identifier, &p.State, &p.Descent, &p.Created, &p.NotBefore, &payload)
+		return p, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if payload != nil {
+		if err := notify(ctx, h, *payload); err != nil {
+			return nil, err
+		}
+	}
+	return pushed, nil
+}
+
+// pollCitus is TaskPoll on Citus.
+func (r *Repository) pollCitus(ctx context.Context, h Handle, arg db.TaskPollParams) ([]db.TaskPollRow, error) {
+	rows, err := h.Query(ctx, "SELECT * FROM task_citus_poll($1, $2, $3, $4, $5, $6, $7)",
+		arg.Topic, arg.Owner, arg.Lifo, arg.Condition, arg.Size, arg.FromPriority, arg.FromSequence)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (db.TaskPollRow, error) {
+		var t db.TaskPollRow
+		err := row.Scan(&t.Topic, &t.Sequence, &t.Identifier, &t.State, &t.Descent, &t.Owner, &t.Created, &t.Completed,
+			&t.Input, &t.Output, &t.Reference, &t.Priority, &t.NotBefore, &t.Attempt, &t.Returned, &t.Errors,
+			&t.Cancelled, &t.ConcurrencyKey, &t.Keyed)
+		return t, err
+	})
+}
+
+// completeCitus is TaskComplete on Citus; its rows are never lean.
+func (r *Repository) completeCitus(ctx context.Context, h Handle, arg db.TaskCompleteParams) ([]db.TaskCompleteRow, error) {
+	rows, err := h.Query(ctx, "SELECT * FROM task_citus_complete($1, $2, $3, $4, $5, $6, $7)",
+		arg.Topic, arg.Owner, arg.Sequences, arg.Attempts, arg.Results, arg.Outputs, arg.DelaysMs)
+	if err != nil {
+		return nil, err
+	}
+	var payload *string
+	done, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (db.TaskCompleteRow, error) {
+		var t db.TaskCompleteRow
+		var owner, input, reference *string
+		err := row.Scan(&t.Topic, &t.Sequence, &t.Identifier, &t.State, &t.Descent, &owner, &t.Created, &t.Completed,
+			&input, &t.Output, &reference, &t.Priority, &t.NotBefore, &t.Attempt, &t.Returned, &t.Errors,
+			&t.Cancelled, &payload)
+		t.Owner, t.Input, t.Reference = orNil(owner), orNil(input), orNil(reference)
+		return t, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if payload != nil {
+		if err := notify(ctx, h, *payload); err != nil {
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
+// orNil is *s as an interface value, nil for nil (the NULL of TaskComplete's row).
+func orNil(s *string) any {
+	if s == nil {
+		return nil
+	}
+	return *s
+}
+
+// statsCitus is TopicStats on Citus.
+func (r *Repository) statsCitus(ctx context.Context, h Handle, topic string) (db.TopicStatsRow, error) {
+	var s db.TopicStatsRow
+	err := h.QueryRow(ctx, "SELECT * FROM task_citus_stats($1)", topic).Scan(&s.Active, &s.Ready, &s.Delayed,
+		&s.Expired, &s.Failed, &s.Suspended, &s.OldestReadyAgeMs, &s.RowsEstimate)
+	return s, err
+}
+
+// nowArg is the time to use for "now" in a statement on Citus, which refuses now()
+// inside COALESCE: the injected clock, or the database's (the statement's now()).
+func (r *Repository) nowArg() (sql string, args []any) {
+	if t := r.clock(); t != nil {
+		return "$2::timestamptz", []any{*t}
+	}
+	return "now()", nil
+}
+
+// heartbeatCitus is OwnerHeartbeat on Citus.
+func (r *Repository) heartbeatCitus(ctx context.Context, h Handle) (int64, error) {
+	now, args := r.nowArg()
+	tag, err := h.Exec(ctx, "UPDATE task_owner SET heartbeat = "+now+" WHERE owner = $1", append([]any{r.owner}, args...)...)
+	return tag.RowsAffected(), err
+}
+
+// leasesAny reports whether any ACTIVE task is leased by owner: a read of every shard.
+func leasesAny(ctx context.Context, h Handle, owner string) (bool, error) {
+	var any bool
+	err := h.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = $1)", owner).Scan(&any)
+	return any, err
+}
+
+// deregisterCitus is OwnerDeregister on Citus: Citus cannot delete from a reference
+// table under a condition on a distributed one, so the leases are looked for first (an
+// owner that deregisters polls no more).
+func (r *Repository) deregisterCitus(ctx context.Context, h Handle) (int64, error) {
+	if leases, err := leasesAny(ctx, h, r.owner); err != nil || leases {
+		return 0, err
+	}
+	tag, err := h.Exec(ctx, "DELETE FROM task_owner WHERE owner = $1", r.owner)
+	return tag.RowsAffected(), err
+}
+
+// purgeCitus is OwnerPurge on Citus: the owners that lease a task are read from every
+// shard first.
+func (r *Repository) purgeCitus(ctx context.Context, h Handle, timeout time.Duration) (int64, error) {
+	now, args := r.nowArg()
+	tag, err := h.Exec(ctx, `
+		DELETE FROM task_owner o
+		WHERE o.owner <> $1 AND o.heartbeat <= `+now+` - $`+fmt.Sprint(len(args)+2)+`::bigint * interval '1 millisecond'
+		  AND o.owner <> ALL (ARRAY(SELECT DISTINCT t.owner FROM task t WHERE t.state = 0 AND t.owner IS NOT NULL))`,
+		append(append([]any{r.owner}, args...), durationMs(timeout))...)
+	return tag.RowsAffected(), err
+}
+
+// expireCitus is TaskExpire on Citus, topic by topic: the owners alive are read from
+// task_owner, the topics holding leases of any other from every shard, and each topic's
+// leases are taken back by a function delegated to its node.
+func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
+	now, args := r.nowArg()
+	rows, err := h.Query(ctx, `SELECT owner FROM task_owner
+		WHERE heartbeat >= `+now+` - $1::bigint * interval '1 millisecond'`, append([]any{durationMs(timeout)}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	rows, err = h.Query(ctx, `SELECT DISTINCT t.topic FROM task t
+		WHERE t.state = 0 AND t.owner <> $1 AND t.owner <> ALL ($2::text[]) ORDER BY 1`, r.owner, live)
+	if err != nil {
+		return nil, err
+	}
+	topics, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var out []Expiry
+	for _, topic := range topics {
+		x := Expiry{Topic: topic}
+		var payload *string
+		err := h.QueryRow(ctx, "SELECT * FROM task_citus_expire($1, $2, $3, $4)", topic, r.owner, live, r.clock()).
+			Scan(&x.Expired, &x.Retried, &payload)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // taken back meanwhile, or the topic is gone
+		}
+		if err != nil {
+			return out, err
+		}
+		if payload != nil {
+			if err := notify(ctx, h, *payload); err != nil {
+				return out, err
+			}
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}

@@ -1,0 +1,364 @@
+-- pgtask on Citus (repository.DistributeCitus): the hot paths as functions that Citus
+-- delegates, whole, to the worker holding the topic's shard (create_distributed_function
+-- with p_topic as the distribution argument, co-located with task, forced delegation),
+-- so that every statement inside runs there, on the topic's rows.
+--
+-- They differ from the plain statements of sql/queries as Citus wants statements on
+-- distributed tables to be (docs/citus-research.md): no pg_notify inside (a NOTIFY on a
+-- worker reaches only that worker's listeners and forbids two-phase commit): each
+-- function returns the notification's payload, which the caller sends on the
+-- coordinator; no volatile function (random) in an UPDATE and no stable one (now(),
+-- timestamptz + interval) inside CASE: times are computed from the transaction's epoch
+-- with the immutable to_timestamp, jitter beforehand; sequences are taken on the
+-- coordinator and passed in, so that they stay ordered within a topic; rows to update
+-- are found by address only once the addresses are in a variable.
+
+-- task_citus_push pushes a batch (TaskPush of sql/queries/task_push.sql, whose
+-- insertion matrix it follows: 0 APPEND, 1 REPLACE, 2 SUPERSEDE, 3 DELETE) with the
+-- given sequences (one per creation; DELETE leaves those of the occurrences it does not
+-- insert unused), counts it in task_tally (which plain pgtask's statement trigger does),
+-- and returns the inserted rows, each with the payload of the notification to send
+-- (repository.Notification; NULL when no task is READY). No row: the topic is unknown or
+-- its queue cap refused the batch.
+CREATE FUNCTION task_citus_push(
+    p_topic text, p_insertion smallint, p_sequences bigint[], p_identifiers text[], p_inputs text[], p_refs text[],
+    p_suspended boolean[], p_priorities smallint[], p_not_befores_us bigint[], p_delays_ms bigint[], p_keys text[])
+RETURNS TABLE (sequence bigint, identifier text, state smallint, descent smallint, created timestamptz,
+               not_before timestamptz, notification text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_cap    bigint;
+    v_keyed  boolean;
+    v_now    timestamptz := now();
+    v_epoch  double precision := extract(epoch FROM now());
+    v_after  timestamptz[];
+    v_last   boolean[];
+    v_older  bigint[];
+    v_first  record;
+    v_notice text;
+    v_rows   task[];
+BEGIN
+    -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
+    SELECT tt.queue_cap, tt.fair OR tt.key_concurrency IS NOT NULL INTO v_cap, v_keyed
+    FROM task_topic tt WHERE tt.topic = p_topic FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- APPEND inserts every occurrence live; otherwise only the last occurrence of an
+    -- identifier in the batch stays live (REPLACE, SUPERSEDE) or is inserted at all (DELETE)
+    v_last := ARRAY(SELECT p_insertion = 0 OR e.ord = max(e.ord) OVER (PARTITION BY e.identifier)
+                    FROM unnest(p_identifiers) WITH ORDINALITY AS e(identifier, ord) ORDER BY e.ord);
+    IF v_cap IS NOT NULL AND NOT task_queue_admits(p_topic, v_cap,
+           (SELECT count(*) FROM unnest(p_suspended, v_last) AS e(suspended, last) WHERE NOT e.suspended AND e.last)) THEN
+        RETURN;
+    END IF;
+    v_after := ARRAY(SELECT CASE WHEN u.us <> 0 THEN to_timestamp(u.us / 1e6)
+                                 WHEN u.ms > 0 THEN to_timestamp(v_epoch + u.ms / 1e3) END
+                     FROM unnest(p_not_befores_us, p_delays_ms) WITH ORDINALITY AS u(us, ms, ord) ORDER BY u.ord);
+    IF p_insertion <> 0 THEN
+        -- Older tasks of the same identifiers that the insertion mode touches: READY ones
+        -- (through task_ready_identifier), and for REPLACE and DELETE settled ones
+        -- (through task_identifier), up to SUCCEEDED for REPLACE. ACTIVE tasks are never
+        -- touched; rows locked by a concurrent transaction are skipped.
+        v_older := ARRAY(
+            SELECT t.sequence FROM task t
+            WHERE (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT p_topic || E'\n' || i FROM unnest(p_identifiers) i))
+              AND t.topic = p_topic AND t.state = 1 AND t.identifier = ANY (p_identifiers)
+            FOR UPDATE SKIP LOCKED);
+        IF p_insertion IN (1, 3) THEN
+            v_older := v_older || ARRAY(
+                SELECT t.sequence FROM task t
+                WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state >= 2
+                  AND t.identifier = ANY (p_identifiers) AND (p_insertion = 3 OR t.state <= 6)
+                FOR UPDATE SKIP LOCKED);
+        END IF;
+        IF p_insertion IN (1, 2) THEN
+            UPDATE task t SET state = 8, descent = GREATEST(t.state, t.descent)
+            WHERE t.topic = p_topic AND t.sequence = ANY (v_older);
+        ELSE
+            DELETE FROM task t WHERE t.topic = p_topic AND t.sequence = ANY (v_older);
+        END IF;
+    END IF;
+    -- the first READY task in poll order, and when the earliest READY one is due
+    SELECT e.priority, e.seq, min(coalesce(e.after, '-infinity')) OVER () AS due INTO v_first
+    FROM unnest(p_sequences, p_suspended, p_priorities, v_after, v_last) AS e(seq, suspended, priority, after, last)
+    WHERE NOT e.suspended AND e.last ORDER BY e.priority, e.seq LIMIT 1;
+    IF FOUND THEN
+        v_notice := 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.seq
+                    || CASE WHEN v_first.due > clock_timestamp()
+                            THEN ' ' || ceil(extract(epoch FROM v_first.due - clock_timestamp()) * 1000)::bigint
+                            ELSE '' END;
+    END IF;
+    -- (a variable in the INSERT's RETURNING is lost when Citus plans it: the rows go
+    -- through an array)
+    WITH inserted AS (
+        INSERT INTO task AS t (topic, sequence, identifier, state, descent, input, reference, priority, not_before,
+                               concurrency_key, created)
+        SELECT p_topic, e.seq, e.identifier,
+               CASE WHEN NOT e.last THEN 8 WHEN e.suspended THEN 4 ELSE 1 END::smallint,
+               1::smallint, -- descent: a fresh task was READY before whatever it is
+               NULLIF(e.input, ''), NULLIF(e.reference, ''), e.priority, e.after,
+               coalesce(NULLIF(e.concurrency_key, ''), CASE WHEN v_keyed THEN '' END), v_now
+        FROM ROWS FROM (unnest(p_sequences), unnest(p_identifiers), unnest(p_inputs), unnest(p_refs), unnest(p_suspended),
+                        unnest(p_priorities), unnest(v_after), unnest(p_keys), unnest(v_last))
+             AS e(seq, identifier, input, reference, suspended, priority, after, concurrency_key, last)
+        WHERE p_insertion <> 3 OR e.last
+        RETURNING t.*
+    )
+    SELECT array_agg(i ORDER BY i.sequence) INTO v_rows FROM inserted i;
+    INSERT INTO task_tally AS y (topic, second, writer, pushed)
+    VALUES (p_topic, to_timestamp(floor(v_epoch)), pg_backend_pid(), cardinality(v_rows))
+    ON CONFLICT (topic, second, writer) DO UPDATE SET pushed = y.pushed + excluded.pushed;
+    RETURN QUERY
+    SELECT r.sequence, r.identifier, r.state, r.descent, r.created, r.not_before, v_notice FROM unnest(v_rows) r;
+END
+$$;
+
+-- task_citus_poll leases up to p_size READY tasks (TaskPoll of sql/queries/task_process.sql):
+-- task_poll_candidates picks and locks them, as on plain PostgreSQL; keyed says the topic
+-- is polled key by key.
+CREATE FUNCTION task_citus_poll(p_topic text, p_owner text, p_lifo boolean, p_condition smallint, p_size integer,
+                                p_from_priority smallint, p_from_sequence bigint)
+RETURNS TABLE (topic text, sequence bigint, identifier text, state smallint, descent smallint, owner text,
+               created timestamptz, completed timestamptz, input text, output text, reference text,
+               priority smallint, not_before timestamptz, attempt integer, returned integer, errors text[],
+               cancelled boolean, concurrency_key text, keyed boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_tids  tid[];
+    v_keyed boolean;
+BEGIN
+    v_tids := ARRAY(SELECT task_poll_candidates(p_topic, p_lifo, p_condition, p_size, p_from_priority, p_from_sequence));
+    IF cardinality(v_tids) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT tt.fair OR tt.key_concurrency IS NOT NULL INTO v_keyed FROM task_topic tt WHERE tt.topic = p_topic;
+    RETURN QUERY
+    UPDATE task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
+    WHERE t.topic = p_topic AND t.ctid = ANY (v_tids)
+    RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input,
+              t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled,
+              t.concurrency_key, v_keyed;
+END
+$$;
+
+-- task_citus_complete completes a batch of leased tasks, all or nothing (task_complete,
+-- migration 000011, whose rules it follows), counts the decisions in task_tally and
+-- returns the completed rows, each with the payload of the notification to send (NULL
+-- when no task became READY).
+CREATE FUNCTION task_citus_complete(p_topic text, p_owner text, p_sequences bigint[], p_attempts integer[],
+                                    p_results smallint[], p_outputs text[], p_delays_ms bigint[])
+RETURNS TABLE (topic text, sequence bigint, identifier text, state smallint, descent smallint, owner text,
+               created timestamptz, completed timestamptz, input text, output text, reference text,
+               priority smallint, not_before timestamptz, attempt integer, returned integer, errors text[],
+               cancelled boolean, notification text)
+LANGUAGE plpgsql SET enable_nestloop TO 'off' AS $$
+#variable_conflict use_column
+DECLARE
+    v_max_attempts integer;
+    v_base_ms      bigint;
+    v_cap_ms       bigint;
+    v_jitter_ms    bigint;
+    v_now          timestamptz := now();
+    v_epoch        double precision := extract(epoch FROM now());
+    v_jitter       double precision[];
+    v_done         task[];
+    v_first        record;
+    v_notice       text;
+    v_tally        record;
+BEGIN
+    SELECT p.max_attempts, p.backoff_base_ms, p.backoff_cap_ms, p.backoff_jitter_ms
+    INTO v_max_attempts, v_base_ms, v_cap_ms, v_jitter_ms
+    FROM task_topic p WHERE p.topic = p_topic;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_jitter := ARRAY(SELECT random() * v_jitter_ms FROM generate_series(1, cardinality(p_sequences)));
+    WITH done AS (
+        UPDATE task t
+        SET state      = CASE WHEN t.cancelled THEN 3
+                              WHEN d.result = 4 THEN 1
+                              WHEN d.result = 0 AND t.attempt - t.returned < v_max_attempts THEN 1
+                              ELSE d.result + 3 END,
+            descent    = GREATEST(t.state, t.descent),
+            output     = CASE WHEN t.cancelled THEN 'cancelled'
+                              WHEN d.result = 4 THEN t.output
+                              ELSE NULLIF(d.output, '') END,
+            completed  = CASE WHEN t.cancelled THEN v_now
+                              WHEN d.result = 4 THEN NULL
+                              WHEN d.result = 0 AND t.attempt - t.returned < v_max_attempts THEN NULL
+                              ELSE v_now END,
+            not_before = CASE WHEN t.cancelled THEN t.not_before
+                              WHEN d.result = 4 THEN to_timestamp(v_epoch + d.delay_ms / 1e3)
+                              WHEN d.result = 0 AND t.attempt - t.returned < v_max_attempts
+                              THEN to_timestamp(v_epoch + (least(v_cap_ms::double precision,
+                                                                 v_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
+                                                           + d.jitter) / 1e3)
+                              ELSE t.not_before END,
+            returned   = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.returned + 1 ELSE t.returned END,
+            errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
+                              WHEN d.result = 0 THEN array_append(t.errors, COALESCE(NULLIF(d.output, ''), 'failed'))
+                              ELSE t.errors END
+        FROM unnest(p_sequences, p_attempts, p_results, p_outputs, p_delays_ms, v_jitter)
+             AS d(sequence, attempt, result, output, delay_ms, jitter)
+        WHERE t.topic = p_topic AND t.sequence = ANY (p_sequences)
+          AND t.sequence = d.sequence
+          AND (t.state = 0 AND t.owner = p_owner AND t.attempt = d.attempt) IS TRUE
+        RETURNING t.*
+    )
+    SELECT coalesce(array_agg(done), '{}') INTO v_done FROM done;
+    PERFORM task_all_or_nothing(cardinality(v_done)::bigint, cardinality(p_sequences));
+    IF cardinality(v_done) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT count(*) FILTER (WHERE r.state = 1 AND d.result = 0) AS retried,
+           count(*) FILTER (WHERE r.state = 3) AS failed, count(*) FILTER (WHERE r.state = 4) AS suspended,
+           count(*) FILTER (WHERE r.state = 5) AS filtered, count(*) FILTER (WHERE r.state = 6) AS succeeded,
+           count(*) FILTER (WHERE r.state <> 1 OR d.result = 0) AS counted
+    INTO v_tally
+    FROM unnest(v_done) r JOIN unnest(p_sequences, p_results) AS d(sequence, result) ON d.sequence = r.sequence;
+    IF v_tally.counted > 0 THEN
+        INSERT INTO task_tally AS y (topic, second, writer, retried, failed, suspended, filtered, succeeded)
+        VALUES (p_topic, to_timestamp(floor(v_epoch)), pg_backend_pid(), v_tally.retried, v_tally.failed,
+                v_tally.suspended, v_tally.filtered, v_tally.succeeded)
+        ON CONFLICT (topic, second, writer) DO UPDATE
+        SET retried = y.retried + excluded.retried, failed = y.failed + excluded.failed,
+            suspended = y.suspended + excluded.suspended, filtered = y.filtered + excluded.filtered,
+            succeeded = y.succeeded + excluded.succeeded;
+    END IF;
+    SELECT r.priority, r.sequence, min(coalesce(r.not_before, '-infinity')) OVER () AS due INTO v_first
+    FROM unnest(v_done) r WHERE r.state = 1 ORDER BY r.priority, r.sequence LIMIT 1;
+    IF FOUND THEN
+        v_notice := 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.sequence
+                    || CASE WHEN v_first.due > clock_timestamp()
+                            THEN ' ' || ceil(extract(epoch FROM v_first.due - clock_timestamp()) * 1000)::bigint
+                            ELSE '' END;
+    END IF;
+    RETURN QUERY
+    SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input,
+           r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled, v_notice
+    FROM unnest(v_done) r;
+END
+$$;
+
+-- task_distributed marks a database distributed by repository.DistributeCitus: the
+-- repository looks for it (to_regprocedure) to take the functions above.
+CREATE FUNCTION task_distributed() RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
+
+-- task_topic_create registers a topic (migration 000009's, without the bucket: on Citus
+-- the shard is the topic's table).
+CREATE OR REPLACE FUNCTION task_topic_create(p_topic text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_topic IS NULL OR length(p_topic) NOT BETWEEN 1 AND 250 THEN
+        RAISE EXCEPTION 'topic % is invalid: want 1 to 250 characters', coalesce(quote_literal(left(p_topic, 40)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO task_topic (topic, partition) VALUES (p_topic, 'task') ON CONFLICT (topic) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+-- task_citus_expire takes back, in one topic, the leases of owners other than p_owner
+-- that are not among p_live (the owners whose heartbeat is recent, which the caller reads
+-- from task_owner on the coordinator: a forced delegated function may read only its
+-- topic's tables) (TaskExpire of sql/queries/task_process.sql, per topic): they become EXPIRED, or READY after a backoff
+-- when the topic's retry policy grants another attempt, or FAILED when cancelled. It
+-- returns how many were taken back and made READY, and the payload of the notification
+-- to send (NULL: none).
+CREATE FUNCTION task_citus_expire(p_topic text, p_owner text, p_live text[], p_now timestamptz)
+RETURNS TABLE (expired bigint, retried bigint, notification text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now     timestamptz := coalesce(p_now, now());
+    v_epoch   double precision;
+    v_topic   record;
+    v_stale   bigint[];
+    v_jitter  double precision[];
+    v_done    task[];
+    v_first   record;
+    v_notice  text;
+BEGIN
+    v_epoch := extract(epoch FROM v_now);
+    SELECT p.max_attempts, p.backoff_base_ms, p.backoff_cap_ms, p.backoff_jitter_ms,
+           p.concurrency IS NOT NULL OR p.key_concurrency IS NOT NULL AS capped
+    INTO v_topic FROM task_topic p WHERE p.topic = p_topic;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_stale := ARRAY(
+        SELECT t.sequence FROM task t
+        WHERE t.topic = p_topic AND t.state = 0 AND t.owner <> p_owner AND t.owner <> ALL (p_live)
+        FOR UPDATE OF t SKIP LOCKED);
+    IF cardinality(v_stale) = 0 THEN
+        RETURN;
+    END IF;
+    v_jitter := ARRAY(SELECT random() * v_topic.backoff_jitter_ms FROM generate_series(1, cardinality(v_stale)));
+    WITH done AS (
+        UPDATE task t
+        SET state      = CASE WHEN t.cancelled THEN 3
+                              WHEN t.attempt - t.returned < v_topic.max_attempts THEN 1
+                              ELSE 2 END,
+            not_before = CASE WHEN NOT t.cancelled AND t.attempt - t.returned < v_topic.max_attempts
+                              THEN to_timestamp(v_epoch + (least(v_topic.backoff_cap_ms::double precision,
+                                                                 v_topic.backoff_base_ms * power(2::double precision, least(t.attempt - t.returned - 1, 60)))
+                                                           + s.jitter) / 1e3)
+                              ELSE t.not_before END,
+            completed  = CASE WHEN t.cancelled THEN v_now ELSE t.completed END,
+            output     = CASE WHEN t.cancelled THEN 'cancelled'
+                              ELSE 'expired: owner ' || t.owner || ' stopped heart-beating' END,
+            errors     = array_append(t.errors, CASE WHEN t.cancelled THEN 'cancelled'
+                              ELSE 'expired: owner ' || t.owner || ' stopped heart-beating' END)
+        FROM unnest(v_stale, v_jitter) AS s(sequence, jitter)
+        WHERE t.topic = p_topic AND t.sequence = s.sequence
+        RETURNING t.*
+    )
+    SELECT coalesce(array_agg(done), '{}') INTO v_done FROM done;
+    SELECT r.priority, r.sequence, min(coalesce(r.not_before, '-infinity')) OVER () AS due INTO v_first
+    FROM unnest(v_done) r WHERE r.state = 1 ORDER BY r.priority, r.sequence LIMIT 1;
+    IF FOUND THEN
+        v_notice := 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.sequence
+                    || CASE WHEN v_first.due > clock_timestamp()
+                            THEN ' ' || ceil(extract(epoch FROM v_first.due - clock_timestamp()) * 1000)::bigint
+                            ELSE '' END;
+    ELSIF v_topic.capped THEN
+        -- processors waiting at a concurrency limit may poll again
+        v_notice := 'WORK ' || md5(p_topic);
+    END IF;
+    RETURN QUERY
+    SELECT cardinality(v_done)::bigint, (SELECT count(*) FROM unnest(v_done) r WHERE r.state = 1), v_notice;
+END
+$$;
+
+-- task_citus_stats is TopicStats (sql/queries/topic.sql) on Citus: the rows estimate
+-- comes from the statistics of the shard holding the topic, the table of its tasks on
+-- this node.
+CREATE FUNCTION task_citus_stats(p_topic text)
+RETURNS TABLE (active bigint, ready bigint, delayed bigint, expired bigint, failed bigint, suspended bigint,
+               oldest_ready_age_ms bigint, rows_estimate bigint)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+DECLARE
+    v_shard text := shard_name('task'::regclass, get_shard_id_for_distribution_column('task', p_topic));
+    v_rows  bigint;
+BEGIN
+    SELECT round(s.row_count * COALESCE(s.shares[array_position(s.topics, p_topic)], s.other_share, 0))::bigint
+    INTO v_rows FROM task_table_shares(ARRAY[v_shard]) s;
+    RETURN QUERY
+    SELECT count(*) FILTER (WHERE t.state = 0), count(*) FILTER (WHERE t.state = 1),
+           count(*) FILTER (WHERE t.state = 1 AND t.not_before > now()),
+           count(*) FILTER (WHERE t.state = 2), count(*) FILTER (WHERE t.state = 3),
+           count(*) FILTER (WHERE t.state = 4),
+           COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
+                        FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint, 0),
+           COALESCE(v_rows, 0)
+    FROM (SELECT r.state, r.not_before, r.created FROM task r
+          WHERE hashtext(r.topic) = hashtext(p_topic) AND r.topic = p_topic AND r.state = 1
+          UNION ALL
+          SELECT o.state, o.not_before, o.created FROM task o
+          WHERE o.state = ANY ('{0,2,3,4}') AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic) t;
+END
+$$;
