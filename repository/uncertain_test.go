@@ -59,6 +59,8 @@ func TestUncertain(t *testing.T) {
 	}{
 		{"nil", nil, false},
 		{"server error", fmt.Errorf("poll: %w", &pgconn.PgError{Code: "57P01"}), false},
+		// on Citus: the coordinator lost the worker that ran the statement
+		{"remote connection lost", fmt.Errorf("poll: %w", &pgconn.PgError{Code: "08006"}), true},
 		{"refusal", &repository.TaskError{Op: "complete"}, false},
 		{"invalid", fmt.Errorf("x: %w", repository.ErrInvalid), false},
 		{"cannot connect", &pgconn.ConnectError{}, false},
