@@ -359,6 +359,8 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		"task_citus_complete(text,text,bigint[],integer[],smallint[],text[],bigint[])",
 		"task_citus_expire(text,text,text[],timestamptz)",
 		"task_citus_stats(text)",
+		"task_citus_cancel(text,bigint[],text)",
+		"task_citus_reset(text,bigint[])",
 	} {
 		if err := step("delegate "+f, `SELECT create_distributed_function($1::regprocedure, 'p_topic', colocate_with := 'task', force_delegation := true)`, f); err != nil {
 			return err

@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"crypto/md5"
 	"errors"
 	"fmt"
 	"time"
@@ -55,6 +56,18 @@ func notify(ctx context.Context, h Handle, payload string) error {
 	}
 	_, err := h.Exec(ctx, "SELECT pg_notify('task_notification', $1)", payload)
 	return err
+}
+
+// notifyOnCitus sends "<event> <md5(topic)>" on the coordinator when the database is
+// distributed: a statement of one topic that notifies (TopicUpdate, TopicSetActive,
+// TaskJunction, TaskResetState) runs whole on the topic's worker there, and its own
+// notification reaches only that worker's listeners. A WORK notification without a
+// position sends the processors to the head of the topic.
+func (r *Repository) notifyOnCitus(ctx context.Context, h Handle, event, topic string) error {
+	if citus, err := r.onCitus(ctx, h); err != nil || !citus {
+		return err
+	}
+	return notify(ctx, h, fmt.Sprintf("%s %x", event, md5.Sum([]byte(topic))))
 }
 
 // pushCitus is push on Citus, with sequences taken on the coordinator in input order.
@@ -239,4 +252,54 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 		out = append(out, x)
 	}
 	return out, nil
+}
+
+// taskRowsCitus runs q, a function returning task rows each with a notification payload,
+// sends the distinct payloads and returns the rows.
+func taskRowsCitus(ctx context.Context, h Handle, q string, args ...any) ([]db.Task, error) {
+	rows, err := h.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	var payloads []string
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (db.Task, error) {
+		var t db.Task
+		var payload *string
+		err := row.Scan(&t.Topic, &t.Sequence, &t.Identifier, &t.State, &t.Descent, &t.Owner, &t.Created, &t.Completed,
+			&t.Input, &t.Output, &t.Reference, &t.Priority, &t.NotBefore, &t.Attempt, &t.Returned, &t.Errors,
+			&t.Cancelled, &t.ConcurrencyKey, &payload)
+		if payload != nil && (len(payloads) == 0 || payloads[len(payloads)-1] != *payload) {
+			payloads = append(payloads, *payload)
+		}
+		return t, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range payloads {
+		if err := notify(ctx, h, p); err != nil {
+			return nil, err
+		}
+	}
+	return tasks, nil
+}
+
+// cancelCitus is TaskCancel on Citus.
+func (r *Repository) cancelCitus(ctx context.Context, h Handle, arg db.TaskCancelParams) ([]db.TaskCancelRow, error) {
+	tasks, err := taskRowsCitus(ctx, h, "SELECT * FROM task_citus_cancel($1, $2, $3)", arg.Topic, arg.Sequences, arg.By)
+	out := make([]db.TaskCancelRow, len(tasks))
+	for i, t := range tasks {
+		out[i] = db.TaskCancelRow(t)
+	}
+	return out, err
+}
+
+// resetCitus is TaskReset on Citus.
+func (r *Repository) resetCitus(ctx context.Context, h Handle, arg db.TaskResetParams) ([]db.TaskResetRow, error) {
+	tasks, err := taskRowsCitus(ctx, h, "SELECT * FROM task_citus_reset($1, $2)", arg.Topic, arg.Sequences)
+	out := make([]db.TaskResetRow, len(tasks))
+	for i, t := range tasks {
+		out[i] = db.TaskResetRow(t)
+	}
+	return out, err
 }

@@ -562,7 +562,16 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 	if by == "" {
 		by = r.owner
 	}
-	rows, err := r.q.TaskCancel(ctx, h, db.TaskCancelParams{Topic: topic, Sequences: sequences, By: by})
+	citus, err := r.onCitus(ctx, h)
+	var rows []db.TaskCancelRow
+	arg := db.TaskCancelParams{Topic: topic, Sequences: sequences, By: by}
+	switch {
+	case err != nil:
+	case citus:
+		rows, err = r.cancelCitus(ctx, h, arg)
+	default:
+		rows, err = r.q.TaskCancel(ctx, h, arg)
+	}
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("cancel in topic %q", topic), err)
 	}
@@ -600,6 +609,9 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 		return nil, nil
 	}
 	released, err := r.q.TaskJunction(ctx, h, arg)
+	if err == nil && len(released) > 0 {
+		err = r.notifyOnCitus(ctx, h, "WORK", topic)
+	}
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
 	}

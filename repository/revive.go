@@ -74,7 +74,16 @@ func (r *Repository) Recreate(ctx context.Context, h Handle, topic string, mode 
 		return nil, fmt.Errorf("recreate in topic %q: %w", topic, err)
 	}
 	if mode == Reset {
-		rows, err := r.q.TaskReset(ctx, h, db.TaskResetParams{Topic: topic, Sequences: sequences})
+		citus, err := r.onCitus(ctx, h)
+		var rows []db.TaskResetRow
+		arg := db.TaskResetParams{Topic: topic, Sequences: sequences}
+		switch {
+		case err != nil:
+		case citus:
+			rows, err = r.resetCitus(ctx, h, arg)
+		default:
+			rows, err = r.q.TaskReset(ctx, h, arg)
+		}
 		if err != nil {
 			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)
 		}
@@ -126,6 +135,9 @@ func (r *Repository) RecreateState(ctx context.Context, h Handle, topic string, 
 		rows, err := r.q.TaskResetState(ctx, h, db.TaskResetStateParams{
 			Topic: topic, State: int16(state), FromSequence: fromSequence, ToSequence: toSequence, Size: int32(size),
 		})
+		if err == nil && len(rows) > 0 {
+			err = r.notifyOnCitus(ctx, h, "WORK", topic)
+		}
 		if err != nil {
 			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)
 		}

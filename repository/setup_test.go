@@ -13,6 +13,16 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// migrate prepares the template of the tests' databases: the migrations, and on a Citus
+// cluster (pgtest.OnCitus, the specification tests' run in .ci/run) the distribution.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := repository.Migrate(ctx, pool); err != nil || !pgtest.OnCitus() {
+		return err
+	}
+	_, err := repository.DistributeCitus(ctx, pool, repository.CitusOptions{})
+	return err
+}
+
 // fixture is one test's database with a registered owner and topic "topic".
 type fixture struct {
 	t     *testing.T
@@ -28,7 +38,7 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	t.Parallel()
 	ctx := t.Context()
-	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+	pool := pgtest.NewPool(t, schema.Hash(), migrate)
 	f := &fixture{t: t, ctx: ctx, pool: pool, topic: "topic"}
 	f.repo = f.newRepo("owner-1")
 	f.createTopic(f.topic)
@@ -116,4 +126,25 @@ func sequences(tasks []repository.Task) []int64 {
 		out[i] = t.Sequence
 	}
 	return out
+}
+
+// TestTheTestsDatabase: the tests' databases are distributed on a Citus cluster when
+// pgtest.OnCitus (so that the specification tests run there really test Citus), plain
+// otherwise.
+func TestTheTestsDatabase(t *testing.T) {
+	f := setup(t)
+	var distributed bool
+	if err := f.pool.QueryRow(f.ctx, "SELECT to_regprocedure('task_distributed()') IS NOT NULL").Scan(&distributed); err != nil {
+		t.Fatal(err)
+	}
+	if distributed != pgtest.OnCitus() {
+		t.Fatalf("the test's database is distributed: %v; want %v", distributed, pgtest.OnCitus())
+	}
+	if !distributed {
+		return
+	}
+	var workers int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(DISTINCT (nodename, nodeport)) FROM citus_shards WHERE table_name = 'task'::regclass`).Scan(&workers); err != nil || workers != 2 {
+		t.Fatalf("task's shards are on %d nodes (%v), want the 2 workers", workers, err)
+	}
 }

@@ -204,6 +204,9 @@ func (r *Repository) configure(ctx context.Context, h Handle, topic string, s To
 	if err != nil {
 		return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
 	}
+	if err := r.notifyOnCitus(ctx, h, "WORK", topic); err != nil {
+		return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
+	}
 	return topicFrom(db.TaskTopic(row)), nil
 }
 
@@ -216,6 +219,9 @@ func (r *Repository) SetActive(ctx context.Context, h Handle, topic string, acti
 	_, err := r.q.TopicSetActive(ctx, h, db.TopicSetActiveParams{Topic: topic, Active: active})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return unknownTopic("set activation of", topic)
+	}
+	if err == nil {
+		err = r.notifyOnCitus(ctx, h, "ACTIVATION", topic)
 	}
 	if err != nil {
 		return mapError(fmt.Sprintf("set activation of topic %q", topic), err)

@@ -59,7 +59,7 @@ var (
 func Main(m *testing.M) {
 	mainCalled.Store(true)
 	code := m.Run()
-	if err := stopCluster(); err != nil {
+	if err := errors.Join(stopCluster(), stopCitus()); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		if code == 0 {
 			code = 1
@@ -116,7 +116,7 @@ func stopOnSignal() {
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-ch
-		err := stopCluster()
+		err := errors.Join(stopCluster(), stopCitus())
 		fmt.Fprintf(os.Stderr, "pgtest: %v: stopped throwaway cluster (err: %v)\n", sig, err)
 		os.Exit(1)
 	}()
@@ -220,6 +220,9 @@ type Migrator func(ctx context.Context, pool *pgxpool.Pool) error
 // gives an empty database.
 func NewDatabase(tb testing.TB, templateKey string, migrate Migrator) string {
 	tb.Helper()
+	if OnCitus() {
+		return newCitusDatabase(tb, templateKey, migrate)
+	}
 	admin := AdminURL(tb)
 	ctx, cancel := context.WithTimeout(tb.Context(), 3*time.Minute)
 	defer cancel()

@@ -362,3 +362,76 @@ BEGIN
           WHERE o.state = ANY ('{0,2,3,4}') AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic) t;
 END
 $$;
+
+-- task_citus_cancel is TaskCancel (sql/queries/task_process.sql): READY, SUSPENDED and
+-- EXPIRED tasks become REDUNDANT, ACTIVE ones are flagged, all or nothing (no row when
+-- any task is unknown or in another state). Each ACTIVE row comes with the payload of the
+-- CANCEL notification to send to its processor.
+CREATE FUNCTION task_citus_cancel(p_topic text, p_sequences bigint[], p_by text)
+RETURNS TABLE (topic text, sequence bigint, identifier text, state smallint, descent smallint, owner text,
+               created timestamptz, completed timestamptz, input text, output text, reference text,
+               priority smallint, not_before timestamptz, attempt integer, returned integer, errors text[],
+               cancelled boolean, concurrency_key text, notification text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now    timestamptz := now();
+    v_target bigint[];
+    v_rows   task[];
+BEGIN
+    v_target := ARRAY(SELECT t.sequence FROM task t
+                      WHERE t.topic = p_topic AND t.sequence = ANY (p_sequences) AND t.state IN (0, 1, 2, 4)
+                      FOR UPDATE OF t);
+    IF cardinality(v_target) <> cardinality(p_sequences) THEN
+        RETURN;
+    END IF;
+    WITH cancelled AS (
+        UPDATE task t
+        SET state     = CASE WHEN t.state = 0 THEN 0 ELSE 8 END,
+            descent   = CASE WHEN t.state = 0 THEN t.descent ELSE GREATEST(t.state, t.descent) END,
+            cancelled = true,
+            output    = CASE WHEN t.state = 0 THEN t.output ELSE 'cancelled by ' || p_by END,
+            completed = CASE WHEN t.state = 0 THEN t.completed ELSE v_now END
+        WHERE t.topic = p_topic AND t.sequence = ANY (v_target)
+        RETURNING t.*
+    )
+    SELECT array_agg(c ORDER BY c.sequence) INTO v_rows FROM cancelled c;
+    RETURN QUERY
+    SELECT r.*, CASE WHEN r.state = 0 THEN 'CANCEL ' || md5(p_topic) || ' ' || r.sequence END FROM unnest(v_rows) r;
+END
+$$;
+
+-- task_citus_reset is TaskReset (sql/queries/task_revive.sql): tasks in EXPIRED..SUCCEEDED
+-- back to READY with a fresh attempt budget, all or nothing, each row with the payload of
+-- the notification to send.
+CREATE FUNCTION task_citus_reset(p_topic text, p_sequences bigint[])
+RETURNS TABLE (topic text, sequence bigint, identifier text, state smallint, descent smallint, owner text,
+               created timestamptz, completed timestamptz, input text, output text, reference text,
+               priority smallint, not_before timestamptz, attempt integer, returned integer, errors text[],
+               cancelled boolean, concurrency_key text, notification text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_target bigint[];
+    v_rows   task[];
+    v_first  record;
+BEGIN
+    v_target := ARRAY(SELECT t.sequence FROM task t
+                      WHERE t.topic = p_topic AND t.sequence = ANY (p_sequences) AND t.state BETWEEN 2 AND 6
+                      FOR UPDATE OF t);
+    IF cardinality(v_target) <> cardinality(p_sequences) THEN
+        RETURN;
+    END IF;
+    WITH reset AS (
+        UPDATE task t
+        SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
+            completed = NULL, owner = NULL, cancelled = false
+        WHERE t.topic = p_topic AND t.sequence = ANY (v_target)
+        RETURNING t.*
+    )
+    SELECT array_agg(c ORDER BY c.sequence) INTO v_rows FROM reset c;
+    SELECT r.priority, r.sequence INTO v_first FROM unnest(v_rows) r ORDER BY r.priority, r.sequence LIMIT 1;
+    RETURN QUERY
+    SELECT r.*, 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.sequence FROM unnest(v_rows) r;
+END
+$$;

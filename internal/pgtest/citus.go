@@ -1,0 +1,174 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgtask/pgtask/internal/citustest"
+	"github.com/pgtask/pgtask/internal/pgcluster"
+)
+
+// EnvOnCitus, set to 1, makes NewDatabase and NewPool give each test a database on a
+// Citus cluster (a coordinator and two workers that this process starts, see
+// internal/citustest) instead of the PostgreSQL server: the way to run a package's
+// tests, or some of them (-run), against Citus. The Migrator is expected to distribute
+// the tables (OnCitus tells it to).
+const EnvOnCitus = "PGTASK_TEST_ON_CITUS"
+
+// OnCitus reports whether the tests run on a Citus cluster (EnvOnCitus).
+func OnCitus() bool { return os.Getenv(EnvOnCitus) == "1" }
+
+var (
+	citusOnce    sync.Once
+	citusCluster *citustest.Cluster
+	citusErr     error
+)
+
+// citusNodes starts the cluster on first use and returns it, or fails the test saying
+// how to make it work.
+func citusNodes(tb testing.TB) *citustest.Cluster {
+	tb.Helper()
+	if !mainCalled.Load() {
+		tb.Fatal("pgtest: the test package must call pgtest.Main from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }")
+	}
+	citusOnce.Do(func() {
+		if ok, why := citustest.Available(); !ok {
+			citusErr = fmt.Errorf("pgtest: %s=1 but Citus cannot run (%s): %s", EnvOnCitus, why, citustest.HowTo)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		citusCluster, citusErr = citustest.Start(ctx, "", 2)
+		if citusErr == nil {
+			stopOnSignal()
+		}
+	})
+	if citusErr != nil {
+		tb.Fatal(citusErr)
+	}
+	return citusCluster
+}
+
+// stopCitus stops the cluster this process started, if any.
+func stopCitus() error {
+	if citusCluster == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return citusCluster.Stop(ctx)
+}
+
+// newCitusDatabase is NewDatabase on the Citus cluster: the template for key is built
+// once per process (a database of that name on every node, with the citus extension and
+// the workers registered, then migrate on the coordinator's), and each test's database
+// is a copy of it made on every node (Citus keeps its node list per database, and the
+// coordinator's copy finds the workers' copies by its own name).
+func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
+	tb.Helper()
+	c := citusNodes(tb)
+	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
+	defer cancel()
+	tpl := templateName("citus " + key)
+	templatesMu.Lock()
+	st := templates[tpl]
+	if st == nil {
+		st = &templateState{}
+		templates[tpl] = st
+	}
+	templatesMu.Unlock()
+	st.once.Do(func() {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		st.err = citusTemplate(bctx, c, tpl, migrate)
+	})
+	if st.err != nil {
+		tb.Fatalf("pgtest: %v", st.err)
+	}
+	name := testDBPrefix + randomHex(8)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, n := range c.Nodes() {
+			if err := dropDatabase(ctx, n.ConnString("postgres"), name); err != nil {
+				tb.Errorf("pgtest: drop test database: %v", err)
+			}
+		}
+	})
+	for _, n := range c.Nodes() {
+		if err := onNode(ctx, n, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tpl)); err != nil {
+			tb.Fatalf("pgtest: %v", err)
+		}
+	}
+	return c.Coordinator.ConnString(name)
+}
+
+// citusTemplate builds the template tpl on every node of c.
+func citusTemplate(ctx context.Context, c *citustest.Cluster, tpl string, migrate Migrator) error {
+	for _, n := range c.Nodes() {
+		if err := onNode(ctx, n, "CREATE DATABASE "+ident(tpl)); err != nil {
+			return err
+		}
+		if err := inDatabase(ctx, n, tpl, "CREATE EXTENSION citus"); err != nil {
+			return err
+		}
+	}
+	register := []string{fmt.Sprintf("SELECT citus_set_coordinator_host(%s, %d)",
+		literal(c.Coordinator.SocketDir()), c.Coordinator.Port())}
+	for _, w := range c.Workers {
+		register = append(register, fmt.Sprintf("SELECT citus_add_node(%s, %d)", literal(w.SocketDir()), w.Port()))
+	}
+	if err := inDatabase(ctx, c.Coordinator, tpl, register...); err != nil {
+		return err
+	}
+	if err := runMigrator(ctx, c.Coordinator.ConnString(tpl), migrate); err != nil {
+		return fmt.Errorf("prepare the Citus template database: %w", err)
+	}
+	// Copies are made while nobody is connected to it, Citus's maintenance daemon
+	// included: keep everyone out.
+	for _, n := range c.Nodes() {
+		if err := onNode(ctx, n,
+			"ALTER DATABASE "+ident(tpl)+" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true",
+			"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "+literal(tpl)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// onNode runs statements in the maintenance database of node, retrying while a
+// database is in use (55006: sessions still terminating).
+func onNode(ctx context.Context, node *pgcluster.Cluster, stmts ...string) error {
+	return inDatabase(ctx, node, "postgres", stmts...)
+}
+
+// inDatabase runs statements in database db of node, retrying as onNode does.
+func inDatabase(ctx context.Context, node *pgcluster.Cluster, db string, stmts ...string) error {
+	conn, err := pgx.Connect(ctx, node.ConnString(db))
+	if err != nil {
+		return fmt.Errorf("connect to node %d: %w", node.Port(), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, stmt := range stmts {
+		if err := execRetry(ctx, conn, stmt); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				return fmt.Errorf("node %d: %s: %w", node.Port(), stmt, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// literal quotes s as an SQL string literal.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
