@@ -53,9 +53,10 @@ type CitusReport struct {
 //   - task_topic, task_topic_limit and task_tally are distributed by topic, co-located
 //     with task, so a topic's settings, limit state and counts sit on the node of its
 //     tasks;
-//   - task_owner and task_schedule become reference tables (every node has a copy);
-//     task_schedule loses its foreign key to task_topic, which Citus cannot keep between
-//     a reference and a distributed table;
+//   - task_owner and task_schedule stay plain tables of the coordinator, where every
+//     process connects: owners heart-beat and schedules fire there without writing to
+//     the workers; task_schedule loses its foreign key to task_topic, which Citus cannot
+//     keep to a distributed table (destroying a topic deletes its schedules itself);
 //   - the statement-level trigger that counts pushes (task_tally_pushed) is not recreated:
 //     Citus cannot run it (docs/citus-research.md, "Since the research").
 //
@@ -326,8 +327,8 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		// the shard is every topic's table now
 		{"name the topics' table", `UPDATE task_topic SET partition = 'task', dedicated = false`},
 		// Foreign keys to task_topic go while it changes kind; task_topic_limit's comes
-		// back between co-located tables, task_schedule's cannot (a reference table's
-		// to a distributed one): destroying a topic deletes its schedules itself.
+		// back between co-located tables, task_schedule's cannot (a local table's to a
+		// distributed one): destroying a topic deletes its schedules itself.
 		{"drop task_schedule's foreign key", `ALTER TABLE task_schedule DROP CONSTRAINT task_schedule_topic_fkey`},
 		{"drop task_topic_limit's foreign key", `ALTER TABLE task_topic_limit DROP CONSTRAINT task_topic_limit_topic_fkey`},
 		{"distribute task_topic", `SELECT create_distributed_table('task_topic', 'topic', colocate_with := 'task')`},
@@ -335,8 +336,6 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		{"restore task_topic_limit's foreign key", `ALTER TABLE task_topic_limit ADD CONSTRAINT task_topic_limit_topic_fkey
 			FOREIGN KEY (topic) REFERENCES task_topic (topic) ON DELETE CASCADE`},
 		{"distribute task_tally", `SELECT create_distributed_table('task_tally', 'topic', colocate_with := 'task')`},
-		{"replicate task_owner", `SELECT create_reference_table('task_owner')`},
-		{"replicate task_schedule", `SELECT create_reference_table('task_schedule')`},
 	} {
 		if err := step(s.what, s.q); err != nil {
 			return err
@@ -357,10 +356,11 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		"task_citus_push(text,smallint,bigint[],text[],text[],text[],boolean[],smallint[],bigint[],bigint[],text[])",
 		"task_citus_poll(text,text,boolean,smallint,integer,smallint,bigint)",
 		"task_citus_complete(text,text,bigint[],integer[],smallint[],text[],bigint[])",
-		"task_citus_expire(text,text,text[],timestamptz)",
+		"task_citus_expire(text,text,text[])",
 		"task_citus_stats(text)",
 		"task_citus_cancel(text,bigint[],text)",
 		"task_citus_reset(text,bigint[])",
+		"task_citus_limit_usage(text)",
 	} {
 		if err := step("delegate "+f, `SELECT create_distributed_function($1::regprocedure, 'p_topic', colocate_with := 'task', force_delegation := true)`, f); err != nil {
 			return err
@@ -368,7 +368,7 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 	}
 	// The rows of the tables distributed with data stay in the coordinator's local
 	// table, hidden, until truncated.
-	for _, t := range []string{"task_topic", "task_topic_limit", "task_tally", "task_owner", "task_schedule"} {
+	for _, t := range []string{"task_topic", "task_topic_limit", "task_tally"} {
 		if err := step("drop the local copy of "+t, "SELECT truncate_local_data_after_distributing_table($1::regclass)", t); err != nil {
 			return err
 		}

@@ -236,7 +236,7 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 	for _, topic := range topics {
 		x := Expiry{Topic: topic}
 		var payload *string
-		err := h.QueryRow(ctx, "SELECT * FROM task_citus_expire($1, $2, $3, $4)", topic, r.owner, live, r.clock()).
+		err := h.QueryRow(ctx, "SELECT * FROM task_citus_expire($1, $2, $3)", topic, r.owner, live).
 			Scan(&x.Expired, &x.Retried, &payload)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // taken back meanwhile, or the topic is gone
@@ -302,4 +302,73 @@ func (r *Repository) resetCitus(ctx context.Context, h Handle, arg db.TaskResetP
 		out[i] = db.TaskResetRow(t)
 	}
 	return out, err
+}
+
+// statsAllCitus is StatsAll on Citus: the topics from task_topic (every shard), then one
+// delegated statement per topic.
+func (r *Repository) statsAllCitus(ctx context.Context, h Handle, topics []string) ([]TopicStatus, error) {
+	var list []Topic
+	var err error
+	if len(topics) == 0 {
+		list, err = r.Topics(ctx, h)
+	} else {
+		list, err = r.TopicsNamed(ctx, h, topics...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TopicStatus, 0, len(list))
+	for _, t := range list {
+		s, err := r.statsCitus(ctx, h, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, TopicStatus{Topic: t,
+			Stats: statsOf(s.Active, s.Ready, s.Delayed, s.Expired, s.Failed, s.Suspended, s.OldestReadyAgeMs, s.RowsEstimate)})
+	}
+	return out, nil
+}
+
+// ownersCitus is OwnerList on Citus: the owners from task_owner (on the coordinator),
+// then their leases from every shard.
+func (r *Repository) ownersCitus(ctx context.Context, h Handle, arg db.OwnerListParams) ([]db.OwnerListRow, error) {
+	now, args := r.nowArg()
+	rows, err := h.Query(ctx, `SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
+		       o.heartbeat > `+now+` - $1::bigint * interval '1 millisecond'
+		FROM task_owner o ORDER BY o.heartbeat DESC, o.owner LIMIT `+fmt.Sprint(arg.Size), append([]any{arg.TimeoutMs}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	owners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (db.OwnerListRow, error) {
+		var o db.OwnerListRow
+		err := row.Scan(&o.Owner, &o.Heartbeat, &o.Started, &o.Host, &o.Pid, &o.Alive)
+		o.Topics = []string{}
+		return o, err
+	})
+	if err != nil || len(owners) == 0 {
+		return owners, err
+	}
+	names := make([]string, len(owners))
+	for i, o := range owners {
+		names[i] = o.Owner
+	}
+	rows, err = h.Query(ctx, `SELECT t.owner, count(*), array_agg(DISTINCT t.topic ORDER BY t.topic)
+		FROM task t WHERE t.state = 0 AND t.owner = ANY ($1::text[]) GROUP BY t.owner`, names)
+	if err != nil {
+		return nil, err
+	}
+	byOwner := make(map[string]int, len(owners))
+	for i, o := range owners {
+		byOwner[o.Owner] = i
+	}
+	var owner string
+	var leased int64
+	var topics []string
+	_, err = pgx.ForEachRow(rows, []any{&owner, &leased, &topics}, func() error {
+		if i, ok := byOwner[owner]; ok {
+			owners[i].Leased, owners[i].Topics = leased, topics
+		}
+		return nil
+	})
+	return owners, err
 }

@@ -165,7 +165,16 @@ func (r *Repository) Owners(ctx context.Context, h Handle, timeout time.Duration
 	if size < 1 || size > TopicPageMax {
 		return nil, fmt.Errorf("%w: owner list size %d is outside 1..%d", ErrInvalid, size, TopicPageMax)
 	}
-	rows, err := r.q.OwnerList(ctx, h, db.OwnerListParams{Now: r.clock(), TimeoutMs: durationMs(timeout), Size: int32(size)})
+	citus, err := r.onCitus(ctx, h)
+	var rows []db.OwnerListRow
+	arg := db.OwnerListParams{Now: r.clock(), TimeoutMs: durationMs(timeout), Size: int32(size)}
+	switch {
+	case err != nil:
+	case citus:
+		rows, err = r.ownersCitus(ctx, h, arg)
+	default:
+		rows, err = r.q.OwnerList(ctx, h, arg)
+	}
 	if err != nil {
 		return nil, mapError("list owners", err)
 	}

@@ -485,6 +485,13 @@ func (r *Repository) StatsAll(ctx context.Context, h Handle, topics ...string) (
 	if topics == nil {
 		topics = []string{}
 	}
+	if citus, err := r.onCitus(ctx, h); err != nil || citus {
+		if err != nil {
+			return nil, mapError("stats of topics", err)
+		}
+		out, err := r.statsAllCitus(ctx, h, topics)
+		return out, mapError("stats of topics", err)
+	}
 	rows, err := r.q.TopicStatsAll(ctx, h, topics)
 	if err != nil {
 		return nil, mapError("stats of topics", err)
@@ -520,7 +527,15 @@ func (r *Repository) LimitUsage(ctx context.Context, h Handle, topic string) (Li
 	if err := validTopic(topic); err != nil {
 		return LimitUsage{}, err
 	}
-	row, err := r.q.TopicLimitUsage(ctx, h, topic)
+	citus, err := r.onCitus(ctx, h)
+	var row db.TopicLimitUsageRow
+	switch {
+	case err != nil:
+	case citus:
+		err = h.QueryRow(ctx, "SELECT * FROM task_citus_limit_usage($1)", topic).Scan(&row.Active, &row.KeysAtLimit, &row.KeysReady, &row.Tokens)
+	default:
+		row, err = r.q.TopicLimitUsage(ctx, h, topic)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LimitUsage{}, unknownTopic("limit usage of", topic)
 	}

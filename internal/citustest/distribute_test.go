@@ -20,7 +20,7 @@ import (
 // runs, without a worker that can hold shards and on an old schema; then it distributes
 // a database with tasks in every kind of state, keeping every row of every table, and
 // puts each table where the design says (task and the per-topic tables by topic,
-// co-located; owners and schedules on every node); once distributed, it refuses a
+// co-located; owners and schedules on the coordinator); once distributed, it refuses a
 // second time, Migrate refuses to migrate it, and a topic's reads run on one node.
 func TestDistribute(t *testing.T) {
 	c := start(t)
@@ -97,7 +97,7 @@ func TestDistribute(t *testing.T) {
 	}
 	for table, want := range map[string]string{
 		"task": "h topic", "task_topic": "h topic", "task_topic_limit": "h topic", "task_tally": "h topic",
-		"task_owner": "n", "task_schedule": "n",
+		"task_owner": "", "task_schedule": "",
 	} {
 		if got := distributed(t, ctx, pool, table); got != want {
 			t.Errorf("%s: distribution %q, want %q", table, got, want)
@@ -203,9 +203,16 @@ func coreLoop(t *testing.T, ctx context.Context, c *citustest.Cluster, routed *p
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		n, err := listener.WaitForNotification(wctx)
-		if err != nil || !strings.HasPrefix(n.Payload, want) {
-			t.Fatalf("notification %v, %v; want one starting %q", n, err, want)
+		var got []string
+		for {
+			n, err := listener.WaitForNotification(wctx)
+			if err != nil {
+				t.Fatalf("notifications %q, then %v; want one starting %q", got, err, want)
+			}
+			if strings.HasPrefix(n.Payload, want) {
+				return
+			}
+			got = append(got, n.Payload)
 		}
 	}
 	if created, err := repo.CreateTopic(ctx, routed, "jobs"); err != nil || !created {
@@ -274,10 +281,50 @@ func coreLoop(t *testing.T, ctx context.Context, c *citustest.Cluster, routed *p
 	if old, err := repo.Get(ctx, routed, "jobs", leased[1].Sequence); err != nil || old.State != repository.Redundant {
 		t.Fatalf("the task REPLACE replaced: %+v, %v; want REDUNDANT", old, err)
 	}
+	// pause and resume reach the processors listening on the coordinator
+	if err := repo.SetActive(ctx, routed, "jobs", false); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	heard(fmt.Sprintf("ACTIVATION %x", md5.Sum([]byte("jobs"))))
+	if err := repo.SetActive(ctx, routed, "jobs", true); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	heard("ACTIVATION ")
+	// cancel: a READY task becomes REDUNDANT, a leased one is flagged and its processor told
+	again, err := repo.Poll(ctx, routed, "jobs", repository.FIFO, repository.None, 1)
+	if err != nil || len(again) != 1 {
+		t.Fatalf("poll one: %v, %v", again, err)
+	}
+	cancelled, err := repo.Cancel(ctx, routed, "jobs", "test", again[0].Sequence, pushed[2].Sequence)
+	if err != nil || len(cancelled) != 2 {
+		t.Fatalf("cancel: %v, %v", cancelled, err)
+	}
+	heard(fmt.Sprintf("CANCEL %x %d", md5.Sum([]byte("jobs")), again[0].Sequence))
+	// schedules stay on the coordinator; a topic's destroy takes its schedules along
+	if _, err := repo.CreateSchedule(ctx, routed, "minutely", repository.ScheduleSettings{Topic: "jobs", Spec: "@every 1m", TimeZone: "UTC"}); err != nil {
+		t.Fatalf("create schedule: %v", err)
+	}
+	if _, err := repo.CreateSchedule(ctx, routed, "lost", repository.ScheduleSettings{Topic: "nope", Spec: "@every 1m", TimeZone: "UTC"}); !errors.Is(err, repository.ErrUnknownTopic) {
+		t.Errorf("a schedule of an unknown topic: %v, want ErrUnknownTopic", err)
+	}
+	fired, err := repo.RunSchedule(ctx, routed, "minutely")
+	if err != nil || fired.State != repository.Ready {
+		t.Fatalf("run the schedule: %+v, %v", fired, err)
+	}
 	var pushedTally, succeededTally int64
 	if err := routed.QueryRow(ctx, "SELECT sum(pushed), sum(succeeded) FROM task_tally WHERE topic = 'jobs'").
-		Scan(&pushedTally, &succeededTally); err != nil || pushedTally != 5 || succeededTally != 1 {
-		t.Errorf("tallies: %d pushed, %d succeeded (%v); want 5 and 1", pushedTally, succeededTally, err)
+		Scan(&pushedTally, &succeededTally); err != nil || pushedTally != 6 || succeededTally != 1 {
+		t.Errorf("tallies: %d pushed, %d succeeded (%v); want 6 and 1", pushedTally, succeededTally, err)
+	}
+	if destroyed, err := repo.Destroy(ctx, routed, "jobs"); err != nil || !destroyed {
+		t.Fatalf("destroy: %v, %v", destroyed, err)
+	}
+	if _, err := repo.Schedule(ctx, routed, "minutely"); !errors.Is(err, repository.ErrUnknownSchedule) {
+		t.Errorf("the destroyed topic's schedule: %v, want it gone", err)
+	}
+	var left int
+	if err := routed.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = 'jobs'").Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d tasks left of the destroyed topic (%v)", left, err)
 	}
 }
 

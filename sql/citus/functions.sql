@@ -268,12 +268,12 @@ $$;
 -- when the topic's retry policy grants another attempt, or FAILED when cancelled. It
 -- returns how many were taken back and made READY, and the payload of the notification
 -- to send (NULL: none).
-CREATE FUNCTION task_citus_expire(p_topic text, p_owner text, p_live text[], p_now timestamptz)
+CREATE FUNCTION task_citus_expire(p_topic text, p_owner text, p_live text[])
 RETURNS TABLE (expired bigint, retried bigint, notification text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_now     timestamptz := coalesce(p_now, now());
+    v_now     timestamptz := now();
     v_epoch   double precision;
     v_topic   record;
     v_stale   bigint[];
@@ -433,5 +433,74 @@ BEGIN
     SELECT r.priority, r.sequence INTO v_first FROM unnest(v_rows) r ORDER BY r.priority, r.sequence LIMIT 1;
     RETURN QUERY
     SELECT r.*, 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.sequence FROM unnest(v_rows) r;
+END
+$$;
+
+-- task_topic_destroy removes a topic with its tasks (migration 000009's, run on the
+-- coordinator) and its schedules, which on plain PostgreSQL go with the topic through
+-- task_schedule's foreign key (a reference table cannot keep one to task_topic).
+CREATE OR REPLACE FUNCTION task_topic_destroy(p_topic text) RETURNS boolean
+LANGUAGE plpgsql SET lock_timeout TO '1s' AS $$
+BEGIN
+    DELETE FROM task_topic WHERE topic = p_topic;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    DELETE FROM task_schedule WHERE topic = p_topic;
+    PERFORM task_topic_delete_rows(p_topic, NULL);
+    RETURN true;
+END
+$$;
+
+-- task_citus_limit_usage is TopicLimitUsage (sql/queries/topic.sql) on the topic's node.
+CREATE FUNCTION task_citus_limit_usage(p_topic text)
+RETURNS TABLE (active bigint, keys_at_limit bigint, keys_ready bigint, tokens double precision)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+DECLARE
+    v_topic task_topic;
+BEGIN
+    SELECT * INTO v_topic FROM task_topic tt WHERE tt.topic = p_topic;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT
+        (SELECT count(*) FROM task t
+         WHERE t.state = 0 AND hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic)::bigint,
+        (SELECT count(*) FROM (SELECT 1 FROM task t
+                               WHERE t.state = 0 AND hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic
+                                 AND t.concurrency_key IS NOT NULL AND t.concurrency_key <> ''
+                               GROUP BY t.concurrency_key
+                               HAVING count(*) >= v_topic.key_concurrency) k)::bigint,
+        task_keys_ready(p_topic, 10000)::bigint,
+        coalesce((SELECT least(v_topic.rate_burst::double precision,
+                      l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * v_topic.rate / v_topic.rate_period_ms)
+                  FROM task_topic_limit l WHERE l.topic = p_topic AND v_topic.rate IS NOT NULL),
+                 v_topic.rate_burst, 0)::double precision;
+END
+$$;
+
+-- Citus cannot plan an SQL function's statement with parameters on distributed tables:
+-- task_keys_ready (the limit usage's count of keys waiting) is plpgsql here, with the
+-- statement of migration 000015. (task_poll_condition, which a topic polled by key calls
+-- for each candidate under a poll condition, fails on Citus either way: not supported
+-- yet, docs/citus.md.)
+CREATE OR REPLACE FUNCTION task_keys_ready(p_topic text, p_max integer) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        WITH RECURSIVE k AS (
+            (SELECT t.priority, t.concurrency_key FROM task t
+             WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+               AND t.concurrency_key IS NOT NULL
+             ORDER BY t.priority, t.concurrency_key LIMIT 1)
+            UNION ALL
+            SELECT n.priority, n.concurrency_key FROM k CROSS JOIN LATERAL (
+                SELECT t.priority, t.concurrency_key FROM task t
+                WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                  AND t.concurrency_key IS NOT NULL AND (t.priority, t.concurrency_key) > (k.priority, k.concurrency_key)
+                ORDER BY t.priority, t.concurrency_key LIMIT 1) n
+        )
+        SELECT count(DISTINCT k.concurrency_key) FROM (SELECT * FROM k LIMIT p_max) k);
 END
 $$;
