@@ -395,6 +395,13 @@ func (r *Repository) Dedicate(ctx context.Context, h Handle, topic string) (bool
 	if err := validTopic(topic); err != nil {
 		return false, err
 	}
+	if citus, err := r.onCitus(ctx, h); err != nil || citus {
+		if err == nil {
+			// the shard is the topic's table there: isolate_tenant_to_new_shard gives it one
+			err = fmt.Errorf("%w: Citus gives a topic a shard of its own with SELECT isolate_tenant_to_new_shard('task', topic, 'CASCADE')", ErrDistributed)
+		}
+		return false, mapError(fmt.Sprintf("dedicate topic %q", topic), err)
+	}
 	dedicated, err := retryLocked(ctx, h, func() (bool, error) { return r.q.TopicDedicate(ctx, h, topic) })
 	if err != nil {
 		return false, mapError(fmt.Sprintf("dedicate topic %q", topic), err)

@@ -301,6 +301,21 @@ func coreLoop(t *testing.T, ctx context.Context, c *citustest.Cluster, routed *p
 	}
 	heard(fmt.Sprintf("CANCEL %x %d", md5.Sum([]byte("jobs")), again[0].Sequence))
 	// schedules stay on the coordinator; a topic's destroy takes its schedules along
+	// The lists over every topic and owner read every shard, by nature (docs/citus.md
+	// names them): on connections that allow it.
+	cfg := routed.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["citus.multi_task_query_log_level"] = "off"
+	everywhere, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer everywhere.Close()
+	if all, err := repo.StatsAll(ctx, everywhere); err != nil || len(all) != 4 {
+		t.Errorf("StatsAll: %d topics, %v; want 4", len(all), err)
+	}
+	if owners, err := repo.Owners(ctx, everywhere, time.Minute, 10); err != nil || len(owners) != 1 || owners[0].Leased != 3 || len(owners[0].Topics) != 3 {
+		t.Errorf("Owners: %+v, %v; want the one owner leasing a task in each of api, jobs and sms", owners, err)
+	}
 	if _, err := repo.CreateSchedule(ctx, routed, "minutely", repository.ScheduleSettings{Topic: "jobs", Spec: "@every 1m", TimeZone: "UTC"}); err != nil {
 		t.Fatalf("create schedule: %v", err)
 	}
@@ -315,6 +330,9 @@ func coreLoop(t *testing.T, ctx context.Context, c *citustest.Cluster, routed *p
 	if err := routed.QueryRow(ctx, "SELECT sum(pushed), sum(succeeded) FROM task_tally WHERE topic = 'jobs'").
 		Scan(&pushedTally, &succeededTally); err != nil || pushedTally != 6 || succeededTally != 1 {
 		t.Errorf("tallies: %d pushed, %d succeeded (%v); want 6 and 1", pushedTally, succeededTally, err)
+	}
+	if _, err := repo.Dedicate(ctx, routed, "jobs"); !errors.Is(err, repository.ErrDistributed) || !strings.Contains(err.Error(), "isolate_tenant_to_new_shard") {
+		t.Errorf("dedicate: %v; want ErrDistributed pointing at isolate_tenant_to_new_shard", err)
 	}
 	if destroyed, err := repo.Destroy(ctx, routed, "jobs"); err != nil || !destroyed {
 		t.Fatalf("destroy: %v, %v", destroyed, err)
