@@ -361,6 +361,7 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		"task_citus_cancel(text,bigint[],text)",
 		"task_citus_reset(text,bigint[])",
 		"task_citus_limit_usage(text)",
+		"task_citus_analyze(text)",
 	} {
 		if err := step("delegate "+f, `SELECT create_distributed_function($1::regprocedure, 'p_topic', colocate_with := 'task', force_delegation := true)`, f); err != nil {
 			return err

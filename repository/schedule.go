@@ -456,6 +456,18 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("%s schedule %q: %w", op, name, err)
 		}
+		if s.Topic != old.Topic {
+			// on Citus task_schedule has no foreign key to task_topic: look
+			if citus, err := r.onCitus(ctx, tx); err != nil {
+				return mapError(fmt.Sprintf("%s schedule %q", op, name), err)
+			} else if citus {
+				if _, err := r.Topic(ctx, tx, s.Topic); errors.Is(err, ErrUnknownTopic) {
+					return fmt.Errorf("%s schedule %q: topic %q: %w", op, name, s.Topic, ErrUnknownTopic)
+				} else if err != nil {
+					return err
+				}
+			}
+		}
 		next := row.NextFire
 		restart := strings.TrimSpace(s.Spec) != old.Spec || zoneName(s.TimeZone) != old.TimeZone ||
 			(old.Paused && !s.Paused && !replay)

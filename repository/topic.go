@@ -367,7 +367,16 @@ func (r *Repository) Analyze(ctx context.Context, h Handle, topic string) (int64
 	if err := validTopic(topic); err != nil {
 		return 0, err
 	}
-	rows, err := r.q.TopicAnalyze(ctx, h, topic)
+	citus, err := r.onCitus(ctx, h)
+	var rows int64
+	switch {
+	case err != nil:
+	case citus:
+		// on the topic's node, where its shard is
+		err = h.QueryRow(ctx, "SELECT task_citus_analyze($1)", topic).Scan(&rows)
+	default:
+		rows, err = r.q.TopicAnalyze(ctx, h, topic)
+	}
 	if err != nil {
 		return 0, mapError(fmt.Sprintf("analyze topic %q", topic), err)
 	}

@@ -105,7 +105,7 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 		}
 	})
 	for _, n := range c.Nodes() {
-		if err := onNode(ctx, n, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tpl)); err != nil {
+		if err := copyDatabase(ctx, n, tpl, name); err != nil {
 			tb.Fatalf("pgtest: %v", err)
 		}
 	}
@@ -143,6 +143,41 @@ func citusTemplate(ctx context.Context, c *citustest.Cluster, tpl string, migrat
 		}
 	}
 	return nil
+}
+
+// copyDatabase creates database name on node as a copy of tpl. Sessions of Citus's
+// background workers may be in tpl for a moment (they are turned away once connections
+// are off): they are ended, and the copy tried again, for up to a minute.
+func copyDatabase(ctx context.Context, node *pgcluster.Cluster, tpl, name string) error {
+	conn, err := pgx.Connect(ctx, node.ConnString("postgres"))
+	if err != nil {
+		return fmt.Errorf("connect to node %d: %w", node.Port(), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tpl))
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+			return errorf(node, "copy the template", err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", tpl); err != nil {
+			return errorf(node, "end the template's sessions", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// errorf names node and what failed in err, or returns nil.
+func errorf(node *pgcluster.Cluster, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("node %d: %s: %w", node.Port(), what, err)
 }
 
 // onNode runs statements in the maintenance database of node, retrying while a

@@ -504,3 +504,22 @@ BEGIN
         SELECT count(DISTINCT k.concurrency_key) FROM (SELECT * FROM k LIMIT p_max) k);
 END
 $$;
+
+-- task_citus_analyze is task_topic_analyze (migrations 000009, 000020) on the topic's
+-- node: it analyzes the shard holding the topic, and returns its estimated rows (-1 for
+-- an unknown topic).
+CREATE FUNCTION task_citus_analyze(p_topic text) RETURNS bigint
+LANGUAGE plpgsql SET default_statistics_target TO '10' AS $$
+DECLARE
+    v_table text := shard_name('task'::regclass, get_shard_id_for_distribution_column('task', p_topic));
+    v_rows  bigint;
+BEGIN
+    PERFORM 1 FROM task_topic WHERE topic = p_topic;
+    IF NOT FOUND THEN
+        RETURN -1;
+    END IF;
+    EXECUTE format('ANALYZE (SKIP_LOCKED) %s', v_table);
+    SELECT GREATEST(reltuples, 0)::bigint INTO v_rows FROM pg_catalog.pg_class WHERE oid = to_regclass(v_table);
+    RETURN v_rows;
+END
+$$;
