@@ -70,9 +70,9 @@ type CitusReport struct {
 // (sql/citus), which the repository calls on a distributed database instead of its
 // plain statements: push, poll, complete, expiry, a topic's stats.
 //
-// UNFINISHED (issue 18): cancel, revive, junctions, purges, reads over all topics and
-// the per-topic maintenance do not run on the distributed tables yet (docs/citus.md),
-// and Migrate refuses further migrations of a distributed database (ErrDistributed).
+// UNFINISHED (issue 18): Migrate refuses further migrations of a distributed database
+// (ErrDistributed), and a topic polled by key takes no poll condition there yet
+// (docs/citus.md, "Not yet").
 func DistributeCitus(ctx context.Context, pool *pgxpool.Pool, opts CitusOptions) (CitusReport, error) {
 	if opts.OwnerTimeout < 0 {
 		return CitusReport{}, invalid("owner timeout %v is negative", opts.OwnerTimeout)

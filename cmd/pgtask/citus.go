@@ -17,10 +17,10 @@ a worker node for the shards, when the database is distributed already, when the
 is not at the newest migration, or while a processor runs (an owner heart-beating
 within --owner-timeout). Writers wait while it runs.
 
-UNFINISHED (issue 18): afterwards processors push, poll and complete tasks on the
-distributed tables, but cancel, revive, junctions, purges, reads over all topics and the
-per-topic maintenance do not work there yet (docs/citus.md), and pgtask migrate refuses
-to migrate the database. Pass --unfinished to distribute anyway.`
+UNFINISHED (issue 18): afterwards processors, Go programs and SQL callers work on the
+distributed tables, but pgtask migrate refuses to migrate the database and a topic polled
+by key does not take poll conditions there yet (docs/citus.md, "Not yet"). Pass
+--unfinished to distribute anyway.`
 
 func runCitusEnable(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask citus enable", "--unfinished [flags]", citusEnableAbout)
@@ -34,7 +34,7 @@ func runCitusEnable(ctx context.Context, e *env, args []string) error {
 		return f.usagef("--owner-timeout: %v is not positive", *ownerTimeout)
 	}
 	if !*unfinished {
-		return f.usagef("--unfinished: pgtask on Citus is unfinished (issue 18): after this, cancel, revive, junctions, purges and reads over all topics fail on the distributed database (docs/citus.md); pass --unfinished to distribute anyway")
+		return f.usagef("--unfinished: pgtask on Citus is unfinished (issue 18): after this, pgtask migrate refuses the database and a topic polled by key takes no poll condition (docs/citus.md, section Not yet); pass --unfinished to distribute anyway")
 	}
 	c, err := f.connect(ctx, *url)
 	if err != nil {

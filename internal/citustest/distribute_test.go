@@ -281,6 +281,18 @@ func coreLoop(t *testing.T, ctx context.Context, c *citustest.Cluster, routed *p
 	if old, err := repo.Get(ctx, routed, "jobs", leased[1].Sequence); err != nil || old.State != repository.Redundant {
 		t.Fatalf("the task REPLACE replaced: %+v, %v; want REDUNDANT", old, err)
 	}
+	// the SQL API's push
+	var sqlPushed int64
+	if err := routed.QueryRow(ctx, "SELECT task_push('jobs', 'from-sql', 'hello', insertion => 'supersede')").Scan(&sqlPushed); err != nil {
+		t.Fatalf("task_push: %v", err)
+	}
+	heard(fmt.Sprintf("WORK %x 0 %d", md5.Sum([]byte("jobs")), sqlPushed))
+	if got, err := repo.Get(ctx, routed, "jobs", sqlPushed); err != nil || got.Input != "hello" || got.State != repository.Ready {
+		t.Fatalf("the task task_push pushed: %+v, %v", got, err)
+	}
+	if _, err := routed.Exec(ctx, "SELECT task_push('nope', 'x')"); repository.SQLState(err) != "PT001" {
+		t.Errorf("task_push to an unknown topic: %v, want PT001", err)
+	}
 	// pause and resume reach the processors listening on the coordinator
 	if err := repo.SetActive(ctx, routed, "jobs", false); err != nil {
 		t.Fatalf("pause: %v", err)
@@ -328,8 +340,8 @@ func coreLoop(t *testing.T, ctx context.Context, c *citustest.Cluster, routed *p
 	}
 	var pushedTally, succeededTally int64
 	if err := routed.QueryRow(ctx, "SELECT sum(pushed), sum(succeeded) FROM task_tally WHERE topic = 'jobs'").
-		Scan(&pushedTally, &succeededTally); err != nil || pushedTally != 6 || succeededTally != 1 {
-		t.Errorf("tallies: %d pushed, %d succeeded (%v); want 6 and 1", pushedTally, succeededTally, err)
+		Scan(&pushedTally, &succeededTally); err != nil || pushedTally != 7 || succeededTally != 1 {
+		t.Errorf("tallies: %d pushed, %d succeeded (%v); want 7 and 1", pushedTally, succeededTally, err)
 	}
 	if _, err := repo.Dedicate(ctx, routed, "jobs"); !errors.Is(err, repository.ErrDistributed) || !strings.Contains(err.Error(), "isolate_tenant_to_new_shard") {
 		t.Errorf("dedicate: %v; want ErrDistributed pointing at isolate_tenant_to_new_shard", err)
