@@ -63,16 +63,8 @@ func TestCitusVictim(t *testing.T) {
 // task ends SUCCEEDED, the killed process's leases are taken back once it stops
 // heart-beating and done again, and no task is lost or left behind.
 func TestBurnDown(t *testing.T) {
-	c := start(t)
+	c, pool := migrated(t)
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := repository.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := repository.DistributeCitus(ctx, pool, repository.CitusOptions{}); err != nil {
 		t.Fatal(err)
 	}

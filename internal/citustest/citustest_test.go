@@ -45,6 +45,22 @@ func start(t *testing.T) *citustest.Cluster {
 	return c
 }
 
+// migrated starts a cluster for the test and returns it with a pool on its database, in
+// which pgtask's migrations are applied (its tables still local to the coordinator).
+func migrated(t *testing.T) (*citustest.Cluster, *pgxpool.Pool) {
+	t.Helper()
+	c := start(t)
+	pool, err := pgxpool.New(t.Context(), c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := repository.Migrate(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return c, pool
+}
+
 // TestCluster: the harness starts a coordinator with two active workers, a table
 // distributed by topic spreads over both and a statement naming one topic is routed to
 // one of them, and pgtask's schema and a task's life (its tables local to the

@@ -23,16 +23,8 @@ import (
 // co-located; owners and schedules on the coordinator); once distributed, it refuses a
 // second time, Migrate refuses to migrate it, and a topic's reads run on one node.
 func TestDistribute(t *testing.T) {
-	c := start(t)
+	c, pool := migrated(t)
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := repository.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	repo, err := repository.New(repository.Config{Owner: "citus-test"})
 	if err != nil {
 		t.Fatal(err)

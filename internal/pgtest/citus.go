@@ -79,27 +79,15 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
 	defer cancel()
 	tpl := templateName("citus " + key)
-	templatesMu.Lock()
-	st := templates[tpl]
-	if st == nil {
-		st = &templateState{}
-		templates[tpl] = st
-	}
-	templatesMu.Unlock()
-	st.once.Do(func() {
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-		defer cancel()
-		st.err = citusTemplate(bctx, c, tpl, migrate)
-	})
-	if st.err != nil {
-		tb.Fatalf("pgtest: %v", st.err)
+	if err := buildOnce(ctx, tpl, func(ctx context.Context) error { return citusTemplate(ctx, c, tpl, migrate) }); err != nil {
+		tb.Fatalf("pgtest: %v", err)
 	}
 	name := testDBPrefix + randomHex(8)
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		for _, n := range c.Nodes() {
-			if err := dropDatabase(ctx, n.ConnString("postgres"), name); err != nil {
+			if err := dropCitusDatabase(ctx, n, name); err != nil {
 				tb.Errorf("pgtest: drop test database: %v", err)
 			}
 		}
@@ -168,6 +156,25 @@ func copyDatabase(ctx context.Context, node *pgcluster.Cluster, tpl, name string
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// dropCitusDatabase drops database name on node. Citus's maintenance daemon may connect
+// to it again between DROP DATABASE's terminating the sessions and its check (SQLSTATE
+// 55006): that is retried for up to a minute.
+func dropCitusDatabase(ctx context.Context, node *pgcluster.Cluster, name string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := dropDatabase(ctx, node.ConnString("postgres"), name)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+			return errorf(node, "drop "+name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -275,21 +275,8 @@ var (
 func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (string, error) {
 	tpl := templateName(key)
 
-	templatesMu.Lock()
-	st := templates[tpl]
-	if st == nil {
-		st = &templateState{}
-		templates[tpl] = st
-	}
-	templatesMu.Unlock()
-	st.once.Do(func() {
-		// Not tied to the calling test: other tests wait for this too.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-		defer cancel()
-		st.err = ensureTemplate(bctx, admin, key, migrate)
-	})
-	if st.err != nil {
-		return "", st.err
+	if err := buildOnce(ctx, tpl, func(ctx context.Context) error { return ensureTemplate(ctx, admin, key, migrate) }); err != nil {
+		return "", err
 	}
 
 	conn, err := pgx.Connect(ctx, admin)
@@ -316,6 +303,25 @@ func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (s
 		case <-time.After(time.Duration(20<<min(attempt, 5)) * time.Millisecond):
 		}
 	}
+}
+
+// buildOnce runs build for template tpl the first time this process asks for it, and
+// returns its error to every caller. build is not tied to the calling test (other tests
+// wait for it too): it gets five minutes of its own.
+func buildOnce(ctx context.Context, tpl string, build func(context.Context) error) error {
+	templatesMu.Lock()
+	st := templates[tpl]
+	if st == nil {
+		st = &templateState{}
+		templates[tpl] = st
+	}
+	templatesMu.Unlock()
+	st.once.Do(func() {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		st.err = build(bctx)
+	})
+	return st.err
 }
 
 // templateName returns the name of the template database for key.

@@ -13,6 +13,19 @@
 -- coordinator and passed in, so that they stay ordered within a topic; rows to update
 -- are found by address only once the addresses are in a variable.
 
+-- task_citus_work is the payload of a WORK notification (repository.Notification): the
+-- topic, where its first READY task stands in poll order and, when the earliest of those
+-- just made READY is not due yet, in how many milliseconds it is.
+CREATE FUNCTION task_citus_work(p_topic text, p_priority smallint, p_sequence bigint, p_due timestamptz) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN 'WORK ' || md5(p_topic) || ' ' || p_priority || ' ' || p_sequence
+           || CASE WHEN p_due > clock_timestamp()
+                   THEN ' ' || ceil(extract(epoch FROM p_due - clock_timestamp()) * 1000)::bigint
+                   ELSE '' END;
+END
+$$;
+
 -- task_citus_push pushes a batch (TaskPush of sql/queries/task_push.sql, whose
 -- insertion matrix it follows: 0 APPEND, 1 REPLACE, 2 SUPERSEDE, 3 DELETE) with the
 -- given sequences (one per creation; DELETE leaves those of the occurrences it does not
@@ -85,10 +98,7 @@ BEGIN
     FROM unnest(p_sequences, p_suspended, p_priorities, v_after, v_last) AS e(seq, suspended, priority, after, last)
     WHERE NOT e.suspended AND e.last ORDER BY e.priority, e.seq LIMIT 1;
     IF FOUND THEN
-        v_notice := 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.seq
-                    || CASE WHEN v_first.due > clock_timestamp()
-                            THEN ' ' || ceil(extract(epoch FROM v_first.due - clock_timestamp()) * 1000)::bigint
-                            ELSE '' END;
+        v_notice := task_citus_work(p_topic, v_first.priority, v_first.seq, v_first.due);
     END IF;
     -- (a variable in the INSERT's RETURNING is lost when Citus plans it: the rows go
     -- through an array)
@@ -231,10 +241,7 @@ BEGIN
     SELECT r.priority, r.sequence, min(coalesce(r.not_before, '-infinity')) OVER () AS due INTO v_first
     FROM unnest(v_done) r WHERE r.state = 1 ORDER BY r.priority, r.sequence LIMIT 1;
     IF FOUND THEN
-        v_notice := 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.sequence
-                    || CASE WHEN v_first.due > clock_timestamp()
-                            THEN ' ' || ceil(extract(epoch FROM v_first.due - clock_timestamp()) * 1000)::bigint
-                            ELSE '' END;
+        v_notice := task_citus_work(p_topic, v_first.priority, v_first.sequence, v_first.due);
     END IF;
     RETURN QUERY
     SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input,
@@ -320,10 +327,7 @@ BEGIN
     SELECT r.priority, r.sequence, min(coalesce(r.not_before, '-infinity')) OVER () AS due INTO v_first
     FROM unnest(v_done) r WHERE r.state = 1 ORDER BY r.priority, r.sequence LIMIT 1;
     IF FOUND THEN
-        v_notice := 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.sequence
-                    || CASE WHEN v_first.due > clock_timestamp()
-                            THEN ' ' || ceil(extract(epoch FROM v_first.due - clock_timestamp()) * 1000)::bigint
-                            ELSE '' END;
+        v_notice := task_citus_work(p_topic, v_first.priority, v_first.sequence, v_first.due);
     ELSIF v_topic.capped THEN
         -- processors waiting at a concurrency limit may poll again
         v_notice := 'WORK ' || md5(p_topic);
