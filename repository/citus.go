@@ -100,6 +100,13 @@ func DistributeCitus(ctx context.Context, pool *pgxpool.Pool, opts CitusOptions)
 	if _, err := tx.Exec(ctx, "LOCK TABLE task, task_topic, task_topic_limit, task_owner, task_schedule, task_tally IN EXCLUSIVE MODE"); err != nil {
 		return report, fmt.Errorf("distribute: lock pgtask's tables: %w", err)
 	}
+	// another enable may have run while this one waited for the lock
+	if done, err := isDistributed(ctx, tx); err != nil || done {
+		if err == nil {
+			err = fmt.Errorf("%w: task is already distributed: another call distributed it meanwhile; nothing was changed", ErrCitusRefused)
+		}
+		return report, err
+	}
 	if err := noLiveOwners(ctx, tx, opts.OwnerTimeout); err != nil {
 		return report, err
 	}

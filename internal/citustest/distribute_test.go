@@ -77,10 +77,26 @@ func TestDistribute(t *testing.T) {
 		refused(t, fmt.Sprintf("the schema is at version %d, not %d: run pgtask migrate up first", version-1, version))
 	})
 
-	report, err := repository.DistributeCitus(ctx, pool, repository.CitusOptions{})
-	if err != nil {
-		t.Fatalf("DistributeCitus: %v", err)
+	// Two at once: one distributes, the other is refused.
+	type outcome struct {
+		report repository.CitusReport
+		err    error
 	}
+	outcomes := make(chan outcome, 2)
+	for range 2 {
+		go func() {
+			r, err := repository.DistributeCitus(ctx, pool, repository.CitusOptions{})
+			outcomes <- outcome{r, err}
+		}()
+	}
+	first, second := <-outcomes, <-outcomes
+	if first.err != nil {
+		first, second = second, first
+	}
+	if first.err != nil || !errors.Is(second.err, repository.ErrCitusRefused) || !strings.Contains(second.err.Error(), "already distributed") {
+		t.Fatalf("two DistributeCitus at once: %v and %v; want one done and one refused as distributed already", first.err, second.err)
+	}
+	report := first.report
 	if report.Tasks != 9 || report.Topics != 3 || report.Workers != 2 || report.Shards < 2 {
 		t.Errorf("report %+v; want 9 tasks of 3 topics in shards on 2 workers", report)
 	}
