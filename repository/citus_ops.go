@@ -58,6 +58,20 @@ func notify(ctx context.Context, h Handle, payload string) error {
 	return err
 }
 
+// either runs citus on a database distributed by DistributeCitus, plain otherwise
+// (onCitus): the one place a statement chooses between its two forms.
+func either[T any](ctx context.Context, r *Repository, h Handle, citus, plain func() (T, error)) (T, error) {
+	distributed, err := r.onCitus(ctx, h)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	if distributed {
+		return citus()
+	}
+	return plain()
+}
+
 // notifyOnCitus sends "<event> <md5(topic)>" on the coordinator when the database is
 // distributed: a statement of one topic that notifies (TopicUpdate, TopicSetActive,
 // TaskJunction, TaskResetState) runs whole on the topic's worker there, and its own
@@ -163,8 +177,9 @@ func (r *Repository) statsCitus(ctx context.Context, h Handle, topic string) (db
 	return s, err
 }
 
-// nowArg is the time to use for "now" in a statement on Citus, which refuses now()
-// inside COALESCE: the injected clock, or the database's (the statement's now()).
+// nowArg is the time to use for "now" in a statement that Citus plans (one that reads
+// task), which may not call now() inside COALESCE: the injected clock, or the
+// database's (the statement's now()).
 func (r *Repository) nowArg() (sql string, args []any) {
 	if t := r.clock(); t != nil {
 		return "$2::timestamptz", []any{*t}
@@ -172,18 +187,11 @@ func (r *Repository) nowArg() (sql string, args []any) {
 	return "now()", nil
 }
 
-// heartbeatCitus is OwnerHeartbeat on Citus.
-func (r *Repository) heartbeatCitus(ctx context.Context, h Handle) (int64, error) {
-	now, args := r.nowArg()
-	tag, err := h.Exec(ctx, "UPDATE task_owner SET heartbeat = "+now+" WHERE owner = $1", append([]any{r.owner}, args...)...)
-	return tag.RowsAffected(), err
-}
-
 // leasesAny reports whether any ACTIVE task is leased by owner: a read of every shard.
 func leasesAny(ctx context.Context, h Handle, owner string) (bool, error) {
-	var any bool
-	err := h.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = $1)", owner).Scan(&any)
-	return any, err
+	var leases bool
+	err := h.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = $1)", owner).Scan(&leases)
+	return leases, err
 }
 
 // deregisterCitus is OwnerDeregister on Citus: Citus cannot delete from a reference

@@ -214,10 +214,11 @@ func mapError(op string, err error) error {
 // that its connection to the worker running the statement failed, maybe after the
 // worker committed it.
 func Uncertain(err error) bool {
-	if state := SQLState(err); strings.HasPrefix(state, "08") {
+	state := SQLState(err)
+	if strings.HasPrefix(state, "08") {
 		return true
 	}
-	if err == nil || SQLState(err) != "" || pgconn.SafeToRetry(err) {
+	if err == nil || state != "" || pgconn.SafeToRetry(err) {
 		return false
 	}
 	var te *TaskError

@@ -38,15 +38,8 @@ func (r *Repository) Register(ctx context.Context, h Handle) (bool, error) {
 // it), as a processor does when it stops cleanly; it reports whether the row went. An
 // owner that still leases tasks keeps its row, so that they expire once it is silent.
 func (r *Repository) DeregisterOwner(ctx context.Context, h Handle) (bool, error) {
-	citus, err := r.onCitus(ctx, h)
-	var n int64
-	switch {
-	case err != nil:
-	case citus:
-		n, err = r.deregisterCitus(ctx, h)
-	default:
-		n, err = r.q.OwnerDeregister(ctx, h, r.owner)
-	}
+	n, err := either(ctx, r, h, func() (int64, error) { return r.deregisterCitus(ctx, h) },
+		func() (int64, error) { return r.q.OwnerDeregister(ctx, h, r.owner) })
 	if err != nil {
 		return false, mapError("deregister owner "+r.owner, err)
 	}
@@ -63,15 +56,8 @@ func (r *Repository) Deregister(ctx context.Context, h Handle) (bool, error) {
 // Heartbeat records that this owner is alive. It fails with ErrNotRegistered when the
 // owner row is missing (never registered, or purged as dead).
 func (r *Repository) Heartbeat(ctx context.Context, h Handle) error {
-	citus, err := r.onCitus(ctx, h)
-	var n int64
-	switch {
-	case err != nil:
-	case citus:
-		n, err = r.heartbeatCitus(ctx, h)
-	default:
-		n, err = r.q.OwnerHeartbeat(ctx, h, db.OwnerHeartbeatParams{Now: r.clock(), Owner: r.owner})
-	}
+	// (on Citus too: task_owner stays a table of the coordinator)
+	n, err := r.q.OwnerHeartbeat(ctx, h, db.OwnerHeartbeatParams{Now: r.clock(), Owner: r.owner})
 	if err != nil {
 		return mapError("heartbeat owner "+r.owner, err)
 	}
@@ -127,15 +113,10 @@ func (r *Repository) PurgeOwners(ctx context.Context, h Handle, timeout time.Dur
 	if !dead {
 		return 0, nil
 	}
-	citus, err := r.onCitus(ctx, h)
-	var n int64
-	switch {
-	case err != nil:
-	case citus:
-		n, err = r.purgeCitus(ctx, h, timeout)
-	default:
-		n, err = r.q.OwnerPurge(ctx, h, db.OwnerPurgeParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
-	}
+	n, err := either(ctx, r, h, func() (int64, error) { return r.purgeCitus(ctx, h, timeout) },
+		func() (int64, error) {
+			return r.q.OwnerPurge(ctx, h, db.OwnerPurgeParams{Owner: r.owner, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+		})
 	if err != nil {
 		return 0, mapError("purge owners", err)
 	}
@@ -165,16 +146,9 @@ func (r *Repository) Owners(ctx context.Context, h Handle, timeout time.Duration
 	if size < 1 || size > TopicPageMax {
 		return nil, fmt.Errorf("%w: owner list size %d is outside 1..%d", ErrInvalid, size, TopicPageMax)
 	}
-	citus, err := r.onCitus(ctx, h)
-	var rows []db.OwnerListRow
 	arg := db.OwnerListParams{Now: r.clock(), TimeoutMs: durationMs(timeout), Size: int32(size)}
-	switch {
-	case err != nil:
-	case citus:
-		rows, err = r.ownersCitus(ctx, h, arg)
-	default:
-		rows, err = r.q.OwnerList(ctx, h, arg)
-	}
+	rows, err := either(ctx, r, h, func() ([]db.OwnerListRow, error) { return r.ownersCitus(ctx, h, arg) },
+		func() ([]db.OwnerListRow, error) { return r.q.OwnerList(ctx, h, arg) })
 	if err != nil {
 		return nil, mapError("list owners", err)
 	}

@@ -78,7 +78,8 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 	if !from.IsZero() {
 		params.FromPriority, params.FromSequence = &from.Priority, &from.Sequence
 	}
-	rows, err := r.poll(ctx, h, params)
+	rows, err := either(ctx, r, h, func() ([]db.TaskPollRow, error) { return r.pollCitus(ctx, h, params) },
+		func() ([]db.TaskPollRow, error) { return r.q.TaskPoll(ctx, h, params) })
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("poll topic %q", topic), err)
 	}
@@ -121,17 +122,6 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 		tasks = inTurns(tasks)
 	}
 	return tasks, nil
-}
-
-// poll runs TaskPoll, or its function on Citus.
-func (r *Repository) poll(ctx context.Context, h Handle, params db.TaskPollParams) ([]db.TaskPollRow, error) {
-	if citus, err := r.onCitus(ctx, h); err != nil || citus {
-		if err != nil {
-			return nil, err
-		}
-		return r.pollCitus(ctx, h, params)
-	}
-	return r.q.TaskPoll(ctx, h, params)
 }
 
 // inTurns orders the tasks of a topic polled key by key (TopicSettings.KeyConcurrency,
@@ -310,13 +300,8 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 		arg.Lean = arg.Lean && c.leased
 	}
 	rows, err := allOrNothing(ctx, h, func(h Handle) ([]db.TaskCompleteRow, error) {
-		if citus, err := r.onCitus(ctx, h); err != nil || citus {
-			if err != nil {
-				return nil, err
-			}
-			return r.completeCitus(ctx, h, arg)
-		}
-		return r.q.TaskComplete(ctx, h, arg)
+		return either(ctx, r, h, func() ([]db.TaskCompleteRow, error) { return r.completeCitus(ctx, h, arg) },
+			func() ([]db.TaskCompleteRow, error) { return r.q.TaskComplete(ctx, h, arg) })
 	})
 	if errors.Is(err, errRefused) {
 		return nil, r.explainLeases(ctx, h, topic, completions)
@@ -524,20 +509,17 @@ func (r *Repository) expire(ctx context.Context, h Handle, timeout time.Duration
 	if err := validTimeout("expiry timeout", timeout); err != nil {
 		return nil, err
 	}
-	if citus, err := r.onCitus(ctx, h); err != nil || citus {
-		if err != nil {
-			return nil, mapError("expire", err)
-		}
-		out, err := r.expireCitus(ctx, h, timeout)
-		return out, mapError("expire", err)
-	}
-	rows, err := r.q.TaskExpire(ctx, h, db.TaskExpireParams{Owner: r.owner, Orphans: orphans, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	out, err := either(ctx, r, h, func() ([]Expiry, error) { return r.expireCitus(ctx, h, timeout) },
+		func() ([]Expiry, error) {
+			rows, err := r.q.TaskExpire(ctx, h, db.TaskExpireParams{Owner: r.owner, Orphans: orphans, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+			out := make([]Expiry, len(rows))
+			for i, row := range rows {
+				out[i] = Expiry{Topic: row.Topic, Expired: row.Expired, Retried: row.Retried}
+			}
+			return out, err
+		})
 	if err != nil {
 		return nil, mapError("expire", err)
-	}
-	out := make([]Expiry, len(rows))
-	for i, row := range rows {
-		out[i] = Expiry{Topic: row.Topic, Expired: row.Expired, Retried: row.Retried}
 	}
 	return out, nil
 }
@@ -562,16 +544,9 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 	if by == "" {
 		by = r.owner
 	}
-	citus, err := r.onCitus(ctx, h)
-	var rows []db.TaskCancelRow
 	arg := db.TaskCancelParams{Topic: topic, Sequences: sequences, By: by}
-	switch {
-	case err != nil:
-	case citus:
-		rows, err = r.cancelCitus(ctx, h, arg)
-	default:
-		rows, err = r.q.TaskCancel(ctx, h, arg)
-	}
+	rows, err := either(ctx, r, h, func() ([]db.TaskCancelRow, error) { return r.cancelCitus(ctx, h, arg) },
+		func() ([]db.TaskCancelRow, error) { return r.q.TaskCancel(ctx, h, arg) })
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("cancel in topic %q", topic), err)
 	}

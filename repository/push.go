@@ -116,15 +116,15 @@ func ValidateConcurrencyKey(key string) error {
 	return nil
 }
 
-// push runs TaskPush, or for APPEND the leaner TaskPushAppend (the same without the
-// reads and writes of older tasks, a third of the planning).
+// push runs the push: pushPlain, or on Citus pushCitus.
 func (r *Repository) push(ctx context.Context, h Handle, arg db.TaskPushParams) ([]db.TaskPushRow, error) {
-	if citus, err := r.onCitus(ctx, h); err != nil || citus {
-		if err != nil {
-			return nil, err
-		}
-		return r.pushCitus(ctx, h, arg)
-	}
+	return either(ctx, r, h, func() ([]db.TaskPushRow, error) { return r.pushCitus(ctx, h, arg) },
+		func() ([]db.TaskPushRow, error) { return r.pushPlain(ctx, h, arg) })
+}
+
+// pushPlain runs TaskPush, or for APPEND the leaner TaskPushAppend (the same without the
+// reads and writes of older tasks, a third of the planning).
+func (r *Repository) pushPlain(ctx context.Context, h Handle, arg db.TaskPushParams) ([]db.TaskPushRow, error) {
 	if Insertion(arg.Insertion) != Append {
 		return r.q.TaskPush(ctx, h, arg)
 	}

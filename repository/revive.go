@@ -74,16 +74,9 @@ func (r *Repository) Recreate(ctx context.Context, h Handle, topic string, mode 
 		return nil, fmt.Errorf("recreate in topic %q: %w", topic, err)
 	}
 	if mode == Reset {
-		citus, err := r.onCitus(ctx, h)
-		var rows []db.TaskResetRow
 		arg := db.TaskResetParams{Topic: topic, Sequences: sequences}
-		switch {
-		case err != nil:
-		case citus:
-			rows, err = r.resetCitus(ctx, h, arg)
-		default:
-			rows, err = r.q.TaskReset(ctx, h, arg)
-		}
+		rows, err := either(ctx, r, h, func() ([]db.TaskResetRow, error) { return r.resetCitus(ctx, h, arg) },
+			func() ([]db.TaskResetRow, error) { return r.q.TaskReset(ctx, h, arg) })
 		if err != nil {
 			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)
 		}

@@ -237,15 +237,8 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 	if err := validTopic(topic); err != nil {
 		return TopicStats{}, err
 	}
-	citus, err := r.onCitus(ctx, h)
-	var row db.TopicStatsRow
-	switch {
-	case err != nil:
-	case citus:
-		row, err = r.statsCitus(ctx, h, topic)
-	default:
-		row, err = r.q.TopicStats(ctx, h, topic)
-	}
+	row, err := either(ctx, r, h, func() (db.TopicStatsRow, error) { return r.statsCitus(ctx, h, topic) },
+		func() (db.TopicStatsRow, error) { return r.q.TopicStats(ctx, h, topic) })
 	if err != nil {
 		return TopicStats{}, mapError(fmt.Sprintf("stats of topic %q", topic), err)
 	}
@@ -367,16 +360,11 @@ func (r *Repository) Analyze(ctx context.Context, h Handle, topic string) (int64
 	if err := validTopic(topic); err != nil {
 		return 0, err
 	}
-	citus, err := r.onCitus(ctx, h)
-	var rows int64
-	switch {
-	case err != nil:
-	case citus:
+	rows, err := either(ctx, r, h, func() (rows int64, err error) {
 		// on the topic's node, where its shard is
 		err = h.QueryRow(ctx, "SELECT task_citus_analyze($1)", topic).Scan(&rows)
-	default:
-		rows, err = r.q.TopicAnalyze(ctx, h, topic)
-	}
+		return rows, err
+	}, func() (int64, error) { return r.q.TopicAnalyze(ctx, h, topic) })
 	if err != nil {
 		return 0, mapError(fmt.Sprintf("analyze topic %q", topic), err)
 	}
@@ -501,21 +489,18 @@ func (r *Repository) StatsAll(ctx context.Context, h Handle, topics ...string) (
 	if topics == nil {
 		topics = []string{}
 	}
-	if citus, err := r.onCitus(ctx, h); err != nil || citus {
-		if err != nil {
-			return nil, mapError("stats of topics", err)
-		}
-		out, err := r.statsAllCitus(ctx, h, topics)
-		return out, mapError("stats of topics", err)
-	}
-	rows, err := r.q.TopicStatsAll(ctx, h, topics)
+	out, err := either(ctx, r, h, func() ([]TopicStatus, error) { return r.statsAllCitus(ctx, h, topics) },
+		func() ([]TopicStatus, error) {
+			rows, err := r.q.TopicStatsAll(ctx, h, topics)
+			out := make([]TopicStatus, len(rows))
+			for i, row := range rows {
+				out[i] = TopicStatus{Topic: topicFrom(row.TaskTopic),
+					Stats: statsOf(row.Active, row.Ready, row.Delayed, row.Expired, row.Failed, row.Suspended, row.OldestReadyAgeMs, row.RowsEstimate)}
+			}
+			return out, err
+		})
 	if err != nil {
 		return nil, mapError("stats of topics", err)
-	}
-	out := make([]TopicStatus, len(rows))
-	for i, row := range rows {
-		out[i] = TopicStatus{Topic: topicFrom(row.TaskTopic),
-			Stats: statsOf(row.Active, row.Ready, row.Delayed, row.Expired, row.Failed, row.Suspended, row.OldestReadyAgeMs, row.RowsEstimate)}
 	}
 	return out, nil
 }
@@ -543,15 +528,10 @@ func (r *Repository) LimitUsage(ctx context.Context, h Handle, topic string) (Li
 	if err := validTopic(topic); err != nil {
 		return LimitUsage{}, err
 	}
-	citus, err := r.onCitus(ctx, h)
-	var row db.TopicLimitUsageRow
-	switch {
-	case err != nil:
-	case citus:
+	row, err := either(ctx, r, h, func() (row db.TopicLimitUsageRow, err error) {
 		err = h.QueryRow(ctx, "SELECT * FROM task_citus_limit_usage($1)", topic).Scan(&row.Active, &row.KeysAtLimit, &row.KeysReady, &row.Tokens)
-	default:
-		row, err = r.q.TopicLimitUsage(ctx, h, topic)
-	}
+		return row, err
+	}, func() (db.TopicLimitUsageRow, error) { return r.q.TopicLimitUsage(ctx, h, topic) })
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LimitUsage{}, unknownTopic("limit usage of", topic)
 	}

@@ -135,22 +135,41 @@ func citusTemplate(ctx context.Context, c *citustest.Cluster, tpl string, migrat
 
 // copyDatabase creates database name on node as a copy of tpl. Sessions of Citus's
 // background workers may be in tpl for a moment (they are turned away once connections
-// are off): they are ended, and the copy tried again, for up to a minute.
+// are off): they are ended, and the copy tried again (whileInUse).
 func copyDatabase(ctx context.Context, node *pgcluster.Cluster, tpl, name string) error {
 	conn, err := pgx.Connect(ctx, node.ConnString("postgres"))
 	if err != nil {
 		return fmt.Errorf("connect to node %d: %w", node.Port(), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	return errorf(node, "copy the template", whileInUse(ctx, func() error {
+		_, err := conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tpl))
+		if inUse(err) {
+			if _, terr := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", tpl); terr != nil {
+				return terr
+			}
+		}
+		return err
+	}))
+}
+
+// dropCitusDatabase drops database name on node. Citus's maintenance daemon may connect
+// to it again between DROP DATABASE's terminating the sessions and its check: that is
+// retried (whileInUse).
+func dropCitusDatabase(ctx context.Context, node *pgcluster.Cluster, name string) error {
+	return errorf(node, "drop "+name, whileInUse(ctx, func() error {
+		return dropDatabase(ctx, node.ConnString("postgres"), name)
+	}))
+}
+
+// whileInUse runs attempt until it does not fail with a database in use (SQLSTATE
+// 55006), for up to a minute.
+func whileInUse(ctx context.Context, attempt func() error) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		_, err := conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tpl))
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
-			return errorf(node, "copy the template", err)
-		}
-		if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", tpl); err != nil {
-			return errorf(node, "end the template's sessions", err)
+		err := attempt()
+		if !inUse(err) || time.Now().After(deadline) {
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -160,23 +179,10 @@ func copyDatabase(ctx context.Context, node *pgcluster.Cluster, tpl, name string
 	}
 }
 
-// dropCitusDatabase drops database name on node. Citus's maintenance daemon may connect
-// to it again between DROP DATABASE's terminating the sessions and its check (SQLSTATE
-// 55006): that is retried for up to a minute.
-func dropCitusDatabase(ctx context.Context, node *pgcluster.Cluster, name string) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := dropDatabase(ctx, node.ConnString("postgres"), name)
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
-			return errorf(node, "drop "+name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+// inUse reports whether err is PostgreSQL's "database is being accessed by other users".
+func inUse(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55006"
 }
 
 // errorf names node and what failed in err, or returns nil.
