@@ -74,7 +74,7 @@ func either[T any](ctx context.Context, r *Repository, h Handle, citus, plain fu
 
 // notifyOnCitus sends "<event> <md5(topic)>" on the coordinator when the database is
 // distributed: a statement of one topic that notifies (TopicUpdate, TopicSetActive,
-// TaskJunction, TaskResetState) runs whole on the topic's worker there, and its own
+// TaskResetState) runs whole on the topic's worker there, and its own
 // notification reaches only that worker's listeners. A WORK notification without a
 // position sends the processors to the head of the topic.
 func (r *Repository) notifyOnCitus(ctx context.Context, h Handle, event, topic string) error {
@@ -82,6 +82,31 @@ func (r *Repository) notifyOnCitus(ctx context.Context, h Handle, event, topic s
 		return err
 	}
 	return notify(ctx, h, fmt.Sprintf("%s %x", event, md5.Sum([]byte(topic))))
+}
+
+// junctionWorkOnCitus sends, on a distributed database, the WORK notification of a
+// junction that released tasks of identifiers released, from the first of them READY in
+// poll order, as TaskJunction does from inside on plain PostgreSQL (there it runs whole on
+// the topic's worker, whose notifications reach only its own listeners). It reads the
+// READY index by identifier, in the topic's shard.
+func (r *Repository) junctionWorkOnCitus(ctx context.Context, h Handle, topic string, released []string) error {
+	if citus, err := r.onCitus(ctx, h); err != nil || !citus {
+		return err
+	}
+	var payload string
+	err := h.QueryRow(ctx, `
+		SELECT task_citus_work($1, f.priority, f.sequence, NULL)
+		FROM (SELECT t.priority, t.sequence FROM unnest($2::text[]) i(identifier)
+		      JOIN task t ON (t.topic || E'\n' || t.identifier) = ($1 || E'\n' || i.identifier)
+		                 AND t.state = 1 AND t.topic = $1 AND t.identifier = i.identifier
+		      ORDER BY t.priority, t.sequence LIMIT 1) f`, topic, released).Scan(&payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // taken already (a poll of this transaction): nothing to wake up for
+	}
+	if err != nil {
+		return err
+	}
+	return notify(ctx, h, payload)
 }
 
 // pushCitus is push on Citus, with sequences taken on the coordinator in input order.

@@ -267,6 +267,21 @@ func candidateWith(c, otherTopic *fixture, state repository.State, newer bool) r
 }
 
 func TestConditionMatrix(t *testing.T) {
+	conditionMatrixOn(t, "cond", nil)
+}
+
+// TestConditionMatrixByKey runs the matrix on fair topics, which a poll takes key by key
+// (task_poll_keyed, with a statement of its own per candidate on Citus): the conditions
+// hold there as they do in poll order.
+func TestConditionMatrixByKey(t *testing.T) {
+	conditionMatrixOn(t, "keyed", func(c *fixture) {
+		c.limit(repository.TopicSettings{Fair: true})
+	})
+}
+
+// conditionMatrixOn checks every row of the matrix in topics named after prefix, each
+// set up by configure (when not nil) before its tasks are pushed.
+func conditionMatrixOn(t *testing.T, prefix string, configure func(*fixture)) {
 	f := setup(t)
 	for _, row := range conditionMatrix {
 		for _, order := range []repository.Order{repository.FIFO, repository.LIFO} {
@@ -282,7 +297,10 @@ func TestConditionMatrix(t *testing.T) {
 				name := fmt.Sprintf("%v/%v/%sCandidateWith%s", order, condition, verb, row.name())
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
-					c := onTopic(t, f, fmt.Sprintf("cond-%v-%v-%s", order, condition, row.name()))
+					c := onTopic(t, f, fmt.Sprintf("%s-%v-%v-%s", prefix, order, condition, row.name()))
+					if configure != nil {
+						configure(c)
+					}
 					candidate := candidateWith(c, c, row.other, row.newer)
 					polled := c.poll(order, condition, 10)
 					if got := slices.Contains(sequences(polled), candidate.Sequence); got != want[i] {

@@ -585,7 +585,7 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	}
 	released, err := r.q.TaskJunction(ctx, h, arg)
 	if err == nil && len(released) > 0 {
-		err = r.notifyOnCitus(ctx, h, "WORK", topic)
+		err = r.junctionWorkOnCitus(ctx, h, topic, released)
 	}
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)

@@ -486,9 +486,7 @@ $$;
 
 -- Citus cannot plan an SQL function's statement with parameters on distributed tables:
 -- task_keys_ready (the limit usage's count of keys waiting) is plpgsql here, with the
--- statement of migration 000015. (task_poll_condition, which a topic polled by key calls
--- for each candidate under a poll condition, fails on Citus either way: not supported
--- yet, docs/citus.md.)
+-- statement of migration 000015.
 CREATE OR REPLACE FUNCTION task_keys_ready(p_topic text, p_max integer) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
@@ -506,6 +504,142 @@ BEGIN
                 ORDER BY t.priority, t.concurrency_key LIMIT 1) n
         )
         SELECT count(DISTINCT k.concurrency_key) FROM (SELECT * FROM k LIMIT p_max) k);
+END
+$$;
+
+-- task_poll_keyed picks the tasks of a poll by key (migration 000015's, whose rules and
+-- order it keeps). There it checks the poll condition with task_poll_condition, called
+-- for each candidate inside the statement that finds it; Citus refuses that nested call
+-- in a delegated function, in either language. Here each turn takes its candidates one
+-- at a time, in poll order, and checks the condition on each with a statement of its own
+-- (task_poll_condition's tests, on the candidate), until one passes.
+CREATE OR REPLACE FUNCTION task_poll_keyed(p_topic text, p_lifo boolean, p_condition smallint, p_budget integer,
+                                           p_key_limit integer, INOUT p_last_key text, OUT p_sequences bigint[])
+LANGUAGE plpgsql VOLATILE
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_counts     jsonb;    -- ACTIVE tasks by key, those taken added
+    v_priority   smallint;
+    v_key        text;     -- the key whose turn it is; NULL: tasks without a key
+    v_from       text;     -- keys after this one are next in the round
+    v_seq        bigint;
+    v_identifier text;
+    v_after      bigint;   -- the last candidate of this turn that failed the condition
+    v_passes     boolean;
+    v_round      integer;  -- tasks taken in this round
+    v_wrapped    boolean;
+BEGIN
+    p_sequences := '{}';
+    IF p_key_limit IS NOT NULL THEN
+        SELECT coalesce(jsonb_object_agg(a.k, a.n), '{}') INTO v_counts
+        FROM (SELECT t.concurrency_key AS k, count(*) AS n FROM task t
+              WHERE t.state = 0 AND hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic
+                AND t.concurrency_key IS NOT NULL
+              GROUP BY t.concurrency_key) a;
+    END IF;
+    SELECT t.priority INTO v_priority FROM task t
+    WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+      AND (t.not_before IS NULL OR t.not_before <= now())
+    ORDER BY t.priority, t.sequence
+    LIMIT 1;
+    WHILE v_priority IS NOT NULL AND cardinality(p_sequences) < p_budget LOOP
+        v_from := p_last_key;
+        v_wrapped := p_last_key IS NULL;
+        v_round := 0;
+        LOOP
+            SELECT t.concurrency_key INTO v_key FROM task t
+            WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+              AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
+              AND (v_from IS NULL OR t.concurrency_key > v_from)
+            ORDER BY t.concurrency_key
+            LIMIT 1;
+            IF NOT FOUND THEN
+                v_key := NULL;
+            END IF;
+            v_after := NULL;
+            LOOP
+                v_seq := NULL;
+                IF v_key IS NULL THEN
+                    SELECT s.sequence, s.identifier INTO v_seq, v_identifier
+                    FROM (SELECT t.sequence, t.identifier, t.concurrency_key FROM task t
+                          WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                            AND t.priority = v_priority AND (t.not_before IS NULL OR t.not_before <= now())
+                          ORDER BY t.sequence
+                          LIMIT 200) s
+                    WHERE s.concurrency_key IS NULL AND s.sequence <> ALL (p_sequences)
+                      AND (v_after IS NULL OR CASE WHEN p_lifo THEN s.sequence < v_after ELSE s.sequence > v_after END)
+                    ORDER BY CASE WHEN p_lifo THEN -s.sequence ELSE s.sequence END
+                    LIMIT 1;
+                ELSIF p_key_limit IS NULL OR v_key = '' OR coalesce((v_counts ->> v_key)::integer, 0) < p_key_limit THEN
+                    IF p_lifo THEN
+                        SELECT t.sequence, t.identifier INTO v_seq, v_identifier FROM task t
+                        WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                          AND t.concurrency_key = v_key AND t.priority = v_priority
+                          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.sequence <> ALL (p_sequences)
+                          AND (v_after IS NULL OR t.sequence < v_after)
+                        ORDER BY t.sequence DESC
+                        LIMIT 1;
+                    ELSE
+                        SELECT t.sequence, t.identifier INTO v_seq, v_identifier FROM task t
+                        WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                          AND t.concurrency_key = v_key AND t.priority = v_priority
+                          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.sequence <> ALL (p_sequences)
+                          AND (v_after IS NULL OR t.sequence > v_after)
+                        ORDER BY t.sequence
+                        LIMIT 1;
+                    END IF;
+                END IF;
+                EXIT WHEN v_seq IS NULL OR p_condition = 0;
+                SELECT NOT EXISTS (SELECT 1 FROM task o
+                                   WHERE o.state = 0 AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic
+                                     AND o.identifier = v_identifier
+                                     AND CASE WHEN p_lifo THEN o.sequence > v_seq ELSE o.sequence < v_seq END)
+                       AND NOT EXISTS (SELECT 1 FROM task o
+                                       WHERE (o.topic || E'\n' || o.identifier) = (p_topic || E'\n' || v_identifier)
+                                         AND o.state = 1 AND o.topic = p_topic AND o.identifier = v_identifier
+                                         AND CASE WHEN p_lifo THEN o.sequence > v_seq ELSE o.sequence < v_seq END)
+                       AND (p_condition < 2 OR NOT EXISTS (SELECT 1 FROM task o
+                                                           WHERE o.state = ANY ('{2,3}') AND hashtext(o.topic) = hashtext(p_topic)
+                                                             AND o.topic = p_topic AND o.identifier = v_identifier))
+                       AND (p_condition < 3 OR NOT EXISTS (SELECT 1 FROM task o
+                                                           WHERE o.state = 4 AND hashtext(o.topic) = hashtext(p_topic)
+                                                             AND o.topic = p_topic AND o.identifier = v_identifier))
+                INTO v_passes;
+                EXIT WHEN v_passes;
+                v_after := v_seq;
+            END LOOP;
+            IF v_seq IS NOT NULL THEN
+                p_sequences := p_sequences || v_seq;
+                p_last_key := v_key;
+                v_round := v_round + 1;
+                IF v_key IS NOT NULL AND p_key_limit IS NOT NULL THEN
+                    v_counts := jsonb_set(v_counts, ARRAY[v_key], to_jsonb(coalesce((v_counts ->> v_key)::integer, 0) + 1));
+                END IF;
+                EXIT WHEN cardinality(p_sequences) >= p_budget;
+            END IF;
+            IF v_key IS NULL THEN
+                EXIT WHEN v_wrapped AND v_round = 0;
+                IF v_wrapped THEN
+                    v_round := 0;
+                END IF;
+                v_wrapped := true;
+                v_from := NULL;
+            ELSE
+                v_from := v_key;
+            END IF;
+        END LOOP;
+        EXIT WHEN cardinality(p_sequences) >= p_budget;
+        SELECT t.priority INTO v_priority FROM task t
+        WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.priority > v_priority
+        ORDER BY t.priority, t.sequence
+        LIMIT 1;
+        IF NOT FOUND THEN
+            v_priority := NULL;
+        END IF;
+        p_last_key := NULL;
+    END LOOP;
 END
 $$;
 
