@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/pgtask/pgtask/sql/citus"
 	"github.com/pgtask/pgtask/sql/schema"
 )
 
@@ -33,13 +35,24 @@ var migrationsTable = migratepgx.DefaultMigrationsTable
 // (ErrMigrationRefused) carries PostgreSQL's message and hint. While another process
 // migrates the same database, Migrate fails at once with ErrMigrationInProgress instead
 // of waiting, unless the schema is already up to date.
+//
+// On a database distributed with DistributeCitus, each pending migration is applied in
+// its Citus form instead (sql/citus/migrations: the same version, restated for
+// distributed tables and delegated functions); a pending migration that has none is
+// refused with ErrDistributed before anything is applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return withMigrate(ctx, pool, true, func(m *migrate.Migrate) error { return m.Up() })
+	return migrateUp(ctx, pool, citus.Migrations)
 }
 
-// MigrateDown reverts every migration, dropping all pgtask tables and their tasks.
+// migrateUp is Migrate with the Citus forms of the migrations taken from forms.
+func migrateUp(ctx context.Context, pool *pgxpool.Pool, forms fs.FS) error {
+	return withMigrate(ctx, pool, true, forms, func(m *migrate.Migrate) error { return m.Up() })
+}
+
+// MigrateDown reverts every migration, dropping all pgtask tables and their tasks. It
+// refuses a distributed database (ErrDistributed).
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool) error {
-	return withMigrate(ctx, pool, false, func(m *migrate.Migrate) error { return m.Down() })
+	return withMigrate(ctx, pool, false, nil, func(m *migrate.Migrate) error { return m.Down() })
 }
 
 // MigrationVersion reports the applied migration version (0 when none) and whether a
@@ -99,13 +112,14 @@ func newest(src source.Driver) uint {
 }
 
 // withMigrate runs fn on a golang-migrate instance over pool; up tells the direction fn
-// migrates in, for restoring the version after a refused migration.
-func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, fn func(*migrate.Migrate) error) (err error) {
+// migrates in, for restoring the version after a refused migration. A distributed
+// database is migrated up with forms (migrateDistributed) instead, and not down.
+func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, fn func(*migrate.Migrate) error) (err error) {
 	src, err := iofs.New(schema.FS, ".")
 	if err != nil {
 		return fmt.Errorf("migrate: read embedded migrations: %w", err)
 	}
-	if done, err := noOtherMigrator(ctx, pool, src, up); done || err != nil {
+	if done, err := noOtherMigrator(ctx, pool, src, up, forms); done || err != nil {
 		return err
 	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
@@ -205,7 +219,9 @@ func describe(e *pgconn.PgError) string {
 // one). The check takes the lock and releases it at once; a migrator that starts in
 // between is waited for, as before. When up and the schema is already at the newest
 // migration, it reports done without looking at the lock: there is nothing to wait for.
-func noOtherMigrator(ctx context.Context, pool *pgxpool.Pool, src source.Driver, up bool) (done bool, err error) {
+// A distributed database it migrates itself (migrateDistributed, its forms), and reports
+// done.
+func noOtherMigrator(ctx context.Context, pool *pgxpool.Pool, src source.Driver, up bool, forms fs.FS) (done bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("migrate: %w", err)
@@ -218,30 +234,60 @@ func noOtherMigrator(ctx context.Context, pool *pgxpool.Pool, src source.Driver,
 	// and function bodies would not do what they say (issue 18).
 	if distributed, err := isDistributed(ctx, conn); err != nil {
 		return false, fmt.Errorf("migrate: %w", err)
-	} else if distributed {
+	} else if distributed && !up {
 		version, _, _ := migrationVersion(ctx, conn)
-		return false, fmt.Errorf("migrate: %w: this database was distributed with pgtask citus enable at schema version %d, and migrating it is not supported yet; nothing was changed",
+		return false, fmt.Errorf("migrate: %w: this database was distributed with pgtask citus enable (schema version %d), and reverting its migrations is not supported; nothing was changed",
 			ErrDistributed, version)
+	} else if distributed {
+		return true, migrateDistributed(ctx, conn, src, forms)
 	}
-	var dbName, schemaName string
-	if err := conn.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&dbName, &schemaName); err != nil {
-		return false, fmt.Errorf("migrate: %w", err)
-	}
-	id, err := database.GenerateAdvisoryLockId(dbName, schemaName, migrationsTable)
+	id, dbName, err := migrationLock(ctx, conn)
 	if err != nil {
-		return false, fmt.Errorf("migrate: %w", err)
+		return false, err
 	}
+	locked, err := tryMigrationLock(ctx, conn, id, dbName)
+	if err != nil || !locked {
+		return false, err
+	}
+	if err := releaseMigrationLock(ctx, conn, id); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// migrationLock returns the advisory lock golang-migrate takes for conn's database and
+// schema, and the database's name.
+func migrationLock(ctx context.Context, conn *pgxpool.Conn) (id, dbName string, err error) {
+	var schemaName string
+	if err := conn.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&dbName, &schemaName); err != nil {
+		return "", "", fmt.Errorf("migrate: %w", err)
+	}
+	id, err = database.GenerateAdvisoryLockId(dbName, schemaName, migrationsTable)
+	if err != nil {
+		return "", "", fmt.Errorf("migrate: %w", err)
+	}
+	return id, dbName, nil
+}
+
+// releaseMigrationLock releases the lock tryMigrationLock took.
+func releaseMigrationLock(ctx context.Context, conn *pgxpool.Conn, id string) error {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", id); err != nil {
+		// a session keeping the lock would block every later migration: drop it
+		_ = conn.Conn().PgConn().Close(ctx)
+		return fmt.Errorf("migrate: release advisory lock: %w", err)
+	}
+	return nil
+}
+
+// tryMigrationLock takes the migration lock id without waiting; when another session
+// holds it, it fails with ErrMigrationInProgress naming that session.
+func tryMigrationLock(ctx context.Context, conn *pgxpool.Conn, id, dbName string) (bool, error) {
 	var locked bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint)", id).Scan(&locked); err != nil {
 		return false, fmt.Errorf("migrate: %w", err)
 	}
 	if locked {
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", id); err != nil {
-			// a session keeping the lock would block every later migration: drop it
-			_ = conn.Conn().PgConn().Close(ctx)
-			return false, fmt.Errorf("migrate: release advisory lock: %w", err)
-		}
-		return false, nil
+		return true, nil
 	}
 	holder := "another session"
 	var pid int32

@@ -120,7 +120,7 @@ func stepper(t *testing.T, pool *pgxpool.Pool) (steps func(n int), create func(t
 	ctx := t.Context()
 	steps = func(n int) {
 		t.Helper()
-		if err := withMigrate(ctx, pool, n > 0, func(m *migrate.Migrate) error { return m.Steps(n) }); err != nil {
+		if err := withMigrate(ctx, pool, n > 0, nil, func(m *migrate.Migrate) error { return m.Steps(n) }); err != nil {
 			t.Fatalf("migrate %+d: %v", n, err)
 		}
 	}
@@ -141,7 +141,7 @@ func migrateTo(t *testing.T, pool *pgxpool.Pool, version uint) {
 		t.Fatalf("read the schema version: %v", err)
 	}
 	up := version == 0 || int64(version) > cur
-	if err := withMigrate(t.Context(), pool, up, func(m *migrate.Migrate) error {
+	if err := withMigrate(t.Context(), pool, up, nil, func(m *migrate.Migrate) error {
 		if version == 0 {
 			return m.Up()
 		}
