@@ -19,8 +19,9 @@ import (
 var ErrCitusRefused = errors.New("cannot distribute on Citus")
 
 // ErrDistributed means the operation is not available on a database distributed with
-// DistributeCitus (issue 18: pgtask on Citus is unfinished).
-var ErrDistributed = errors.New("not supported on a distributed (Citus) database yet")
+// DistributeCitus: reverting migrations, a pending migration without its Citus form,
+// dedicating a topic's storage (Citus isolates a tenant's shard instead).
+var ErrDistributed = errors.New("not supported on a distributed (Citus) database")
 
 // CitusOptions tunes DistributeCitus.
 type CitusOptions struct {
@@ -70,9 +71,8 @@ type CitusReport struct {
 // (sql/citus), which the repository calls on a distributed database instead of its
 // plain statements: push, poll, complete, expiry, a topic's stats.
 //
-// UNFINISHED (issue 18): Migrate refuses further migrations of a distributed database
-// (ErrDistributed), and a topic polled by key takes no poll condition there yet
-// (docs/citus.md, "Not yet").
+// Migrate applies later migrations to a distributed database in their Citus forms
+// (sql/citus/migrations).
 func DistributeCitus(ctx context.Context, pool *pgxpool.Pool, opts CitusOptions) (CitusReport, error) {
 	if opts.OwnerTimeout < 0 {
 		return CitusReport{}, invalid("owner timeout %v is negative", opts.OwnerTimeout)

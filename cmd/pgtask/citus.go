@@ -17,24 +17,19 @@ a worker node for the shards, when the database is distributed already, when the
 is not at the newest migration, or while a processor runs (an owner heart-beating
 within --owner-timeout). Writers wait while it runs.
 
-UNFINISHED (issue 18): afterwards processors, Go programs and SQL callers work on the
-distributed tables, but pgtask migrate refuses to migrate the database and a topic polled
-by key does not take poll conditions there yet (docs/citus.md, "Not yet"). Pass
---unfinished to distribute anyway.`
+Afterwards processors, Go programs and SQL callers work on the distributed tables as
+before; pgtask migrate applies later migrations in their Citus forms, and does not
+revert them (docs/citus.md).`
 
 func runCitusEnable(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "pgtask citus enable", "--unfinished [flags]", citusEnableAbout)
+	f := newFlags(e, "pgtask citus enable", "[flags]", citusEnableAbout)
 	url := f.databaseURL()
 	ownerTimeout := f.duration("owner-timeout", time.Minute, "an owner heart-beating within this `DURATION` is a running processor")
-	unfinished := f.Bool("unfinished", false, "distribute although pgtask on Citus is unfinished (docs/citus.md)")
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
 	if *ownerTimeout <= 0 {
 		return f.usagef("--owner-timeout: %v is not positive", *ownerTimeout)
-	}
-	if !*unfinished {
-		return f.usagef("--unfinished: pgtask on Citus is unfinished (issue 18): after this, pgtask migrate refuses the database and a topic polled by key takes no poll condition (docs/citus.md, section Not yet); pass --unfinished to distribute anyway")
 	}
 	c, err := f.connect(ctx, *url)
 	if err != nil {

@@ -6,15 +6,14 @@ import (
 	"github.com/pgtask/pgtask/repository"
 )
 
-// TestCitusEnable: pgtask citus enable wants --unfinished and a positive owner timeout,
+// TestCitusEnable: pgtask citus enable wants a positive owner timeout,
 // and on plain PostgreSQL it refuses, naming the missing extension, and changes nothing
 // (its work on a cluster: internal/citustest's TestDistribute).
 func TestCitusEnable(t *testing.T) {
 	f := setup(t)
 	seqs := f.push("a", "b")
-	wantUsage(t, f.cli("citus", "enable"), "--unfinished", "issue 18")
-	wantUsage(t, f.cli("citus", "enable", "--unfinished", "--owner-timeout", "0s"), "--owner-timeout: 0s is not positive")
-	r := f.cli("citus", "enable", "--unfinished")
+	wantUsage(t, f.cli("citus", "enable", "--owner-timeout", "0s"), "--owner-timeout: 0s is not positive")
+	r := f.cli("citus", "enable")
 	wantRuntime(t, r, repository.ErrCitusRefused)
 	wantContains(t, r.err.Error(), "citus extension", "nothing was changed")
 	for _, seq := range seqs {

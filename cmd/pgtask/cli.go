@@ -111,8 +111,8 @@ func commands() []*command {
 		{name: "expire", summary: "take back the leases of dead processes", run: runExpire},
 		{name: "serve", args: "[--addr HOST:PORT]", summary: "serve the REST API and /metrics", run: runServe},
 		{name: "bench", summary: "measure throughput against a database", run: runBench},
-		{name: "citus", summary: "distribute the database over a Citus cluster (unfinished)", sub: []*command{
-			{name: "enable", args: "--unfinished", summary: "distribute the tables by topic, keeping the tasks", run: runCitusEnable},
+		{name: "citus", summary: "distribute the database over a Citus cluster", sub: []*command{
+			{name: "enable", summary: "distribute the tables by topic, keeping the tasks", run: runCitusEnable},
 		}},
 		{name: "dev", summary: "run the whole system locally, with a throwaway PostgreSQL if needed", run: runDev},
 	}

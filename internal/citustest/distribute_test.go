@@ -21,7 +21,8 @@ import (
 // a database with tasks in every kind of state, keeping every row of every table, and
 // puts each table where the design says (task and the per-topic tables by topic,
 // co-located; owners and schedules on the coordinator); once distributed, it refuses a
-// second time, Migrate refuses to migrate it, and a topic's reads run on one node.
+// second time, Migrate refuses a pending migration that has no Citus form, and a topic's
+// reads run on one node.
 func TestDistribute(t *testing.T) {
 	c, pool := migrated(t)
 	ctx := t.Context()
@@ -131,7 +132,7 @@ func TestDistribute(t *testing.T) {
 			t.Error("the second call changed the tables")
 		}
 	})
-	t.Run("MigrateRefused", func(t *testing.T) {
+	t.Run("MigrateRefusesAMigrationWithoutItsCitusForm", func(t *testing.T) {
 		if err := repository.Migrate(ctx, pool); err != nil {
 			t.Fatalf("Migrate on an up-to-date distributed database: %v; want nothing to do", err)
 		}
