@@ -85,10 +85,12 @@ func (r *Repository) notifyOnCitus(ctx context.Context, h Handle, event, topic s
 }
 
 // junctionWorkOnCitus sends, on a distributed database, the WORK notification of a
-// junction that released tasks of identifiers released, from the first of them READY in
-// poll order, as TaskJunction does from inside on plain PostgreSQL (there it runs whole on
-// the topic's worker, whose notifications reach only its own listeners). It reads the
-// READY index by identifier, in the topic's shard.
+// junction that released tasks of identifiers released, from the first READY task of
+// those identifiers in poll order, as TaskJunction does from inside on plain PostgreSQL
+// (there it runs whole on the topic's worker, whose notifications reach only its own
+// listeners). A task of theirs READY before the junction may stand earlier than the
+// first released one: the processors then start a little before it, which is safe. It
+// reads the READY index by identifier, in the topic's shard.
 func (r *Repository) junctionWorkOnCitus(ctx context.Context, h Handle, topic string, released []string) error {
 	if citus, err := r.onCitus(ctx, h); err != nil || !citus {
 		return err
@@ -101,7 +103,7 @@ func (r *Repository) junctionWorkOnCitus(ctx context.Context, h Handle, topic st
 		                 AND t.state = 1 AND t.topic = $1 AND t.identifier = i.identifier
 		      ORDER BY t.priority, t.sequence LIMIT 1) f`, topic, released).Scan(&payload)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // taken already (a poll of this transaction): nothing to wake up for
+		return nil // taken already, by a poll since the release: nothing to wake up for
 	}
 	if err != nil {
 		return err

@@ -267,22 +267,24 @@ func candidateWith(c, otherTopic *fixture, state repository.State, newer bool) r
 }
 
 func TestConditionMatrix(t *testing.T) {
-	conditionMatrixOn(t, "cond", nil)
+	conditionMatrixOn(t, setup(t), "cond", nil, nil)
 }
 
 // TestConditionMatrixByKey runs the matrix on fair topics, which a poll takes key by key
 // (task_poll_keyed, with a statement of its own per candidate on Citus): the conditions
-// hold there as they do in poll order.
+// hold there as they do in poll order, for tasks pushed once the topic was fair (their
+// key is ”) and for tasks pushed before (no key: the turn of tasks without one).
 func TestConditionMatrixByKey(t *testing.T) {
-	conditionMatrixOn(t, "keyed", func(c *fixture) {
-		c.limit(repository.TopicSettings{Fair: true})
-	})
+	fair := func(c *fixture) { c.limit(repository.TopicSettings{Fair: true}) }
+	f := setup(t)
+	conditionMatrixOn(t, f, "keyed", fair, nil)
+	conditionMatrixOn(t, f, "keyless", nil, fair)
 }
 
-// conditionMatrixOn checks every row of the matrix in topics named after prefix, each
-// set up by configure (when not nil) before its tasks are pushed.
-func conditionMatrixOn(t *testing.T, prefix string, configure func(*fixture)) {
-	f := setup(t)
+// conditionMatrixOn checks every row of the matrix in topics of f's database named after
+// prefix, each set up by before (when not nil) before its tasks are pushed and by after
+// once they are.
+func conditionMatrixOn(t *testing.T, f *fixture, prefix string, before, after func(*fixture)) {
 	for _, row := range conditionMatrix {
 		for _, order := range []repository.Order{repository.FIFO, repository.LIFO} {
 			want := row.fifo
@@ -294,14 +296,17 @@ func conditionMatrixOn(t *testing.T, prefix string, configure func(*fixture)) {
 				if !want[i] {
 					verb = "Excludes"
 				}
-				name := fmt.Sprintf("%v/%v/%sCandidateWith%s", order, condition, verb, row.name())
+				name := fmt.Sprintf("%s/%v/%v/%sCandidateWith%s", prefix, order, condition, verb, row.name())
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
 					c := onTopic(t, f, fmt.Sprintf("%s-%v-%v-%s", prefix, order, condition, row.name()))
-					if configure != nil {
-						configure(c)
+					if before != nil {
+						before(c)
 					}
 					candidate := candidateWith(c, c, row.other, row.newer)
+					if after != nil {
+						after(c)
+					}
 					polled := c.poll(order, condition, 10)
 					if got := slices.Contains(sequences(polled), candidate.Sequence); got != want[i] {
 						t.Fatalf("candidate %d polled = %v, want %v (polled %v)", candidate.Sequence, got, want[i], sequences(polled))

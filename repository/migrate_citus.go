@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4/source"
@@ -22,39 +21,41 @@ const citusBase = 21
 // DistributeCitus, each in its Citus form from forms (the same file name as in
 // sql/schema), in its own transaction with golang-migrate's record of the version, under
 // golang-migrate's lock. It refuses, before applying anything, when a pending migration
-// has no form (ErrDistributed); a form PostgreSQL refuses changes nothing of itself
+// has no form (ErrDistributed), when the schema is marked dirty, or when it is newer
+// than this build knows; a form PostgreSQL refuses changes nothing of itself
 // (ErrMigrationRefused) and leaves the version at the last one applied.
 func migrateDistributed(ctx context.Context, conn *pgxpool.Conn, src source.Driver, forms fs.FS) error {
+	id, dbName, err := migrationLock(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if locked, err := tryMigrationLock(ctx, conn, id, dbName); err != nil || !locked {
+		return err
+	}
+	defer func() { _ = releaseMigrationLock(context.WithoutCancel(ctx), conn, id) }()
+	// Under the lock: another migrator may have been done meanwhile.
 	version, dirty, err := migrationVersion(ctx, conn)
 	if err != nil {
 		return err
 	}
 	if dirty {
-		return fmt.Errorf("migrate: the schema of this distributed database is marked dirty at version %d; nothing was changed", version)
+		return fmt.Errorf("migrate: %w: the schema of this distributed database is marked dirty at version %d (a migration failed halfway); see what it applied, then record the version it is at (UPDATE %s SET version = N, dirty = false); nothing was changed",
+			ErrMigrationRefused, version, migrationsTable)
+	}
+	if version > newest(src) {
+		return fmt.Errorf("migrate: the schema of this distributed database is at version %d, newer than this build's newest migration %d: run a build of pgtask at least as new as the schema; nothing was changed",
+			version, newest(src))
 	}
 	pending, err := citusForms(src, version, forms)
 	if err != nil {
 		return err
 	}
-	id, dbName, err := migrationLock(ctx, conn)
-	if err != nil {
-		return err
-	}
-	if _, err := tryMigrationLock(ctx, conn, id, dbName); err != nil {
-		return err
-	}
-	defer func() { _ = releaseMigrationLock(context.WithoutCancel(ctx), conn, id) }()
-	// Read again under the lock: another migrator may have been done meanwhile.
-	if now, _, err := migrationVersion(ctx, conn); err != nil {
-		return err
-	} else if now != version {
-		return fmt.Errorf("migrate: %w: another session migrated this distributed database from version %d to %d meanwhile; nothing was changed, run the migration again",
-			ErrMigrationInProgress, version, now)
-	}
 	for _, f := range pending {
 		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, f.sql); err != nil {
-				return err
+			for _, stmt := range statements(f.sql) {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return err
+				}
 			}
 			if _, err := tx.Exec(ctx, "TRUNCATE "+migrationsTable); err != nil {
 				return err
@@ -67,7 +68,8 @@ func migrateDistributed(ctx context.Context, conn *pgxpool.Conn, src source.Driv
 				return fmt.Errorf("migrate: %w: the Citus form of migration %d (%s) changed nothing and the schema is still at version %d: %s",
 					ErrMigrationRefused, f.version, f.name, version, describe(pgErr))
 			}
-			return fmt.Errorf("migrate: the Citus form of migration %d (%s): %w", f.version, f.name, err)
+			return fmt.Errorf("migrate: the Citus form of migration %d (%s), after version %d: outcome unknown (pgtask migrate version says where the schema is): %w",
+				f.version, f.name, version, err)
 		}
 		version = f.version
 	}
@@ -88,8 +90,11 @@ func citusForms(src source.Driver, version uint, forms fs.FS) ([]citusForm, erro
 	var missing []string
 	for v := version; ; {
 		next, err := src.Next(v)
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("migrate: the migration after %d: %w", v, err)
 		}
 		v = next
 		r, identifier, err := src.ReadUp(v)
@@ -98,7 +103,7 @@ func citusForms(src source.Driver, version uint, forms fs.FS) ([]citusForm, erro
 		}
 		_ = r.Close()
 		name := fmt.Sprintf("%06d_%s.up.sql", v, identifier)
-		sql, err := fs.ReadFile(forms, path.Clean(name))
+		sql, err := fs.ReadFile(forms, name)
 		if errors.Is(err, fs.ErrNotExist) {
 			missing = append(missing, name)
 			continue
@@ -113,4 +118,106 @@ func citusForms(src source.Driver, version uint, forms fs.FS) ([]citusForm, erro
 			ErrDistributed, version, strings.Join(missing, ", "))
 	}
 	return pending, nil
+}
+
+// statements splits sql into its statements, at the semicolons outside string
+// constants, quoted identifiers, dollar-quoted bodies and comments. A Citus form runs
+// them one at a time: Citus passes some DDL on to the workers by the text of the query
+// that holds it, and the workers refuse a text of several statements.
+func statements(sql string) []string {
+	var out []string
+	begin := 0
+	add := func(end int) {
+		if s := strings.TrimSpace(sql[begin:end]); s != "" {
+			out = append(out, s)
+		}
+		begin = end + 1
+	}
+	for i := 0; i < len(sql); i++ {
+		switch c := sql[i]; {
+		case c == ';':
+			add(i)
+		case c == '-' && strings.HasPrefix(sql[i:], "--"):
+			if n := strings.IndexByte(sql[i:], '\n'); n >= 0 {
+				i += n
+			} else {
+				i = len(sql)
+			}
+		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+			i = commentEnd(sql, i)
+		case c == '\'':
+			i = quoteEnd(sql, i, i > 0 && (sql[i-1] == 'E' || sql[i-1] == 'e') && (i < 2 || !identChar(sql[i-2])))
+		case c == '"':
+			i = quoteEnd(sql, i, false)
+		case c == '$' && (i == 0 || !identChar(sql[i-1])):
+			if tag := dollarTag(sql[i:]); tag != "" {
+				if n := strings.Index(sql[i+len(tag):], tag); n >= 0 {
+					i += len(tag) + n + len(tag) - 1
+				} else {
+					i = len(sql)
+				}
+			}
+		}
+	}
+	add(len(sql))
+	return out
+}
+
+// commentEnd returns the index of the '/' that closes the comment opening at sql[i:]
+// (comments nest), or the end of sql.
+func commentEnd(sql string, i int) int {
+	depth := 0
+	for ; i < len(sql)-1; i++ {
+		switch sql[i : i+2] {
+		case "/*":
+			depth++
+			i++
+		case "*/":
+			depth--
+			i++
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return len(sql)
+}
+
+// quoteEnd returns the index of the quote that closes the one at sql[i] (doubled quotes
+// stand for one; with backslashes, an E” string's \x escapes the next character), or the
+// end of sql.
+func quoteEnd(sql string, i int, backslashes bool) int {
+	q := sql[i]
+	for i++; i < len(sql); i++ {
+		switch {
+		case backslashes && sql[i] == '\\':
+			i++
+		case sql[i] == q && i+1 < len(sql) && sql[i+1] == q:
+			i++
+		case sql[i] == q:
+			return i
+		}
+	}
+	return len(sql)
+}
+
+// dollarTag returns the dollar quote ($$ or $tag$) s starts with, or "" (a parameter
+// such as $1 is none).
+func dollarTag(s string) string {
+	for j := 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '$':
+			return s[:j+1]
+		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80,
+			c >= '0' && c <= '9' && j > 1:
+		default:
+			return ""
+		}
+	}
+	return ""
+}
+
+// identChar reports whether c can be part of an unquoted identifier.
+func identChar(c byte) bool {
+	return c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
 }

@@ -3,13 +3,16 @@ package repository
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
 
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
@@ -47,16 +50,38 @@ func TestCitusForms(t *testing.T) {
 	}
 }
 
-// TestMigrateDistributed migrates a database from version 20 with Citus forms of
-// migration 21 made for the test: on a Citus cluster (pgtest.OnCitus) a distributed
+// TestMigrateDistributed migrates a database from the version before the newest ones
+// with Citus forms made for the test: on a Citus cluster (pgtest.OnCitus) a distributed
 // database through Migrate's own path, on plain PostgreSQL a plain one through
 // migrateDistributed itself (the forms are SQL either way).
 func TestMigrateDistributed(t *testing.T) {
 	t.Parallel()
-	const form = "000021_limited_position.up.sql"
-	// each test its own database, at version 20 as far as golang-migrate knows
-	start := func(t *testing.T) *pgxpool.Pool {
-		pool := pgtest.NewPool(t, "pgtask repository distributed migration test: newest schema, distributed on Citus",
+	src, err := iofs.New(schema.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the newest migration, the one before it and the one before that: the tests
+	// pretend the last one or two are pending
+	latest := latestMigration()
+	before, err := src.Prev(latest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier, err := src.Prev(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	formName := func(v uint) string {
+		r, identifier, err := src.ReadUp(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = r.Close()
+		return fmt.Sprintf("%06d_%s.up.sql", v, identifier)
+	}
+	// each test its own database, at version at as far as golang-migrate knows
+	start := func(t *testing.T, at uint) *pgxpool.Pool {
+		pool := pgtest.NewPool(t, "pgtask repository distributed migration test: newest schema, distributed on Citus "+schema.Hash(),
 			func(ctx context.Context, pool *pgxpool.Pool) error {
 				if err := Migrate(ctx, pool); err != nil || !pgtest.OnCitus() {
 					return err
@@ -64,7 +89,7 @@ func TestMigrateDistributed(t *testing.T) {
 				_, err := DistributeCitus(ctx, pool, CitusOptions{})
 				return err
 			})
-		if _, err := pool.Exec(t.Context(), "UPDATE "+migrationsTable+" SET version = 20"); err != nil {
+		if _, err := pool.Exec(t.Context(), "UPDATE "+migrationsTable+" SET version = $1", int64(at)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := pool.Exec(t.Context(), "SELECT task_topic_create('topic')"); err != nil {
@@ -76,10 +101,6 @@ func TestMigrateDistributed(t *testing.T) {
 		if pgtest.OnCitus() {
 			return migrateUp(t.Context(), pool, forms)
 		}
-		src, err := iofs.New(schema.FS, ".")
-		if err != nil {
-			t.Fatal(err)
-		}
 		conn, err := pool.Acquire(t.Context())
 		if err != nil {
 			t.Fatal(err)
@@ -87,11 +108,26 @@ func TestMigrateDistributed(t *testing.T) {
 		defer conn.Release()
 		return migrateDistributed(t.Context(), conn, src, forms)
 	}
+	// version checks the recorded version, and that no session keeps the migration lock
 	version := func(t *testing.T, pool *pgxpool.Pool, want uint) {
 		t.Helper()
 		v, dirty, err := MigrationVersion(t.Context(), pool)
 		if err != nil || dirty || v != want {
 			t.Fatalf("version = %d (dirty %v, %v), want %d", v, dirty, err, want)
+		}
+		conn, err := pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		id, _, err := migrationLock(t.Context(), conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held bool
+		if err := conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory'
+			AND ((classid::bigint << 32) | objid::bigint) = $1::bigint)`, id).Scan(&held); err != nil || held {
+			t.Fatalf("the migration lock is held after migrating (%v)", err)
 		}
 	}
 	column := func(t *testing.T, pool *pgxpool.Pool, name string) bool {
@@ -102,56 +138,207 @@ func TestMigrateDistributed(t *testing.T) {
 		}
 		return exists
 	}
+	addColumn := func(name string) *fstest.MapFile {
+		return &fstest.MapFile{Data: []byte("ALTER TABLE task_topic ADD COLUMN " + name + " integer NOT NULL DEFAULT 7;\n" +
+			"COMMENT ON COLUMN task_topic." + name + " IS 'TestMigrateDistributed';")}
+	}
 
-	t.Run("AppliesEachFormAndRecordsItsVersion", func(t *testing.T) {
+	t.Run("AppliesEachFormInOrderAndRecordsItsVersion", func(t *testing.T) {
 		t.Parallel()
-		pool := start(t)
-		forms := fstest.MapFS{form: {Data: []byte("ALTER TABLE task_topic ADD COLUMN upgrade_probe integer NOT NULL DEFAULT 7;\n" +
-			"COMMENT ON COLUMN task_topic.upgrade_probe IS 'TestMigrateDistributed';")}}
+		pool := start(t, earlier)
+		forms := fstest.MapFS{formName(before): addColumn("probe_a"),
+			formName(latest): {Data: []byte("ALTER TABLE task_topic ALTER COLUMN probe_a SET DEFAULT 8;\n" +
+				"UPDATE task_topic SET probe_a = probe_a + 1 WHERE topic = 'topic';")}}
 		if err := migrateWith(t, pool, forms); err != nil {
 			t.Fatal(err)
 		}
-		version(t, pool, 21)
-		// read through the topic's shard on Citus: the column reached the workers
+		version(t, pool, latest)
+		// read through the topic's shard on Citus: the column reached the workers, and
+		// the second form ran after the first
 		var probe int
-		if err := pool.QueryRow(t.Context(), "SELECT upgrade_probe FROM task_topic WHERE topic = 'topic'").Scan(&probe); err != nil || probe != 7 {
-			t.Fatalf("upgrade_probe = %d, %v; want 7", probe, err)
+		if err := pool.QueryRow(t.Context(), "SELECT probe_a FROM task_topic WHERE topic = 'topic'").Scan(&probe); err != nil || probe != 8 {
+			t.Fatalf("probe_a = %d, %v; want 8", probe, err)
 		}
 		if err := migrateWith(t, pool, fstest.MapFS{}); err != nil {
 			t.Fatalf("migrating again, at the newest version: %v", err)
 		}
+		version(t, pool, latest)
 	})
 
-	t.Run("RefusesAMigrationWithoutItsForm", func(t *testing.T) {
+	t.Run("RefusesBeforeApplyingAnythingWhenAFormIsMissing", func(t *testing.T) {
 		t.Parallel()
-		pool := start(t)
-		err := migrateWith(t, pool, fstest.MapFS{"000020_other.up.sql": {Data: []byte("SELECT 1")}})
-		if !errors.Is(err, ErrDistributed) || !strings.Contains(err.Error(), form) {
-			t.Fatalf("err = %v, want ErrDistributed naming %s", err, form)
+		pool := start(t, earlier)
+		err := migrateWith(t, pool, fstest.MapFS{formName(before): addColumn("probe_b")})
+		if !errors.Is(err, ErrDistributed) || !strings.Contains(err.Error(), formName(latest)) {
+			t.Fatalf("err = %v, want ErrDistributed naming %s", err, formName(latest))
 		}
-		version(t, pool, 20)
+		version(t, pool, earlier)
+		if column(t, pool, "probe_b") {
+			t.Fatal("the form before the missing one was applied")
+		}
 	})
 
-	t.Run("ARefusedFormChangesNothing", func(t *testing.T) {
+	t.Run("ARefusedFormChangesNothingOfItself", func(t *testing.T) {
 		t.Parallel()
-		pool := start(t)
-		forms := fstest.MapFS{form: {Data: []byte("ALTER TABLE task_topic ADD COLUMN upgrade_probe integer;\nSELECT 1 / 0;")}}
+		pool := start(t, earlier)
+		forms := fstest.MapFS{formName(before): addColumn("probe_c"),
+			formName(latest): {Data: []byte("ALTER TABLE task_topic ADD COLUMN probe_d integer;\nSELECT 1 / 0;")}}
 		err := migrateWith(t, pool, forms)
-		if !errors.Is(err, ErrMigrationRefused) || !regexp.MustCompile(`division by zero.*still at version 20|still at version 20.*division by zero`).MatchString(err.Error()) {
-			t.Fatalf("err = %v, want ErrMigrationRefused with PostgreSQL's reason and the version kept", err)
+		want := fmt.Sprintf("still at version %d", before)
+		if !errors.Is(err, ErrMigrationRefused) || !strings.Contains(err.Error(), "division by zero") || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err = %v, want ErrMigrationRefused with PostgreSQL's reason and %q", err, want)
 		}
-		version(t, pool, 20)
-		if column(t, pool, "upgrade_probe") {
-			t.Fatal("the refused form's column exists")
+		version(t, pool, before)
+		if !column(t, pool, "probe_c") || column(t, pool, "probe_d") {
+			t.Fatal("want the first form applied and nothing of the refused one")
 		}
 	})
 
-	t.Run("DownIsRefusedOnCitus", func(t *testing.T) {
+	t.Run("AnotherMigratorHoldingTheLockIsNamed", func(t *testing.T) {
 		t.Parallel()
-		pool := start(t)
-		err := MigrateDown(t.Context(), pool)
-		if pgtest.OnCitus() != errors.Is(err, ErrDistributed) {
-			t.Fatalf("MigrateDown: %v; want ErrDistributed only on a distributed database", err)
+		pool := start(t, before)
+		other, err := pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Release()
+		id, dbName, err := migrationLock(t.Context(), other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if locked, err := tryMigrationLock(t.Context(), other, id, dbName); err != nil || !locked {
+			t.Fatalf("lock: %v, %v", locked, err)
+		}
+		err = migrateWith(t, pool, fstest.MapFS{formName(latest): addColumn("probe_e")})
+		if !errors.Is(err, ErrMigrationInProgress) {
+			t.Fatalf("err = %v, want ErrMigrationInProgress", err)
+		}
+		if err := releaseMigrationLock(t.Context(), other, id); err != nil {
+			t.Fatal(err)
+		}
+		version(t, pool, before)
+		if column(t, pool, "probe_e") {
+			t.Fatal("migrated while another held the lock")
 		}
 	})
+
+	t.Run("ASchemaNewerThanTheBuildIsRefused", func(t *testing.T) {
+		t.Parallel()
+		pool := start(t, latest+1)
+		err := migrateWith(t, pool, fstest.MapFS{})
+		if err == nil || !strings.Contains(err.Error(), "newer than this build") {
+			t.Fatalf("err = %v, want a refusal of the newer schema", err)
+		}
+	})
+
+	t.Run("DownIsRefusedOnlyOnCitus", func(t *testing.T) {
+		t.Parallel()
+		pool := start(t, latest)
+		err := MigrateDown(t.Context(), pool)
+		if pgtest.OnCitus() && !errors.Is(err, ErrDistributed) || !pgtest.OnCitus() && err != nil {
+			t.Fatalf("MigrateDown: %v; want ErrDistributed on a distributed database, success on plain PostgreSQL", err)
+		}
+	})
+}
+
+func TestSplitStatements(t *testing.T) {
+	for _, tc := range []struct {
+		name, sql string
+		want      []string
+	}{
+		{"Plain", "SELECT 1; SELECT 2;\n", []string{"SELECT 1", "SELECT 2"}},
+		{"NoFinalSemicolon", "SELECT 1;\n  SELECT 2  ", []string{"SELECT 1", "SELECT 2"}},
+		{"Strings", `SELECT 'a;b', 'it''s;'; SELECT E'\';', 'back\'; SELECT 3`, []string{`SELECT 'a;b', 'it''s;'`, `SELECT E'\';', 'back\'`, "SELECT 3"}},
+		{"Identifiers", `SELECT 1 AS "x;""y"; SELECT 2`, []string{`SELECT 1 AS "x;""y"`, "SELECT 2"}},
+		{"Comments", "-- a; comment\nSELECT 1; /* b; /* nested; */ c; */ SELECT 2", []string{"-- a; comment\nSELECT 1", "/* b; /* nested; */ c; */ SELECT 2"}},
+		{"DollarQuotes", "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1; $$; DO $body$ BEGIN PERFORM 'x$$;'; END $body$; SELECT $1",
+			[]string{"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1; $$", "DO $body$ BEGIN PERFORM 'x$$;'; END $body$", "SELECT $1"}},
+		{"DollarInIdentifiers", "SELECT a$b; SELECT $1, $2;", []string{"SELECT a$b", "SELECT $1, $2"}},
+		{"Empty", " ;\n; ", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := statements(tc.sql); !slices.Equal(got, tc.want) {
+				t.Fatalf("statements(%q) =\n%q\nwant\n%q", tc.sql, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSplitStatementsOfEveryMigration applies every migration of sql/schema split by
+// statements, one statement at a time, and compares the schema it gives with the one
+// Migrate gives: the split keeps every statement of pgtask's own SQL whole.
+func TestSplitStatementsOfEveryMigration(t *testing.T) {
+	t.Parallel()
+	if pgtest.OnCitus() {
+		t.Skip("plain migrations: Citus runs their forms") // pgtest's databases there are distributed
+	}
+	split := pgtest.NewPool(t, "pgtask repository statements test: empty database", nil)
+	whole := pgtest.NewPool(t, "pgtask repository statements test: empty database", nil)
+	if err := Migrate(t.Context(), whole); err != nil {
+		t.Fatal(err)
+	}
+	names, err := fs.Glob(schema.FS, "*.up.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("migrations: %v, %v", names, err)
+	}
+	for _, name := range names { // in version order: the names start with it
+		sql, err := fs.ReadFile(schema.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := split.Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range statements(string(sql)) {
+			if _, err := tx.Exec(t.Context(), stmt); err != nil {
+				t.Fatalf("%s: %v in\n%s", name, err, stmt)
+			}
+		}
+		if err := tx.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// sql/citus/functions.sql is CREATE statements, each starting a line, with bodies
+	// that do not
+	if n, want := len(statements(citus.Functions)), len(regexp.MustCompile(`(?m)^CREATE `).FindAllString(citus.Functions, -1)); n != want {
+		t.Errorf("sql/citus/functions.sql splits into %d statements, want its %d CREATEs", n, want)
+	}
+	const catalog = `
+		SELECT p.oid::regprocedure::text || ' ' || md5(pg_get_functiondef(p.oid)) FROM pg_proc p
+		WHERE p.pronamespace = 'public'::regnamespace AND p.prokind IN ('f', 'p')
+		UNION ALL
+		SELECT c.relname || ' ' || c.relkind::text || ' ' || coalesce(pg_get_indexdef(c.oid), '') FROM pg_class c
+		WHERE c.relnamespace = 'public'::regnamespace AND c.relname NOT LIKE 'schema_migrations%'
+		UNION ALL
+		SELECT a.attrelid::regclass::text || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' ||
+		       coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE c.relnamespace = 'public'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+		  AND c.relname NOT LIKE 'schema_migrations%'
+		ORDER BY 1`
+	read := func(pool *pgxpool.Pool) []string {
+		rows, err := pool.Query(t.Context(), catalog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	got, want := read(split), read(whole)
+	if len(want) < 100 {
+		t.Fatalf("the migrated schema has %d objects: the catalog query reads too little", len(want))
+	}
+	if !slices.Equal(got, want) {
+		for i := 0; i < min(len(got), len(want)); i++ {
+			if got[i] != want[i] {
+				t.Fatalf("schemas differ at %d of %d/%d: split %q, whole %q", i, len(got), len(want), got[i], want[i])
+			}
+		}
+		t.Fatalf("schemas differ: split has %d objects, whole %d", len(got), len(want))
+	}
 }

@@ -512,7 +512,8 @@ $$;
 -- for each candidate inside the statement that finds it; Citus refuses that nested call
 -- in a delegated function, in either language. Here each turn takes its candidates one
 -- at a time, in poll order, and checks the condition on each with a statement of its own
--- (task_poll_condition's tests, on the candidate), until one passes.
+-- (task_poll_condition's tests, on the candidate), until one passes: one statement more
+-- for each candidate the condition holds back.
 CREATE OR REPLACE FUNCTION task_poll_keyed(p_topic text, p_lifo boolean, p_condition smallint, p_budget integer,
                                            p_key_limit integer, INOUT p_last_key text, OUT p_sequences bigint[])
 LANGUAGE plpgsql VOLATILE
