@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -365,6 +366,40 @@ func coreLoop(t *testing.T, ctx context.Context, c *citustest.Cluster, routed *p
 	if err := routed.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = 'jobs'").Scan(&left); err != nil || left != 0 {
 		t.Errorf("%d tasks left of the destroyed topic (%v)", left, err)
 	}
+	// a topic polled by key (one ACTIVE task per key, keys in turn) under a poll
+	// condition, and its limit usage
+	if _, err := repo.CreateTopic(ctx, routed, "keyed"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.UpdateSettings(ctx, routed, "keyed", func(s *repository.TopicSettings) { s.KeyConcurrency = 1 }); err != nil {
+		t.Fatal(err)
+	}
+	keyed, err := repo.Push(ctx, routed, "keyed", repository.Append,
+		repository.Creation{Identifier: "x", ConcurrencyKey: "a"}, repository.Creation{Identifier: "x", ConcurrencyKey: "b"},
+		repository.Creation{Identifier: "y", ConcurrencyKey: "b"}, repository.Creation{Identifier: "z", ConcurrencyKey: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's x waits behind a's (SINGULAR_BY_IDENTIFIER): b's turn gives y
+	taken, err := repo.Poll(ctx, routed, "keyed", repository.FIFO, repository.SingularByIdentifier, 10)
+	if err != nil {
+		t.Fatalf("keyed poll under a condition: %v", err)
+	}
+	if got, want := sequencesOf(taken), []int64{keyed[0].Sequence, keyed[2].Sequence, keyed[3].Sequence}; !slices.Equal(got, want) {
+		t.Errorf("keyed poll under a condition took %v, want %v (a's x, b's y, c's z)", got, want)
+	}
+	if u, err := repo.LimitUsage(ctx, routed, "keyed"); err != nil || u.Active != 3 || u.KeysAtLimit != 3 {
+		t.Errorf("limit usage = %+v, %v; want 3 ACTIVE, 3 keys at their limit", u, err)
+	}
+}
+
+// sequencesOf returns the tasks' sequences, in their order.
+func sequencesOf(tasks []repository.Task) []int64 {
+	out := make([]int64, len(tasks))
+	for i, t := range tasks {
+		out[i] = t.Sequence
+	}
+	return out
 }
 
 // fill gives the database tasks in the states a running system has (READY, delayed,
