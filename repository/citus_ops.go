@@ -58,6 +58,14 @@ func notify(ctx context.Context, h Handle, payload string) error {
 	return err
 }
 
+// notifyReturned is notify of the payload a delegated function returned (NULL: none).
+func notifyReturned(ctx context.Context, h Handle, payload *string) error {
+	if payload == nil {
+		return nil
+	}
+	return notify(ctx, h, *payload)
+}
+
 // either runs citus on a database distributed by DistributeCitus, plain otherwise
 // (onCitus): the one place a statement chooses between its two forms.
 func either[T any](ctx context.Context, r *Repository, h Handle, citus, plain func() (T, error)) (T, error) {
@@ -136,12 +144,7 @@ func (r *Repository) pushCitus(ctx context.Context, h Handle, arg db.TaskPushPar
 	if err != nil {
 		return nil, err
 	}
-	if payload != nil {
-		if err := notify(ctx, h, *payload); err != nil {
-			return nil, err
-		}
-	}
-	return pushed, nil
+	return pushed, notifyReturned(ctx, h, payload)
 }
 
 // pollCitus is TaskPoll on Citus.
@@ -180,12 +183,7 @@ func (r *Repository) completeCitus(ctx context.Context, h Handle, arg db.TaskCom
 	if err != nil {
 		return nil, err
 	}
-	if payload != nil {
-		if err := notify(ctx, h, *payload); err != nil {
-			return nil, err
-		}
-	}
-	return done, nil
+	return done, notifyReturned(ctx, h, payload)
 }
 
 // orNil is *s as an interface value, nil for nil (the NULL of TaskComplete's row).
@@ -202,6 +200,18 @@ func (r *Repository) statsCitus(ctx context.Context, h Handle, topic string) (db
 	err := h.QueryRow(ctx, "SELECT * FROM task_citus_stats($1)", topic).Scan(&s.Active, &s.Ready, &s.Delayed,
 		&s.Expired, &s.Failed, &s.Suspended, &s.OldestReadyAgeMs, &s.RowsEstimate)
 	return s, err
+}
+
+// analyzeCitus is TopicAnalyze on Citus: on the topic's node, where its shard is.
+func (r *Repository) analyzeCitus(ctx context.Context, h Handle, topic string) (rows int64, err error) {
+	err = h.QueryRow(ctx, "SELECT task_citus_analyze($1)", topic).Scan(&rows)
+	return rows, err
+}
+
+// limitUsageCitus is TopicLimitUsage on Citus.
+func (r *Repository) limitUsageCitus(ctx context.Context, h Handle, topic string) (row db.TopicLimitUsageRow, err error) {
+	err = h.QueryRow(ctx, "SELECT * FROM task_citus_limit_usage($1)", topic).Scan(&row.Active, &row.KeysAtLimit, &row.KeysReady, &row.Tokens)
+	return row, err
 }
 
 // nowArg is the time to use for "now" in a statement that Citus plans (one that reads
@@ -276,13 +286,11 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // taken back meanwhile, or the topic is gone
 		}
+		if err == nil {
+			err = notifyReturned(ctx, h, payload)
+		}
 		if err != nil {
 			return out, err
-		}
-		if payload != nil {
-			if err := notify(ctx, h, *payload); err != nil {
-				return out, err
-			}
 		}
 		out = append(out, x)
 	}

@@ -360,11 +360,8 @@ func (r *Repository) Analyze(ctx context.Context, h Handle, topic string) (int64
 	if err := validTopic(topic); err != nil {
 		return 0, err
 	}
-	rows, err := either(ctx, r, h, func() (rows int64, err error) {
-		// on the topic's node, where its shard is
-		err = h.QueryRow(ctx, "SELECT task_citus_analyze($1)", topic).Scan(&rows)
-		return rows, err
-	}, func() (int64, error) { return r.q.TopicAnalyze(ctx, h, topic) })
+	rows, err := either(ctx, r, h, func() (int64, error) { return r.analyzeCitus(ctx, h, topic) },
+		func() (int64, error) { return r.q.TopicAnalyze(ctx, h, topic) })
 	if err != nil {
 		return 0, mapError(fmt.Sprintf("analyze topic %q", topic), err)
 	}
@@ -392,11 +389,12 @@ func (r *Repository) Dedicate(ctx context.Context, h Handle, topic string) (bool
 	if err := validTopic(topic); err != nil {
 		return false, err
 	}
-	if citus, err := r.onCitus(ctx, h); err != nil || citus {
-		if err == nil {
-			// the shard is the topic's table there: isolate_tenant_to_new_shard gives it one
-			err = fmt.Errorf("%w: Citus gives a topic a shard of its own with SELECT isolate_tenant_to_new_shard('task', topic, 'CASCADE')", ErrDistributed)
-		}
+	citus, err := r.onCitus(ctx, h)
+	if err == nil && citus {
+		// the shard is the topic's table there: isolate_tenant_to_new_shard gives it one
+		err = fmt.Errorf("%w: Citus gives a topic a shard of its own with SELECT isolate_tenant_to_new_shard('task', topic, 'CASCADE')", ErrDistributed)
+	}
+	if err != nil {
 		return false, mapError(fmt.Sprintf("dedicate topic %q", topic), err)
 	}
 	dedicated, err := retryLocked(ctx, h, func() (bool, error) { return r.q.TopicDedicate(ctx, h, topic) })
@@ -528,10 +526,8 @@ func (r *Repository) LimitUsage(ctx context.Context, h Handle, topic string) (Li
 	if err := validTopic(topic); err != nil {
 		return LimitUsage{}, err
 	}
-	row, err := either(ctx, r, h, func() (row db.TopicLimitUsageRow, err error) {
-		err = h.QueryRow(ctx, "SELECT * FROM task_citus_limit_usage($1)", topic).Scan(&row.Active, &row.KeysAtLimit, &row.KeysReady, &row.Tokens)
-		return row, err
-	}, func() (db.TopicLimitUsageRow, error) { return r.q.TopicLimitUsage(ctx, h, topic) })
+	row, err := either(ctx, r, h, func() (db.TopicLimitUsageRow, error) { return r.limitUsageCitus(ctx, h, topic) },
+		func() (db.TopicLimitUsageRow, error) { return r.q.TopicLimitUsage(ctx, h, topic) })
 	if errors.Is(err, pgx.ErrNoRows) {
 		return LimitUsage{}, unknownTopic("limit usage of", topic)
 	}

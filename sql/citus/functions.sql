@@ -419,6 +419,7 @@ DECLARE
     v_target bigint[];
     v_rows   task[];
     v_first  record;
+    v_notice text;
 BEGIN
     v_target := ARRAY(SELECT t.sequence FROM task t
                       WHERE t.topic = p_topic AND t.sequence = ANY (p_sequences) AND t.state BETWEEN 2 AND 6
@@ -435,8 +436,8 @@ BEGIN
     )
     SELECT array_agg(c ORDER BY c.sequence) INTO v_rows FROM reset c;
     SELECT r.priority, r.sequence INTO v_first FROM unnest(v_rows) r ORDER BY r.priority, r.sequence LIMIT 1;
-    RETURN QUERY
-    SELECT r.*, 'WORK ' || md5(p_topic) || ' ' || v_first.priority || ' ' || v_first.sequence FROM unnest(v_rows) r;
+    v_notice := task_citus_work(p_topic, v_first.priority, v_first.sequence, NULL);
+    RETURN QUERY SELECT r.*, v_notice FROM unnest(v_rows) r;
 END
 $$;
 
