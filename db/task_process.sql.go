@@ -207,6 +207,118 @@ func (q *Queries) TaskComplete(ctx context.Context, db DBTX, arg TaskCompletePar
 	return items, nil
 }
 
+const taskCompletePoll = `-- name: TaskCompletePoll :many
+SELECT (CASE WHEN $1::boolean AND c.state <> 0 THEN '' ELSE c.topic END)::text AS topic, c.sequence,
+       (CASE WHEN $1::boolean AND c.state <> 0 THEN '' ELSE c.identifier END)::text AS identifier,
+       c.state, c.descent, CASE WHEN NOT $1::boolean OR c.state = 0 THEN c.owner END AS owner,
+       c.created, c.completed, CASE WHEN NOT $1::boolean OR c.state = 0 THEN c.input END AS input,
+       c.output, CASE WHEN NOT $1::boolean OR c.state = 0 THEN c.reference END AS reference,
+       c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled, c.concurrency_key,
+       (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = $2)::boolean AS keyed
+FROM task_complete_poll($2::text, $3::text, $4::bigint[],
+                        $5::integer[], $6::smallint[], $7::text[],
+                        $8::bigint[], $9::boolean, $10::smallint,
+                        $11::integer, $12::smallint,
+                        $13::bigint) c
+`
+
+type TaskCompletePollParams struct {
+	Lean         bool
+	Topic        string
+	Owner        string
+	Sequences    []int64
+	Attempts     []int32
+	Results      []int16
+	Outputs      []string
+	DelaysMs     []int64
+	Lifo         bool
+	Condition    int16
+	Size         int32
+	FromPriority *int16
+	FromSequence *int64
+}
+
+type TaskCompletePollRow struct {
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          interface{}
+	Created        time.Time
+	Completed      *time.Time
+	Input          interface{}
+	Output         *string
+	Reference      interface{}
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
+	Keyed          bool
+}
+
+// TaskComplete, then, when every decision qualified, TaskPoll from the position, in one
+// statement (task_complete_poll, migration 000022): what a limited topic's processor
+// runs when its poll loop waits for the capacity these decisions free. Completed rows
+// come first and are never ACTIVE (state 0); the leased rows are. Completed rows are
+// lean as in TaskComplete; leased rows are whole.
+func (q *Queries) TaskCompletePoll(ctx context.Context, db DBTX, arg TaskCompletePollParams) ([]TaskCompletePollRow, error) {
+	rows, err := db.Query(ctx, taskCompletePoll,
+		arg.Lean,
+		arg.Topic,
+		arg.Owner,
+		arg.Sequences,
+		arg.Attempts,
+		arg.Results,
+		arg.Outputs,
+		arg.DelaysMs,
+		arg.Lifo,
+		arg.Condition,
+		arg.Size,
+		arg.FromPriority,
+		arg.FromSequence,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskCompletePollRow
+	for rows.Next() {
+		var i TaskCompletePollRow
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Sequence,
+			&i.Identifier,
+			&i.State,
+			&i.Descent,
+			&i.Owner,
+			&i.Created,
+			&i.Completed,
+			&i.Input,
+			&i.Output,
+			&i.Reference,
+			&i.Priority,
+			&i.NotBefore,
+			&i.Attempt,
+			&i.Returned,
+			&i.Errors,
+			&i.Cancelled,
+			&i.ConcurrencyKey,
+			&i.Keyed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskExpire = `-- name: TaskExpire :many
 WITH stale AS (
     SELECT t.topic, t.sequence FROM task t

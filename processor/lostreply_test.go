@@ -33,13 +33,14 @@ func TestLostReplies(t *testing.T) {
 		statement string
 		// probability of losing a matching reply
 		probability float64
-		// concurrency limits the topic: its flushes lease the next tasks in their
-		// transaction, whose COMMIT then loses its reply
+		// concurrency limits the topic: its flushes lease the next tasks in the
+		// statement that completes the decisions (TaskCompletePoll), which then loses
+		// its reply
 		concurrency int32
 	}{
 		{"Poll", "TaskPoll", 0.5, 0},
 		{"Complete", "TaskComplete", 0.2, 0},
-		{"CompleteAndLease", "COMMIT", 0.2, 10},
+		{"CompleteAndLease", "TaskCompletePoll", 0.2, 10},
 		{"Heartbeat", "OwnerHeartbeat", 0.5, 0},
 		{"Expiry", "TaskExpire", 0.5, 0},
 		{"Push", "TaskPushAppend", 0.2, 0},

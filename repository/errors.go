@@ -214,6 +214,9 @@ func mapError(op string, err error) error {
 // that its connection to the worker running the statement failed, maybe after the
 // worker committed it.
 func Uncertain(err error) bool {
+	if errors.Is(err, errCommitUnknown) {
+		return true
+	}
 	state := SQLState(err)
 	if strings.HasPrefix(state, "08") {
 		return true

@@ -1102,3 +1102,63 @@ func TestLimitedPositionMigration(t *testing.T) {
 	}
 	steps(1)
 }
+
+// TestCompletePollMigration: 000022 keeps the tasks and ACTIVE leases and adds
+// task_complete_poll, which completes a lease taken before it and leases the next;
+// reverting it takes the function away and keeps the tasks.
+func TestCompletePollMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository complete-poll test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(21)
+	create("t")
+	for _, q := range []string{
+		"SELECT task_push('t', 'a')", "SELECT task_push('t', 'b')", "SELECT task_push('t', 'c')",
+		"UPDATE task_topic SET concurrency = 1 WHERE topic = 't'",
+		// a lease of schema 21, completed after the upgrade
+		`UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
+		 WHERE t.topic = 't' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('t', false, 0::smallint, 10, NULL, NULL)))`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exists := func() bool {
+		t.Helper()
+		var yes bool
+		if err := pool.QueryRow(ctx, "SELECT to_regproc('task_complete_poll') IS NOT NULL").Scan(&yes); err != nil {
+			t.Fatal(err)
+		}
+		return yes
+	}
+	if exists() {
+		t.Fatalf("task_complete_poll before 000022")
+	}
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000022", taskRows(t, pool), rows)
+	if !exists() {
+		t.Fatalf("no task_complete_poll after 000022")
+	}
+	r, err := pool.Query(ctx, `SELECT identifier || ':' || state FROM task_complete_poll('t', 'o',
+		ARRAY(SELECT sequence FROM task WHERE topic = 't' AND state = 0), ARRAY[1], ARRAY[3::smallint], ARRAY[''],
+		ARRAY[0::bigint], false, 0::smallint, 10, NULL, NULL)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(r, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a:6", "b:0"}; !slices.Equal(got, want) {
+		t.Fatalf("task_complete_poll of the lease taken before 000022 returned %v, want %v (a SUCCEEDED, b leased under the limit of 1)", got, want)
+	}
+	rows = taskRows(t, pool)
+	steps(-1)
+	sameRows(t, "tasks after reverting 000022", taskRows(t, pool), rows)
+	if exists() {
+		t.Fatalf("task_complete_poll after reverting 000022")
+	}
+	steps(1)
+}

@@ -59,24 +59,9 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 	if size == 0 {
 		return nil, nil
 	}
-	if err := validTopic(topic); err != nil {
+	params, err := r.pollParams(topic, order, condition, size, from)
+	if err != nil {
 		return nil, err
-	}
-	if size < 0 {
-		return nil, invalid("poll size %d is negative", size)
-	}
-	if !condition.Valid() {
-		return nil, invalid("unknown condition %d", condition)
-	}
-	if order != FIFO && order != LIFO {
-		return nil, invalid("unknown order %d", order)
-	}
-	size = min(size, 1<<31-1)
-	params := db.TaskPollParams{
-		Owner: r.owner, Topic: topic, Lifo: order == LIFO, Condition: int16(condition), Size: int32(size),
-	}
-	if !from.IsZero() {
-		params.FromPriority, params.FromSequence = &from.Priority, &from.Sequence
 	}
 	rows, err := either(ctx, r, h, func() ([]db.TaskPollRow, error) { return r.pollCitus(ctx, h, params) },
 		func() ([]db.TaskPollRow, error) { return r.q.TaskPoll(ctx, h, params) })
@@ -90,6 +75,35 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 		}
 		return nil, nil
 	}
+	return polledTasks(rows, order), nil
+}
+
+// pollParams checks a poll's arguments and returns its statement's parameters.
+func (r *Repository) pollParams(topic string, order Order, condition Condition, size int, from Position) (db.TaskPollParams, error) {
+	if err := validTopic(topic); err != nil {
+		return db.TaskPollParams{}, err
+	}
+	if size < 0 {
+		return db.TaskPollParams{}, invalid("poll size %d is negative", size)
+	}
+	if !condition.Valid() {
+		return db.TaskPollParams{}, invalid("unknown condition %d", condition)
+	}
+	if order != FIFO && order != LIFO {
+		return db.TaskPollParams{}, invalid("unknown order %d", order)
+	}
+	size = min(size, 1<<31-1)
+	params := db.TaskPollParams{
+		Owner: r.owner, Topic: topic, Lifo: order == LIFO, Condition: int16(condition), Size: int32(size),
+	}
+	if !from.IsZero() {
+		params.FromPriority, params.FromSequence = &from.Priority, &from.Sequence
+	}
+	return params, nil
+}
+
+// polledTasks converts the rows of a poll (at least one) to tasks in poll order.
+func polledTasks(rows []db.TaskPollRow, order Order) []Task {
 	// The statement returns rows in the order it updated them (by address): put them in
 	// poll order by sorting their positions, not the rows themselves (a few hundred
 	// bytes each, moved at every swap).
@@ -121,7 +135,7 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 	if rows[0].Keyed {
 		tasks = inTurns(tasks)
 	}
-	return tasks, nil
+	return tasks
 }
 
 // inTurns orders the tasks of a topic polled key by key (TopicSettings.KeyConcurrency,
@@ -262,8 +276,134 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 	if len(completions) == 0 {
 		return nil, nil
 	}
-	if err := validTopic(topic); err != nil {
+	arg, err := r.completeParams(topic, completions)
+	if err != nil {
 		return nil, err
+	}
+	rows, err := allOrNothing(ctx, h, func(h Handle) ([]db.TaskCompleteRow, error) {
+		return either(ctx, r, h, func() ([]db.TaskCompleteRow, error) { return r.completeCitus(ctx, h, arg) },
+			func() ([]db.TaskCompleteRow, error) { return r.q.TaskComplete(ctx, h, arg) })
+	})
+	if errors.Is(err, errRefused) {
+		return nil, r.explainLeases(ctx, h, topic, completions)
+	}
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("complete topic %q", topic), err)
+	}
+	if len(rows) != len(completions) {
+		// No decision qualified: task_all_or_nothing filters the updated rows, so with
+		// none it never runs; nothing was written.
+		return nil, r.explainLeases(ctx, h, topic, completions)
+	}
+	return r.completedTasks(topic, completions, rows, arg.Lean), nil
+}
+
+// CompleteAndPoll records decisions for leased tasks as Complete does and then, when
+// every one qualified, leases up to size tasks of topic as PollFrom does, as ONE
+// statement (one round trip, one commit): the capacity the decisions free under a
+// concurrency limit is taken again at the same commit, and no poll in between finds the
+// limit reached. It returns the completed tasks and the leased ones, in poll order.
+// When a decision does not qualify, nothing is written and nothing leased, and the error
+// is Complete's. On a distributed database (Citus) the two are two statements, in one
+// transaction: h's, or one of their own when h is a pool. Without completions it is
+// PollFrom.
+func (r *Repository) CompleteAndPoll(ctx context.Context, h Handle, topic string, completions []Completion,
+	order Order, condition Condition, size int, from Position) (completed, leased []Task, err error) {
+	if len(completions) == 0 {
+		leased, err := r.PollFrom(ctx, h, topic, order, condition, size, from)
+		return nil, leased, err
+	}
+	arg, err := r.completeParams(topic, completions)
+	if err != nil {
+		return nil, nil, err
+	}
+	poll, err := r.pollParams(topic, order, condition, size, from)
+	if err != nil {
+		return nil, nil, err
+	}
+	distributed, err := r.onCitus(ctx, h)
+	if err != nil {
+		return nil, nil, mapError(fmt.Sprintf("complete and poll topic %q", topic), err)
+	}
+	if distributed {
+		err := atomically(ctx, h, func(tx pgx.Tx) error {
+			var err error
+			if completed, err = r.Complete(ctx, tx, topic, completions...); err != nil {
+				return err
+			}
+			leased, err = r.PollFrom(ctx, tx, topic, order, condition, size, from)
+			return err
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return completed, leased, nil
+	}
+	rows, err := allOrNothing(ctx, h, func(h Handle) ([]db.TaskCompletePollRow, error) {
+		return r.q.TaskCompletePoll(ctx, h, db.TaskCompletePollParams{
+			Lean: arg.Lean, Topic: topic, Owner: r.owner, Sequences: arg.Sequences, Attempts: arg.Attempts,
+			Results: arg.Results, Outputs: arg.Outputs, DelaysMs: arg.DelaysMs,
+			Lifo: poll.Lifo, Condition: poll.Condition, Size: poll.Size,
+			FromPriority: poll.FromPriority, FromSequence: poll.FromSequence,
+		})
+	})
+	if errors.Is(err, errRefused) {
+		return nil, nil, r.explainLeases(ctx, h, topic, completions)
+	}
+	if err != nil {
+		return nil, nil, mapError(fmt.Sprintf("complete and poll topic %q", topic), err)
+	}
+	// completed rows first, never ACTIVE; then the leased ones
+	n := 0
+	for n < len(rows) && rows[n].State != int16(Active) {
+		n++
+	}
+	if n != len(completions) {
+		// No decision qualified (or the topic is unknown): nothing was written or leased.
+		return nil, nil, r.explainLeases(ctx, h, topic, completions)
+	}
+	done := make([]db.TaskCompleteRow, n)
+	for i, row := range rows[:n] {
+		done[i] = db.TaskCompleteRow{
+			Topic: row.Topic, Sequence: row.Sequence, Identifier: row.Identifier, State: row.State,
+			Descent: row.Descent, Owner: row.Owner, Created: row.Created, Completed: row.Completed,
+			Input: row.Input, Output: row.Output, Reference: row.Reference, Priority: row.Priority,
+			NotBefore: row.NotBefore, Attempt: row.Attempt, Returned: row.Returned, Errors: row.Errors,
+			Cancelled: row.Cancelled,
+		}
+	}
+	completed = r.completedTasks(topic, completions, done, arg.Lean)
+	if n == len(rows) {
+		return completed, nil, nil
+	}
+	polled := make([]db.TaskPollRow, len(rows)-n)
+	for i, row := range rows[n:] {
+		// leased rows are whole: their owner, input and reference are the columns'
+		owner, _ := row.Owner.(string)
+		polled[i] = db.TaskPollRow{
+			Topic: row.Topic, Sequence: row.Sequence, Identifier: row.Identifier, State: row.State,
+			Descent: row.Descent, Owner: &owner, Created: row.Created, Completed: row.Completed,
+			Input: strOrNil(row.Input), Output: row.Output, Reference: strOrNil(row.Reference),
+			Priority: row.Priority, NotBefore: row.NotBefore, Attempt: row.Attempt, Returned: row.Returned,
+			Errors: row.Errors, Cancelled: row.Cancelled, ConcurrencyKey: row.ConcurrencyKey, Keyed: row.Keyed,
+		}
+	}
+	return completed, polledTasks(polled, order), nil
+}
+
+// strOrNil is a column sqlc types interface{} (a CASE that may be NULL) as *string.
+func strOrNil(v any) *string {
+	if s, ok := v.(string); ok {
+		return &s
+	}
+	return nil
+}
+
+// completeParams checks completions (at least one) and returns their statement's
+// parameters.
+func (r *Repository) completeParams(topic string, completions []Completion) (db.TaskCompleteParams, error) {
+	if err := validTopic(topic); err != nil {
+		return db.TaskCompleteParams{}, err
 	}
 	arg := db.TaskCompleteParams{
 		Topic:     topic,
@@ -282,39 +422,24 @@ func (r *Repository) Complete(ctx context.Context, h Handle, topic string, compl
 		switch {
 		case d.Snooze:
 			if d.Delay < 0 {
-				return nil, invalid("complete task %d: snooze delay %v is negative", c.Sequence, d.Delay)
+				return db.TaskCompleteParams{}, invalid("complete task %d: snooze delay %v is negative", c.Sequence, d.Delay)
 			}
 			arg.Results[i] = snoozeResult
 			arg.DelaysMs[i] = d.Delay.Milliseconds()
 		case d.Result.Valid():
 			arg.Results[i] = int16(d.Result)
 		default:
-			return nil, invalid("complete task %d: unknown result %d", c.Sequence, d.Result)
+			return db.TaskCompleteParams{}, invalid("complete task %d: unknown result %d", c.Sequence, d.Result)
 		}
 	}
 	if err := validSequences(arg.Sequences); err != nil {
-		return nil, fmt.Errorf("complete topic %q: %w", topic, err)
+		return db.TaskCompleteParams{}, fmt.Errorf("complete topic %q: %w", topic, err)
 	}
 	arg.Lean = true
 	for _, c := range completions {
 		arg.Lean = arg.Lean && c.leased
 	}
-	rows, err := allOrNothing(ctx, h, func(h Handle) ([]db.TaskCompleteRow, error) {
-		return either(ctx, r, h, func() ([]db.TaskCompleteRow, error) { return r.completeCitus(ctx, h, arg) },
-			func() ([]db.TaskCompleteRow, error) { return r.q.TaskComplete(ctx, h, arg) })
-	})
-	if errors.Is(err, errRefused) {
-		return nil, r.explainLeases(ctx, h, topic, completions)
-	}
-	if err != nil {
-		return nil, mapError(fmt.Sprintf("complete topic %q", topic), err)
-	}
-	if len(rows) != len(completions) {
-		// No decision qualified: task_all_or_nothing filters the updated rows, so with
-		// none it never runs; nothing was written.
-		return nil, r.explainLeases(ctx, h, topic, completions)
-	}
-	return r.completedTasks(topic, completions, rows, arg.Lean), nil
+	return arg, nil
 }
 
 // completedTasks converts TaskComplete's rows. Lean rows lack the columns no completion

@@ -2,9 +2,10 @@ package repository
 
 import (
 	"context"
-	"sync/atomic"
-
+	"errors"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -332,6 +333,30 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	}
 	return tx.Commit(ctx)
 }
+
+// atomically runs fn in a transaction: a savepoint of h when h is a transaction, else one
+// of its own, whose failed commit is Uncertain (a lost reply may hide a commit, and pgx
+// reports some such losses as safe to retry).
+func atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
+	if !autocommit(h) {
+		return inTx(ctx, h, fn)
+	}
+	tx, err := h.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(ctx) // fn's error says what happened
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("%w: %w", errCommitUnknown, err)
+	}
+	return nil
+}
+
+// errCommitUnknown marks the failure of a COMMIT (atomically): its outcome is unknown.
+var errCommitUnknown = errors.New("commit failed, outcome unknown")
 
 func durationMs(d time.Duration) int64 { return d.Milliseconds() }
 

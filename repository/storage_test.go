@@ -138,6 +138,15 @@ func TestHotStatementsLockBoundedRelations(t *testing.T) {
 			_, err = f.repo.Complete(f.ctx, tx, f.topic, tasks[0].Decide(repository.Decision{Result: repository.Success}))
 			return err
 		}},
+		{"CompleteAndPoll", true, func(tx pgx.Tx) error {
+			leased, err := f.repo.Poll(f.ctx, tx, f.topic, repository.FIFO, repository.None, 1)
+			if err != nil {
+				return err
+			}
+			_, _, err = f.repo.CompleteAndPoll(f.ctx, tx, f.topic, []repository.Completion{leased[0].Decide(repository.Succeed(""))},
+				repository.FIFO, repository.None, 1, repository.Position{})
+			return err
+		}},
 		{"Stats", true, func(tx pgx.Tx) error {
 			_, err := f.repo.Stats(f.ctx, tx, f.topic)
 			return err

@@ -36,6 +36,25 @@ FROM task_complete(sqlc.arg(topic)::text, sqlc.arg(owner)::text, sqlc.arg(sequen
                    sqlc.arg(attempts)::integer[], sqlc.arg(results)::smallint[], sqlc.arg(outputs)::text[],
                    sqlc.arg(delays_ms)::bigint[]) c;
 
+-- name: TaskCompletePoll :many
+-- TaskComplete, then, when every decision qualified, TaskPoll from the position, in one
+-- statement (task_complete_poll, migration 000022): what a limited topic's processor
+-- runs when its poll loop waits for the capacity these decisions free. Completed rows
+-- come first and are never ACTIVE (state 0); the leased rows are. Completed rows are
+-- lean as in TaskComplete; leased rows are whole.
+SELECT (CASE WHEN sqlc.arg(lean)::boolean AND c.state <> 0 THEN '' ELSE c.topic END)::text AS topic, c.sequence,
+       (CASE WHEN sqlc.arg(lean)::boolean AND c.state <> 0 THEN '' ELSE c.identifier END)::text AS identifier,
+       c.state, c.descent, CASE WHEN NOT sqlc.arg(lean)::boolean OR c.state = 0 THEN c.owner END AS owner,
+       c.created, c.completed, CASE WHEN NOT sqlc.arg(lean)::boolean OR c.state = 0 THEN c.input END AS input,
+       c.output, CASE WHEN NOT sqlc.arg(lean)::boolean OR c.state = 0 THEN c.reference END AS reference,
+       c.priority, c.not_before, c.attempt, c.returned, c.errors, c.cancelled, c.concurrency_key,
+       (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))::boolean AS keyed
+FROM task_complete_poll(sqlc.arg(topic)::text, sqlc.arg(owner)::text, sqlc.arg(sequences)::bigint[],
+                        sqlc.arg(attempts)::integer[], sqlc.arg(results)::smallint[], sqlc.arg(outputs)::text[],
+                        sqlc.arg(delays_ms)::bigint[], sqlc.arg(lifo)::boolean, sqlc.arg(condition)::smallint,
+                        sqlc.arg(size)::integer, sqlc.narg(from_priority)::smallint,
+                        sqlc.narg(from_sequence)::bigint) c;
+
 -- name: TaskLeases :many
 -- The current lease state of tasks, to explain why a completion was refused.
 SELECT t.sequence, t.state, t.owner, t.attempt

@@ -1,0 +1,8 @@
+-- 000022 on a distributed database: nothing to change.
+--
+-- The plain migration adds task_complete_poll, which completes a batch and leases the
+-- next in one statement. On Citus the completion and the poll are task_citus_complete
+-- and task_citus_poll, each delegated to the worker holding the topic's shard:
+-- repository.CompleteAndPoll runs them as two statements in one transaction and calls
+-- no function of the plain migration, so nothing here replaces them (docs/citus.md,
+-- "Differences").
