@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -313,7 +312,7 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		}
 		// Commit the decisions alone (and let the poll loop poll): an attempt whose
 		// outcome is unknown may have committed them, and leased tasks nobody knows of.
-		if unsure = uncertain(err); unsure {
+		if unsure = repository.Uncertain(err); unsure {
 			c.m.unsure.Store(true)
 		}
 		c.m.Resume()
@@ -432,7 +431,7 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 			}
 			return tasks, err
 		}
-		unsure = unsure || uncertain(err)
+		unsure = unsure || repository.Uncertain(err)
 		c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff)
 	}
 }
@@ -452,7 +451,7 @@ func (c *completer) commit(ctx context.Context, reports []*report) ([]repository
 		return c.m.p.repo.Complete(ctx, c.m.p.pool, c.m.cfg.Topic, decisions(reports)...)
 	}
 	var tasks []repository.Task
-	err := inTx(ctx, c.m.p.pool, func(tx pgx.Tx) error {
+	err := repository.Atomically(ctx, c.m.p.pool, func(tx pgx.Tx) error {
 		var err error
 		tasks, err = c.decide(ctx, tx, reports)
 		return err
@@ -480,7 +479,7 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 	var polled time.Duration
 	var err error
 	if followups(reports) {
-		err = inTx(ctx, m.p.pool, func(tx pgx.Tx) error {
+		err = repository.Atomically(ctx, m.p.pool, func(tx pgx.Tx) error {
 			var err error
 			if tasks, err = c.decide(ctx, tx, reports); err != nil {
 				return err
@@ -509,33 +508,6 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 	b.slotless.Store(true)
 	b.polled = time.Since(start)
 	return tasks, b, nil
-}
-
-// inTx runs fn in a transaction of pool and commits it. It returns fn's error, or the
-// commit's wrapped in errCommitUnknown: a commit whose reply is lost may have happened
-// whatever the error says (pgx reports some such losses as "conn closed", which is safe
-// to retry, and pgx.BeginFunc replaces the commit's error with its rollback's).
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback(ctx) // fn's error says what happened
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("%w: %w", errCommitUnknown, err)
-	}
-	return nil
-}
-
-// errCommitUnknown marks the failure of a COMMIT (inTx): its outcome is unknown.
-var errCommitUnknown = errors.New("commit failed, outcome unknown")
-
-// uncertain is repository.Uncertain, and true for a commit that failed (inTx).
-func uncertain(err error) bool {
-	return errors.Is(err, errCommitUnknown) || repository.Uncertain(err)
 }
 
 // decide completes reports' tasks as decided and runs their follow-ups, in tx.

@@ -326,7 +326,7 @@ func (r *Repository) CompleteAndPoll(ctx context.Context, h Handle, topic string
 		return nil, nil, mapError(fmt.Sprintf("complete and poll topic %q", topic), err)
 	}
 	if distributed {
-		err := atomically(ctx, h, func(tx pgx.Tx) error {
+		err := Atomically(ctx, h, func(tx pgx.Tx) error {
 			var err error
 			if completed, err = r.Complete(ctx, tx, topic, completions...); err != nil {
 				return err

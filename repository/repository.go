@@ -334,10 +334,13 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	return tx.Commit(ctx)
 }
 
-// atomically runs fn in a transaction: a savepoint of h when h is a transaction, else one
-// of its own, whose failed commit is Uncertain (a lost reply may hide a commit, and pgx
-// reports some such losses as safe to retry).
-func atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
+// Atomically runs fn in a transaction of h and commits it: a savepoint when h is a
+// transaction, else a transaction of its own. It returns fn's error, or the COMMIT's,
+// which Uncertain reports as unknown: a commit whose reply is lost may have happened
+// whatever the error says (pgx reports some such losses as "conn closed", which it
+// calls safe to retry, and pgx.BeginFunc replaces the commit's error with its
+// rollback's).
+func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	if !autocommit(h) {
 		return inTx(ctx, h, fn)
 	}
@@ -355,7 +358,7 @@ func atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	return nil
 }
 
-// errCommitUnknown marks the failure of a COMMIT (atomically): its outcome is unknown.
+// errCommitUnknown marks the failure of a COMMIT (Atomically): its outcome is unknown.
 var errCommitUnknown = errors.New("commit failed, outcome unknown")
 
 func durationMs(d time.Duration) int64 { return d.Milliseconds() }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtask/pgtask/repository"
@@ -70,5 +71,63 @@ func TestUncertain(t *testing.T) {
 		if got := repository.Uncertain(tc.err); got != tc.want {
 			t.Errorf("%s: Uncertain(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestAtomically: fn's work is committed, or undone with fn's error; inside the caller's
+// transaction it is a savepoint; a COMMIT that fails is Uncertain.
+func TestAtomically(t *testing.T) {
+	f := setup(t)
+	count := func(h repository.Handle) int {
+		t.Helper()
+		var n int
+		if err := h.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1", f.topic).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	push := func(tx pgx.Tx) error {
+		_, err := f.repo.Push(f.ctx, tx, f.topic, repository.Append, repository.Creation{Identifier: "a"})
+		return err
+	}
+	if err := repository.Atomically(f.ctx, f.pool, push); err != nil || count(f.pool) != 1 {
+		t.Fatalf("Atomically on the pool: %v, %d tasks; want 1 committed", err, count(f.pool))
+	}
+	refused := errors.New("refused")
+	err := repository.Atomically(f.ctx, f.pool, func(tx pgx.Tx) error {
+		if err := push(tx); err != nil {
+			return err
+		}
+		return refused
+	})
+	if err != refused || count(f.pool) != 1 {
+		t.Fatalf("fn failing: %v, %d tasks; want fn's error as it is, nothing written", err, count(f.pool))
+	}
+	// inside a transaction: a savepoint, the caller's transaction goes on
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if err := repository.Atomically(f.ctx, tx, func(tx pgx.Tx) error { _ = push(tx); return refused }); err != refused {
+		t.Fatalf("fn failing in a transaction: %v", err)
+	}
+	if err := repository.Atomically(f.ctx, tx, push); err != nil || count(tx) != 2 || count(f.pool) != 1 {
+		t.Fatalf("in a transaction: %v, %d tasks in it, %d outside; want 2 and 1", err, count(tx), count(f.pool))
+	}
+	// the connection lost before the COMMIT's reply: its outcome is unknown
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	err = repository.Atomically(f.ctx, conn.Conn(), func(tx pgx.Tx) error {
+		if err := push(tx); err != nil {
+			return err
+		}
+		return tx.Conn().PgConn().Close(f.ctx)
+	})
+	if err == nil || !repository.Uncertain(err) {
+		t.Fatalf("a COMMIT on a lost connection: %v (uncertain %v); want an error Uncertain reports", err, repository.Uncertain(err))
 	}
 }
