@@ -459,13 +459,14 @@ func (c *completer) commit(ctx context.Context, reports []*report) ([]repository
 	return tasks, err
 }
 
-// commitLeasing commits reports' decisions and leases the next tasks of the topic in
-// one transaction, once (the caller commits the decisions alone after an error), and
-// returns the committed tasks and a batch of those leased (nil: none), which waits for
-// the poll loop (TaskManager.hand). Under a concurrency limit, the capacity the
-// decisions free is so taken again at the same commit: a limited topic with fast
-// handlers costs one commit per batch, not a commit to complete and another to poll,
-// with the slots idle between them.
+// commitLeasing commits reports' decisions and leases the next tasks of the topic at
+// one commit, once (the caller commits the decisions alone after an error): as one
+// statement (Repository.CompleteAndPoll), or in one transaction with the follow-ups when
+// there are any. It returns the committed tasks and a batch of those leased (nil: none),
+// which waits for the poll loop (TaskManager.hand). Under a concurrency limit, the
+// capacity the decisions free is so taken again at the same commit: a limited topic with
+// fast handlers costs one statement per batch, not a commit to complete and another to
+// poll, with the slots idle between them.
 func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]repository.Task, *Batch, error) {
 	m := c.m
 	// As a poll does, from its statement until its batch is tracked (reconcile).
