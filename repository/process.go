@@ -313,14 +313,6 @@ func (r *Repository) CompleteAndPoll(ctx context.Context, h Handle, topic string
 		leased, err := r.PollFrom(ctx, h, topic, order, condition, size, from)
 		return nil, leased, err
 	}
-	arg, err := r.completeParams(topic, completions)
-	if err != nil {
-		return nil, nil, err
-	}
-	poll, err := r.pollParams(topic, order, condition, size, from)
-	if err != nil {
-		return nil, nil, err
-	}
 	distributed, err := r.onCitus(ctx, h)
 	if err != nil {
 		return nil, nil, mapError(fmt.Sprintf("complete and poll topic %q", topic), err)
@@ -338,6 +330,14 @@ func (r *Repository) CompleteAndPoll(ctx context.Context, h Handle, topic string
 			return nil, nil, err
 		}
 		return completed, leased, nil
+	}
+	arg, err := r.completeParams(topic, completions)
+	if err != nil {
+		return nil, nil, err
+	}
+	poll, err := r.pollParams(topic, order, condition, size, from)
+	if err != nil {
+		return nil, nil, err
 	}
 	rows, err := allOrNothing(ctx, h, func(h Handle) ([]db.TaskCompletePollRow, error) {
 		return r.q.TaskCompletePoll(ctx, h, db.TaskCompletePollParams{

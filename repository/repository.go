@@ -341,21 +341,18 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 // calls safe to retry, and pgx.BeginFunc replaces the commit's error with its
 // rollback's).
 func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
-	if !autocommit(h) {
-		return inTx(ctx, h, fn)
-	}
-	tx, err := h.Begin(ctx)
-	if err != nil {
+	own := autocommit(h)
+	ran, failed := false, false
+	err := inTx(ctx, h, func(tx pgx.Tx) error {
+		ran = true
+		err := fn(tx)
+		failed = err != nil
 		return err
+	})
+	if err != nil && own && ran && !failed {
+		return fmt.Errorf("%w: %w", errCommitUnknown, err) // the COMMIT failed
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback(ctx) // fn's error says what happened
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("%w: %w", errCommitUnknown, err)
-	}
-	return nil
+	return err
 }
 
 // errCommitUnknown marks the failure of a COMMIT (Atomically): its outcome is unknown.
