@@ -55,6 +55,48 @@ func MigrateDown(ctx context.Context, pool *pgxpool.Pool) error {
 	return withMigrate(ctx, pool, false, nil, func(m *migrate.Migrate) error { return m.Down() })
 }
 
+// MigrateTo migrates the schema to version: it reverts the migrations above it, newest
+// first, or applies those up to it. Every migration after the first keeps the topics and
+// their tasks when reverted; what a migration added goes with it (reverting 000016 drops
+// the schedules, 000015 the limits and concurrency keys). Version 0 is MigrateDown, which
+// drops everything. A version above the newest embedded migration is refused with
+// ErrInvalid, and so is one that would leave a distributed database anywhere but at the
+// newest migration (ErrDistributed). As Migrate, each migration is one transaction; when
+// PostgreSQL refuses one, the schema stays at the last version reached
+// (ErrMigrationRefused).
+func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
+	if version == 0 {
+		return MigrateDown(ctx, pool)
+	}
+	latest := latestMigration()
+	if version > latest {
+		return fmt.Errorf("migrate: %w", invalid("version %d: the newest migration is %d", version, latest))
+	}
+	if version == latest {
+		return Migrate(ctx, pool)
+	}
+	current, dirty, err := migrationVersion(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if version == current && !dirty {
+		return nil
+	}
+	up := version > current
+	if up {
+		// noOtherMigrator migrates a distributed database to the newest migration only
+		distributed, err := isDistributed(ctx, pool)
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if distributed {
+			return fmt.Errorf("migrate: %w: this database was distributed with pgtask citus enable; it can only be migrated to the newest version (%d), not to %d; nothing was changed",
+				ErrDistributed, latest, version)
+		}
+	}
+	return withMigrate(ctx, pool, up, nil, func(m *migrate.Migrate) error { return m.Migrate(version) })
+}
+
 // MigrationVersion reports the applied migration version (0 when none) and whether a
 // failed migration left the schema dirty. It reads golang-migrate's table without
 // taking its lock, so it answers while another process migrates.

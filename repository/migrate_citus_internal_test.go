@@ -239,6 +239,27 @@ func TestMigrateDistributed(t *testing.T) {
 			t.Fatalf("MigrateDown: %v; want ErrDistributed on a distributed database, success on plain PostgreSQL", err)
 		}
 	})
+
+	t.Run("StepsAreRefusedOnlyOnCitus", func(t *testing.T) {
+		t.Parallel()
+		pool := start(t, latest)
+		err := MigrateTo(t.Context(), pool, latest-1)
+		if pgtest.OnCitus() && !errors.Is(err, ErrDistributed) || !pgtest.OnCitus() && err != nil {
+			t.Fatalf("MigrateTo(%d) from %d: %v; want ErrDistributed on a distributed database, success on plain PostgreSQL",
+				latest-1, latest, err)
+		}
+		if !pgtest.OnCitus() {
+			return
+		}
+		// up, but not to the newest: the Citus forms are applied all together or not at all
+		pool = start(t, latest-2)
+		if err := MigrateTo(t.Context(), pool, latest-1); !errors.Is(err, ErrDistributed) {
+			t.Fatalf("MigrateTo(%d) from %d: %v; want ErrDistributed", latest-1, latest-2, err)
+		}
+		if v, _, err := MigrationVersion(t.Context(), pool); err != nil || v != latest-2 {
+			t.Fatalf("after the refusal, version %d (%v), want %d", v, err, latest-2)
+		}
+	})
 }
 
 func TestSplitStatements(t *testing.T) {

@@ -136,18 +136,96 @@ func stepper(t *testing.T, pool *pgxpool.Pool) (steps func(n int), create func(t
 // migrateTo migrates the database up or down to version, or up to the latest with 0.
 func migrateTo(t *testing.T, pool *pgxpool.Pool, version uint) {
 	t.Helper()
-	var cur int64
-	if err := pool.QueryRow(t.Context(), "SELECT version FROM "+migrationsTable).Scan(&cur); err != nil {
-		t.Fatalf("read the schema version: %v", err)
+	if version == 0 {
+		version = latestMigration()
 	}
-	up := version == 0 || int64(version) > cur
-	if err := withMigrate(t.Context(), pool, up, nil, func(m *migrate.Migrate) error {
-		if version == 0 {
-			return m.Up()
-		}
-		return m.Migrate(version)
-	}); err != nil {
+	if err := MigrateTo(t.Context(), pool, version); err != nil {
 		t.Fatalf("migrate to version %d: %v", version, err)
+	}
+}
+
+// TestMigrateTo steps a database with tasks down below the schedules and the limits and
+// back up, through MigrateTo: the version reached is the one asked for, the topics and
+// tasks are kept each way, what the reverted migrations added is gone and comes back
+// (empty), and processing works at the end. A version above the newest is refused,
+// changing nothing.
+func TestMigrateTo(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository migrate-to test: empty database", nil)
+	latest := latestMigration()
+	version := func() uint {
+		t.Helper()
+		v, dirty, err := MigrationVersion(ctx, pool)
+		if err != nil || dirty {
+			t.Fatalf("version: %d, dirty %v, %v", v, dirty, err)
+		}
+		return v
+	}
+	exists := func(relation string) bool {
+		t.Helper()
+		var yes bool
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", relation).Scan(&yes); err != nil {
+			t.Fatal(err)
+		}
+		return yes
+	}
+	if err := MigrateTo(ctx, pool, latest); err != nil || version() != latest {
+		t.Fatalf("MigrateTo(%d) of an empty database: %v, at version %d", latest, err, version())
+	}
+	for _, q := range []string{
+		"SELECT task_topic_create('t')", "SELECT task_topic_create('u')",
+		"SELECT task_push('t', 'a')", "SELECT task_push('t', 'b')", "SELECT task_push('u', 'c')",
+		"UPDATE task_topic SET max_attempts = 3 WHERE topic = 'u'",
+		`UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
+		 WHERE t.topic = 't' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('t', false, 0::smallint, 1, NULL, NULL)))`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rows, settings := taskRows(t, pool), topicSettings(t, pool)
+	same := func(when string) {
+		t.Helper()
+		if got := taskRows(t, pool); !slices.Equal(got, rows) {
+			t.Errorf("tasks %s = %v, want %v", when, got, rows)
+		}
+		if got := topicSettings(t, pool); !slices.Equal(got, settings) {
+			t.Errorf("topics %s = %v, want %v", when, got, settings)
+		}
+	}
+
+	if err := MigrateTo(ctx, pool, 14); err != nil || version() != 14 {
+		t.Fatalf("MigrateTo(14) from %d: %v, at version %d", latest, err, version())
+	}
+	same("at version 14")
+	if exists("task_schedule") || exists("task_topic_limit") || exists("task_tally") {
+		t.Error("at version 14, a table of 000015-000017 is still there")
+	}
+	if err := MigrateTo(ctx, pool, 14); err != nil || version() != 14 {
+		t.Fatalf("MigrateTo(14) at 14: %v, at version %d", err, version())
+	}
+	err := MigrateTo(ctx, pool, latest+1)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "version "+strconv.Itoa(int(latest+1))) {
+		t.Errorf("MigrateTo(%d) = %v, want ErrInvalid naming the version", latest+1, err)
+	}
+	if v := version(); v != 14 {
+		t.Errorf("after the refused MigrateTo, version %d, want 14", v)
+	}
+
+	if err := MigrateTo(ctx, pool, 16); err != nil || version() != 16 {
+		t.Fatalf("MigrateTo(16) from 14: %v, at version %d", err, version())
+	}
+	if !exists("task_schedule") || exists("task_tally") {
+		t.Error("at version 16, task_schedule should be there and task_tally not")
+	}
+	if err := MigrateTo(ctx, pool, latest); err != nil || version() != latest {
+		t.Fatalf("MigrateTo(%d) from 16: %v, at version %d", latest, err, version())
+	}
+	same("back at the newest version")
+	var leased int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM task_poll_candidates('t', false, 0::smallint, 10, NULL, NULL)").Scan(&leased); err != nil || leased != 1 {
+		t.Errorf("poll after the round trip: %d candidates, %v; want the one READY task of t", leased, err)
 	}
 }
 

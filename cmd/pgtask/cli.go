@@ -77,7 +77,7 @@ func commands() []*command {
 	return []*command{
 		{name: "migrate", summary: "apply, revert or show the database schema", sub: []*command{
 			{name: "up", summary: "apply every pending migration", run: runMigrateUp},
-			{name: "down", args: "--yes", summary: "revert every migration, dropping all pgtask tables", run: runMigrateDown},
+			{name: "down", args: "--yes [--to N]", summary: "revert every migration (dropping all pgtask tables), or those above version N", run: runMigrateDown},
 			{name: "version", summary: "print the applied migration version", run: runMigrateVersion},
 		}},
 		{name: "topic", summary: "register, configure, list and destroy topics", sub: []*command{

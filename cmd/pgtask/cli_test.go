@@ -108,6 +108,8 @@ func TestUsageErrors(t *testing.T) {
 		{"TopicSetBadRetention", []string{"topic", "set", "x", "--retention", "forever"}, []string{`--retention: invalid value "forever"`}},
 		{"PauseWithoutTopic", []string{"pause"}, []string{"pause: missing TOPIC"}},
 		{"MigrateDownUnconfirmed", []string{"migrate", "down"}, []string{"migrate down: --yes"}},
+		{"MigrateDownToUnconfirmed", []string{"migrate", "down", "--to", "5"}, []string{"migrate down: --yes: this reverts every migration above version 5"}},
+		{"MigrateDownToNegative", []string{"migrate", "down", "--yes", "--to", "-1"}, []string{"migrate down: --to -1: a version is 0 or more"}},
 		{"NoDatabaseURL", []string{"stats"}, []string{"stats: --database-url: no database URL: pass --database-url or set DATABASE_URL"}},
 		{"BadDatabaseURL", []string{"stats", "--database-url", "postgres://x:y@host:notaport/db"}, []string{"stats: --database-url:"}},
 		{"ServeNegativeMaxBody", []string{"serve", "--max-body", "-1"}, []string{"serve: --max-body: -1 is below 1"}},

@@ -38,6 +38,20 @@ func TestMigrate(t *testing.T) {
 		t.Fatalf("migrate version printed %q, want %d", got, latest)
 	}
 	wantContains(t, f.ok("migrate", "up"), fmt.Sprintf("schema at version %d", latest))
+
+	// one step down and up again: the topic and its task stay
+	seqs := f.push("kept")
+	wantContains(t, f.ok("migrate", "down", "--yes", "--to", strconv.Itoa(latest-1)), fmt.Sprintf("schema at version %d", latest-1))
+	if got := f.ok("migrate", "version"); got != fmt.Sprintf("%d\n", latest-1) {
+		t.Fatalf("after down --to %d, migrate version printed %q", latest-1, got)
+	}
+	wantUsage(t, f.cli("migrate", "down", "--yes", "--to", strconv.Itoa(latest)),
+		fmt.Sprintf("--to %d: the schema is at version %d, below it", latest, latest-1))
+	wantContains(t, f.ok("migrate", "up"), fmt.Sprintf("schema at version %d", latest))
+	if task := f.get(seqs[0]); task.Identifier != "kept" || task.State != repository.Ready {
+		t.Fatalf("after down --to %d and up, task %d = %+v, want the READY task kept", latest-1, seqs[0], task)
+	}
+
 	wantContains(t, f.ok("migrate", "down", "--yes"), "schema removed")
 	if got := f.ok("migrate", "version"); got != "0\n" {
 		t.Fatalf("after down, migrate version printed %q", got)

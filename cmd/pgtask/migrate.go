@@ -31,14 +31,25 @@ func runMigrateUp(ctx context.Context, e *env, args []string) error {
 }
 
 func runMigrateDown(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "pgtask migrate down", "--yes [flags]",
-		"Reverts every migration: drops all pgtask tables, functions and tasks. Needs --yes.")
+	f := newFlags(e, "pgtask migrate down", "--yes [--to N] [flags]",
+		"Reverts every migration: drops all pgtask tables, functions and tasks. With --to N,\n"+
+			"reverts only the migrations above version N, newest first (to step back before a\n"+
+			"release, run it with that release's binary, which has their down migrations): the\n"+
+			"topics and their tasks are kept, and what the reverted migrations added goes with\n"+
+			"them (000016 the schedules, 000015 the limits and concurrency keys). Needs --yes.")
 	url := f.databaseURL()
-	yes := f.Bool("yes", false, "confirm that every pgtask table and task is to be dropped")
+	yes := f.Bool("yes", false, "confirm that what is reverted is dropped")
+	to := f.Int("to", 0, "revert only the migrations above version `N` (0: every migration, and every task)")
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
+	if *to < 0 {
+		return f.usagef("--to %d: a version is 0 or more", *to)
+	}
 	if !*yes {
+		if *to > 0 {
+			return f.usagef("--yes: this reverts every migration above version %d and drops what they added; pass --yes to confirm", *to)
+		}
 		return f.usagef("--yes: this drops every pgtask table and task; pass --yes to confirm")
 	}
 	c, err := f.connect(ctx, *url)
@@ -46,10 +57,24 @@ func runMigrateDown(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer c.Close()
-	if err := repository.MigrateDown(ctx, c.pool); err != nil {
+	if *to == 0 {
+		if err := repository.MigrateDown(ctx, c.pool); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout, "schema removed (version 0)")
+		return nil
+	}
+	current, _, err := repository.MigrationVersion(ctx, c.pool)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintln(e.stdout, "schema removed (version 0)")
+	if uint(*to) > current {
+		return f.usagef("--to %d: the schema is at version %d, below it; migrate up applies migrations", *to, current)
+	}
+	if err := repository.MigrateTo(ctx, c.pool, uint(*to)); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "schema at version %d\n", *to)
 	return nil
 }
 
