@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -207,8 +208,9 @@ func mapError(op string, err error) error {
 // unknown: the connection failed (or the context ended) after the statement was sent and
 // before its reply arrived, so the server may have executed and committed it, or not.
 // A poll whose reply was lost may have leased tasks the caller never received; a
-// completion may have been recorded. Errors of the server (an SQLSTATE), refusals of the
-// repository, and failures before anything was sent (pgconn.SafeToRetry: a connection
+// completion may have been recorded. Errors of the server (an SQLSTATE; a COMMIT
+// answered ROLLBACK, pgx.ErrTxCommitRollback), refusals of the repository, and failures
+// before anything was sent (pgconn.SafeToRetry: a connection
 // that could not be made, say) are certain: nothing was written; except a connection
 // exception the server reports (SQLSTATE class 08): on Citus, the coordinator's word
 // that its connection to the worker running the statement failed, maybe after the
@@ -221,7 +223,7 @@ func Uncertain(err error) bool {
 	if strings.HasPrefix(state, "08") {
 		return true
 	}
-	if err == nil || state != "" || pgconn.SafeToRetry(err) {
+	if err == nil || state != "" || pgconn.SafeToRetry(err) || errors.Is(err, pgx.ErrTxCommitRollback) {
 		return false
 	}
 	var te *TaskError

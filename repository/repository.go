@@ -1,6 +1,7 @@
 package repository
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -339,7 +340,8 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 // which Uncertain reports as unknown: a commit whose reply is lost may have happened
 // whatever the error says (pgx reports some such losses as "conn closed", which it
 // calls safe to retry, and pgx.BeginFunc replaces the commit's error with its
-// rollback's).
+// rollback's). Only a COMMIT the server answered by rolling back is certain
+// (rolledBack): the transaction was already aborted, or a deferred check failed.
 func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	own := autocommit(h)
 	ran, failed := false, false
@@ -349,10 +351,35 @@ func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 		failed = err != nil
 		return err
 	})
-	if err != nil && own && ran && !failed {
+	if err != nil && own && ran && !failed && !rolledBack(err) {
 		return fmt.Errorf("%w: %w", errCommitUnknown, err) // the COMMIT failed
 	}
 	return err
+}
+
+// rolledBack reports whether err, a COMMIT's, is the server's word that the transaction
+// rolled back: COMMIT answered ROLLBACK (the transaction had failed), or an ERROR of the
+// classes a COMMIT raises before it commits anything: a deferred constraint (23), a
+// serialization failure or deadlock (40), an invalid transaction state (25). Any other
+// error (FATAL, a connection exception, an internal error, none at all) leaves the
+// outcome unknown: a backend terminated after its commit record was written reports the
+// termination, not the commit.
+func rolledBack(err error) bool {
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	if severity := cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity); severity != "ERROR" {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "23", "40", "25":
+		return true
+	}
+	return false
 }
 
 // errCommitUnknown marks the failure of a COMMIT (Atomically): its outcome is unknown.

@@ -130,4 +130,31 @@ func TestAtomically(t *testing.T) {
 	if err == nil || !repository.Uncertain(err) {
 		t.Fatalf("a COMMIT on a lost connection: %v (uncertain %v); want an error Uncertain reports", err, repository.Uncertain(err))
 	}
+	// a COMMIT the server answers by rolling back is certain: nothing was written
+	if _, err := f.pool.Exec(f.ctx, `CREATE TABLE deferred_check (id int, CONSTRAINT deferred_check_once UNIQUE (id) DEFERRABLE INITIALLY DEFERRED);
+		INSERT INTO deferred_check VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	err = repository.Atomically(f.ctx, f.pool, func(tx pgx.Tx) error {
+		if err := push(tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(f.ctx, "INSERT INTO deferred_check VALUES (1)") // checked at COMMIT
+		return err
+	})
+	if repository.SQLState(err) != "23505" || repository.Uncertain(err) || count(f.pool) != 1 {
+		t.Fatalf("a deferred constraint failing at COMMIT: %v (uncertain %v), %d tasks; want the violation, certain, nothing written",
+			err, repository.Uncertain(err), count(f.pool))
+	}
+	err = repository.Atomically(f.ctx, f.pool, func(tx pgx.Tx) error {
+		if err := push(tx); err != nil {
+			return err
+		}
+		_, _ = tx.Exec(f.ctx, "SELECT 1/0") // the error swallowed: the transaction is aborted
+		return nil
+	})
+	if !errors.Is(err, pgx.ErrTxCommitRollback) || repository.Uncertain(err) || count(f.pool) != 1 {
+		t.Fatalf("a COMMIT of an aborted transaction: %v (uncertain %v), %d tasks; want ErrTxCommitRollback, certain, nothing written",
+			err, repository.Uncertain(err), count(f.pool))
+	}
 }
