@@ -173,17 +173,13 @@ func TestMigrateTo(t *testing.T) {
 	if err := MigrateTo(ctx, pool, latest); err != nil || version() != latest {
 		t.Fatalf("MigrateTo(%d) of an empty database: %v, at version %d", latest, err, version())
 	}
-	for _, q := range []string{
+	execEach(t, pool,
 		"SELECT task_topic_create('t')", "SELECT task_topic_create('u')",
 		"SELECT task_push('t', 'a')", "SELECT task_push('t', 'b')", "SELECT task_push('u', 'c')",
 		"UPDATE task_topic SET max_attempts = 3 WHERE topic = 'u'",
 		`UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
 		 WHERE t.topic = 't' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('t', false, 0::smallint, 1, NULL, NULL)))`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	rows, settings := taskRows(t, pool), topicSettings(t, pool)
 	same := func(when string) {
 		t.Helper()
@@ -226,6 +222,16 @@ func TestMigrateTo(t *testing.T) {
 	var leased int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM task_poll_candidates('t', false, 0::smallint, 10, NULL, NULL)").Scan(&leased); err != nil || leased != 1 {
 		t.Errorf("poll after the round trip: %d candidates, %v; want the one READY task of t", leased, err)
+	}
+}
+
+// execEach runs each query on pool, failing the test at the first error.
+func execEach(t *testing.T, pool *pgxpool.Pool, queries ...string) {
+	t.Helper()
+	for _, q := range queries {
+		if _, err := pool.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }
 
@@ -612,7 +618,7 @@ func TestDueWakeupsMigration(t *testing.T) {
 	steps(12)
 	create("t")
 	create("u")
-	for _, q := range []string{
+	execEach(t, pool,
 		"SELECT task_push('t', 'now')",
 		"SELECT task_push('t', 'soon', delay => '1 hour')",
 		"SELECT task_push('t', 'later', delay => '2 hours')",
@@ -620,11 +626,7 @@ func TestDueWakeupsMigration(t *testing.T) {
 		"SELECT task_push('t', 'held', suspended => true)",
 		`INSERT INTO task (topic, identifier, state, descent, not_before, completed)
 		 VALUES ('t', 'done', 6, 1, now() + interval '1 minute', now())`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	tasks := taskRows(t, pool)
 
 	steps(1)
@@ -786,17 +788,13 @@ func TestLimitsMigration(t *testing.T) {
 	steps(14)
 	create("t")
 	create("u")
-	for _, q := range []string{
+	execEach(t, pool,
 		"SELECT task_push('t', 'a')",
 		"SELECT task_push('t', 'b', delay => '1 hour')",
 		"SELECT task_push('u', 'c', suspended => true)",
 		`INSERT INTO task (topic, identifier, state, descent, owner, attempt) VALUES ('t', 'leased', 0, 1, 'someone', 1)`,
 		`INSERT INTO task (topic, identifier, state, descent, completed, output) VALUES ('u', 'done', 6, 1, now(), 'ok')`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	topics := topicSettings(t, pool)
 	tasks := taskRows(t, pool)
 
@@ -994,15 +992,11 @@ func TestSequenceAtMigration(t *testing.T) {
 	steps, create := stepper(t, pool)
 	steps(17)
 	create("t")
-	for _, q := range []string{
+	execEach(t, pool,
 		"SELECT task_push('t', 'a')",
 		"SELECT task_push_batch('t', ARRAY['b', 'c'])",
 		"SELECT task_push('t', 'd')",
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	rows := taskRows(t, pool)
 	steps(1)
 	sameRows(t, "tasks after 000018", taskRows(t, pool), rows)
@@ -1044,14 +1038,10 @@ func TestNextDueMigration(t *testing.T) {
 	steps, create := stepper(t, pool)
 	steps(18)
 	create("t")
-	for _, q := range []string{
+	execEach(t, pool,
 		"SELECT task_push('t', 'now')",
 		"SELECT task_push('t', 'later', delay => '1 hour')",
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	rows := taskRows(t, pool)
 	steps(1)
 	sameRows(t, "tasks after 000019", taskRows(t, pool), rows)
@@ -1136,14 +1126,10 @@ func TestLimitedPositionMigration(t *testing.T) {
 	steps, create := stepper(t, pool)
 	steps(20)
 	create("t")
-	for _, q := range []string{
+	execEach(t, pool,
 		"SELECT task_push('t', 'a')", "SELECT task_push('t', 'b')", "SELECT task_push('t', 'c')",
 		"SELECT task_push('t', 'd')", "UPDATE task_topic SET concurrency = 1 WHERE topic = 't'",
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	var third int64
 	if err := pool.QueryRow(ctx, "SELECT sequence FROM task WHERE topic = 't' AND identifier = 'c'").Scan(&third); err != nil {
 		t.Fatal(err)
@@ -1191,17 +1177,13 @@ func TestCompletePollMigration(t *testing.T) {
 	steps, create := stepper(t, pool)
 	steps(21)
 	create("t")
-	for _, q := range []string{
+	execEach(t, pool,
 		"SELECT task_push('t', 'a')", "SELECT task_push('t', 'b')", "SELECT task_push('t', 'c')",
 		"UPDATE task_topic SET concurrency = 1 WHERE topic = 't'",
 		// a lease of schema 21, completed after the upgrade
 		`UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
 		 WHERE t.topic = 't' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('t', false, 0::smallint, 10, NULL, NULL)))`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	exists := func() bool {
 		t.Helper()
 		var yes bool
