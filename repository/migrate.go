@@ -55,29 +55,38 @@ func MigrateDown(ctx context.Context, pool *pgxpool.Pool) error {
 	return withMigrate(ctx, pool, false, nil, func(m *migrate.Migrate) error { return m.Down() })
 }
 
+// NewestMigration is the version of the newest migration this build has.
+func NewestMigration() uint { return latestMigration() }
+
 // MigrateTo migrates the schema to version: it reverts the migrations above it, newest
 // first, or applies those up to it. Every migration after the first keeps the topics and
 // their tasks when reverted; what a migration added goes with it (reverting 000016 drops
-// the schedules, 000015 the limits and concurrency keys). Version 0 is MigrateDown, which
-// drops everything. A version above the newest embedded migration is refused with
-// ErrInvalid, and so is one that would leave a distributed database anywhere but at the
-// newest migration (ErrDistributed). As Migrate, each migration is one transaction; when
-// PostgreSQL refuses one, the schema stays at the last version reached
-// (ErrMigrationRefused).
+// the schedules, 000015 the limits and concurrency keys, 000017 the tallies). Version 0
+// is MigrateDown, which drops everything. A version above the newest embedded migration
+// is refused with ErrInvalid, a schema newer than this build is refused (run the build
+// that applied it), and a distributed database can only go to the newest migration
+// (ErrDistributed); nothing is changed then. As Migrate, each migration is one
+// transaction; when PostgreSQL refuses one, the schema stays at the last version reached
+// (ErrMigrationRefused). When another process migrates meanwhile and the schema ends
+// elsewhere than version, it reports ErrMigrationInProgress.
 func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	if version == 0 {
 		return MigrateDown(ctx, pool)
 	}
 	latest := latestMigration()
 	if version > latest {
-		return fmt.Errorf("migrate: %w", invalid("version %d: the newest migration is %d", version, latest))
-	}
-	if version == latest {
-		return Migrate(ctx, pool)
+		return fmt.Errorf("migrate: %w", invalid("version %d: the newest migration of this build is %d", version, latest))
 	}
 	current, dirty, err := migrationVersion(ctx, pool)
 	if err != nil {
 		return err
+	}
+	if current > latest {
+		return fmt.Errorf("migrate: the schema is at version %d, newer than this build's newest migration %d: run the build that applied it (it has the down migrations); nothing was changed",
+			current, latest)
+	}
+	if version == latest {
+		return Migrate(ctx, pool)
 	}
 	if version == current && !dirty {
 		return nil
@@ -94,7 +103,24 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 				ErrDistributed, latest, version)
 		}
 	}
-	return withMigrate(ctx, pool, up, nil, func(m *migrate.Migrate) error { return m.Migrate(version) })
+	// The direction of a step that fails is told by the version it marked dirty, not by
+	// the version read above: another process may migrate in between.
+	upward := func(dirty uint) bool {
+		if dirty != version {
+			return dirty < version
+		}
+		return up
+	}
+	if err := migrateSteps(ctx, pool, up, nil, upward, func(m *migrate.Migrate) error { return m.Migrate(version) }); err != nil {
+		return err
+	}
+	if reached, _, err := migrationVersion(ctx, pool); err != nil {
+		return err
+	} else if reached != version {
+		return fmt.Errorf("migrate: %w: the schema is at version %d, not %d: another process migrated it meanwhile",
+			ErrMigrationInProgress, reached, version)
+	}
+	return nil
 }
 
 // MigrationVersion reports the applied migration version (0 when none) and whether a
@@ -156,7 +182,14 @@ func newest(src source.Driver) uint {
 // withMigrate runs fn on a golang-migrate instance over pool; up tells the direction fn
 // migrates in, for restoring the version after a refused migration. A distributed
 // database is migrated up with forms (migrateDistributed) instead, and not down.
-func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, fn func(*migrate.Migrate) error) (err error) {
+func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, fn func(*migrate.Migrate) error) error {
+	return migrateSteps(ctx, pool, up, forms, func(uint) bool { return up }, fn)
+}
+
+// migrateSteps is withMigrate, with the direction of a refused step told by upward from
+// the version the step marked dirty.
+func migrateSteps(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, upward func(dirty uint) bool,
+	fn func(*migrate.Migrate) error) (err error) {
 	src, err := iofs.New(schema.FS, ".")
 	if err != nil {
 		return fmt.Errorf("migrate: read embedded migrations: %w", err)
@@ -191,7 +224,7 @@ func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, 
 	})
 	defer stop()
 	if err := fn(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		if refused, ok := refusal(m, src, up, err); ok {
+		if refused, ok := refusal(m, src, upward, err); ok {
 			return refused
 		}
 		return fmt.Errorf("migrate: %w", err)
@@ -204,8 +237,9 @@ func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, 
 // marks the version it migrates to dirty before running a migration and leaves it so
 // when the migration fails; but every pgtask migration is one transaction, and an error
 // the server reported (not a lost connection, whose outcome is unknown) means that
-// transaction rolled back. It reports false for any other error.
-func refusal(m *migrate.Migrate, src source.Driver, up bool, err error) (error, bool) {
+// transaction rolled back. upward tells the direction of the failed step from the
+// version it marked dirty. It reports false for any other error.
+func refusal(m *migrate.Migrate, src source.Driver, upward func(dirty uint) bool, err error) (error, bool) {
 	var dbErr database.Error
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &dbErr) || !errors.As(dbErr.OrigErr, &pgErr) {
@@ -217,7 +251,7 @@ func refusal(m *migrate.Migrate, src source.Driver, up bool, err error) (error, 
 	}
 	// Up marks the failed migration's own version; down marks the version below it.
 	failed, clean := version, -1
-	if up {
+	if upward(version) {
 		if prev, perr := src.Prev(version); perr == nil {
 			clean = int(prev)
 		}

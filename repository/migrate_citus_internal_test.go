@@ -251,6 +251,9 @@ func TestMigrateDistributed(t *testing.T) {
 		if !pgtest.OnCitus() {
 			return
 		}
+		if v, _, err := MigrationVersion(t.Context(), pool); err != nil || v != latest {
+			t.Fatalf("after the refusal, version %d (%v), want %d", v, err, latest)
+		}
 		// up, but not to the newest: the Citus forms are applied all together or not at all
 		pool = start(t, latest-2)
 		if err := MigrateTo(t.Context(), pool, latest-1); !errors.Is(err, ErrDistributed) {

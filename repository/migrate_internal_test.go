@@ -147,7 +147,7 @@ func migrateTo(t *testing.T, pool *pgxpool.Pool, version uint) {
 // TestMigrateTo steps a database with tasks down below the schedules and the limits and
 // back up, through MigrateTo: the version reached is the one asked for, the topics and
 // tasks are kept each way, what the reverted migrations added is gone and comes back
-// (empty), and processing works at the end. A version above the newest is refused,
+// empty, and processing works at the end. A version above the newest is refused,
 // changing nothing.
 func TestMigrateTo(t *testing.T) {
 	t.Parallel()
@@ -179,7 +179,23 @@ func TestMigrateTo(t *testing.T) {
 		"UPDATE task_topic SET max_attempts = 3 WHERE topic = 'u'",
 		`UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
 		 WHERE t.topic = 't' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('t', false, 0::smallint, 1, NULL, NULL)))`,
+		// what 000015-000017 added, which goes when they are reverted
+		"SELECT task_push('u', 'keyed', concurrency_key => 'tenant')",
+		"UPDATE task_topic SET concurrency = 2 WHERE topic = 't'",
+		"SELECT task_schedule('nightly', 't', '0 3 * * *')",
 	)
+	count := func(query string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, query).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		return n
+	}
+	if count("SELECT count(*) FROM task_schedule") != 1 || count("SELECT count(*) FROM task_tally") == 0 ||
+		count("SELECT count(*) FROM task WHERE concurrency_key IS NOT NULL") != 1 {
+		t.Fatal("the schedule, the tallies or the keyed task were not written")
+	}
 	rows, settings := taskRows(t, pool), topicSettings(t, pool)
 	same := func(when string) {
 		t.Helper()
@@ -219,9 +235,24 @@ func TestMigrateTo(t *testing.T) {
 		t.Fatalf("MigrateTo(%d) from 16: %v, at version %d", latest, err, version())
 	}
 	same("back at the newest version")
+	if n := count(`SELECT (SELECT count(*) FROM task_schedule) + (SELECT count(*) FROM task_tally)
+		+ (SELECT count(*) FROM task WHERE concurrency_key IS NOT NULL)
+		+ (SELECT count(*) FROM task_topic WHERE concurrency IS NOT NULL)`); n != 0 {
+		t.Errorf("back at the newest version, %d schedules, tallies, keys and limits; want none: reverting 000015-000017 dropped them", n)
+	}
 	var leased int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM task_poll_candidates('t', false, 0::smallint, 10, NULL, NULL)").Scan(&leased); err != nil || leased != 1 {
 		t.Errorf("poll after the round trip: %d candidates, %v; want the one READY task of t", leased, err)
+	}
+
+	// a schema newer than this build: its down migrations are not here
+	execEach(t, pool, "UPDATE "+migrationsTable+" SET version = version + 1")
+	err = MigrateTo(ctx, pool, 14)
+	if err == nil || !strings.Contains(err.Error(), "newer than this build") {
+		t.Errorf("MigrateTo(14) of a schema newer than the build = %v, want a refusal", err)
+	}
+	if v, _, _ := MigrationVersion(ctx, pool); v != latest+1 || !exists("task_schedule") {
+		t.Errorf("after the refusal, version %d (want %d), task_schedule there: %v", v, latest+1, exists("task_schedule"))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -341,7 +342,7 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 // whatever the error says (pgx reports some such losses as "conn closed", which it
 // calls safe to retry, and pgx.BeginFunc replaces the commit's error with its
 // rollback's). Only a COMMIT the server answered by rolling back is certain
-// (rolledBack): the transaction was already aborted, or a deferred check failed.
+// (rolledBack): the transaction was already aborted, or a deferred constraint failed.
 func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	own := autocommit(h)
 	ran, failed := false, false
@@ -358,28 +359,22 @@ func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 }
 
 // rolledBack reports whether err, a COMMIT's, is the server's word that the transaction
-// rolled back: COMMIT answered ROLLBACK (the transaction had failed), or an ERROR of the
-// classes a COMMIT raises before it commits anything: a deferred constraint (23), a
-// serialization failure or deadlock (40), an invalid transaction state (25). Any other
-// error (FATAL, a connection exception, an internal error, none at all) leaves the
-// outcome unknown: a backend terminated after its commit record was written reports the
-// termination, not the commit.
+// rolled back: COMMIT answered ROLLBACK (the transaction had failed), or an ERROR of
+// class 23, a deferred constraint, which PostgreSQL checks before anything commits (on
+// Citus too, before its workers commit). Any other error leaves the outcome unknown: a
+// backend terminated after its commit record was written reports the termination, not
+// the commit; and on a Citus coordinator, a one-worker transaction is committed on the
+// worker before the coordinator's last checks (the NOTIFY queue's lock, a serialization
+// check), whose errors (40001, 40P01, 57014, 54000) can follow a commit.
 func rolledBack(err error) bool {
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
 		return true
 	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+	if !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "23") {
 		return false
 	}
-	if severity := cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity); severity != "ERROR" {
-		return false
-	}
-	switch pgErr.Code[:2] {
-	case "23", "40", "25":
-		return true
-	}
-	return false
+	return cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR"
 }
 
 // errCommitUnknown marks the failure of a COMMIT (Atomically): its outcome is unknown.

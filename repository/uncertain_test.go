@@ -67,6 +67,7 @@ func TestUncertain(t *testing.T) {
 		{"cannot connect", &pgconn.ConnectError{}, false},
 		{"connection lost", fmt.Errorf("poll: %w", io.ErrUnexpectedEOF), true},
 		{"deadline while waiting", fmt.Errorf("poll: %w", context.DeadlineExceeded), true},
+		{"commit answered rollback", fmt.Errorf("commit: %w", pgx.ErrTxCommitRollback), false},
 	} {
 		if got := repository.Uncertain(tc.err); got != tc.want {
 			t.Errorf("%s: Uncertain(%v) = %v, want %v", tc.name, tc.err, got, tc.want)

@@ -36,7 +36,8 @@ func runMigrateDown(ctx context.Context, e *env, args []string) error {
 			"reverts only the migrations above version N, newest first (to step back before a\n"+
 			"release, run it with that release's binary, which has their down migrations): the\n"+
 			"topics and their tasks are kept, and what the reverted migrations added goes with\n"+
-			"them (000016 the schedules, 000015 the limits and concurrency keys). Needs --yes.")
+			"them (000017 the tallies, 000016 the schedules, 000015 the limits and concurrency\n"+
+			"keys). Needs --yes.")
 	url := f.databaseURL()
 	yes := f.Bool("yes", false, "confirm that what is reverted is dropped")
 	to := f.Int("to", 0, "revert only the migrations above version `N` (0: every migration, and every task)")
@@ -45,6 +46,9 @@ func runMigrateDown(ctx context.Context, e *env, args []string) error {
 	}
 	if *to < 0 {
 		return f.usagef("--to %d: a version is 0 or more", *to)
+	}
+	if newest := repository.NewestMigration(); uint(*to) > newest {
+		return f.usagef("--to %d: the newest migration of this build is %d", *to, newest)
 	}
 	if !*yes {
 		if *to > 0 {
@@ -74,7 +78,11 @@ func runMigrateDown(ctx context.Context, e *env, args []string) error {
 	if err := repository.MigrateTo(ctx, c.pool, uint(*to)); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "schema at version %d\n", *to)
+	version, _, err := repository.MigrationVersion(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "schema at version %d\n", version)
 	return nil
 }
 
