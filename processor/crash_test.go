@@ -1,69 +1,21 @@
 package processor_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/pgtask/pgtask/internal/victim"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
 
-// victimEnv carries the database URL to the victim subprocess.
-const victimEnv = "PGTASK_TEST_VICTIM_DATABASE_URL"
-
-// TestVictimProcess is not a test of its own: TestCrash runs the test binary again with
-// victimEnv set, and then this function is the victim processor. It completes a few tasks
-// and then blocks in the middle of a batch, printing "blocking" so the parent knows when
-// to kill it.
-func TestVictimProcess(t *testing.T) {
-	url := os.Getenv(victimEnv)
-	if url == "" {
-		t.Skip("helper process for TestCrash; runs only as its subprocess")
-	}
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := repository.New(repository.Config{Owner: "victim"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := processor.New(processor.Config{Pool: pool, Repository: repo, HeartbeatInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu      sync.Mutex
-		handled int
-	)
-	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
-		mu.Lock()
-		handled++
-		n := handled
-		mu.Unlock()
-		if n > 25 {
-			fmt.Println("blocking")
-			select {} // stuck mid-batch until SIGKILL
-		}
-		return repository.Succeed("victim")
-	})
-	if _, err := p.Manage(processor.ManagerConfig{Topic: "topic", Handler: handler, BatchSize: 10, PauseInterval: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	_ = p.Run(ctx)
-}
+// TestVictimProcess is not a test of its own: TestCrash runs the test binary again as the
+// victim processor (internal/victim), which completes 25 tasks and then hangs in the
+// middle of a batch until it is killed.
+func TestVictimProcess(t *testing.T) { victim.Run(t) }
 
 func TestCrash(t *testing.T) {
 	t.Run("KilledProcessorsTasksComeBackAndAreProcessedOnce", func(t *testing.T) {
@@ -76,40 +28,8 @@ func TestCrash(t *testing.T) {
 		const n = 200
 		f.pushN(n)
 
-		cmd := exec.Command(os.Args[0], "-test.run=^TestVictimProcess$", "-test.v")
-		victimURL := f.url + "&application_name=victim"
-		if !strings.Contains(f.url, "?") {
-			victimURL = f.url + "?application_name=victim"
-		}
-		cmd.Env = append(os.Environ(), victimEnv+"="+victimURL)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		blocking := make(chan struct{})
-		go func() {
-			scanner := bufio.NewScanner(stdout)
-			once := sync.Once{}
-			for scanner.Scan() {
-				if strings.Contains(scanner.Text(), "blocking") {
-					once.Do(func() { close(blocking) })
-				}
-			}
-		}()
-		select {
-		case <-blocking:
-		case <-time.After(60 * time.Second):
-			t.Fatal("victim never reached its blocking batch")
-		}
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
+		victim.Kill(t, "TestVictimProcess", victim.Config{URL: f.url, Topic: f.topic, HangAfter: 25, BatchSize: 10,
+			PauseInterval: time.Hour})
 		// A statement the victim sent just before dying may still commit: wait until
 		// its server backends are gone.
 		f.eventually("the victim's connections closed", func() bool {

@@ -1,62 +1,24 @@
 package citustest_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgtask/pgtask/internal/citustest"
+	"github.com/pgtask/pgtask/internal/victim"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
 
-// victimEnv carries the coordinator's URL to the victim subprocess of TestBurnDown.
-const victimEnv = "PGTASK_TEST_CITUS_VICTIM_URL"
-
-// TestCitusVictim is not a test of its own: TestBurnDown runs the test binary again with
-// victimEnv set, and then this is a processor that completes tasks of the topic "work"
-// for a while and then hangs in the middle of a batch, holding its leases, until it is
-// killed.
-func TestCitusVictim(t *testing.T) {
-	url := os.Getenv(victimEnv)
-	if url == "" {
-		t.Skip("helper process for TestBurnDown; runs only as its subprocess")
-	}
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := repository.New(repository.Config{Owner: "victim"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := processor.New(processor.Config{Pool: pool, Repository: repo, HeartbeatInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var handled atomic.Int64
-	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
-		if handled.Add(1) == 300 {
-			fmt.Println("hanging")
-			select {} // holds its batch's leases until SIGKILL
-		}
-		return repository.Succeed("victim")
-	})
-	if _, err := p.Manage(processor.ManagerConfig{Topic: "work", Handler: handler, BatchSize: 50}); err != nil {
-		t.Fatal(err)
-	}
-	_ = p.Run(ctx)
-}
+// TestCitusVictim is not a test of its own: TestBurnDown runs the test binary again as the
+// victim processor (internal/victim), which completes tasks of the topic "work" for a
+// while and then hangs in the middle of a batch, holding its leases, until it is killed.
+func TestCitusVictim(t *testing.T) { victim.Run(t) }
 
 // TestBurnDown: on the distributed database, a processor process is killed (SIGKILL)
 // while it holds leases, and a worker node restarts while another processor works; every
@@ -92,38 +54,7 @@ func TestBurnDown(t *testing.T) {
 	}
 
 	// the victim: killed while it hangs over a batch
-	victim := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCitusVictim$", "-test.v")
-	victim.Env = append(os.Environ(), victimEnv+"="+c.URL())
-	out, err := victim.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim.Stderr = os.Stderr
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	hanging := make(chan bool, 1)
-	go func() {
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			if strings.Contains(s.Text(), "hanging") {
-				hanging <- true
-			}
-		}
-		close(hanging)
-	}()
-	select {
-	case ok := <-hanging:
-		if !ok {
-			t.Fatal("the victim ended before it hung over a batch")
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the victim did not get to its hanging batch within a minute")
-	}
-	if err := victim.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = victim.Wait()
+	victim.Kill(t, "TestCitusVictim", victim.Config{URL: c.URL(), Topic: "work", HangAfter: 299, BatchSize: 50})
 
 	// the survivor, with a worker node crashing under it
 	p, err := processor.New(processor.Config{Pool: pool, Repository: repo,

@@ -1,0 +1,140 @@
+// Package victim runs a processor that is killed mid-batch, for the crash tests: the
+// test binary starts itself again as a child that processes tasks under the owner
+// "victim", completes some, then hangs in a handler holding its batch's leases until the
+// test kills it with SIGKILL. What the tests check is what happens to those leases.
+package victim
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// Owner is the owner the victim's processor registers as; Output is what it completes
+// tasks with (repository.Succeed(Output)).
+const (
+	Owner  = "victim"
+	Output = "victim"
+)
+
+// env carries the Config to the child as JSON.
+const env = "PGTASK_TEST_VICTIM"
+
+// hanging is the line the child prints when it hangs.
+const hanging = "victim hanging"
+
+// Config is what the victim does.
+type Config struct {
+	URL   string // the database; the child connects with application_name=victim
+	Topic string
+	// HangAfter: the handler hangs at the task after this many.
+	HangAfter int
+	BatchSize int
+	// PauseInterval of the manager (0: the processor's default).
+	PauseInterval time.Duration
+}
+
+// Run is the body of the child's test function: it returns at once when the test binary
+// runs as itself (the function should then skip), and otherwise never.
+func Run(t *testing.T) {
+	t.Helper()
+	raw := os.Getenv(env)
+	if raw == "" {
+		t.Skip("the victim of a crash test; runs only as its child process")
+	}
+	var cfg Config
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	poolCfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poolCfg.ConnConfig.RuntimeParams["application_name"] = Owner
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := repository.New(repository.Config{Owner: Owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := processor.New(processor.Config{Pool: pool, Repository: repo, HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		if handled.Add(1) > int64(cfg.HangAfter) {
+			fmt.Println(hanging)
+			select {} // holds its batch's leases until SIGKILL
+		}
+		return repository.Succeed(Output)
+	})
+	if _, err := p.Manage(processor.ManagerConfig{Topic: cfg.Topic, Handler: handler, BatchSize: cfg.BatchSize,
+		PauseInterval: cfg.PauseInterval}); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Run(ctx)
+	t.Fatal("the victim's processor stopped")
+}
+
+// Kill starts the test function test of this binary (which calls Run) as the victim,
+// waits until it hangs holding leases, and kills it with SIGKILL. It fails t when the
+// victim ends or has not hung within a minute.
+func Kill(t *testing.T, test string, cfg Config) {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env+"="+string(raw))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	hung := make(chan bool, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			if strings.Contains(s.Text(), hanging) {
+				select {
+				case hung <- true:
+				default:
+				}
+			}
+		}
+		close(hung)
+	}()
+	select {
+	case ok := <-hung:
+		if !ok {
+			t.Fatal("the victim ended before it hung over a batch")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the victim did not get to its hanging batch within a minute")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
