@@ -1,12 +1,10 @@
 package processor_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/logbuf"
+	"github.com/pgtask/pgtask/internal/victim"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -270,32 +269,8 @@ func TestScheduleKilledMidFire(t *testing.T) {
 	}
 	clock.advance(time.Second)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestScheduleVictimProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), scheduleVictimEnv+"="+f.url, scheduleVictimAtEnv+"="+clock.now().Format(time.RFC3339))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	holding := make(chan struct{})
-	go func() {
-		scanner := bufio.NewScanner(stdout)
-		once := sync.Once{}
-		for scanner.Scan() {
-			if strings.Contains(scanner.Text(), "holding") {
-				once.Do(func() { close(holding) })
-			}
-		}
-	}()
-	select {
-	case <-holding:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the victim never fired")
-	}
+	cmd := victim.Start(t, "TestScheduleVictimProcess",
+		[]string{scheduleVictimEnv + "=" + f.url, scheduleVictimAtEnv + "=" + clock.now().Format(time.RFC3339)}, "holding")
 
 	var fired atomic.Int64
 	stops := []func() error{

@@ -93,16 +93,28 @@ func Run(t *testing.T) {
 }
 
 // Kill starts the test function test of this binary (which calls Run) as the victim,
-// waits until it hangs holding leases, and kills it with SIGKILL. It fails t when the
-// victim ends or has not hung within a minute.
+// waits until it hangs holding leases, and kills it with SIGKILL.
 func Kill(t *testing.T, test string, cfg Config) {
 	t.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd := Start(t, test, []string{env + "=" + string(raw)}, hanging)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+// Start runs the test function test of this binary as a child process with env added
+// to this one's, and returns once the child has printed a line containing line; the
+// child is killed when t ends, if it has not been before. It fails t when the child ends
+// first, or has not printed the line within a minute.
+func Start(t *testing.T, test string, env []string, line string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
-	cmd.Env = append(os.Environ(), env+"="+string(raw))
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -112,29 +124,26 @@ func Kill(t *testing.T, test string, cfg Config) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	hung := make(chan bool, 1)
+	printed := make(chan bool, 1)
 	go func() {
 		s := bufio.NewScanner(out)
 		for s.Scan() {
-			if strings.Contains(s.Text(), hanging) {
+			if strings.Contains(s.Text(), line) {
 				select {
-				case hung <- true:
+				case printed <- true:
 				default:
 				}
 			}
 		}
-		close(hung)
+		close(printed)
 	}()
 	select {
-	case ok := <-hung:
+	case ok := <-printed:
 		if !ok {
-			t.Fatal("the victim ended before it hung over a batch")
+			t.Fatalf("%s ended before it printed %q", test, line)
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("the victim did not get to its hanging batch within a minute")
+		t.Fatalf("%s did not print %q within a minute", test, line)
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	return cmd
 }
