@@ -76,7 +76,7 @@ type command struct {
 func commands() []*command {
 	return []*command{
 		{name: "migrate", summary: "apply, revert or show the database schema", sub: []*command{
-			{name: "up", summary: "apply every pending migration", run: runMigrateUp},
+			{name: "up", args: "[--to N]", summary: "apply every pending migration, or those up to version N", run: runMigrateUp},
 			{name: "down", args: "--yes [--to N]", summary: "revert every migration (dropping all pgtask tables), or those above version N", run: runMigrateDown},
 			{name: "version", summary: "print the applied migration version", run: runMigrateVersion},
 		}},

@@ -110,6 +110,8 @@ func TestUsageErrors(t *testing.T) {
 		{"MigrateDownUnconfirmed", []string{"migrate", "down"}, []string{"migrate down: --yes"}},
 		{"MigrateDownToUnconfirmed", []string{"migrate", "down", "--to", "5"}, []string{"migrate down: --yes: this reverts every migration above version 5"}},
 		{"MigrateDownToAboveNewest", []string{"migrate", "down", "--yes", "--to", "100000"}, []string{"migrate down: --to 100000: the newest migration of this build is"}},
+		{"MigrateUpToNegative", []string{"migrate", "up", "--to", "-2"}, []string{"migrate up: --to -2: a version is 0 or more"}},
+		{"MigrateUpToAboveNewest", []string{"migrate", "up", "--to", "100000"}, []string{"migrate up: --to 100000: the newest migration of this build is"}},
 		{"MigrateDownToNegative", []string{"migrate", "down", "--yes", "--to", "-1"}, []string{"migrate down: --to -1: a version is 0 or more"}},
 		{"NoDatabaseURL", []string{"stats"}, []string{"stats: --database-url: no database URL: pass --database-url or set DATABASE_URL"}},
 		{"BadDatabaseURL", []string{"stats", "--database-url", "postgres://x:y@host:notaport/db"}, []string{"stats: --database-url:"}},

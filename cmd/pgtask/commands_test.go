@@ -47,6 +47,10 @@ func TestMigrate(t *testing.T) {
 	}
 	wantUsage(t, f.cli("migrate", "down", "--yes", "--to", strconv.Itoa(latest)),
 		fmt.Sprintf("--to %d: the schema is at version %d, below it", latest, latest-1))
+	wantContains(t, f.ok("migrate", "down", "--yes", "--to", strconv.Itoa(latest-2)), fmt.Sprintf("schema at version %d", latest-2))
+	wantContains(t, f.ok("migrate", "up", "--to", strconv.Itoa(latest-1)), fmt.Sprintf("schema at version %d", latest-1))
+	wantUsage(t, f.cli("migrate", "up", "--to", strconv.Itoa(latest-2)),
+		fmt.Sprintf("--to %d: the schema is at version %d, above it", latest-2, latest-1))
 	wantContains(t, f.ok("migrate", "up"), fmt.Sprintf("schema at version %d", latest))
 	if task := f.get(seqs[0]); task.Identifier != "kept" || task.State != repository.Ready {
 		t.Fatalf("after down --to %d and up, task %d = %+v, want the READY task kept", latest-1, seqs[0], task)

@@ -8,18 +8,39 @@ import (
 )
 
 func runMigrateUp(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "pgtask migrate up", "[flags]",
-		"Applies every pending migration (repository.Migrate). Safe to run again and from\nseveral processes at once.")
+	f := newFlags(e, "pgtask migrate up", "[--to N] [flags]",
+		"Applies every pending migration (repository.Migrate). Safe to run again and from\n"+
+			"several processes at once. With --to N, applies those up to version N only\n"+
+			"(repository.MigrateTo), say to run a long one at a time of its own.")
 	url := f.databaseURL()
+	to := f.Int("to", 0, "apply the pending migrations up to version `N` only (0: every one)")
 	if err := f.noArgs(args); err != nil {
 		return err
+	}
+	if *to < 0 {
+		return f.usagef("--to %d: a version is 0 or more", *to)
+	}
+	if newest := repository.NewestMigration(); uint(*to) > newest {
+		return f.usagef("--to %d: the newest migration of this build is %d", *to, newest)
 	}
 	c, err := f.connect(ctx, *url)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := repository.Migrate(ctx, c.pool); err != nil {
+	if *to == 0 {
+		err = repository.Migrate(ctx, c.pool)
+	} else {
+		var current uint
+		if current, _, err = repository.MigrationVersion(ctx, c.pool); err != nil {
+			return err
+		}
+		if uint(*to) < current {
+			return f.usagef("--to %d: the schema is at version %d, above it; migrate down --to reverts migrations", *to, current)
+		}
+		err = repository.MigrateTo(ctx, c.pool, uint(*to))
+	}
+	if err != nil {
 		return err
 	}
 	version, _, err := repository.MigrationVersion(ctx, c.pool)
