@@ -67,8 +67,10 @@ func NewestMigration() uint { return latestMigration() }
 // that applied it), and a distributed database can only go to the newest migration
 // (ErrDistributed); nothing is changed then. As Migrate, each migration is one
 // transaction; when PostgreSQL refuses one, the schema stays at the last version reached
-// (ErrMigrationRefused). When another process migrates meanwhile and the schema ends
-// elsewhere than version, it reports ErrMigrationInProgress.
+// (ErrMigrationRefused). It moves in the direction asked for, by as many steps as the
+// schema was away from version; when another process migrates meanwhile and the schema
+// ends elsewhere, it reports ErrMigrationInProgress. A dirty schema is refused
+// (migrate.ErrDirty).
 func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	if version == 0 {
 		return MigrateDown(ctx, pool)
@@ -88,7 +90,10 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	if version == latest {
 		return Migrate(ctx, pool)
 	}
-	if version == current && !dirty {
+	if dirty {
+		return fmt.Errorf("migrate: %w", migrate.ErrDirty{Version: int(current)})
+	}
+	if version == current {
 		return nil
 	}
 	up := version > current
@@ -103,15 +108,18 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 				ErrDistributed, latest, version)
 		}
 	}
-	// The direction of a step that fails is told by the version it marked dirty, not by
-	// the version read above: another process may migrate in between.
-	upward := func(dirty uint) bool {
-		if dirty != version {
-			return dirty < version
-		}
-		return up
+	// Steps, not Migrate(version): the version read above may be stale by the time
+	// golang-migrate holds its lock (another process may migrate in between), and a
+	// number of steps keeps the direction asked for, where Migrate(version) would revert
+	// migrations another process had just applied.
+	steps := int(version) - int(current)
+	err = withMigrate(ctx, pool, up, nil, func(m *migrate.Migrate) error { return m.Steps(steps) })
+	var short migrate.ErrShortLimit
+	if errors.As(err, &short) {
+		return fmt.Errorf("migrate: %w: the schema moved while migrating to version %d (%v): another process migrated it meanwhile",
+			ErrMigrationInProgress, version, err)
 	}
-	if err := migrateSteps(ctx, pool, up, nil, upward, func(m *migrate.Migrate) error { return m.Migrate(version) }); err != nil {
+	if err != nil {
 		return err
 	}
 	if reached, _, err := migrationVersion(ctx, pool); err != nil {
@@ -182,14 +190,7 @@ func newest(src source.Driver) uint {
 // withMigrate runs fn on a golang-migrate instance over pool; up tells the direction fn
 // migrates in, for restoring the version after a refused migration. A distributed
 // database is migrated up with forms (migrateDistributed) instead, and not down.
-func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, fn func(*migrate.Migrate) error) error {
-	return migrateSteps(ctx, pool, up, forms, func(uint) bool { return up }, fn)
-}
-
-// migrateSteps is withMigrate, with the direction of a refused step told by upward from
-// the version the step marked dirty.
-func migrateSteps(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, upward func(dirty uint) bool,
-	fn func(*migrate.Migrate) error) (err error) {
+func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, fn func(*migrate.Migrate) error) (err error) {
 	src, err := iofs.New(schema.FS, ".")
 	if err != nil {
 		return fmt.Errorf("migrate: read embedded migrations: %w", err)
@@ -224,7 +225,7 @@ func migrateSteps(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS,
 	})
 	defer stop()
 	if err := fn(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		if refused, ok := refusal(m, src, upward, err); ok {
+		if refused, ok := refusal(m, src, up, err); ok {
 			return refused
 		}
 		return fmt.Errorf("migrate: %w", err)
@@ -237,9 +238,8 @@ func migrateSteps(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS,
 // marks the version it migrates to dirty before running a migration and leaves it so
 // when the migration fails; but every pgtask migration is one transaction, and an error
 // the server reported (not a lost connection, whose outcome is unknown) means that
-// transaction rolled back. upward tells the direction of the failed step from the
-// version it marked dirty. It reports false for any other error.
-func refusal(m *migrate.Migrate, src source.Driver, upward func(dirty uint) bool, err error) (error, bool) {
+// transaction rolled back. It reports false for any other error.
+func refusal(m *migrate.Migrate, src source.Driver, up bool, err error) (error, bool) {
 	var dbErr database.Error
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &dbErr) || !errors.As(dbErr.OrigErr, &pgErr) {
@@ -251,7 +251,7 @@ func refusal(m *migrate.Migrate, src source.Driver, upward func(dirty uint) bool
 	}
 	// Up marks the failed migration's own version; down marks the version below it.
 	failed, clean := version, -1
-	if upward(version) {
+	if up {
 		if prev, perr := src.Prev(version); perr == nil {
 			clean = int(prev)
 		}

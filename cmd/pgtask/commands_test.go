@@ -51,10 +51,12 @@ func TestMigrate(t *testing.T) {
 	wantContains(t, f.ok("migrate", "up", "--to", strconv.Itoa(latest-1)), fmt.Sprintf("schema at version %d", latest-1))
 	wantUsage(t, f.cli("migrate", "up", "--to", strconv.Itoa(latest-2)),
 		fmt.Sprintf("--to %d: the schema is at version %d, above it", latest-2, latest-1))
-	wantContains(t, f.ok("migrate", "up"), fmt.Sprintf("schema at version %d", latest))
+	wantContains(t, f.ok("migrate", "up", "--to", strconv.Itoa(latest-1)), fmt.Sprintf("schema at version %d", latest-1)) // no change
+	wantContains(t, f.ok("migrate", "up", "--to", strconv.Itoa(latest)), fmt.Sprintf("schema at version %d", latest))
 	if task := f.get(seqs[0]); task.Identifier != "kept" || task.State != repository.Ready {
-		t.Fatalf("after down --to %d and up, task %d = %+v, want the READY task kept", latest-1, seqs[0], task)
+		t.Fatalf("after down --to %d and up again, task %d = %+v, want the READY task kept", latest-2, seqs[0], task)
 	}
+	wantContains(t, f.ok("migrate", "up"), fmt.Sprintf("schema at version %d", latest))
 
 	wantContains(t, f.ok("migrate", "down", "--yes"), "schema removed")
 	if got := f.ok("migrate", "version"); got != "0\n" {

@@ -11,7 +11,8 @@ func runMigrateUp(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask migrate up", "[--to N] [flags]",
 		"Applies every pending migration (repository.Migrate). Safe to run again and from\n"+
 			"several processes at once. With --to N, applies those up to version N only\n"+
-			"(repository.MigrateTo), say to run a long one at a time of its own.")
+			"(repository.MigrateTo), say to run a long one at a time of its own; it never\n"+
+			"reverts a migration, and fails when another process migrates meanwhile.")
 	url := f.databaseURL()
 	to := f.Int("to", 0, "apply the pending migrations up to version `N` only (0: every one)")
 	if err := f.noArgs(args); err != nil {
@@ -35,7 +36,8 @@ func runMigrateUp(ctx context.Context, e *env, args []string) error {
 		if current, _, err = repository.MigrationVersion(ctx, c.pool); err != nil {
 			return err
 		}
-		if uint(*to) < current {
+		// (a schema newer than this build: MigrateTo says so)
+		if uint(*to) < current && current <= repository.NewestMigration() {
 			return f.usagef("--to %d: the schema is at version %d, above it; migrate down --to reverts migrations", *to, current)
 		}
 		err = repository.MigrateTo(ctx, c.pool, uint(*to))

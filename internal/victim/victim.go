@@ -46,8 +46,8 @@ type Config struct {
 	PauseInterval time.Duration
 }
 
-// Run is the body of the child's test function: it returns at once when the test binary
-// runs as itself (the function should then skip), and otherwise never.
+// Run is the body of the child's test function: it skips the test when the test binary
+// runs as itself, and otherwise never returns (the victim is killed).
 func Run(t *testing.T) {
 	t.Helper()
 	raw := os.Getenv(env)
@@ -107,14 +107,14 @@ func Kill(t *testing.T, test string, cfg Config) {
 	_ = cmd.Wait()
 }
 
-// Start runs the test function test of this binary as a child process with env added
+// Start runs the test function test of this binary as a child process with extraEnv added
 // to this one's, and returns once the child has printed a line containing line; the
 // child is killed when t ends, if it has not been before. It fails t when the child ends
 // first, or has not printed the line within a minute.
-func Start(t *testing.T, test string, env []string, line string) *exec.Cmd {
+func Start(t *testing.T, test string, extraEnv []string, line string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(os.Environ(), extraEnv...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
