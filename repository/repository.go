@@ -324,7 +324,10 @@ func deref[T any](p *T) T {
 
 // inTx runs fn in a nested transaction of h (a savepoint when h is a transaction), so
 // that a multi-statement operation is all or nothing inside the caller's transaction.
+// When the transaction is its own, a failed COMMIT is marked errCommitUnknown (Uncertain)
+// unless the server answered it by rolling back (rolledBack).
 func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
+	own := autocommit(h) // before Begin, which opens a transaction on a connection
 	tx, err := h.Begin(ctx)
 	if err != nil {
 		return err
@@ -333,7 +336,13 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 		_ = tx.Rollback(ctx)
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		if own && !rolledBack(err) {
+			return fmt.Errorf("%w: %w", errCommitUnknown, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // Atomically runs fn in a transaction of h and commits it: a savepoint when h is a
@@ -343,19 +352,9 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 // calls safe to retry, and pgx.BeginFunc replaces the commit's error with its
 // rollback's). Only a COMMIT the server answered by rolling back is certain
 // (rolledBack): the transaction was already aborted, or a deferred constraint failed.
+// It is the repository's own inTx.
 func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
-	own := autocommit(h)
-	ran, failed := false, false
-	err := inTx(ctx, h, func(tx pgx.Tx) error {
-		ran = true
-		err := fn(tx)
-		failed = err != nil
-		return err
-	})
-	if err != nil && own && ran && !failed && !rolledBack(err) {
-		return fmt.Errorf("%w: %w", errCommitUnknown, err) // the COMMIT failed
-	}
-	return err
+	return inTx(ctx, h, fn)
 }
 
 // rolledBack reports whether err, a COMMIT's, is the server's word that the transaction
