@@ -199,12 +199,8 @@ func TestMigrateTo(t *testing.T) {
 	rows, settings := taskRows(t, pool), topicSettings(t, pool)
 	same := func(when string) {
 		t.Helper()
-		if got := taskRows(t, pool); !slices.Equal(got, rows) {
-			t.Errorf("tasks %s = %v, want %v", when, got, rows)
-		}
-		if got := topicSettings(t, pool); !slices.Equal(got, settings) {
-			t.Errorf("topics %s = %v, want %v", when, got, settings)
-		}
+		sameRows(t, "tasks "+when, taskRows(t, pool), rows)
+		sameRows(t, "topics "+when, topicSettings(t, pool), settings)
 	}
 
 	if err := MigrateTo(ctx, pool, 14); err != nil || version() != 14 {

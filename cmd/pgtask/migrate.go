@@ -18,39 +18,21 @@ func runMigrateUp(ctx context.Context, e *env, args []string) error {
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
-	if *to < 0 {
-		return f.usagef("--to %d: a version is 0 or more", *to)
-	}
-	if newest := repository.NewestMigration(); uint(*to) > newest {
-		return f.usagef("--to %d: the newest migration of this build is %d", *to, newest)
+	if err := f.checkTo(*to); err != nil {
+		return err
 	}
 	c, err := f.connect(ctx, *url)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if *to == 0 {
-		err = repository.Migrate(ctx, c.pool)
-	} else {
-		var current uint
-		if current, _, err = repository.MigrationVersion(ctx, c.pool); err != nil {
-			return err
-		}
-		// (a schema newer than this build: MigrateTo says so)
-		if uint(*to) < current && current <= repository.NewestMigration() {
-			return f.usagef("--to %d: the schema is at version %d, above it; migrate down --to reverts migrations", *to, current)
-		}
-		err = repository.MigrateTo(ctx, c.pool, uint(*to))
+	if *to > 0 {
+		return f.migrateTo(ctx, c, uint(*to), true)
 	}
-	if err != nil {
+	if err := repository.Migrate(ctx, c.pool); err != nil {
 		return err
 	}
-	version, _, err := repository.MigrationVersion(ctx, c.pool)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "schema at version %d\n", version)
-	return nil
+	return f.printVersion(ctx, c)
 }
 
 func runMigrateDown(ctx context.Context, e *env, args []string) error {
@@ -67,11 +49,8 @@ func runMigrateDown(ctx context.Context, e *env, args []string) error {
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
-	if *to < 0 {
-		return f.usagef("--to %d: a version is 0 or more", *to)
-	}
-	if newest := repository.NewestMigration(); uint(*to) > newest {
-		return f.usagef("--to %d: the newest migration of this build is %d", *to, newest)
+	if err := f.checkTo(*to); err != nil {
+		return err
 	}
 	if !*yes {
 		if *to > 0 {
@@ -84,31 +63,58 @@ func runMigrateDown(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer c.Close()
-	if *to == 0 {
-		if err := repository.MigrateDown(ctx, c.pool); err != nil {
-			return err
-		}
-		fmt.Fprintln(e.stdout, "schema removed (version 0)")
-		return nil
+	if *to > 0 {
+		return f.migrateTo(ctx, c, uint(*to), false)
 	}
+	if err := repository.MigrateDown(ctx, c.pool); err != nil {
+		return err
+	}
+	fmt.Fprintln(f.e.stdout, "schema removed (version 0)")
+	return nil
+}
+
+// checkTo refuses a --to that names no version of this build.
+func (f *flags) checkTo(to int) error {
+	if to < 0 {
+		return f.usagef("--to %d: a version is 0 or more", to)
+	}
+	if newest := repository.NewestMigration(); uint(to) > newest {
+		return f.usagef("--to %d: the newest migration of this build is %d", to, newest)
+	}
+	return nil
+}
+
+// migrateTo migrates c's database to version, up or down as the command does (a schema
+// on the other side of version is a usage error; one newer than this build is left to
+// MigrateTo, which says so), and prints the version reached.
+func (f *flags) migrateTo(ctx context.Context, c *conn, version uint, up bool) error {
 	current, _, err := repository.MigrationVersion(ctx, c.pool)
 	if err != nil {
 		return err
 	}
-	if uint(*to) > current {
-		return f.usagef("--to %d: the schema is at version %d, below it; migrate up applies migrations", *to, current)
+	if current <= repository.NewestMigration() {
+		if up && version < current {
+			return f.usagef("--to %d: the schema is at version %d, above it; migrate down --to reverts migrations", version, current)
+		}
+		if !up && version > current {
+			return f.usagef("--to %d: the schema is at version %d, below it; migrate up applies migrations", version, current)
+		}
 	}
-	if err := repository.MigrateTo(ctx, c.pool, uint(*to)); err != nil {
+	if err := repository.MigrateTo(ctx, c.pool, version); err != nil {
 		return err
 	}
+	return f.printVersion(ctx, c)
+}
+
+// printVersion prints the schema's version: "schema at version N".
+func (f *flags) printVersion(ctx context.Context, c *conn) error {
 	version, _, err := repository.MigrationVersion(ctx, c.pool)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "schema at version %d\n", version)
+	fmt.Fprintf(f.e.stdout, "schema at version %d\n", version)
 	return nil
 }
-
 func runMigrateVersion(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask migrate version", "[flags]",
 		"Prints the applied migration version (0 when none), followed by \"(dirty)\" when a\nfailed migration left the schema half applied.")
