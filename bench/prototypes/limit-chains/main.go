@@ -1,0 +1,314 @@
+// Command limit-chains measures ways of running a limited topic's chain (lease → handle
+// → complete) with no-op handlers, as BENCHMARKS.md's "Limits" reports them: the
+// question is whether cycles that overlap move more tasks through a concurrency limit
+// than one chain does.
+//
+//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N | -pipeline] [-swap [-locked]]
+//
+// It registers a topic limited to -limit, pushes -tasks tasks, VACUUMs and CHECKPOINTs,
+// then drives the repository directly (no processor) and prints tasks/s:
+//
+//	-chains N    N chains of limit/N tasks, each cycle one statement: pgtask's own
+//	             task_complete_poll (Repository.CompleteAndPoll), whose lease counts the
+//	             topic's ACTIVE tasks under its advisory lock
+//	-swap        the chains' statement is the prototype's complete_swap instead: the
+//	             completion, then a lease of at most as many tasks as it completed, with
+//	             no advisory lock and no count (such a statement never raises the count);
+//	             it returns only each leased task's sequence and attempt
+//	-locked      with -swap, the prototype's lease takes the advisory lock and
+//	             counts as pgtask's does (what the lock costs)
+//	-pipeline    one chain whose completion and next lease run at once on two
+//	             connections, the lease committed once the completion has
+//
+// The prototype's functions live in the schema limit_chains_prototype, created in the
+// database at the start and dropped at the end with the topic, its tasks and the owner. Use a benchmark
+// database (BENCHMARKS.md, "How the figures are taken"), never one in production.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// prototype is the schema of the lock-free lease: what a limited topic's chain would
+// run if a lease that only replaces the tasks its own completion freed skipped the
+// advisory lock and the count.
+const prototype = `
+CREATE SCHEMA limit_chains_prototype;
+CREATE FUNCTION limit_chains_prototype.lease(p_topic text, p_owner text, p_size integer, p_from bigint)
+RETURNS TABLE (sequence bigint, attempt integer)
+LANGUAGE plpgsql VOLATILE SET enable_sort = off SET enable_bitmapscan = off
+AS $$
+BEGIN
+    RETURN QUERY
+        UPDATE public.task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
+        WHERE t.topic = p_topic
+          AND t.ctid = ANY (ARRAY(SELECT c.ctid FROM public.task c
+                                  WHERE hashtext(c.topic) = hashtext(p_topic) AND c.topic = p_topic AND c.state = 1
+                                    AND (c.priority, c.sequence) >= (0::smallint, p_from)
+                                    AND (c.not_before IS NULL OR c.not_before <= now())
+                                  ORDER BY c.priority, c.sequence
+                                  LIMIT p_size
+                                  FOR UPDATE OF c SKIP LOCKED))
+        RETURNING t.sequence, t.attempt;
+END
+$$;
+CREATE FUNCTION limit_chains_prototype.complete_swap(p_topic text, p_owner text, p_sequences bigint[],
+                                                     p_attempts integer[], p_from bigint, p_locked boolean)
+RETURNS TABLE (sequence bigint, attempt integer)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_done integer;
+BEGIN
+    PERFORM public.task_complete(p_topic, p_owner, p_sequences, p_attempts,
+                                 array_fill(3::smallint, ARRAY[cardinality(p_sequences)]),
+                                 array_fill(''::text, ARRAY[cardinality(p_sequences)]),
+                                 array_fill(0::bigint, ARRAY[cardinality(p_sequences)]));
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    IF v_done < cardinality(p_sequences) THEN
+        RAISE EXCEPTION 'completed % of % tasks', v_done, cardinality(p_sequences);
+    END IF;
+    IF NOT p_locked THEN
+        RETURN QUERY SELECT l.sequence, l.attempt FROM limit_chains_prototype.lease(p_topic, p_owner, v_done, p_from) l;
+        RETURN;
+    END IF;
+    -- as task_complete_poll leases: under the topic's advisory lock, after a count
+    RETURN QUERY
+        UPDATE public.task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
+        WHERE t.topic = p_topic
+          AND t.ctid = ANY (ARRAY(SELECT public.task_poll_candidates(p_topic, false, 0::smallint, v_done,
+                                                                     0::smallint, p_from)))
+        RETURNING t.sequence, t.attempt;
+END
+$$;
+`
+
+// lease is a leased task, as the prototype's statements return it.
+type lease struct {
+	sequence int64
+	attempt  int32
+}
+
+type run struct {
+	pool  *pgxpool.Pool
+	repo  *repository.Repository
+	topic string
+	done  atomic.Int64
+	// floor is the highest sequence leased: where the next lease starts (the
+	// processor's floor does the same).
+	floor atomic.Int64
+}
+
+func main() {
+	url := flag.String("database-url", os.Getenv("DATABASE_URL"), "the benchmark database")
+	limit := flag.Int("limit", 64, "the topic's concurrency limit")
+	tasks := flag.Int("tasks", 200000, "tasks to push and process")
+	chains := flag.Int("chains", 1, "chains of limit/chains tasks each")
+	swap := flag.Bool("swap", false, "the chains run the prototype's complete_swap: a lease without the advisory lock")
+	locked := flag.Bool("locked", false, "with -swap, the lease takes the advisory lock and counts after all")
+	pipeline := flag.Bool("pipeline", false, "one chain, completion and next lease at once on two connections")
+	flag.Parse()
+	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *swap)) || (*locked && !*swap) {
+		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -locked only with -swap"))
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, *url)
+	fail(err)
+	defer pool.Close()
+	r := &run{pool: pool, topic: fmt.Sprintf("limit-chains-%d", time.Now().UnixNano())}
+	r.repo, err = repository.New(repository.Config{})
+	fail(err)
+	fail(r.setUp(ctx, *limit, *tasks))
+	defer r.tearDown(context.Background())
+
+	start := time.Now()
+	if *pipeline {
+		err = r.pipeline(ctx, *limit)
+	} else {
+		err = r.chains(ctx, *chains, *limit / *chains, *swap, *locked)
+	}
+	elapsed := time.Since(start)
+	fail(err)
+	fmt.Printf("limit %d, chains %d, swap %v, locked %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
+		*limit, *chains, *swap, *locked, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
+}
+
+func (r *run) setUp(ctx context.Context, limit, tasks int) error {
+	if _, err := r.pool.Exec(ctx, prototype); err != nil {
+		return fmt.Errorf("install the prototype (is the schema left from an interrupted run? DROP SCHEMA limit_chains_prototype CASCADE): %w", err)
+	}
+	if _, err := r.repo.RegisterOwner(ctx, r.pool); err != nil {
+		return err
+	}
+	if _, err := r.repo.CreateTopic(ctx, r.pool, r.topic); err != nil {
+		return err
+	}
+	change := func(s *repository.TopicSettings) { s.Concurrency = int32(limit) }
+	if _, err := r.repo.UpdateSettings(ctx, r.pool, r.topic, change); err != nil {
+		return err
+	}
+	for i := 0; i < tasks; i += 1000 {
+		cs := make([]repository.Creation, min(1000, tasks-i))
+		for j := range cs {
+			cs[j] = repository.Creation{Identifier: fmt.Sprint(i + j)}
+		}
+		if _, err := r.repo.Push(ctx, r.pool, r.topic, repository.Append, cs...); err != nil {
+			return err
+		}
+	}
+	for _, sql := range []string{"VACUUM", "CHECKPOINT"} {
+		if _, err := r.pool.Exec(ctx, sql); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) tearDown(ctx context.Context) {
+	_, err := r.pool.Exec(ctx, "DROP SCHEMA limit_chains_prototype CASCADE")
+	fail(err)
+	_, err = r.repo.Destroy(ctx, r.pool, r.topic)
+	fail(err)
+	_, err = r.repo.DeregisterOwner(ctx, r.pool)
+	fail(err)
+}
+
+// chains runs n chains of size tasks until no task is left.
+func (r *run) chains(ctx context.Context, n, size int, swap, locked bool) error {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			leased, err := r.repo.PollFrom(ctx, r.pool, r.topic, repository.FIFO, repository.None, size, repository.Position{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			cur := r.leases(leased)
+			for len(cur) > 0 && err == nil {
+				if swap {
+					cur, err = r.completeSwap(ctx, cur, locked)
+					continue
+				}
+				_, leased, err = r.repo.CompleteAndPoll(ctx, r.pool, r.topic, r.completions(cur), repository.FIFO,
+					repository.None, size, repository.Position{Sequence: r.floor.Load()})
+				r.done.Add(int64(len(cur)))
+				cur = r.leases(leased)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pipeline runs one chain whose completion and next lease overlap: the lease runs in a
+// transaction of its own meanwhile and commits after the completion has.
+func (r *run) pipeline(ctx context.Context, limit int) error {
+	leased, err := r.repo.PollFrom(ctx, r.pool, r.topic, repository.FIFO, repository.None, limit, repository.Position{})
+	if err != nil {
+		return err
+	}
+	cur := r.leases(leased)
+	for len(cur) > 0 {
+		tx, err := r.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		var next []lease
+		var leaseErr error
+		leasing := make(chan struct{})
+		go func() {
+			defer close(leasing)
+			next, leaseErr = r.lease(ctx, tx, len(cur))
+		}()
+		_, err = r.repo.Complete(ctx, r.pool, r.topic, r.completions(cur)...)
+		<-leasing
+		if err = errors.Join(err, leaseErr); err != nil {
+			return errors.Join(err, tx.Rollback(ctx))
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		r.done.Add(int64(len(cur)))
+		cur = next
+	}
+	return nil
+}
+
+func (r *run) lease(ctx context.Context, tx pgx.Tx, n int) ([]lease, error) {
+	rows, _ := tx.Query(ctx, "SELECT sequence, attempt FROM limit_chains_prototype.lease($1, $2, $3, $4)",
+		r.topic, r.repo.Owner(), n, r.floor.Load())
+	return r.scan(rows)
+}
+
+func (r *run) completeSwap(ctx context.Context, cur []lease, locked bool) ([]lease, error) {
+	sequences, attempts := make([]int64, len(cur)), make([]int32, len(cur))
+	for i, l := range cur {
+		sequences[i], attempts[i] = l.sequence, l.attempt
+	}
+	rows, _ := r.pool.Query(ctx, "SELECT sequence, attempt FROM limit_chains_prototype.complete_swap($1, $2, $3, $4, $5, $6)",
+		r.topic, r.repo.Owner(), sequences, attempts, r.floor.Load(), locked)
+	next, err := r.scan(rows)
+	if err == nil {
+		r.done.Add(int64(len(cur)))
+	}
+	return next, err
+}
+
+func (r *run) scan(rows pgx.Rows) ([]lease, error) {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (lease, error) {
+		var l lease
+		err := row.Scan(&l.sequence, &l.attempt)
+		return l, err
+	})
+	for _, l := range out {
+		r.raiseFloor(l.sequence)
+	}
+	return out, err
+}
+
+func (r *run) leases(tasks []repository.Task) []lease {
+	out := make([]lease, len(tasks))
+	for i, t := range tasks {
+		out[i] = lease{sequence: t.Sequence, attempt: t.Attempt}
+		r.raiseFloor(t.Sequence)
+	}
+	return out
+}
+
+func (r *run) raiseFloor(sequence int64) {
+	for {
+		f := r.floor.Load()
+		if sequence <= f || r.floor.CompareAndSwap(f, sequence) {
+			return
+		}
+	}
+}
+
+func (r *run) completions(cur []lease) []repository.Completion {
+	out := make([]repository.Completion, len(cur))
+	for i, l := range cur {
+		out[i] = repository.Completion{Sequence: l.sequence, Attempt: l.attempt, Decision: repository.Succeed("")}
+	}
+	return out
+}
+
+func fail(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "limit-chains:", err)
+		os.Exit(1)
+	}
+}
