@@ -113,6 +113,9 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	// number of steps keeps the direction asked for, where Migrate(version) would revert
 	// migrations another process had just applied.
 	steps := int(version) - int(current)
+	if testHookMigrateToSteps != nil {
+		testHookMigrateToSteps()
+	}
 	err = withMigrate(ctx, pool, up, nil, func(m *migrate.Migrate) error { return m.Steps(steps) })
 	var short migrate.ErrShortLimit
 	if errors.As(err, &short) {
@@ -130,6 +133,10 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	}
 	return nil
 }
+
+// testHookMigrateToSteps, when set (by tests only), runs in MigrateTo between reading
+// the version and stepping from it: where another migrator can move the schema.
+var testHookMigrateToSteps func()
 
 // MigrationVersion reports the applied migration version (0 when none) and whether a
 // failed migration left the schema dirty. It reads golang-migrate's table without

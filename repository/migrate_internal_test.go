@@ -144,6 +144,51 @@ func migrateTo(t *testing.T, pool *pgxpool.Pool, version uint) {
 	}
 }
 
+// TestMigrateToMovedMeanwhile: another migrator moves the schema between MigrateTo's
+// read of the version and its steps (testHookMigrateToSteps): MigrateTo does not move
+// back to what it was asked for, reports ErrMigrationInProgress, and leaves the schema
+// clean where the steps ended. Not parallel: it sets a package variable, and parallel
+// tests run only after the sequential ones.
+func TestMigrateToMovedMeanwhile(t *testing.T) {
+	latest := latestMigration()
+	for _, tc := range []struct {
+		name     string
+		from, to uint
+		other    int  // the other migrator's steps
+		reached  uint // where the schema ends
+	}{
+		// one step asked for, taken from where the other left it: past the target
+		{"UpPastTheTarget", latest - 3, latest - 2, 1, latest - 1},
+		// the other applied the target and more: no step left to take
+		{"UpNothingLeft", latest - 2, latest - 1, 2, latest},
+		{"DownPastTheTarget", latest, latest - 1, -1, latest - 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			pool := pgtest.NewPool(t, "pgtask repository migrate-to test: moved meanwhile", nil)
+			if err := MigrateTo(ctx, pool, tc.from); err != nil {
+				t.Fatal(err)
+			}
+			testHookMigrateToSteps = func() {
+				testHookMigrateToSteps = nil
+				err := withMigrate(ctx, pool, tc.other > 0, nil, func(m *migrate.Migrate) error { return m.Steps(tc.other) })
+				if err != nil {
+					t.Errorf("the other migrator's %+d steps: %v", tc.other, err)
+				}
+			}
+			t.Cleanup(func() { testHookMigrateToSteps = nil })
+			err := MigrateTo(ctx, pool, tc.to)
+			if !errors.Is(err, ErrMigrationInProgress) || !strings.Contains(err.Error(), "another process migrated it meanwhile") {
+				t.Fatalf("MigrateTo(%d) from %d, another migrator moving it by %+d: %v, want ErrMigrationInProgress",
+					tc.to, tc.from, tc.other, err)
+			}
+			if v, dirty, err := MigrationVersion(ctx, pool); err != nil || dirty || v != tc.reached {
+				t.Fatalf("after: version %d, dirty %v, %v; want %d, clean", v, dirty, err, tc.reached)
+			}
+		})
+	}
+}
+
 // TestMigrateTo steps a database with tasks down below the schedules and the limits and
 // back up, through MigrateTo: the version reached is the one asked for, the topics and
 // tasks are kept each way, what the reverted migrations added is gone and comes back
