@@ -225,3 +225,53 @@ func BenchmarkPollFinished(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPollLimited is what a poll costs under each kind of limit (issue 20): polls
+// of 100 from a backlog of tasks spread evenly over `keys` concurrency keys, each
+// completed before the next (outside the timing), so that one op is one poll. The
+// variants: no limit; a concurrency limit of 100 (the advisory lock and the count of
+// ACTIVE tasks); fair (the keys take turns: one task per key per turn); a per-key limit
+// of 1 with 100 keys or more (polled key by key as fair, and each key's ACTIVE counted).
+func BenchmarkPollLimited(b *testing.B) {
+	const size = 100
+	for _, v := range []struct {
+		name   string
+		change func(*repository.TopicSettings)
+	}{
+		{"none", func(*repository.TopicSettings) {}},
+		{"concurrency", func(s *repository.TopicSettings) { s.Concurrency = size }},
+		{"fair", func(s *repository.TopicSettings) { s.Fair = true }},
+		{"keylimit", func(s *repository.TopicSettings) { s.KeyConcurrency = 1 }},
+	} {
+		for _, keys := range []int{10, 1000} {
+			if v.name == "keylimit" && keys < size {
+				continue // fewer keys than a poll's size: the limit, not the poll, would bound it
+			}
+			b.Run(v.name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				f := benchSetup(b)
+				if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, v.change); err != nil {
+					b.Fatal(err)
+				}
+				for done := 0; done < b.N*size; {
+					cs := creations(done, min(5000, b.N*size-done))
+					for i := range cs {
+						cs[i].ConcurrencyKey = "k" + strconv.Itoa((done+i)%keys)
+					}
+					if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, cs...); err != nil {
+						b.Fatal(err)
+					}
+					done += len(cs)
+				}
+				f.analyze()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					tasks := f.poll(size)
+					b.StopTimer()
+					f.complete(tasks)
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*size), "µs/task")
+			})
+		}
+	}
+}
