@@ -165,6 +165,51 @@ func TestMigrateDistributed(t *testing.T) {
 		version(t, pool, latest)
 	})
 
+	// The forms of this build, from the version functions.sql restates: on Citus the
+	// functions they replace reach the nodes, and a fair topic's poll (task_poll_keyed,
+	// which 000023 replaces) still takes the keys in turns.
+	t.Run("TheFormsOfThisBuildApply", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := start(t, citusBase)
+		if err := migrateWith(t, pool, citus.Migrations); err != nil {
+			t.Fatal(err)
+		}
+		version(t, pool, latest)
+		r, err := New(Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.RegisterOwner(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.UpdateSettings(ctx, pool, "topic", func(s *TopicSettings) { s.Fair = true }); err != nil {
+			t.Fatal(err)
+		}
+		var pushed []Creation
+		for i, key := range []string{"a", "a", "a", "b", "c", ""} {
+			pushed = append(pushed, Creation{Identifier: fmt.Sprint("t", i), ConcurrencyKey: key})
+		}
+		if _, err := r.Push(ctx, pool, "topic", Append, pushed...); err != nil {
+			t.Fatal(err)
+		}
+		// a round: the tasks without a key (key ''), a, b; then c, and a new round
+		// where only a has tasks left
+		for _, want := range [][]string{{"t0", "t3", "t5"}, {"t1", "t2", "t4"}} {
+			tasks, err := r.Poll(ctx, pool, "topic", FIFO, None, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, task := range tasks {
+				got = append(got, task.Identifier)
+			}
+			if slices.Sort(got); !slices.Equal(got, want) {
+				t.Fatalf("a fair poll after the forms leased %v, want %v", got, want)
+			}
+		}
+	})
+
 	t.Run("RefusesBeforeApplyingAnythingWhenAFormIsMissing", func(t *testing.T) {
 		t.Parallel()
 		pool := start(t, earlier)

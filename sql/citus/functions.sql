@@ -531,6 +531,7 @@ DECLARE
     v_passes     boolean;
     v_round      integer;  -- tasks taken in this round
     v_wrapped    boolean;
+    v_keyless    boolean;  -- the tasks without a key may still give one in this priority
 BEGIN
     p_sequences := '{}';
     IF p_key_limit IS NOT NULL THEN
@@ -549,13 +550,24 @@ BEGIN
         v_from := p_last_key;
         v_wrapped := p_last_key IS NULL;
         v_round := 0;
+        v_keyless := true;
         LOOP
-            SELECT t.concurrency_key INTO v_key FROM task t
-            WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
-              AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
-              AND (v_from IS NULL OR t.concurrency_key > v_from)
-            ORDER BY t.concurrency_key
-            LIMIT 1;
+            -- two statements, not one with "v_from IS NULL OR": a plan kept across calls
+            -- cannot start the index scan at v_from for that, and read the keys before it
+            IF v_from IS NULL THEN
+                SELECT t.concurrency_key INTO v_key FROM task t
+                WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                  AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
+                ORDER BY t.concurrency_key
+                LIMIT 1;
+            ELSE
+                SELECT t.concurrency_key INTO v_key FROM task t
+                WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                  AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
+                  AND t.concurrency_key > v_from
+                ORDER BY t.concurrency_key
+                LIMIT 1;
+            END IF;
             IF NOT FOUND THEN
                 v_key := NULL;
             END IF;
@@ -563,16 +575,20 @@ BEGIN
             LOOP
                 v_seq := NULL;
                 IF v_key IS NULL THEN
-                    SELECT s.sequence, s.identifier INTO v_seq, v_identifier
-                    FROM (SELECT t.sequence, t.identifier, t.concurrency_key FROM task t
-                          WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
-                            AND t.priority = v_priority AND (t.not_before IS NULL OR t.not_before <= now())
-                          ORDER BY t.sequence
-                          LIMIT 200) s
-                    WHERE s.concurrency_key IS NULL AND s.sequence <> ALL (p_sequences)
-                      AND (v_after IS NULL OR CASE WHEN p_lifo THEN s.sequence < v_after ELSE s.sequence > v_after END)
-                    ORDER BY CASE WHEN p_lifo THEN -s.sequence ELSE s.sequence END
-                    LIMIT 1;
+                    -- once none is found in this priority, none comes until the next
+                    -- poll: the tasks it reads stay READY meanwhile, those chosen excepted
+                    IF v_keyless THEN
+                        SELECT s.sequence, s.identifier INTO v_seq, v_identifier
+                        FROM (SELECT t.sequence, t.identifier, t.concurrency_key FROM task t
+                              WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                                AND t.priority = v_priority AND (t.not_before IS NULL OR t.not_before <= now())
+                              ORDER BY t.sequence
+                              LIMIT 200) s
+                        WHERE s.concurrency_key IS NULL AND s.sequence <> ALL (p_sequences)
+                          AND (v_after IS NULL OR CASE WHEN p_lifo THEN s.sequence < v_after ELSE s.sequence > v_after END)
+                        ORDER BY CASE WHEN p_lifo THEN -s.sequence ELSE s.sequence END
+                        LIMIT 1;
+                    END IF;
                 ELSIF p_key_limit IS NULL OR v_key = '' OR coalesce((v_counts ->> v_key)::integer, 0) < p_key_limit THEN
                     IF p_lifo THEN
                         SELECT t.sequence, t.identifier INTO v_seq, v_identifier FROM task t
@@ -611,6 +627,9 @@ BEGIN
                 EXIT WHEN v_passes;
                 v_after := v_seq;
             END LOOP;
+            IF v_key IS NULL AND v_seq IS NULL THEN
+                v_keyless := false;
+            END IF;
             IF v_seq IS NOT NULL THEN
                 p_sequences := p_sequences || v_seq;
                 p_last_key := v_key;
