@@ -166,16 +166,24 @@ func TestMigrateDistributed(t *testing.T) {
 	})
 
 	// The forms of this build, from the version functions.sql restates: on Citus the
-	// functions they replace reach the nodes, and a fair topic's poll (task_poll_keyed,
-	// which 000023 replaces) still takes the keys in turns.
+	// functions they replace reach the nodes. task_poll_keyed (which 000023 replaces)
+	// picks what it picked before, the same tasks in the same order: on plain
+	// PostgreSQL, where the forms replace the plain functions, the Citus variant picks
+	// what the plain one does. A fair topic's poll then still takes the keys in turns.
 	t.Run("TheFormsOfThisBuildApply", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		pool := start(t, citusBase)
+		if _, err := pool.Exec(ctx, "SELECT task_topic_create('keyed')"); err != nil {
+			t.Fatal(err)
+		}
+		keyedTasks(t, pool, "keyed")
+		before := keyedPicks(t, pool, "keyed")
 		if err := migrateWith(t, pool, citus.Migrations); err != nil {
 			t.Fatal(err)
 		}
 		version(t, pool, latest)
+		sameRows(t, "picks after the forms", keyedPicks(t, pool, "keyed"), before)
 		r, err := New(Config{})
 		if err != nil {
 			t.Fatal(err)

@@ -1298,65 +1298,83 @@ func TestCompletePollMigration(t *testing.T) {
 
 // TestKeyedNextKeyMigration: 000023 rewrites task_poll_keyed (how it finds the next key
 // of a round and when it reads the tasks without a key) and keeps the tasks and what
-// the function picks: on the same rows, every poll by key asked here (FIFO and LIFO,
-// with and without a per-key limit and a poll condition, from the start of a round and
-// after a key) picks the same tasks in the same order at schema 22, at 23, and at 22
-// again after the revert.
+// the function picks: on the same rows, every poll by key of keyedPicks picks the same
+// tasks in the same order at schema 22, at 23, and at 22 again after the revert.
 func TestKeyedNextKeyMigration(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	pool := pgtest.NewPool(t, "pgtask repository keyed-next-key test: empty database", nil)
 	steps, create := stepper(t, pool)
 	steps(22)
 	create("f")
-	var pushes []string
-	for i, key := range []string{"b", "a", "c", "a", "", "b", "a", "c", "", "d", ""} {
-		keyArg := "NULL"
-		if key != "" {
-			keyArg = "'" + key + "'"
-		}
-		// two priorities; identifiers repeat so that the conditions hold some back
-		pushes = append(pushes, fmt.Sprintf("SELECT task_push('f', 'id%d', priority => %d, concurrency_key => %s)",
-			i%4, i%3/2, keyArg))
-	}
-	execEach(t, pool, pushes...)
-	execEach(t, pool,
-		"UPDATE task_topic SET fair = true WHERE topic = 'f'",
-		// an ACTIVE task of key a, which a per-key limit of 1 counts
-		`UPDATE task t SET state = 0, owner = 'o', attempt = 1
-		 WHERE t.topic = 'f' AND t.sequence = (SELECT min(sequence) FROM task WHERE topic = 'f' AND concurrency_key = 'a')`,
-	)
-	picks := func() []string {
+	keyedTasks(t, pool, "f")
+	rows, before := taskRows(t, pool), keyedPicks(t, pool, "f")
+	steps(1)
+	sameRows(t, "tasks after 000023", taskRows(t, pool), rows)
+	sameRows(t, "picks after 000023", keyedPicks(t, pool, "f"), before)
+	steps(-1)
+	sameRows(t, "tasks after reverting 000023", taskRows(t, pool), rows)
+	sameRows(t, "picks after reverting 000023", keyedPicks(t, pool, "f"), before)
+	steps(1)
+}
+
+// keyedTasks fills topic, registered, for keyedPicks and makes it fair: tasks without a
+// key pushed before (their key NULL) and after (their key ”) the topic was polled by
+// key, keys a to d, two priorities, identifiers that repeat (so that poll conditions
+// hold some back) and an ACTIVE task of key a (which a per-key limit of 1 counts).
+func keyedTasks(t *testing.T, pool *pgxpool.Pool, topic string) {
+	t.Helper()
+	push := func(keys ...string) {
 		t.Helper()
-		var out []string
-		for _, lifo := range []bool{false, true} {
-			for _, condition := range []int{0, 1, 3} {
-				for _, keyLimit := range []string{"NULL", "1"} {
-					for _, last := range []string{"NULL", "'a'", "'c'"} {
-						for _, budget := range []int{1, 3, 20} {
-							q := fmt.Sprintf(`SELECT coalesce(k.p_last_key, '-') || ' ' || array_to_string(ARRAY(
-								SELECT t.identifier || '/' || coalesce(t.concurrency_key, '-') FROM unnest(k.p_sequences) WITH ORDINALITY s(sequence, n)
-								JOIN task t ON t.topic = 'f' AND t.sequence = s.sequence ORDER BY s.n), ',')
-								FROM task_poll_keyed('f', %v, %d::smallint, %d, %s, %s) k`, lifo, condition, budget, keyLimit, last)
-							var got string
-							if err := pool.QueryRow(ctx, q).Scan(&got); err != nil {
-								t.Fatalf("%s: %v", q, err)
-							}
-							out = append(out, fmt.Sprintf("lifo %v, condition %d, key limit %s, after %s, budget %d: %s",
-								lifo, condition, keyLimit, last, budget, got))
+		for i, key := range keys {
+			keyArg := "NULL"
+			if key != "-" {
+				keyArg = "'" + key + "'"
+			}
+			if _, err := pool.Exec(t.Context(), fmt.Sprintf("SELECT task_push($1, 'id%d', priority => %d, concurrency_key => %s)",
+				i%4, i%3/2, keyArg), topic); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	push("b", "a", "c", "a", "-", "b", "a", "c", "-", "d", "-")
+	if _, err := pool.Exec(t.Context(), "UPDATE task_topic SET fair = true WHERE topic = $1", topic); err != nil {
+		t.Fatal(err)
+	}
+	push("-", "c", "-", "a", "-", "-")
+	if _, err := pool.Exec(t.Context(), `UPDATE task t SET state = 0, owner = 'o', attempt = 1
+		WHERE t.topic = $1 AND t.sequence = (SELECT min(sequence) FROM task WHERE topic = $1 AND concurrency_key = 'a')`,
+		topic); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keyedPicks calls task_poll_keyed on topic (keyedTasks's) in every way a poll by key
+// can ask (FIFO and LIFO, each poll condition, with and without a per-key limit, from
+// the start of a round and after a key, budgets that end a round early or not) and
+// returns what each picked, in order, and the key it ended at. The calls change nothing.
+func keyedPicks(t *testing.T, pool *pgxpool.Pool, topic string) []string {
+	t.Helper()
+	var out []string
+	for _, lifo := range []bool{false, true} {
+		for _, condition := range []int{0, 1, 2, 3} {
+			for _, keyLimit := range []string{"NULL", "1"} {
+				for _, last := range []string{"NULL", "''", "'a'", "'c'"} {
+					for _, budget := range []int{1, 3, 20} {
+						q := fmt.Sprintf(`SELECT coalesce(quote_literal(k.p_last_key), 'NULL') || ' ' || array_to_string(ARRAY(
+							SELECT t.identifier || '/' || coalesce(quote_literal(t.concurrency_key), 'NULL')
+							FROM unnest(k.p_sequences) WITH ORDINALITY s(sequence, n)
+							JOIN task t ON t.topic = $1 AND t.sequence = s.sequence ORDER BY s.n), ',')
+							FROM task_poll_keyed($1, %v, %d::smallint, %d, %s, %s) k`, lifo, condition, budget, keyLimit, last)
+						var got string
+						if err := pool.QueryRow(t.Context(), q, topic).Scan(&got); err != nil {
+							t.Fatalf("%s: %v", q, err)
 						}
+						out = append(out, fmt.Sprintf("lifo %v, condition %d, key limit %s, after %s, budget %d: %s",
+							lifo, condition, keyLimit, last, budget, got))
 					}
 				}
 			}
 		}
-		return out
 	}
-	rows, before := taskRows(t, pool), picks()
-	steps(1)
-	sameRows(t, "tasks after 000023", taskRows(t, pool), rows)
-	sameRows(t, "picks after 000023", picks(), before)
-	steps(-1)
-	sameRows(t, "tasks after reverting 000023", taskRows(t, pool), rows)
-	sameRows(t, "picks after reverting 000023", picks(), before)
-	steps(1)
+	return out
 }

@@ -508,7 +508,7 @@ BEGIN
 END
 $$;
 
--- task_poll_keyed picks the tasks of a poll by key (migration 000015's, whose rules and
+-- task_poll_keyed picks the tasks of a poll by key (migration 000023's, whose rules and
 -- order it keeps). There it checks the poll condition with task_poll_condition, called
 -- for each candidate inside the statement that finds it; Citus refuses that nested call
 -- in a delegated function, in either language. Here each turn takes its candidates one

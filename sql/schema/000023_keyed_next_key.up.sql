@@ -7,10 +7,12 @@
 -- the index scan at v_from: every step to a next key read the index entries of all the
 -- keys before it, the whole backlog of the priority at the end of a round. A fair poll
 -- of 100 from a backlog of 30 000 tasks over 10 keys took about 110 ms. The two cases are
--- now two statements. And the turn of the tasks without a key, at the end of each round,
--- read up to 200 READY tasks each time; once it finds none in a priority, it is now
--- skipped for the rest of the poll (the tasks it read stay READY meanwhile, so it would
--- find none again). What the function picks, and in what order, is unchanged.
+-- now two statements. And the turn of the tasks without a key (NULL: pushed before the
+-- topic was polled by key), at the end of each round, read up to 200 READY tasks each
+-- time; once it finds none in a priority, it is now skipped for the rest of the poll
+-- (the tasks it read stay READY meanwhile, so it would find none again, unless another
+-- transaction makes one READY during the poll: that one waits for the next poll). What
+-- the function picks, and in what order, is otherwise unchanged.
 
 CREATE OR REPLACE FUNCTION task_poll_keyed(p_topic text, p_lifo boolean, p_condition smallint, p_budget integer,
                                 p_key_limit integer, INOUT p_last_key text, OUT p_sequences bigint[])

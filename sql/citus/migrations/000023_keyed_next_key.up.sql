@@ -1,7 +1,8 @@
 -- 000023 on a distributed database: task_poll_keyed as sql/citus/functions.sql now has
 -- it, finding the next key of a round with a statement of its own for the first key and
--- one for the key after v_from, and reading the tasks without a key once per priority
--- and poll, as the plain migration does. Citus passes the new body on to the nodes: the
+-- one for the key after v_from, and reading the tasks without a key (NULL) until a turn
+-- finds none in the priority, as the plain migration does (a task another transaction
+-- makes READY meanwhile waits for the next poll). Citus passes the new body on to the nodes: the
 -- function is distributed.
 
 CREATE OR REPLACE FUNCTION task_poll_keyed(p_topic text, p_lifo boolean, p_condition smallint, p_budget integer,
