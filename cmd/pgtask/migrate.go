@@ -115,6 +115,7 @@ func (f *flags) printVersion(ctx context.Context, c *conn) error {
 	fmt.Fprintf(f.e.stdout, "schema at version %d\n", version)
 	return nil
 }
+
 func runMigrateVersion(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask migrate version", "[flags]",
 		"Prints the applied migration version (0 when none), followed by \"(dirty)\" when a\nfailed migration left the schema half applied.")
