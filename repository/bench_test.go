@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
@@ -232,6 +233,9 @@ func BenchmarkPollFinished(b *testing.B) {
 // variants: no limit; a concurrency limit of 100 (the advisory lock and the count of
 // ACTIVE tasks); fair (the keys take turns: one task per key per turn); a per-key limit
 // of 1 with 100 keys or more (polled key by key as fair, and each key's ACTIVE counted).
+// With snapshot=held, a REPEATABLE READ transaction opened before the first poll stays
+// open throughout, so the index entries of the tasks leased cannot be passed over
+// without reading their rows (a long-held snapshot, docs/processor.md).
 func BenchmarkPollLimited(b *testing.B) {
 	const size = 100
 	for _, v := range []struct {
@@ -243,11 +247,19 @@ func BenchmarkPollLimited(b *testing.B) {
 		{"fair", func(s *repository.TopicSettings) { s.Fair = true }},
 		{"keylimit", func(s *repository.TopicSettings) { s.KeyConcurrency = 1 }},
 	} {
-		for _, keys := range []int{10, 1000} {
+		for _, run := range []struct {
+			keys int
+			held bool
+		}{{10, false}, {1000, false}, {10, true}, {1000, true}} {
+			keys := run.keys
 			if v.name == "keylimit" && keys < size {
 				continue // fewer keys than a poll's size: the limit, not the poll, would bound it
 			}
-			b.Run(v.name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+			name := v.name + "/keys=" + strconv.Itoa(keys)
+			if run.held {
+				name += "/snapshot=held"
+			}
+			b.Run(name, func(b *testing.B) {
 				f := benchSetup(b)
 				if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, v.change); err != nil {
 					b.Fatal(err)
@@ -263,6 +275,16 @@ func BenchmarkPollLimited(b *testing.B) {
 					done += len(cs)
 				}
 				f.analyze()
+				if run.held {
+					tx, err := f.pool.BeginTx(f.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer tx.Rollback(f.ctx)
+					if _, err := tx.Exec(f.ctx, "SELECT 1"); err != nil { // takes the snapshot
+						b.Fatal(err)
+					}
+				}
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					tasks := f.poll(size)

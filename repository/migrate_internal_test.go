@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/sql/citus"
+	"github.com/pgtask/pgtask/sql/schema"
 )
 
 // keyFillfactors returns the fillfactor of each topic's primary-key index ("" when at the
@@ -1375,4 +1378,134 @@ func keyedPicks(t *testing.T, pool *pgxpool.Pool, topic string) []string {
 		}
 	}
 	return out
+}
+
+// TestKeyedTurnsMigration: 000024 rewrites task_poll_keyed (where a key's turn starts,
+// and going round the keys met) and keeps the tasks and what the function picks: every
+// poll of keyedPicks picks the same at schema 23, at 24, and at 23 after the revert.
+func TestKeyedTurnsMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository keyed-turns test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(23)
+	create("f")
+	keyedTasks(t, pool, "f")
+	rows, before := taskRows(t, pool), keyedPicks(t, pool, "f")
+	steps(1)
+	sameRows(t, "tasks after 000024", taskRows(t, pool), rows)
+	sameRows(t, "picks after 000024", keyedPicks(t, pool, "f"), before)
+	steps(-1)
+	sameRows(t, "tasks after reverting 000024", taskRows(t, pool), rows)
+	sameRows(t, "picks after reverting 000024", keyedPicks(t, pool, "f"), before)
+	steps(1)
+}
+
+// TestKeyedTurnsPickAsBefore: on a topic of many keys, priorities, delayed tasks,
+// ACTIVE ones and identifiers that repeat, task_poll_keyed as 000024 and the Citus form
+// of 000024 pick what 000023's plain and Citus functions picked, for every way a poll by
+// key can ask, budgets that take many rounds included. The keys' turns then start from
+// where they stood and go round without a search: a wrong position, a turn taken twice
+// or skipped, shows here.
+func TestKeyedTurnsPickAsBefore(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, schema.Hash(), Migrate)
+	ctx := t.Context()
+	// the functions to compare, under names of their own
+	install := func(text, fn, name string) {
+		t.Helper()
+		i := strings.Index(text, "FUNCTION "+fn+"(")
+		j := strings.Index(text[max(i, 0):], "\n$$;")
+		if i < 0 || j < 0 {
+			t.Fatalf("no %s in the text for %s", fn, name)
+		}
+		def := "CREATE FUNCTION " + name + text[i+len("FUNCTION "+fn):i+j+4]
+		if _, err := pool.Exec(ctx, def); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	read := func(fsys fs.FS, file string) string {
+		t.Helper()
+		b, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	// 000023's plain function calls task_poll_condition, which 000024 drops
+	install(read(schema.FS, "000015_limits.up.sql"), "task_poll_condition", "task_poll_condition")
+	install(read(schema.FS, "000023_keyed_next_key.up.sql"), "task_poll_keyed", "poll_keyed_23")
+	install(read(citus.Migrations, "000023_keyed_next_key.up.sql"), "task_poll_keyed", "poll_keyed_citus_23")
+	install(read(citus.Migrations, "000024_keyed_turns.up.sql"), "task_poll_keyed", "poll_keyed_citus_24")
+	install(citus.Functions, "task_poll_keyed", "poll_keyed_citus_functions")
+
+	const topic = "turns"
+	if _, err := pool.Exec(ctx, "SELECT task_topic_create($1)", topic); err != nil {
+		t.Fatal(err)
+	}
+	// tasks without a key pushed before the topic is polled by key (NULL), then 30 keys
+	// of 1 to 40 tasks each in a shuffled order, priorities 0 to 2, every seventh delayed,
+	// identifiers from 25 (so conditions hold some back)
+	if _, err := pool.Exec(ctx, `SELECT task_push($1, 'id' || (i % 25), priority => i % 3) FROM generate_series(1, 12) i`, topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE task_topic SET fair = true WHERE topic = $1", topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		SELECT task_push($1, 'id' || (n % 25), priority => (n * 7) % 3,
+		                 delay => CASE WHEN n % 7 = 0 THEN interval '1 hour' END,
+		                 concurrency_key => CASE WHEN k = 0 THEN '' ELSE 'k' || lpad(k::text, 2, '0') END)
+		FROM (SELECT k, n FROM generate_series(0, 29) k, generate_series(1, 1 + (k * 13) % 40) n
+		      ORDER BY hashint4(k * 1000 + n)) s`, topic); err != nil {
+		t.Fatal(err)
+	}
+	// an ACTIVE task in every third key (a per-key limit counts them)
+	if _, err := pool.Exec(ctx, `UPDATE task t SET state = 0, owner = 'o', attempt = 1
+		WHERE t.topic = $1 AND t.sequence IN (SELECT min(sequence) FROM task
+		                                      WHERE topic = $1 AND concurrency_key ~ '[0369]$' GROUP BY concurrency_key)`,
+		topic); err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	for _, lifo := range []bool{false, true} {
+		for _, condition := range []int{0, 1, 2, 3} {
+			for _, keyLimit := range []string{"NULL", "1", "3"} {
+				for _, last := range []string{"NULL", "''", "'k07'", "'zz'"} {
+					for _, budget := range []int{1, 4, 45, 1000} {
+						if condition > 0 && budget > 45 {
+							continue // 000023's function rereads what the condition held back at every turn
+						}
+						args := fmt.Sprintf("%v, %d::smallint, %d, %s, %s", lifo, condition, budget, keyLimit, last)
+						pick := func(fn string) string {
+							t.Helper()
+							var got string
+							q := "SELECT coalesce(quote_literal(k.p_last_key), 'NULL') || ' ' || k.p_sequences::text FROM " +
+								fn + "($1, " + args + ") k"
+							if err := pool.QueryRow(ctx, q, topic).Scan(&got); err != nil {
+								t.Fatalf("%s: %v", q, err)
+							}
+							calls++
+							return got
+						}
+						// 000023's Citus function picks as its plain one (TestKeyedNextKeyMigration,
+						// TestMigrateDistributed) in a tenth of the time under a condition
+						want := pick("poll_keyed_citus_23")
+						if budget == 1000 && keyLimit == "NULL" && condition == 0 && strings.Count(want, ",") < 100 {
+							t.Fatalf("poll_keyed_citus_23(%s) picked %s: fewer than 100 tasks, the topic is not what the test means", args, want)
+						}
+						fns := []string{"task_poll_keyed", "poll_keyed_citus_24", "poll_keyed_citus_functions"}
+						if condition == 0 {
+							fns = append(fns, "poll_keyed_23")
+						}
+						for _, fn := range fns {
+							if got := pick(fn); got != want {
+								t.Fatalf("%s(%s) picked\n%s\nwant (000023's function)\n%s", fn, args, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d calls, the same picks", calls)
 }

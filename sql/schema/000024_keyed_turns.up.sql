@@ -1,0 +1,235 @@
+-- 000024: a poll by key reads each key's tasks from where its last turn left them, and
+-- goes round the keys it has met without looking for them again (issue 20).
+--
+-- task_poll_keyed (000023) found each turn's key with an index scan from the key
+-- before it, and the key's task with another from the key's first entry. Both read the
+-- entries the key's earlier tasks left in task_ready_key: the tasks this poll chose
+-- (still READY until task_poll leases them) and the row versions of the tasks earlier
+-- polls leased, which stay in the index until VACUUM and, while a snapshot older than
+-- their lease is held, cannot be skipped without reading the row. A poll of 100 over 10
+-- keys reads each key's entries ten times: with a REPEATABLE READ transaction open, a
+-- fair poll of 100 from a backlog of 30 000 tasks over 10 keys went from 7 to 39 ms on
+-- average over 300 polls, and grows with the poll count. Now a poll remembers, for each key it has met, the sequence of the
+-- last task it chose (or of the key's first READY task, FIFO) and starts the key's next
+-- turn there; and once its search for keys has come round to a key it met before, it goes
+-- round the turns it knows. A key's entries are read once a poll.
+--
+-- Under a poll condition each candidate was checked by task_poll_condition, called in
+-- the statement that found it: a SQL function with subqueries, which PostgreSQL plans at
+-- every call (about 1.5 ms), so a condition that held back many candidates of a key cost
+-- that many plans at each of its turns (a fair poll of 45 under SINGULAR_BY_IDENTIFIER
+-- over 30 keys whose identifiers repeat, TestKeyedTurnsPickAsBefore's: 2.5 s). Now the
+-- function checks a candidate with a statement of its own, whose plan PL/pgSQL keeps,
+-- as the Citus form of the function has done since 000023: the function is now the same
+-- text on both (that poll about 15 ms; 150 ms by 000023's Citus form, which read the
+-- candidates held back again at each turn).
+--
+-- A key met for the first time in a poll (FIFO) takes the task the search for it found,
+-- when that one is due, without reading it again.
+--
+-- What it picks is unchanged within the poll's own writes: the tasks a key's turn
+-- passed over (not due, held back by the poll condition, chosen) stay so during the
+-- poll, and the keys with READY tasks stay the same. A task another transaction makes
+-- READY during the poll before where its key's turns stand, a key that gets its first
+-- READY task after the poll met the keys, and a task a poll condition held back that
+-- another transaction's commit releases, wait for the next poll.
+
+CREATE OR REPLACE FUNCTION task_poll_keyed(p_topic text, p_lifo boolean, p_condition smallint, p_budget integer,
+                                           p_key_limit integer, INOUT p_last_key text, OUT p_sequences bigint[])
+LANGUAGE plpgsql VOLATILE
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_counts     jsonb;    -- ACTIVE tasks by key, those taken added
+    v_priority   smallint;
+    v_key        text;     -- the key whose turn it is; NULL: tasks without a key
+    v_from       text;     -- keys after this one are next in the round
+    v_seq        bigint;
+    v_identifier text;
+    v_held       bigint;   -- the last task without a key this turn held back (the condition)
+    v_passes     boolean;
+    v_first      bigint;   -- the first READY task of the key found: sequence,
+    v_first_id   text;     -- identifier
+    v_first_due  boolean;  -- and whether it is due
+    v_candidate  bigint;   -- the key's first task, when it is this turn's first candidate
+    v_bound      bigint;   -- where the key's turn stands (after it; before it, LIFO)
+    v_round      integer;  -- tasks taken in this round
+    v_wrapped    boolean;
+    v_keyless    boolean;  -- the tasks without a key may still give one in this priority
+    v_start      text;     -- p_last_key as this priority began
+    v_again      boolean;  -- the search for keys has started over from the first key
+    v_turns      text[];   -- the turns met in this priority, in round order; NULL: no key
+    v_after      bigint[]; -- by turn: where the key's turns stand, as v_bound; NULL: none left
+    v_turn       integer;  -- v_key's turn in v_turns
+    v_known      boolean;  -- v_turns holds the whole round: go round it, no search
+BEGIN
+    p_sequences := '{}';
+    IF p_key_limit IS NOT NULL THEN
+        SELECT coalesce(jsonb_object_agg(a.k, a.n), '{}') INTO v_counts
+        FROM (SELECT t.concurrency_key AS k, count(*) AS n FROM task t
+              WHERE t.state = 0 AND hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic
+                AND t.concurrency_key IS NOT NULL
+              GROUP BY t.concurrency_key) a;
+    END IF;
+    SELECT t.priority INTO v_priority FROM task t
+    WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+      AND (t.not_before IS NULL OR t.not_before <= now())
+    ORDER BY t.priority, t.sequence
+    LIMIT 1;
+    WHILE v_priority IS NOT NULL AND cardinality(p_sequences) < p_budget LOOP
+        v_from := p_last_key;
+        v_start := p_last_key;
+        v_wrapped := p_last_key IS NULL;
+        v_round := 0;
+        v_keyless := true;
+        v_again := false;
+        v_known := false;
+        v_turns := '{}';
+        v_after := '{}';
+        LOOP
+            IF v_known THEN
+                v_turn := v_turn % cardinality(v_turns) + 1;
+                v_key := v_turns[v_turn];
+            ELSE
+                -- two statements, not one with "v_from IS NULL OR": a plan kept across
+                -- calls cannot start the index scan at v_from for that
+                IF v_from IS NULL THEN
+                    SELECT t.concurrency_key, t.sequence, t.identifier, (t.not_before IS NULL OR t.not_before <= now())
+                    INTO v_key, v_first, v_first_id, v_first_due FROM task t
+                    WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                      AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
+                    ORDER BY t.concurrency_key, t.sequence
+                    LIMIT 1;
+                ELSE
+                    SELECT t.concurrency_key, t.sequence, t.identifier, (t.not_before IS NULL OR t.not_before <= now())
+                    INTO v_key, v_first, v_first_id, v_first_due FROM task t
+                    WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                      AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
+                      AND t.concurrency_key > v_from
+                    ORDER BY t.concurrency_key, t.sequence
+                    LIMIT 1;
+                END IF;
+                IF NOT FOUND THEN
+                    v_key := NULL;
+                END IF;
+                IF v_again AND (v_start IS NULL OR v_key IS NULL OR v_key > v_start) THEN
+                    v_known := true;
+                    v_turn := coalesce(array_position(v_turns, v_key), 1);
+                    v_key := v_turns[v_turn];
+                ELSE
+                    v_turns := v_turns || v_key;
+                    v_after := v_after || CASE WHEN p_lifo THEN 9223372036854775807 ELSE v_first - 1 END;
+                    v_turn := cardinality(v_turns);
+                END IF;
+            END IF;
+            v_held := NULL;
+            v_bound := v_after[v_turn];
+            -- a key met now, FIFO: its first task, which the search read, is the first
+            -- candidate when it is due
+            v_candidate := CASE WHEN NOT v_known AND NOT p_lifo AND v_first_due THEN v_first END;
+            LOOP
+                v_seq := NULL;
+                IF v_key IS NULL THEN
+                    -- once none is found in this priority, none comes until the next
+                    -- poll: the tasks it reads stay READY meanwhile, those chosen excepted
+                    IF v_keyless THEN
+                        SELECT s.sequence, s.identifier INTO v_seq, v_identifier
+                        FROM (SELECT t.sequence, t.identifier, t.concurrency_key FROM task t
+                              WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                                AND t.priority = v_priority AND (t.not_before IS NULL OR t.not_before <= now())
+                              ORDER BY t.sequence
+                              LIMIT 200) s
+                        WHERE s.concurrency_key IS NULL AND s.sequence <> ALL (p_sequences)
+                          AND (v_held IS NULL OR CASE WHEN p_lifo THEN s.sequence < v_held ELSE s.sequence > v_held END)
+                        ORDER BY CASE WHEN p_lifo THEN -s.sequence ELSE s.sequence END
+                        LIMIT 1;
+                    END IF;
+                ELSIF v_bound IS NOT NULL
+                      AND (p_key_limit IS NULL OR v_key = '' OR coalesce((v_counts ->> v_key)::integer, 0) < p_key_limit) THEN
+                    -- from where the key's last turn stood: the tasks before are chosen,
+                    -- not due or held back by the condition, and stay so in this poll
+                    IF v_candidate IS NOT NULL AND v_candidate <> ALL (p_sequences) THEN
+                        v_seq := v_candidate;
+                        v_identifier := v_first_id;
+                    ELSIF p_lifo THEN
+                        SELECT t.sequence, t.identifier INTO v_seq, v_identifier FROM task t
+                        WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                          AND t.concurrency_key = v_key AND t.priority = v_priority AND t.sequence < v_bound
+                          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.sequence <> ALL (p_sequences)
+                        ORDER BY t.sequence DESC
+                        LIMIT 1;
+                    ELSE
+                        SELECT t.sequence, t.identifier INTO v_seq, v_identifier FROM task t
+                        WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                          AND t.concurrency_key = v_key AND t.priority = v_priority AND t.sequence > v_bound
+                          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.sequence <> ALL (p_sequences)
+                        ORDER BY t.sequence
+                        LIMIT 1;
+                    END IF;
+                    v_bound := v_seq;
+                    v_candidate := NULL;
+                END IF;
+                EXIT WHEN v_seq IS NULL OR p_condition = 0;
+                SELECT NOT EXISTS (SELECT 1 FROM task o
+                                   WHERE o.state = 0 AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic
+                                     AND o.identifier = v_identifier
+                                     AND CASE WHEN p_lifo THEN o.sequence > v_seq ELSE o.sequence < v_seq END)
+                       AND NOT EXISTS (SELECT 1 FROM task o
+                                       WHERE (o.topic || E'\n' || o.identifier) = (p_topic || E'\n' || v_identifier)
+                                         AND o.state = 1 AND o.topic = p_topic AND o.identifier = v_identifier
+                                         AND CASE WHEN p_lifo THEN o.sequence > v_seq ELSE o.sequence < v_seq END)
+                       AND (p_condition < 2 OR NOT EXISTS (SELECT 1 FROM task o
+                                                           WHERE o.state = ANY ('{2,3}') AND hashtext(o.topic) = hashtext(p_topic)
+                                                             AND o.topic = p_topic AND o.identifier = v_identifier))
+                       AND (p_condition < 3 OR NOT EXISTS (SELECT 1 FROM task o
+                                                           WHERE o.state = 4 AND hashtext(o.topic) = hashtext(p_topic)
+                                                             AND o.topic = p_topic AND o.identifier = v_identifier))
+                INTO v_passes;
+                EXIT WHEN v_passes;
+                v_held := v_seq;
+            END LOOP;
+            IF v_key IS NULL THEN
+                IF v_seq IS NULL THEN
+                    v_keyless := false;
+                END IF;
+            ELSE
+                -- NULL: the key gives no more in this poll (its count only grows)
+                v_after[v_turn] := v_seq;
+            END IF;
+            IF v_seq IS NOT NULL THEN
+                p_sequences := p_sequences || v_seq;
+                p_last_key := v_key;
+                v_round := v_round + 1;
+                IF v_key IS NOT NULL AND p_key_limit IS NOT NULL THEN
+                    v_counts := jsonb_set(v_counts, ARRAY[v_key], to_jsonb(coalesce((v_counts ->> v_key)::integer, 0) + 1));
+                END IF;
+                EXIT WHEN cardinality(p_sequences) >= p_budget;
+            END IF;
+            IF v_key IS NULL THEN
+                EXIT WHEN v_wrapped AND v_round = 0;
+                IF v_wrapped THEN
+                    v_round := 0;
+                END IF;
+                v_wrapped := true;
+                v_from := NULL;
+                v_again := true;
+            ELSE
+                v_from := v_key;
+            END IF;
+        END LOOP;
+        EXIT WHEN cardinality(p_sequences) >= p_budget;
+        SELECT t.priority INTO v_priority FROM task t
+        WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.priority > v_priority
+        ORDER BY t.priority, t.sequence
+        LIMIT 1;
+        IF NOT FOUND THEN
+            v_priority := NULL;
+        END IF;
+        p_last_key := NULL;
+    END LOOP;
+END
+$$;
+
+-- task_poll_keyed was the last to call it.
+DROP FUNCTION task_poll_condition(text, smallint, boolean, text, bigint);
