@@ -1466,11 +1466,28 @@ func TestKeyedTurnsPickAsBefore(t *testing.T) {
 		topic); err != nil {
 		t.Fatal(err)
 	}
+	// k06 at a limit of 3 (and 1) before the poll: the first key met again after 'k05'
+	if _, err := pool.Exec(ctx, `UPDATE task t SET state = 0, owner = 'o', attempt = 1
+		WHERE t.topic = $1 AND t.sequence IN (SELECT sequence FROM task
+		                                      WHERE topic = $1 AND concurrency_key = 'k06' AND state = 1 ORDER BY sequence LIMIT 2)`,
+		topic); err != nil {
+		t.Fatal(err)
+	}
+	// tasks of repeating identifiers that conditions 2 and 3 look at: EXPIRED, FAILED
+	// and SUSPENDED (states 2, 3, 4)
+	if _, err := pool.Exec(ctx, `UPDATE task t SET state = 2 + s.n % 3, completed = now()
+		FROM (SELECT sequence, row_number() OVER (ORDER BY sequence) AS n FROM task
+		      WHERE topic = $1 AND state = 1 AND identifier IN ('id3', 'id4', 'id5') ORDER BY sequence LIMIT 3) s
+		WHERE t.topic = $1 AND t.sequence = s.sequence`, topic); err != nil {
+		t.Fatal(err)
+	}
 	var calls int
 	for _, lifo := range []bool{false, true} {
 		for _, condition := range []int{0, 1, 2, 3} {
 			for _, keyLimit := range []string{"NULL", "1", "3"} {
-				for _, last := range []string{"NULL", "''", "'k07'", "'zz'"} {
+				// after 'k05': the first key met again when the poll goes round, k06, is at
+				// its limit from the start; 'k07a' falls between two keys
+				for _, last := range []string{"NULL", "''", "'k05'", "'k07a'", "'zz'"} {
 					for _, budget := range []int{1, 4, 45, 1000} {
 						if condition > 0 && budget > 45 {
 							continue // 000023's function rereads what the condition held back at every turn

@@ -508,14 +508,13 @@ BEGIN
 END
 $$;
 
--- task_poll_keyed picks the tasks of a poll by key (migration 000024's, whose rules and
--- order it keeps). There it checks the poll condition with task_poll_condition, called
--- for each candidate inside the statement that finds it; Citus refuses that nested call
--- in a delegated function, in either language. Here each turn takes its candidates one
--- at a time, in poll order, and checks the condition on each with a statement of its own
--- (task_poll_condition's tests, on the candidate), until one passes: one statement more
--- for each candidate the condition holds back, which the key's later turns in the poll
--- pass over.
+-- task_poll_keyed picks the tasks of a poll by key: migration 000024's function, the
+-- same text. Each turn takes its candidates one at a time, in poll order, and checks the
+-- poll condition on each with a statement of its own, until one passes (one statement
+-- more for each candidate the condition holds back, which the key's later turns in the
+-- poll pass over): until 000024 the plain function called task_poll_condition inside
+-- the statement that found each candidate, a nested call Citus refuses in a delegated
+-- function, in either language.
 CREATE OR REPLACE FUNCTION task_poll_keyed(p_topic text, p_lifo boolean, p_condition smallint, p_budget integer,
                                            p_key_limit integer, INOUT p_last_key text, OUT p_sequences bigint[])
 LANGUAGE plpgsql VOLATILE

@@ -21,7 +21,7 @@
 -- over 30 keys whose identifiers repeat, TestKeyedTurnsPickAsBefore's: 2.5 s). Now the
 -- function checks a candidate with a statement of its own, whose plan PL/pgSQL keeps,
 -- as the Citus form of the function has done since 000023: the function is now the same
--- text on both (that poll about 15 ms; 150 ms by 000023's Citus form, which read the
+-- text on both (that poll about 33 ms; 150 ms by 000023's Citus form, which read the
 -- candidates held back again at each turn).
 --
 -- A key met for the first time in a poll (FIFO) takes the task the search for it found,
@@ -29,10 +29,14 @@
 --
 -- What it picks is unchanged within the poll's own writes: the tasks a key's turn
 -- passed over (not due, held back by the poll condition, chosen) stay so during the
--- poll, and the keys with READY tasks stay the same. A task another transaction makes
--- READY during the poll before where its key's turns stand, a key that gets its first
--- READY task after the poll met the keys, and a task a poll condition held back that
--- another transaction's commit releases, wait for the next poll.
+-- poll, and the keys with READY tasks stay the same. What other transactions commit
+-- during the poll waits for the next one when it lies where this poll no longer looks:
+-- a task made READY before where its key's turns stand (LIFO: any task pushed to a key
+-- met, as it comes after them), a task of a key whose turn found none or that reached
+-- its limit, a key that gets its first READY task after the poll met the keys, a task
+-- a poll condition held back that a commit releases. The first task of a key met, read
+-- by the search, is not read again before it is chosen; task_poll leases what is still
+-- READY when it locks it.
 
 CREATE OR REPLACE FUNCTION task_poll_keyed(p_topic text, p_lifo boolean, p_condition smallint, p_budget integer,
                                            p_key_limit integer, INOUT p_last_key text, OUT p_sequences bigint[])
