@@ -1297,25 +1297,33 @@ func TestCompletePollMigration(t *testing.T) {
 	steps(1)
 }
 
-// TestKeyedNextKeyMigration: 000023 rewrites task_poll_keyed (how it finds the next key
-// of a round and when it reads the tasks without a key) and keeps the tasks and what
-// the function picks: on the same rows, every poll by key of keyedPicks picks the same
-// tasks in the same order at schema 22, at 23, and at 22 again after the revert.
-func TestKeyedNextKeyMigration(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.NewPool(t, "pgtask repository keyed-next-key test: empty database", nil)
-	steps, create := stepper(t, pool)
-	steps(22)
-	create("f")
-	keyedTasks(t, pool, "f")
-	rows, before := taskRows(t, pool), keyedPicks(t, pool, "f")
-	steps(1)
-	sameRows(t, "tasks after 000023", taskRows(t, pool), rows)
-	sameRows(t, "picks after 000023", keyedPicks(t, pool, "f"), before)
-	steps(-1)
-	sameRows(t, "tasks after reverting 000023", taskRows(t, pool), rows)
-	sameRows(t, "picks after reverting 000023", keyedPicks(t, pool, "f"), before)
-	steps(1)
+// TestKeyedPollMigrations: 000023 rewrites task_poll_keyed (how it finds the next key
+// of a round and when it reads the tasks without a key), and so does 000024 (where a
+// key's turn starts, and going round the keys met); each keeps the tasks and what the
+// function picks: on the same rows, every poll by key of keyedPicks picks the same tasks
+// in the same order before the migration, after it, and after its revert.
+func TestKeyedPollMigrations(t *testing.T) {
+	for _, version := range []int{23, 24} {
+		t.Run(strconv.Itoa(version), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t, "pgtask repository keyed-poll migrations test: empty database", nil)
+			steps, create := stepper(t, pool)
+			steps(version - 1)
+			create("f")
+			keyedTasks(t, pool, "f")
+			rows, before := taskRows(t, pool), keyedPicks(t, pool, "f")
+			for _, step := range []struct {
+				n    int
+				name string
+			}{{1, "after %06d"}, {-1, "after reverting %06d"}} {
+				steps(step.n)
+				when := fmt.Sprintf(step.name, version)
+				sameRows(t, "tasks "+when, taskRows(t, pool), rows)
+				sameRows(t, "picks "+when, keyedPicks(t, pool, "f"), before)
+			}
+			steps(1)
+		})
+	}
 }
 
 // keyedTasks fills topic, registered, for keyedPicks and makes it fair: tasks without a
@@ -1378,26 +1386,6 @@ func keyedPicks(t *testing.T, pool *pgxpool.Pool, topic string) []string {
 		}
 	}
 	return out
-}
-
-// TestKeyedTurnsMigration: 000024 rewrites task_poll_keyed (where a key's turn starts,
-// and going round the keys met) and keeps the tasks and what the function picks: every
-// poll of keyedPicks picks the same at schema 23, at 24, and at 23 after the revert.
-func TestKeyedTurnsMigration(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.NewPool(t, "pgtask repository keyed-turns test: empty database", nil)
-	steps, create := stepper(t, pool)
-	steps(23)
-	create("f")
-	keyedTasks(t, pool, "f")
-	rows, before := taskRows(t, pool), keyedPicks(t, pool, "f")
-	steps(1)
-	sameRows(t, "tasks after 000024", taskRows(t, pool), rows)
-	sameRows(t, "picks after 000024", keyedPicks(t, pool, "f"), before)
-	steps(-1)
-	sameRows(t, "tasks after reverting 000024", taskRows(t, pool), rows)
-	sameRows(t, "picks after reverting 000024", keyedPicks(t, pool, "f"), before)
-	steps(1)
 }
 
 // TestKeyedTurnsPickAsBefore: on a topic of many keys, priorities, delayed tasks,
@@ -1504,7 +1492,7 @@ func TestKeyedTurnsPickAsBefore(t *testing.T) {
 							calls++
 							return got
 						}
-						// 000023's Citus function picks as its plain one (TestKeyedNextKeyMigration,
+						// 000023's Citus function picks as its plain one (TestKeyedPollMigrations,
 						// TestMigrateDistributed) in a tenth of the time under a condition
 						want := pick("poll_keyed_citus_23")
 						if budget == 1000 && keyLimit == "NULL" && condition == 0 && strings.Count(want, ",") < 100 {
