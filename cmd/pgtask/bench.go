@@ -141,6 +141,7 @@ func parseBench(e *env, args []string) (bench.Config, error) {
 	f.BoolVar(&cfg.JSON, "json", false, "print one JSON object with the results as the last line")
 	f.BoolVar(&cfg.Migrate, "migrate", false, "apply pending migrations first")
 	f.IntVar(&cfg.Topics, "topics", 1, "topics (`K`) the run pushes to and processes, each processor on one of them")
+	f.IntVar(&cfg.Keys, "keys", 0, "make the run's topics fair and give their tasks `N` concurrency keys in turn (0: no keys)")
 	f.IntVar(&cfg.IdleTopics, "idle-topics", 0, "idle topics (`N`) registered before the run and destroyed after it")
 	concurrency := f.Int("concurrency", 0, "limit the run's topics to `N` tasks ACTIVE at once across every process (0: no limit)")
 	f.StringVar(&cfg.Topic, "topic", "", "`NAME` of the run's topic (with --topics, of the first, the others NAME-1...);\nit must not exist, and is destroyed at the end (default bench-MODE-RANDOM)")
@@ -184,6 +185,9 @@ func parseBench(e *env, args []string) (bench.Config, error) {
 	cfg.Concurrency = int32(*concurrency)
 	if cfg.IdleTopics < 0 {
 		return cfg, f.usagef("--idle-topics: %d is negative", cfg.IdleTopics)
+	}
+	if cfg.Keys < 0 {
+		return cfg, f.usagef("--keys: %d is negative", cfg.Keys)
 	}
 	if cfg.Mode == bench.Latency && cfg.Topics > 1 {
 		return cfg, f.usagef("--topics: latency mode measures one idle topic, got %d", cfg.Topics)

@@ -86,6 +86,16 @@ func TestBench(t *testing.T) {
 		}
 		f.wantOnlyTopicT()
 	})
+	t.Run("BurndownFairOverKeys", func(t *testing.T) {
+		// a fair topic whose tasks take 7 keys in turn, under a limit of 5, in two processes
+		r := f.benchJSON("--tasks", "300", "--keys", "7", "--concurrency", "5", "--processes", "2",
+			"--push-batch", "50", "--batch-size", "20")
+		wantPositive(t, r, "tasks_per_second")
+		if r["processed"] != float64(300) || r["keys"] != float64(7) || r["concurrency"] != float64(5) || r["errors"] != float64(0) {
+			t.Errorf("result %v", r)
+		}
+		f.wantOnlyTopicT()
+	})
 	t.Run("SustainedOverTopics", func(t *testing.T) {
 		r := f.benchJSON("--mode", "sustained", "--duration", "1s", "--rate", "300", "--push-batch", "20",
 			"--topics", "2", "--managers", "2")
@@ -154,6 +164,7 @@ func TestBench(t *testing.T) {
 			t.Errorf("bench --topic naming an existing topic destroyed it: %v", err)
 		}
 		wantUsage(t, f.cli("bench", "--idle-topics", "-1"), "--idle-topics", "-1")
+		wantUsage(t, f.cli("bench", "--keys", "-1"), "--keys", "-1")
 		wantUsage(t, f.cli("bench", "--topics", "3", "--managers", "2"), "--topics", "processors")
 		wantUsage(t, f.cli("bench", "--topics", "3", "--processes", "2", "--managers", "4"), "--topics", "processors")
 		wantUsage(t, f.cli("bench", "--mode", "latency", "--topics", "2"), "--topics", "latency")

@@ -98,6 +98,10 @@ type Config struct {
 	// Concurrency, when above 0, limits each of the run's topics to that many tasks
 	// ACTIVE at once (repository.TopicSettings.Concurrency).
 	Concurrency int32
+	// Keys, when above 0, makes each of the run's topics fair
+	// (repository.TopicSettings.Fair) and gives its tasks Keys concurrency keys in turn
+	// (k0, k1, …), so that its polls take them key by key.
+	Keys int
 	// IdleTopics is the number of topics registered beside them, one per transaction,
 	// idle during the run.
 	IdleTopics int

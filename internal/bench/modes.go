@@ -25,6 +25,7 @@ type benchRun struct {
 	repo   *repository.Repository
 	topic  string   // the first of topics
 	topics []string // those the run pushes to and processes
+	keys   []string // the concurrency keys its tasks take in turn (Config.Keys)
 	stats  *stats
 	logger *slog.Logger
 	result map[string]any
@@ -340,6 +341,9 @@ func (r *benchRun) creations(n int, stamp int64) []repository.Creation {
 		buf = append(buf, 't')
 		buf = strconv.AppendInt(buf, k, 10)
 		cs[i] = repository.Creation{Identifier: string(buf[start:]), Input: input}
+		if r.cfg.Keys > 0 {
+			cs[i].ConcurrencyKey = r.keys[(first+int64(i))%int64(len(r.keys))]
+		}
 	}
 	return cs
 }

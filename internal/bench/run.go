@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,10 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 		logger: warnLogger(stderr),
 		result: map[string]any{},
 	}
+	r.keys = make([]string, cfg.Keys)
+	for i := range r.keys {
+		r.keys[i] = "k" + strconv.Itoa(i)
+	}
 	r.topics = make([]string, cfg.Topics)
 	for i := range r.topics {
 		r.topics[i] = name
@@ -84,8 +89,11 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 			return fmt.Errorf("bench: topic %q exists already: choose another --topic", topic)
 		}
 		created = append(created, topic)
-		if cfg.Concurrency > 0 {
-			if _, err := repo.UpdateSettings(ctx, pool, topic, func(s *repository.TopicSettings) { s.Concurrency = cfg.Concurrency }); err != nil {
+		if cfg.Concurrency > 0 || cfg.Keys > 0 {
+			if _, err := repo.UpdateSettings(ctx, pool, topic, func(s *repository.TopicSettings) {
+				s.Concurrency = cfg.Concurrency
+				s.Fair = cfg.Keys > 0
+			}); err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
 		}
@@ -140,6 +148,8 @@ func (r *benchRun) summarize() error {
 	r.result["topic"] = r.topic
 	r.result["topics"] = len(r.topics)
 	r.result["idle_topics"] = cfg.IdleTopics
+	r.result["concurrency"] = cfg.Concurrency
+	r.result["keys"] = cfg.Keys
 	r.result["managers"] = cfg.Managers
 	r.result["processes"] = cfg.Processes
 	r.result["workers"] = cfg.Workers
