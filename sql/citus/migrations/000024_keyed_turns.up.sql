@@ -35,6 +35,10 @@ DECLARE
     v_after      bigint[]; -- by turn: where the key's turns stand, as v_bound; NULL: none left
     v_turn       integer;  -- v_key's turn in v_turns
     v_known      boolean;  -- v_turns holds the whole round: go round it, no search
+    v_rounds     integer;  -- rounds taken at once
+    v_taken      bigint[]; -- those tasks, in the order of their turns,
+    v_by         integer[]; -- and their turns
+    v_i          integer;
 BEGIN
     p_sequences := '{}';
     IF p_key_limit IS NOT NULL THEN
@@ -60,6 +64,63 @@ BEGIN
         v_turns := '{}';
         v_after := '{}';
         LOOP
+            IF v_known AND p_condition = 0 AND NOT v_keyless THEN
+                -- going round the keys it knows, no condition to check, no task without a
+                -- key left: the next rounds in one statement, each key's next tasks from
+                -- where it stands (as many as rounds remain and its limit allows), taken
+                -- in turn from the turn after v_turn; what it picks is what the turns
+                -- one by one pick
+                v_rounds := ceil((p_budget - cardinality(p_sequences))::numeric
+                                 / greatest(1, cardinality(array_remove(v_after, NULL))))::integer;
+                IF p_lifo THEN
+                    SELECT array_agg(c.sequence ORDER BY c.n, k.pos), array_agg(k.turn ORDER BY c.n, k.pos)
+                    INTO v_taken, v_by
+                    FROM (SELECT u.key, u.after, u.turn::integer, (u.turn + cardinality(v_turns) - v_turn - 1) % cardinality(v_turns) AS pos,
+                                 CASE WHEN p_key_limit IS NULL OR u.key = '' THEN v_rounds
+                                      ELSE least(v_rounds, p_key_limit - coalesce((v_counts ->> u.key)::integer, 0)) END AS room
+                          FROM unnest(v_turns, v_after) WITH ORDINALITY u(key, after, turn)
+                          WHERE u.key IS NOT NULL AND u.after IS NOT NULL) k
+                    CROSS JOIN LATERAL (
+                        SELECT t.sequence, row_number() OVER (ORDER BY t.sequence DESC) AS n FROM task t
+                        WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                          AND t.concurrency_key = k.key AND t.priority = v_priority AND t.sequence < k.after
+                          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.sequence <> ALL (p_sequences)
+                        ORDER BY t.sequence DESC
+                        LIMIT greatest(k.room, 0)) c;
+                ELSE
+                    SELECT array_agg(c.sequence ORDER BY c.n, k.pos), array_agg(k.turn ORDER BY c.n, k.pos)
+                    INTO v_taken, v_by
+                    FROM (SELECT u.key, u.after, u.turn::integer, (u.turn + cardinality(v_turns) - v_turn - 1) % cardinality(v_turns) AS pos,
+                                 CASE WHEN p_key_limit IS NULL OR u.key = '' THEN v_rounds
+                                      ELSE least(v_rounds, p_key_limit - coalesce((v_counts ->> u.key)::integer, 0)) END AS room
+                          FROM unnest(v_turns, v_after) WITH ORDINALITY u(key, after, turn)
+                          WHERE u.key IS NOT NULL AND u.after IS NOT NULL) k
+                    CROSS JOIN LATERAL (
+                        SELECT t.sequence, row_number() OVER (ORDER BY t.sequence) AS n FROM task t
+                        WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                          AND t.concurrency_key = k.key AND t.priority = v_priority AND t.sequence > k.after
+                          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.sequence <> ALL (p_sequences)
+                        ORDER BY t.sequence
+                        LIMIT greatest(k.room, 0)) c;
+                END IF;
+                EXIT WHEN v_taken IS NULL; -- the keys give no more in this priority
+                v_taken := v_taken[1:p_budget - cardinality(p_sequences)];
+                v_by := v_by[1:cardinality(v_taken)];
+                p_sequences := p_sequences || v_taken;
+                -- where each key stands: the last of its tasks taken (each key's come in
+                -- its order)
+                FOR v_i IN 1 .. cardinality(v_taken) LOOP
+                    v_after[v_by[v_i]] := v_taken[v_i];
+                END LOOP;
+                IF p_key_limit IS NOT NULL THEN
+                    v_counts := v_counts || coalesce((SELECT jsonb_object_agg(v_turns[x.b], coalesce((v_counts ->> v_turns[x.b])::integer, 0) + x.n)
+                                                      FROM (SELECT b, count(*) AS n FROM unnest(v_by) b GROUP BY b) x), '{}');
+                END IF;
+                v_turn := v_by[cardinality(v_by)];
+                p_last_key := v_turns[v_turn];
+                EXIT WHEN cardinality(p_sequences) >= p_budget;
+                CONTINUE;
+            END IF;
             IF v_known THEN
                 v_turn := v_turn % cardinality(v_turns) + 1;
                 v_key := v_turns[v_turn];
