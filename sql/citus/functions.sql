@@ -547,6 +547,13 @@ DECLARE
     v_taken      bigint[]; -- those tasks, in the order of their turns,
     v_by         integer[]; -- and their turns
     v_i          integer;
+    v_ahead      text[];   -- the keys after v_from, as far as the last search went
+    v_ahead_firsts bigint[]; -- their first READY tasks: sequence,
+    v_ahead_ids  text[];   -- identifier
+    v_ahead_dues boolean[]; -- and whether it is due
+    v_ahead_end  boolean;  -- the last search reached the last key
+    v_next       integer;  -- the next of v_ahead
+    v_room       integer;
 BEGIN
     p_sequences := '{}';
     IF p_key_limit IS NOT NULL THEN
@@ -571,6 +578,9 @@ BEGIN
         v_known := false;
         v_turns := '{}';
         v_after := '{}';
+        v_ahead := '{}';
+        v_next := 1;
+        v_ahead_end := false;
         LOOP
             IF v_known AND p_condition = 0 AND NOT v_keyless THEN
                 -- going round the keys it knows, no condition to check, no task without a
@@ -633,26 +643,75 @@ BEGIN
                 v_turn := v_turn % cardinality(v_turns) + 1;
                 v_key := v_turns[v_turn];
             ELSE
-                -- two statements, not one with "v_from IS NULL OR": a plan kept across
-                -- calls cannot start the index scan at v_from for that
-                IF v_from IS NULL THEN
-                    SELECT t.concurrency_key, t.sequence, t.identifier, (t.not_before IS NULL OR t.not_before <= now())
-                    INTO v_key, v_first, v_first_id, v_first_due FROM task t
-                    WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
-                      AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
-                    ORDER BY t.concurrency_key, t.sequence
-                    LIMIT 1;
-                ELSE
-                    SELECT t.concurrency_key, t.sequence, t.identifier, (t.not_before IS NULL OR t.not_before <= now())
-                    INTO v_key, v_first, v_first_id, v_first_due FROM task t
-                    WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
-                      AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
-                      AND t.concurrency_key > v_from
-                    ORDER BY t.concurrency_key, t.sequence
-                    LIMIT 1;
+                -- the next key of this priority after v_from, with its first task; past
+                -- the last, none (the turn of the tasks without a key). The keys ahead are
+                -- searched for in batches (as many as the budget has room for), each by
+                -- one statement that steps from key to key through the index.
+                IF v_next > cardinality(v_ahead) AND NOT v_ahead_end THEN
+                    v_room := greatest(1, p_budget - cardinality(p_sequences));
+                    -- two statements, not one with "v_from IS NULL OR": a plan kept across
+                    -- calls cannot start the index scan at v_from for that
+                    IF v_from IS NULL THEN
+                        WITH RECURSIVE k (key, sequence, identifier, due) AS (
+                            (SELECT t.concurrency_key, t.sequence, t.identifier, (t.not_before IS NULL OR t.not_before <= now())
+                             FROM task t
+                             WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                               AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
+                             ORDER BY t.concurrency_key, t.sequence
+                             LIMIT 1)
+                            UNION ALL
+                            SELECT n.* FROM k CROSS JOIN LATERAL (
+                                SELECT t.concurrency_key, t.sequence, t.identifier, (t.not_before IS NULL OR t.not_before <= now())
+                                FROM task t
+                                WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                                  AND t.concurrency_key IS NOT NULL AND t.priority = v_priority AND t.concurrency_key > k.key
+                                ORDER BY t.concurrency_key, t.sequence
+                                LIMIT 1) n
+                        )
+                        SELECT coalesce(array_agg(a.key ORDER BY a.key), '{}'), array_agg(a.sequence ORDER BY a.key),
+                               array_agg(a.identifier ORDER BY a.key), array_agg(a.due ORDER BY a.key)
+                        INTO v_ahead, v_ahead_firsts, v_ahead_ids, v_ahead_dues
+                        FROM (SELECT * FROM k LIMIT v_room) a;
+                    ELSE
+                        WITH RECURSIVE k (key, sequence, identifier, due) AS (
+                            (SELECT t.concurrency_key, t.sequence, t.identifier, (t.not_before IS NULL OR t.not_before <= now())
+                             FROM task t
+                             WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                               AND t.concurrency_key IS NOT NULL AND t.priority = v_priority
+                               AND t.concurrency_key > v_from
+                             ORDER BY t.concurrency_key, t.sequence
+                             LIMIT 1)
+                            UNION ALL
+                            SELECT n.* FROM k CROSS JOIN LATERAL (
+                                SELECT t.concurrency_key, t.sequence, t.identifier, (t.not_before IS NULL OR t.not_before <= now())
+                                FROM task t
+                                WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                                  AND t.concurrency_key IS NOT NULL AND t.priority = v_priority AND t.concurrency_key > k.key
+                                ORDER BY t.concurrency_key, t.sequence
+                                LIMIT 1) n
+                        )
+                        SELECT coalesce(array_agg(a.key ORDER BY a.key), '{}'), array_agg(a.sequence ORDER BY a.key),
+                               array_agg(a.identifier ORDER BY a.key), array_agg(a.due ORDER BY a.key)
+                        INTO v_ahead, v_ahead_firsts, v_ahead_ids, v_ahead_dues
+                        FROM (SELECT * FROM k LIMIT v_room) a;
+                    END IF;
+                    v_ahead_end := cardinality(v_ahead) < v_room;
+                    v_next := 1;
                 END IF;
-                IF NOT FOUND THEN
+                IF v_next <= cardinality(v_ahead) THEN
+                    v_key := v_ahead[v_next];
+                    v_first := v_ahead_firsts[v_next];
+                    v_first_id := v_ahead_ids[v_next];
+                    v_first_due := v_ahead_dues[v_next];
+                    v_next := v_next + 1;
+                ELSE
+                    -- past the last key: the next search starts over
                     v_key := NULL;
+                    v_first := NULL;
+                    v_first_due := NULL;
+                    v_ahead := '{}';
+                    v_next := 1;
+                    v_ahead_end := false;
                 END IF;
                 IF v_again AND (v_start IS NULL OR v_key IS NULL OR v_key > v_start) THEN
                     v_known := true;
