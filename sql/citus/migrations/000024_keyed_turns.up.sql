@@ -41,6 +41,7 @@ DECLARE
     v_taken      bigint[]; -- those tasks, in the order of their turns,
     v_by         integer[]; -- and their turns
     v_i          integer;
+    v_gave       integer[]; -- by turn: the tasks the rounds taken at once took
     v_ahead      text[];   -- the keys after v_from, as far as the last search went
     v_ahead_firsts bigint[]; -- their first READY tasks: sequence,
     v_ahead_ids  text[];   -- identifier
@@ -96,7 +97,7 @@ BEGIN
                         SELECT t.sequence, row_number() OVER (ORDER BY t.sequence DESC) AS n FROM task t
                         WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
                           AND t.concurrency_key = k.key AND t.priority = v_priority AND t.sequence < k.after
-                          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.sequence <> ALL (p_sequences)
+                          AND (t.not_before IS NULL OR t.not_before <= now())
                         ORDER BY t.sequence DESC
                         LIMIT greatest(k.room, 0)) c;
                 ELSE
@@ -111,7 +112,7 @@ BEGIN
                         SELECT t.sequence, row_number() OVER (ORDER BY t.sequence) AS n FROM task t
                         WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
                           AND t.concurrency_key = k.key AND t.priority = v_priority AND t.sequence > k.after
-                          AND (t.not_before IS NULL OR t.not_before <= now()) AND t.sequence <> ALL (p_sequences)
+                          AND (t.not_before IS NULL OR t.not_before <= now())
                         ORDER BY t.sequence
                         LIMIT greatest(k.room, 0)) c;
                 END IF;
@@ -121,9 +122,20 @@ BEGIN
                 p_sequences := p_sequences || v_taken;
                 -- where each key stands: the last of its tasks taken (each key's come in
                 -- its order)
+                v_gave := array_fill(0, ARRAY[cardinality(v_turns)]);
                 FOR v_i IN 1 .. cardinality(v_taken) LOOP
                     v_after[v_by[v_i]] := v_taken[v_i];
+                    v_gave[v_by[v_i]] := v_gave[v_by[v_i]] + 1;
                 END LOOP;
+                IF cardinality(p_sequences) < p_budget THEN
+                    -- every round was taken whole: a key that gave fewer than v_rounds
+                    -- has no more, or has reached its limit, for the rest of the poll
+                    FOR v_i IN 1 .. cardinality(v_turns) LOOP
+                        IF v_gave[v_i] < v_rounds THEN
+                            v_after[v_i] := NULL;
+                        END IF;
+                    END LOOP;
+                END IF;
                 IF p_key_limit IS NOT NULL THEN
                     v_counts := v_counts || coalesce((SELECT jsonb_object_agg(v_turns[x.b], coalesce((v_counts ->> v_turns[x.b])::integer, 0) + x.n)
                                                       FROM (SELECT b, count(*) AS n FROM unnest(v_by) b GROUP BY b) x), '{}');
@@ -213,7 +225,7 @@ BEGIN
                     v_key := v_turns[v_turn];
                 ELSE
                     v_turns := v_turns || v_key;
-                    v_after := v_after || CASE WHEN p_lifo THEN 9223372036854775807 ELSE v_first - 1 END;
+                    v_after := v_after || CASE WHEN v_key IS NULL THEN NULL WHEN p_lifo THEN 9223372036854775807 ELSE v_first - 1 END;
                     v_turn := cardinality(v_turns);
                 END IF;
             END IF;
