@@ -1388,6 +1388,67 @@ func keyedPicks(t *testing.T, pool *pgxpool.Pool, topic string) []string {
 	return out
 }
 
+// TestLongTransactionsMigration checks migration 000025 on a database of version 24
+// with tasks, a lease and tallies: every row kept; afterwards a transaction's statements
+// count in a new tally row every 64, an APPEND from SQL stores what it did, the lease
+// taken before completes; reverting restores 000015's task_push_batch and 000017's
+// task_tally_pushed and task_complete as they were, and keeps the rows.
+func TestLongTransactionsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository long-transactions test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(24)
+	create("t")
+	execEach(t, pool,
+		"SELECT task_push('t', 'a', 'in-a')", "SELECT task_push_batch('t', ARRAY['b', 'c'], insertion => 'replace')",
+		"SELECT task_push('t', 'd', suspended => true, priority => 2, reference => 'r')",
+		// a lease of schema 24, completed after the upgrade
+		`UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
+		 WHERE t.topic = 't' AND t.sequence = (SELECT min(sequence) FROM task WHERE topic = 't')`,
+	)
+	bodies := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT proname || ': ' || prosrc FROM pg_proc
+			WHERE proname IN ('task_push_batch', 'task_tally_pushed', 'task_complete', 'task_tally_writer') ORDER BY proname`)
+	}
+	before, rows := bodies(), taskRows(t, pool)
+
+	steps(1)
+	sameRows(t, "tasks after 000025", taskRows(t, pool), rows)
+	// 70 pushes in one transaction: two rows, 64 and 6
+	execEach(t, pool, "DELETE FROM task_tally")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 70 {
+		if _, err := tx.Exec(ctx, "SELECT task_push('t', $1)", fmt.Sprintf("n%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := textRows(t, pool, "SELECT pushed::text FROM task_tally WHERE topic = 't' ORDER BY writer"); !slices.Equal(got, []string{"64", "6"}) {
+		t.Fatalf("tally rows of 70 pushes in one transaction: %v, want [64 6]", got)
+	}
+	execEach(t, pool, `SELECT count(*) FROM task_complete('t', 'o', ARRAY(SELECT sequence FROM task WHERE topic = 't' AND state = 0),
+		ARRAY[1], ARRAY[3::smallint], ARRAY[''], ARRAY[0::bigint])`)
+	if got := textRows(t, pool, "SELECT identifier || ':' || state FROM task WHERE topic = 't' AND identifier IN ('a', 'n69') ORDER BY sequence"); !slices.Equal(got, []string{"a:6", "n69:1"}) {
+		t.Fatalf("after 000025: %v, want the lease of schema 24 SUCCEEDED and the pushes READY", got)
+	}
+	rows = taskRows(t, pool)
+
+	steps(-1)
+	sameRows(t, "tasks after reverting 000025", taskRows(t, pool), rows)
+	if after := bodies(); !slices.Equal(after, before) {
+		t.Fatalf("functions after reverting 000025 differ from schema 24's:\n%s\nwant\n%s", strings.Join(after, "\n---\n"), strings.Join(before, "\n---\n"))
+	}
+	steps(1)
+	sameRows(t, "tasks after 000025 again", taskRows(t, pool), rows)
+}
+
 // TestKeyedTurnsPickAsBefore: on a topic of many keys, priorities, delayed tasks,
 // ACTIVE ones and identifiers that repeat, task_poll_keyed as 000024 and the Citus form
 // of 000024 pick what 000023's plain and Citus functions picked, for every way a poll by

@@ -379,6 +379,87 @@ func TestSQLPushInsertionMatchesGoPush(t *testing.T) {
 	}
 }
 
+// TestSQLPushAppendStoresAsGoPush: an APPEND by task_push_batch, which runs the insertion
+// alone (migration 000025), stores every column as the Go push does, with each option
+// and on a topic polled by key (where a task without a key gets the empty key), and its
+// sequences follow the identifiers' order.
+func TestSQLPushAppendStoresAsGoPush(t *testing.T) {
+	f := setup(t)
+	type options struct {
+		inputs    []string // nil: inputs => NULL
+		delay     time.Duration
+		priority  int16
+		reference string
+		suspended bool
+		key       string
+	}
+	ids := []string{"b", "a", "c", "a"}
+	for _, keyed := range []bool{false, true} {
+		for name, o := range map[string]options{
+			"Plain":     {},
+			"Inputs":    {inputs: []string{"1", "", "3", "4"}},
+			"Delayed":   {delay: time.Hour},
+			"Priority":  {priority: -7},
+			"Reference": {reference: "order-1"},
+			"Suspended": {suspended: true},
+			"Key":       {key: "tenant-1"},
+			"All":       {inputs: []string{"x", "y", "z", "w"}, delay: time.Minute, priority: 3, reference: "r", key: "k"},
+		} {
+			goTopic, sqlTopic := fmt.Sprintf("go-%s-%v", name, keyed), fmt.Sprintf("sql-%s-%v", name, keyed)
+			for _, topic := range []string{goTopic, sqlTopic} {
+				f.createTopic(topic)
+				if _, err := f.repo.UpdateSettings(f.ctx, f.pool, topic, func(s *repository.TopicSettings) { s.Fair = keyed }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cs := make([]repository.Creation, len(ids))
+			for i, id := range ids {
+				cs[i] = repository.Creation{Identifier: id, Reference: o.reference, Suspended: o.suspended,
+					Priority: o.priority, Delay: o.delay, ConcurrencyKey: o.key}
+				if o.inputs != nil {
+					cs[i].Input = o.inputs[i]
+				}
+			}
+			if _, err := f.repo.Push(f.ctx, f.pool, goTopic, repository.Append, cs...); err != nil {
+				t.Fatal(err)
+			}
+			var delay *time.Duration
+			if o.delay > 0 {
+				delay = &o.delay
+			}
+			var inputs []string
+			if o.inputs != nil {
+				inputs = o.inputs
+			}
+			sqlPushed := sqlPushBatch(f, `SELECT * FROM task_push_batch($1, $2, $3, 'append', $4, $5, $6, $7, $8)`,
+				sqlTopic, ids, inputs, delay, int(o.priority), o.reference, o.suspended, o.key)
+			stored := func(topic string) []string {
+				rows, err := f.pool.Query(f.ctx, `SELECT format('%s %s/%s input=%s reference=%s priority=%s due_in=%s key=%s attempt=%s/%s owner=%s',
+					identifier, state, descent, coalesce(input, 'NULL'), coalesce(reference, 'NULL'), priority,
+					coalesce(extract(epoch FROM not_before - created)::text, 'NULL'), coalesce(concurrency_key, 'NULL'),
+					attempt, returned, coalesce(owner, 'NULL'))
+					FROM task WHERE topic = $1 ORDER BY sequence`, topic)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			goRows, sqlRows := stored(goTopic), stored(sqlTopic)
+			if !slices.Equal(goRows, sqlRows) {
+				t.Errorf("%s, keyed %v: task_push_batch stored\n%s\nthe Go push\n%s", name, keyed,
+					strings.Join(sqlRows, "\n"), strings.Join(goRows, "\n"))
+			}
+			if len(sqlPushed) != len(ids) || !slices.IsSorted(sqlPushed) {
+				t.Errorf("%s, keyed %v: sequences %v, want %d ascending", name, keyed, sqlPushed, len(ids))
+			}
+		}
+	}
+}
+
 func TestSQLPushBatch(t *testing.T) {
 	t.Run("SequencesFollowInputOrder", func(t *testing.T) {
 		f := setup(t)

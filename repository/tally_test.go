@@ -2,9 +2,13 @@ package repository_test
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -147,4 +151,97 @@ func TestTallies(t *testing.T) {
 		t.Fatalf("PruneTallies: %d, %v; want the one old row", n, err)
 	}
 	f.tallied("", repository.Tally{Pushed: 11, Succeeded: 2, Retried: 1, Failed: 1, Filtered: 1, Suspended: 1})
+}
+
+// TestTallyLongTransaction: the statements of one transaction count in a new tally row
+// every 64 statements (migration 000025), so that a long transaction does not update one
+// row again and again (each update walking every version before it): 150 pushes, then 130
+// completions, one statement each in one transaction, count in three rows each, under
+// the writers pid, pid+2^22 and pid+2·2^22, and add up to what was done; a transaction
+// of one statement counts under the process id, as before.
+func TestTallyLongTransaction(t *testing.T) {
+	f := setup(t)
+	const step = 1 << 22
+	// writers returns the tally rows' writers of the topic with pushed (or succeeded)
+	// counts, keyed by writer.
+	writers := func(column string) map[int64]int64 {
+		t.Helper()
+		rows, err := f.pool.Query(f.ctx, "SELECT writer, sum("+column+")::bigint FROM task_tally WHERE topic = $1 AND "+
+			column+" > 0 GROUP BY writer", f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int64]int64{}
+		for rows.Next() {
+			var w, n int64
+			if err := rows.Scan(&w, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[w] += n
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// inOneTransaction runs n statements of stmt(i) in one transaction and returns its
+	// server process id.
+	inOneTransaction := func(n int, stmt func(tx pgx.Tx, i int) error) int64 {
+		t.Helper()
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx) //nolint:errcheck // after Commit, a no-op
+		var pid int64
+		if err := tx.QueryRow(f.ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := stmt(tx, i); err != nil {
+				t.Fatalf("statement %d: %v", i, err)
+			}
+		}
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	want := func(what string, got map[int64]int64, pid int64, counts ...int64) {
+		t.Helper()
+		w := map[int64]int64{}
+		for i, n := range counts {
+			w[pid%step+int64(i)*step] = n
+		}
+		if !maps.Equal(got, w) {
+			t.Fatalf("%s counted under writers %v, want %v (process %d)", what, got, w, pid)
+		}
+	}
+
+	pid := inOneTransaction(150, func(tx pgx.Tx, i int) error {
+		_, err := tx.Exec(f.ctx, "SELECT task_push($1, $2)", f.topic, fmt.Sprintf("t%03d", i))
+		return err
+	})
+	want("150 pushes in one transaction", writers("pushed"), pid, 64, 64, 22)
+
+	leased := f.poll(repository.FIFO, repository.None, 130)
+	if len(leased) != 130 {
+		t.Fatalf("leased %d tasks, want 130", len(leased))
+	}
+	pid = inOneTransaction(130, func(tx pgx.Tx, i int) error {
+		_, err := f.repo.Complete(f.ctx, tx, f.topic, leased[i].Decide(repository.Succeed("")))
+		return err
+	})
+	want("130 completions in one transaction", writers("succeeded"), pid, 64, 64, 2)
+
+	// a transaction of one statement: the process id alone, its row of this second
+	if _, err := f.pool.Exec(f.ctx, "TRUNCATE task_tally"); err != nil {
+		t.Fatal(err)
+	}
+	pid = inOneTransaction(1, func(tx pgx.Tx, _ int) error {
+		_, err := tx.Exec(f.ctx, "SELECT task_push_batch($1, ARRAY['u1', 'u2', 'u3'])", f.topic)
+		return err
+	})
+	want("a push of 3 in a transaction of its own", writers("pushed"), pid, 3)
+	f.tallied(f.topic, repository.Tally{Pushed: 3})
 }

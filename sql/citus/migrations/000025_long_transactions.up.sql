@@ -1,0 +1,10 @@
+-- 000025 on a distributed database: nothing to change.
+--
+-- The plain migration changes three functions a distributed database does not run:
+-- task_tally_pushed (the statement trigger that counts pushes, which DistributeCitus does
+-- not recreate: task_citus_push counts them), task_complete (task_citus_complete
+-- completes on Citus) and task_push_batch (sql/citus/functions.sql has its own, which
+-- takes the Go push's path). On Citus, task_citus_push and task_citus_complete still
+-- count a transaction's statements in one tally row of the worker's session: many
+-- pushes or completions in one transaction there still lengthen that row's chain of
+-- versions (docs/citus.md, "Differences").
