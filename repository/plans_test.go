@@ -39,7 +39,8 @@ type planNode struct {
 	Relation  string     `json:"Relation Name"`
 	IndexName string     `json:"Index Name"`
 	IndexCond string     `json:"Index Cond"`
-	Loops     float64    `json:"Actual Loops"` // with auto_explain.log_analyze
+	Function  string     `json:"Function Call"` // with auto_explain.log_verbose
+	Loops     float64    `json:"Actual Loops"`  // with auto_explain.log_analyze
 	Plans     []planNode `json:"Plans"`
 }
 
@@ -468,6 +469,50 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSQLPushAppendPlannedOnce: task_push of APPEND (migration 000025) runs a statement
+// the server plans once per session, where the whole push statement, which names the
+// topic's partition, is planned at each call: after five custom plans the insertion's
+// plan takes its arrays as parameters, not as the values of the call.
+func TestSQLPushAppendPlannedOnce(t *testing.T) {
+	f := setup(t)
+	conn, capture := explainedConn(f)
+	if _, err := conn.Exec(f.ctx, "SET auto_explain.log_verbose = on"); err != nil {
+		t.Fatal(err)
+	}
+	var calls []string
+	for i := range 8 {
+		id := fmt.Sprintf("planned-%d", i)
+		if _, err := conn.Exec(f.ctx, "SELECT task_push($1, $2)", f.topic, id); err != nil {
+			t.Fatal(err)
+		}
+		var scans []string
+		for _, p := range capture.take(t) {
+			if !strings.Contains(p.Query, "INSERT INTO task (") {
+				continue
+			}
+			var walk func(n planNode)
+			walk = func(n planNode) {
+				if n.NodeType == "Function Scan" && strings.Contains(n.Function, "unnest") {
+					scans = append(scans, n.Function)
+				}
+				for _, c := range n.Plans {
+					walk(c)
+				}
+			}
+			walk(p.Root)
+		}
+		if len(scans) != 1 {
+			t.Fatalf("push %d: %d scans of the identifiers in the insertion's plans (%v), want 1: the capture is broken", i, len(scans), scans)
+		}
+		calls = append(calls, scans[0])
+		if i == 7 && strings.Contains(scans[0], id) {
+			t.Errorf("push %d was planned for its own values (%s), want the plan kept for the session: every call is planned\n%s",
+				i, scans[0], strings.Join(calls, "\n"))
+		}
+	}
+	t.Logf("the insertion's scan of the arrays, call by call:\n%s", strings.Join(calls, "\n"))
 }
 
 // TestDeleteTopicReadsItsOwnRows checks the plans of PurgeAll and Destroy of a shared

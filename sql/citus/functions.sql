@@ -118,7 +118,7 @@ BEGIN
     )
     SELECT array_agg(i ORDER BY i.sequence) INTO v_rows FROM inserted i;
     INSERT INTO task_tally AS y (topic, second, writer, pushed)
-    VALUES (p_topic, to_timestamp(floor(v_epoch)), pg_backend_pid(), cardinality(v_rows))
+    VALUES (p_topic, to_timestamp(floor(v_epoch)), task_tally_writer(), cardinality(v_rows))
     ON CONFLICT (topic, second, writer) DO UPDATE SET pushed = y.pushed + excluded.pushed;
     RETURN QUERY
     SELECT r.sequence, r.identifier, r.state, r.descent, r.created, r.not_before, v_notice FROM unnest(v_rows) r;
@@ -231,7 +231,7 @@ BEGIN
     FROM unnest(v_done) r JOIN unnest(p_sequences, p_results) AS d(sequence, result) ON d.sequence = r.sequence;
     IF v_tally.counted > 0 THEN
         INSERT INTO task_tally AS y (topic, second, writer, retried, failed, suspended, filtered, succeeded)
-        VALUES (p_topic, to_timestamp(floor(v_epoch)), pg_backend_pid(), v_tally.retried, v_tally.failed,
+        VALUES (p_topic, to_timestamp(floor(v_epoch)), task_tally_writer(), v_tally.retried, v_tally.failed,
                 v_tally.suspended, v_tally.filtered, v_tally.succeeded)
         ON CONFLICT (topic, second, writer) DO UPDATE
         SET retried = y.retried + excluded.retried, failed = y.failed + excluded.failed,

@@ -5,29 +5,39 @@
 -- a writer, the session's server process: every push statement and every completion
 -- statement of one transaction upserted the same row. A row updated again and again by
 -- one transaction is a chain of versions nothing may prune before it ends, which each
--- upsert walks from its start: a transaction of n statements cost n²/2 steps (a trigger
--- pushing 40 000 tasks one at a time in one transaction took 34 s, 19 s of it the
--- tally's). task_tally_writer numbers the statements of a transaction (a setting local
--- to it) and moves to a new writer every 64 statements: the writer is the process id
--- (below 2^22, Linux's limit) plus 2^22 for each 64 statements before it, modulo 512, so
--- a transaction of one statement writes the row it wrote before, a chain is at most 64
--- versions long until a transaction passes 32 768 statements, and the charts, which sum
--- the writers of a second, see the same counts.
+-- upsert walks from its start: a transaction of n statements cost n²/2 steps. Now
+-- task_tally_writer numbers a transaction's tally upserts (a push statement counts one
+-- per topic it inserts into, a completion statement one when it counts a decision) in
+-- a setting local to the transaction, and moves to a new writer every 64: the writer is
+-- the process id modulo 2^22 (Linux's limit for process ids, so that two sessions never
+-- share a writer there) plus 2^22 for each 64 upserts before it, modulo 512. A
+-- transaction of one statement writes the row it wrote before, a chain is at most 64
+-- versions long until a transaction passes 32 768 upserts, and the charts, which sum the
+-- writers of a second, see the same counts.
 --
 -- task_push_batch (000015) ran its whole statement, with the reads of older tasks that
 -- REPLACE, SUPERSEDE and DELETE need, for an APPEND too: that statement names the
 -- topic's partition, so it is planned at each call (about 0.4 ms, most of a push from
 -- SQL). An APPEND now runs the insertion and its notification alone, as the Go push does
--- (TaskPushAppend): 20 000 pushes by task_push in one transaction 1.7 s instead of 9.1.
+-- (TaskPushAppend), a statement the server plans once per session.
+--
+-- Together: 40 000 task_push calls in one transaction (a row trigger under a bulk
+-- INSERT) 4.5 s instead of 33 s; 16 sessions each pushing one task per transaction 2 150-
+-- 2 340 pushes/s instead of 1 280-1 360 (BENCHMARKS.md).
 
 CREATE FUNCTION task_tally_writer() RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n integer := coalesce(nullif(current_setting('pgtask.tally_statements', true), '')::integer, 0);
+    v_setting text := current_setting('pgtask.tally_statements', true);
+    v_n       integer := 0; -- the statements of the transaction before this one, modulo 32 768
 BEGIN
-    PERFORM set_config('pgtask.tally_statements', (v_n + 1)::text, true);
-    RETURN pg_backend_pid() % 4194304 + (v_n / 64 % 512) * 4194304;
+    -- what this function wrote; anything else (a session's own SET, say) counts as none
+    IF v_setting ~ '^[0-9]{1,5}$' THEN
+        v_n := v_setting::integer % 32768;
+    END IF;
+    PERFORM set_config('pgtask.tally_statements', ((v_n + 1) % 32768)::text, true);
+    RETURN pg_backend_pid() % 4194304 + v_n / 64 * 4194304;
 END
 $$;
 
