@@ -1418,16 +1418,14 @@ func TestLongTransactionsMigration(t *testing.T) {
 	sameRows(t, "tasks after 000025", taskRows(t, pool), rows)
 	// 70 pushes in one transaction: two rows, 64 and 6
 	execEach(t, pool, "DELETE FROM task_tally")
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 70 {
-		if _, err := tx.Exec(ctx, "SELECT task_push('t', $1)", fmt.Sprintf("n%02d", i)); err != nil {
-			t.Fatal(err)
+	if err := Atomically(ctx, pool, func(tx pgx.Tx) error {
+		for i := range 70 {
+			if _, err := tx.Exec(ctx, "SELECT task_push('t', $1)", fmt.Sprintf("n%02d", i)); err != nil {
+				return err
+			}
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if got := textRows(t, pool, "SELECT pushed::text FROM task_tally WHERE topic = 't' ORDER BY writer"); !slices.Equal(got, []string{"64", "6"}) {

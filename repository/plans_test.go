@@ -44,6 +44,14 @@ type planNode struct {
 	Plans     []planNode `json:"Plans"`
 }
 
+// visit calls fn on n and on every node below it, parents first.
+func (n planNode) visit(fn func(planNode)) {
+	fn(n)
+	for _, child := range n.Plans {
+		child.visit(fn)
+	}
+}
+
 // loggedPlan is one plan auto_explain sent as a notice.
 type loggedPlan struct {
 	Query string   `json:"Query Text"`
@@ -162,8 +170,7 @@ func constrains(cond, key string) bool {
 // aside), which walks every entry of the index.
 func (c *planChecker) violations(p loggedPlan) []string {
 	var out []string
-	var walk func(n planNode)
-	walk = func(n planNode) {
+	p.Root.visit(func(n planNode) {
 		switch n.NodeType {
 		case "Seq Scan":
 			if n.Relation == "task" || partitionPattern.MatchString(n.Relation) {
@@ -177,11 +184,7 @@ func (c *planChecker) violations(p loggedPlan) []string {
 					n.NodeType, n.IndexName, ix.parent, n.IndexCond, ix.lead))
 			}
 		}
-		for _, child := range n.Plans {
-			walk(child)
-		}
-	}
-	walk(p.Root)
+	})
 	return out
 }
 
@@ -199,17 +202,12 @@ func (c *planChecker) identifierScans(plans []loggedPlan) []string {
 // plans' nodes satisfy keep.
 func (c *planChecker) scans(plans []loggedPlan, keep func(planNode, partitionIndex) bool) []string {
 	var out []string
-	var walk func(n planNode)
-	walk = func(n planNode) {
-		if ix, ok := c.indexes[n.IndexName]; ok && keep(n, ix) && !slices.Contains(out, ix.parent) {
-			out = append(out, ix.parent)
-		}
-		for _, child := range n.Plans {
-			walk(child)
-		}
-	}
 	for _, p := range plans {
-		walk(p.Root)
+		p.Root.visit(func(n planNode) {
+			if ix, ok := c.indexes[n.IndexName]; ok && keep(n, ix) && !slices.Contains(out, ix.parent) {
+				out = append(out, ix.parent)
+			}
+		})
 	}
 	slices.Sort(out)
 	return out
@@ -492,16 +490,11 @@ func TestSQLPushAppendPlannedOnce(t *testing.T) {
 			if !strings.Contains(p.Query, "INSERT INTO task (") {
 				continue
 			}
-			var walk func(n planNode)
-			walk = func(n planNode) {
+			p.Root.visit(func(n planNode) {
 				if n.NodeType == "Function Scan" && strings.Contains(n.Function, "unnest") {
 					scans = append(scans, n.Function)
 				}
-				for _, c := range n.Plans {
-					walk(c)
-				}
-			}
-			walk(p.Root)
+			})
 		}
 		if len(scans) != 1 {
 			t.Fatalf("push %d: %d scans of the identifiers in the insertion's plans (%v), want 1: the capture is broken", i, len(scans), scans)
@@ -623,18 +616,13 @@ func TestCompletionPlanIgnoresStaleStatistics(t *testing.T) {
 	}
 	// the scans of the decisions (unnest of the arrays) and of the topic's table
 	var scans []planNode
-	var walk func(n planNode)
-	walk = func(n planNode) {
-		if n.NodeType == "Function Scan" || n.NodeType == "ProjectSet" || partitionPattern.MatchString(n.Relation) {
-			scans = append(scans, n)
-		}
-		for _, child := range n.Plans {
-			walk(child)
-		}
-	}
 	for _, p := range capture.take(t) {
 		if strings.Contains(p.Query, "UPDATE task t") {
-			walk(p.Root)
+			p.Root.visit(func(n planNode) {
+				if n.NodeType == "Function Scan" || n.NodeType == "ProjectSet" || partitionPattern.MatchString(n.Relation) {
+					scans = append(scans, n)
+				}
+			})
 			for _, n := range scans {
 				if n.Loops != 1 {
 					t.Errorf("the completion runs its %s %s %v times, want once\nplan: %s", n.NodeType, n.Relation, n.Loops, p.raw)

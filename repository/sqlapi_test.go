@@ -427,12 +427,8 @@ func TestSQLPushAppendStoresAsGoPush(t *testing.T) {
 			if o.delay > 0 {
 				delay = &o.delay
 			}
-			var inputs []string
-			if o.inputs != nil {
-				inputs = o.inputs
-			}
 			sqlPushed := sqlPushBatch(f, `SELECT * FROM task_push_batch($1, $2, $3, 'append', $4, $5, $6, $7, $8)`,
-				sqlTopic, ids, inputs, delay, int(o.priority), o.reference, o.suspended, o.key)
+				sqlTopic, ids, o.inputs, delay, int(o.priority), o.reference, o.suspended, o.key)
 			stored := func(topic string) []string {
 				rows, err := f.pool.Query(f.ctx, `SELECT format('%s %s/%s input=%s reference=%s priority=%s due_in=%s key=%s attempt=%s/%s owner=%s',
 					identifier, state, descent, coalesce(input, 'NULL'), coalesce(reference, 'NULL'), priority,
@@ -570,6 +566,13 @@ func TestSQLPushNotifies(t *testing.T) {
 	sqlPush(f, "SELECT task_push('topic', 'held', suspended => true)")
 	sqlPush(f, "SELECT task_push('other', 'a')")
 	wait(work("other", 6))
+
+	// The other insertions announce their first READY task too: the batch's first, or,
+	// when a later occurrence of the identifier makes an earlier one REDUNDANT, the later.
+	replaced := sqlPushBatch(f, "SELECT * FROM task_push_batch('topic', '{r1,r2}', insertion => 'replace')")
+	wait(work("topic", replaced[0]))
+	replaced = sqlPushBatch(f, "SELECT * FROM task_push_batch('topic', '{r3,r3}', insertion => 'supersede')")
+	wait(work("topic", replaced[1]))
 }
 
 func TestSQLPushFromTrigger(t *testing.T) {

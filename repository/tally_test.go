@@ -188,23 +188,19 @@ func TestTallyLongTransaction(t *testing.T) {
 	}
 	// inOneTransaction runs n statements of stmt(i) in one transaction and returns its
 	// server process id.
-	inOneTransaction := func(n int, stmt func(tx pgx.Tx, i int) error) int64 {
+	inOneTransaction := func(n int, stmt func(tx pgx.Tx, i int) error) (pid int64) {
 		t.Helper()
-		tx, err := f.pool.Begin(f.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(f.ctx) //nolint:errcheck // after Commit, a no-op
-		var pid int64
-		if err := tx.QueryRow(f.ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-			t.Fatal(err)
-		}
-		for i := range n {
-			if err := stmt(tx, i); err != nil {
-				t.Fatalf("statement %d: %v", i, err)
+		if err := repository.Atomically(f.ctx, f.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(f.ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				return err
 			}
-		}
-		if err := tx.Commit(f.ctx); err != nil {
+			for i := range n {
+				if err := stmt(tx, i); err != nil {
+					return fmt.Errorf("statement %d: %w", i, err)
+				}
+			}
+			return nil
+		}); err != nil {
 			t.Fatal(err)
 		}
 		return pid

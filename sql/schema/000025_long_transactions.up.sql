@@ -18,8 +18,9 @@
 -- task_push_batch (000015) ran its whole statement, with the reads of older tasks that
 -- REPLACE, SUPERSEDE and DELETE need, for an APPEND too: that statement names the
 -- topic's partition, so it is planned at each call (about 0.4 ms, most of a push from
--- SQL). An APPEND now runs the insertion and its notification alone, as the Go push does
--- (TaskPushAppend), a statement the server plans once per session.
+-- SQL). An APPEND now runs the insertion alone, as the Go push does (TaskPushAppend), a
+-- statement the server plans once per session; either statement's rows are then
+-- announced by one notification, sent after it (the same payload, at the same commit).
 --
 -- Together: 40 000 task_push calls in one transaction (a row trigger under a bulk
 -- INSERT) 4.5 s instead of 33 s; 16 sessions each pushing one task per transaction 2 150-
@@ -168,6 +169,8 @@ DECLARE
     v_keyed      boolean;
     v_live       bigint;
     v_bad        record;
+    v_sequences  bigint[]; -- the inserted tasks', in order
+    v_first      bigint;   -- the first of them READY
 BEGIN
     v_mode := array_position(ARRAY['APPEND', 'REPLACE', 'SUPERSEDE', 'DELETE'],
                              upper(task_push_batch.insertion)) - 1;
@@ -254,12 +257,11 @@ BEGIN
     END IF;
 
     IF v_mode = 0 THEN
-        -- APPEND touches no older task: the insertion and its notification alone, a
-        -- statement that reads no partition (an INSERT routes each row as it executes), so
-        -- the plan kept after the first calls fits every topic, where the statement below
-        -- is planned at every call (TaskPushAppend in sql/queries/task_push.sql does the
-        -- same for the Go push). What it stores and notifies is the statement's below.
-        RETURN QUERY
+        -- APPEND touches no older task: the insertion alone, a statement that reads no
+        -- partition (an INSERT routes each row as it executes), so the plan kept after the
+        -- first calls fits every topic, where the statement below is planned at every
+        -- call (TaskPushAppend in sql/queries/task_push.sql does the same for the Go
+        -- push). What it stores is the statement's below.
         WITH inserted AS (
             INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before,
                               concurrency_key)
@@ -273,106 +275,94 @@ BEGIN
                  WITH ORDINALITY AS c(identifier, input, ord)
             ORDER BY c.ord
             RETURNING sequence, state
-        ),
-        notified AS (
-            SELECT pg_notify('task_notification', 'WORK ' || md5(task_push_batch.topic) || ' '
-                             || task_push_batch.priority || ' ' || f.first
-                             || CASE WHEN v_not_before > clock_timestamp()
-                                     THEN ' ' || ceil(extract(epoch FROM v_not_before - clock_timestamp()) * 1000)::bigint
-                                     ELSE '' END) AS sent
-            FROM (SELECT min(i.sequence) AS first FROM inserted i WHERE i.state = 1) f
-            WHERE f.first IS NOT NULL
         )
-        SELECT i.sequence FROM inserted i
-        WHERE (SELECT count(*) FROM notified) >= 0
-        ORDER BY i.sequence;
-        RETURN;
+        SELECT array_agg(i.sequence ORDER BY i.sequence), min(i.sequence) FILTER (WHERE i.state = 1)
+        INTO v_sequences, v_first
+        FROM inserted i;
+    ELSE
+        -- REPLACE, SUPERSEDE, DELETE
+        WITH creation AS (
+            -- '' input is stored as NULL, as the Go push does.
+            SELECT c.ord, c.identifier, NULLIF(c.input, '') AS input,
+                   -- only the last occurrence of an identifier in the batch stays live (REPLACE,
+                   -- SUPERSEDE) or is inserted at all (DELETE)
+                   c.ord = max(c.ord) OVER (PARTITION BY c.identifier) AS last
+            -- unnest of two arrays zips them; a NULL inputs array gives NULL inputs.
+            FROM unnest(task_push_batch.identifiers, task_push_batch.inputs) WITH ORDINALITY AS c(identifier, input, ord)
+        ),
+        older_ready AS (
+            -- Older tasks of the same identifiers that this insertion mode touches (the matrix of
+            -- design §4.2), in two parts that each match one index: READY ones through
+            -- task_ready_identifier, settled ones (EXPIRED and after) through task_identifier.
+            -- ACTIVE tasks are never touched; rows locked by a concurrent transaction are
+            -- skipped, not waited for. The mode tests depend on no row, so an APPEND reads nothing.
+            SELECT t.topic, t.sequence FROM task t
+            WHERE v_mode <> 0
+              AND (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT task_push_batch.topic || E'\n' || i
+                                                                 FROM unnest(task_push_batch.identifiers) i))
+              AND t.topic = task_push_batch.topic AND t.state = 1
+              AND t.identifier = ANY (task_push_batch.identifiers)
+            FOR UPDATE SKIP LOCKED
+        ),
+        older_settled AS (
+            -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
+            SELECT t.topic, t.sequence FROM task t
+            WHERE v_mode IN (1, 3)
+              AND hashtext(t.topic) = hashtext(task_push_batch.topic) AND t.topic = task_push_batch.topic AND t.state >= 2
+              AND t.identifier = ANY (task_push_batch.identifiers)
+              AND (v_mode = 3 OR t.state <= 6)
+            FOR UPDATE SKIP LOCKED
+        ),
+        older AS (
+            SELECT r.topic, r.sequence FROM older_ready r
+            UNION ALL
+            SELECT s.topic, s.sequence FROM older_settled s
+        ),
+        -- The topic as a value (not only o's) lets the planner prune the target to the
+        -- topic's table; the mode test goes in the subquery, since a WHERE that folds to false
+        -- leaves every table of task as a target (and locks them all).
+        made_redundant AS (
+            UPDATE task t SET state = 8, descent = GREATEST(t.state, t.descent)
+            FROM (SELECT * FROM older WHERE v_mode IN (1, 2)) o
+            WHERE t.topic = task_push_batch.topic AND t.sequence = o.sequence
+            RETURNING t.sequence
+        ),
+        deleted AS (
+            DELETE FROM task t USING (SELECT * FROM older WHERE v_mode = 3) o
+            WHERE t.topic = task_push_batch.topic AND t.sequence = o.sequence
+            RETURNING t.sequence
+        ),
+        inserted AS (
+            INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before, concurrency_key)
+            -- nextval over rows already in input order: sequences follow the input
+            SELECT task_push_batch.topic, nextval('task_sequence'), c.identifier,
+                   CASE WHEN v_mode IN (1, 2) AND NOT c.last THEN 8
+                        WHEN task_push_batch.suspended THEN 4
+                        ELSE 1 END,
+                   1, -- descent: a fresh task was READY before whatever it is (design section 3)
+                   c.input, NULLIF(task_push_batch.reference, ''), task_push_batch.priority, v_not_before,
+                   -- in a topic polled by key, a task without one has the key '' (task_poll_keyed)
+                   coalesce(NULLIF(task_push_batch.concurrency_key, ''), CASE WHEN v_keyed THEN '' END)
+            FROM (SELECT * FROM creation c WHERE v_mode <> 3 OR c.last ORDER BY c.ord) c
+            RETURNING sequence, state
+        )
+        SELECT array_agg(i.sequence ORDER BY i.sequence), min(i.sequence) FILTER (WHERE i.state = 1)
+        INTO v_sequences, v_first
+        FROM inserted i;
     END IF;
 
-    RETURN QUERY
-    WITH creation AS (
-        -- '' input is stored as NULL, as the Go push does.
-        SELECT c.ord, c.identifier, NULLIF(c.input, '') AS input,
-               -- only the last occurrence of an identifier in the batch stays live (REPLACE,
-               -- SUPERSEDE) or is inserted at all (DELETE)
-               c.ord = max(c.ord) OVER (PARTITION BY c.identifier) AS last
-        -- unnest of two arrays zips them; a NULL inputs array gives NULL inputs.
-        FROM unnest(task_push_batch.identifiers, task_push_batch.inputs) WITH ORDINALITY AS c(identifier, input, ord)
-    ),
-    older_ready AS (
-        -- Older tasks of the same identifiers that this insertion mode touches (the matrix of
-        -- design §4.2), in two parts that each match one index: READY ones through
-        -- task_ready_identifier, settled ones (EXPIRED and after) through task_identifier.
-        -- ACTIVE tasks are never touched; rows locked by a concurrent transaction are
-        -- skipped, not waited for. The mode tests depend on no row, so an APPEND reads nothing.
-        SELECT t.topic, t.sequence FROM task t
-        WHERE v_mode <> 0
-          AND (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT task_push_batch.topic || E'\n' || i
-                                                             FROM unnest(task_push_batch.identifiers) i))
-          AND t.topic = task_push_batch.topic AND t.state = 1
-          AND t.identifier = ANY (task_push_batch.identifiers)
-        FOR UPDATE SKIP LOCKED
-    ),
-    older_settled AS (
-        -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
-        SELECT t.topic, t.sequence FROM task t
-        WHERE v_mode IN (1, 3)
-          AND hashtext(t.topic) = hashtext(task_push_batch.topic) AND t.topic = task_push_batch.topic AND t.state >= 2
-          AND t.identifier = ANY (task_push_batch.identifiers)
-          AND (v_mode = 3 OR t.state <= 6)
-        FOR UPDATE SKIP LOCKED
-    ),
-    older AS (
-        SELECT r.topic, r.sequence FROM older_ready r
-        UNION ALL
-        SELECT s.topic, s.sequence FROM older_settled s
-    ),
-    -- The topic as a value (not only o's) lets the planner prune the target to the
-    -- topic's table; the mode test goes in the subquery, since a WHERE that folds to false
-    -- leaves every table of task as a target (and locks them all).
-    made_redundant AS (
-        UPDATE task t SET state = 8, descent = GREATEST(t.state, t.descent)
-        FROM (SELECT * FROM older WHERE v_mode IN (1, 2)) o
-        WHERE t.topic = task_push_batch.topic AND t.sequence = o.sequence
-        RETURNING t.sequence
-    ),
-    deleted AS (
-        DELETE FROM task t USING (SELECT * FROM older WHERE v_mode = 3) o
-        WHERE t.topic = task_push_batch.topic AND t.sequence = o.sequence
-        RETURNING t.sequence
-    ),
-    inserted AS (
-        INSERT INTO task (topic, sequence, identifier, state, descent, input, reference, priority, not_before, concurrency_key)
-        -- nextval over rows already in input order: sequences follow the input
-        SELECT task_push_batch.topic, nextval('task_sequence'), c.identifier,
-               CASE WHEN v_mode IN (1, 2) AND NOT c.last THEN 8
-                    WHEN task_push_batch.suspended THEN 4
-                    ELSE 1 END,
-               1, -- descent: a fresh task was READY before whatever it is (design section 3)
-               c.input, NULLIF(task_push_batch.reference, ''), task_push_batch.priority, v_not_before,
-               -- in a topic polled by key, a task without one has the key '' (task_poll_keyed)
-               coalesce(NULLIF(task_push_batch.concurrency_key, ''), CASE WHEN v_keyed THEN '' END)
-        FROM (SELECT * FROM creation c WHERE v_mode <> 3 OR c.last ORDER BY c.ord) c
-        RETURNING sequence, state
-    ),
-    notified AS (
-        -- With the position of the first READY task (every task of a call has the same
-        -- priority and not-before time) and, when it is delayed, the milliseconds until it
-        -- is due: a processor then polls from there, or arms a timer, instead of reading
-        -- the topic from its head (repository.Notification). Delivered at commit,
-        -- coalesced per transaction.
-        SELECT pg_notify('task_notification', 'WORK ' || md5(task_push_batch.topic) || ' '
-                         || task_push_batch.priority || ' ' || f.first
-                         || CASE WHEN v_not_before > clock_timestamp()
-                                 THEN ' ' || ceil(extract(epoch FROM v_not_before - clock_timestamp()) * 1000)::bigint
-                                 ELSE '' END) AS sent
-        FROM (SELECT min(i.sequence) AS first FROM inserted i WHERE i.state = 1) f
-        WHERE f.first IS NOT NULL
-    )
-    -- Data-modifying CTEs run to completion whether or not the outer query reads them;
-    -- notified runs only when referenced: a scalar subquery in WHERE always runs.
-    SELECT i.sequence FROM inserted i
-    WHERE (SELECT count(*) FROM notified) >= 0
-    ORDER BY i.sequence;
+    -- With the position of the first READY task (every task of a call has the same
+    -- priority and not-before time) and, when it is delayed, the milliseconds until it is
+    -- due: a processor then polls from there, or arms a timer, instead of reading the
+    -- topic from its head (repository.Notification). Delivered at commit, coalesced per
+    -- transaction.
+    IF v_first IS NOT NULL THEN
+        PERFORM pg_notify('task_notification', 'WORK ' || md5(task_push_batch.topic) || ' '
+                          || task_push_batch.priority || ' ' || v_first
+                          || CASE WHEN v_not_before > clock_timestamp()
+                                  THEN ' ' || ceil(extract(epoch FROM v_not_before - clock_timestamp()) * 1000)::bigint
+                                  ELSE '' END);
+    END IF;
+    RETURN QUERY SELECT unnest(v_sequences);
 END
 $$;
