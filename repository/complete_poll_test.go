@@ -1,8 +1,12 @@
 package repository_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +55,109 @@ func TestCompleteAndPoll(t *testing.T) {
 			[]repository.Completion{first[2].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 10, repository.Position{})
 		if err != nil || len(leased) != 1 || leased[0].Sequence != pushed[5].Sequence {
 			t.Fatalf("leased %v, %v after one decision at the limit, want task %d", sequences(leased), err, pushed[5].Sequence)
+		}
+	})
+
+	t.Run("UnderALimitLoweredSinceTheLeaseItLeasesWithinIt", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 4})
+		pushed := f.push(repository.Append, "a", "b", "c", "d", "e", "f", "g", "h", "i")
+		first := f.poll(repository.FIFO, repository.None, 10)
+		f.limit(repository.TopicSettings{Concurrency: 2})
+		// two of four decided: two left ACTIVE fill the new limit, nothing comes
+		_, leased, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
+			[]repository.Completion{first[0].Decide(repository.Succeed("")), first[1].Decide(repository.Succeed(""))},
+			repository.FIFO, repository.None, 10, repository.Position{})
+		if err != nil || len(leased) != 0 {
+			t.Fatalf("leased %v, %v with 2 ACTIVE at a limit lowered to 2, want none", sequences(leased), err)
+		}
+		// the two others decided: two slots, not the four the decisions free
+		_, leased, err = f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
+			[]repository.Completion{first[2].Decide(repository.Succeed("")), first[3].Decide(repository.Succeed(""))},
+			repository.FIFO, repository.None, 10, repository.Position{})
+		if got, want := sequences(leased), sequences(pushed[4:6]); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("leased %v, %v at a limit of 2 with none ACTIVE, want %v", got, err, want)
+		}
+	})
+
+	t.Run("UnderARaisedLimitItLeasesTheRoomBeyondTheSlotsFreed", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 2})
+		pushed := f.push(repository.Append, "a", "b", "c", "d", "e", "f", "g", "h", "i")
+		first := f.poll(repository.FIFO, repository.None, 10)
+		f.limit(repository.TopicSettings{Concurrency: 5})
+		done, leased, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
+			[]repository.Completion{first[0].Decide(repository.Succeed("")), first[1].Decide(repository.Succeed(""))},
+			repository.FIFO, repository.None, 10, repository.Position{})
+		if err != nil || len(done) != 2 {
+			t.Fatalf("completed %d, %v", len(done), err)
+		}
+		if got, want := sequences(leased), sequences(pushed[2:7]); !slices.Equal(got, want) {
+			t.Fatalf("leased %v at a limit raised to 5, want the five next in poll order %v", got, want)
+		}
+		// and no more than the size asked for
+		_, leased, err = f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
+			[]repository.Completion{leased[0].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 0, repository.Position{})
+		if err != nil || len(leased) != 0 {
+			t.Fatalf("leased %v, %v with size 0, want none", sequences(leased), err)
+		}
+	})
+
+	t.Run("SharesTheLimitWithOtherOwners", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 4})
+		f.push(repository.Append, "a", "b", "c", "d", "e", "f", "g", "h")
+		mine := f.poll(repository.FIFO, repository.None, 2)
+		other := f.newRepo("owner-2")
+		theirs, err := other.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+		if err != nil || len(theirs) != 2 {
+			t.Fatalf("the other owner polled %d, %v; want the 2 slots left", len(theirs), err)
+		}
+		_, leased, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
+			[]repository.Completion{mine[0].Decide(repository.Succeed("")), mine[1].Decide(repository.Succeed(""))},
+			repository.FIFO, repository.None, 10, repository.Position{})
+		if err != nil || len(leased) != 2 {
+			t.Fatalf("leased %d, %v beside the other owner's 2 at a limit of 4, want 2", len(leased), err)
+		}
+		// the other owner's decisions free its own slots, for it
+		_, theirs, err = other.CompleteAndPoll(f.ctx, f.pool, f.topic,
+			[]repository.Completion{theirs[0].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 10, repository.Position{})
+		if err != nil || len(theirs) != 1 {
+			t.Fatalf("the other owner leased %d, %v after one decision, want 1", len(theirs), err)
+		}
+		var active int
+		if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 0", f.topic).Scan(&active); err != nil || active != 4 {
+			t.Fatalf("%d ACTIVE (%v), want the limit, 4", active, err)
+		}
+	})
+
+	t.Run("UnderALimitItLeasesInPollOrderFromThePosition", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 2})
+		tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+			repository.Creation{Identifier: "low", Priority: 5}, repository.Creation{Identifier: "a"},
+			repository.Creation{Identifier: "b"}, repository.Creation{Identifier: "c"}, repository.Creation{Identifier: "d"},
+			repository.Creation{Identifier: "later", Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := f.poll(repository.FIFO, repository.None, 10)
+		if got, want := sequences(first), sequences(tasks[1:3]); !slices.Equal(got, want) {
+			t.Fatalf("polled %v, want the first two of priority 0 %v", got, want)
+		}
+		// from the position of d: c stays READY for a poll from the head
+		_, leased, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
+			[]repository.Completion{first[0].Decide(repository.Succeed("")), first[1].Decide(repository.Succeed(""))},
+			repository.FIFO, repository.None, 10, repository.PositionOf(tasks[4]))
+		if got, want := sequences(leased), []int64{tasks[4].Sequence, tasks[0].Sequence}; err != nil || !slices.Equal(got, want) {
+			t.Fatalf("leased %v, %v from the position of d, want d then the priority-5 task %v", got, err, want)
+		}
+		// from the head, the one left of priority 0; the delayed task is not due
+		_, leased, err = f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
+			[]repository.Completion{leased[0].Decide(repository.Succeed("")), leased[1].Decide(repository.Succeed(""))},
+			repository.FIFO, repository.None, 10, repository.Position{})
+		if got, want := sequences(leased), []int64{tasks[3].Sequence}; err != nil || !slices.Equal(got, want) {
+			t.Fatalf("leased %v, %v from the head, want c alone %v", got, err, want)
 		}
 	})
 
@@ -158,4 +265,185 @@ func TestCompleteAndPoll(t *testing.T) {
 			t.Fatalf("completed %d, leased %d, %v", len(done), len(leased), err)
 		}
 	})
+}
+
+// TestHandOverTakesNoLock: at a topic's concurrency limit, a completion hands the slots
+// it frees over to the next tasks without the topic's advisory lock (migration 000026),
+// so that chains sharing a limit do not wait for each other's commits; a lease that
+// could raise the ACTIVE count (room beyond the slots freed) still waits for the lock.
+// Plain PostgreSQL only: on Citus the completion and the lease are two statements and
+// the lease takes the lock (docs/citus.md).
+func TestHandOverTakesNoLock(t *testing.T) {
+	f := setup(t)
+	f.limit(repository.TopicSettings{Concurrency: 2})
+	f.push(repository.Append, "a", "b", "c", "d", "e", "f")
+	first := f.poll(repository.FIFO, repository.None, 10)
+	// another transaction holds the topic's lock, as a poll under the limit does until
+	// it commits (task_poll_limited)
+	holder, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(f.ctx) }()
+	if _, err := holder.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+	defer cancel()
+	_, leased, err := f.repo.CompleteAndPoll(ctx, f.pool, f.topic,
+		[]repository.Completion{first[0].Decide(repository.Succeed("")), first[1].Decide(repository.Succeed(""))},
+		repository.FIFO, repository.None, 10, repository.Position{})
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("leased %d, %v while another transaction holds the topic's lock, want the 2 slots freed handed over", len(leased), err)
+	}
+	// with room beyond the slots freed, the rest is leased under the lock: it waits
+	f.limit(repository.TopicSettings{Concurrency: 3})
+	short, cancelShort := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	defer cancelShort()
+	_, _, err = f.repo.CompleteAndPoll(short, f.pool, f.topic,
+		[]repository.Completion{leased[0].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 10, repository.Position{})
+	if err == nil {
+		t.Fatal("a completion with room beyond its slots leased without waiting for the topic's lock")
+	}
+	if got := f.get(leased[0].Sequence); got.State != repository.Active {
+		t.Fatalf("task %d is %v after the statement was cancelled, want still ACTIVE", leased[0].Sequence, got.State)
+	}
+	if err := holder.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, more, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
+		[]repository.Completion{leased[0].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 10, repository.Position{})
+	if err != nil || len(more) != 2 {
+		t.Fatalf("leased %d, %v once the lock was free at a limit of 3 with 1 ACTIVE, want 2", len(more), err)
+	}
+}
+
+// TestHandOverHoldsTheLimitUnderConcurrency: owners chaining at a topic's limit (each
+// completion hands its slots over, part of a batch at a time), beside owners that poll
+// under the lock, never have more tasks ACTIVE than the limit in any snapshot a reader
+// takes, never lease a task another holds, and do every task once.
+func TestHandOverHoldsTheLimitUnderConcurrency(t *testing.T) {
+	f := setup(t)
+	const limit, tasks = 5, 600
+	f.limit(repository.TopicSettings{Concurrency: limit})
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%03d", i)
+	}
+	f.push(repository.Append, ids...)
+
+	var (
+		mu      sync.Mutex
+		holder  = map[int64]int{} // sequence → worker holding its lease
+		done    = map[int64]bool{}
+		problem []string
+	)
+	took := func(worker int, leased []repository.Task) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, task := range leased {
+			if w, held := holder[task.Sequence]; held || done[task.Sequence] {
+				problem = append(problem, fmt.Sprintf("worker %d leased task %d, held by %d or done", worker, task.Sequence, w))
+			}
+			holder[task.Sequence] = worker
+		}
+	}
+	finished := func(completed []repository.Task) int {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, task := range completed {
+			delete(holder, task.Sequence)
+			done[task.Sequence] = true
+		}
+		return len(done)
+	}
+
+	ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+	defer cancel()
+	var highest atomic.Int64
+	sampling := make(chan struct{})
+	go func() {
+		defer close(sampling)
+		for ctx.Err() == nil {
+			var n int64
+			if err := f.pool.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 0", f.topic).Scan(&n); err == nil {
+				highest.Store(max(highest.Load(), n))
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for w := range 6 {
+		repo := f.newRepo(fmt.Sprintf("worker-%d", w))
+		wg.Go(func() {
+			var held []repository.Task
+			for ctx.Err() == nil {
+				if len(held) == 0 || w >= 4 { // workers 4 and 5 complete, then poll under the lock
+					if len(held) > 0 {
+						completed, err := repo.Complete(ctx, f.pool, f.topic, decide(held)...)
+						if err != nil {
+							errs[w] = err
+							return
+						}
+						held = nil
+						if finished(completed) == tasks {
+							cancel()
+							return
+						}
+					}
+					leased, err := repo.Poll(ctx, f.pool, f.topic, repository.FIFO, repository.None, limit)
+					if err != nil {
+						errs[w] = err
+						return
+					}
+					took(w, leased)
+					held = leased
+					if len(held) == 0 {
+						time.Sleep(time.Millisecond)
+					}
+					continue
+				}
+				// a part of the batch, so that the chains hand over different numbers
+				part := 1 + (len(held)+w)%len(held)
+				completed, leased, err := repo.CompleteAndPoll(ctx, f.pool, f.topic, decide(held[:part]),
+					repository.FIFO, repository.None, limit, repository.Position{})
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				took(w, leased)
+				held = append(held[part:], leased...)
+				if finished(completed) == tasks {
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	<-sampling
+	for w, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("worker %d: %v", w, err)
+		}
+	}
+	if len(problem) > 0 {
+		t.Fatalf("%d problems, the first: %v", len(problem), problem[:min(len(problem), 5)])
+	}
+	if n := finished(nil); n != tasks {
+		t.Fatalf("%d of %d tasks done", n, tasks)
+	}
+	if h := highest.Load(); h > limit || h == 0 {
+		t.Fatalf("at most %d tasks ACTIVE in the samples, want 1 to the limit %d", h, limit)
+	}
+}
+
+// decide succeeds each of tasks.
+func decide(tasks []repository.Task) []repository.Completion {
+	out := make([]repository.Completion, len(tasks))
+	for i, task := range tasks {
+		out[i] = task.Decide(repository.Succeed(""))
+	}
+	return out
 }

@@ -1447,6 +1447,67 @@ func TestLongTransactionsMigration(t *testing.T) {
 	sameRows(t, "tasks after 000025 again", taskRows(t, pool), rows)
 }
 
+// TestHandOverMigration checks migration 000026 on a database of version 25 with tasks
+// of a limited topic and a lease of schema 25: every row kept; afterwards the lease's
+// completion hands its slot over (task_complete_poll through task_hand_over) and the
+// room a raised limit leaves is leased too; reverting restores 000022's
+// task_complete_poll as it was, drops task_hand_over and keeps the rows.
+func TestHandOverMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository hand-over test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(25)
+	create("t")
+	execEach(t, pool,
+		"SELECT task_topic_set_limits('t', concurrency => 1)",
+		"SELECT count(task_push('t', 'i' || g)) FROM generate_series(1, 6) g",
+		// a lease of schema 25, completed after the upgrade
+		`UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
+		 WHERE t.topic = 't' AND t.sequence = (SELECT min(sequence) FROM task WHERE topic = 't')`,
+	)
+	bodies := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT proname || ': ' || prosrc FROM pg_proc
+			WHERE proname IN ('task_complete_poll', 'task_hand_over') ORDER BY proname`)
+	}
+	before, rows := bodies(), taskRows(t, pool)
+	if len(before) != 1 {
+		t.Fatalf("functions at schema 25: %d, want task_complete_poll alone", len(before))
+	}
+
+	steps(1)
+	sameRows(t, "tasks after 000026", taskRows(t, pool), rows)
+	if got := bodies(); len(got) != 2 {
+		t.Fatalf("functions after 000026: %d, want task_complete_poll and task_hand_over", len(got))
+	}
+	completeAndPoll := func(size int) []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT identifier || ':' || state FROM task_complete_poll('t', 'o',
+			ARRAY(SELECT sequence FROM task WHERE topic = 't' AND state = 0 ORDER BY sequence),
+			ARRAY(SELECT attempt FROM task WHERE topic = 't' AND state = 0 ORDER BY sequence),
+			ARRAY(SELECT 3::smallint FROM task WHERE topic = 't' AND state = 0),
+			ARRAY(SELECT '' FROM task WHERE topic = 't' AND state = 0),
+			ARRAY(SELECT 0::bigint FROM task WHERE topic = 't' AND state = 0),
+			false, 0::smallint, `+fmt.Sprint(size)+`, NULL, NULL)`)
+	}
+	if got := completeAndPoll(10); !slices.Equal(got, []string{"i1:6", "i2:0"}) {
+		t.Fatalf("after 000026, the lease of schema 25 completed: %v, want it SUCCEEDED and the next ACTIVE", got)
+	}
+	execEach(t, pool, "SELECT task_topic_set_limits('t', concurrency => 3)")
+	if got := completeAndPoll(10); !slices.Equal(got, []string{"i2:6", "i3:0", "i4:0", "i5:0"}) {
+		t.Fatalf("at a limit raised to 3: %v, want i2 SUCCEEDED and three ACTIVE", got)
+	}
+	rows = taskRows(t, pool)
+
+	steps(-1)
+	sameRows(t, "tasks after reverting 000026", taskRows(t, pool), rows)
+	if after := bodies(); !slices.Equal(after, before) {
+		t.Fatalf("functions after reverting 000026 differ from schema 25's:\n%s\nwant\n%s", strings.Join(after, "\n---\n"), strings.Join(before, "\n---\n"))
+	}
+	steps(1)
+	sameRows(t, "tasks after 000026 again", taskRows(t, pool), rows)
+}
+
 // TestKeyedTurnsPickAsBefore: on a topic of many keys, priorities, delayed tasks,
 // ACTIVE ones and identifiers that repeat, task_poll_keyed as 000024 and the Citus form
 // of 000024 pick what 000023's plain and Citus functions picked, for every way a poll by

@@ -1,0 +1,7 @@
+-- 000026 on a distributed database: nothing to change.
+--
+-- The plain migration changes task_complete_poll and adds task_hand_over, which it
+-- calls. On Citus a limited topic's completion and next lease are task_citus_complete
+-- and task_citus_poll, two statements in one transaction (repository.CompleteAndPoll),
+-- as for 000022: neither function of the plain migration runs there, so the form keeps
+-- them as they were (docs/citus.md, "Differences").
