@@ -30,4 +30,4 @@ END
 $$;
 
 
-DROP FUNCTION task_hand_over(text, text, integer, smallint, bigint);
+DROP FUNCTION task_hand_over(text, integer, integer, integer, smallint, bigint);

@@ -12,51 +12,56 @@
 -- limit, no rate, not fair), polled FIFO without a condition, task_complete_poll now
 -- counts the ACTIVE tasks left after its completions, without the lock, and leases
 --   min(tasks completed, size, limit - ACTIVE left)
--- through task_hand_over, one statement from the position as an unlimited poll reads it
--- (000012). The count only lowers that number: a limit lowered since the batch was
--- leased holds from this statement on. When the limit leaves more room than that (it was
--- raised, or other processes' tasks finished), the rest is leased as before, under the
--- lock, which counts the tasks just handed over. Other topics, LIFO polls and polls under
--- a condition take the path of 000022 unchanged.
+-- READY tasks from the position, as an unlimited poll reads them (000012): task_hand_over
+-- counts and picks them, task_complete_poll leases them by their address. The count only
+-- lowers that number: a limit lowered since the batch was leased holds from this
+-- statement on. When the limit leaves more room than that (it was raised, or other
+-- processes' tasks finished), the rest is leased as before, under the lock, which counts
+-- the tasks just handed over. Other topics, LIFO polls and polls under a condition take
+-- the path of 000022 unchanged.
 --
 -- A processor's chain at the limit (complete the batch, lease the next, hand it to the
 -- handlers, again) so pays one lock-free statement and its commit per batch, and the
 -- chains of several processes sharing a limit no longer wait for each other's commits
--- (BENCHMARKS.md, "Limits"). task_hand_over sets jit off with the planner settings it
--- needs: a plan costed with a disabled node would otherwise be compiled at each call.
+-- (BENCHMARKS.md, "Limits"). task_hand_over, like task_poll_candidates, keeps its
+-- statements off sorts and bitmap scans (a generic plan made on a near-empty table would
+-- read every READY task, or every ACTIVE one for the count), and sets jit off: a plan
+-- costed with a disabled node would otherwise be compiled at each call.
 
-CREATE FUNCTION task_hand_over(p_topic text, p_owner text, p_size integer, p_from_priority smallint,
-                               p_from_sequence bigint)
-RETURNS SETOF task
+CREATE FUNCTION task_hand_over(p_topic text, p_freed integer, p_concurrency integer, p_size integer,
+                               p_from_priority smallint, p_from_sequence bigint,
+                               OUT p_chosen tid[], OUT p_rest integer)
 LANGUAGE plpgsql VOLATILE
 SET enable_sort = off
 SET enable_bitmapscan = off
 SET jit = off
 AS $$
+DECLARE
+    v_room integer;
+    v_take integer;
 BEGIN
-    -- as a FIFO poll from the position (000012), from the head without one; rows found
-    -- by their address, the UPDATE pruned by the topic
-    RETURN QUERY
-        WITH leased AS (
-            UPDATE task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
-            WHERE t.topic = p_topic
-              AND t.ctid = ANY (ARRAY(
-                    SELECT c.ctid FROM task c
-                    WHERE hashtext(c.topic) = hashtext(p_topic) AND c.topic = p_topic AND c.state = 1
-                      AND (c.priority, c.sequence) >= (coalesce(p_from_priority, (-32768)::smallint),
-                                                       coalesce(p_from_sequence, (-9223372036854775807 - 1)::bigint))
-                      AND (c.not_before IS NULL OR c.not_before <= now())
-                    ORDER BY c.priority, c.sequence
-                    LIMIT p_size
-                    FOR UPDATE OF c SKIP LOCKED))
-            RETURNING t.*
-        )
-        SELECT * FROM leased;
+    -- the ACTIVE tasks left: the caller's completions are seen, others' uncommitted
+    -- leases are not (those take the lock, and count these at their turn)
+    SELECT p_concurrency - count(*) INTO v_room
+    FROM (SELECT 1 FROM task t WHERE t.state = 0 AND hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic
+          LIMIT p_concurrency) a;
+    v_take := greatest(least(p_freed, p_size, v_room), 0);
+    -- as a FIFO poll from the position (000012), from the head without one
+    p_chosen := ARRAY(SELECT t.ctid FROM task t
+                      WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state = 1
+                        AND (t.priority, t.sequence) >= (coalesce(p_from_priority, (-32768)::smallint),
+                                                         coalesce(p_from_sequence, (-9223372036854775807 - 1)::bigint))
+                        AND (t.not_before IS NULL OR t.not_before <= now())
+                      ORDER BY t.priority, t.sequence
+                      LIMIT v_take
+                      FOR UPDATE OF t SKIP LOCKED);
+    -- room beyond the slots freed is the lock's to give
+    p_rest := CASE WHEN v_room > v_take AND p_size > v_take THEN p_size - v_take ELSE 0 END;
 END
 $$;
 
-COMMENT ON FUNCTION task_hand_over(text, text, integer, smallint, bigint) IS
-    'Leases up to p_size READY tasks of a topic in FIFO order from the position, without the topic''s lock: only for the slots that completions of the same transaction freed (task_complete_poll, migration 000026).';
+COMMENT ON FUNCTION task_hand_over(text, integer, integer, integer, smallint, bigint) IS
+    'Picks and locks, without the topic''s lock, up to p_freed READY tasks of a topic limited to p_concurrency, in FIFO order from the position, for a caller whose completions in the same transaction freed p_freed slots; p_rest is how many more the caller may lease under the lock (task_complete_poll, migration 000026).';
 
 CREATE OR REPLACE FUNCTION task_complete_poll(p_topic text, p_owner text, p_sequences bigint[], p_attempts integer[],
                                               p_results smallint[], p_outputs text[], p_delays_ms bigint[],
@@ -69,8 +74,7 @@ DECLARE
     v_done        integer;
     v_concurrency integer;
     v_alone       boolean; -- limited by concurrency alone
-    v_room        integer;
-    v_take        integer := 0;
+    v_chosen      tid[];
 BEGIN
     RETURN QUERY SELECT * FROM task_complete(p_topic, p_owner, p_sequences, p_attempts, p_results, p_outputs,
                                              p_delays_ms);
@@ -82,16 +86,18 @@ BEGIN
     INTO v_concurrency, v_alone
     FROM task_topic tt WHERE tt.topic = p_topic;
     IF v_concurrency IS NOT NULL AND v_alone AND NOT p_lifo AND p_condition = 0 THEN
-        -- the ACTIVE tasks left: the completions above are seen, others' uncommitted
-        -- leases are not (a lease under the lock, which counts these at its turn)
-        SELECT v_concurrency - count(*) INTO v_room
-        FROM (SELECT 1 FROM task t WHERE t.state = 0 AND hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic
-              LIMIT v_concurrency) a;
-        v_take := greatest(least(v_done, p_size, v_room), 0);
-        IF v_take > 0 THEN
-            RETURN QUERY SELECT * FROM task_hand_over(p_topic, p_owner, v_take, p_from_priority, p_from_sequence);
+        SELECT h.p_chosen, h.p_rest INTO v_chosen, p_size
+        FROM task_hand_over(p_topic, v_done, v_concurrency, p_size, p_from_priority, p_from_sequence) h;
+        IF cardinality(v_chosen) > 0 THEN
+            RETURN QUERY
+                WITH leased AS (
+                    UPDATE task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
+                    WHERE t.topic = p_topic AND t.ctid = ANY (v_chosen)
+                    RETURNING t.*
+                )
+                SELECT * FROM leased;
         END IF;
-        IF v_room <= v_take OR p_size <= v_take THEN
+        IF p_size < 1 THEN
             RETURN;
         END IF;
     END IF;
@@ -100,7 +106,7 @@ BEGIN
         WITH leased AS (
             UPDATE task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
             WHERE t.topic = p_topic
-              AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates(p_topic, p_lifo, p_condition, p_size - v_take,
+              AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates(p_topic, p_lifo, p_condition, p_size,
                                                                   p_from_priority, p_from_sequence)))
             RETURNING t.*
         )
