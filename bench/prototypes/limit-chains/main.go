@@ -1,22 +1,21 @@
 // Command limit-chains measures ways of running a limited topic's chain (lease → handle
 // → complete) with no-op handlers, as BENCHMARKS.md's "Limits" reports them: the
-// question is whether cycles that overlap move more tasks through a concurrency limit
-// than one chain does.
+// question is how many tasks a concurrency limit lets through when handlers take no
+// time, and whether cycles that overlap move more than one chain does.
 //
-//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N | -pipeline] [-swap [-locked]]
+//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N | -pipeline] [-ceiling]
 //
 // It registers a topic limited to -limit, pushes -tasks tasks, VACUUMs and CHECKPOINTs,
 // then drives the repository directly (no processor) and prints tasks/s:
 //
 //	-chains N    N chains of limit/N tasks, each cycle one statement: pgtask's own
-//	             task_complete_poll (Repository.CompleteAndPoll), whose lease counts the
-//	             topic's ACTIVE tasks under its advisory lock
-//	-swap        the chains' statement is the prototype's complete_swap instead: the
-//	             completion, then a lease of at most as many tasks as it completed, with
-//	             no advisory lock and no count (such a statement never raises the count);
-//	             it returns only each leased task's sequence and attempt
-//	-locked      with -swap, the prototype's lease takes the advisory lock and
-//	             counts as pgtask's does (what the lock costs)
+//	             task_complete_poll (Repository.CompleteAndPoll), which hands the slots
+//	             its decisions free over without the topic's lock (migration 000026)
+//	-ceiling     the chains' statement is the prototype's instead: one statement that
+//	             marks the batch SUCCEEDED and leases as many tasks, with no tally, no
+//	             notification, no all-or-nothing check and no count, returning only each
+//	             leased task's sequence and attempt. It is not a queue's completion (it
+//	             decides nothing but success): what one chain could reach at best.
 //	-pipeline    one chain whose completion and next lease run at once on two
 //	             connections, the lease committed once the completion has
 //
@@ -64,32 +63,31 @@ BEGIN
         RETURNING t.sequence, t.attempt;
 END
 $$;
-CREATE FUNCTION limit_chains_prototype.complete_swap(p_topic text, p_owner text, p_sequences bigint[],
-                                                     p_attempts integer[], p_from bigint, p_locked boolean)
+CREATE FUNCTION limit_chains_prototype.ceiling(p_topic text, p_owner text, p_sequences bigint[],
+                                               p_attempts integer[], p_from bigint)
 RETURNS TABLE (sequence bigint, attempt integer)
 LANGUAGE plpgsql VOLATILE
+SET enable_nestloop = off SET enable_sort = off SET enable_bitmapscan = off SET jit = off
 AS $$
-DECLARE
-    v_done integer;
 BEGIN
-    PERFORM public.task_complete(p_topic, p_owner, p_sequences, p_attempts,
-                                 array_fill(3::smallint, ARRAY[cardinality(p_sequences)]),
-                                 array_fill(''::text, ARRAY[cardinality(p_sequences)]),
-                                 array_fill(0::bigint, ARRAY[cardinality(p_sequences)]));
-    GET DIAGNOSTICS v_done = ROW_COUNT;
-    IF v_done < cardinality(p_sequences) THEN
-        RAISE EXCEPTION 'completed % of % tasks', v_done, cardinality(p_sequences);
-    END IF;
-    IF NOT p_locked THEN
-        RETURN QUERY SELECT l.sequence, l.attempt FROM limit_chains_prototype.lease(p_topic, p_owner, v_done, p_from) l;
-        RETURN;
-    END IF;
-    -- as task_complete_poll leases: under the topic's advisory lock, after a count
     RETURN QUERY
+        WITH d AS (SELECT * FROM unnest(p_sequences, p_attempts) AS d(sequence, attempt)),
+        done AS (
+            UPDATE public.task t SET state = 6, descent = GREATEST(t.state, t.descent), output = NULL, completed = now()
+            FROM d
+            WHERE t.topic = p_topic AND t.sequence = ANY (p_sequences) AND t.sequence = d.sequence
+              AND (t.state = 0 AND t.owner = p_owner AND t.attempt = d.attempt) IS TRUE
+            RETURNING t.sequence AS s
+        )
         UPDATE public.task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
         WHERE t.topic = p_topic
-          AND t.ctid = ANY (ARRAY(SELECT public.task_poll_candidates(p_topic, false, 0::smallint, v_done,
-                                                                     0::smallint, p_from)))
+          AND t.ctid = ANY (ARRAY(SELECT c.ctid FROM public.task c
+                                  WHERE hashtext(c.topic) = hashtext(p_topic) AND c.topic = p_topic AND c.state = 1
+                                    AND (c.priority, c.sequence) >= (0::smallint, p_from)
+                                    AND (c.not_before IS NULL OR c.not_before <= now())
+                                  ORDER BY c.priority, c.sequence
+                                  LIMIT (SELECT count(*) FROM done)
+                                  FOR UPDATE OF c SKIP LOCKED))
         RETURNING t.sequence, t.attempt;
 END
 $$;
@@ -116,12 +114,11 @@ func main() {
 	limit := flag.Int("limit", 64, "the topic's concurrency limit")
 	tasks := flag.Int("tasks", 200000, "tasks to push and process")
 	chains := flag.Int("chains", 1, "chains of limit/chains tasks each")
-	swap := flag.Bool("swap", false, "the chains run the prototype's complete_swap: a lease without the advisory lock")
-	locked := flag.Bool("locked", false, "with -swap, the lease takes the advisory lock and counts after all")
+	ceiling := flag.Bool("ceiling", false, "the chains run the prototype's one statement: a success-only completion and the lease")
 	pipeline := flag.Bool("pipeline", false, "one chain, completion and next lease at once on two connections")
 	flag.Parse()
-	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *swap)) || (*locked && !*swap) {
-		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -locked only with -swap"))
+	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) {
+		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone"))
 	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, *url)
@@ -137,12 +134,12 @@ func main() {
 	if *pipeline {
 		err = r.pipeline(ctx, *limit)
 	} else {
-		err = r.chains(ctx, *chains, *limit / *chains, *swap, *locked)
+		err = r.chains(ctx, *chains, *limit / *chains, *ceiling)
 	}
 	elapsed := time.Since(start)
 	fail(err)
-	fmt.Printf("limit %d, chains %d, swap %v, locked %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
-		*limit, *chains, *swap, *locked, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
+	fmt.Printf("limit %d, chains %d, ceiling %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
+		*limit, *chains, *ceiling, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
 }
 
 func (r *run) setUp(ctx context.Context, limit, tasks int) error {
@@ -186,7 +183,7 @@ func (r *run) tearDown(ctx context.Context) {
 }
 
 // chains runs n chains of size tasks until no task is left.
-func (r *run) chains(ctx context.Context, n, size int, swap, locked bool) error {
+func (r *run) chains(ctx context.Context, n, size int, ceiling bool) error {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -198,8 +195,8 @@ func (r *run) chains(ctx context.Context, n, size int, swap, locked bool) error 
 			}
 			cur := r.leases(leased)
 			for len(cur) > 0 && err == nil {
-				if swap {
-					cur, err = r.completeSwap(ctx, cur, locked)
+				if ceiling {
+					cur, err = r.ceiling(ctx, cur)
 					continue
 				}
 				_, leased, err = r.repo.CompleteAndPoll(ctx, r.pool, r.topic, r.completions(cur), repository.FIFO,
@@ -254,13 +251,13 @@ func (r *run) lease(ctx context.Context, tx pgx.Tx, n int) ([]lease, error) {
 	return r.scan(rows)
 }
 
-func (r *run) completeSwap(ctx context.Context, cur []lease, locked bool) ([]lease, error) {
+func (r *run) ceiling(ctx context.Context, cur []lease) ([]lease, error) {
 	sequences, attempts := make([]int64, len(cur)), make([]int32, len(cur))
 	for i, l := range cur {
 		sequences[i], attempts[i] = l.sequence, l.attempt
 	}
-	rows, _ := r.pool.Query(ctx, "SELECT sequence, attempt FROM limit_chains_prototype.complete_swap($1, $2, $3, $4, $5, $6)",
-		r.topic, r.repo.Owner(), sequences, attempts, r.floor.Load(), locked)
+	rows, _ := r.pool.Query(ctx, "SELECT sequence, attempt FROM limit_chains_prototype.ceiling($1, $2, $3, $4, $5)",
+		r.topic, r.repo.Owner(), sequences, attempts, r.floor.Load())
 	next, err := r.scan(rows)
 	if err == nil {
 		r.done.Add(int64(len(cur)))
