@@ -65,18 +65,13 @@ func TestCompleteAndPoll(t *testing.T) {
 		first := f.poll(repository.FIFO, repository.None, 10)
 		f.limit(repository.TopicSettings{Concurrency: 2})
 		// two of four decided: two left ACTIVE fill the new limit, nothing comes
-		_, leased, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
-			[]repository.Completion{first[0].Decide(repository.Succeed("")), first[1].Decide(repository.Succeed(""))},
-			repository.FIFO, repository.None, 10, repository.Position{})
-		if err != nil || len(leased) != 0 {
-			t.Fatalf("leased %v, %v with 2 ACTIVE at a limit lowered to 2, want none", sequences(leased), err)
+		if _, leased := f.handOver(f.repo, 10, repository.Position{}, first[:2]...); len(leased) != 0 {
+			t.Fatalf("leased %v with 2 ACTIVE at a limit lowered to 2, want none", sequences(leased))
 		}
 		// the two others decided: two slots, not the four the decisions free
-		_, leased, err = f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
-			[]repository.Completion{first[2].Decide(repository.Succeed("")), first[3].Decide(repository.Succeed(""))},
-			repository.FIFO, repository.None, 10, repository.Position{})
-		if got, want := sequences(leased), sequences(pushed[4:6]); err != nil || !slices.Equal(got, want) {
-			t.Fatalf("leased %v, %v at a limit of 2 with none ACTIVE, want %v", got, err, want)
+		_, leased := f.handOver(f.repo, 10, repository.Position{}, first[2:4]...)
+		if got, want := sequences(leased), sequences(pushed[4:6]); !slices.Equal(got, want) {
+			t.Fatalf("leased %v at a limit of 2 with none ACTIVE, want %v", got, want)
 		}
 	})
 
@@ -86,20 +81,16 @@ func TestCompleteAndPoll(t *testing.T) {
 		pushed := f.push(repository.Append, "a", "b", "c", "d", "e", "f", "g", "h", "i")
 		first := f.poll(repository.FIFO, repository.None, 10)
 		f.limit(repository.TopicSettings{Concurrency: 5})
-		done, leased, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
-			[]repository.Completion{first[0].Decide(repository.Succeed("")), first[1].Decide(repository.Succeed(""))},
-			repository.FIFO, repository.None, 10, repository.Position{})
-		if err != nil || len(done) != 2 {
-			t.Fatalf("completed %d, %v", len(done), err)
+		done, leased := f.handOver(f.repo, 10, repository.Position{}, first...)
+		if len(done) != 2 {
+			t.Fatalf("completed %d, want 2", len(done))
 		}
 		if got, want := sequences(leased), sequences(pushed[2:7]); !slices.Equal(got, want) {
 			t.Fatalf("leased %v at a limit raised to 5, want the five next in poll order %v", got, want)
 		}
 		// and no more than the size asked for
-		_, leased, err = f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
-			[]repository.Completion{leased[0].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 0, repository.Position{})
-		if err != nil || len(leased) != 0 {
-			t.Fatalf("leased %v, %v with size 0, want none", sequences(leased), err)
+		if _, leased := f.handOver(f.repo, 0, repository.Position{}, leased[0]); len(leased) != 0 {
+			t.Fatalf("leased %v with size 0, want none", sequences(leased))
 		}
 	})
 
@@ -113,17 +104,12 @@ func TestCompleteAndPoll(t *testing.T) {
 		if err != nil || len(theirs) != 2 {
 			t.Fatalf("the other owner polled %d, %v; want the 2 slots left", len(theirs), err)
 		}
-		_, leased, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
-			[]repository.Completion{mine[0].Decide(repository.Succeed("")), mine[1].Decide(repository.Succeed(""))},
-			repository.FIFO, repository.None, 10, repository.Position{})
-		if err != nil || len(leased) != 2 {
-			t.Fatalf("leased %d, %v beside the other owner's 2 at a limit of 4, want 2", len(leased), err)
+		if _, leased := f.handOver(f.repo, 10, repository.Position{}, mine...); len(leased) != 2 {
+			t.Fatalf("leased %d beside the other owner's 2 at a limit of 4, want 2", len(leased))
 		}
 		// the other owner's decisions free its own slots, for it
-		_, theirs, err = other.CompleteAndPoll(f.ctx, f.pool, f.topic,
-			[]repository.Completion{theirs[0].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 10, repository.Position{})
-		if err != nil || len(theirs) != 1 {
-			t.Fatalf("the other owner leased %d, %v after one decision, want 1", len(theirs), err)
+		if _, leased := f.handOver(other, 10, repository.Position{}, theirs[0]); len(leased) != 1 {
+			t.Fatalf("the other owner leased %d after one decision, want 1", len(leased))
 		}
 		var active int
 		if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 0", f.topic).Scan(&active); err != nil || active != 4 {
@@ -146,18 +132,14 @@ func TestCompleteAndPoll(t *testing.T) {
 			t.Fatalf("polled %v, want the first two of priority 0 %v", got, want)
 		}
 		// from the position of d: c stays READY for a poll from the head
-		_, leased, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
-			[]repository.Completion{first[0].Decide(repository.Succeed("")), first[1].Decide(repository.Succeed(""))},
-			repository.FIFO, repository.None, 10, repository.PositionOf(tasks[4]))
-		if got, want := sequences(leased), []int64{tasks[4].Sequence, tasks[0].Sequence}; err != nil || !slices.Equal(got, want) {
-			t.Fatalf("leased %v, %v from the position of d, want d then the priority-5 task %v", got, err, want)
+		_, leased := f.handOver(f.repo, 10, repository.PositionOf(tasks[4]), first...)
+		if got, want := sequences(leased), []int64{tasks[4].Sequence, tasks[0].Sequence}; !slices.Equal(got, want) {
+			t.Fatalf("leased %v from the position of d, want d then the priority-5 task %v", got, want)
 		}
 		// from the head, the one left of priority 0; the delayed task is not due
-		_, leased, err = f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
-			[]repository.Completion{leased[0].Decide(repository.Succeed("")), leased[1].Decide(repository.Succeed(""))},
-			repository.FIFO, repository.None, 10, repository.Position{})
-		if got, want := sequences(leased), []int64{tasks[3].Sequence}; err != nil || !slices.Equal(got, want) {
-			t.Fatalf("leased %v, %v from the head, want c alone %v", got, err, want)
+		_, leased = f.handOver(f.repo, 10, repository.Position{}, leased...)
+		if got, want := sequences(leased), []int64{tasks[3].Sequence}; !slices.Equal(got, want) {
+			t.Fatalf("leased %v from the head, want c alone %v", got, want)
 		}
 	})
 
@@ -437,6 +419,17 @@ func TestHandOverHoldsTheLimitUnderConcurrency(t *testing.T) {
 	if h := highest.Load(); h > limit || h == 0 {
 		t.Fatalf("at most %d tasks ACTIVE in the samples, want 1 to the limit %d", h, limit)
 	}
+}
+
+// handOver succeeds tasks through repo's CompleteAndPoll, FIFO without a condition, and
+// fails the test on error.
+func (f *fixture) handOver(repo *repository.Repository, size int, from repository.Position, tasks ...repository.Task) (done, leased []repository.Task) {
+	f.t.Helper()
+	done, leased, err := repo.CompleteAndPoll(f.ctx, f.pool, f.topic, decide(tasks), repository.FIFO, repository.None, size, from)
+	if err != nil {
+		f.t.Fatalf("complete and poll %v: %v", sequences(tasks), err)
+	}
+	return done, leased
 }
 
 // decide succeeds each of tasks.

@@ -1436,15 +1436,7 @@ func TestLongTransactionsMigration(t *testing.T) {
 	if got := textRows(t, pool, "SELECT identifier || ':' || state FROM task WHERE topic = 't' AND identifier IN ('a', 'n69') ORDER BY sequence"); !slices.Equal(got, []string{"a:6", "n69:1"}) {
 		t.Fatalf("after 000025: %v, want the lease of schema 24 SUCCEEDED and the pushes READY", got)
 	}
-	rows = taskRows(t, pool)
-
-	steps(-1)
-	sameRows(t, "tasks after reverting 000025", taskRows(t, pool), rows)
-	if after := bodies(); !slices.Equal(after, before) {
-		t.Fatalf("functions after reverting 000025 differ from schema 24's:\n%s\nwant\n%s", strings.Join(after, "\n---\n"), strings.Join(before, "\n---\n"))
-	}
-	steps(1)
-	sameRows(t, "tasks after 000025 again", taskRows(t, pool), rows)
+	revertKeeps(t, pool, steps, "000025", bodies, before)
 }
 
 // TestHandOverMigration checks migration 000026 on a database of version 25 with tasks
@@ -1497,15 +1489,23 @@ func TestHandOverMigration(t *testing.T) {
 	if got := completeAndPoll(10); !slices.Equal(got, []string{"i2:6", "i3:0", "i4:0", "i5:0"}) {
 		t.Fatalf("at a limit raised to 3: %v, want i2 SUCCEEDED and three ACTIVE", got)
 	}
-	rows = taskRows(t, pool)
+	revertKeeps(t, pool, steps, "000026", bodies, before)
+}
 
+// revertKeeps reverts the newest migration (named by migration) and applies it again:
+// the tasks stay as they were before each step, and after the revert the functions
+// bodies reads are those of before, read at the previous version.
+func revertKeeps(t *testing.T, pool *pgxpool.Pool, steps func(int), migration string, bodies func() []string, before []string) {
+	t.Helper()
+	rows := taskRows(t, pool)
 	steps(-1)
-	sameRows(t, "tasks after reverting 000026", taskRows(t, pool), rows)
+	sameRows(t, "tasks after reverting "+migration, taskRows(t, pool), rows)
 	if after := bodies(); !slices.Equal(after, before) {
-		t.Fatalf("functions after reverting 000026 differ from schema 25's:\n%s\nwant\n%s", strings.Join(after, "\n---\n"), strings.Join(before, "\n---\n"))
+		t.Fatalf("functions after reverting %s differ from the previous version's:\n%s\nwant\n%s", migration,
+			strings.Join(after, "\n---\n"), strings.Join(before, "\n---\n"))
 	}
 	steps(1)
-	sameRows(t, "tasks after 000026 again", taskRows(t, pool), rows)
+	sameRows(t, "tasks after "+migration+" again", taskRows(t, pool), rows)
 }
 
 // TestKeyedTurnsPickAsBefore: on a topic of many keys, priorities, delayed tasks,
