@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -252,51 +254,75 @@ func TestCompleteAndPoll(t *testing.T) {
 // TestHandOverTakesNoLock: at a topic's concurrency limit, a completion hands the slots
 // it frees over to the next tasks without the topic's advisory lock (migration 000026),
 // so that chains sharing a limit do not wait for each other's commits; a lease that
-// could raise the ACTIVE count (room beyond the slots freed) still waits for the lock.
+// could raise the ACTIVE count (room beyond the slots freed) and the polls the hand-over
+// does not serve (LIFO, a condition, a per-key limit, a rate, fairness) still take the
+// lock. Another transaction holds the lock while each completion runs with a
+// lock_timeout: waiting for the lock is then ErrLockTimeout, and nothing changes.
 // Plain PostgreSQL only: on Citus the completion and the lease are two statements and
 // the lease takes the lock (docs/citus.md).
 func TestHandOverTakesNoLock(t *testing.T) {
-	f := setup(t)
-	f.limit(repository.TopicSettings{Concurrency: 2})
-	f.push(repository.Append, "a", "b", "c", "d", "e", "f")
-	first := f.poll(repository.FIFO, repository.None, 10)
-	// another transaction holds the topic's lock, as a poll under the limit does until
-	// it commits (task_poll_limited)
-	holder, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(f.ctx) }()
-	if _, err := holder.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
-	defer cancel()
-	_, leased, err := f.repo.CompleteAndPoll(ctx, f.pool, f.topic,
-		[]repository.Completion{first[0].Decide(repository.Succeed("")), first[1].Decide(repository.Succeed(""))},
-		repository.FIFO, repository.None, 10, repository.Position{})
-	if err != nil || len(leased) != 2 {
-		t.Fatalf("leased %d, %v while another transaction holds the topic's lock, want the 2 slots freed handed over", len(leased), err)
-	}
-	// with room beyond the slots freed, the rest is leased under the lock: it waits
-	f.limit(repository.TopicSettings{Concurrency: 3})
-	short, cancelShort := context.WithTimeout(f.ctx, 300*time.Millisecond)
-	defer cancelShort()
-	_, _, err = f.repo.CompleteAndPoll(short, f.pool, f.topic,
-		[]repository.Completion{leased[0].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 10, repository.Position{})
-	if err == nil {
-		t.Fatal("a completion with room beyond its slots leased without waiting for the topic's lock")
-	}
-	if got := f.get(leased[0].Sequence); got.State != repository.Active {
-		t.Fatalf("task %d is %v after the statement was cancelled, want still ACTIVE", leased[0].Sequence, got.State)
-	}
-	if err := holder.Rollback(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, more, err := f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic,
-		[]repository.Completion{leased[0].Decide(repository.Succeed(""))}, repository.FIFO, repository.None, 10, repository.Position{})
-	if err != nil || len(more) != 2 {
-		t.Fatalf("leased %d, %v once the lock was free at a limit of 3 with 1 ACTIVE, want 2", len(more), err)
+	for _, c := range []struct {
+		name      string
+		settings  repository.TopicSettings
+		raise     bool // the limit rises by one after the poll: room beyond the slots freed
+		order     repository.Order
+		condition repository.Condition
+		locks     bool
+	}{
+		{name: "ConcurrencyAlone", settings: repository.TopicSettings{Concurrency: 2}},
+		{name: "RoomBeyondTheSlotsFreed", settings: repository.TopicSettings{Concurrency: 2}, raise: true, locks: true},
+		{name: "LIFO", settings: repository.TopicSettings{Concurrency: 2}, order: repository.LIFO, locks: true},
+		{name: "UnderACondition", settings: repository.TopicSettings{Concurrency: 2}, condition: repository.SingularByIdentifier, locks: true},
+		{name: "WithAPerKeyLimit", settings: repository.TopicSettings{Concurrency: 2, KeyConcurrency: 5}, locks: true},
+		{name: "WithARate", settings: repository.TopicSettings{Concurrency: 2, Rate: 1000, RatePeriod: time.Second, RateBurst: 100}, locks: true},
+		{name: "Fair", settings: repository.TopicSettings{Concurrency: 2, Fair: true}, locks: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := setup(t)
+			f.limit(c.settings)
+			f.push(repository.Append, "a", "b", "c", "d", "e", "f")
+			first := f.poll(c.order, c.condition, 10)
+			if len(first) != 2 {
+				t.Fatalf("polled %d at a limit of 2", len(first))
+			}
+			if c.raise {
+				c.settings.Concurrency++
+				f.limit(c.settings)
+			}
+			// another transaction holds the topic's lock, as a poll under the limit does
+			// until it commits (task_poll_limited)
+			holder, err := f.pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = holder.Rollback(f.ctx) }()
+			if _, err := holder.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
+				t.Fatal(err)
+			}
+			var leased []repository.Task
+			err = repository.Atomically(f.ctx, f.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(f.ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {
+					return err
+				}
+				var err error
+				_, leased, err = f.repo.CompleteAndPoll(f.ctx, tx, f.topic, decide(first), c.order, c.condition, 10, repository.Position{})
+				return err
+			})
+			if !c.locks {
+				if err != nil || len(leased) != 2 {
+					t.Fatalf("leased %d, %v while another transaction holds the topic's lock, want the 2 slots freed handed over", len(leased), err)
+				}
+				return
+			}
+			if !errors.Is(err, repository.ErrLockTimeout) {
+				t.Fatalf("err = %v, leased %d, want ErrLockTimeout: this lease takes the topic's lock", err, len(leased))
+			}
+			for _, task := range first {
+				if got := f.get(task.Sequence); got.State != repository.Active {
+					t.Fatalf("task %d is %v after the lock timed out, want still ACTIVE", task.Sequence, got.State)
+				}
+			}
+		})
 	}
 }
 

@@ -147,6 +147,19 @@ func TestHotStatementsLockBoundedRelations(t *testing.T) {
 				repository.FIFO, repository.None, 1, repository.Position{})
 			return err
 		}},
+		{"CompleteAndPollUnderALimit", true, func(tx pgx.Tx) error {
+			// the hand-over of migration 000026 (task_hand_over), in the transaction only
+			if _, err := f.repo.UpdateSettings(f.ctx, tx, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 5 }); err != nil {
+				return err
+			}
+			leased, err := f.repo.Poll(f.ctx, tx, f.topic, repository.FIFO, repository.None, 1)
+			if err != nil || len(leased) == 0 {
+				return fmt.Errorf("poll before complete: %d tasks, %w", len(leased), err)
+			}
+			_, _, err = f.repo.CompleteAndPoll(f.ctx, tx, f.topic, []repository.Completion{leased[0].Decide(repository.Succeed(""))},
+				repository.FIFO, repository.None, 1, repository.Position{})
+			return err
+		}},
 		{"Stats", true, func(tx pgx.Tx) error {
 			_, err := f.repo.Stats(f.ctx, tx, f.topic)
 			return err

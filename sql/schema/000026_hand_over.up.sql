@@ -22,8 +22,12 @@
 --
 -- A processor's chain at the limit (complete the batch, lease the next, hand it to the
 -- handlers, again) so pays one lock-free statement and its commit per batch, and the
--- chains of several processes sharing a limit no longer wait for each other's commits
--- (BENCHMARKS.md, "Limits"). task_hand_over, like task_poll_candidates, keeps its
+-- hand-overs of several processes sharing a limit no longer take the lock in turn, each
+-- holding it to its commit (what one chain gains: BENCHMARKS.md, "Limits", little). The
+-- settings are read without the lock, as a poll reads them before it takes it: a
+-- completion that read them just before a per-key limit, a rate or fairness was set
+-- hands its slots over once more as before the change (a key may then pass its limit
+-- until those tasks finish). task_hand_over, like task_poll_candidates, keeps its
 -- statements off sorts and bitmap scans (a generic plan made on a near-empty table would
 -- read every READY task, or every ACTIVE one for the count), and sets jit off: a plan
 -- costed with a disabled node would otherwise be compiled at each call.
