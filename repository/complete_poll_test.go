@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -366,6 +367,14 @@ func TestHandOverHoldsTheLimitUnderConcurrency(t *testing.T) {
 		return len(done)
 	}
 
+	// a connection for each worker and the reader (a pool's default is 4 on 2 cores)
+	cfg := f.pool.Config()
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
 	ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
 	defer cancel()
 	var highest atomic.Int64
@@ -374,7 +383,7 @@ func TestHandOverHoldsTheLimitUnderConcurrency(t *testing.T) {
 		defer close(sampling)
 		for ctx.Err() == nil {
 			var n int64
-			if err := f.pool.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 0", f.topic).Scan(&n); err == nil {
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 0", f.topic).Scan(&n); err == nil {
 				highest.Store(max(highest.Load(), n))
 			}
 		}
@@ -388,7 +397,7 @@ func TestHandOverHoldsTheLimitUnderConcurrency(t *testing.T) {
 			for ctx.Err() == nil {
 				if len(held) == 0 || w >= 4 { // workers 4 and 5 complete, then poll under the lock
 					if len(held) > 0 {
-						completed, err := repo.Complete(ctx, f.pool, f.topic, decide(held)...)
+						completed, err := repo.Complete(ctx, pool, f.topic, decide(held)...)
 						if err != nil {
 							errs[w] = err
 							return
@@ -399,7 +408,7 @@ func TestHandOverHoldsTheLimitUnderConcurrency(t *testing.T) {
 							return
 						}
 					}
-					leased, err := repo.Poll(ctx, f.pool, f.topic, repository.FIFO, repository.None, limit)
+					leased, err := repo.Poll(ctx, pool, f.topic, repository.FIFO, repository.None, limit)
 					if err != nil {
 						errs[w] = err
 						return
@@ -413,7 +422,7 @@ func TestHandOverHoldsTheLimitUnderConcurrency(t *testing.T) {
 				}
 				// a part of the batch, so that the chains hand over different numbers
 				part := 1 + (len(held)+w)%len(held)
-				completed, leased, err := repo.CompleteAndPoll(ctx, f.pool, f.topic, decide(held[:part]),
+				completed, leased, err := repo.CompleteAndPoll(ctx, pool, f.topic, decide(held[:part]),
 					repository.FIFO, repository.None, limit, repository.Position{})
 				if err != nil {
 					errs[w] = err
