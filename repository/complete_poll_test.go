@@ -114,9 +114,8 @@ func TestCompleteAndPoll(t *testing.T) {
 		if _, leased := f.handOver(other, 10, repository.Position{}, theirs[0]); len(leased) != 1 {
 			t.Fatalf("the other owner leased %d after one decision, want 1", len(leased))
 		}
-		var active int
-		if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 0", f.topic).Scan(&active); err != nil || active != 4 {
-			t.Fatalf("%d ACTIVE (%v), want the limit, 4", active, err)
+		if stats, err := f.repo.Stats(f.ctx, f.pool, f.topic); err != nil || stats.Active != 4 {
+			t.Fatalf("%d ACTIVE (%v), want the limit, 4", stats.Active, err)
 		}
 	})
 

@@ -74,11 +74,7 @@ func (f *fixture) pollKeys(n int) ([]repository.Task, string) {
 
 func (f *fixture) succeed(tasks ...repository.Task) {
 	f.t.Helper()
-	cs := make([]repository.Completion, len(tasks))
-	for i, t := range tasks {
-		cs[i] = t.Decide(repository.Succeed(""))
-	}
-	if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, cs...); err != nil {
+	if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, decide(tasks)...); err != nil {
 		f.t.Fatal(err)
 	}
 }
