@@ -486,14 +486,14 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 				return err
 			}
 			pollStart := time.Now()
-			leased, err = m.p.repo.PollFrom(ctx, tx, m.cfg.Topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
+			leased, err = m.p.repo.PollFrom(ctx, tx, m.cfg.Topic, m.cfg.Order, m.cfg.Condition, m.pollSize(), from)
 			polled = time.Since(pollStart)
 			return err
 		})
 	} else {
 		// one statement: no round trip, and no wait of the server's, between the two
 		tasks, leased, err = m.p.repo.CompleteAndPoll(ctx, m.p.pool, m.cfg.Topic, decisions(reports),
-			m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
+			m.cfg.Order, m.cfg.Condition, m.pollSize(), from)
 		polled = time.Since(start)
 	}
 	if err != nil {

@@ -217,6 +217,51 @@ func TestLimits(t *testing.T) {
 		close(release)
 		f.eventually("the slow one done", func() bool { return f.count(repository.Succeeded) == n })
 	})
+	t.Run("ABufferSpreadsTheLimitOverItsWorkers", func(t *testing.T) {
+		// The library's usual set-up, a Buffer of TaskFuncs polled 100 at a time: a poll
+		// of the whole limit would be one batch, run task after task by one worker while
+		// the others wait, and the next poll would find the limit full. Each poll, and
+		// each flush that leases, takes the limit's share of one worker instead.
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 3})
+		const n = 15
+		f.pushN(n)
+		buffered, err := processor.Buffer(f.recorder(150*time.Millisecond, nil), processor.BufferConfig{MinWorkers: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var sizes []int
+		p, _ := f.processor("processor", processor.Config{}, processor.ManagerConfig{
+			Handler: buffered, BatchSize: 100, PauseInterval: time.Hour,
+			Listener: processor.Listener{OnDispatch: func(_ string, tasks []repository.Task, _ time.Duration) {
+				mu.Lock()
+				sizes = append(sizes, len(tasks))
+				mu.Unlock()
+			}},
+		})
+		f.start(p)
+		f.eventually("every task done", func() bool { return f.count(repository.Succeeded) == n })
+		if most := f.overlap(false, time.Time{}); most != 3 {
+			t.Errorf("at most %d tasks ran at once; 4 workers under a limit of 3 should run 3", most)
+		}
+		// The first three tasks ran side by side: one batch of three would have run them
+		// one after the other, with two slots of the limit idle.
+		var first int64
+		if err := f.pool.QueryRow(f.ctx, `
+			WITH r AS (SELECT * FROM run_log ORDER BY sequence LIMIT 3)
+			SELECT max((SELECT count(*) FROM r o WHERE o.started <= r.started AND o.ended > r.started)) FROM r`).Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		if first != 3 {
+			t.Errorf("at most %d of the first three tasks ran at once, want 3", first)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if biggest := slices.Max(sizes); biggest != 1 {
+			t.Errorf("batches of %v: want batches of 1 (a limit of 3 over 4 workers)", sizes)
+		}
+	})
 	t.Run("KeyConcurrencyHoldsAcrossProcessorsAndEveryKeyProgresses", func(t *testing.T) {
 		f := setup(t)
 		f.limit(repository.TopicSettings{KeyConcurrency: 1})

@@ -43,7 +43,11 @@ type ManagerConfig struct {
 	// Condition is passed to every poll (and honoured): it can keep the tasks of one
 	// identifier in flight one at a time, in order. Default repository.None.
 	Condition repository.Condition
-	// BatchSize is the most tasks one poll leases. Default 100.
+	// BatchSize is the most tasks one poll leases. Default 100. Under a topic
+	// concurrency limit, a poll of a manager whose handler is a Buffer of several
+	// workers leases at most the limit's share of one worker (the limit divided by
+	// MaxWorkers, rounded up), so that the slots go to every worker rather than to
+	// one worker's batch, run task after task while the others wait.
 	BatchSize int
 	// PauseInterval is how long the manager hibernates when the topic is empty before it
 	// polls again. A notification of new work, a timer for the next task that falls due
@@ -129,6 +133,9 @@ func (c *ManagerConfig) validate() error {
 type TaskManager struct {
 	p   *Processor
 	cfg ManagerConfig
+	// workers is how many batches the handler runs at once, as far as the manager
+	// knows: a Buffer's MaxWorkers, else 1 (pollSize).
+	workers int
 
 	wake   chan struct{} // capacity 1: a wake-up is never lost
 	active atomic.Bool
@@ -222,6 +229,10 @@ func newManager(p *Processor, cfg ManagerConfig) (*TaskManager, error) {
 		watchOp:  fmt.Sprintf("look for work before the poll position of topic %q", cfg.Topic),
 		commitOp: fmt.Sprintf("commit decisions of topic %q", cfg.Topic),
 		floor:    newFloor(cfg.Order, cfg.Condition),
+		workers:  1,
+	}
+	if b, ok := cfg.Handler.(*Buffered); ok {
+		m.workers = b.cfg.MaxWorkers
 	}
 	m.active.Store(true)
 	m.analyzeAt.Store(analyzeMinimum)
@@ -701,7 +712,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 			head = start
 		}
 		m.leases.RLock()
-		tasks, err := m.p.repo.PollFrom(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
+		tasks, err := m.p.repo.PollFrom(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.pollSize(), from)
 		cancelPoll()
 		elapsed := time.Since(start)
 		var b *Batch
@@ -760,6 +771,19 @@ func (m *TaskManager) dispatched(tasks []repository.Task, elapsed time.Duration)
 	m.leased.Add(int64(len(tasks)))
 	m.vacuumLeased.Add(int64(len(tasks)))
 	m.cfg.Listener.dispatch(m.cfg.Topic, tasks, elapsed)
+}
+
+// pollSize is how many tasks a poll (or a flush that leases) asks for: BatchSize, but
+// under a topic concurrency limit no more than the limit's share of each of the
+// handler's workers. A Buffer gives each worker a whole batch, and a TaskFunc runs its
+// batch task after task: a batch of the whole limit would hold every slot on one
+// worker while the others wait (limit 3, four workers: one task at a time).
+func (m *TaskManager) pollSize() int {
+	c := int(m.concurrency.Load())
+	if m.workers <= 1 || c <= 0 || !m.limited.Load() {
+		return m.cfg.BatchSize
+	}
+	return min(m.cfg.BatchSize, (c+m.workers-1)/m.workers)
 }
 
 // atLimit reports whether the tasks this manager holds fill its limited topic's
