@@ -189,6 +189,9 @@ func TestMigrateDistributed(t *testing.T) {
 		}
 		version(t, pool, latest)
 		sameRows(t, "picks after the forms", keyedPicks(t, pool, "keyed"), before)
+		if bad := unguardedPlannerSettings(t, pool); len(bad) > 0 {
+			t.Fatalf("after the forms, functions that turn a planner method off and leave JIT on: %v", bad)
+		}
 		r, err := New(Config{})
 		if err != nil {
 			t.Fatal(err)

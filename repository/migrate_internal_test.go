@@ -1636,3 +1636,130 @@ func TestKeyedTurnsPickAsBefore(t *testing.T) {
 	}
 	t.Logf("%d calls, the same picks", calls)
 }
+
+// unguardedPlannerSettings names the functions of pgtask (task_…) that turn a planner
+// method off (enable_… = off) without turning JIT off, on the database pool reaches and,
+// when it is distributed, on each of its workers ("<function> on host:port"): a plan that
+// keeps a disabled node is costed above jit_above_cost and compiled at each call
+// (migration 000027).
+func unguardedPlannerSettings(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	const query = `SELECT p.oid::regprocedure::text FROM pg_proc p
+		WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'task\_%'
+		  AND EXISTS (SELECT FROM unnest(p.proconfig) c WHERE c LIKE 'enable\_%=off')
+		  AND NOT 'jit=off' = ANY (p.proconfig)
+		ORDER BY 1`
+	found := textRows(t, pool, query)
+	var distributed bool
+	if err := pool.QueryRow(t.Context(), "SELECT to_regprocedure('task_distributed()') IS NOT NULL").Scan(&distributed); err != nil {
+		t.Fatal(err)
+	}
+	if !distributed {
+		return found
+	}
+	// each worker's functions, as one line of names
+	rows := textRows(t, pool, `SELECT nodename || ':' || nodeport || ' ' || success || ' ' || result FROM run_command_on_workers(
+		$$SELECT coalesce(string_agg(f, ';'), '') FROM (`+query+`) AS q(f)$$) ORDER BY nodename, nodeport`)
+	if len(rows) == 0 {
+		t.Fatal("a distributed database without workers")
+	}
+	for _, row := range rows {
+		node, rest, _ := strings.Cut(row, " ")
+		ok, result, _ := strings.Cut(rest, " ")
+		if ok != "true" {
+			t.Fatalf("read the functions of the worker %s: %s", node, result)
+		}
+		for _, f := range strings.Split(result, ";") {
+			if f != "" {
+				found = append(found, f+" on "+node)
+			}
+		}
+	}
+	return found
+}
+
+// TestPlannerSettingsTurnJITOff: in a database of this build (distributed, with its
+// workers, on a Citus cluster), every function that turns a planner method off turns
+// JIT off too.
+func TestPlannerSettingsTurnJITOff(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository planner settings test: newest schema, distributed on Citus "+schema.Hash(),
+		func(ctx context.Context, pool *pgxpool.Pool) error {
+			if err := Migrate(ctx, pool); err != nil || !pgtest.OnCitus() {
+				return err
+			}
+			_, err := DistributeCitus(ctx, pool, CitusOptions{})
+			return err
+		})
+	if bad := unguardedPlannerSettings(t, pool); len(bad) > 0 {
+		t.Fatalf("functions that turn a planner method off and leave JIT on: %v", bad)
+	}
+}
+
+// TestJITOffMigration: 000027 turns JIT off in the six functions that turn a planner
+// method off and had left it on, and changes nothing else; reverted, they are as
+// before.
+func TestJITOffMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository jit-off test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(26)
+	create("t")
+	execEach(t, pool,
+		"SELECT count(task_push('t', 'i' || g)) FROM generate_series(1, 4) g",
+		`UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
+		 WHERE t.topic = 't' AND t.sequence = (SELECT min(sequence) FROM task WHERE topic = 't')`,
+	)
+	// every function of pgtask, its body and its settings
+	functions := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT p.oid::regprocedure::text || ' ' || coalesce(p.proconfig::text, '') || ': ' || p.prosrc
+			FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'task\_%' ORDER BY 1`)
+	}
+	before := functions()
+	want := []string{
+		"task_complete(text,text,bigint[],integer[],smallint[],text[],bigint[])",
+		"task_next_due(text,bigint)",
+		"task_poll_candidates(text,boolean,smallint,integer)",
+		"task_poll_candidates(text,boolean,smallint,integer,smallint,bigint)",
+		"task_poll_keyed(text,boolean,smallint,integer,integer,text)",
+		"task_topic_delete_rows(text,bigint)",
+	}
+	if got := unguardedPlannerSettings(t, pool); !slices.Equal(got, want) {
+		t.Fatalf("at schema 26, functions with a planner method off and JIT on: %v, want %v", got, want)
+	}
+
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000027", taskRows(t, pool), rows)
+	if got := unguardedPlannerSettings(t, pool); len(got) > 0 {
+		t.Fatalf("after 000027, functions with a planner method off and JIT on: %v", got)
+	}
+	// only the settings changed: the bodies are the same, and jit=off is all that was added
+	after := functions()
+	if len(after) != len(before) {
+		t.Fatalf("%d functions after 000027, %d before", len(after), len(before))
+	}
+	changed := 0
+	for i := range after {
+		if after[i] == before[i] {
+			continue
+		}
+		changed++
+		name, _, _ := strings.Cut(before[i], " ")
+		if !slices.Contains(want, name) || strings.Replace(after[i], ",jit=off}", "}", 1) != before[i] {
+			t.Errorf("000027 changed %s beyond jit=off:\n%s\nwas\n%s", name, after[i], before[i])
+		}
+	}
+	if changed != len(want) {
+		t.Errorf("000027 changed %d functions, want %d", changed, len(want))
+	}
+	// the functions still run: the ACTIVE task completes
+	if got := textRows(t, pool, `SELECT identifier || ':' || state FROM task_complete('t', 'o',
+		ARRAY(SELECT sequence FROM task WHERE topic = 't' AND state = 0),
+		ARRAY(SELECT attempt FROM task WHERE topic = 't' AND state = 0),
+		'{3}', '{""}', '{0}')`); !slices.Equal(got, []string{"i1:6"}) {
+		t.Fatalf("task_complete after 000027: %v, want i1 SUCCEEDED", got)
+	}
+	revertKeeps(t, pool, steps, "000027", functions, before)
+}

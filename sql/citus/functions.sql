@@ -164,7 +164,7 @@ RETURNS TABLE (topic text, sequence bigint, identifier text, state smallint, des
                created timestamptz, completed timestamptz, input text, output text, reference text,
                priority smallint, not_before timestamptz, attempt integer, returned integer, errors text[],
                cancelled boolean, notification text)
-LANGUAGE plpgsql SET enable_nestloop TO 'off' AS $$
+LANGUAGE plpgsql SET enable_nestloop TO 'off' SET jit = off AS $$
 #variable_conflict use_column
 DECLARE
     v_max_attempts integer;
@@ -519,6 +519,7 @@ CREATE OR REPLACE FUNCTION task_poll_keyed(p_topic text, p_lifo boolean, p_condi
                                            p_key_limit integer, INOUT p_last_key text, OUT p_sequences bigint[])
 LANGUAGE plpgsql VOLATILE
 SET enable_bitmapscan = off
+SET jit = off
 AS $$
 DECLARE
     v_counts     jsonb;    -- ACTIVE tasks by key, those taken added
