@@ -1,7 +1,6 @@
 package repository
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -82,13 +81,7 @@ func TestMigrateDistributed(t *testing.T) {
 	// each test its own database, at version at as far as golang-migrate knows
 	start := func(t *testing.T, at uint) *pgxpool.Pool {
 		pool := pgtest.NewPool(t, "pgtask repository distributed migration test: newest schema, distributed on Citus "+schema.Hash(),
-			func(ctx context.Context, pool *pgxpool.Pool) error {
-				if err := Migrate(ctx, pool); err != nil || !pgtest.OnCitus() {
-					return err
-				}
-				_, err := DistributeCitus(ctx, pool, CitusOptions{})
-				return err
-			})
+			migrateDistributing)
 		if _, err := pool.Exec(t.Context(), "UPDATE "+migrationsTable+" SET version = $1", int64(at)); err != nil {
 			t.Fatal(err)
 		}

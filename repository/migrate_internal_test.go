@@ -1637,6 +1637,16 @@ func TestKeyedTurnsPickAsBefore(t *testing.T) {
 	t.Logf("%d calls, the same picks", calls)
 }
 
+// migrateDistributing prepares a test database's template at the newest schema,
+// distributed when the tests run on a Citus cluster (pgtest.OnCitus).
+func migrateDistributing(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := Migrate(ctx, pool); err != nil || !pgtest.OnCitus() {
+		return err
+	}
+	_, err := DistributeCitus(ctx, pool, CitusOptions{})
+	return err
+}
+
 // unguardedPlannerSettings names the functions of pgtask (task_…) that turn a planner
 // method off (enable_… = off) without turning JIT off, on the database pool reaches and,
 // when it is distributed, on each of its workers ("<function> on host:port"): a plan that
@@ -1684,13 +1694,7 @@ func unguardedPlannerSettings(t *testing.T, pool *pgxpool.Pool) []string {
 func TestPlannerSettingsTurnJITOff(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, "pgtask repository planner settings test: newest schema, distributed on Citus "+schema.Hash(),
-		func(ctx context.Context, pool *pgxpool.Pool) error {
-			if err := Migrate(ctx, pool); err != nil || !pgtest.OnCitus() {
-				return err
-			}
-			_, err := DistributeCitus(ctx, pool, CitusOptions{})
-			return err
-		})
+		migrateDistributing)
 	if bad := unguardedPlannerSettings(t, pool); len(bad) > 0 {
 		t.Fatalf("functions that turn a planner method off and leave JIT on: %v", bad)
 	}
