@@ -302,10 +302,10 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 	start := time.Now()
 	unsure := false
 	if !c.hurried() && c.m.wantsLease() {
-		tasks, b, err := c.commitLeasing(ctx, reports)
+		tasks, leased, err := c.commitLeasing(ctx, reports)
 		if err == nil {
 			c.finish(reports, tasks, time.Since(start))
-			if b != nil {
+			for _, b := range leased {
 				c.m.hand(b)
 			}
 			return
@@ -462,12 +462,13 @@ func (c *completer) commit(ctx context.Context, reports []*report) ([]repository
 // commitLeasing commits reports' decisions and leases the next tasks of the topic at
 // one commit, once (the caller commits the decisions alone after an error): as one
 // statement (Repository.CompleteAndPoll), or in one transaction with the follow-ups when
-// there are any. It returns the committed tasks and a batch of those leased (nil: none),
-// which waits for the poll loop (TaskManager.hand). Under a concurrency limit, the
+// there are any. It returns the committed tasks and the batches of those leased (none:
+// none; more than one when split for a Buffer's workers, TaskManager.split), which wait
+// for the poll loop (TaskManager.hand). Under a concurrency limit, the
 // capacity the decisions free is so taken again at the same commit: a limited topic with
 // fast handlers costs one statement per batch, not a commit to complete and another to
 // poll, with the slots idle between them.
-func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]repository.Task, *Batch, error) {
+func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]repository.Task, []*Batch, error) {
 	m := c.m
 	// As a poll does, from its statement until its batch is tracked (reconcile).
 	m.leases.RLock()
@@ -486,14 +487,14 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 				return err
 			}
 			pollStart := time.Now()
-			leased, err = m.p.repo.PollFrom(ctx, tx, m.cfg.Topic, m.cfg.Order, m.cfg.Condition, m.pollSize(), from)
+			leased, err = m.p.repo.PollFrom(ctx, tx, m.cfg.Topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
 			polled = time.Since(pollStart)
 			return err
 		})
 	} else {
 		// one statement: no round trip, and no wait of the server's, between the two
 		tasks, leased, err = m.p.repo.CompleteAndPoll(ctx, m.p.pool, m.cfg.Topic, decisions(reports),
-			m.cfg.Order, m.cfg.Condition, m.pollSize(), from)
+			m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
 		polled = time.Since(start)
 	}
 	if err != nil {
@@ -505,10 +506,7 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 	if len(leased) == 0 {
 		return tasks, nil, nil
 	}
-	b := m.prepareWaiting(leased)
-	b.slotless.Store(true)
-	b.polled = time.Since(start)
-	return tasks, b, nil
+	return tasks, m.prepareHanded(m.split(leased), time.Since(start)), nil
 }
 
 // decide completes reports' tasks as decided and runs their follow-ups, in tx.

@@ -596,3 +596,41 @@ func BenchmarkLimitConcurrency(b *testing.B) {
 	b.ReportMetric(rate/60, "of-ideal")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkLimitBuffered: a topic limited to limit tasks at a time, one processor whose
+// Buffer of workers runs 5 ms TaskFuncs, polled batch at a time: tasks per second from
+// the start to the last commit, and that rate's share of the ideal (the smaller of the
+// limit and the workers, per 5 ms). The tasks a poll or a flush leases reach the
+// workers in batches of the limit's share of each (TaskManager.split).
+func BenchmarkLimitBuffered(b *testing.B) {
+	for _, c := range []struct{ limit, workers, batch int }{{64, 64, 1000}, {64, 8, 100}, {3, 4, 100}} {
+		b.Run(fmt.Sprintf("limit=%d/workers=%d/batch=%d", c.limit, c.workers, c.batch), func(b *testing.B) {
+			const tasks = 3000
+			var rates []float64
+			for range b.N {
+				f := setupSerial(b)
+				f.limit(repository.TopicSettings{Concurrency: int32(c.limit)})
+				f.pushN(tasks)
+				h := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+					time.Sleep(5 * time.Millisecond)
+					return repository.Succeed("")
+				})
+				buffered, err := processor.Buffer(h, processor.BufferConfig{MinWorkers: c.workers})
+				if err != nil {
+					b.Fatal(err)
+				}
+				p, _ := f.processor("processor", processor.Config{}, processor.ManagerConfig{Handler: buffered, BatchSize: c.batch})
+				start := time.Now()
+				stop := f.start(p)
+				f.eventually("every task done", func() bool { return f.count(repository.Succeeded) == tasks })
+				rates = append(rates, float64(tasks)/time.Since(start).Seconds())
+				_ = stop()
+			}
+			slices.Sort(rates)
+			rate := rates[len(rates)/2]
+			b.ReportMetric(rate, "tasks/s")
+			b.ReportMetric(rate/(float64(min(c.limit, c.workers))/0.005), "of-ideal")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

@@ -44,10 +44,10 @@ type ManagerConfig struct {
 	// identifier in flight one at a time, in order. Default repository.None.
 	Condition repository.Condition
 	// BatchSize is the most tasks one poll leases. Default 100. Under a topic
-	// concurrency limit, a poll of a manager whose handler is a Buffer of several
-	// workers leases at most the limit's share of one worker (the limit divided by
-	// MaxWorkers, rounded up), so that the slots go to every worker rather than to
-	// one worker's batch, run task after task while the others wait.
+	// concurrency limit, the tasks a poll (or a flush) leases go to a Buffer of several
+	// workers in batches of the limit's share of one worker (the limit divided by
+	// MaxWorkers, rounded up), so that the slots go to every worker rather than to one
+	// worker's batch, run task after task while the others wait.
 	BatchSize int
 	// PauseInterval is how long the manager hibernates when the topic is empty before it
 	// polls again. A notification of new work, a timer for the next task that falls due
@@ -134,7 +134,7 @@ type TaskManager struct {
 	p   *Processor
 	cfg ManagerConfig
 	// workers is how many batches the handler runs at once, as far as the manager
-	// knows: a Buffer's MaxWorkers, else 1 (pollSize).
+	// knows: a Buffer's MaxWorkers, else 1 (split).
 	workers int
 
 	wake   chan struct{} // capacity 1: a wake-up is never lost
@@ -712,12 +712,15 @@ func (m *TaskManager) poll(ctx context.Context) {
 			head = start
 		}
 		m.leases.RLock()
-		tasks, err := m.p.repo.PollFrom(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.pollSize(), from)
+		tasks, err := m.p.repo.PollFrom(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
 		cancelPoll()
 		elapsed := time.Since(start)
 		var b *Batch
+		var more []*Batch // the rest of the poll's tasks, for the handler's other workers
 		if err == nil && len(tasks) > 0 {
-			b = m.prepare(tasks)
+			parts := m.split(tasks)
+			b = m.prepare(parts[0])
+			more = m.prepareHanded(parts[1:], elapsed)
 		}
 		m.leases.RUnlock()
 		if err != nil {
@@ -757,7 +760,11 @@ func (m *TaskManager) poll(ctx context.Context) {
 			continue
 		}
 		probe = true
-		m.dispatched(tasks, elapsed)
+		m.dispatched(b.Tasks, elapsed)
+		// Each of the others takes a limiter slot of its own, as one leased by a flush.
+		for _, w := range more {
+			m.hand(w)
+		}
 		// Poll again right away, even after a short batch: with several managers SKIP
 		// LOCKED or a condition makes batches short long before the topic is empty, and
 		// only an empty poll says it is.
@@ -773,17 +780,31 @@ func (m *TaskManager) dispatched(tasks []repository.Task, elapsed time.Duration)
 	m.cfg.Listener.dispatch(m.cfg.Topic, tasks, elapsed)
 }
 
-// pollSize is how many tasks a poll (or a flush that leases) asks for: BatchSize, but
-// under a topic concurrency limit no more than the limit's share of each of the
+// split cuts tasks leased together into the batches the handler gets: one batch, but
+// under a topic concurrency limit batches of the limit's share of each of the
 // handler's workers. A Buffer gives each worker a whole batch, and a TaskFunc runs its
-// batch task after task: a batch of the whole limit would hold every slot on one
-// worker while the others wait (limit 3, four workers: one task at a time).
-func (m *TaskManager) pollSize() int {
+// batch task after task: one batch of the whole limit would hold every slot on one
+// worker while the others wait (limit 3, four workers: one task at a time). The
+// statement that leased them stays one, whatever its size.
+func (m *TaskManager) split(tasks []repository.Task) [][]repository.Task {
 	c := int(m.concurrency.Load())
 	if m.workers <= 1 || c <= 0 || !m.limited.Load() {
-		return m.cfg.BatchSize
+		return [][]repository.Task{tasks}
 	}
-	return min(m.cfg.BatchSize, (c+m.workers-1)/m.workers)
+	return slices.Collect(slices.Chunk(tasks, (c+m.workers-1)/m.workers))
+}
+
+// prepareHanded prepares batches for the poll loop to take (hand) after they were
+// leased in elapsed: each then takes a limiter slot of its own.
+func (m *TaskManager) prepareHanded(parts [][]repository.Task, elapsed time.Duration) []*Batch {
+	var bs []*Batch
+	for _, p := range parts {
+		b := m.prepareWaiting(p)
+		b.slotless.Store(true)
+		b.polled = elapsed
+		bs = append(bs, b)
+	}
+	return bs
 }
 
 // atLimit reports whether the tasks this manager holds fill its limited topic's
