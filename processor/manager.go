@@ -761,9 +761,10 @@ func (m *TaskManager) poll(ctx context.Context) {
 		}
 		probe = true
 		m.dispatched(b.Tasks, elapsed)
-		// Each of the others takes a limiter slot of its own, as one leased by a flush.
+		// Each of the others takes a limiter slot of its own, as one leased by a flush,
+		// on the loop's next turns (no wake-up: it goes round at once).
 		for _, w := range more {
-			m.hand(w)
+			m.queueHanded(w)
 		}
 		// Poll again right away, even after a short batch: with several managers SKIP
 		// LOCKED or a condition makes batches short long before the topic is empty, and
@@ -842,15 +843,24 @@ func (m *TaskManager) hasHanded() bool {
 // hand gives the poll loop a batch leased by a flush; once the loop has ended, or while
 // the topic is paused, the batch's tasks are handed back (READY, no attempt used).
 func (m *TaskManager) hand(b *Batch) {
+	if m.queueHanded(b) {
+		m.Resume()
+	}
+}
+
+// queueHanded queues b for the poll loop without waking it (the loop's own batches, which
+// it takes on its next turns), or hands it back as hand does; it reports whether it
+// queued b.
+func (m *TaskManager) queueHanded(b *Batch) bool {
 	m.handMu.Lock()
 	if !m.loopDone && m.active.Load() {
 		m.handed = append(m.handed, b)
 		m.handMu.Unlock()
-		m.Resume()
-		return
+		return true
 	}
 	m.handMu.Unlock()
 	b.handBack()
+	return false
 }
 
 // takeHanded returns the oldest batch a flush leased for the poll loop, if any, which
