@@ -506,7 +506,7 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 	if len(leased) == 0 {
 		return tasks, nil, nil
 	}
-	return tasks, m.prepareHanded(m.split(leased), time.Since(start)), nil
+	return tasks, m.prepareHanded(m.split(leased), time.Since(start), leased), nil
 }
 
 // decide completes reports' tasks as decided and runs their follow-ups, in tx.

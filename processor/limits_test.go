@@ -220,23 +220,30 @@ func TestLimits(t *testing.T) {
 	t.Run("ABufferSpreadsTheLimitOverItsWorkers", func(t *testing.T) {
 		// The library's usual set-up, a Buffer of TaskFuncs polled 100 at a time: a poll
 		// of the whole limit would be one batch, run task after task by one worker while
-		// the others wait, and the next poll would find the limit full. Each poll, and
-		// each flush that leases, takes the limit's share of one worker instead.
+		// the others wait, and the next poll would find the limit full. The tasks each
+		// poll and each flush lease reach the workers in batches of the limit's share of
+		// one worker instead; the listener still sees one dispatch a statement.
 		f := setup(t)
 		f.limit(repository.TopicSettings{Concurrency: 3})
 		const n = 15
 		f.pushN(n)
-		buffered, err := processor.Buffer(f.recorder(150*time.Millisecond, nil), processor.BufferConfig{MinWorkers: 4})
+		var mu sync.Mutex
+		var sizes, dispatches []int // the batches the workers got; the leases dispatched
+		run := f.recorder(150*time.Millisecond, nil)
+		buffered, err := processor.Buffer(processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			mu.Lock()
+			sizes = append(sizes, len(b.Tasks))
+			mu.Unlock()
+			run.Handle(ctx, b)
+		}), processor.BufferConfig{MinWorkers: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var mu sync.Mutex
-		var sizes []int
 		p, _ := f.processor("processor", processor.Config{}, processor.ManagerConfig{
 			Handler: buffered, BatchSize: 100, PauseInterval: time.Hour,
 			Listener: processor.Listener{OnDispatch: func(_ string, tasks []repository.Task, _ time.Duration) {
 				mu.Lock()
-				sizes = append(sizes, len(tasks))
+				dispatches = append(dispatches, len(tasks))
 				mu.Unlock()
 			}},
 		})
@@ -260,6 +267,14 @@ func TestLimits(t *testing.T) {
 		defer mu.Unlock()
 		if biggest := slices.Max(sizes); biggest != 1 {
 			t.Errorf("batches of %v: want batches of 1 (a limit of 3 over 4 workers)", sizes)
+		}
+		// the first poll leased the limit, three tasks in one statement: one dispatch
+		total := 0
+		for _, d := range dispatches {
+			total += d
+		}
+		if len(dispatches) == 0 || dispatches[0] != 3 || total != n {
+			t.Errorf("dispatches of %v: want the first poll's 3 tasks in one, %d tasks in all", dispatches, n)
 		}
 	})
 	t.Run("KeyConcurrencyHoldsAcrossProcessorsAndEveryKeyProgresses", func(t *testing.T) {

@@ -673,7 +673,9 @@ func (m *TaskManager) poll(ctx context.Context) {
 		}
 		if b := m.takeHanded(); b != nil {
 			// Leased by a flush (completer.commitLeasing): it takes the slot just acquired.
-			m.dispatched(b.Tasks, b.polled)
+			if b.leased != nil {
+				m.dispatched(b.leased, b.polled)
+			}
 			m.handle(b)
 			continue
 		}
@@ -720,7 +722,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 		if err == nil && len(tasks) > 0 {
 			parts := m.split(tasks)
 			b = m.prepare(parts[0])
-			more = m.prepareHanded(parts[1:], elapsed)
+			more = m.prepareHanded(parts[1:], elapsed, nil)
 		}
 		m.leases.RUnlock()
 		if err != nil {
@@ -760,7 +762,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 			continue
 		}
 		probe = true
-		m.dispatched(b.Tasks, elapsed)
+		m.dispatched(tasks, elapsed)
 		// Each of the others takes a limiter slot of its own, as one leased by a flush,
 		// on the loop's next turns (no wake-up: it goes round at once).
 		for _, w := range more {
@@ -796,13 +798,17 @@ func (m *TaskManager) split(tasks []repository.Task) [][]repository.Task {
 }
 
 // prepareHanded prepares batches for the poll loop to take (hand) after they were
-// leased in elapsed: each then takes a limiter slot of its own.
-func (m *TaskManager) prepareHanded(parts [][]repository.Task, elapsed time.Duration) []*Batch {
+// leased in elapsed: each then takes a limiter slot of its own. The first reports the
+// statement's tasks, leased, when taken (nil: reported already).
+func (m *TaskManager) prepareHanded(parts [][]repository.Task, elapsed time.Duration, leased []repository.Task) []*Batch {
 	var bs []*Batch
-	for _, p := range parts {
+	for i, p := range parts {
 		b := m.prepareWaiting(p)
 		b.slotless.Store(true)
 		b.polled = elapsed
+		if i == 0 {
+			b.leased = leased
+		}
 		bs = append(bs, b)
 	}
 	return bs
