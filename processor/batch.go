@@ -89,11 +89,6 @@ type Batch struct {
 	// slotless is set while a batch a flush leased waits for the poll loop
 	// (TaskManager.hand): it holds no limiter slot to free when it is finished.
 	slotless atomic.Bool
-	polled   time.Duration // how long the statement that leased it took
-	// leased is every task of the statement that leased it, on the batch whose taking
-	// reports them (Listener.OnDispatch, once a statement): the first of a flush's
-	// lease; nil on the others, and on those the poll loop split off (reported at once).
-	leased []repository.Task
 
 	mu        sync.Mutex
 	decided   []bool

@@ -302,10 +302,14 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 	start := time.Now()
 	unsure := false
 	if !c.hurried() && c.m.wantsLease() {
-		tasks, leased, err := c.commitLeasing(ctx, reports)
+		tasks, leased, batches, err := c.commitLeasing(ctx, reports)
 		if err == nil {
-			c.finish(reports, tasks, time.Since(start))
-			for _, b := range leased {
+			took := time.Since(start)
+			c.finish(reports, tasks, took)
+			if len(leased) > 0 {
+				c.m.dispatched(leased, took)
+			}
+			for _, b := range batches {
 				c.m.hand(b)
 			}
 			return
@@ -462,13 +466,13 @@ func (c *completer) commit(ctx context.Context, reports []*report) ([]repository
 // commitLeasing commits reports' decisions and leases the next tasks of the topic at
 // one commit, once (the caller commits the decisions alone after an error): as one
 // statement (Repository.CompleteAndPoll), or in one transaction with the follow-ups when
-// there are any. It returns the committed tasks and the batches of those leased (none:
-// none; more than one when split for a Buffer's workers, TaskManager.split), which wait
-// for the poll loop (TaskManager.hand). Under a concurrency limit, the
+// there are any. It returns the committed tasks, those leased, and the batches of those
+// (none: none; more than one when split for a Buffer's workers, TaskManager.split),
+// which wait for the poll loop (TaskManager.hand). Under a concurrency limit, the
 // capacity the decisions free is so taken again at the same commit: a limited topic with
 // fast handlers costs one statement per batch, not a commit to complete and another to
 // poll, with the slots idle between them.
-func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]repository.Task, []*Batch, error) {
+func (c *completer) commitLeasing(ctx context.Context, reports []*report) (tasks, leased []repository.Task, batches []*Batch, err error) {
 	m := c.m
 	// As a poll does, from its statement until its batch is tracked (reconcile).
 	m.leases.RLock()
@@ -477,9 +481,7 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 	// The poll loop waits meanwhile: this poll takes its turn with the floor, as the
 	// loop's polls do, so that it starts where the last one found work.
 	from := m.floor.next()
-	var tasks, leased []repository.Task
 	var polled time.Duration
-	var err error
 	if followups(reports) {
 		err = repository.Atomically(ctx, m.p.pool, func(tx pgx.Tx) error {
 			var err error
@@ -500,13 +502,13 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) ([]rep
 	if err != nil {
 		// whatever the position had taken in (a notification's) goes with it: from the head
 		m.floor.restart()
-		return tasks, nil, err
+		return tasks, nil, nil, err
 	}
 	m.floor.polled(from, polled, leased)
 	if len(leased) == 0 {
-		return tasks, nil, nil
+		return tasks, nil, nil, nil
 	}
-	return tasks, m.prepareHanded(m.split(leased), time.Since(start), leased), nil
+	return tasks, leased, m.prepareHanded(m.split(leased)), nil
 }
 
 // decide completes reports' tasks as decided and runs their follow-ups, in tx.

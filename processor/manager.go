@@ -672,10 +672,8 @@ func (m *TaskManager) poll(ctx context.Context) {
 			return
 		}
 		if b := m.takeHanded(); b != nil {
-			// Leased by a flush (completer.commitLeasing): it takes the slot just acquired.
-			if b.leased != nil {
-				m.dispatched(b.leased, b.polled)
-			}
+			// Leased by a flush (completer.commitLeasing), or split off the loop's last
+			// poll: it takes the slot just acquired. Its lease was reported (dispatched).
 			m.handle(b)
 			continue
 		}
@@ -722,7 +720,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 		if err == nil && len(tasks) > 0 {
 			parts := m.split(tasks)
 			b = m.prepare(parts[0])
-			more = m.prepareHanded(parts[1:], elapsed, nil)
+			more = m.prepareHanded(parts[1:])
 		}
 		m.leases.RUnlock()
 		if err != nil {
@@ -776,7 +774,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 }
 
 // dispatched books tasks leased by a poll (or a flush) that took elapsed, before they are
-// handled.
+// handled: once a statement, however its tasks are split.
 func (m *TaskManager) dispatched(tasks []repository.Task, elapsed time.Duration) {
 	m.leased.Add(int64(len(tasks)))
 	m.vacuumLeased.Add(int64(len(tasks)))
@@ -797,18 +795,13 @@ func (m *TaskManager) split(tasks []repository.Task) [][]repository.Task {
 	return slices.Collect(slices.Chunk(tasks, (c+m.workers-1)/m.workers))
 }
 
-// prepareHanded prepares batches for the poll loop to take (hand) after they were
-// leased in elapsed: each then takes a limiter slot of its own. The first reports the
-// statement's tasks, leased, when taken (nil: reported already).
-func (m *TaskManager) prepareHanded(parts [][]repository.Task, elapsed time.Duration, leased []repository.Task) []*Batch {
+// prepareHanded prepares batches for the poll loop to take (hand): each then takes a
+// limiter slot of its own.
+func (m *TaskManager) prepareHanded(parts [][]repository.Task) []*Batch {
 	var bs []*Batch
-	for i, p := range parts {
+	for _, p := range parts {
 		b := m.prepareWaiting(p)
 		b.slotless.Store(true)
-		b.polled = elapsed
-		if i == 0 {
-			b.leased = leased
-		}
 		bs = append(bs, b)
 	}
 	return bs
