@@ -35,6 +35,11 @@ type faults struct {
 	fresh    time.Duration
 	now      func() time.Time
 
+	// outage, when set, is called (outside mu) at every failure whose cause may mean
+	// the server crashed, restarted or failed over (outageCause); begins says no
+	// operation was failing with that cause before.
+	outage func(begins bool)
+
 	mu      sync.Mutex
 	failing map[string]*fault // by operation: health
 	causes  map[string]*cause // by cause: the log
@@ -94,6 +99,9 @@ func (f *faults) fail(ctx context.Context, op string, err error) {
 			slog.Any("error", err)}
 	}
 	f.mu.Unlock()
+	if f.outage != nil && outageCause(name) {
+		f.outage(!seen)
+	}
 	if recovered != nil {
 		f.logger.LogAttrs(ctx, slog.LevelInfo, "database operations recovered", recovered...)
 	}
@@ -184,6 +192,20 @@ func levelOf(cause string) slog.Level {
 		return slog.LevelWarn
 	}
 	return slog.LevelError
+}
+
+// outageCause reports whether a cause (causeOf) may come of the server crashing,
+// restarting or failing over: the connection lost or refused, a connection exception
+// (SQLSTATE class 08: on Citus, the coordinator's connection to a worker), the server
+// shutting down or starting (57P01, 57P02, 57P03), or a read-only transaction (25006:
+// the old primary, now a standby). Such a server may have lost commits it had
+// acknowledged (synchronous_commit off; an asynchronous standby promoted).
+func outageCause(cause string) bool {
+	switch cause {
+	case "cannot connect", "connection lost", "SQLSTATE 57P01", "SQLSTATE 57P02", "SQLSTATE 57P03", "SQLSTATE 25006":
+		return true
+	}
+	return strings.HasPrefix(cause, "SQLSTATE 08")
 }
 
 // causeOf names what an error is, as one cause: the SQLSTATE of a PostgreSQL error, or

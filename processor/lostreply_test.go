@@ -263,3 +263,92 @@ func (b *runBook) check(t *testing.T, n int) {
 		t.Errorf("%d tasks ran more than once", again)
 	}
 }
+
+// TestLostCommits: a server that crashes with synchronous_commit off, or a failover to
+// an asynchronous standby, can lose completions it had acknowledged. Their tasks are
+// then ACTIVE again under the processor's owner, which goes on heart-beating, so no
+// expiry takes them back; the processor, which saw them committed, must find them
+// itself once it has seen the outage, and run them again. The outage is a proxy that
+// closes every connection and refuses new ones while the tasks of the last completions
+// are put back ACTIVE under the owner, as the crashed server would hold them. The
+// processor idles meanwhile (no poll meets the outage), and either its heartbeat or its
+// listening connection sees it.
+func TestLostCommits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  processor.Config
+	}{
+		// without notifications, only the failing heartbeats tell
+		{"SeenByTheHeartbeat", processor.Config{DisableNotifications: true,
+			HeartbeatInterval: 50 * time.Millisecond, ExpiryTimeout: 400 * time.Millisecond}},
+		// the heartbeat does not come round during the outage, and the pool replaces
+		// its dead connections without an error (they were idle over a second: pinged)
+		{"SeenByTheListener", processor.Config{HeartbeatInterval: 10 * time.Second, ExpiryTimeout: time.Minute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			proxy, err := faultproxy.Start(f.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proxy.Close() })
+			runs := newRunBook()
+			var logs logbuf.Buffer
+			cfg := tc.cfg
+			cfg.Pool = proxiedPool(t, proxy, f.url)
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			// (the fixture's managers hibernate for an hour: only a wake-up polls)
+			p, _ := f.processor("processor", cfg, processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle), BatchSize: 10})
+			const pushed = 100
+			f.pushN(pushed)
+			stop := f.start(p)
+			defer stop()
+
+			states := func() (succeeded, active int64) {
+				if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FILTER (WHERE state = 6), count(*) FILTER (WHERE state = 0)
+					FROM task WHERE topic = $1`, f.topic).Scan(&succeeded, &active); err != nil {
+					t.Fatal(err)
+				}
+				return succeeded, active
+			}
+			if !f.within(30*time.Second, func() bool { s, _ := states(); return s == pushed }) {
+				t.Fatalf("the first burn-down did not end: %d of %d SUCCEEDED", first(states()), pushed)
+			}
+			time.Sleep(1500 * time.Millisecond) // the processor idles
+
+			// the crash: every connection cut, and the last 15 completions lost
+			proxy.Refuse(true)
+			proxy.CutAll()
+			lost, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 0, completed = NULL, output = NULL
+				WHERE topic = $1 AND sequence IN (SELECT sequence FROM task WHERE topic = $1 ORDER BY sequence DESC LIMIT 15)`, f.topic)
+			if err != nil || lost.RowsAffected() != 15 {
+				t.Fatalf("put 15 tasks back ACTIVE: %v, %v", lost, err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			proxy.Refuse(false)
+
+			if !f.within(30*time.Second, func() bool { s, _ := states(); return s == pushed }) {
+				s, a := states()
+				t.Logf("processor log:\n%s", strings.Join(logs.Lines(), "\n"))
+				t.Fatalf("30 s after the outage: %d SUCCEEDED, %d ACTIVE (want %d and 0: the lost completions' tasks run again)", s, a, pushed)
+			}
+			runs.mu.Lock()
+			defer runs.mu.Unlock()
+			twice := 0
+			for _, r := range runs.runs {
+				if r == 2 {
+					twice++
+				}
+			}
+			if len(runs.runs) != pushed || twice != 15 {
+				t.Errorf("%d tasks ran, %d of them twice; want %d and the 15 whose completion was lost", len(runs.runs), twice, pushed)
+			}
+			if lines := logs.Lines("running leased tasks no manager knows of"); len(lines) == 0 {
+				t.Errorf("the processor did not say it found leases it did not know of:\n%s", strings.Join(logs.Lines(), "\n"))
+			}
+		})
+	}
+}
+
+// first returns the first of two values.
+func first[A, B any](a A, _ B) A { return a }

@@ -182,8 +182,9 @@ type TaskManager struct {
 	// floor is where the next poll starts.
 	floor *floor
 	// unsure is set by a poll whose outcome is unknown (repository.Uncertain), the
-	// poll loop's or a flush's that leased (completer.commitLeasing): the next round
-	// reconciles before it polls.
+	// poll loop's or a flush's that leased (completer.commitLeasing), and by any
+	// operation of the processor that fails as in an outage, which may have lost
+	// commits (Processor.suspectLostCommits): the next round reconciles before it polls.
 	unsure atomic.Bool
 
 	// A limited topic's next tasks are leased by the flush that frees its capacity, in
@@ -892,9 +893,12 @@ func (m *TaskManager) returnHanded(done bool) {
 
 // reconcile looks for tasks that this processor's owner holds in the topic but that
 // none of its managers knows of: the leases of a poll that the server committed but
-// whose reply was lost (a connection cut after the commit, a failover). Nobody else
-// would run them while the owner heart-beats, so this manager runs them, as a batch of
-// their own (nil when there are none). It costs one statement, only after such a poll.
+// whose reply was lost (a connection cut after the commit, a failover), and the tasks
+// of a completion the server acknowledged and then lost (a crash with
+// synchronous_commit off, an asynchronous standby promoted: Processor.suspectLostCommits).
+// Nobody else would run them while the owner heart-beats, so this manager runs them, as
+// a batch of their own (nil when there are none). It costs one statement, only after
+// such a poll or an outage.
 func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	m.leases.Lock()
 	defer m.leases.Unlock()
@@ -926,7 +930,7 @@ func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	if len(stranded) == 0 {
 		return nil, nil
 	}
-	m.p.logger.Warn("running tasks leased by a poll whose reply was lost", slog.String("topic", m.cfg.Topic),
+	m.p.logger.Warn("running leased tasks no manager knows of (a poll's reply lost, or commits lost in an outage)", slog.String("topic", m.cfg.Topic),
 		slog.Int("tasks", len(stranded)))
 	m.cfg.Listener.dispatch(m.cfg.Topic, stranded, 0)
 	return m.prepare(stranded), nil

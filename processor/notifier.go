@@ -19,6 +19,9 @@ import (
 type Notifier struct {
 	connConfig *pgx.ConnConfig
 	logger     *slog.Logger
+	// dropped, when set, is called each time the connection is lost or cannot be made
+	// (the Processor's: the server may have restarted, Processor.suspectLostCommits).
+	dropped func()
 
 	mu   sync.Mutex
 	subs map[string]map[*subscription]struct{} // by topic hash
@@ -96,6 +99,9 @@ func (n *Notifier) Run(ctx context.Context) {
 		}
 		if connected {
 			backoff.reset()
+		}
+		if n.dropped != nil {
+			n.dropped()
 		}
 		delay := backoff.next()
 		n.logger.Warn("notification listener disconnected", slog.Any("error", err), slog.Duration("retry_in", delay))

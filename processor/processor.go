@@ -227,10 +227,31 @@ func New(cfg Config) (*Processor, error) {
 		faults:       newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
 		managers:     make(map[string][]*TaskManager),
 	}
+	p.faults.outage = p.suspectLostCommits
 	if !cfg.DisableNotifications {
 		p.notifier = NewNotifier(cfg.Pool.Config().ConnConfig, cfg.Logger)
+		p.notifier.dropped = func() { p.suspectLostCommits(true) }
 	}
 	return p, nil
+}
+
+// suspectLostCommits makes every manager reconcile its leases before its next poll
+// (TaskManager.reconcile): a database operation failed as it does when the server
+// crashes, restarts or fails over, and a server that lost commits it had acknowledged
+// (synchronous_commit off, an asynchronous standby promoted, a Citus worker that
+// crashed) may hold a completion this processor saw committed as never made. Its tasks
+// are then ACTIVE again under this owner, which heart-beats, so nobody else would take
+// them back: the reconciliation finds them, as it finds a poll whose reply was lost,
+// and runs them again. When the outage begins, the managers are woken too (a
+// hibernating one would reconcile only at its next wake-up): they retry until the
+// database answers, then reconcile. It costs each manager one statement per outage.
+func (p *Processor) suspectLostCommits(begins bool) {
+	for _, m := range p.allManagers() {
+		m.unsure.Store(true)
+		if begins {
+			m.Resume()
+		}
+	}
 }
 
 // Repository returns the repository the processor uses (its owner identity).
