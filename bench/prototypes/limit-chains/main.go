@@ -3,7 +3,7 @@
 // question is how many tasks a concurrency limit lets through when handlers take no
 // time, and whether cycles that overlap move more than one chain does.
 //
-//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N | -pipeline] [-ceiling]
+//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N [-striped] | -pipeline] [-ceiling]
 //
 // It registers a topic limited to -limit, pushes -tasks tasks, VACUUMs and CHECKPOINTs,
 // then drives the repository directly (no processor) and prints tasks/s:
@@ -16,6 +16,10 @@
 //	             notification, no all-or-nothing check and no count, returning only each
 //	             leased task's sequence and attempt. It is not a queue's completion (it
 //	             decides nothing but success): what one chain could reach at best.
+//	-striped     with -ceiling: chain i of N leases only the tasks whose sequence is i
+//	             modulo N, from the highest it leased itself, so that the chains never
+//	             meet each other's rows (a poll order pgtask does not have: FIFO per
+//	             stripe, not across them)
 //	-pipeline    one chain whose completion and next lease run at once on two
 //	             connections, the lease committed once the completion has
 //
@@ -64,7 +68,7 @@ BEGIN
 END
 $$;
 CREATE FUNCTION limit_chains_prototype.ceiling(p_topic text, p_owner text, p_sequences bigint[],
-                                               p_attempts integer[], p_from bigint)
+                                               p_attempts integer[], p_from bigint, p_stripes integer, p_stripe integer)
 RETURNS TABLE (sequence bigint, attempt integer)
 LANGUAGE plpgsql VOLATILE
 SET enable_nestloop = off SET enable_sort = off SET enable_bitmapscan = off SET jit = off
@@ -85,6 +89,7 @@ BEGIN
                                   WHERE hashtext(c.topic) = hashtext(p_topic) AND c.topic = p_topic AND c.state = 1
                                     AND (c.priority, c.sequence) >= (0::smallint, p_from)
                                     AND (c.not_before IS NULL OR c.not_before <= now())
+                                    AND c.sequence % p_stripes = p_stripe
                                   ORDER BY c.priority, c.sequence
                                   LIMIT (SELECT count(*) FROM done)
                                   FOR UPDATE OF c SKIP LOCKED))
@@ -116,9 +121,10 @@ func main() {
 	chains := flag.Int("chains", 1, "chains of limit/chains tasks each")
 	ceiling := flag.Bool("ceiling", false, "the chains run the prototype's one statement: a success-only completion and the lease")
 	pipeline := flag.Bool("pipeline", false, "one chain, completion and next lease at once on two connections")
+	striped := flag.Bool("striped", false, "with -ceiling: chain i leases the tasks whose sequence is i modulo -chains")
 	flag.Parse()
-	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) {
-		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone"))
+	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) || (*striped && !*ceiling) {
+		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -striped with -ceiling"))
 	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, *url)
@@ -134,12 +140,12 @@ func main() {
 	if *pipeline {
 		err = r.pipeline(ctx, *limit)
 	} else {
-		err = r.chains(ctx, *chains, *limit / *chains, *ceiling)
+		err = r.chains(ctx, *chains, *limit / *chains, *ceiling, *striped)
 	}
 	elapsed := time.Since(start)
 	fail(err)
-	fmt.Printf("limit %d, chains %d, ceiling %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
-		*limit, *chains, *ceiling, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
+	fmt.Printf("limit %d, chains %d, ceiling %v, striped %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
+		*limit, *chains, *ceiling, *striped, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
 }
 
 func (r *run) setUp(ctx context.Context, limit, tasks int) error {
@@ -182,8 +188,9 @@ func (r *run) tearDown(ctx context.Context) {
 	fail(err)
 }
 
-// chains runs n chains of size tasks until no task is left.
-func (r *run) chains(ctx context.Context, n, size int, ceiling bool) error {
+// chains runs n chains of size tasks until no task is left (with striped, until none
+// is left in the chain's stripe).
+func (r *run) chains(ctx context.Context, n, size int, ceiling, striped bool) error {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -194,9 +201,13 @@ func (r *run) chains(ctx context.Context, n, size int, ceiling bool) error {
 				return
 			}
 			cur := r.leases(leased)
+			stripes, stripe, from := 1, 0, &r.floor
+			if striped {
+				stripes, stripe, from = n, i, new(atomic.Int64)
+			}
 			for len(cur) > 0 && err == nil {
 				if ceiling {
-					cur, err = r.ceiling(ctx, cur)
+					cur, err = r.ceiling(ctx, cur, stripes, stripe, from)
 					continue
 				}
 				_, leased, err = r.repo.CompleteAndPoll(ctx, r.pool, r.topic, r.completions(cur), repository.FIFO,
@@ -251,14 +262,19 @@ func (r *run) lease(ctx context.Context, tx pgx.Tx, n int) ([]lease, error) {
 	return r.scan(rows)
 }
 
-func (r *run) ceiling(ctx context.Context, cur []lease) ([]lease, error) {
+// ceiling completes cur and leases as many of stripe (sequence modulo stripes) from
+// the position from, which it raises to the highest sequence it leased.
+func (r *run) ceiling(ctx context.Context, cur []lease, stripes, stripe int, from *atomic.Int64) ([]lease, error) {
 	sequences, attempts := make([]int64, len(cur)), make([]int32, len(cur))
 	for i, l := range cur {
 		sequences[i], attempts[i] = l.sequence, l.attempt
 	}
-	rows, _ := r.pool.Query(ctx, "SELECT sequence, attempt FROM limit_chains_prototype.ceiling($1, $2, $3, $4, $5)",
-		r.topic, r.repo.Owner(), sequences, attempts, r.floor.Load())
+	rows, _ := r.pool.Query(ctx, "SELECT sequence, attempt FROM limit_chains_prototype.ceiling($1, $2, $3, $4, $5, $6, $7)",
+		r.topic, r.repo.Owner(), sequences, attempts, from.Load(), stripes, stripe)
 	next, err := r.scan(rows)
+	for _, l := range next {
+		raise(from, l.sequence)
+	}
 	if err == nil {
 		r.done.Add(int64(len(cur)))
 	}
@@ -286,10 +302,13 @@ func (r *run) leases(tasks []repository.Task) []lease {
 	return out
 }
 
-func (r *run) raiseFloor(sequence int64) {
+func (r *run) raiseFloor(sequence int64) { raise(&r.floor, sequence) }
+
+// raise sets floor to sequence if that is higher.
+func raise(floor *atomic.Int64, sequence int64) {
 	for {
-		f := r.floor.Load()
-		if sequence <= f || r.floor.CompareAndSwap(f, sequence) {
+		f := floor.Load()
+		if sequence <= f || floor.CompareAndSwap(f, sequence) {
 			return
 		}
 	}
