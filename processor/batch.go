@@ -92,6 +92,7 @@ type Batch struct {
 
 	mu        sync.Mutex
 	decided   []bool
+	settled   []bool // its decision committed, or given up on (completer.settle)
 	begun     []bool // started by the handler (TaskFunc)
 	allBegun  bool   // every task counts as started
 	undecided int
@@ -166,6 +167,7 @@ func (b *Batch) build(ctx context.Context) {
 	b.leases = make([]repository.Completion, n)
 	b.index = make(map[int64]int, n)
 	b.decided = make([]bool, n)
+	b.settled = make([]bool, n)
 	b.begun = make([]bool, n)
 	b.undecided = n
 	b.done = make(chan struct{})
@@ -532,6 +534,30 @@ func (b *Batch) cancelTask(sequence int64) bool {
 		b.cancels[i](ErrTaskCancelled)
 	}
 	return ok
+}
+
+// settle books completions' tasks as settled: their decisions are committed, or given up
+// on, and the manager neither runs nor commits them any more.
+func (b *Batch) settle(completions []repository.Completion) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range completions {
+		if i, ok := b.index[c.Sequence]; ok {
+			b.settled[i] = true
+		}
+	}
+}
+
+// eachUnsettled calls fn with the lease of each task whose decision is not yet settled: the
+// tasks the manager still runs or commits (TaskManager.reconcile).
+func (b *Batch) eachUnsettled(fn func(repository.Completion)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, l := range b.leases {
+		if !b.settled[i] {
+			fn(l)
+		}
+	}
 }
 
 func (b *Batch) release() {

@@ -342,6 +342,24 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		return
 	}
 	var te *repository.TaskError
+	if errors.As(err, &te) && len(reports) == 1 {
+		// Tasks no longer ACTIVE under this owner in the attempt completed: expired and
+		// taken back, cancelled, or, after an outage that lost commits, leased under
+		// another attempt. The others of the report are still ours: commit them without
+		// the refused ones, and reconcile (the refused may be ours in another attempt,
+		// which a reconciliation left alone while this batch held them).
+		c.m.unsure.Store(true)
+		defer c.m.Resume()
+		refused, kept := split(reports[0], te)
+		if len(refused.completions) > 0 && len(kept.completions) > 0 {
+			c.m.cfg.Listener.error(topic, fmt.Errorf("commit decisions of %d tasks, %d refused: %w", completions(reports), len(refused.completions), err))
+			c.m.p.logger.Error("decisions not committed", slog.String("topic", topic), slog.Int("tasks", len(refused.completions)),
+				slog.Any("error", err))
+			c.settle(refused)
+			c.flush(ctx, []*report{kept})
+			return
+		}
+	}
 	if r := reports[0]; len(reports) == 1 && isRefusal(err) && !errors.As(err, &te) && !r.fallback {
 		// The decisions or follow-ups themselves were refused (say, a follow-up push to
 		// an unknown topic): the tasks are still ours, so fail them with the reason.
@@ -362,6 +380,25 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 	}
 }
 
+// split divides r's decisions into those te refuses and the others, which keep r's
+// follow-ups.
+func split(r *report, te *repository.TaskError) (refused, kept *report) {
+	no := make(map[int64]bool, len(te.Problems))
+	for _, p := range te.Problems {
+		no[p.Sequence] = true
+	}
+	refused = &report{batch: r.batch, since: r.since, fallback: r.fallback}
+	kept = &report{batch: r.batch, since: r.since, fallback: r.fallback, followups: r.followups}
+	for _, comp := range r.completions {
+		if no[comp.Sequence] {
+			refused.completions = append(refused.completions, comp)
+		} else {
+			kept.completions = append(kept.completions, comp)
+		}
+	}
+	return refused, kept
+}
+
 // completions counts the decisions of reports.
 func completions(reports []*report) int {
 	n := 0
@@ -374,6 +411,7 @@ func completions(reports []*report) int {
 // settle books a report's decisions as committed or given up on; the batch is finished
 // once every task's is.
 func (c *completer) settle(r *report) {
+	r.batch.settle(r.completions)
 	n := int64(len(r.completions))
 	c.m.holding.Add(-n)
 	if n > 0 && r.batch.unsettled.Add(-n) == 0 {

@@ -36,8 +36,9 @@ type faults struct {
 	now      func() time.Time
 
 	// outage, when set, is called (outside mu) at every failure whose cause may mean
-	// the server crashed, restarted or failed over (outageCause); begins says no
-	// operation was failing with that cause before.
+	// the server crashed, restarted or failed over (outageCause); begins says the
+	// operation was not failing before (and the cause is not a timeout, which may be a
+	// slow statement as well as a server gone silent).
 	outage func(begins bool)
 
 	mu      sync.Mutex
@@ -77,6 +78,7 @@ func (f *faults) fail(ctx context.Context, op string, err error) {
 	var recovered, failing []slog.Attr // the lines to log, if any
 	f.mu.Lock()
 	ft := f.failing[op]
+	begins := ft == nil
 	if ft == nil {
 		ft = &fault{since: now}
 		f.failing[op] = ft
@@ -100,7 +102,7 @@ func (f *faults) fail(ctx context.Context, op string, err error) {
 	}
 	f.mu.Unlock()
 	if f.outage != nil && outageCause(name) {
-		f.outage(!seen)
+		f.outage(begins && name != "timeout")
 	}
 	if recovered != nil {
 		f.logger.LogAttrs(ctx, slog.LevelInfo, "database operations recovered", recovered...)
@@ -197,12 +199,14 @@ func levelOf(cause string) slog.Level {
 // outageCause reports whether a cause (causeOf) may come of the server crashing,
 // restarting or failing over: the connection lost or refused, a connection exception
 // (SQLSTATE class 08: on Citus, the coordinator's connection to a worker), the server
-// shutting down or starting (57P01, 57P02, 57P03), or a read-only transaction (25006:
-// the old primary, now a standby). Such a server may have lost commits it had
-// acknowledged (synchronous_commit off; an asynchronous standby promoted).
+// shutting down or starting (57P01, 57P02, 57P03), or a statement timed out (a server
+// gone silent: a failover that moved an address without closing the connections). Such
+// a server may have lost commits it had acknowledged (synchronous_commit off; an
+// asynchronous standby promoted). Not a read-only transaction (25006): that server is a
+// standby, and what it shows of the leases may lag behind the primary's.
 func outageCause(cause string) bool {
 	switch cause {
-	case "cannot connect", "connection lost", "SQLSTATE 57P01", "SQLSTATE 57P02", "SQLSTATE 57P03", "SQLSTATE 25006":
+	case "cannot connect", "connection lost", "timeout", "SQLSTATE 57P01", "SQLSTATE 57P02", "SQLSTATE 57P03":
 		return true
 	}
 	return strings.HasPrefix(cause, "SQLSTATE 08")

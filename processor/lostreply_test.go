@@ -270,20 +270,30 @@ func (b *runBook) check(t *testing.T, n int) {
 // expiry takes them back; the processor, which saw them committed, must find them
 // itself once it has seen the outage, and run them again. The outage is a proxy that
 // closes every connection and refuses new ones while the tasks of the last completions
-// are put back ACTIVE under the owner, as the crashed server would hold them. The
-// processor idles meanwhile (no poll meets the outage), and either its heartbeat or its
-// listening connection sees it.
+// are put back ACTIVE under the owner, as the crashed server would hold them. No poll
+// meets the outage: the processor's heartbeat or its listening connection sees it.
 func TestLostCommits(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  processor.Config
+		// inFlight: the lost completions are those of the first tasks of a batch whose
+		// last tasks are still running (blocking one of two Buffer workers); and the
+		// first of those, the server holds under an attempt before the one running (as
+		// if the lease of this attempt, and the retry before it, were lost): it runs
+		// again only once its run under this attempt has ended (its completion is then
+		// refused, and its batch mates' committed)
+		inFlight bool
+		// ping: the processor's pool pings every connection it hands out, so that it
+		// replaces those the outage closed without an error any operation sees
+		ping bool
 	}{
 		// without notifications, only the failing heartbeats tell
-		{"SeenByTheHeartbeat", processor.Config{DisableNotifications: true,
+		{name: "SeenByTheHeartbeat", cfg: processor.Config{DisableNotifications: true,
 			HeartbeatInterval: 50 * time.Millisecond, ExpiryTimeout: 400 * time.Millisecond}},
-		// the heartbeat does not come round during the outage, and the pool replaces
-		// its dead connections without an error (they were idle over a second: pinged)
-		{"SeenByTheListener", processor.Config{HeartbeatInterval: 10 * time.Second, ExpiryTimeout: time.Minute}},
+		// the heartbeat does not come round during the outage
+		{name: "SeenByTheListener", cfg: processor.Config{HeartbeatInterval: 10 * time.Second, ExpiryTimeout: time.Minute}, ping: true},
+		{name: "ABatchStillRunning", cfg: processor.Config{DisableNotifications: true,
+			HeartbeatInterval: 50 * time.Millisecond, ExpiryTimeout: 400 * time.Millisecond}, inFlight: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t)
@@ -292,17 +302,57 @@ func TestLostCommits(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { proxy.Close() })
+			poolCfg, err := proxy.PoolConfig(f.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.ping {
+				poolCfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
+			}
+			pool, err := pgxpool.NewWithConfig(f.ctx, poolCfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+
+			pushed, lost := 100, 15
+			if tc.inFlight {
+				pushed, lost = 10, 5
+			}
+			tasks := f.pushN(pushed)
 			runs := newRunBook()
+			release := make(chan struct{})
+			var handler processor.Handler = processor.TaskFunc(runs.handle)
+			if tc.inFlight {
+				// the batch of all ten: its first five are decided and committed, its
+				// last five wait for release, holding one of two workers
+				blocked := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+					if task.Sequence >= tasks[lost].Sequence {
+						<-release
+					}
+					return runs.handle(ctx, task)
+				})
+				if handler, err = processor.Buffer(blocked, processor.BufferConfig{MinWorkers: 2, MaxWorkers: 2}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				close(release)
+			}
 			var logs logbuf.Buffer
 			cfg := tc.cfg
-			cfg.Pool = proxiedPool(t, proxy, f.url)
+			cfg.Pool = pool
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			// (the fixture's managers hibernate for an hour: only a wake-up polls)
-			p, _ := f.processor("processor", cfg, processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle), BatchSize: 10})
-			const pushed = 100
-			f.pushN(pushed)
+			p, _ := f.processor("processor", cfg, processor.ManagerConfig{Handler: handler, BatchSize: 10})
 			stop := f.start(p)
 			defer stop()
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
 
 			states := func() (succeeded, active int64) {
 				if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FILTER (WHERE state = 6), count(*) FILTER (WHERE state = 0)
@@ -311,43 +361,74 @@ func TestLostCommits(t *testing.T) {
 				}
 				return succeeded, active
 			}
-			if !f.within(30*time.Second, func() bool { s, _ := states(); return s == pushed }) {
-				t.Fatalf("the first burn-down did not end: %d of %d SUCCEEDED", first(states()), pushed)
+			done := pushed
+			if tc.inFlight {
+				done = lost
 			}
-			time.Sleep(1500 * time.Millisecond) // the processor idles
+			if !f.within(30*time.Second, func() bool { s, _ := states(); return s == int64(done) }) {
+				t.Fatalf("before the outage: %d SUCCEEDED, want %d", first(states()), done)
+			}
+			time.Sleep(200 * time.Millisecond) // the processor idles, or waits for its last five
 
-			// the crash: every connection cut, and the last 15 completions lost
+			// the crash: every connection cut, and the last completions lost
 			proxy.Refuse(true)
 			proxy.CutAll()
-			lost, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 0, completed = NULL, output = NULL
-				WHERE topic = $1 AND sequence IN (SELECT sequence FROM task WHERE topic = $1 ORDER BY sequence DESC LIMIT 15)`, f.topic)
-			if err != nil || lost.RowsAffected() != 15 {
-				t.Fatalf("put 15 tasks back ACTIVE: %v, %v", lost, err)
+			tag, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 0, completed = NULL, output = NULL
+				WHERE topic = $1 AND sequence IN (SELECT sequence FROM task WHERE topic = $1 AND state = 6
+				                                  ORDER BY sequence DESC LIMIT $2)`, f.topic, lost)
+			if err != nil || tag.RowsAffected() != int64(lost) {
+				t.Fatalf("put %d tasks back ACTIVE: %v, %v", lost, tag, err)
+			}
+			twice := lost
+			if tc.inFlight {
+				if _, err := f.pool.Exec(f.ctx, `UPDATE task SET attempt = attempt - 1 WHERE topic = $1 AND sequence = $2`,
+					f.topic, tasks[lost].Sequence); err != nil {
+					t.Fatal(err)
+				}
+				twice++
 			}
 			time.Sleep(300 * time.Millisecond)
 			proxy.Refuse(false)
+			if tc.inFlight {
+				// the reconciliation runs while the batch is in flight: the five run
+				// again before their batch mates finish
+				if !f.within(30*time.Second, func() bool { s, _ := states(); return s == int64(lost) && runs.ran() == lost && runTwice(runs) == lost }) {
+					t.Logf("processor log:\n%s", strings.Join(logs.Lines(), "\n"))
+					t.Fatalf("30 s after the outage, with the batch still running: %d SUCCEEDED, %d tasks ran again; want the %d whose completion was lost",
+						first(states()), runTwice(runs), lost)
+				}
+				close(release)
+			}
 
-			if !f.within(30*time.Second, func() bool { s, _ := states(); return s == pushed }) {
+			if !f.within(30*time.Second, func() bool { s, _ := states(); return s == int64(pushed) }) {
 				s, a := states()
 				t.Logf("processor log:\n%s", strings.Join(logs.Lines(), "\n"))
 				t.Fatalf("30 s after the outage: %d SUCCEEDED, %d ACTIVE (want %d and 0: the lost completions' tasks run again)", s, a, pushed)
 			}
-			runs.mu.Lock()
-			defer runs.mu.Unlock()
-			twice := 0
-			for _, r := range runs.runs {
-				if r == 2 {
-					twice++
-				}
+			if n := runTwice(runs); runs.ran() != pushed || n != twice {
+				t.Errorf("%d tasks ran, %d of them twice; want %d and %d twice", runs.ran(), n, pushed, twice)
 			}
-			if len(runs.runs) != pushed || twice != 15 {
-				t.Errorf("%d tasks ran, %d of them twice; want %d and the 15 whose completion was lost", len(runs.runs), twice, pushed)
+			if o := runs.overlaps.Load(); o > 0 {
+				t.Errorf("%d runs started while the same task was running", o)
 			}
 			if lines := logs.Lines("running leased tasks no manager knows of"); len(lines) == 0 {
 				t.Errorf("the processor did not say it found leases it did not know of:\n%s", strings.Join(logs.Lines(), "\n"))
 			}
 		})
 	}
+}
+
+// runTwice returns how many tasks ran twice.
+func runTwice(b *runBook) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, r := range b.runs {
+		if r == 2 {
+			n++
+		}
+	}
+	return n
 }
 
 // first returns the first of two values.

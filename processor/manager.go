@@ -902,21 +902,19 @@ func (m *TaskManager) returnHanded(done bool) {
 func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	m.leases.Lock()
 	defer m.leases.Unlock()
-	// What the managers know, before the statement: a batch committed meanwhile is then
-	// known (and no longer ACTIVE), never taken for a stranded lease.
-	// Known by sequence and attempt: a flush whose reply was lost may have handed a task
-	// back and leased it again, while the batch of its earlier lease is still tracked.
-	type lease struct {
-		sequence int64
-		attempt  int32
-	}
-	known := map[lease]bool{}
+	// What the managers still run or commit, before the statement: a batch committed
+	// meanwhile is then known (and no longer ACTIVE), never taken for a stranded lease.
+	// A task whose decision is committed is not known even while its batch is (its
+	// batch mates are still being decided): the server may have lost that commit.
+	// By sequence, with the attempt held: a flush whose reply was lost may have handed a
+	// task back and leased it again, while the batch of its earlier lease is still
+	// tracked; that lease waits for a later round (unsure again) until the batch has
+	// settled the task, so that one task never runs twice at once.
+	held := map[int64]int32{}
 	for _, other := range m.p.managersOf(m.cfg.Topic) {
 		other.mu.Lock()
 		for b := range other.inflight {
-			for _, l := range b.leases {
-				known[lease{l.Sequence, l.Attempt}] = true
-			}
+			b.eachUnsettled(func(l repository.Completion) { held[l.Sequence] = l.Attempt })
 		}
 		other.mu.Unlock()
 	}
@@ -926,7 +924,13 @@ func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	stranded := slices.DeleteFunc(leased, func(t repository.Task) bool { return known[lease{t.Sequence, t.Attempt}] })
+	stranded := slices.DeleteFunc(leased, func(t repository.Task) bool {
+		attempt, ok := held[t.Sequence]
+		if ok && attempt != t.Attempt {
+			m.unsure.Store(true)
+		}
+		return ok
+	})
 	if len(stranded) == 0 {
 		return nil, nil
 	}

@@ -19,9 +19,10 @@ import (
 type Notifier struct {
 	connConfig *pgx.ConnConfig
 	logger     *slog.Logger
-	// dropped, when set, is called each time the connection is lost or cannot be made
-	// (the Processor's: the server may have restarted, Processor.suspectLostCommits).
-	dropped func()
+	// dropped, when set, is called with the error each time the connection is lost
+	// (connected) or cannot be made (the Processor's: the server may have restarted,
+	// Processor.suspectLostCommits).
+	dropped func(err error, connected bool)
 
 	mu   sync.Mutex
 	subs map[string]map[*subscription]struct{} // by topic hash
@@ -101,7 +102,7 @@ func (n *Notifier) Run(ctx context.Context) {
 			backoff.reset()
 		}
 		if n.dropped != nil {
-			n.dropped()
+			n.dropped(err, connected)
 		}
 		delay := backoff.next()
 		n.logger.Warn("notification listener disconnected", slog.Any("error", err), slog.Duration("retry_in", delay))

@@ -135,6 +135,8 @@ type Processor struct {
 	logger       *slog.Logger
 	notifier     *Notifier
 	faults       *faults
+	// outageWoke is when suspectLostCommits last woke the managers (Unix nanoseconds).
+	outageWoke atomic.Int64
 
 	mu        sync.Mutex
 	managers  map[string][]*TaskManager // by topic
@@ -230,7 +232,11 @@ func New(cfg Config) (*Processor, error) {
 	p.faults.outage = p.suspectLostCommits
 	if !cfg.DisableNotifications {
 		p.notifier = NewNotifier(cfg.Pool.Config().ConnConfig, cfg.Logger)
-		p.notifier.dropped = func() { p.suspectLostCommits(true) }
+		p.notifier.dropped = func(err error, connected bool) {
+			if outageCause(causeOf(err)) {
+				p.suspectLostCommits(connected) // woken once a drop, not at each retry
+			}
+		}
 	}
 	return p, nil
 }
@@ -242,15 +248,21 @@ func New(cfg Config) (*Processor, error) {
 // crashed) may hold a completion this processor saw committed as never made. Its tasks
 // are then ACTIVE again under this owner, which heart-beats, so nobody else would take
 // them back: the reconciliation finds them, as it finds a poll whose reply was lost,
-// and runs them again. When the outage begins, the managers are woken too (a
-// hibernating one would reconcile only at its next wake-up): they retry until the
-// database answers, then reconcile. It costs each manager one statement per outage.
-func (p *Processor) suspectLostCommits(begins bool) {
-	for _, m := range p.allManagers() {
-		m.unsure.Store(true)
-		if begins {
+// and runs them again. When an operation begins to fail so (wake), the managers are
+// woken too, at most once a second (a hibernating one would reconcile only at its next
+// wake-up): they retry until the database answers, then reconcile. It costs each
+// manager about one statement per outage.
+func (p *Processor) suspectLostCommits(wake bool) {
+	now := time.Now().UnixNano()
+	if last := p.outageWoke.Load(); wake && now-last >= int64(time.Second) && p.outageWoke.CompareAndSwap(last, now) {
+		for _, m := range p.allManagers() {
+			m.unsure.Store(true)
 			m.Resume()
 		}
+		return
+	}
+	for _, m := range p.allManagers() {
+		m.unsure.Store(true)
 	}
 }
 
