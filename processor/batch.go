@@ -93,6 +93,7 @@ type Batch struct {
 	mu        sync.Mutex
 	decided   []bool
 	settled   []bool // its decision committed, or given up on (completer.settle)
+	deferred  []bool // a reconciliation waits for it to be settled (TaskManager.reconcile)
 	begun     []bool // started by the handler (TaskFunc)
 	allBegun  bool   // every task counts as started
 	undecided int
@@ -168,6 +169,7 @@ func (b *Batch) build(ctx context.Context) {
 	b.index = make(map[int64]int, n)
 	b.decided = make([]bool, n)
 	b.settled = make([]bool, n)
+	b.deferred = make([]bool, n)
 	b.begun = make([]bool, n)
 	b.undecided = n
 	b.done = make(chan struct{})
@@ -537,15 +539,33 @@ func (b *Batch) cancelTask(sequence int64) bool {
 }
 
 // settle books completions' tasks as settled: their decisions are committed, or given up
-// on, and the manager neither runs nor commits them any more.
-func (b *Batch) settle(completions []repository.Completion) {
+// on, and the manager neither runs nor commits them any more. It reports whether a
+// reconciliation waited for one of them (deferReconcile).
+func (b *Batch) settle(completions []repository.Completion) (deferred bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, c := range completions {
 		if i, ok := b.index[c.Sequence]; ok {
 			b.settled[i] = true
+			deferred = deferred || b.deferred[i]
 		}
 	}
+	return deferred
+}
+
+// deferReconcile marks the task of sequence as one a reconciliation waits for: the
+// server holds it ACTIVE under this owner in another attempt than the one this batch
+// runs. Its settlement reconciles again; it reports false when the task was settled
+// meanwhile (the caller reconciles again itself).
+func (b *Batch) deferReconcile(sequence int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i, ok := b.index[sequence]
+	if !ok || b.settled[i] {
+		return false
+	}
+	b.deferred[i] = true
+	return true
 }
 
 // eachUnsettled calls fn with the lease of each task whose decision is not yet settled: the

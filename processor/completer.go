@@ -331,8 +331,8 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		// completed as decided (those retried or snoozed may be due again: poll).
 		c.m.p.logger.Info("decisions committed by an attempt whose reply was lost", slog.String("topic", topic),
 			slog.Int("batches", len(reports)))
-		c.m.Resume()
 		c.finish(reports, nil, time.Since(start))
+		c.m.Resume()
 		return
 	}
 	if len(reports) > 1 && isRefusal(err) {
@@ -350,8 +350,11 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		// which a reconciliation left alone while this batch held them).
 		c.m.unsure.Store(true)
 		defer c.m.Resume()
+		// Not when the report carries follow-ups: they may be declared for a refused
+		// task, and would then be pushed without its decision (and again when it runs
+		// again); the kept tasks are found by the reconciliation and run again instead.
 		refused, kept := split(reports[0], te)
-		if len(refused.completions) > 0 && len(kept.completions) > 0 {
+		if len(refused.completions) > 0 && len(kept.completions) > 0 && len(reports[0].followups) == 0 {
 			c.m.cfg.Listener.error(topic, fmt.Errorf("commit decisions of %d tasks, %d refused: %w", completions(reports), len(refused.completions), err))
 			c.m.p.logger.Error("decisions not committed", slog.String("topic", topic), slog.Int("tasks", len(refused.completions)),
 				slog.Any("error", err))
@@ -380,15 +383,15 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 	}
 }
 
-// split divides r's decisions into those te refuses and the others, which keep r's
-// follow-ups.
+// split divides r's decisions (a report without follow-ups) into those te refuses and
+// the others.
 func split(r *report, te *repository.TaskError) (refused, kept *report) {
 	no := make(map[int64]bool, len(te.Problems))
 	for _, p := range te.Problems {
 		no[p.Sequence] = true
 	}
 	refused = &report{batch: r.batch, since: r.since, fallback: r.fallback}
-	kept = &report{batch: r.batch, since: r.since, fallback: r.fallback, followups: r.followups}
+	kept = &report{batch: r.batch, since: r.since, fallback: r.fallback}
 	for _, comp := range r.completions {
 		if no[comp.Sequence] {
 			refused.completions = append(refused.completions, comp)
@@ -411,7 +414,14 @@ func completions(reports []*report) int {
 // settle books a report's decisions as committed or given up on; the batch is finished
 // once every task's is.
 func (c *completer) settle(r *report) {
-	r.batch.settle(r.completions)
+	if r.batch.settle(r.completions) {
+		// a reconciliation left a lease of one of these tasks alone while this batch
+		// ran it under another attempt (TaskManager.reconcile): its turn now
+		for _, m := range c.m.p.managersOf(c.m.cfg.Topic) {
+			m.unsure.Store(true)
+			m.Resume()
+		}
+	}
 	n := int64(len(r.completions))
 	c.m.holding.Add(-n)
 	if n > 0 && r.batch.unsettled.Add(-n) == 0 {

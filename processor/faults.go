@@ -35,11 +35,10 @@ type faults struct {
 	fresh    time.Duration
 	now      func() time.Time
 
-	// outage, when set, is called (outside mu) at every failure whose cause may mean
-	// the server crashed, restarted or failed over (outageCause); begins says the
-	// operation was not failing before (and the cause is not a timeout, which may be a
-	// slow statement as well as a server gone silent).
-	outage func(begins bool)
+	// outage, when set, is called (outside mu) with the cause at every failure whose
+	// cause may mean the server crashed, restarted or failed over (outageCause); begins
+	// says the operation was not failing with such a cause before.
+	outage func(cause string, begins bool)
 
 	mu      sync.Mutex
 	failing map[string]*fault // by operation: health
@@ -78,7 +77,7 @@ func (f *faults) fail(ctx context.Context, op string, err error) {
 	var recovered, failing []slog.Attr // the lines to log, if any
 	f.mu.Lock()
 	ft := f.failing[op]
-	begins := ft == nil
+	begins := ft == nil || !outageCause(ft.cause)
 	if ft == nil {
 		ft = &fault{since: now}
 		f.failing[op] = ft
@@ -102,7 +101,7 @@ func (f *faults) fail(ctx context.Context, op string, err error) {
 	}
 	f.mu.Unlock()
 	if f.outage != nil && outageCause(name) {
-		f.outage(begins && name != "timeout")
+		f.outage(name, begins)
 	}
 	if recovered != nil {
 		f.logger.LogAttrs(ctx, slog.LevelInfo, "database operations recovered", recovered...)

@@ -433,3 +433,50 @@ func runTwice(b *runBook) int {
 
 // first returns the first of two values.
 func first[A, B any](a A, _ B) A { return a }
+
+// TestCompletionPartlyRefused: when the server refuses some of a batch's decisions (those
+// tasks are no longer ACTIVE under the owner in the attempt completed: here one is held
+// under another attempt, as after a lost retry and lease), the others are committed at
+// once, and the refused task, ACTIVE under the owner in its other attempt, is run again
+// by the reconciliation that follows: it alone runs twice.
+func TestCompletionPartlyRefused(t *testing.T) {
+	f := setup(t)
+	tasks := f.pushN(4)
+	runs := newRunBook()
+	proceed := make(chan struct{})
+	var first atomic.Bool
+	handler := processor.BatchFunc(func(ctx context.Context, batch []repository.Task) (map[int64]repository.Decision, error) {
+		if first.CompareAndSwap(false, true) {
+			<-proceed
+		}
+		decisions := map[int64]repository.Decision{}
+		for _, task := range batch {
+			decisions[task.Sequence] = runs.handle(ctx, task)
+		}
+		return decisions, nil
+	})
+	p, _ := f.processor("processor", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 10})
+	stop := f.start(p)
+	defer stop()
+	f.eventually("the four tasks leased", func() bool { return f.count(repository.Active) == 4 })
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET attempt = attempt + 5 WHERE topic = $1 AND sequence = $2`,
+		f.topic, tasks[2].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	var succeeded int64
+	f.eventually("the four tasks SUCCEEDED", func() bool {
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM task WHERE topic = $1 AND state = 6`, f.topic).Scan(&succeeded); err != nil {
+			t.Fatal(err)
+		}
+		return succeeded == 4
+	})
+	if n := runTwice(runs); runs.ran() != 4 || n != 1 {
+		t.Errorf("%d tasks ran, %d of them twice; want 4, and only the refused one twice", runs.ran(), n)
+	}
+	runs.mu.Lock()
+	defer runs.mu.Unlock()
+	if runs.runs[tasks[2].Sequence] != 2 {
+		t.Errorf("the refused task ran %d times, want 2", runs.runs[tasks[2].Sequence])
+	}
+}

@@ -908,13 +908,17 @@ func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	// batch mates are still being decided): the server may have lost that commit.
 	// By sequence, with the attempt held: a flush whose reply was lost may have handed a
 	// task back and leased it again, while the batch of its earlier lease is still
-	// tracked; that lease waits for a later round (unsure again) until the batch has
-	// settled the task, so that one task never runs twice at once.
-	held := map[int64]int32{}
+	// tracked; that lease waits until the batch has settled the task (which then
+	// reconciles again: Batch.deferReconcile), so that one task never runs twice at once.
+	type holder struct {
+		attempt int32
+		batch   *Batch
+	}
+	held := map[int64]holder{}
 	for _, other := range m.p.managersOf(m.cfg.Topic) {
 		other.mu.Lock()
 		for b := range other.inflight {
-			b.eachUnsettled(func(l repository.Completion) { held[l.Sequence] = l.Attempt })
+			b.eachUnsettled(func(l repository.Completion) { held[l.Sequence] = holder{l.Attempt, b} })
 		}
 		other.mu.Unlock()
 	}
@@ -925,9 +929,10 @@ func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 		return nil, err
 	}
 	stranded := slices.DeleteFunc(leased, func(t repository.Task) bool {
-		attempt, ok := held[t.Sequence]
-		if ok && attempt != t.Attempt {
-			m.unsure.Store(true)
+		h, ok := held[t.Sequence]
+		if ok && h.attempt != t.Attempt && !h.batch.deferReconcile(t.Sequence) {
+			m.unsure.Store(true) // settled since it was read: the next round
+			m.Resume()
 		}
 		return ok
 	})

@@ -135,8 +135,9 @@ type Processor struct {
 	logger       *slog.Logger
 	notifier     *Notifier
 	faults       *faults
-	// outageWoke is when suspectLostCommits last woke the managers (Unix nanoseconds).
-	outageWoke atomic.Int64
+	// outageWoke is when suspectLostCommits last woke the managers, outageTimedOut
+	// when a timeout last made them reconcile (Unix nanoseconds).
+	outageWoke, outageTimedOut atomic.Int64
 
 	mu        sync.Mutex
 	managers  map[string][]*TaskManager // by topic
@@ -229,7 +230,15 @@ func New(cfg Config) (*Processor, error) {
 		faults:       newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
 		managers:     make(map[string][]*TaskManager),
 	}
-	p.faults.outage = p.suspectLostCommits
+	p.faults.outage = func(cause string, begins bool) {
+		if cause == "timeout" {
+			// a server gone silent, or only a slow one: no wake-up, and at most once
+			// per poll timeout, since an overloaded server times out again and again
+			p.suspectLostCommitsEvery(pollTimeout)
+			return
+		}
+		p.suspectLostCommits(begins)
+	}
 	if !cfg.DisableNotifications {
 		p.notifier = NewNotifier(cfg.Pool.Config().ConnConfig, cfg.Logger)
 		p.notifier.dropped = func(err error, connected bool) {
@@ -253,17 +262,29 @@ func New(cfg Config) (*Processor, error) {
 // wake-up): they retry until the database answers, then reconcile. It costs each
 // manager about one statement per outage.
 func (p *Processor) suspectLostCommits(wake bool) {
-	now := time.Now().UnixNano()
-	if last := p.outageWoke.Load(); wake && now-last >= int64(time.Second) && p.outageWoke.CompareAndSwap(last, now) {
-		for _, m := range p.allManagers() {
-			m.unsure.Store(true)
-			m.Resume()
-		}
-		return
-	}
+	wake = wake && once(&p.outageWoke, time.Second)
 	for _, m := range p.allManagers() {
 		m.unsure.Store(true)
+		if wake {
+			m.Resume()
+		}
 	}
+}
+
+// suspectLostCommitsEvery is suspectLostCommits without the wake-up, at most once per
+// interval.
+func (p *Processor) suspectLostCommitsEvery(interval time.Duration) {
+	if once(&p.outageTimedOut, interval) {
+		p.suspectLostCommits(false)
+	}
+}
+
+// once reports whether interval has passed since the last time it returned true for
+// last (Unix nanoseconds), and if so records now.
+func once(last *atomic.Int64, interval time.Duration) bool {
+	now := time.Now().UnixNano()
+	l := last.Load()
+	return now-l >= int64(interval) && last.CompareAndSwap(l, now)
 }
 
 // Repository returns the repository the processor uses (its owner identity).
