@@ -262,7 +262,7 @@ func New(cfg Config) (*Processor, error) {
 // wake-up): they retry until the database answers, then reconcile. It costs each
 // manager about one statement per outage.
 func (p *Processor) suspectLostCommits(wake bool) {
-	wake = wake && once(&p.outageWoke, time.Second)
+	wake = wake && throttle(&p.outageWoke, time.Second)
 	for _, m := range p.allManagers() {
 		m.unsure.Store(true)
 		if wake {
@@ -274,14 +274,14 @@ func (p *Processor) suspectLostCommits(wake bool) {
 // suspectLostCommitsEvery is suspectLostCommits without the wake-up, at most once per
 // interval.
 func (p *Processor) suspectLostCommitsEvery(interval time.Duration) {
-	if once(&p.outageTimedOut, interval) {
+	if throttle(&p.outageTimedOut, interval) {
 		p.suspectLostCommits(false)
 	}
 }
 
-// once reports whether interval has passed since the last time it returned true for
+// throttle reports whether interval has passed since the last time it returned true for
 // last (Unix nanoseconds), and if so records now.
-func once(last *atomic.Int64, interval time.Duration) bool {
+func throttle(last *atomic.Int64, interval time.Duration) bool {
 	now := time.Now().UnixNano()
 	l := last.Load()
 	return now-l >= int64(interval) && last.CompareAndSwap(l, now)
