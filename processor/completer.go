@@ -418,8 +418,7 @@ func (c *completer) settle(r *report) {
 		// a reconciliation left a lease of one of these tasks alone while this batch
 		// ran it under another attempt (TaskManager.reconcile): its turn now
 		for _, m := range c.m.p.managersOf(c.m.cfg.Topic) {
-			m.unsure.Store(true)
-			m.Resume()
+			m.reconcileSoon()
 		}
 	}
 	n := int64(len(r.completions))

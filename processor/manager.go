@@ -891,6 +891,12 @@ func (m *TaskManager) returnHanded(done bool) {
 	}
 }
 
+// reconcileSoon makes the poll loop reconcile on its next round, and wakes it for that.
+func (m *TaskManager) reconcileSoon() {
+	m.unsure.Store(true)
+	m.Resume()
+}
+
 // reconcile looks for tasks that this processor's owner holds in the topic but that
 // none of its managers knows of: the leases of a poll that the server committed but
 // whose reply was lost (a connection cut after the commit, a failover), and the tasks
@@ -931,8 +937,7 @@ func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	stranded := slices.DeleteFunc(leased, func(t repository.Task) bool {
 		h, ok := held[t.Sequence]
 		if ok && h.attempt != t.Attempt && !h.batch.deferReconcile(t.Sequence) {
-			m.unsure.Store(true) // settled since it was read: the next round
-			m.Resume()
+			m.reconcileSoon() // settled since it was read: the next round
 		}
 		return ok
 	})
