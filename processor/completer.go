@@ -356,7 +356,7 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		refused, kept := split(reports[0], te)
 		if len(refused.completions) > 0 && len(kept.completions) > 0 && len(reports[0].followups) == 0 {
 			c.m.cfg.Listener.error(topic, fmt.Errorf("commit decisions of %d tasks, %d refused: %w", completions(reports), len(refused.completions), err))
-			c.m.p.logger.Error("decisions not committed", slog.String("topic", topic), slog.Int("tasks", len(refused.completions)),
+			c.m.p.logger.Warn(refusedMessage, slog.String("topic", topic), slog.Int("tasks", len(refused.completions)),
 				slog.Any("error", err))
 			c.settle(refused)
 			c.flush(ctx, []*report{kept})
@@ -376,12 +376,22 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		return
 	}
 	c.m.cfg.Listener.error(topic, fmt.Errorf("commit decisions of %d batches: %w", len(reports), err))
-	c.m.p.logger.Error("decisions not committed", slog.String("topic", topic), slog.Int("tasks", completions(reports)),
-		slog.Any("error", err))
+	log, msg := c.m.p.logger.Error, "decisions not committed"
+	if errors.As(err, &te) {
+		// not a fault of the database or of this process: the leases were lost (expired and
+		// taken back, cancelled); the tasks run again, as at-least-once promises
+		log, msg = c.m.p.logger.Warn, refusedMessage
+	}
+	log(msg, slog.String("topic", topic), slog.Int("tasks", completions(reports)), slog.Any("error", err))
 	for _, r := range reports {
 		c.settle(r)
 	}
 }
+
+// refusedMessage is what the log says of decisions the database refused because their
+// tasks were no longer leased to this processor in the attempt decided (a warning: the
+// tasks run again, or ran already under another attempt).
+const refusedMessage = "decisions refused: tasks no longer leased in the attempt decided"
 
 // split divides r's decisions (a report without follow-ups) into those te refuses and
 // the others.

@@ -455,7 +455,9 @@ func TestCompletionPartlyRefused(t *testing.T) {
 		}
 		return decisions, nil
 	})
-	p, _ := f.processor("processor", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 10})
+	var logs logbuf.Buffer
+	p, _ := f.processor("processor", processor.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		processor.ManagerConfig{Handler: handler, BatchSize: 10})
 	stop := f.start(p)
 	defer stop()
 	f.eventually("the four tasks leased", func() bool { return f.count(repository.Active) == 4 })
@@ -478,5 +480,53 @@ func TestCompletionPartlyRefused(t *testing.T) {
 	defer runs.mu.Unlock()
 	if runs.runs[tasks[2].Sequence] != 2 {
 		t.Errorf("the refused task ran %d times, want 2", runs.runs[tasks[2].Sequence])
+	}
+	// a lease lost is the queue working as promised, not a fault: a warning that says so
+	if lines := logs.Lines("level=WARN", "decisions refused: tasks no longer leased", "tasks=1"); len(lines) != 1 {
+		t.Errorf("%d warnings of the refused decision, want 1; log:\n%s", len(lines), strings.Join(logs.Lines(), "\n"))
+	}
+	if lines := logs.Lines("level=ERROR"); len(lines) > 0 {
+		t.Errorf("errors logged for a refused decision:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// TestCompletionRefused: a batch whose every decision is refused (its one task leased
+// again under another attempt meanwhile) is logged as a warning, not an error, and the
+// task runs again under the attempt it now has.
+func TestCompletionRefused(t *testing.T) {
+	f := setup(t)
+	tasks := f.pushN(1)
+	runs := newRunBook()
+	proceed := make(chan struct{})
+	var first atomic.Bool
+	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		if first.CompareAndSwap(false, true) {
+			<-proceed
+		}
+		return runs.handle(ctx, task)
+	})
+	var logs logbuf.Buffer
+	p, _ := f.processor("processor", processor.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		processor.ManagerConfig{Handler: handler})
+	stop := f.start(p)
+	defer stop()
+	f.eventually("the task leased", func() bool { return f.count(repository.Active) == 1 })
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET attempt = attempt + 5 WHERE topic = $1 AND sequence = $2`,
+		f.topic, tasks[0].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	f.eventually("the task SUCCEEDED", func() bool { return f.count(repository.Succeeded) == 1 })
+	runs.mu.Lock()
+	n := runs.runs[tasks[0].Sequence]
+	runs.mu.Unlock()
+	if n != 2 {
+		t.Errorf("the task ran %d times, want 2 (refused once)", n)
+	}
+	if lines := logs.Lines("level=WARN", "decisions refused: tasks no longer leased", "tasks=1"); len(lines) != 1 {
+		t.Errorf("%d warnings of the refused decision, want 1; log:\n%s", len(lines), strings.Join(logs.Lines(), "\n"))
+	}
+	if lines := logs.Lines("level=ERROR"); len(lines) > 0 {
+		t.Errorf("errors logged for a refused decision:\n%s", strings.Join(lines, "\n"))
 	}
 }
