@@ -31,8 +31,11 @@ two topics:
 
 Without a database URL (no --database-url, no DATABASE_URL) it starts a throwaway
 PostgreSQL cluster (the server binaries must be installed: apt-get install postgresql)
-listening on a unix socket only, and removes it on exit unless --keep. With a URL it
-uses that database: it applies pending migrations and registers the demo topics.
+listening on a unix socket only, and removes it on exit unless --keep. That cluster
+runs without durability (fsync, synchronous_commit and full_page_writes off, for speed):
+a crash of the machine can lose or corrupt what it holds, so keep nothing there you
+need. With a URL it uses that database: it applies pending migrations and registers the
+demo topics.
 
 It prints the URLs and example commands, then "pgtask dev ready"; Ctrl-C or SIGTERM
 stops everything gracefully.`
@@ -68,7 +71,7 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 	dbURL := f.resolveURL(*url)
 	var cluster *pgcluster.Cluster
 	if dbURL == "" {
-		fmt.Fprintln(out, "pgtask dev: no database URL given: starting a throwaway PostgreSQL cluster")
+		fmt.Fprintln(out, "pgtask dev: no database URL given: starting a throwaway PostgreSQL cluster (durability off: not for data you need)")
 		cluster, err = pgcluster.Start(ctx, pgcluster.Options{Dir: *dir, Keep: *keep, Logger: logger})
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)
@@ -81,7 +84,7 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 				return
 			}
 			if *keep {
-				fmt.Fprintf(out, "pgtask dev: cluster stopped and kept in %s\n  restart it with: pg_ctl -D %s start\n",
+				fmt.Fprintf(out, "pgtask dev: cluster stopped and kept in %s (durability off: fsync and synchronous_commit)\n  restart it with: pg_ctl -D %s start\n",
 					cluster.Dir(), shellQuote(cluster.Dir()+"/data"))
 			} else {
 				fmt.Fprintf(out, "pgtask dev: cluster %s removed\n", cluster.Dir())

@@ -313,6 +313,7 @@ func TestDev(t *testing.T) {
 	cmd, out, stderr, exited := c.cmd, c.out, c.stderr, c.exited
 
 	out.waitFor(t, regexp.MustCompile(`^pgtask dev ready$`), 3*time.Minute)
+	out.waitFor(t, regexp.MustCompile(`throwaway PostgreSQL cluster \(durability off: not for data you need\)`), time.Second)
 	base := out.waitFor(t, regexp.MustCompile(`REST API\s+(http://127\.0\.0\.1:\d+)`), time.Second)[1]
 	dbURL := out.waitFor(t, regexp.MustCompile(`DATABASE_URL\s+(\S+)`), time.Second)[1]
 	u, err := url.Parse(dbURL)
