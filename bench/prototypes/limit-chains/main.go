@@ -3,7 +3,7 @@
 // question is how many tasks a concurrency limit lets through when handlers take no
 // time, and whether cycles that overlap move more than one chain does.
 //
-//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N [-striped] | -pipeline] [-ceiling]
+//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N [-striped | -split] | -pipeline] [-ceiling]
 //
 // It registers a topic limited to -limit, pushes -tasks tasks, VACUUMs and CHECKPOINTs,
 // then drives the repository directly (no processor) and prints tasks/s:
@@ -22,6 +22,10 @@
 //	             stripe, not across them)
 //	-pipeline    one chain whose completion and next lease run at once on two
 //	             connections, the lease committed once the completion has
+//	-split       each cycle is two statements in one transaction, the completion and
+//	             then the hand-over (task_hand_over, the lease pgtask's statement runs),
+//	             the chains' hand-overs taken in turn from the floor: chains whose
+//	             completions overlap and whose leases never meet each other's rows
 //
 // The prototype's functions live in the schema limit_chains_prototype, created in the
 // database at the start and dropped at the end with the topic, its tasks and the owner. Use a benchmark
@@ -96,6 +100,21 @@ BEGIN
         RETURNING t.sequence, t.attempt;
 END
 $$;
+CREATE FUNCTION limit_chains_prototype.hand_over(p_topic text, p_owner text, p_freed integer, p_concurrency integer,
+                                                 p_size integer, p_from bigint)
+RETURNS TABLE (sequence bigint, attempt integer)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_chosen tid[];
+BEGIN
+    SELECT h.p_chosen INTO v_chosen FROM public.task_hand_over(p_topic, p_freed, p_concurrency, p_size, 0::smallint, p_from) h;
+    RETURN QUERY
+        UPDATE public.task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
+        WHERE t.topic = p_topic AND t.ctid = ANY (v_chosen)
+        RETURNING t.sequence, t.attempt;
+END
+$$;
 `
 
 // lease is a leased task, as the prototype's statements return it.
@@ -112,6 +131,10 @@ type run struct {
 	// floor is the highest sequence leased: where the next lease starts (the
 	// processor's floor does the same).
 	floor atomic.Int64
+	limit int
+	split bool
+	// turn orders the chains' hand-overs (-split)
+	turn sync.Mutex
 }
 
 func main() {
@@ -122,9 +145,10 @@ func main() {
 	ceiling := flag.Bool("ceiling", false, "the chains run the prototype's one statement: a success-only completion and the lease")
 	pipeline := flag.Bool("pipeline", false, "one chain, completion and next lease at once on two connections")
 	striped := flag.Bool("striped", false, "with -ceiling: chain i leases the tasks whose sequence is i modulo -chains")
+	split := flag.Bool("split", false, "each cycle two statements in one transaction, the completion and then the hand-over, the chains' hand-overs taken in turn from the floor")
 	flag.Parse()
-	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) || (*striped && !*ceiling) {
-		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -striped with -ceiling"))
+	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) || (*striped && !*ceiling) || (*split && (*ceiling || *pipeline)) {
+		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -striped with -ceiling, -split without -ceiling"))
 	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, *url)
@@ -140,12 +164,13 @@ func main() {
 	if *pipeline {
 		err = r.pipeline(ctx, *limit)
 	} else {
+		r.limit, r.split = *limit, *split
 		err = r.chains(ctx, *chains, *limit / *chains, *ceiling, *striped)
 	}
 	elapsed := time.Since(start)
 	fail(err)
-	fmt.Printf("limit %d, chains %d, ceiling %v, striped %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
-		*limit, *chains, *ceiling, *striped, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
+	fmt.Printf("limit %d, chains %d, ceiling %v, striped %v, split %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
+		*limit, *chains, *ceiling, *striped, *split, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
 }
 
 func (r *run) setUp(ctx context.Context, limit, tasks int) error {
@@ -210,6 +235,11 @@ func (r *run) chains(ctx context.Context, n, size int, ceiling, striped bool) er
 					cur, err = r.ceiling(ctx, cur, stripes, stripe, from)
 					continue
 				}
+				if r.split {
+					r.done.Add(int64(len(cur)))
+					cur, err = r.splitCycle(ctx, cur, size)
+					continue
+				}
 				_, leased, err = r.repo.CompleteAndPoll(ctx, r.pool, r.topic, r.completions(cur), repository.FIFO,
 					repository.None, size, repository.Position{Sequence: r.floor.Load()})
 				r.done.Add(int64(len(cur)))
@@ -254,6 +284,29 @@ func (r *run) pipeline(ctx context.Context, limit int) error {
 		cur = next
 	}
 	return nil
+}
+
+// splitCycle completes cur and hands its slots over in one transaction of two
+// statements, the hand-over taken in turn with the other chains from the floor, which
+// the previous hand-over raised past the rows it leased.
+func (r *run) splitCycle(ctx context.Context, cur []lease, size int) ([]lease, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := r.repo.Complete(ctx, tx, r.topic, r.completions(cur)...); err != nil {
+		return nil, err
+	}
+	r.turn.Lock()
+	rows, _ := tx.Query(ctx, "SELECT sequence, attempt FROM limit_chains_prototype.hand_over($1, $2, $3, $4, $5, $6)",
+		r.topic, r.repo.Owner(), len(cur), r.limit, size, r.floor.Load())
+	next, err := r.scan(rows)
+	r.turn.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return next, tx.Commit(ctx)
 }
 
 func (r *run) lease(ctx context.Context, tx pgx.Tx, n int) ([]lease, error) {
