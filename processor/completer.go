@@ -341,8 +341,11 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		}
 		return
 	}
+	// leasesLost: the server refused decisions because their tasks are no longer ACTIVE
+	// under this owner in the attempt completed
 	var te *repository.TaskError
-	if errors.As(err, &te) && len(reports) == 1 {
+	leasesLost := errors.As(err, &te)
+	if leasesLost && len(reports) == 1 {
 		// Tasks no longer ACTIVE under this owner in the attempt completed: expired and
 		// taken back, cancelled, or, after an outage that lost commits, leased under
 		// another attempt. The others of the report are still ours: commit them without
@@ -363,7 +366,7 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 			return
 		}
 	}
-	if r := reports[0]; len(reports) == 1 && isRefusal(err) && !errors.As(err, &te) && !r.fallback {
+	if r := reports[0]; len(reports) == 1 && isRefusal(err) && !leasesLost && !r.fallback {
 		// The decisions or follow-ups themselves were refused (say, a follow-up push to
 		// an unknown topic): the tasks are still ours, so fail them with the reason.
 		c.m.cfg.Listener.error(topic, fmt.Errorf("batch of %d tasks refused, failing it: %w", len(r.completions), err))
@@ -377,7 +380,7 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 	}
 	c.m.cfg.Listener.error(topic, fmt.Errorf("commit decisions of %d batches: %w", len(reports), err))
 	log, msg := c.m.p.logger.Error, "decisions not committed"
-	if errors.As(err, &te) {
+	if leasesLost {
 		// not a fault of the database or of this process: the leases were lost (expired and
 		// taken back, cancelled); the tasks run again, as at-least-once promises
 		log, msg = c.m.p.logger.Warn, refusedMessage
