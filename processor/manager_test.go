@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
@@ -29,7 +30,13 @@ func TestManager(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, _ := f.processor([]string{"a", "b", "c"}[i], processor.Config{}, processor.ManagerConfig{Handler: buffered, BatchSize: 50})
+			// The test is about three owners sharing a topic, not about expiry: with the
+			// fixture's 500 ms expiry, a heartbeat held up under the loaded race-detector
+			// suite could get an owner expired and its leased tasks EXPIRED (one attempt),
+			// so that SUCCEEDED never reaches n. The test timed out once in CI and that is
+			// the suspect, not pinned: eventually now names the states when it times out.
+			p, _ := f.processor([]string{"a", "b", "c"}[i], processor.Config{ExpiryTimeout: 10 * time.Second},
+				processor.ManagerConfig{Handler: buffered, BatchSize: 50})
 			f.start(p)
 		}
 		f.eventually("all tasks succeeded", func() bool { return f.count(repository.Succeeded) == n })

@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,8 +181,24 @@ func (f *fixture) eventually(what string, cond func() bool) {
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out waiting for %s", what)
+			f.t.Fatalf("timed out waiting for %s; the topic's tasks by state: %s", what, f.states())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// states describes how many tasks of the topic are in each state, for a failure message.
+func (f *fixture) states() string {
+	f.t.Helper()
+	counts, err := f.repo.Count(f.ctx, f.pool, f.topic, repository.TaskFilter{}, 0, repository.MaxSequence, repository.Total)
+	if err != nil {
+		return fmt.Sprintf("(count: %v)", err)
+	}
+	var parts []string
+	for _, s := range repository.States() {
+		if c := counts[f.topic][s].Count; c > 0 {
+			parts = append(parts, fmt.Sprintf("%v %d", s, c))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
