@@ -208,3 +208,42 @@ func TestRetention(t *testing.T) {
 		})
 	})
 }
+
+// TestOwnerNameReused: a process that leased tasks dies and a new one starts under the
+// same fixed owner name before the leases expire. The new process heart-beats the row,
+// so nobody would ever expire those leases: it runs them itself.
+func TestOwnerNameReused(t *testing.T) {
+	f := setup(t)
+	f.pushN(3)
+	crashed, err := repository.New(repository.Config{Owner: "pod-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.RegisterOwner(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := crashed.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 2)
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("the crashed process's poll: %d tasks, %v", len(leased), err)
+	}
+	var (
+		mu      sync.Mutex
+		handled = map[int64]int{}
+	)
+	p, _ := f.processor("pod-0", processor.Config{ExpiryTimeout: time.Hour}, processor.ManagerConfig{
+		Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			mu.Lock()
+			handled[task.Sequence]++
+			mu.Unlock()
+			return repository.Succeed("")
+		})})
+	f.start(p)
+	f.eventually("every task succeeded", func() bool { return f.count(repository.Succeeded) == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, task := range leased {
+		if handled[task.Sequence] != 1 {
+			t.Errorf("task %d leased by the crashed process handled %d times, want 1", task.Sequence, handled[task.Sequence])
+		}
+	}
+}

@@ -406,7 +406,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 
-	if err := p.register(ctx); err != nil {
+	if err := p.registerAtStart(ctx); err != nil {
 		if ctx.Err() != nil {
 			// Told to stop before it started. The owner row may have been written all
 			// the same (the cancellation can reach pgx after the server committed):
@@ -509,9 +509,29 @@ func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
 	return p.repo.DeregisterOwner(ctx, p.pool)
 }
 
-func (p *Processor) register(ctx context.Context) error {
-	if _, err := p.repo.RegisterOwner(ctx, p.pool); err != nil {
-		return fmt.Errorf("processor: %w", err)
+func (p *Processor) register(ctx context.Context) (bool, error) {
+	created, err := p.repo.RegisterOwner(ctx, p.pool)
+	if err != nil {
+		return false, fmt.Errorf("processor: %w", err)
+	}
+	return created, nil
+}
+
+// registerAtStart registers the owner when Run starts. An owner row that is there
+// already belongs to an earlier process of the same owner name (a fixed name, such as a
+// pod's, restarted after a crash within the expiry timeout), or to another process
+// running under this name now, which is a mistake: owner names must be unique. The
+// earlier process's leases would stay ACTIVE for as long as this one heart-beats the
+// row, so every manager reconciles before its first poll and runs them.
+func (p *Processor) registerAtStart(ctx context.Context) error {
+	created, err := p.register(ctx)
+	if err != nil || created {
+		return err
+	}
+	p.logger.Warn("owner row already there: running the tasks it leases as stranded (a restart under the same owner name; two live processes must not share one)",
+		slog.String("owner", p.repo.Owner()))
+	for _, m := range p.allManagers() {
+		m.unsure.Store(true)
 	}
 	return nil
 }
@@ -539,7 +559,7 @@ func (p *Processor) heartbeat(ctx context.Context) {
 		// We were silent long enough to be purged as dead; our leases were taken back
 		// and late completions will be refused. Come back as a fresh owner row.
 		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
-		err = p.register(ctx)
+		_, err = p.register(ctx)
 	}
 	p.outcome(ctx, "heartbeat", err)
 }

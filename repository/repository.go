@@ -36,7 +36,9 @@ type Handle interface {
 // Config configures a Repository.
 type Config struct {
 	// Owner names this instance in task_owner and on the tasks it leases (1..250
-	// characters). Empty picks a random UUID.
+	// characters). Empty picks a random UUID. A name must not be shared by two live
+	// processes; a processor started under the name of one that died runs the tasks the
+	// dead one still leased (docs/processor.md).
 	Owner string
 	// Host is recorded with the owner to help operators; empty picks the machine's host
 	// name.
