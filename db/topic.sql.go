@@ -556,7 +556,9 @@ WITH updated AS (
     RETURNING topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(u.topic)) AS sent FROM updated u
+    SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(u.topic)) AS activation,
+           pg_notify('task_notification', 'WORK ' || md5(u.topic)) AS work
+    FROM updated u
 )
 SELECT u.topic, u.partition, u.created, u.max_attempts, u.backoff_base_ms, u.backoff_cap_ms, u.backoff_jitter_ms, u.queue_cap, u.retention_ms, u.active, u.dedicated, u.concurrency, u.key_concurrency, u.rate, u.rate_period_ms, u.rate_burst, u.fair FROM updated u
 WHERE (SELECT count(*) FROM notified) >= 0
@@ -598,8 +600,9 @@ type TopicUpdateRow struct {
 	Fair            bool
 }
 
-// Writes a topic's settings and notifies it ('WORK <md5(topic)>'), so that its processors
-// poll now under the new limits (a raised concurrency limit lets them take more at once).
+// Writes a topic's settings and notifies it ('ACTIVATION <md5(topic)>', then 'WORK
+// <md5(topic)>'), so that its processors re-read the settings and poll now under the new
+// limits (a raised concurrency limit lets them take more at once).
 // notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TopicUpdate(ctx context.Context, db DBTX, arg TopicUpdateParams) (TopicUpdateRow, error) {
 	row := db.QueryRow(ctx, topicUpdate,

@@ -497,6 +497,49 @@ func TestLimits(t *testing.T) {
 	})
 }
 
+// TestARaisedLimitStartsMoreAtOnce: a processor whose long tasks fill the topic's limit
+// waits for one of them to end before it polls again; a limit raised from Go or SQL
+// starts more tasks at once, not when the running ones end or the next read of the
+// topic comes (the heartbeat's, 10 s here).
+func TestARaisedLimitStartsMoreAtOnce(t *testing.T) {
+	f := setup(t)
+	f.limit(repository.TopicSettings{Concurrency: 3})
+	f.pushN(20)
+	release := make(chan struct{})
+	defer close(release)
+	var started atomic.Int64
+	h, err := processor.Buffer(processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return repository.Succeed("")
+	}), processor.BufferConfig{MinWorkers: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := f.processor("p", processor.Config{HeartbeatInterval: 10 * time.Second, ExpiryTimeout: time.Minute},
+		processor.ManagerConfig{Handler: h, BatchSize: 8})
+	f.start(p)
+	f.eventually("3 tasks started", func() bool { return started.Load() == 3 })
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 5 }); err != nil {
+		t.Fatal(err)
+	}
+	if !f.within(3*time.Second, func() bool { return started.Load() == 5 }) {
+		t.Fatalf("%d tasks started 3 s after the limit was raised from 3 to 5 in Go, want 5", started.Load())
+	}
+	if _, err := f.pool.Exec(f.ctx, "SELECT task_topic_set_limits($1, concurrency => 7)", f.topic); err != nil {
+		t.Fatal(err)
+	}
+	if !f.within(3*time.Second, func() bool { return started.Load() == 7 }) {
+		t.Fatalf("%d tasks started 3 s after the limit was raised from 5 to 7 in SQL, want 7", started.Load())
+	}
+	if n := started.Load(); n != 7 {
+		t.Fatalf("%d tasks started under a limit of 7", n)
+	}
+}
+
 // BenchmarkLimitWakeup: a topic limited to one task at a time, 20 ms handlers, 4
 // processors: how long after a task's completion is committed the next task starts
 // (gap-p50-ms, gap-p99-ms), and how many polls each freed slot costs (polls-per-slot:

@@ -435,6 +435,7 @@ func (m *TaskManager) notify(n repository.Notification) {
 		m.floor.notified(n.From)
 		m.Resume()
 	case repository.EventActivation:
+		// Paused, resumed, or its limits changed (Configure, task_topic_set_limits).
 		m.floor.restart()
 		// Re-read the persisted state now rather than at the next heartbeat.
 		go m.refreshActive(context.Background())
@@ -454,16 +455,18 @@ func (m *TaskManager) refreshActive(ctx context.Context) error {
 	return nil
 }
 
-// setTopic takes in the topic's state as read: activation and limits. A topic that has
-// just become limited is polled at once: a poll held back by the new limit before this
-// manager knew of it may have left it asleep, and only its own commits wake it now.
+// setTopic takes in the topic's state as read: activation and limits. A topic whose
+// limits changed is polled at once: a topic that has just become limited, since a poll
+// held back by the new limit before this manager knew of it may have left it asleep,
+// and only its own commits wake it now; a concurrency limit raised or lifted, since a
+// manager parked at the old one (atLimit) would otherwise wait for its own tasks to end.
 func (m *TaskManager) setTopic(t repository.Topic) {
 	was := m.limited.Swap(t.Limited())
-	m.concurrency.Store(t.Concurrency)
+	concurrency := m.concurrency.Swap(t.Concurrency)
 	m.rated.Store(t.Rate > 0)
 	m.keyed.Store(t.KeyConcurrency > 0 || t.Fair)
 	m.setActive(t.Active)
-	if !was && t.Limited() && t.Active {
+	if t.Active && (!was && t.Limited() || concurrency != t.Concurrency) {
 		m.Resume()
 	}
 }

@@ -238,6 +238,31 @@ func TestLimits(t *testing.T) {
 		}
 	})
 
+	t.Run("ARateLiftedAndSetAgainStartsWithAFullBucket", func(t *testing.T) {
+		// A fair topic's polls write its bucket row (the key its last turn stood at):
+		// while the rate is lifted they must not run the bucket into debt (000028).
+		f := setup(t)
+		rated := repository.TopicSettings{Fair: true, Rate: 10, RatePeriod: time.Minute, RateBurst: 3}
+		f.limit(rated)
+		f.pushKeyed("a", 3)
+		if got, _ := f.pollKeys(10); len(got) != 3 {
+			t.Fatalf("first poll took %d, want the burst of 3", len(got))
+		}
+		f.limit(repository.TopicSettings{Fair: true})
+		f.pushKeyed("b", 50)
+		if got, _ := f.pollKeys(100); len(got) != 50 {
+			t.Fatalf("without the rate took %d, want the 50", len(got))
+		}
+		f.limit(rated)
+		if u, err := f.repo.LimitUsage(f.ctx, f.pool, f.topic); err != nil || u.Tokens != 3 {
+			t.Errorf("usage once the rate is back = %+v, %v; want a full bucket of 3", u, err)
+		}
+		f.pushKeyed("c", 5)
+		if got, _ := f.pollKeys(10); len(got) != 3 {
+			t.Fatalf("once the rate is back took %d, want the burst of 3", len(got))
+		}
+	})
+
 	t.Run("UsageCountsActiveKeysAndTokens", func(t *testing.T) {
 		f := setup(t)
 		f.limit(repository.TopicSettings{Concurrency: 10, KeyConcurrency: 1, Rate: 100, RatePeriod: time.Hour, RateBurst: 50})
@@ -360,4 +385,54 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("keyed poll given a position: %v, %v; want the first task of each key, from the head", got, err)
 		}
 	})
+}
+
+// TestLimitLoweredWhileAPollWaits: a poll of a limited topic that waited for the topic's
+// lock while the limit was lowered leases under the new limit (000028 reads the settings
+// once it holds the lock). Plain PostgreSQL only: on Citus the lock is taken on the node
+// of the topic's shard, which a transaction of the test cannot hold from the coordinator.
+func TestLimitLoweredWhileAPollWaits(t *testing.T) {
+	f := setup(t)
+	f.limit(repository.TopicSettings{Concurrency: 10})
+	f.pushKeyed("", 10)
+	holder, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(f.ctx) }()
+	if _, err := holder.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		tasks []repository.Task
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+		done <- result{tasks, err}
+	}()
+	// the poll read the limit of 10 and waits for the lock
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		if err := f.pool.QueryRow(f.ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the poll never waited for the topic's lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.limit(repository.TopicSettings{Concurrency: 1})
+	if err := holder.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || len(r.tasks) != 1 {
+		t.Fatalf("the poll that waited leased %d, %v; want 1 under the limit lowered to 1", len(r.tasks), r.err)
+	}
 }

@@ -1767,3 +1767,71 @@ func TestJITOffMigration(t *testing.T) {
 	}
 	revertKeeps(t, pool, steps, "000027", functions, before)
 }
+
+// TestLimitSettingsMigration: 000028 keeps the tasks, empties the token buckets of the
+// topics without a rate (a fair topic's polls had run them into debt) and keeps those
+// of the topics with one; task_poll_limited then leaves a rateless bucket alone, and a
+// rate set again starts from a full bucket. Reverted, the functions are as before.
+func TestLimitSettingsMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository limit-settings test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(27)
+	create("fair")
+	create("rated")
+	execEach(t, pool,
+		"SELECT task_topic_set_limits('fair', fair => true, rate => 10, rate_period => '1 minute', rate_burst => 3)",
+		"SELECT task_topic_set_limits('rated', rate => 10, rate_period => '1 hour', rate_burst => 3)",
+		"SELECT count(task_push('fair', 'f' || g, concurrency_key => 'k' || (g % 3))) FROM generate_series(1, 20) g",
+		"SELECT count(task_push('rated', 'r' || g)) FROM generate_series(1, 5) g",
+	)
+	poll := func(topic string) int {
+		t.Helper()
+		return len(textRows(t, pool, `WITH leased AS (
+				UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1
+				WHERE t.topic = '`+topic+`' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('`+topic+`', false, 0::smallint, 20, 0::smallint, 0)))
+				RETURNING t.identifier)
+			SELECT identifier FROM leased`))
+	}
+	if got := poll("fair"); got != 3 {
+		t.Fatalf("fair topic at schema 27 leased %d, want its burst of 3", got)
+	}
+	if got := poll("rated"); got != 3 {
+		t.Fatalf("rated topic at schema 27 leased %d, want its burst of 3", got)
+	}
+	// the rate lifted: schema 27's polls of the fair topic run its bucket into debt
+	execEach(t, pool, "SELECT task_topic_set_limits('fair', fair => true)")
+	if got := poll("fair"); got != 17 {
+		t.Fatalf("fair topic without its rate leased %d, want the 17 left", got)
+	}
+	buckets := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT topic || ' ' || coalesce(round(tokens)::text, 'none') || ' ' || (counted IS NULL)
+			FROM task_topic_limit ORDER BY topic`)
+	}
+	if got := buckets(); !slices.Equal(got, []string{"fair -17 false", "rated 0 false"}) {
+		t.Fatalf("buckets at schema 27: %v, want the fair topic's in debt", got)
+	}
+	bodies := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT proname || ': ' || prosrc FROM pg_proc
+			WHERE proname IN ('task_poll_limited', 'task_topic_set_limits') ORDER BY proname`)
+	}
+	before, rows := bodies(), taskRows(t, pool)
+
+	steps(1)
+	sameRows(t, "tasks after 000028", taskRows(t, pool), rows)
+	if got := buckets(); !slices.Equal(got, []string{"fair none true", "rated 0 false"}) {
+		t.Fatalf("buckets after 000028: %v, want the fair topic's emptied and the rated one's kept", got)
+	}
+	execEach(t, pool,
+		"SELECT count(task_push('fair', 'g' || g, concurrency_key => 'k')) FROM generate_series(1, 10) g",
+		"SELECT task_topic_set_limits('fair', fair => true, rate => 10, rate_period => '1 minute', rate_burst => 3)")
+	if got := poll("fair"); got != 3 {
+		t.Fatalf("fair topic with its rate back after 000028 leased %d, want the burst of 3", got)
+	}
+	if got := poll("rated"); got != 0 {
+		t.Fatalf("rated topic after 000028 leased %d, want none (its bucket is empty)", got)
+	}
+	revertKeeps(t, pool, steps, "000028", bodies, before)
+}

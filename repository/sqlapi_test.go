@@ -573,6 +573,14 @@ func TestSQLPushNotifies(t *testing.T) {
 	wait(work("topic", replaced[0]))
 	replaced = sqlPushBatch(f, "SELECT * FROM task_push_batch('topic', '{r3,r3}', insertion => 'supersede')")
 	wait(work("topic", replaced[1]))
+
+	// Limits set from SQL: the processors re-read the topic and poll (000028).
+	if _, err := f.pool.Exec(f.ctx, "SELECT task_topic_set_limits('topic', concurrency => 2)"); err != nil {
+		t.Fatal(err)
+	}
+	sum := md5.Sum([]byte("topic"))
+	wait("ACTIVATION " + hex.EncodeToString(sum[:]))
+	wait("WORK " + hex.EncodeToString(sum[:]))
 }
 
 func TestSQLPushFromTrigger(t *testing.T) {

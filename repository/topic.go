@@ -204,8 +204,10 @@ func (r *Repository) configure(ctx context.Context, h Handle, topic string, s To
 	if err != nil {
 		return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
 	}
-	if err := r.notifyOnCitus(ctx, h, "WORK", topic); err != nil {
-		return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
+	for _, event := range []string{"ACTIVATION", "WORK"} {
+		if err := r.notifyOnCitus(ctx, h, event, topic); err != nil {
+			return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
+		}
 	}
 	return topicFrom(db.TaskTopic(row)), nil
 }

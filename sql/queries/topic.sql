@@ -25,8 +25,9 @@ SELECT * FROM task_topic WHERE topic = sqlc.arg(topic);
 SELECT * FROM task_topic WHERE topic = sqlc.arg(topic) FOR UPDATE;
 
 -- name: TopicUpdate :one
--- Writes a topic's settings and notifies it ('WORK <md5(topic)>'), so that its processors
--- poll now under the new limits (a raised concurrency limit lets them take more at once).
+-- Writes a topic's settings and notifies it ('ACTIVATION <md5(topic)>', then 'WORK
+-- <md5(topic)>'), so that its processors re-read the settings and poll now under the new
+-- limits (a raised concurrency limit lets them take more at once).
 WITH updated AS (
     UPDATE task_topic
     SET max_attempts      = sqlc.arg(max_attempts),
@@ -45,7 +46,9 @@ WITH updated AS (
     RETURNING *
 ),
 notified AS (
-    SELECT pg_notify('task_notification', 'WORK ' || md5(u.topic)) AS sent FROM updated u
+    SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(u.topic)) AS activation,
+           pg_notify('task_notification', 'WORK ' || md5(u.topic)) AS work
+    FROM updated u
 )
 SELECT u.* FROM updated u
 -- notified runs only when referenced: a scalar subquery in WHERE always runs
