@@ -436,3 +436,33 @@ func TestLimitLoweredWhileAPollWaits(t *testing.T) {
 		t.Fatalf("the poll that waited leased %d, %v; want 1 under the limit lowered to 1", len(r.tasks), r.err)
 	}
 }
+
+// TestUpdateSettingsWritesOnlyAChange: a change that leaves the settings as stored
+// (REST's PATCH refused after the read) neither rewrites the topic's row nor notifies.
+// Plain PostgreSQL only: the row's xmin is read through the coordinator on Citus.
+func TestUpdateSettingsWritesOnlyAChange(t *testing.T) {
+	f := setup(t)
+	f.limit(repository.TopicSettings{Concurrency: 2})
+	version := func() string {
+		t.Helper()
+		var xmin string
+		if err := f.pool.QueryRow(f.ctx, "SELECT xmin::text FROM task_topic WHERE topic = $1", f.topic).Scan(&xmin); err != nil {
+			t.Fatal(err)
+		}
+		return xmin
+	}
+	before := version()
+	got, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 2 })
+	if err != nil || got.Concurrency != 2 {
+		t.Fatalf("update to the same settings: %+v, %v", got.TopicSettings, err)
+	}
+	if after := version(); after != before {
+		t.Errorf("the topic's row was rewritten (xmin %s, was %s)", after, before)
+	}
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 3 }); err != nil {
+		t.Fatal(err)
+	}
+	if after := version(); after == before {
+		t.Error("a change was not written")
+	}
+}

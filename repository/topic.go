@@ -106,7 +106,8 @@ func (r *Repository) Configure(ctx context.Context, h Handle, topic string, s To
 // the topic's settings as stored and modifies what it wants; the result is validated and
 // written back, and the topic returned as stored. The topic's row is locked from the read
 // to the write (in a nested transaction of h), so concurrent updates do not undo each
-// other. For example, to slow down retries and keep everything else:
+// other. A change that leaves the settings as they are writes nothing and notifies no
+// one. For example, to slow down retries and keep everything else:
 //
 //	repo.UpdateSettings(ctx, pool, "emails", func(s *repository.TopicSettings) {
 //		s.BackoffBase = 10 * time.Second
@@ -124,8 +125,13 @@ func (r *Repository) UpdateSettings(ctx context.Context, h Handle, topic string,
 		if err != nil {
 			return mapError(fmt.Sprintf("update settings of topic %q", topic), err)
 		}
-		s := topicFrom(row).TopicSettings
+		stored := topicFrom(row)
+		s := stored.TopicSettings
 		change(&s)
+		if s == stored.TopicSettings {
+			out = stored
+			return nil
+		}
 		if err := s.validate(); err != nil {
 			return fmt.Errorf("update settings of topic %q: %w", topic, err)
 		}

@@ -439,6 +439,15 @@ func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) 
 			return nil, err
 		}
 	}
+	for _, d := range []struct {
+		name string
+		v    *int64
+	}{{"backoff_base_ms", b.BackoffBaseMs}, {"backoff_cap_ms", b.BackoffCapMs}, {"backoff_jitter_ms", b.BackoffJitterMs},
+		{"retention_ms", b.RetentionMs}, {"rate_period_ms", b.RatePeriodMs.value}} {
+		if d.v != nil && *d.v > maxDurationMs {
+			return nil, badRequest("%q %d is too long (at most %d ms)", d.name, *d.v, maxDurationMs)
+		}
+	}
 	if b.RatePeriodMs.value != nil && *b.RatePeriodMs.value < 1 {
 		return nil, badRequest(`"rate_period_ms" %d is below 1`, *b.RatePeriodMs.value)
 	}
@@ -480,7 +489,9 @@ func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) 
 			if b.RatePeriodMs.value != nil {
 				s.RatePeriod = ms(*b.RatePeriodMs.value)
 			}
-			s.RateBurst = deref(b.RateBurst.value)
+			if b.RateBurst.given { // null: the default burst, the rate
+				s.RateBurst = deref(b.RateBurst.value)
+			}
 		}
 		if b.Fair != nil {
 			s.Fair = *b.Fair
@@ -488,6 +499,9 @@ func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) 
 		return nil
 	}, nil
 }
+
+// maxDurationMs is the longest duration in milliseconds a time.Duration holds.
+const maxDurationMs = int64(math.MaxInt64 / time.Millisecond)
 
 // deref is the value p points to, or zero for nil.
 func deref[T any](p *T) T {

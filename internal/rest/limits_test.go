@@ -38,6 +38,15 @@ func TestLimits(t *testing.T) {
 	t.Run("BadLimitsAreRefusedAndNothingIsWritten", func(t *testing.T) {
 		f := setup(t)
 		f.call("PATCH", "/topics/mail", `{"concurrency": 2}`).want(t, http.StatusOK, nil)
+		version := func() string {
+			t.Helper()
+			var xmin string
+			if err := f.pool.QueryRow(f.ctx, "SELECT xmin::text FROM task_topic WHERE topic = 'mail'").Scan(&xmin); err != nil {
+				t.Fatal(err)
+			}
+			return xmin
+		}
+		before := version()
 		for _, c := range []struct{ body, want string }{
 			{`{"concurrency": 0}`, `"concurrency" 0 is below 1`},
 			{`{"concurrency": -3, "max_attempts": 9}`, `"concurrency" -3 is below 1`},
@@ -47,6 +56,8 @@ func TestLimits(t *testing.T) {
 			{`{"rate": 5, "rate_period_ms": 1000, "rate_burst": 0}`, `"rate_burst" 0 is below 1`},
 			{`{"rate_burst": 4, "max_attempts": 9}`, `the topic has no rate limit`},
 			{`{"concurrency": "3"}`, `concurrency`},
+			{`{"rate": 5, "rate_period_ms": 288230376151712744}`, `"rate_period_ms" 288230376151712744 is too long`},
+			{`{"retention_ms": 9223372036854775807}`, `"retention_ms" 9223372036854775807 is too long`},
 			{`{"limit": 3}`, `limit`},
 		} {
 			f.call("PATCH", "/topics/mail", c.body).wantError(t, http.StatusBadRequest, c.want)
@@ -55,6 +66,23 @@ func TestLimits(t *testing.T) {
 		stored, err := f.repo.Topic(f.ctx, f.pool, "mail")
 		if err != nil || stored.Concurrency != 2 || stored.MaxAttempts != 1 || stored.Rate != 0 {
 			t.Fatalf("stored after refusals: %+v, %v", stored.TopicSettings, err)
+		}
+		if after := version(); after != before {
+			t.Errorf("the topic's row was rewritten by refused changes (xmin %s, was %s)", after, before)
+		}
+	})
+
+	t.Run("PatchingTheRatePeriodKeepsTheBurst", func(t *testing.T) {
+		f := setup(t)
+		f.call("PATCH", "/topics/mail", `{"rate": 50, "rate_period_ms": 1000, "rate_burst": 10}`).want(t, http.StatusOK, nil)
+		var topic wire.Topic
+		f.call("PATCH", "/topics/mail", `{"rate_period_ms": 2000}`).want(t, http.StatusOK, &topic)
+		if s := topic.Settings; s.Rate == nil || *s.Rate != 50 || *s.RatePeriodMs != 2000 || *s.RateBurst != 10 {
+			t.Fatalf("settings after a new period: %+v, want 50 per 2000 ms with the burst of 10 kept", s)
+		}
+		f.call("PATCH", "/topics/mail", `{"rate_burst": null}`).want(t, http.StatusOK, &topic)
+		if s := topic.Settings; s.RateBurst == nil || *s.RateBurst != 50 {
+			t.Fatalf("settings after a null burst: %+v, want the default burst of 50", s)
 		}
 	})
 

@@ -431,7 +431,8 @@ func (s *server) patchTopic(w http.ResponseWriter, r *http.Request) (int, any, e
 	if err != nil {
 		return 0, nil, err
 	}
-	// a change refused by change leaves the settings as they were (rewritten unchanged)
+	// a change refused by change leaves the settings as they were, which UpdateSettings
+	// does not write
 	var bad error
 	t, err := s.repo.UpdateSettings(r.Context(), s.pool, r.PathValue("topic"), func(ts *repository.TopicSettings) { bad = change(ts) })
 	if bad != nil {
