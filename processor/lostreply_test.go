@@ -535,3 +535,28 @@ func wantRefusalWarned(t *testing.T, logs *logbuf.Buffer) {
 		t.Errorf("errors logged for a refused decision:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// TestHungHeartbeatFails: a heartbeat whose statement hangs (a connection that went
+// silent) fails after the expiry timeout, and Health names it, rather than waiting for
+// the kernel to give the connection up while other processes take the leases back.
+func TestHungHeartbeatFails(t *testing.T) {
+	f := setup(t)
+	proxy, err := faultproxy.Start(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	pool := proxiedPool(t, proxy, f.url)
+	p, _ := f.processor("p", processor.Config{Pool: pool, DisableNotifications: true,
+		HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: 500 * time.Millisecond},
+		processor.ManagerConfig{Handler: processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+			return repository.Succeed("")
+		})})
+	f.start(p)
+	time.Sleep(300 * time.Millisecond) // started, heart-beating
+	proxy.Delay(3 * time.Second)       // each request held that long: a silent connection
+	defer proxy.Delay(0)
+	if !f.within(5*time.Second, func() bool { err := p.Health(); return err != nil && strings.Contains(err.Error(), "heartbeat") }) {
+		t.Fatalf("health 5 s into a hung connection: %v, want the heartbeat failing", p.Health())
+	}
+}

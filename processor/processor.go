@@ -42,7 +42,8 @@ type Config struct {
 	// pause/resume state.
 	HeartbeatInterval time.Duration
 	// ExpiryTimeout is how long an owner may be silent before its leases are taken back;
-	// it must exceed HeartbeatInterval. Default: 5 heartbeat intervals.
+	// it must exceed HeartbeatInterval. Default: 5 heartbeat intervals. A heartbeat that
+	// has not returned within it fails (Health names it) and the next tick tries again.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
@@ -554,12 +555,18 @@ func (p *Processor) heartbeats(ctx context.Context) {
 }
 
 func (p *Processor) heartbeat(ctx context.Context) {
-	err := p.repo.Heartbeat(ctx, p.pool)
+	// A heartbeat that takes an expiry timeout comes too late to keep the leases: it
+	// fails then (a hung connection, a pool whose connections are all busy), so that
+	// Health says so and the next tick tries again, rather than hang until the kernel
+	// gives the connection up.
+	hctx, cancel := context.WithTimeout(ctx, p.cfg.ExpiryTimeout)
+	defer cancel()
+	err := p.repo.Heartbeat(hctx, p.pool)
 	if errors.Is(err, repository.ErrNotRegistered) {
 		// We were silent long enough to be purged as dead; our leases were taken back
 		// and late completions will be refused. Come back as a fresh owner row.
 		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
-		_, err = p.register(ctx)
+		_, err = p.register(hctx)
 	}
 	p.outcome(ctx, "heartbeat", err)
 }
