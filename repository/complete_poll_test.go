@@ -289,18 +289,9 @@ func TestHandOverTakesNoLock(t *testing.T) {
 				c.settings.Concurrency++
 				f.limit(c.settings)
 			}
-			// another transaction holds the topic's lock, as a poll under the limit does
-			// until it commits (task_poll_limited)
-			holder, err := f.pool.Begin(f.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = holder.Rollback(f.ctx) }()
-			if _, err := holder.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
-				t.Fatal(err)
-			}
+			f.holdTopicLock()
 			var leased []repository.Task
-			err = repository.Atomically(f.ctx, f.pool, func(tx pgx.Tx) error {
+			err := repository.Atomically(f.ctx, f.pool, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(f.ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {
 					return err
 				}

@@ -1,12 +1,15 @@
 package repository_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -395,14 +398,7 @@ func TestLimitLoweredWhileAPollWaits(t *testing.T) {
 	f := setup(t)
 	f.limit(repository.TopicSettings{Concurrency: 10})
 	f.pushKeyed("", 10)
-	holder, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(f.ctx) }()
-	if _, err := holder.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
-		t.Fatal(err)
-	}
+	holder := f.holdTopicLock()
 	type result struct {
 		tasks []repository.Task
 		err   error
@@ -465,4 +461,20 @@ func TestUpdateSettingsWritesOnlyAChange(t *testing.T) {
 	if after := version(); after == before {
 		t.Error("a change was not written")
 	}
+}
+
+// holdTopicLock takes the topic's advisory lock, as a poll under a limit does until it
+// commits (task_poll_limited), in a transaction of its own, which it returns; the
+// transaction is rolled back when the test ends, if it has not been by then.
+func (f *fixture) holdTopicLock() pgx.Tx {
+	f.t.Helper()
+	holder, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = holder.Rollback(context.WithoutCancel(f.ctx)) })
+	if _, err := holder.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
+		f.t.Fatal(err)
+	}
+	return holder
 }
