@@ -3,7 +3,7 @@
 // question is how many tasks a concurrency limit lets through when handlers take no
 // time, and whether cycles that overlap move more than one chain does.
 //
-//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N [-striped | -split] | -pipeline] [-ceiling]
+//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N [-striped | -split] | -pipeline] [-ceiling [-leaf]]
 //
 // It registers a topic limited to -limit, pushes -tasks tasks, VACUUMs and CHECKPOINTs,
 // then drives the repository directly (no processor) and prints tasks/s:
@@ -16,6 +16,9 @@
 //	             notification, no all-or-nothing check and no count, returning only each
 //	             leased task's sequence and attempt. It is not a queue's completion (it
 //	             decides nothing but success): what one chain could reach at best.
+//	-leaf        with -ceiling: the statement names the topic's own table (its leaf
+//	             partition, task_topic.partition) instead of task, so that its kept
+//	             plan locks and starts up that table alone, not every bucket's
 //	-striped     with -ceiling: chain i of N leases only the tasks whose sequence is i
 //	             modulo N, from the highest it leased itself, so that the chains never
 //	             meet each other's rows (a poll order pgtask does not have: FIFO per
@@ -38,6 +41,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,10 +149,11 @@ func main() {
 	ceiling := flag.Bool("ceiling", false, "the chains run the prototype's one statement: a success-only completion and the lease")
 	pipeline := flag.Bool("pipeline", false, "one chain, completion and next lease at once on two connections")
 	striped := flag.Bool("striped", false, "with -ceiling: chain i leases the tasks whose sequence is i modulo -chains")
+	leaf := flag.Bool("leaf", false, "with -ceiling: the statement names the topic's own table (its leaf partition) instead of task, so that its kept plan locks and starts up one table")
 	split := flag.Bool("split", false, "each cycle two statements in one transaction, the completion and then the hand-over, the chains' hand-overs taken in turn from the floor")
 	flag.Parse()
-	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) || (*striped && !*ceiling) || (*split && (*ceiling || *pipeline)) {
-		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -striped with -ceiling, -split without -ceiling"))
+	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) || (*striped && !*ceiling) || (*split && (*ceiling || *pipeline)) || (*leaf && !*ceiling) {
+		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -striped with -ceiling, -split without -ceiling, -leaf with -ceiling"))
 	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, *url)
@@ -158,6 +163,9 @@ func main() {
 	r.repo, err = repository.New(repository.Config{})
 	fail(err)
 	fail(r.setUp(ctx, *limit, *tasks))
+	if *leaf {
+		fail(r.leafCeiling(ctx))
+	}
 	defer r.tearDown(context.Background())
 
 	start := time.Now()
@@ -169,8 +177,8 @@ func main() {
 	}
 	elapsed := time.Since(start)
 	fail(err)
-	fmt.Printf("limit %d, chains %d, ceiling %v, striped %v, split %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
-		*limit, *chains, *ceiling, *striped, *split, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
+	fmt.Printf("limit %d, chains %d, ceiling %v, leaf %v, striped %v, split %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
+		*limit, *chains, *ceiling, *leaf, *striped, *split, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
 }
 
 func (r *run) setUp(ctx context.Context, limit, tasks int) error {
@@ -202,6 +210,22 @@ func (r *run) setUp(ctx context.Context, limit, tasks int) error {
 		}
 	}
 	return nil
+}
+
+// leafCeiling replaces the ceiling function by one whose statements name the topic's
+// table (task_topic.partition) rather than task: the same statements, without the
+// partitions of every other bucket in their kept plans.
+func (r *run) leafCeiling(ctx context.Context) error {
+	var table string
+	if err := r.pool.QueryRow(ctx, "SELECT quote_ident(partition) FROM task_topic WHERE topic = $1", r.topic).Scan(&table); err != nil {
+		return err
+	}
+	start := strings.Index(prototype, "CREATE FUNCTION limit_chains_prototype.ceiling(")
+	end := strings.Index(prototype[start:], "$$;\n") + start + 4
+	fn := strings.ReplaceAll(prototype[start:end], "public.task ", "public."+table+" ")
+	fn = strings.Replace(fn, "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+	_, err := r.pool.Exec(ctx, fn)
+	return err
 }
 
 func (r *run) tearDown(ctx context.Context) {
