@@ -412,7 +412,8 @@ func TestLimitLoweredWhileAPollWaits(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var waiting bool
-		if err := f.pool.QueryRow(f.ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)").Scan(&waiting); err != nil {
+		if err := f.pool.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting {
