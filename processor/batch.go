@@ -84,6 +84,9 @@ type Batch struct {
 	// the decision. index maps a sequence to its position.
 	leases []repository.Completion
 	index  map[int64]int
+	// leased is a copy of Tasks as polled, for the manager's books and reports, which
+	// may read them while the handler changes Tasks (a batch relieved of its handler).
+	leased []repository.Task
 
 	ctx context.Context // given to the handler (TaskManager.prepare)
 	// slotless is set while a batch a flush leased waits for the poll loop
@@ -163,7 +166,8 @@ func newBatch(ctx context.Context, topic string, tasks []repository.Task, stoppi
 
 // build sets up the batch's books.
 func (b *Batch) build(ctx context.Context) {
-	n := len(b.Tasks)
+	b.leased = slices.Clone(b.Tasks)
+	n := len(b.leased)
 	b.started = time.Now()
 	b.leases = make([]repository.Completion, n)
 	b.index = make(map[int64]int, n)
@@ -180,7 +184,7 @@ func (b *Batch) build(ctx context.Context) {
 	b.cancels = make([]context.CancelCauseFunc, n)
 	b.unsettled.Store(int64(n))
 	ctx = context.WithValue(ctx, stoppingKey{}, b.stopping)
-	for i, t := range b.Tasks {
+	for i, t := range b.leased {
 		b.leases[i] = t.Decide(repository.Decision{})
 		b.index[t.Sequence] = i
 		b.taskCtx[i], b.cancels[i] = context.WithCancelCause(ctx)

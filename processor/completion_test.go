@@ -242,6 +242,32 @@ func TestPerTaskCompletion(t *testing.T) {
 		}
 	})
 
+	// A handler may change its batch's Tasks; a relieved one (HandlerTimeout) may still
+	// be doing so while the manager reports and forgets the batch, which then reads its
+	// own copy (the race detector, as .ci/run runs the tests, tells otherwise).
+	t.Run("AHandlerChangingTasksAfterItWasRelieved", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(3)
+		changed := make(chan struct{})
+		var handler processor.HandlerFunc = func(ctx context.Context, b *processor.Batch) {
+			time.Sleep(600 * time.Millisecond) // past the timeout, not watching ctx
+			b.Tasks[0].Identifier = "changed"
+			b.Tasks = b.Tasks[:1]
+			close(changed)
+		}
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{
+			Handler: handler, BatchSize: 3, HandlerTimeout: 200 * time.Millisecond,
+			Listener: processor.Listener{OnCallback: func(string, []repository.Task, map[int64]repository.Decision, time.Duration) {}},
+		})
+		f.start(p)
+		<-changed
+		// a handler that is not a TaskFunc starts every task of its batch at once: the
+		// timeout fails them all
+		for _, task := range tasks {
+			f.eventually("every task failed", func() bool { return f.get(task.Sequence).State == repository.Failed })
+		}
+	})
+
 	t.Run("FollowUpsCommitWithTheNextDecision", func(t *testing.T) {
 		f := setup(t)
 		f.createTopic("next", 0)

@@ -485,17 +485,17 @@ func (m *TaskManager) track(b *Batch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.inflight[b] = struct{}{}
-	for _, t := range b.Tasks {
+	for _, t := range b.leased {
 		m.bySeq[t.Sequence] = b
 	}
-	m.holding.Add(int64(len(b.Tasks)))
+	m.holding.Add(int64(len(b.leased)))
 }
 
 func (m *TaskManager) untrack(b *Batch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.inflight, b)
-	for _, t := range b.Tasks {
+	for _, t := range b.leased {
 		if m.bySeq[t.Sequence] == b {
 			delete(m.bySeq, t.Sequence)
 		}
@@ -1038,7 +1038,7 @@ func (m *TaskManager) handle(b *Batch) {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("handler panicked: %v", r)
 			m.cfg.Listener.error(m.cfg.Topic, err)
-			m.p.logger.Error("handler panicked", slog.String("topic", m.cfg.Topic), slog.Int("tasks", len(b.Tasks)),
+			m.p.logger.Error("handler panicked", slog.String("topic", m.cfg.Topic), slog.Int("tasks", len(b.leased)),
 				slog.Any("panic", r))
 			_ = b.Fail(err)
 		}

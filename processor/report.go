@@ -32,7 +32,7 @@ func (m *TaskManager) relieve(b *Batch, err error) {
 		return
 	}
 	m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("batch of %d tasks: relieved the handler of %d undecided tasks (%d failed, %d handed back): %w",
-		len(b.Tasks), failed+handedBack, failed, handedBack, err))
+		len(b.leased), failed+handedBack, failed, handedBack, err))
 	m.p.logger.Warn("handler relieved of tasks it did not decide", slog.String("topic", m.cfg.Topic),
 		slog.Int("failed", failed), slog.Int("handed_back", handedBack), slog.String("reason", err.Error()))
 }
@@ -70,11 +70,11 @@ func (m *TaskManager) noteReport(b *Batch, completions []repository.Completion, 
 	}
 }
 
-// task returns the task of a completion as the handler got it, or as much of it as the
-// completion holds if the handler rearranged Tasks.
+// task returns the task of a completion as the handler got it (as polled, whatever the
+// handler did to Tasks since).
 func (b *Batch) task(c repository.Completion) repository.Task {
-	if i, ok := b.index[c.Sequence]; ok && i < len(b.Tasks) && b.Tasks[i].Sequence == c.Sequence {
-		return b.Tasks[i]
+	if i, ok := b.index[c.Sequence]; ok {
+		return b.leased[i]
 	}
 	return repository.Task{Topic: b.Topic, Sequence: c.Sequence, Attempt: c.Attempt}
 }
