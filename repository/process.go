@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -399,6 +401,16 @@ func strOrNil(v any) *string {
 	return nil
 }
 
+// storableText is s as a PostgreSQL text holds it: NUL bytes and bytes that are not
+// UTF-8 replaced by U+FFFD. A decision's message is often an error's text, which may
+// quote a binary reply: refusing it would fail the task for its message.
+func storableText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
 // completeParams checks completions (at least one) and returns their statement's
 // parameters.
 func (r *Repository) completeParams(topic string, completions []Completion) (db.TaskCompleteParams, error) {
@@ -418,7 +430,7 @@ func (r *Repository) completeParams(topic string, completions []Completion) (db.
 		d := c.Decision
 		arg.Sequences[i] = c.Sequence
 		arg.Attempts[i] = c.Attempt
-		arg.Outputs[i] = d.Message
+		arg.Outputs[i] = storableText(d.Message)
 		switch {
 		case d.Snooze:
 			if d.Delay < 0 {
