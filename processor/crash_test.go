@@ -211,10 +211,20 @@ func TestRetention(t *testing.T) {
 
 // TestOwnerNameReused: a process that leased tasks dies and a new one starts under the
 // same fixed owner name before the leases expire. The new process heart-beats the row,
-// so nobody would ever expire those leases: it runs them itself.
+// so nobody would ever expire those leases: it takes them back at start as a dead
+// owner's, in every topic (the attempt counts), and runs those of its own topic again.
 func TestOwnerNameReused(t *testing.T) {
 	f := setup(t)
+	if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{
+		MaxAttempts: 3, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.createTopic("other", 1) // not managed by the new process
 	f.pushN(3)
+	if _, err := f.repo.Push(f.ctx, f.pool, "other", repository.Append, repository.Creation{Identifier: "x"}); err != nil {
+		t.Fatal(err)
+	}
 	crashed, err := repository.New(repository.Config{Owner: "pod-0"})
 	if err != nil {
 		t.Fatal(err)
@@ -225,6 +235,10 @@ func TestOwnerNameReused(t *testing.T) {
 	leased, err := crashed.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 2)
 	if err != nil || len(leased) != 2 {
 		t.Fatalf("the crashed process's poll: %d tasks, %v", len(leased), err)
+	}
+	other, err := crashed.Poll(f.ctx, f.pool, "other", repository.FIFO, repository.None, 1)
+	if err != nil || len(other) != 1 {
+		t.Fatalf("the crashed process's poll of other: %d tasks, %v", len(other), err)
 	}
 	var (
 		mu      sync.Mutex
@@ -242,8 +256,12 @@ func TestOwnerNameReused(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, task := range leased {
-		if handled[task.Sequence] != 1 {
-			t.Errorf("task %d leased by the crashed process handled %d times, want 1", task.Sequence, handled[task.Sequence])
+		if got := f.get(task.Sequence); handled[task.Sequence] != 1 || got.Attempt != 2 {
+			t.Errorf("task %d leased by the crashed process: handled %d times, attempt %d; want once, in attempt 2",
+				task.Sequence, handled[task.Sequence], got.Attempt)
 		}
+	}
+	if got, err := f.repo.Get(f.ctx, f.pool, "other", other[0].Sequence); err != nil || got.State != repository.Expired {
+		t.Errorf("the crashed process's task of other: %v, %v; want EXPIRED (one attempt)", got.State, err)
 	}
 }

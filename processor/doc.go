@@ -6,10 +6,10 @@
 // A Processor owns the process-wide parts. It registers the repository's owner,
 // heart-beats every HeartbeatInterval and, on the same tick, expires the leases of owners
 // that stopped heart-beating (so a killed process's tasks come back within a few
-// seconds), purges dead owners, notices cancels it missed, re-reads pause/resume state
-// and applies each topic's retention. It holds the ONE listening connection of the
+// seconds), purges dead owners, notices cancels it missed, re-reads each topic's
+// activation and limits and applies each topic's retention. It holds the ONE listening connection of the
 // process (Notifier) and routes task_notification events to its managers: WORK wakes
-// them, ACTIVATION re-reads pause state, CANCEL cancels a running task's context. Every
+// them, ACTIVATION re-reads the topic's activation and limits, CANCEL cancels a running task's context. Every
 // HeartbeatInterval it also fires the database's due schedules (Repository.FireSchedules:
 // each fire time is pushed once however many processors run; Config.DisableSchedules
 // opts out), so a schedule fires late by at most one interval while any processor runs.

@@ -38,8 +38,8 @@ type Config struct {
 	// topic, sequence, identifier and attempt (the package documentation lists them).
 	Logger *slog.Logger
 	// HeartbeatInterval is how often the owner heart-beats and, on the same tick, expires
-	// dead owners' leases, purges dead owners, notices missed cancels and re-reads
-	// pause/resume state.
+	// dead owners' leases, purges dead owners, notices missed cancels and re-reads each
+	// topic's activation and limits.
 	HeartbeatInterval time.Duration
 	// ExpiryTimeout is how long an owner may be silent before its leases are taken back;
 	// it must exceed HeartbeatInterval. Default: 5 heartbeat intervals. A heartbeat that
@@ -523,16 +523,38 @@ func (p *Processor) register(ctx context.Context) (bool, error) {
 // pod's, restarted after a crash within the expiry timeout), or to another process
 // running under this name now, which is a mistake: owner names must be unique. The
 // earlier process's leases would stay ACTIVE for as long as this one heart-beats the
-// row, so every manager reconciles before its first poll and runs them.
+// row, in every topic, so they are taken back first as a dead owner's are (expired: the
+// attempt counts, the topic's retry policy applies): the row's heartbeat is set far in
+// the past and the expiry runs under another name, then the row heart-beats again.
 func (p *Processor) registerAtStart(ctx context.Context) error {
 	created, err := p.register(ctx)
 	if err != nil || created {
 		return err
 	}
-	p.logger.Warn("owner row already there: running the tasks it leases as stranded (a restart under the same owner name; two live processes must not share one)",
-		slog.String("owner", p.repo.Owner()))
-	for _, m := range p.allManagers() {
-		m.unsure.Store(true)
+	owner := p.repo.Owner()
+	p.logger.Warn("owner row already there: taking back the leases of the earlier process of this owner name (two live processes must not share one)",
+		slog.String("owner", owner))
+	dead, err := repository.New(repository.Config{Owner: owner, Now: func() time.Time { return time.Unix(0, 0) }})
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	if err := dead.Heartbeat(ctx, p.pool); err != nil && !errors.Is(err, repository.ErrNotRegistered) {
+		return fmt.Errorf("processor: %w", err)
+	}
+	expirer, err := repository.New(repository.Config{})
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	expired, err := expirer.Expire(ctx, p.pool, p.cfg.ExpiryTimeout)
+	if err != nil {
+		return fmt.Errorf("processor: take back the leases of owner %q: %w", owner, err)
+	}
+	p.tookBack(expired)
+	if err := p.repo.Heartbeat(ctx, p.pool); errors.Is(err, repository.ErrNotRegistered) {
+		_, err = p.register(ctx) // purged meanwhile as dead
+		return err
+	} else if err != nil {
+		return fmt.Errorf("processor: %w", err)
 	}
 	return nil
 }
@@ -801,14 +823,7 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 	expired, err := expire(ctx, p.pool, p.cfg.ExpiryTimeout)
 	expiry = time.Since(start)
 	p.outcome(ctx, "expire dead owners' leases", err)
-	if len(expired) > 0 && p.onExpire != nil {
-		p.onExpire(expired)
-	}
-	for _, e := range expired {
-		p.logger.Info("took back leases of dead owners", slog.String("topic", e.Topic),
-			slog.Int64("expired", e.Expired), slog.Int64("retried", e.Retried))
-		p.Resume(e.Topic)
-	}
+	p.tookBack(expired)
 	_, err = p.repo.PurgeOwners(ctx, p.pool, 2*p.cfg.ExpiryTimeout)
 	p.outcome(ctx, "purge dead owners", err)
 	topics := p.topics()
@@ -836,6 +851,18 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 		}
 	}
 	return expiry
+}
+
+// tookBack reports leases an expiry took back, and wakes the managers of their topics.
+func (p *Processor) tookBack(expired []repository.Expiry) {
+	if len(expired) > 0 && p.onExpire != nil {
+		p.onExpire(expired)
+	}
+	for _, e := range expired {
+		p.logger.Info("took back leases of dead owners", slog.String("topic", e.Topic),
+			slog.Int64("expired", e.Expired), slog.Int64("retried", e.Retried))
+		p.Resume(e.Topic)
+	}
 }
 
 // topics lists the topics this processor manages, by name.

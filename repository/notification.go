@@ -23,7 +23,8 @@ const (
 	// due yet, when it will be (Notification.Delay): "WORK <md5(topic)> <priority>
 	// <sequence>[ <milliseconds>]".
 	EventWork Event = "WORK"
-	// EventActivation: a topic was paused or resumed.
+	// EventActivation: a topic was paused or resumed, or its settings changed (limits
+	// among them): its processors read it again.
 	EventActivation Event = "ACTIVATION"
 	// EventCancel: an ACTIVE task was cancelled; the notification carries its sequence.
 	EventCancel Event = "CANCEL"

@@ -401,8 +401,8 @@ func strOrNil(v any) *string {
 	return nil
 }
 
-// storableText is s as a PostgreSQL text holds it: NUL bytes and bytes that are not
-// UTF-8 replaced by U+FFFD. A decision's message is often an error's text, which may
+// storableText is s as a PostgreSQL text holds it: each NUL byte, and each run of bytes
+// that are not UTF-8, replaced by U+FFFD. A decision's message is often an error's text, which may
 // quote a binary reply: refusing it would fail the task for its message.
 func storableText(s string) string {
 	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {

@@ -37,8 +37,8 @@ type Handle interface {
 type Config struct {
 	// Owner names this instance in task_owner and on the tasks it leases (1..250
 	// characters). Empty picks a random UUID. A name must not be shared by two live
-	// processes; a processor started under the name of one that died runs the tasks the
-	// dead one still leased (docs/processor.md).
+	// processes; a processor started under the name of one that died takes back the
+	// leases the dead one still held, as expiry would (docs/processor.md).
 	Owner string
 	// Host is recorded with the owner to help operators; empty picks the machine's host
 	// name.

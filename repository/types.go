@@ -352,8 +352,8 @@ type Decision struct {
 	// Ignored for a snooze.
 	Result Result
 	// Message is stored as the task's output (an error text for FAILURE); empty stores none.
-	// NUL bytes and bytes that are not UTF-8, which a PostgreSQL text cannot hold, are
-	// stored as U+FFFD.
+	// Each NUL byte and each run of bytes that are not UTF-8, which a PostgreSQL text
+	// cannot hold, is stored as U+FFFD.
 	Message string
 	// Continued lets a composite handler pass the task on to dependent steps even though
 	// the result is not SUCCESS. It is not stored.

@@ -444,9 +444,12 @@ func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) 
 		v    *int64
 	}{{"backoff_base_ms", b.BackoffBaseMs}, {"backoff_cap_ms", b.BackoffCapMs}, {"backoff_jitter_ms", b.BackoffJitterMs},
 		{"retention_ms", b.RetentionMs}, {"rate_period_ms", b.RatePeriodMs.value}} {
-		if d.v != nil && *d.v > maxDurationMs {
-			return nil, badRequest("%q %d is too long (at most %d ms)", d.name, *d.v, maxDurationMs)
+		if d.v != nil && (*d.v < 0 || *d.v > maxDurationMs) {
+			return nil, badRequest("%q %d is out of range (0 to %d ms)", d.name, *d.v, maxDurationMs)
 		}
+	}
+	if b.RatePeriodMs.given && b.RatePeriodMs.value == nil && !(b.Rate.given && b.Rate.value == nil) {
+		return nil, badRequest(`"rate_period_ms" is null: a rate needs its period (give "rate": null to remove the rate limit)`)
 	}
 	if b.RatePeriodMs.value != nil && *b.RatePeriodMs.value < 1 {
 		return nil, badRequest(`"rate_period_ms" %d is below 1`, *b.RatePeriodMs.value)

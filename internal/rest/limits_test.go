@@ -56,8 +56,11 @@ func TestLimits(t *testing.T) {
 			{`{"rate": 5, "rate_period_ms": 1000, "rate_burst": 0}`, `"rate_burst" 0 is below 1`},
 			{`{"rate_burst": 4, "max_attempts": 9}`, `the topic has no rate limit`},
 			{`{"concurrency": "3"}`, `concurrency`},
-			{`{"rate": 5, "rate_period_ms": 288230376151712744}`, `"rate_period_ms" 288230376151712744 is too long`},
-			{`{"retention_ms": 9223372036854775807}`, `"retention_ms" 9223372036854775807 is too long`},
+			{`{"rate": 5, "rate_period_ms": 288230376151712744}`, `"rate_period_ms" 288230376151712744 is out of range`},
+			{`{"retention_ms": 9223372036854775807}`, `"retention_ms" 9223372036854775807 is out of range`},
+			{`{"retention_ms": -288230376151710744}`, `"retention_ms" -288230376151710744 is out of range`},
+			{`{"backoff_base_ms": -1}`, `"backoff_base_ms" -1 is out of range`},
+			{`{"rate_period_ms": null}`, `"rate_period_ms" is null`},
 			{`{"limit": 3}`, `limit`},
 		} {
 			f.call("PATCH", "/topics/mail", c.body).wantError(t, http.StatusBadRequest, c.want)
