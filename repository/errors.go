@@ -160,6 +160,7 @@ const (
 	sqlstateNumericOutOfRange  = "22003"
 	sqlstateNotNullViolation   = "23502"
 	sqlstateInvalidTextEncode  = "22021"
+	sqlstateUntranslatable     = "22P05" // a character the database's encoding cannot hold
 	sqlstateUndefinedTable     = "42P01"
 	sqlstateUndefinedFunction  = "42883"
 	sqlstateObjectInUse        = "55006"
@@ -184,7 +185,7 @@ func mapError(op string, err error) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case sqlstateCheckViolation, sqlstateStringTooLong, sqlstateInvalidParameter,
-			sqlstateNumericOutOfRange, sqlstateNotNullViolation, sqlstateInvalidTextEncode,
+			sqlstateNumericOutOfRange, sqlstateNotNullViolation, sqlstateInvalidTextEncode, sqlstateUntranslatable,
 			sqlstateRaiseBadInsertion, sqlstateRaiseBadIdentifier:
 			return fmt.Errorf("%s: %w: %w", op, ErrInvalid, err)
 		case sqlstateRaiseUnknownTopic:
