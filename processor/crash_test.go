@@ -240,25 +240,17 @@ func TestOwnerNameReused(t *testing.T) {
 	if err != nil || len(other) != 1 {
 		t.Fatalf("the crashed process's poll of other: %d tasks, %v", len(other), err)
 	}
-	var (
-		mu      sync.Mutex
-		handled = map[int64]int{}
-	)
-	p, _ := f.processor("pod-0", processor.Config{ExpiryTimeout: time.Hour}, processor.ManagerConfig{
-		Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
-			mu.Lock()
-			handled[task.Sequence]++
-			mu.Unlock()
-			return repository.Succeed("")
-		})})
+	runs := newRunBook()
+	p, _ := f.processor("pod-0", processor.Config{ExpiryTimeout: time.Hour},
+		processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle)})
 	f.start(p)
 	f.eventually("every task succeeded", func() bool { return f.count(repository.Succeeded) == 3 })
-	mu.Lock()
-	defer mu.Unlock()
+	runs.mu.Lock()
+	defer runs.mu.Unlock()
 	for _, task := range leased {
-		if got := f.get(task.Sequence); handled[task.Sequence] != 1 || got.Attempt != 2 {
+		if got := f.get(task.Sequence); runs.runs[task.Sequence] != 1 || got.Attempt != 2 {
 			t.Errorf("task %d leased by the crashed process: handled %d times, attempt %d; want once, in attempt 2",
-				task.Sequence, handled[task.Sequence], got.Attempt)
+				task.Sequence, runs.runs[task.Sequence], got.Attempt)
 		}
 	}
 	if got, err := f.repo.Get(f.ctx, f.pool, "other", other[0].Sequence); err != nil || got.State != repository.Expired {

@@ -7,12 +7,13 @@
 // heart-beats every HeartbeatInterval and, on the same tick, expires the leases of owners
 // that stopped heart-beating (so a killed process's tasks come back within a few
 // seconds), purges dead owners, notices cancels it missed, re-reads each topic's
-// activation and limits and applies each topic's retention. It holds the ONE listening connection of the
-// process (Notifier) and routes task_notification events to its managers: WORK wakes
-// them, ACTIVATION re-reads the topic's activation and limits, CANCEL cancels a running task's context. Every
-// HeartbeatInterval it also fires the database's due schedules (Repository.FireSchedules:
-// each fire time is pushed once however many processors run; Config.DisableSchedules
-// opts out), so a schedule fires late by at most one interval while any processor runs.
+// activation and limits and applies each topic's retention. It holds the ONE listening
+// connection of the process (Notifier) and routes task_notification events to its
+// managers: WORK wakes them, ACTIVATION re-reads the topic's activation and limits,
+// CANCEL cancels a running task's context. Every HeartbeatInterval it also fires the
+// database's due schedules (Repository.FireSchedules: each fire time is pushed once
+// however many processors run; Config.DisableSchedules opts out), so a schedule fires
+// late by at most one interval while any processor runs.
 //
 // A TaskManager polls one topic (Manage, once per topic): it leases batches (size,
 // FIFO/LIFO order, condition), hands each to its Handler and commits the decisions. When

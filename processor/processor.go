@@ -510,14 +510,6 @@ func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
 	return p.repo.DeregisterOwner(ctx, p.pool)
 }
 
-func (p *Processor) register(ctx context.Context) (bool, error) {
-	created, err := p.repo.RegisterOwner(ctx, p.pool)
-	if err != nil {
-		return false, fmt.Errorf("processor: %w", err)
-	}
-	return created, nil
-}
-
 // registerAtStart registers the owner when Run starts. An owner row that is there
 // already belongs to an earlier process of the same owner name (a fixed name, such as a
 // pod's, restarted after a crash within the expiry timeout), or to another process
@@ -527,9 +519,12 @@ func (p *Processor) register(ctx context.Context) (bool, error) {
 // attempt counts, the topic's retry policy applies): the row's heartbeat is set far in
 // the past and the expiry runs under another name, then the row heart-beats again.
 func (p *Processor) registerAtStart(ctx context.Context) error {
-	created, err := p.register(ctx)
-	if err != nil || created {
-		return err
+	created, err := p.repo.RegisterOwner(ctx, p.pool)
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	if created {
+		return nil
 	}
 	owner := p.repo.Owner()
 	p.logger.Warn("owner row already there: taking back the leases of the earlier process of this owner name (two live processes must not share one)",
@@ -550,10 +545,7 @@ func (p *Processor) registerAtStart(ctx context.Context) error {
 		return fmt.Errorf("processor: take back the leases of owner %q: %w", owner, err)
 	}
 	p.tookBack(expired)
-	if err := p.repo.Heartbeat(ctx, p.pool); errors.Is(err, repository.ErrNotRegistered) {
-		_, err = p.register(ctx) // purged meanwhile as dead
-		return err
-	} else if err != nil {
+	if err := p.beat(ctx); err != nil {
 		return fmt.Errorf("processor: %w", err)
 	}
 	return nil
@@ -583,14 +575,19 @@ func (p *Processor) heartbeat(ctx context.Context) {
 	// gives the connection up.
 	hctx, cancel := context.WithTimeout(ctx, p.cfg.ExpiryTimeout)
 	defer cancel()
-	err := p.repo.Heartbeat(hctx, p.pool)
+	p.outcome(ctx, "heartbeat", p.beat(hctx))
+}
+
+// beat heart-beats the owner row, or registers it again when it is gone: this owner was
+// silent long enough to be purged as dead (its leases were taken back, and its late
+// completions will be refused), and comes back as a fresh owner row.
+func (p *Processor) beat(ctx context.Context) error {
+	err := p.repo.Heartbeat(ctx, p.pool)
 	if errors.Is(err, repository.ErrNotRegistered) {
-		// We were silent long enough to be purged as dead; our leases were taken back
-		// and late completions will be refused. Come back as a fresh owner row.
 		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
-		_, err = p.register(hctx)
+		_, err = p.repo.RegisterOwner(ctx, p.pool)
 	}
-	p.outcome(ctx, "heartbeat", err)
+	return err
 }
 
 // outcome records the result of a database operation in p.faults.

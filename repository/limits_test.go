@@ -409,21 +409,7 @@ func TestLimitLoweredWhileAPollWaits(t *testing.T) {
 		done <- result{tasks, err}
 	}()
 	// the poll read the limit of 10 and waits for the lock
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting bool
-		if err := f.pool.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the poll never waited for the topic's lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitForLock(t, f.pool, "task_poll_candidates")
 	f.limit(repository.TopicSettings{Concurrency: 1})
 	if err := holder.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
