@@ -73,6 +73,42 @@ func (q *Queries) OwnerDeregister(ctx context.Context, db DBTX, owner string) (i
 	return result.RowsAffected(), nil
 }
 
+const ownerGet = `-- name: OwnerGet :one
+SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
+       (extract(epoch FROM COALESCE($1::timestamptz, now()) - o.heartbeat) * 1000)::bigint AS silent_ms
+FROM task_owner o
+WHERE o.owner = $2
+`
+
+type OwnerGetParams struct {
+	Now   *time.Time
+	Owner string
+}
+
+type OwnerGetRow struct {
+	Owner     string
+	Heartbeat time.Time
+	Started   time.Time
+	Host      *string
+	Pid       *int32
+	SilentMs  int64
+}
+
+// This owner's row, and how long its heartbeat has been silent by the database clock.
+func (q *Queries) OwnerGet(ctx context.Context, db DBTX, arg OwnerGetParams) (OwnerGetRow, error) {
+	row := db.QueryRow(ctx, ownerGet, arg.Now, arg.Owner)
+	var i OwnerGetRow
+	err := row.Scan(
+		&i.Owner,
+		&i.Heartbeat,
+		&i.Started,
+		&i.Host,
+		&i.Pid,
+		&i.SilentMs,
+	)
+	return i, err
+}
+
 const ownerHeartbeat = `-- name: OwnerHeartbeat :execrows
 UPDATE task_owner SET heartbeat = COALESCE($1::timestamptz, now()) WHERE owner = $2
 `

@@ -3,7 +3,9 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,5 +257,146 @@ func TestOwnerNameReused(t *testing.T) {
 	}
 	if got, err := f.repo.Get(f.ctx, f.pool, "other", other[0].Sequence); err != nil || got.State != repository.Expired {
 		t.Errorf("the crashed process's task of other: %v, %v; want EXPIRED (one attempt)", got.State, err)
+	}
+}
+
+// leaseAs registers an owner of cfg and leases n tasks of the fixture's topic under it,
+// as a process that then crashed would have.
+func (f *fixture) leaseAs(cfg repository.Config, n int) []repository.Task {
+	f.t.Helper()
+	repo, err := repository.New(cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := repo.RegisterOwner(f.ctx, f.pool); err != nil {
+		f.t.Fatal(err)
+	}
+	leased, err := repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, n)
+	if err != nil || len(leased) != n {
+		f.t.Fatalf("lease as %s: %d tasks, %v; want %d", cfg.Owner, len(leased), err, n)
+	}
+	return leased
+}
+
+// TestOwnerNameReusedElsewhere: a process started under the name of one that ran on
+// another host (or whose process id it cannot check) cannot tell a dead process from a
+// live one at once, so it takes the leases back after the row has been silent for the
+// expiry timeout; one that ran on this host as a process that has exited is known to be
+// gone, and its leases are taken back at once.
+func TestOwnerNameReusedElsewhere(t *testing.T) {
+	exited := exec.Command("true")
+	if err := exited.Run(); err != nil {
+		t.Fatalf("run a process that exits: %v", err)
+	}
+	for _, c := range []struct {
+		name    string
+		earlier repository.Config
+		expiry  time.Duration
+	}{
+		// an hour: the test times out unless the leases come back at once
+		{"OnThisHostByAProcessThatExited", repository.Config{Owner: "pod-0", PID: exited.Process.Pid}, time.Hour},
+		{"OnAnotherHost", repository.Config{Owner: "pod-0", Host: "elsewhere.example"}, 500 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := setup(t)
+			if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{
+				MaxAttempts: 3, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			f.pushN(3)
+			leased := f.leaseAs(c.earlier, 2)
+			runs := newRunBook()
+			p, _ := f.processor("pod-0", processor.Config{ExpiryTimeout: c.expiry},
+				processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle)})
+			f.start(p)
+			f.eventually("every task succeeded", func() bool { return f.count(repository.Succeeded) == 3 })
+			runs.mu.Lock()
+			defer runs.mu.Unlock()
+			for _, task := range leased {
+				if got := f.get(task.Sequence); runs.runs[task.Sequence] != 1 || got.Attempt != 2 {
+					t.Errorf("task %d leased by the earlier process: handled %d times, attempt %d; want once, in attempt 2",
+						task.Sequence, runs.runs[task.Sequence], got.Attempt)
+				}
+			}
+		})
+	}
+}
+
+// TestOwnerNameInUse: a process started under the name of a live one (on another host,
+// or on this one as another running process) fails with ErrOwnerInUse once it sees the
+// row heart-beat, and the live process keeps its leases and completes its tasks.
+func TestOwnerNameInUse(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		second repository.Config
+	}{
+		{"OnAnotherHost", repository.Config{Owner: "shared", Host: "elsewhere.example"}},
+		{"OnThisHostAsAnotherProcess", repository.Config{Owner: "shared", PID: 1}}, // init runs
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := setup(t)
+			pushed := f.pushN(1)
+			release := make(chan struct{})
+			first, _ := f.processor("shared", processor.Config{HeartbeatInterval: 50 * time.Millisecond},
+				processor.ManagerConfig{Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+					<-release
+					return repository.Succeed("")
+				})})
+			f.start(first)
+			f.eventually("the first process leased the task", func() bool { return f.count(repository.Active) == 1 })
+
+			repo, err := repository.New(c.second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ran atomic.Int64
+			second, _ := f.processor("", processor.Config{Repository: repo, HeartbeatInterval: 50 * time.Millisecond,
+				ExpiryTimeout: 2 * time.Second},
+				processor.ManagerConfig{Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+					ran.Add(1)
+					return repository.Succeed("")
+				})})
+			ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+			defer cancel()
+			err = second.Run(ctx)
+			if !errors.Is(err, processor.ErrOwnerInUse) {
+				t.Fatalf("the second process's Run: %v; want ErrOwnerInUse", err)
+			}
+			t.Logf("the second process's Run: %v", err)
+			close(release)
+			f.eventually("the first process's task succeeded", func() bool { return f.count(repository.Succeeded) == 1 })
+			if got := f.get(pushed[0].Sequence); got.Attempt != 1 || got.Owner != "shared" || ran.Load() != 0 {
+				t.Errorf("the task: attempt %d, owner %q; the second process ran %d tasks; want it completed by the first in attempt 1",
+					got.Attempt, got.Owner, ran.Load())
+			}
+		})
+	}
+}
+
+// TestStoppedWhileAnEarlierOwnerMayRun: a process told to stop while it waits for the
+// silence of an owner row that another host wrote returns without error and leaves that
+// row as it was (it leases nothing, so a clean stop's deregistration would delete it).
+func TestStoppedWhileAnEarlierOwnerMayRun(t *testing.T) {
+	f := setup(t)
+	earlier, err := repository.New(repository.Config{Owner: "pod-0", Host: "elsewhere.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := earlier.RegisterOwner(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := f.processor("pod-0", processor.Config{ExpiryTimeout: time.Hour},
+		processor.ManagerConfig{Handler: processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+			return repository.Succeed("")
+		})})
+	ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := p.Run(ctx); err != nil {
+		t.Fatalf("Run stopped while waiting: %v; want nil", err)
+	}
+	var host string
+	if err := f.pool.QueryRow(f.ctx, "SELECT host FROM task_owner WHERE owner = 'pod-0'").Scan(&host); err != nil || host != "elsewhere.example" {
+		t.Fatalf("the earlier owner's row: host %q, %v; want it left there", host, err)
 	}
 }

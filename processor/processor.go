@@ -411,8 +411,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			// Told to stop before it started. The owner row may have been written all
 			// the same (the cancellation can reach pgx after the server committed):
-			// delete it if so. Best effort: a row left behind is purged as dead later.
-			_, _ = p.deleteOwnerRow(ctx)
+			// delete it if so, unless it is another process's, whose silence this
+			// one was waiting for. Best effort: a row left behind is purged as dead
+			// later.
+			if !errors.As(err, new(notOurs)) {
+				_, _ = p.deleteOwnerRow(ctx)
+			}
 			return nil
 		}
 		return err
@@ -513,11 +517,13 @@ func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
 // registerAtStart registers the owner when Run starts. An owner row that is there
 // already belongs to an earlier process of the same owner name (a fixed name, such as a
 // pod's, restarted after a crash within the expiry timeout), or to another process
-// running under this name now, which is a mistake: owner names must be unique. The
-// earlier process's leases would stay ACTIVE for as long as this one heart-beats the
-// row, in every topic, so they are taken back first as a dead owner's are (expired: the
-// attempt counts, the topic's retry policy applies): the row's heartbeat is set far in
-// the past and the expiry runs under another name, then the row heart-beats again.
+// running under this name now, which is a mistake: owner names must be unique. So it
+// first waits until the earlier process is known to be gone (awaitEarlierOwner), and
+// fails with ErrOwnerInUse when the row heart-beats meanwhile. The earlier process's
+// leases would stay ACTIVE for as long as this one heart-beats the row, in every topic,
+// so they are then taken back as a dead owner's are (expired: the attempt counts, the
+// topic's retry policy applies): the row's heartbeat is set far in the past and the
+// expiry runs under another name, then the row heart-beats again.
 func (p *Processor) registerAtStart(ctx context.Context) error {
 	created, err := p.repo.RegisterOwner(ctx, p.pool)
 	if err != nil {
@@ -527,7 +533,10 @@ func (p *Processor) registerAtStart(ctx context.Context) error {
 		return nil
 	}
 	owner := p.repo.Owner()
-	p.logger.Warn("owner row already there: taking back the leases of the earlier process of this owner name (two live processes must not share one)",
+	if err := p.awaitEarlierOwner(ctx); err != nil {
+		return notOurs{err}
+	}
+	p.logger.Warn("owner row already there: taking back the leases of the earlier process of this owner name",
 		slog.String("owner", owner))
 	dead, err := repository.New(repository.Config{Owner: owner, Now: func() time.Time { return time.Unix(0, 0) }})
 	if err != nil {
@@ -547,6 +556,61 @@ func (p *Processor) registerAtStart(ctx context.Context) error {
 	p.tookBack(expired)
 	if err := p.beat(ctx); err != nil {
 		return fmt.Errorf("processor: %w", err)
+	}
+	return nil
+}
+
+// ErrOwnerInUse is what Run returns when another live process heart-beats under the
+// owner name it was given (repository.Config.Owner): two processes must not share one.
+var ErrOwnerInUse = errors.New("owner name in use by a live process")
+
+// notOurs marks an error of a start that found the owner row there already: a start
+// stopped then leaves the row, another process's, alone.
+type notOurs struct{ error }
+
+func (e notOurs) Unwrap() error { return e.error }
+
+// awaitEarlierOwner returns once the process that registered this owner name earlier
+// is known to be gone: at once when it ran on this host under this process id (this
+// process, or a restarted container's first process) or under one that has exited;
+// otherwise once its heartbeat has been silent for ExpiryTimeout, the silence after
+// which expiry counts an owner dead, reading the row every HeartbeatInterval meanwhile.
+// A heartbeat in that time is a live process's: ErrOwnerInUse, naming it, and the
+// process keeps its leases.
+func (p *Processor) awaitEarlierOwner(ctx context.Context) error {
+	earlier, silent, err := p.repo.RegisteredOwner(ctx, p.pool)
+	if errors.Is(err, repository.ErrNotRegistered) {
+		return nil // purged since: beat registers it again
+	}
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	if earlier.Host == p.repo.Host() && (earlier.PID == p.repo.PID() || !processAlive(earlier.PID)) {
+		return nil
+	}
+	p.logger.Warn("owner row already there, of a process that may be running: waiting for its heartbeat to be silent for the expiry timeout before taking back its leases (two live processes must not share an owner name)",
+		slog.String("owner", earlier.Name), slog.String("host", earlier.Host), slog.Int("pid", earlier.PID),
+		slog.Duration("silent", silent), slog.Duration("expiry_timeout", p.cfg.ExpiryTimeout))
+	for silent < p.cfg.ExpiryTimeout {
+		timer := time.NewTimer(min(p.cfg.HeartbeatInterval, p.cfg.ExpiryTimeout-silent))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("processor: %w", ctx.Err())
+		case <-timer.C:
+		}
+		now, s, err := p.repo.RegisteredOwner(ctx, p.pool)
+		if errors.Is(err, repository.ErrNotRegistered) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("processor: %w", err)
+		}
+		if now.Heartbeat.After(earlier.Heartbeat) {
+			return fmt.Errorf("processor: owner %q heart-beats under host %q, pid %d (registered %s): %w; give each process a name of its own (repository.Config.Owner)",
+				now.Name, now.Host, now.PID, now.Started.Format(time.RFC3339), ErrOwnerInUse)
+		}
+		silent = s
 	}
 	return nil
 }

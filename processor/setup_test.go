@@ -89,18 +89,21 @@ func (f *fixture) pushN(n int) []repository.Task {
 	return tasks
 }
 
-// processor builds a processor on its own pool and owner; cfg's Topic defaults to the
-// fixture's topic and its PauseInterval to one hour (so only NOTIFY or Resume wake it).
+// processor builds a processor on its own pool and owner (pcfg.Repository's, when it
+// is set); cfg's Topic defaults to the fixture's topic and its PauseInterval to one hour
+// (so only NOTIFY or Resume wake it).
 func (f *fixture) processor(owner string, pcfg processor.Config, cfgs ...processor.ManagerConfig) (*processor.Processor, []*processor.TaskManager) {
 	f.t.Helper()
-	repo, err := repository.New(repository.Config{Owner: owner})
-	if err != nil {
-		f.t.Fatal(err)
+	if pcfg.Repository == nil {
+		repo, err := repository.New(repository.Config{Owner: owner})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		pcfg.Repository = repo
 	}
 	if pcfg.Pool == nil {
 		pcfg.Pool = f.newPool()
 	}
-	pcfg.Repository = repo
 	// The tests of this package that are not about schedules run without the schedule
 	// loop (schedule_test.go builds its processors itself): with the 100 ms heartbeat
 	// below it reads task_schedule ten times a second, and an idle processor running it

@@ -82,6 +82,35 @@ func TestOwners(t *testing.T) {
 	}
 }
 
+// TestRegisteredOwner: an owner reads its own row, with how long its heartbeat has been
+// silent; an owner without a row gets ErrNotRegistered.
+func TestRegisteredOwner(t *testing.T) {
+	f := setup(t)
+	repo, err := repository.New(repository.Config{Owner: "pod-0", Host: "host-a", PID: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := repo.RegisteredOwner(f.ctx, f.pool); !errors.Is(err, repository.ErrNotRegistered) {
+		t.Fatalf("before registering: err = %v, want ErrNotRegistered", err)
+	}
+	if _, err := repo.RegisterOwner(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "UPDATE task_owner SET heartbeat = now() - interval '90 seconds' WHERE owner = 'pod-0'"); err != nil {
+		t.Fatal(err)
+	}
+	o, silent, err := repo.RegisteredOwner(f.ctx, f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Name != "pod-0" || o.Host != "host-a" || o.PID != 42 || silent < 90*time.Second || silent > 100*time.Second {
+		t.Fatalf("owner %+v silent %v; want pod-0 of host-a, pid 42, silent 90 s", o, silent)
+	}
+	if repo.Host() != "host-a" || repo.PID() != 42 {
+		t.Fatalf("Host() %q, PID() %d; want the configured host-a, 42", repo.Host(), repo.PID())
+	}
+}
+
 func TestTimeline(t *testing.T) {
 	f := setup(t)
 	first := f.push(repository.Append, "a")[0]

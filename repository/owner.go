@@ -2,8 +2,11 @@ package repository
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/db"
 )
@@ -62,20 +65,38 @@ func (r *Repository) Heartbeat(ctx context.Context, h Handle) error {
 		return mapError("heartbeat owner "+r.owner, err)
 	}
 	if n == 0 {
-		return &ownerError{owner: r.owner}
+		return &ownerError{op: "heartbeat", owner: r.owner}
 	}
 	return nil
 }
 
-type ownerError struct{ owner string }
+type ownerError struct{ op, owner string }
 
 // Error says which owner is not registered.
 func (e *ownerError) Error() string {
-	return "heartbeat owner " + e.owner + ": " + ErrNotRegistered.Error()
+	return e.op + " owner " + e.owner + ": " + ErrNotRegistered.Error()
 }
 
 // Unwrap returns ErrNotRegistered.
 func (e *ownerError) Unwrap() error { return ErrNotRegistered }
+
+// RegisteredOwner reads this repository's owner row, and how long its heartbeat has
+// been silent by the database clock; ErrNotRegistered when there is no row. A process
+// whose RegisterOwner found the row there already learns from it whose the row is.
+func (r *Repository) RegisteredOwner(ctx context.Context, h Handle) (Owner, time.Duration, error) {
+	row, err := r.q.OwnerGet(ctx, h, db.OwnerGetParams{Now: r.clock(), Owner: r.owner})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Owner{}, 0, &ownerError{op: "read", owner: r.owner}
+	}
+	if err != nil {
+		return Owner{}, 0, mapError("read owner "+r.owner, err)
+	}
+	o := Owner{Name: row.Owner, Heartbeat: row.Heartbeat, Started: row.Started, Host: str(row.Host)}
+	if row.Pid != nil {
+		o.PID = int(*row.Pid)
+	}
+	return o, time.Duration(row.SilentMs) * time.Millisecond, nil
+}
 
 // LiveOwners lists the other owners whose heartbeat is newer than now − timeout.
 func (r *Repository) LiveOwners(ctx context.Context, h Handle, timeout time.Duration) ([]Owner, error) {

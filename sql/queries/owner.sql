@@ -68,3 +68,10 @@ CROSS JOIN LATERAL (
 ) l
 ORDER BY o.heartbeat DESC, o.owner
 LIMIT sqlc.arg(size)::int;
+
+-- name: OwnerGet :one
+-- This owner's row, and how long its heartbeat has been silent by the database clock.
+SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
+       (extract(epoch FROM COALESCE(sqlc.narg('now')::timestamptz, now()) - o.heartbeat) * 1000)::bigint AS silent_ms
+FROM task_owner o
+WHERE o.owner = sqlc.arg(owner);
