@@ -445,7 +445,8 @@ func (c *completer) settle(r *report) {
 // ACTIVE under this owner in the attempt completed. The decisions are committed all
 // together or not at all, and the owner's leases are not taken back while it
 // heart-beats: after an attempt whose outcome is unknown, that is the mark of its
-// having committed (a task retried may even have been leased again since).
+// having committed (a task retried may even have been leased again since), unless a
+// task is EXPIRED (expired).
 func refusedAll(err error, reports []*report) bool {
 	var te *repository.TaskError
 	if !errors.As(err, &te) {
@@ -465,6 +466,17 @@ func refusedAll(err error, reports []*report) bool {
 		}
 	}
 	return true
+}
+
+// expired reports whether err refuses a task because it is EXPIRED: its lease was taken
+// back, and no decision of the batch committed (they commit all or nothing, and no
+// decision makes a task EXPIRED). An attempt whose outcome was unknown did not commit
+// them, then: a process cut off from the database for longer than the expiry timeout.
+func expired(err error) bool {
+	var te *repository.TaskError
+	return errors.As(err, &te) && slices.ContainsFunc(te.Problems, func(p repository.TaskProblem) bool {
+		return p.Err != nil && !errors.Is(p.Err, repository.ErrUnknownTask) && p.State == repository.Expired
+	})
 }
 
 // isRefusal reports whether err is the repository refusing the decisions themselves
@@ -490,7 +502,7 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 			if err == nil || isRefusal(err) {
 				c.m.p.faults.ok(c.m.commitOp) // the database answered
 			}
-			if unsure && refusedAll(err, reports) {
+			if unsure && refusedAll(err, reports) && !expired(err) {
 				return nil, errCommitted
 			}
 			return tasks, err

@@ -59,6 +59,9 @@ type TaskProblem struct {
 	Err error
 	// Detail says more, such as the state the task is in.
 	Detail string
+	// State is the state the task was in when the refusal was explained (none for
+	// ErrUnknownTask).
+	State State
 }
 
 // TaskError is returned when a batch operation refused some of its tasks; nothing of the

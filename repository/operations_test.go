@@ -465,6 +465,11 @@ func TestCompleteRefused(t *testing.T) {
 				}
 				_, err := f.repo.Complete(f.ctx, h, f.topic, lease.Decide(repository.Succeed("ok")), bad)
 				wantTaskError(t, err, tc.sentinel, bad.Sequence)
+				// the problem names the state the task is in
+				var te *repository.TaskError
+				if errors.As(err, &te) && bad.Sequence != 999 && te.Problems[0].State != before.State {
+					t.Errorf("the problem's State is %v, want the task's %v", te.Problems[0].State, before.State)
+				}
 				// The caller's transaction goes on: a push in it commits.
 				after, err := f.repo.Push(f.ctx, h, f.topic, repository.Append, repository.Creation{Identifier: "after"})
 				if err != nil {

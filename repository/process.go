@@ -603,13 +603,14 @@ func (r *Repository) explain(ctx context.Context, h Handle, op, topic string, se
 			continue
 		}
 		if p := check(s, row); p.Err != nil {
-			p.Sequence = s
+			p.Sequence, p.State = s, State(row.State)
 			te.Problems = append(te.Problems, p)
 		}
 	}
 	if len(te.Problems) == 0 {
 		for _, s := range sequences {
-			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: raced, Detail: "changed concurrently"})
+			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: raced, Detail: "changed concurrently",
+				State: State(current[s].State)})
 		}
 	}
 	return te
