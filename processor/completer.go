@@ -446,7 +446,7 @@ func (c *completer) settle(r *report) {
 // together or not at all, and the owner's leases are not taken back while it
 // heart-beats: after an attempt whose outcome is unknown, that is the mark of its
 // having committed (a task retried may even have been leased again since), unless a
-// task is EXPIRED (expired).
+// task shows otherwise (notCommitted).
 func refusedAll(err error, reports []*report) bool {
 	var te *repository.TaskError
 	if !errors.As(err, &te) {
@@ -468,15 +468,40 @@ func refusedAll(err error, reports []*report) bool {
 	return true
 }
 
-// expired reports whether err refuses a task because it is EXPIRED: its lease was taken
-// back, and no decision of the batch committed (they commit all or nothing, and no
-// decision makes a task EXPIRED). An attempt whose outcome was unknown did not commit
-// them, then: a process cut off from the database for longer than the expiry timeout.
-func expired(err error) bool {
+// notCommitted reports whether a task err refuses shows that reports' decisions did not
+// commit (they commit all or nothing): it is EXPIRED, which no decision makes (its lease
+// was taken back, at its last attempt), or its decision was SUCCESS, FILTER or
+// SUSPENSION and the task is not in that decision's state in the attempt decided (its
+// lease was taken back and it went back to READY, and perhaps ran again). A process cut
+// off from the database for longer than the expiry timeout sees that when the attempt
+// whose outcome it did not learn reached the server after the expiry. A FAILURE or a
+// snooze may have made the task READY, as an expiry does: it tells nothing.
+func notCommitted(err error, reports []*report) bool {
 	var te *repository.TaskError
-	return errors.As(err, &te) && slices.ContainsFunc(te.Problems, func(p repository.TaskProblem) bool {
-		return p.Err != nil && !errors.Is(p.Err, repository.ErrUnknownTask) && p.State == repository.Expired
-	})
+	if !errors.As(err, &te) {
+		return false
+	}
+	decided := make(map[int64]repository.Completion)
+	for _, r := range reports {
+		for _, comp := range r.completions {
+			decided[comp.Sequence] = comp
+		}
+	}
+	for _, p := range te.Problems {
+		comp, ok := decided[p.Sequence]
+		if !ok || errors.Is(p.Err, repository.ErrUnknownTask) {
+			continue
+		}
+		if p.State == repository.Expired {
+			return true
+		}
+		d := comp.Decision
+		if !d.Snooze && d.Result != repository.Failure &&
+			(p.State != d.Result.State() || p.Attempt != comp.Attempt) {
+			return true
+		}
+	}
+	return false
 }
 
 // isRefusal reports whether err is the repository refusing the decisions themselves
@@ -502,7 +527,7 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 			if err == nil || isRefusal(err) {
 				c.m.p.faults.ok(c.m.commitOp) // the database answered
 			}
-			if unsure && refusedAll(err, reports) && !expired(err) {
+			if unsure && refusedAll(err, reports) && !notCommitted(err, reports) {
 				return nil, errCommitted
 			}
 			return tasks, err

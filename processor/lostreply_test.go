@@ -564,58 +564,73 @@ func TestHungHeartbeatFails(t *testing.T) {
 // TestLostReplyOfARefusal: a completion that reaches the server after the lease was
 // taken back (the process was cut off for longer than the expiry timeout), and whose
 // refusal is then lost on the way back, is refused again when retried. The task is
-// EXPIRED, which no decision makes, so the decisions did not commit: the processor says
-// they were refused, not that an attempt whose reply was lost committed them.
+// EXPIRED (its last attempt), which no decision makes, or READY and run again, not
+// SUCCEEDED as decided: the decisions did not commit, and the processor says they were
+// refused, not that an attempt whose reply was lost committed them.
 func TestLostReplyOfARefusal(t *testing.T) {
-	f := setup(t)
-	if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{MaxAttempts: 1}); err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.Start(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	var logs logbuf.Buffer
-	release := make(chan struct{})
-	var completes atomic.Int64
-	p, _ := f.processor("cut-off", processor.Config{
-		Pool: proxiedPool(t, proxy, f.url), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		HeartbeatInterval: 50 * time.Millisecond, ExpiryTimeout: time.Hour,
-	}, processor.ManagerConfig{
-		Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
-			<-release
-			return repository.Succeed("")
-		}),
-		Listener: processor.Listener{OnComplete: func(string, []repository.Task, time.Duration) { completes.Add(1) }},
-	})
-	f.start(p)
-	pushed := f.pushN(1)
-	f.eventually("the task was leased", func() bool { return f.count(repository.Active) == 1 })
+	for _, c := range []struct {
+		name     string
+		attempts int32
+		want     repository.State
+		commits  int64 // what the listener hears of: the second attempt's
+	}{
+		{"AtTheLastAttempt", 1, repository.Expired, 0},
+		{"WithAttemptsLeft", 3, repository.Succeeded, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := setup(t)
+			if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{
+				MaxAttempts: c.attempts, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			proxy, err := faultproxy.Start(f.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proxy.Close() })
+			var logs logbuf.Buffer
+			release := make(chan struct{})
+			var completes atomic.Int64
+			p, _ := f.processor("cut-off", processor.Config{
+				Pool: proxiedPool(t, proxy, f.url), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				HeartbeatInterval: 50 * time.Millisecond, ExpiryTimeout: time.Hour,
+			}, processor.ManagerConfig{
+				Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+					<-release
+					return repository.Succeed("")
+				}),
+				Listener: processor.Listener{OnComplete: func(string, []repository.Task, time.Duration) { completes.Add(1) }},
+			})
+			f.start(p)
+			pushed := f.pushN(1)
+			f.eventually("the task was leased", func() bool { return f.count(repository.Active) == 1 })
 
-	// Another process, an hour later by its clock, takes the lease back.
-	later, err := repository.New(repository.Config{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if expired, err := later.Expire(f.ctx, f.pool, time.Hour); err != nil || len(expired) != 1 {
-		t.Fatalf("expire: %v, %v; want the one lease", expired, err)
-	}
-	cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement("TaskComplete"), Times: 1})
-	close(release)
-	f.eventually("the refusal was logged", func() bool {
-		return len(logs.Lines("decisions refused")) > 0 || len(logs.Lines("committed by an attempt")) > 0
-	})
-	if cut.Lost() != 1 {
-		t.Fatalf("the cut lost %d replies, want the completion's", cut.Lost())
-	}
-	if lines := logs.Lines("committed by an attempt"); len(lines) > 0 {
-		t.Errorf("a refused completion reported as committed:\n%s", strings.Join(lines, "\n"))
-	}
-	if got := f.get(pushed[0].Sequence); got.State != repository.Expired {
-		t.Errorf("the task is %v, want EXPIRED (the expiry's outcome)", got.State)
-	}
-	if n := completes.Load(); n != 0 {
-		t.Errorf("the listener heard of %d completions; want none (the decisions were refused)", n)
+			// Another process, two hours later by its clock, takes the lease back.
+			later, err := repository.New(repository.Config{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if expired, err := later.Expire(f.ctx, f.pool, time.Hour); err != nil || len(expired) != 1 {
+				t.Fatalf("expire: %v, %v; want the one lease", expired, err)
+			}
+			cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement("TaskComplete"), Times: 1})
+			close(release)
+			f.eventually("the refusal was logged", func() bool {
+				return len(logs.Lines("decisions refused")) > 0 || len(logs.Lines("committed by an attempt")) > 0
+			})
+			if cut.Lost() != 1 {
+				t.Fatalf("the cut lost %d replies, want the completion's", cut.Lost())
+			}
+			f.eventually("the task settled", func() bool {
+				return f.get(pushed[0].Sequence).State == c.want && completes.Load() >= c.commits
+			})
+			if lines := logs.Lines("committed by an attempt"); len(lines) > 0 {
+				t.Errorf("a refused completion reported as committed:\n%s", strings.Join(lines, "\n"))
+			}
+			if n := completes.Load(); n != c.commits {
+				t.Errorf("the listener heard of %d completions; want %d (the first attempt's decisions were refused)", n, c.commits)
+			}
+		})
 	}
 }

@@ -59,9 +59,10 @@ type TaskProblem struct {
 	Err error
 	// Detail says more, such as the state the task is in.
 	Detail string
-	// State is the state the task was in when the refusal was explained (none for
-	// ErrUnknownTask).
-	State State
+	// State and Attempt are the task's state and attempt when the refusal was
+	// explained; zero (ACTIVE, 0) for ErrUnknownTask.
+	State   State
+	Attempt int32
 }
 
 // TaskError is returned when a batch operation refused some of its tasks; nothing of the

@@ -603,14 +603,14 @@ func (r *Repository) explain(ctx context.Context, h Handle, op, topic string, se
 			continue
 		}
 		if p := check(s, row); p.Err != nil {
-			p.Sequence, p.State = s, State(row.State)
+			p.Sequence, p.State, p.Attempt = s, State(row.State), row.Attempt
 			te.Problems = append(te.Problems, p)
 		}
 	}
 	if len(te.Problems) == 0 {
 		for _, s := range sequences {
 			te.Problems = append(te.Problems, TaskProblem{Sequence: s, Err: raced, Detail: "changed concurrently",
-				State: State(current[s].State)})
+				State: State(current[s].State), Attempt: current[s].Attempt})
 		}
 	}
 	return te
