@@ -57,6 +57,38 @@ func (q *Queries) OwnerAnyStale(ctx context.Context, db DBTX, arg OwnerAnyStaleP
 	return stale, err
 }
 
+const ownerClaim = `-- name: OwnerClaim :execrows
+UPDATE task_owner
+SET heartbeat = 'epoch', started = COALESCE($1::timestamptz, now()),
+    host = $2, pid = $3
+WHERE owner = $4 AND heartbeat = $5::timestamptz
+`
+
+type OwnerClaimParams struct {
+	Now   *time.Time
+	Host  *string
+	Pid   *int32
+	Owner string
+	Seen  time.Time
+}
+
+// Takes this owner's row over from the process that wrote it, if its heartbeat is still
+// the one read (seen): records this process's host and pid and sets the heartbeat far in
+// the past, so that an expiry takes the earlier process's leases back.
+func (q *Queries) OwnerClaim(ctx context.Context, db DBTX, arg OwnerClaimParams) (int64, error) {
+	result, err := db.Exec(ctx, ownerClaim,
+		arg.Now,
+		arg.Host,
+		arg.Pid,
+		arg.Owner,
+		arg.Seen,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const ownerDeregister = `-- name: OwnerDeregister :execrows
 DELETE FROM task_owner o
 WHERE o.owner = $1

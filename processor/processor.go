@@ -518,33 +518,43 @@ func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
 // already belongs to an earlier process of the same owner name (a fixed name, such as a
 // pod's, restarted after a crash within the expiry timeout), or to another process
 // running under this name now, which is a mistake: owner names must be unique. So it
-// first waits until the earlier process is known to be gone (awaitEarlierOwner), and
-// fails with ErrOwnerInUse when the row heart-beats meanwhile. The earlier process's
-// leases would stay ACTIVE for as long as this one heart-beats the row, in every topic,
-// so they are then taken back as a dead owner's are (expired: the attempt counts, the
-// topic's retry policy applies): the row's heartbeat is set far in the past and the
-// expiry runs under another name, then the row heart-beats again.
+// first waits for the row to be silent for the expiry timeout, the silence after which
+// expiry counts an owner dead, and fails with ErrOwnerInUse when the row heart-beats
+// meanwhile (awaitSilence). The earlier process's leases would stay ACTIVE for as long
+// as this one heart-beats the row, in every topic, so it then takes the row over, if
+// nobody beat or took it over since (Repository.ClaimOwner: the row names this process
+// and its heartbeat is set far in the past), and takes the leases back as a dead owner's
+// are (expired: the attempt counts, the topic's retry policy applies) under another
+// name; then the row heart-beats again.
 func (p *Processor) registerAtStart(ctx context.Context) error {
-	created, err := p.repo.RegisterOwner(ctx, p.pool)
-	if err != nil {
-		return fmt.Errorf("processor: %w", err)
-	}
-	if created {
-		return nil
-	}
 	owner := p.repo.Owner()
-	if err := p.awaitEarlierOwner(ctx); err != nil {
-		return notOurs{err}
+	for {
+		created, err := p.repo.RegisterOwner(ctx, p.pool)
+		if err != nil {
+			return fmt.Errorf("processor: %w", err)
+		}
+		if created {
+			return nil
+		}
+		earlier, err := p.awaitSilence(ctx)
+		if errors.Is(err, repository.ErrNotRegistered) {
+			continue // purged meanwhile: register again
+		}
+		if err != nil {
+			return notOurs{err}
+		}
+		claimed, err := p.repo.ClaimOwner(ctx, p.pool, earlier.Heartbeat)
+		if err != nil {
+			return notOurs{fmt.Errorf("processor: %w", err)}
+		}
+		if !claimed {
+			return notOurs{fmt.Errorf("processor: owner %q was heart-beaten or taken over by another process while this one started: %w; give each process a name of its own (repository.Config.Owner)",
+				owner, ErrOwnerInUse)}
+		}
+		break
 	}
-	p.logger.Warn("owner row already there: taking back the leases of the earlier process of this owner name",
+	p.logger.Warn("owner row silent for the expiry timeout: taking back the leases of the earlier process of this owner name",
 		slog.String("owner", owner))
-	dead, err := repository.New(repository.Config{Owner: owner, Now: func() time.Time { return time.Unix(0, 0) }})
-	if err != nil {
-		return fmt.Errorf("processor: %w", err)
-	}
-	if err := dead.Heartbeat(ctx, p.pool); err != nil && !errors.Is(err, repository.ErrNotRegistered) {
-		return fmt.Errorf("processor: %w", err)
-	}
 	expirer, err := repository.New(repository.Config{})
 	if err != nil {
 		return fmt.Errorf("processor: %w", err)
@@ -570,49 +580,43 @@ type notOurs struct{ error }
 
 func (e notOurs) Unwrap() error { return e.error }
 
-// awaitEarlierOwner returns once the process that registered this owner name earlier
-// is known to be gone: at once when it ran on this host under this process id (this
-// process, or a restarted container's first process) or under one that has exited;
-// otherwise once its heartbeat has been silent for ExpiryTimeout, the silence after
-// which expiry counts an owner dead, reading the row every HeartbeatInterval meanwhile.
-// A heartbeat in that time is a live process's: ErrOwnerInUse, naming it, and the
-// process keeps its leases.
-func (p *Processor) awaitEarlierOwner(ctx context.Context) error {
+// awaitSilence returns this owner's row once its heartbeat has been silent for
+// ExpiryTimeout, reading it every HeartbeatInterval meanwhile (the wait is timed by
+// this process's clock, from the silence the first read found). A heartbeat in that
+// time is a live process's: ErrOwnerInUse, naming it. ErrNotRegistered: the row went.
+func (p *Processor) awaitSilence(ctx context.Context) (repository.Owner, error) {
 	earlier, silent, err := p.repo.RegisteredOwner(ctx, p.pool)
-	if errors.Is(err, repository.ErrNotRegistered) {
-		return nil // purged since: beat registers it again
-	}
 	if err != nil {
-		return fmt.Errorf("processor: %w", err)
+		return repository.Owner{}, fmt.Errorf("processor: %w", err)
 	}
-	if earlier.Host == p.repo.Host() && (earlier.PID == p.repo.PID() || !processAlive(earlier.PID)) {
-		return nil
+	if silent >= p.cfg.ExpiryTimeout {
+		return earlier, nil
 	}
 	p.logger.Warn("owner row already there, of a process that may be running: waiting for its heartbeat to be silent for the expiry timeout before taking back its leases (two live processes must not share an owner name)",
 		slog.String("owner", earlier.Name), slog.String("host", earlier.Host), slog.Int("pid", earlier.PID),
 		slog.Duration("silent", silent), slog.Duration("expiry_timeout", p.cfg.ExpiryTimeout))
-	for silent < p.cfg.ExpiryTimeout {
-		timer := time.NewTimer(min(p.cfg.HeartbeatInterval, p.cfg.ExpiryTimeout-silent))
+	deadline := time.Now().Add(p.cfg.ExpiryTimeout - silent)
+	for {
+		wait := min(p.cfg.HeartbeatInterval, time.Until(deadline))
+		if wait <= 0 {
+			return earlier, nil
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return fmt.Errorf("processor: %w", ctx.Err())
+			return repository.Owner{}, fmt.Errorf("processor: %w", ctx.Err())
 		case <-timer.C:
 		}
-		now, s, err := p.repo.RegisteredOwner(ctx, p.pool)
-		if errors.Is(err, repository.ErrNotRegistered) {
-			return nil
-		}
+		now, _, err := p.repo.RegisteredOwner(ctx, p.pool)
 		if err != nil {
-			return fmt.Errorf("processor: %w", err)
+			return repository.Owner{}, fmt.Errorf("processor: %w", err)
 		}
-		if now.Heartbeat.After(earlier.Heartbeat) {
-			return fmt.Errorf("processor: owner %q heart-beats under host %q, pid %d (registered %s): %w; give each process a name of its own (repository.Config.Owner)",
+		if !now.Heartbeat.Equal(earlier.Heartbeat) {
+			return repository.Owner{}, fmt.Errorf("processor: owner %q heart-beats under host %q, pid %d (registered %s): %w; give each process a name of its own (repository.Config.Owner)",
 				now.Name, now.Host, now.PID, now.Started.Format(time.RFC3339), ErrOwnerInUse)
 		}
-		silent = s
 	}
-	return nil
 }
 
 // heartbeats proves this owner alive every HeartbeatInterval, on a goroutine of its own:

@@ -83,7 +83,8 @@ func TestOwners(t *testing.T) {
 }
 
 // TestRegisteredOwner: an owner reads its own row, with how long its heartbeat has been
-// silent; an owner without a row gets ErrNotRegistered.
+// silent; an owner without a row gets ErrNotRegistered. ClaimOwner takes the row over
+// only while its heartbeat is the one read.
 func TestRegisteredOwner(t *testing.T) {
 	f := setup(t)
 	repo, err := repository.New(repository.Config{Owner: "pod-0", Host: "host-a", PID: 42})
@@ -106,8 +107,30 @@ func TestRegisteredOwner(t *testing.T) {
 	if o.Name != "pod-0" || o.Host != "host-a" || o.PID != 42 || silent < 90*time.Second || silent > 100*time.Second {
 		t.Fatalf("owner %+v silent %v; want pod-0 of host-a, pid 42, silent 90 s", o, silent)
 	}
-	if repo.Host() != "host-a" || repo.PID() != 42 {
-		t.Fatalf("Host() %q, PID() %d; want the configured host-a, 42", repo.Host(), repo.PID())
+
+	// Another process of the name takes the row over, if its heartbeat is the one seen.
+	successor, err := repository.New(repository.Config{Owner: "pod-0", Host: "host-b", PID: 43})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claimed, err := successor.ClaimOwner(f.ctx, f.pool, o.Heartbeat.Add(time.Microsecond)); err != nil || claimed {
+		t.Fatalf("claim with a heartbeat not the row's: %v, %v; want false", claimed, err)
+	}
+	if again, _, err := repo.RegisteredOwner(f.ctx, f.pool); err != nil || again.Host != "host-a" || !again.Heartbeat.Equal(o.Heartbeat) {
+		t.Fatalf("after a refused claim: %+v, %v; want the row unchanged", again, err)
+	}
+	if claimed, err := successor.ClaimOwner(f.ctx, f.pool, o.Heartbeat); err != nil || !claimed {
+		t.Fatalf("claim with the row's heartbeat: %v, %v; want true", claimed, err)
+	}
+	after, silent, err := repo.RegisteredOwner(f.ctx, f.pool)
+	if err != nil || after.Host != "host-b" || after.PID != 43 || silent < 24*time.Hour || !after.Started.After(o.Started) {
+		t.Fatalf("after the claim: %+v silent %v, %v; want host-b, pid 43, silent for ages, started again", after, silent, err)
+	}
+	if err := repo.Heartbeat(f.ctx, f.pool); err != nil {
+		t.Fatalf("heartbeat after the claim: %v", err)
+	}
+	if claimed, err := successor.ClaimOwner(f.ctx, f.pool, after.Heartbeat); err != nil || claimed {
+		t.Fatalf("claim after a heartbeat: %v, %v; want false", claimed, err)
 	}
 }
 

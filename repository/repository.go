@@ -37,18 +37,15 @@ type Handle interface {
 type Config struct {
 	// Owner names this instance in task_owner and on the tasks it leases (1..250
 	// characters). Empty picks a random UUID. A name must not be shared by two live
-	// processes: a processor started under the name of one that heart-beats fails
-	// with processor.ErrOwnerInUse, and one started under the name of one that died
-	// takes back the leases the dead one still held, as expiry would
-	// (docs/processor.md).
+	// processes: a processor started under a name whose row heart-beats fails with
+	// processor.ErrOwnerInUse, and one started under the name of one that died takes
+	// back the leases the dead one still held once its row has been silent for the
+	// expiry timeout, as expiry would (docs/processor.md).
 	Owner string
-	// Host is recorded with the owner to help operators, and to tell a restarted
-	// process whether the owner row it finds was written on its machine; empty picks
-	// the machine's host name.
+	// Host is recorded with the owner to help operators; empty picks the machine's host
+	// name.
 	Host string
-	// PID is recorded with the owner to help operators, and to tell a restarted
-	// process whether the one that wrote the row still runs; zero picks this process's
-	// id.
+	// PID is recorded with the owner to help operators; zero picks this process's id.
 	PID int
 	// Now, when set, replaces the database clock for heartbeats, liveness and expiry, so
 	// tests can make time pass without sleeping. Nil uses the database's now().
@@ -104,12 +101,6 @@ func New(cfg Config) (*Repository, error) {
 
 // Owner returns this instance's owner name.
 func (r *Repository) Owner() string { return r.owner }
-
-// Host returns the host this instance registers its owner with (Config.Host).
-func (r *Repository) Host() string { return r.host }
-
-// PID returns the process id this instance registers its owner with (Config.PID).
-func (r *Repository) PID() int { return r.pid }
 
 // clock returns the injected time, or nil to use the database clock.
 func (r *Repository) clock() *time.Time {

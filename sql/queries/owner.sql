@@ -75,3 +75,12 @@ SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
        (extract(epoch FROM COALESCE(sqlc.narg('now')::timestamptz, now()) - o.heartbeat) * 1000)::bigint AS silent_ms
 FROM task_owner o
 WHERE o.owner = sqlc.arg(owner);
+
+-- name: OwnerClaim :execrows
+-- Takes this owner's row over from the process that wrote it, if its heartbeat is still
+-- the one read (seen): records this process's host and pid and sets the heartbeat far in
+-- the past, so that an expiry takes the earlier process's leases back.
+UPDATE task_owner
+SET heartbeat = 'epoch', started = COALESCE(sqlc.narg('now')::timestamptz, now()),
+    host = sqlc.narg('host'), pid = sqlc.narg('pid')
+WHERE owner = sqlc.arg(owner) AND heartbeat = sqlc.arg(seen)::timestamptz;
