@@ -3,7 +3,7 @@
 // question is how many tasks a concurrency limit lets through when handlers take no
 // time, and whether cycles that overlap move more than one chain does.
 //
-//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N [-striped | -split] | -pipeline] [-ceiling [-leaf]]
+//	go run ./bench/prototypes/limit-chains -database-url URL [-limit 64] [-tasks 200000] [-chains N [-striped | -split | -lanes] | -pipeline] [-ceiling [-leaf]]
 //
 // It registers a topic limited to -limit, pushes -tasks tasks, VACUUMs and CHECKPOINTs,
 // then drives the repository directly (no processor) and prints tasks/s:
@@ -23,6 +23,13 @@
 //	             modulo N, from the highest it leased itself, so that the chains never
 //	             meet each other's rows (a poll order pgtask does not have: FIFO per
 //	             stripe, not across them)
+//	-lanes       each cycle one statement of the prototype's: pgtask's completion
+//	             (task_complete, whole rows returned to the client as the processor
+//	             gets them), the count of the topic's ACTIVE tasks and a lease of as many
+//	             as it completed, as task_hand_over's, but chain i of N leasing only the
+//	             tasks whose sequence is i modulo N, from the highest it leased itself
+//	             (-striped's lanes with a real completion; -chains 1 is the same
+//	             statement over one lane, the baseline to compare with)
 //	-pipeline    one chain whose completion and next lease run at once on two
 //	             connections, the lease committed once the completion has
 //	-split       each cycle is two statements in one transaction, the completion and
@@ -104,6 +111,38 @@ BEGIN
         RETURNING t.sequence, t.attempt;
 END
 $$;
+CREATE FUNCTION limit_chains_prototype.lane(p_topic text, p_owner text, p_sequences bigint[], p_attempts integer[],
+                                            p_concurrency integer, p_from bigint, p_lanes integer, p_lane integer)
+RETURNS SETOF public.task
+LANGUAGE plpgsql VOLATILE
+SET enable_sort = off SET enable_bitmapscan = off SET jit = off
+AS $$
+DECLARE
+    v_done   integer;
+    v_room   integer;
+    v_chosen tid[];
+BEGIN
+    RETURN QUERY SELECT * FROM public.task_complete(p_topic, p_owner, p_sequences, p_attempts,
+        array_fill(3::smallint, ARRAY[cardinality(p_sequences)]), array_fill(''::text, ARRAY[cardinality(p_sequences)]),
+        array_fill(0::bigint, ARRAY[cardinality(p_sequences)]));
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+    SELECT p_concurrency - count(*) INTO v_room
+    FROM (SELECT 1 FROM public.task t WHERE t.state = 0 AND hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic
+          LIMIT p_concurrency) a;
+    v_chosen := ARRAY(SELECT c.ctid FROM public.task c
+                      WHERE hashtext(c.topic) = hashtext(p_topic) AND c.topic = p_topic AND c.state = 1
+                        AND (c.priority, c.sequence) >= (0::smallint, p_from)
+                        AND (c.not_before IS NULL OR c.not_before <= now())
+                        AND c.sequence % p_lanes = p_lane
+                      ORDER BY c.priority, c.sequence
+                      LIMIT greatest(least(v_done, v_room), 0)
+                      FOR UPDATE OF c SKIP LOCKED);
+    RETURN QUERY
+        UPDATE public.task t SET state = 0, owner = p_owner, attempt = t.attempt + 1
+        WHERE t.topic = p_topic AND t.ctid = ANY (v_chosen)
+        RETURNING t.*;
+END
+$$;
 CREATE FUNCTION limit_chains_prototype.hand_over(p_topic text, p_owner text, p_freed integer, p_concurrency integer,
                                                  p_size integer, p_from bigint)
 RETURNS TABLE (sequence bigint, attempt integer)
@@ -137,6 +176,7 @@ type run struct {
 	floor atomic.Int64
 	limit int
 	split bool
+	lanes bool
 	// turn orders the chains' hand-overs (-split)
 	turn sync.Mutex
 }
@@ -150,10 +190,11 @@ func main() {
 	pipeline := flag.Bool("pipeline", false, "one chain, completion and next lease at once on two connections")
 	striped := flag.Bool("striped", false, "with -ceiling: chain i leases the tasks whose sequence is i modulo -chains")
 	leaf := flag.Bool("leaf", false, "with -ceiling: the statement names the topic's own table (its leaf partition) instead of task, so that its kept plan locks and starts up one table")
+	lanes := flag.Bool("lanes", false, "each cycle the prototype's statement: pgtask's completion, the count, and a lease of as many from chain i's lane (sequence modulo -chains)")
 	split := flag.Bool("split", false, "each cycle two statements in one transaction, the completion and then the hand-over, the chains' hand-overs taken in turn from the floor")
 	flag.Parse()
-	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) || (*striped && !*ceiling) || (*split && (*ceiling || *pipeline)) || (*leaf && !*ceiling) {
-		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -striped with -ceiling, -split without -ceiling, -leaf with -ceiling"))
+	if *chains < 1 || *limit < *chains || *tasks < 1 || (*pipeline && (*chains != 1 || *ceiling)) || (*striped && !*ceiling) || (*split && (*ceiling || *pipeline)) || (*leaf && !*ceiling) || (*lanes && (*ceiling || *split || *pipeline)) {
+		fail(errors.New("need 1 <= -chains <= -limit, -tasks >= 1, -pipeline alone, -striped with -ceiling, -split without -ceiling, -leaf with -ceiling, -lanes without -ceiling, -split or -pipeline"))
 	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, *url)
@@ -172,13 +213,13 @@ func main() {
 	if *pipeline {
 		err = r.pipeline(ctx, *limit)
 	} else {
-		r.limit, r.split = *limit, *split
+		r.limit, r.split, r.lanes = *limit, *split, *lanes
 		err = r.chains(ctx, *chains, *limit / *chains, *ceiling, *striped)
 	}
 	elapsed := time.Since(start)
 	fail(err)
-	fmt.Printf("limit %d, chains %d, ceiling %v, leaf %v, striped %v, split %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
-		*limit, *chains, *ceiling, *leaf, *striped, *split, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
+	fmt.Printf("limit %d, chains %d, ceiling %v, leaf %v, striped %v, split %v, lanes %v, pipeline %v: %d tasks in %.2f s, %.0f tasks/s\n",
+		*limit, *chains, *ceiling, *leaf, *striped, *split, *lanes, *pipeline, r.done.Load(), elapsed.Seconds(), float64(r.done.Load())/elapsed.Seconds())
 }
 
 func (r *run) setUp(ctx context.Context, limit, tasks int) error {
@@ -251,12 +292,16 @@ func (r *run) chains(ctx context.Context, n, size int, ceiling, striped bool) er
 			}
 			cur := r.leases(leased)
 			stripes, stripe, from := 1, 0, &r.floor
-			if striped {
+			if striped || r.lanes {
 				stripes, stripe, from = n, i, new(atomic.Int64)
 			}
 			for len(cur) > 0 && err == nil {
 				if ceiling {
 					cur, err = r.ceiling(ctx, cur, stripes, stripe, from)
+					continue
+				}
+				if r.lanes {
+					cur, err = r.lane(ctx, cur, stripes, stripe, from)
 					continue
 				}
 				if r.split {
@@ -356,6 +401,40 @@ func (r *run) ceiling(ctx context.Context, cur []lease, stripes, stripe int, fro
 		r.done.Add(int64(len(cur)))
 	}
 	return next, err
+}
+
+// lane completes cur with pgtask's completion and leases as many of its lane (sequence
+// modulo lanes) from the position from, which it raises to the highest sequence it
+// leased; whole rows come back, as the processor gets them.
+func (r *run) lane(ctx context.Context, cur []lease, lanes, lane int, from *atomic.Int64) ([]lease, error) {
+	sequences, attempts := make([]int64, len(cur)), make([]int32, len(cur))
+	for i, l := range cur {
+		sequences[i], attempts[i] = l.sequence, l.attempt
+	}
+	rows, _ := r.pool.Query(ctx, "SELECT * FROM limit_chains_prototype.lane($1, $2, $3, $4, $5, $6, $7, $8)",
+		r.topic, r.repo.Owner(), sequences, attempts, r.limit, from.Load(), lanes, lane)
+	var next []lease
+	n := 0
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		n++
+		if state := vals[3].(int16); state == int16(repository.Active) {
+			next = append(next, lease{sequence: vals[1].(int64), attempt: vals[13].(int32)})
+			raise(from, vals[1].(int64))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if n-len(next) != len(cur) {
+		return nil, fmt.Errorf("lane: %d of %d tasks completed", n-len(next), len(cur))
+	}
+	r.done.Add(int64(len(cur)))
+	return next, nil
 }
 
 func (r *run) scan(rows pgx.Rows) ([]lease, error) {
