@@ -74,7 +74,8 @@ type OwnerClaimParams struct {
 
 // Takes this owner's row over from the process that wrote it, if its heartbeat is still
 // the one read (seen): records this process's host and pid and sets the heartbeat far in
-// the past, so that an expiry takes the earlier process's leases back.
+// the past, so that an expiry in the same transaction takes the earlier process's leases
+// back (a heartbeat then makes the row live again before the commit).
 func (q *Queries) OwnerClaim(ctx context.Context, db DBTX, arg OwnerClaimParams) (int64, error) {
 	result, err := db.Exec(ctx, ownerClaim,
 		arg.Now,

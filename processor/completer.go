@@ -469,13 +469,14 @@ func refusedAll(err error, reports []*report) bool {
 }
 
 // notCommitted reports whether a task err refuses shows that reports' decisions did not
-// commit (they commit all or nothing): it is EXPIRED, which no decision makes (its lease
-// was taken back, at its last attempt), or its decision was SUCCESS, FILTER or
-// SUSPENSION and the task is not in that decision's state in the attempt decided (its
-// lease was taken back and it went back to READY, and perhaps ran again). A process cut
-// off from the database for longer than the expiry timeout sees that when the attempt
-// whose outcome it did not learn reached the server after the expiry. A FAILURE or a
-// snooze may have made the task READY, as an expiry does: it tells nothing.
+// commit (they commit all or nothing): in the attempt decided it is EXPIRED, which no
+// decision makes (its lease was taken back at its last attempt), or, decided SUCCESS or
+// FILTER, it is READY (taken back with attempts left); or it was leased again since,
+// which a task left SUCCEEDED or FILTERED is not. A process cut off from the database for
+// longer than the expiry timeout sees that when the attempt whose outcome it did not
+// learn reached the server after the expiry. A FAILURE, a snooze or a SUSPENSION may have
+// made the task READY, and a task cancelled while it ran ends FAILED whatever its
+// decision: those tell nothing.
 func notCommitted(err error, reports []*report) bool {
 	var te *repository.TaskError
 	if !errors.As(err, &te) {
@@ -492,12 +493,12 @@ func notCommitted(err error, reports []*report) bool {
 		if !ok || errors.Is(p.Err, repository.ErrUnknownTask) {
 			continue
 		}
-		if p.State == repository.Expired {
-			return true
-		}
 		d := comp.Decision
-		if !d.Snooze && d.Result != repository.Failure &&
-			(p.State != d.Result.State() || p.Attempt != comp.Attempt) {
+		final := !d.Snooze && (d.Result == repository.Success || d.Result == repository.Filter)
+		switch {
+		case p.Attempt == comp.Attempt && p.State == repository.Expired,
+			p.Attempt == comp.Attempt && p.State == repository.Ready && final,
+			p.Attempt != comp.Attempt && final:
 			return true
 		}
 	}

@@ -561,21 +561,31 @@ func TestHungHeartbeatFails(t *testing.T) {
 	}
 }
 
-// TestLostReplyOfARefusal: a completion that reaches the server after the lease was
-// taken back (the process was cut off for longer than the expiry timeout), and whose
-// refusal is then lost on the way back, is refused again when retried. The task is
-// EXPIRED (its last attempt), which no decision makes, or READY and run again, not
-// SUCCEEDED as decided: the decisions did not commit, and the processor says they were
-// refused, not that an attempt whose reply was lost committed them.
+// TestLostReplyOfARefusal: a completion whose reply is lost is retried and refused, its
+// task no longer ACTIVE in the attempt decided. When the lease was taken back before the
+// completion reached the server (the process was cut off for longer than the expiry
+// timeout), the task is EXPIRED (its last attempt), which no decision makes, or READY
+// and run again, not SUCCEEDED as decided: the decisions did not commit, and the
+// processor says they were refused. A task cancelled while it ran ends FAILED whatever
+// its decision, which tells nothing: that refusal is the mark of the lost attempt's
+// commit, as ever.
 func TestLostReplyOfARefusal(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		attempts int32
-		want     repository.State
-		commits  int64 // what the listener hears of: the second attempt's
+		// meanwhile takes the lease back, or cancels the task
+		meanwhile func(f *fixture, sequence int64)
+		want      repository.State
+		committed bool  // the lost attempt committed the decisions
+		commits   int64 // what the listener hears of
 	}{
-		{"AtTheLastAttempt", 1, repository.Expired, 0},
-		{"WithAttemptsLeft", 3, repository.Succeeded, 1},
+		{"ExpiredAtTheLastAttempt", 1, takeBack, repository.Expired, false, 0},
+		{"ExpiredWithAttemptsLeft", 3, takeBack, repository.Succeeded, false, 1}, // the second attempt's
+		{"CancelledWhileItRan", 3, func(f *fixture, sequence int64) {
+			if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "test", sequence); err != nil {
+				f.t.Fatal(err)
+			}
+		}, repository.Failed, true, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := setup(t)
@@ -605,15 +615,7 @@ func TestLostReplyOfARefusal(t *testing.T) {
 			f.start(p)
 			pushed := f.pushN(1)
 			f.eventually("the task was leased", func() bool { return f.count(repository.Active) == 1 })
-
-			// Another process, two hours later by its clock, takes the lease back.
-			later, err := repository.New(repository.Config{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if expired, err := later.Expire(f.ctx, f.pool, time.Hour); err != nil || len(expired) != 1 {
-				t.Fatalf("expire: %v, %v; want the one lease", expired, err)
-			}
+			c.meanwhile(f, pushed[0].Sequence)
 			cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement("TaskComplete"), Times: 1})
 			close(release)
 			f.eventually("the refusal was logged", func() bool {
@@ -625,12 +627,26 @@ func TestLostReplyOfARefusal(t *testing.T) {
 			f.eventually("the task settled", func() bool {
 				return f.get(pushed[0].Sequence).State == c.want && completes.Load() >= c.commits
 			})
-			if lines := logs.Lines("committed by an attempt"); len(lines) > 0 {
-				t.Errorf("a refused completion reported as committed:\n%s", strings.Join(lines, "\n"))
+			if lines := logs.Lines("committed by an attempt"); (len(lines) > 0) != c.committed {
+				t.Errorf("reported as committed by the lost attempt: %d log lines, want %v; log:\n%s",
+					len(lines), c.committed, strings.Join(logs.Lines(), "\n"))
 			}
 			if n := completes.Load(); n != c.commits {
-				t.Errorf("the listener heard of %d completions; want %d (the first attempt's decisions were refused)", n, c.commits)
+				t.Errorf("the listener heard of %d completions; want %d", n, c.commits)
 			}
 		})
+	}
+}
+
+// takeBack expires the fixture's task as another process two hours later by its clock
+// would: the processor running it was cut off for longer than the expiry timeout.
+func takeBack(f *fixture, _ int64) {
+	f.t.Helper()
+	later, err := repository.New(repository.Config{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if expired, err := later.Expire(f.ctx, f.pool, time.Hour); err != nil || len(expired) != 1 {
+		f.t.Fatalf("expire: %v, %v; want the one lease", expired, err)
 	}
 }

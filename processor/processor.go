@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/repository"
@@ -521,13 +522,19 @@ func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
 // first waits for the row to be silent for the expiry timeout, the silence after which
 // expiry counts an owner dead, and fails with ErrOwnerInUse when the row heart-beats
 // meanwhile (awaitSilence). The earlier process's leases would stay ACTIVE for as long
-// as this one heart-beats the row, in every topic, so it then takes the row over, if
-// nobody beat or took it over since (Repository.ClaimOwner: the row names this process
-// and its heartbeat is set far in the past), and takes the leases back as a dead owner's
-// are (expired: the attempt counts, the topic's retry policy applies) under another
-// name; then the row heart-beats again.
+// as this one heart-beats the row, in every topic, so it then takes them back as a dead
+// owner's (expired: the attempt counts, the topic's retry policy applies) in one
+// transaction: the row taken over if nobody beat or took it over since
+// (Repository.ClaimOwner: it names this process now, its heartbeat far in the past), the
+// expiry under another name, and the heartbeat that makes the row live again. Another
+// process starting under the name meanwhile waits on the row's lock, and then finds it
+// heart-beaten.
 func (p *Processor) registerAtStart(ctx context.Context) error {
 	owner := p.repo.Owner()
+	expirer, err := repository.New(repository.Config{})
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
 	for {
 		created, err := p.repo.RegisterOwner(ctx, p.pool)
 		if err != nil {
@@ -543,31 +550,42 @@ func (p *Processor) registerAtStart(ctx context.Context) error {
 		if err != nil {
 			return notOurs{err}
 		}
-		claimed, err := p.repo.ClaimOwner(ctx, p.pool, earlier.Heartbeat)
+		var expired []repository.Expiry
+		claimed := false
+		err = repository.Atomically(ctx, p.pool, func(tx pgx.Tx) error {
+			var err error
+			if claimed, err = p.repo.ClaimOwner(ctx, tx, earlier.Heartbeat); err != nil || !claimed {
+				return err
+			}
+			if expired, err = expirer.Expire(ctx, tx, p.cfg.ExpiryTimeout); err != nil {
+				return fmt.Errorf("take back the leases of owner %q: %w", owner, err)
+			}
+			return p.repo.Heartbeat(ctx, tx)
+		})
 		if err != nil {
 			return notOurs{fmt.Errorf("processor: %w", err)}
 		}
 		if !claimed {
+			if _, _, err := p.repo.RegisteredOwner(ctx, p.pool); errors.Is(err, repository.ErrNotRegistered) {
+				continue // purged meanwhile: register again
+			}
 			return notOurs{fmt.Errorf("processor: owner %q was heart-beaten or taken over by another process while this one started: %w; give each process a name of its own (repository.Config.Owner)",
 				owner, ErrOwnerInUse)}
 		}
-		break
+		p.logger.Warn("owner row silent for the expiry timeout: took back the leases of the earlier process of this owner name",
+			slog.String("owner", owner), slog.Int64("expired", expiredCount(expired)))
+		p.tookBack(expired)
+		return nil
 	}
-	p.logger.Warn("owner row silent for the expiry timeout: taking back the leases of the earlier process of this owner name",
-		slog.String("owner", owner))
-	expirer, err := repository.New(repository.Config{})
-	if err != nil {
-		return fmt.Errorf("processor: %w", err)
+}
+
+// expiredCount is how many leases an expiry took back.
+func expiredCount(expired []repository.Expiry) int64 {
+	var n int64
+	for _, e := range expired {
+		n += e.Expired
 	}
-	expired, err := expirer.Expire(ctx, p.pool, p.cfg.ExpiryTimeout)
-	if err != nil {
-		return fmt.Errorf("processor: take back the leases of owner %q: %w", owner, err)
-	}
-	p.tookBack(expired)
-	if err := p.beat(ctx); err != nil {
-		return fmt.Errorf("processor: %w", err)
-	}
-	return nil
+	return n
 }
 
 // ErrOwnerInUse is what Run returns when another live process heart-beats under the

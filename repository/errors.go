@@ -59,9 +59,11 @@ type TaskProblem struct {
 	Err error
 	// Detail says more, such as the state the task is in.
 	Detail string
-	// State and Attempt are the task's state and attempt when the refusal was
-	// explained; zero (ACTIVE, 0) for ErrUnknownTask.
-	State   State
+	// State is the task's state when the refusal was explained; zero (ACTIVE) for
+	// ErrUnknownTask.
+	State State
+	// Attempt is the task's attempt when the refusal was explained; zero for
+	// ErrUnknownTask.
 	Attempt int32
 }
 

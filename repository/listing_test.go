@@ -134,6 +134,60 @@ func TestRegisteredOwner(t *testing.T) {
 	}
 }
 
+// TestClaimOwnerWhileAnotherTakesOver: two processes take one silent owner row over at
+// once, each in a transaction with the heartbeat that makes it live again: the second
+// waits for the first's commit, finds the heartbeat moved, and takes nothing.
+func TestClaimOwnerWhileAnotherTakesOver(t *testing.T) {
+	f := setup(t)
+	crashed := f.newRepo("pod-0")
+	o, _, err := crashed.RegisteredOwner(f.ctx, f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := repository.New(repository.Config{Owner: "pod-0", Host: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := repository.New(repository.Config{Owner: "pod-0", Host: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx)
+	if claimed, err := first.ClaimOwner(f.ctx, tx, o.Heartbeat); err != nil || !claimed {
+		t.Fatalf("the first claim: %v, %v", claimed, err)
+	}
+	type result struct {
+		claimed bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		claimed, err := second.ClaimOwner(f.ctx, f.pool, o.Heartbeat)
+		done <- result{claimed, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the second claim returned %v, %v before the first committed; want it to wait", r.claimed, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := first.Heartbeat(f.ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.claimed {
+		t.Fatalf("the second claim: %v, %v; want false", r.claimed, r.err)
+	}
+	if now, silent, err := first.RegisteredOwner(f.ctx, f.pool); err != nil || now.Host != "first" || silent > time.Minute {
+		t.Fatalf("the row: %+v silent %v, %v; want the first's, live", now, silent, err)
+	}
+}
+
 func TestTimeline(t *testing.T) {
 	f := setup(t)
 	first := f.push(repository.Append, "a")[0]

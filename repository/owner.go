@@ -101,9 +101,11 @@ func (r *Repository) RegisteredOwner(ctx context.Context, h Handle) (Owner, time
 // ClaimOwner takes this repository's owner row over from the process that wrote it,
 // provided its heartbeat is still seen (as RegisteredOwner read it): the row then names
 // this process's host and id, and its heartbeat is set far in the past, so that an
-// expiry by another owner takes the earlier process's leases back (the next Heartbeat
-// makes the row live again). It reports false, writing nothing, when the heartbeat
-// moved or the row is gone: another process uses the name, or took it over first.
+// expiry by another owner takes the earlier process's leases back. Run it in a
+// transaction with that expiry and a Heartbeat, which makes the row live again before
+// anyone else sees it dead (a processor's start does). It reports false, writing
+// nothing, when the heartbeat moved or the row is gone: another process uses the name,
+// or took it over first.
 func (r *Repository) ClaimOwner(ctx context.Context, h Handle, seen time.Time) (bool, error) {
 	pid := int32(r.pid)
 	n, err := r.q.OwnerClaim(ctx, h, db.OwnerClaimParams{Now: r.clock(), Host: ptr(r.host), Pid: ptr(pid), Owner: r.owner, Seen: seen})

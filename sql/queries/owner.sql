@@ -79,7 +79,8 @@ WHERE o.owner = sqlc.arg(owner);
 -- name: OwnerClaim :execrows
 -- Takes this owner's row over from the process that wrote it, if its heartbeat is still
 -- the one read (seen): records this process's host and pid and sets the heartbeat far in
--- the past, so that an expiry takes the earlier process's leases back.
+-- the past, so that an expiry in the same transaction takes the earlier process's leases
+-- back (a heartbeat then makes the row live again before the commit).
 UPDATE task_owner
 SET heartbeat = 'epoch', started = COALESCE(sqlc.narg('now')::timestamptz, now()),
     host = sqlc.narg('host'), pid = sqlc.narg('pid')
