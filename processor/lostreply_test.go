@@ -53,11 +53,7 @@ func TestLostReplies(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			proxy, err := faultproxy.Start(f.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { proxy.Close() })
+			proxy := f.startProxy()
 			proxied := proxiedPool(t, proxy, f.url)
 
 			runs := newRunBook()
@@ -120,6 +116,17 @@ func TestLostReplies(t *testing.T) {
 			t.Logf("%d tasks, %d replies of %s lost", pushed, cut.Lost(), tc.statement)
 		})
 	}
+}
+
+// startProxy starts a fault proxy in front of the fixture's server until the test ends.
+func (f *fixture) startProxy() *faultproxy.Proxy {
+	f.t.Helper()
+	proxy, err := faultproxy.Start(f.url)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { proxy.Close() })
+	return proxy
 }
 
 func proxiedPool(t *testing.T, proxy *faultproxy.Proxy, url string) *pgxpool.Pool {
@@ -297,11 +304,7 @@ func TestLostCommits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t)
-			proxy, err := faultproxy.Start(f.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { proxy.Close() })
+			proxy := f.startProxy()
 			poolCfg, err := proxy.PoolConfig(f.url)
 			if err != nil {
 				t.Fatal(err)
@@ -541,11 +544,7 @@ func wantRefusalWarned(t *testing.T, logs *logbuf.Buffer) {
 // the kernel to give the connection up while other processes take the leases back.
 func TestHungHeartbeatFails(t *testing.T) {
 	f := setup(t)
-	proxy, err := faultproxy.Start(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy := f.startProxy()
 	pool := proxiedPool(t, proxy, f.url)
 	p, _ := f.processor("p", processor.Config{Pool: pool, DisableNotifications: true,
 		HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: 500 * time.Millisecond},
@@ -594,11 +593,7 @@ func TestLostReplyOfARefusal(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			proxy, err := faultproxy.Start(f.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { proxy.Close() })
+			proxy := f.startProxy()
 			var logs logbuf.Buffer
 			release := make(chan struct{})
 			var completes atomic.Int64
