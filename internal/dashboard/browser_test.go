@@ -295,6 +295,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("PauseATopicAndPollingStops", func(t *testing.T) {
 		run(t, ctx,
 			chromedp.Navigate(base+"/ui/topics/work"),
+			waitFor(`document.body.dataset.ready === "1"`),
 			click("#pause"),
 			waitFor(textIs("#topic-status", "paused")),
 		)
@@ -373,7 +374,8 @@ func TestBrowserLogin(t *testing.T) {
 		// The form came back after a POST: fill it from a script (chromedp's DOM of the
 		// page before may still be in use for a moment).
 		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector("#token").value = %q; document.querySelector("#login").click()`, token)),
-		waitFor(`location.pathname === "/ui/topics/mail" && document.querySelector("#topic-name") !== null`),
+		// ready: app.js has run, and its click handler of the buttons is there
+		waitFor(`location.pathname === "/ui/topics/mail" && document.querySelector("#topic-name") !== null && document.body.dataset.ready === "1"`),
 	)
 	// The session works for the pages' actions too (the REST API under /ui/api/).
 	run(t, ctx,
