@@ -441,68 +441,47 @@ func (c *completer) settle(r *report) {
 	}
 }
 
-// refusedAll reports whether err refuses every task of reports because it is no longer
-// ACTIVE under this owner in the attempt completed. The decisions are committed all
-// together or not at all, and the owner's leases are not taken back while it
-// heart-beats: after an attempt whose outcome is unknown, that is the mark of its
-// having committed (a task retried may even have been leased again since), unless a
-// task shows otherwise (notCommitted).
-func refusedAll(err error, reports []*report) bool {
-	var te *repository.TaskError
-	if !errors.As(err, &te) {
-		return false
-	}
-	refused := make(map[int64]bool, len(te.Problems))
-	for _, p := range te.Problems {
-		if errors.Is(p.Err, repository.ErrWrongState) || errors.Is(p.Err, repository.ErrNotOwned) {
-			refused[p.Sequence] = true
-		}
-	}
-	for _, r := range reports {
-		for _, comp := range r.completions {
-			if !refused[comp.Sequence] {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// notCommitted reports whether a task err refuses shows that reports' decisions did not
-// commit (they commit all or nothing): in the attempt decided it is EXPIRED, which no
-// decision makes (its lease was taken back at its last attempt), or, decided SUCCESS or
-// FILTER, it is READY (taken back with attempts left); or it was leased again since,
+// committedBefore reports whether err, the refusal of a retried commit, is the mark of an
+// earlier attempt's commit, whose reply was lost. It is when every task of reports is
+// refused as no longer ACTIVE under this owner in the attempt completed: the decisions
+// are committed all together or not at all, and the owner's leases are not taken back
+// while it heart-beats (a task retried may even have been leased again since). Unless a
+// refused task shows they did not commit: in the attempt decided it is EXPIRED, which
+// no decision makes (its lease was taken back at its last attempt), or, decided SUCCESS
+// or FILTER, it is READY (taken back with attempts left); or it was leased again since,
 // which a task left SUCCEEDED or FILTERED is not. A process cut off from the database for
 // longer than the expiry timeout sees that when the attempt whose outcome it did not
 // learn reached the server after the expiry. A FAILURE, a snooze or a SUSPENSION may have
 // made the task READY, and a task cancelled while it ran ends FAILED whatever its
 // decision: those tell nothing.
-func notCommitted(err error, reports []*report) bool {
+func committedBefore(err error, reports []*report) bool {
 	var te *repository.TaskError
 	if !errors.As(err, &te) {
 		return false
 	}
-	decided := make(map[int64]repository.Completion)
+	refused := make(map[int64]repository.TaskProblem, len(te.Problems))
+	for _, p := range te.Problems {
+		if errors.Is(p.Err, repository.ErrWrongState) || errors.Is(p.Err, repository.ErrNotOwned) {
+			refused[p.Sequence] = p
+		}
+	}
 	for _, r := range reports {
 		for _, comp := range r.completions {
-			decided[comp.Sequence] = comp
+			p, ok := refused[comp.Sequence]
+			if !ok {
+				return false
+			}
+			d := comp.Decision
+			final := !d.Snooze && (d.Result == repository.Success || d.Result == repository.Filter)
+			switch {
+			case p.Attempt == comp.Attempt && p.State == repository.Expired,
+				p.Attempt == comp.Attempt && p.State == repository.Ready && final,
+				p.Attempt != comp.Attempt && final:
+				return false
+			}
 		}
 	}
-	for _, p := range te.Problems {
-		comp, ok := decided[p.Sequence]
-		if !ok || errors.Is(p.Err, repository.ErrUnknownTask) {
-			continue
-		}
-		d := comp.Decision
-		final := !d.Snooze && (d.Result == repository.Success || d.Result == repository.Filter)
-		switch {
-		case p.Attempt == comp.Attempt && p.State == repository.Expired,
-			p.Attempt == comp.Attempt && p.State == repository.Ready && final,
-			p.Attempt != comp.Attempt && final:
-			return true
-		}
-	}
-	return false
+	return true
 }
 
 // isRefusal reports whether err is the repository refusing the decisions themselves
@@ -528,7 +507,7 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 			if err == nil || isRefusal(err) {
 				c.m.p.faults.ok(c.m.commitOp) // the database answered
 			}
-			if unsure && refusedAll(err, reports) && !notCommitted(err, reports) {
+			if unsure && committedBefore(err, reports) {
 				return nil, errCommitted
 			}
 			return tasks, err

@@ -573,19 +573,10 @@ func (p *Processor) registerAtStart(ctx context.Context) error {
 				owner, ErrOwnerInUse)}
 		}
 		p.logger.Warn("owner row silent for the expiry timeout: took back the leases of the earlier process of this owner name",
-			slog.String("owner", owner), slog.Int64("expired", expiredCount(expired)))
+			slog.String("owner", owner))
 		p.tookBack(expired)
 		return nil
 	}
-}
-
-// expiredCount is how many leases an expiry took back.
-func expiredCount(expired []repository.Expiry) int64 {
-	var n int64
-	for _, e := range expired {
-		n += e.Expired
-	}
-	return n
 }
 
 // ErrOwnerInUse is what Run returns when another live process heart-beats under the
