@@ -80,7 +80,11 @@ func (f *fixture) recorder(d time.Duration, started func(repository.Task)) proce
 // limitedProcessors starts n processors, each on its own pool and owner, whose manager
 // of the fixture's topic hands batches of up to batch tasks to workers running h (a
 // Buffer of that many workers); the pause interval is an hour, so only notifications and
-// the processors' own commits wake them.
+// the processors' own commits wake them. None of them stops heart-beating, so the expiry
+// timeout is ten seconds, not the fixture's half second: with four processors of eight
+// workers beside the race detector's other test binaries on two cores, a heartbeat came
+// more than half a second late once, another processor took the lease back, and the
+// task ended EXPIRED (one attempt) instead of running.
 func (f *fixture) limitedProcessors(n, workers, batch int, h processor.Handler, listener processor.Listener) []func() error {
 	f.t.Helper()
 	var stops []func() error
@@ -89,7 +93,7 @@ func (f *fixture) limitedProcessors(n, workers, batch int, h processor.Handler, 
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		p, _ := f.processor(fmt.Sprintf("worker-%d", i), processor.Config{},
+		p, _ := f.processor(fmt.Sprintf("worker-%d", i), processor.Config{ExpiryTimeout: 10 * time.Second},
 			processor.ManagerConfig{Handler: buffered, BatchSize: batch, Listener: listener})
 		stops = append(stops, f.start(p))
 	}
