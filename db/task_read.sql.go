@@ -151,6 +151,161 @@ func (q *Queries) TaskCountTotal(ctx context.Context, db DBTX, arg TaskCountTota
 	return items, nil
 }
 
+const taskEarliest = `-- name: TaskEarliest :many
+WITH earliest AS (
+    (SELECT o.sequence FROM task o
+     WHERE $5::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = $6
+       AND hashtext(o.topic) = hashtext($3) AND o.topic = $3
+       AND o.sequence > $7::bigint
+       AND ($8::text IS NULL OR o.identifier = $8)
+       AND ($9::text IS NULL OR o.reference = $9)
+     ORDER BY o.sequence LIMIT $4)
+    UNION ALL
+    (SELECT r.sequence FROM task r
+     WHERE $5::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3
+       AND r.sequence > $7::bigint
+       AND ($8::text IS NULL OR r.identifier = $8)
+       AND ($9::text IS NULL OR r.reference = $9)
+     ORDER BY r.sequence LIMIT $4)
+    UNION ALL
+    (SELECT a.sequence FROM task a
+     WHERE $5::smallint = 3 AND a.state = 0 AND hashtext(a.topic) = hashtext($3) AND a.topic = $3
+       AND a.identifier = $8
+       AND a.sequence > $7::bigint
+       AND ($6::smallint IS NULL OR a.state = $6)
+       AND ($9::text IS NULL OR a.reference = $9)
+     ORDER BY a.sequence LIMIT $4)
+    UNION ALL
+    (SELECT i.sequence FROM task i
+     WHERE $5::smallint = 3 AND i.state = 1 AND i.topic = $3 AND i.identifier = $8
+       AND (i.topic || E'\n' || i.identifier) = ($3 || E'\n' || $8)
+       AND i.sequence > $7::bigint
+       AND ($6::smallint IS NULL OR i.state = $6)
+       AND ($9::text IS NULL OR i.reference = $9)
+     ORDER BY i.sequence LIMIT $4)
+    UNION ALL
+    (SELECT s.sequence FROM task s
+     WHERE $5::smallint = 3 AND s.state >= 2 AND hashtext(s.topic) = hashtext($3) AND s.topic = $3
+       AND s.identifier = $8
+       AND s.sequence > $7::bigint
+       AND ($6::smallint IS NULL OR s.state = $6)
+       AND ($9::text IS NULL OR s.reference = $9)
+     ORDER BY s.sequence LIMIT $4)
+    UNION ALL
+    (SELECT f.sequence FROM task f
+     WHERE $5::smallint = 4 AND hashtext(f.topic) = hashtext($3) AND f.topic = $3 AND f.reference = $9
+       AND f.sequence > $7::bigint
+       AND ($6::smallint IS NULL OR f.state = $6)
+       AND ($8::text IS NULL OR f.identifier = $8)
+     ORDER BY f.sequence LIMIT $4)
+)
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
+       COALESCE(substr(t.input, 1, $1::integer), '')::text AS input,
+       COALESCE(octet_length(t.input), 0)::bigint AS input_bytes,
+       COALESCE(substr(t.output, 1, $1::integer), '')::text AS output,
+       COALESCE(octet_length(t.output), 0)::bigint AS output_bytes,
+       t.reference, t.priority, t.not_before, t.attempt, t.returned,
+       ARRAY(SELECT substr(e.text, 1, $1::integer)
+             FROM unnest(t.errors) WITH ORDINALITY AS e(text, n)
+             WHERE e.n > cardinality(t.errors) - $2::integer
+             ORDER BY e.n)::text[] AS errors,
+       (COALESCE(cardinality(t.errors), 0) > $2::integer
+        OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
+       t.cancelled
+FROM earliest l
+JOIN task t ON t.sequence = l.sequence AND t.topic = $3
+ORDER BY t.sequence
+LIMIT $4
+`
+
+type TaskEarliestParams struct {
+	Length     int32
+	ErrorCount int32
+	Topic      string
+	Size       int32
+	Path       int16
+	State      *int16
+	After      int64
+	Identifier *string
+	Reference  *string
+}
+
+type TaskEarliestRow struct {
+	Topic       string
+	Sequence    int64
+	Identifier  string
+	State       int16
+	Descent     int16
+	Owner       *string
+	Created     time.Time
+	Completed   *time.Time
+	Input       string
+	InputBytes  int64
+	Output      string
+	OutputBytes int64
+	Reference   *string
+	Priority    int16
+	NotBefore   *time.Time
+	Attempt     int32
+	Returned    int32
+	Errors      []string
+	ErrorsCut   bool
+	Cancelled   bool
+}
+
+// TaskLatest the other way: the first @size tasks of the topic after the exclusive
+// cursor @after, oldest first, through the same paths and indexes.
+func (q *Queries) TaskEarliest(ctx context.Context, db DBTX, arg TaskEarliestParams) ([]TaskEarliestRow, error) {
+	rows, err := db.Query(ctx, taskEarliest,
+		arg.Length,
+		arg.ErrorCount,
+		arg.Topic,
+		arg.Size,
+		arg.Path,
+		arg.State,
+		arg.After,
+		arg.Identifier,
+		arg.Reference,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskEarliestRow
+	for rows.Next() {
+		var i TaskEarliestRow
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Sequence,
+			&i.Identifier,
+			&i.State,
+			&i.Descent,
+			&i.Owner,
+			&i.Created,
+			&i.Completed,
+			&i.Input,
+			&i.InputBytes,
+			&i.Output,
+			&i.OutputBytes,
+			&i.Reference,
+			&i.Priority,
+			&i.NotBefore,
+			&i.Attempt,
+			&i.Returned,
+			&i.Errors,
+			&i.ErrorsCut,
+			&i.Cancelled,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskExcerptBackward = `-- name: TaskExcerptBackward :many
 SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
        COALESCE(substr(t.input, 1, $1::integer), '')::text AS input,

@@ -245,8 +245,9 @@ func TestTimeline(t *testing.T) {
 	})
 }
 
-// TestLatest checks Latest against Excerpts read backward, the same listing by another
-// path, for every kind of filter it reads through its own index.
+// TestLatest checks Latest, and Excerpts in both directions, against Page, which walks
+// the topic's sequences, for every kind of filter: those read through an index of their
+// own (indexPath) and those that walk.
 func TestLatest(t *testing.T) {
 	f := setup(t)
 	var creations []repository.Creation
@@ -270,22 +271,48 @@ func TestLatest(t *testing.T) {
 	for _, s := range repository.States() {
 		states = append(states, &s)
 	}
+	walk := func(filter repository.TaskFilter, cursor int64, direction repository.Direction) []int64 {
+		t.Helper()
+		page, err := f.repo.Page(f.ctx, f.pool, f.topic, filter, cursor, 5, direction)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]int64, len(page))
+		for i, task := range page {
+			out[i] = task.Sequence
+		}
+		return out
+	}
 	for _, state := range states {
 		for _, identifier := range []string{"", "a"} {
 			for _, reference := range []string{"", "r1"} {
+				filter := repository.TaskFilter{State: state, Identifier: identifier, Reference: reference}
 				for _, before := range []int64{repository.MaxSequence, mid} {
-					filter := repository.TaskFilter{State: state, Identifier: identifier, Reference: reference}
-					want, err := f.repo.Excerpts(f.ctx, f.pool, f.topic, filter, before, 5, repository.Backward)
-					if err != nil {
-						t.Fatal(err)
-					}
+					want := walk(filter, before, repository.Backward)
 					got, err := f.repo.Latest(f.ctx, f.pool, f.topic, filter, before, 5)
 					if err != nil {
 						t.Fatalf("Latest(%+v, %d): %v", filter, before, err)
 					}
-					if !slices.Equal(excerptSequences(got), excerptSequences(want)) {
+					if !slices.Equal(excerptSequences(got), want) {
 						t.Errorf("Latest(state %v, identifier %q, reference %q, before %d) = %v, want %v",
-							state, identifier, reference, before, excerptSequences(got), excerptSequences(want))
+							state, identifier, reference, before, excerptSequences(got), want)
+					}
+				}
+				for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
+					cursors := []int64{repository.MaxSequence, mid}
+					if direction == repository.Forward {
+						cursors = []int64{repository.MinSequence, mid}
+					}
+					for _, cursor := range cursors {
+						want := walk(filter, cursor, direction)
+						got, err := f.repo.Excerpts(f.ctx, f.pool, f.topic, filter, cursor, 5, direction)
+						if err != nil {
+							t.Fatalf("Excerpts(%+v, %d, %v): %v", filter, cursor, direction, err)
+						}
+						if !slices.Equal(excerptSequences(got), want) {
+							t.Errorf("Excerpts(state %v, identifier %q, reference %q, cursor %d, direction %v) = %v, want %v",
+								state, identifier, reference, cursor, direction, excerptSequences(got), want)
+						}
 					}
 				}
 			}
@@ -294,8 +321,10 @@ func TestLatest(t *testing.T) {
 	if _, err := f.repo.Latest(f.ctx, f.pool, f.topic, repository.TaskFilter{}, repository.MaxSequence, 0); !errors.Is(err, repository.ErrInvalid) {
 		t.Errorf("size 0: %v", err)
 	}
-	if _, err := f.repo.Latest(f.ctx, f.pool, "nope", repository.TaskFilter{Reference: "r1"}, repository.MaxSequence, 5); !errors.Is(err, repository.ErrUnknownTopic) {
-		t.Errorf("unknown topic: %v", err)
+	for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
+		if _, err := f.repo.Excerpts(f.ctx, f.pool, "nope", repository.TaskFilter{Reference: "r1"}, repository.MaxSequence/2, 5, direction); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("unknown topic, %v: %v", direction, err)
+		}
 	}
 }
 

@@ -155,6 +155,9 @@ func newPlanChecker(f *fixture) *planChecker {
 	return c
 }
 
+// sequenceRange matches a range condition on the sequence (a walk along the primary key).
+var sequenceRange = regexp.MustCompile(`(^|[^a-z_])sequence\s*(<|>|<=|>=)`)
+
 // qualifier matches a table alias before a column name, as in "t.topic".
 var qualifier = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\.([a-z_])`)
 
@@ -433,6 +436,70 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 			})
 		})
 	}
+
+	// A listing filtered by an identifier, a reference or an unfinished or broken state
+	// reads through that filter's index in both directions, not by walking the topic's
+	// sequences (a range on the primary key, which violations does not catch: the key
+	// leads with the sequence), however often it runs. Prepared and cached, as pgx does by
+	// default, the statement went to PostgreSQL's generic plan after five calls, and that
+	// plan read an identifier's READY tasks and a state's tasks by that walk (10 000 rows
+	// for the ten of identifier filler-7); Excerpts has each call planned for its
+	// arguments. Each path's part of the plan is gated by a one-time filter, so only the
+	// scans that ran count (auto_explain.log_analyze).
+	t.Run("Listings", func(t *testing.T) {
+		f := withT(t, f)
+		for _, stmt := range []string{"SET plan_cache_mode = auto", "SET auto_explain.log_analyze = on"} {
+			if _, err := conn.Exec(f.ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer func() {
+			if _, err := conn.Exec(context.WithoutCancel(f.ctx), "SET auto_explain.log_analyze = off"); err != nil {
+				t.Error(err)
+			}
+		}()
+		walks := func(plans []loggedPlan) []string {
+			return checker.scans(plans, func(n planNode, ix partitionIndex) bool {
+				return n.Loops > 0 && ix.parent == "task_pkey" && sequenceRange.MatchString(qualifier.ReplaceAllString(n.IndexCond, "$1"))
+			})
+		}
+		states := map[repository.State]*repository.State{}
+		for _, s := range repository.States() {
+			states[s] = &s
+		}
+		for _, filter := range []repository.TaskFilter{
+			{Identifier: "filler-7"}, {Reference: "nobody"}, {State: states[repository.Active]},
+			{State: states[repository.Ready]}, {State: states[repository.Failed]}, {State: states[repository.Expired]},
+			{State: states[repository.Succeeded], Identifier: "filler-7"},
+		} {
+			for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
+				cursor := repository.MinSequence
+				if direction == repository.Backward {
+					cursor = repository.MaxSequence
+				}
+				what := fmt.Sprintf("Excerpts(state %v, identifier %q, reference %q, direction %d)",
+					filter.State, filter.Identifier, filter.Reference, direction)
+				for call := range 8 { // past the five custom plans of a prepared statement
+					plans := run(t, what, func() error {
+						_, err := f.repo.Excerpts(f.ctx, conn, f.topic, filter, cursor, 10, direction)
+						return err
+					})
+					if w := walks(plans); len(w) > 0 {
+						t.Errorf("%s, call %d, walks the topic's sequences through %v: %s", what, call+1, w, plans[0].raw)
+						break
+					}
+				}
+			}
+		}
+		// the check itself: an unfiltered listing walks
+		plans := run(t, "Excerpts of all", func() error {
+			_, err := f.repo.Excerpts(f.ctx, conn, f.topic, repository.TaskFilter{}, repository.MinSequence, 10, repository.Forward)
+			return err
+		})
+		if w := walks(plans); !slices.Equal(w, []string{"task_pkey"}) {
+			t.Errorf("an unfiltered listing walks through %v, want task_pkey: the check is broken", w)
+		}
+	})
 
 	// The detector itself: statements that read the partition in full are caught, so a
 	// broken check fails the test rather than passing it.

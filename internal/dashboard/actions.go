@@ -236,40 +236,44 @@ func counted[T any](op func(seqs []int64) ([]T, error)) func(seqs []int64) (int,
 }
 
 // matching reads the sequences of up to bulkMax tasks of the filter whose state keep
-// accepts, a page at a time (keyset): oldest first, or, for a narrow filter, newest
-// first through the filter's own index (Repository.Latest).
+// accepts, oldest first, a page at a time (keyset). Without a state in the filter it
+// reads each state keep accepts in turn, as if the filter named it: an unfinished or
+// broken state (ACTIVE to SUSPENDED) is then read through its own index
+// (Repository.Excerpts), so a cancel of "any" state costs what the tasks it cancels
+// cost, not a walk through the topic's millions of finished tasks. A finished state
+// (FILTERED, SUCCEEDED) walks the topic's sequences in the time range, as its page does.
 func (s *server) matching(r *http.Request, topic string, res resolved, keep func(repository.State) bool) ([]int64, error) {
-	var seqs []int64
-	ctx, backward := r.Context(), narrow(res.filter)
-	cursor := max(res.from-1, repository.MinSequence)
-	if backward {
-		cursor = res.end()
+	var states []repository.State
+	if res.filter.State != nil {
+		states = append(states, *res.filter.State)
+	} else {
+		states = repository.States()
 	}
-	for len(seqs) < bulkMax {
-		var (
-			page []repository.Excerpt
-			err  error
-		)
-		if backward {
-			page, err = s.repo.Latest(ctx, s.pool, topic, res.filter, cursor, bulkChunk)
-		} else {
-			page, err = s.repo.Excerpts(ctx, s.pool, topic, res.filter, cursor, bulkChunk, repository.Forward)
+	var seqs []int64
+	for _, state := range states {
+		if !keep(state) {
+			continue
 		}
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range page {
-			if t.Sequence > res.to || t.Sequence < res.from {
-				return seqs, nil
+		filter := res.filter
+		filter.State = &state
+		cursor := max(res.from-1, repository.MinSequence)
+	pages:
+		for len(seqs) < bulkMax {
+			page, err := s.repo.Excerpts(r.Context(), s.pool, topic, filter, cursor, bulkChunk, repository.Forward)
+			if err != nil {
+				return nil, err
 			}
-			if keep(t.State) && len(seqs) < bulkMax {
+			for _, t := range page {
+				if t.Sequence > res.to || len(seqs) == bulkMax {
+					break pages
+				}
 				seqs = append(seqs, t.Sequence)
 			}
+			if len(page) < bulkChunk {
+				break
+			}
+			cursor = page[len(page)-1].Sequence
 		}
-		if len(page) < bulkChunk {
-			break
-		}
-		cursor = page[len(page)-1].Sequence
 	}
 	return seqs, nil
 }

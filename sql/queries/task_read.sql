@@ -273,6 +273,74 @@ JOIN task t ON t.sequence = l.sequence AND t.topic = sqlc.arg(topic)
 ORDER BY t.sequence DESC
 LIMIT sqlc.arg(size);
 
+-- name: TaskEarliest :many
+-- TaskLatest the other way: the first @size tasks of the topic after the exclusive
+-- cursor @after, oldest first, through the same paths and indexes.
+WITH earliest AS (
+    (SELECT o.sequence FROM task o
+     WHERE sqlc.arg(path)::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = sqlc.narg('state')
+       AND hashtext(o.topic) = hashtext(sqlc.arg(topic)) AND o.topic = sqlc.arg(topic)
+       AND o.sequence > sqlc.arg(after)::bigint
+       AND (sqlc.narg('identifier')::text IS NULL OR o.identifier = sqlc.narg('identifier'))
+       AND (sqlc.narg('reference')::text IS NULL OR o.reference = sqlc.narg('reference'))
+     ORDER BY o.sequence LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT r.sequence FROM task r
+     WHERE sqlc.arg(path)::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic)
+       AND r.sequence > sqlc.arg(after)::bigint
+       AND (sqlc.narg('identifier')::text IS NULL OR r.identifier = sqlc.narg('identifier'))
+       AND (sqlc.narg('reference')::text IS NULL OR r.reference = sqlc.narg('reference'))
+     ORDER BY r.sequence LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT a.sequence FROM task a
+     WHERE sqlc.arg(path)::smallint = 3 AND a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
+       AND a.identifier = sqlc.narg('identifier')
+       AND a.sequence > sqlc.arg(after)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR a.state = sqlc.narg('state'))
+       AND (sqlc.narg('reference')::text IS NULL OR a.reference = sqlc.narg('reference'))
+     ORDER BY a.sequence LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT i.sequence FROM task i
+     WHERE sqlc.arg(path)::smallint = 3 AND i.state = 1 AND i.topic = sqlc.arg(topic) AND i.identifier = sqlc.narg('identifier')
+       AND (i.topic || E'\n' || i.identifier) = (sqlc.arg(topic) || E'\n' || sqlc.narg('identifier'))
+       AND i.sequence > sqlc.arg(after)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR i.state = sqlc.narg('state'))
+       AND (sqlc.narg('reference')::text IS NULL OR i.reference = sqlc.narg('reference'))
+     ORDER BY i.sequence LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT s.sequence FROM task s
+     WHERE sqlc.arg(path)::smallint = 3 AND s.state >= 2 AND hashtext(s.topic) = hashtext(sqlc.arg(topic)) AND s.topic = sqlc.arg(topic)
+       AND s.identifier = sqlc.narg('identifier')
+       AND s.sequence > sqlc.arg(after)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR s.state = sqlc.narg('state'))
+       AND (sqlc.narg('reference')::text IS NULL OR s.reference = sqlc.narg('reference'))
+     ORDER BY s.sequence LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT f.sequence FROM task f
+     WHERE sqlc.arg(path)::smallint = 4 AND hashtext(f.topic) = hashtext(sqlc.arg(topic)) AND f.topic = sqlc.arg(topic) AND f.reference = sqlc.narg('reference')
+       AND f.sequence > sqlc.arg(after)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR f.state = sqlc.narg('state'))
+       AND (sqlc.narg('identifier')::text IS NULL OR f.identifier = sqlc.narg('identifier'))
+     ORDER BY f.sequence LIMIT sqlc.arg(size))
+)
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed,
+       COALESCE(substr(t.input, 1, sqlc.arg(length)::integer), '')::text AS input,
+       COALESCE(octet_length(t.input), 0)::bigint AS input_bytes,
+       COALESCE(substr(t.output, 1, sqlc.arg(length)::integer), '')::text AS output,
+       COALESCE(octet_length(t.output), 0)::bigint AS output_bytes,
+       t.reference, t.priority, t.not_before, t.attempt, t.returned,
+       ARRAY(SELECT substr(e.text, 1, sqlc.arg(length)::integer)
+             FROM unnest(t.errors) WITH ORDINALITY AS e(text, n)
+             WHERE e.n > cardinality(t.errors) - sqlc.arg(error_count)::integer
+             ORDER BY e.n)::text[] AS errors,
+       (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
+        OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
+       t.cancelled
+FROM earliest l
+JOIN task t ON t.sequence = l.sequence AND t.topic = sqlc.arg(topic)
+ORDER BY t.sequence
+LIMIT sqlc.arg(size);
+
 -- name: TaskLastSequence :one
 -- The highest sequence taken so far, by any topic (its task may be uncommitted, or gone).
 SELECT COALESCE(pg_sequence_last_value('task_sequence'), 0)::bigint AS sequence;
