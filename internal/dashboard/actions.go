@@ -43,6 +43,12 @@ func (s *server) action(a actionFunc) http.Handler {
 			return
 		}
 		body, err := httpguard.ReadBody(w, r, actionBodyMax)
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			httpguard.WriteError(w, http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("request body too large: at most %d bytes accepted", tooLarge.Limit))
+			return
+		}
 		if err != nil {
 			httpguard.WriteError(w, http.StatusBadRequest, err.Error())
 			return
@@ -53,7 +59,11 @@ func (s *server) action(a actionFunc) http.Handler {
 			if status == http.StatusInternalServerError {
 				s.cfg.Logger.Error("dashboard action failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
-			httpguard.WriteError(w, status, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "))
+			message := strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")
+			if status == http.StatusInternalServerError {
+				message = httpguard.InternalText(err) // the log has the whole error
+			}
+			httpguard.WriteError(w, status, message)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

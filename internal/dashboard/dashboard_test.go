@@ -4,12 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/dashboard"
+	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/internal/rest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -299,6 +305,30 @@ func TestBulk(t *testing.T) {
 			t.Fatalf("state = %s, want READY", got.State)
 		}
 	})
+	t.Run("CancelsEveryCancellableStateWhenNoneIsNamed", func(t *testing.T) {
+		// without a state, each cancellable state is read through its own index
+		// (matching), and a finished task is left as it is
+		f.createTopic("other")
+		pushed := f.push("other", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"},
+			repository.Creation{Identifier: "c", Suspended: true}, repository.Creation{Identifier: "d"})
+		leased, err := f.repo.Poll(f.ctx, f.pool, "other", repository.FIFO, repository.None, 2)
+		if err != nil || len(leased) != 2 {
+			t.Fatalf("poll = %v, %v", leased, err)
+		}
+		if _, err := f.repo.Complete(f.ctx, f.pool, "other", leased[0].Decide(repository.Succeed("done"))); err != nil {
+			t.Fatal(err)
+		}
+		status, text := f.post("/ui/topics/other/bulk", `{"action": "cancel"}`)
+		if status != http.StatusOK || !strings.Contains(text, `"changed":3`) {
+			t.Fatalf("cancel of any state: %d %s, want 3 changed (ACTIVE, SUSPENDED, READY)", status, text)
+		}
+		for i, want := range []repository.State{repository.Succeeded, repository.Active, repository.Redundant, repository.Redundant} {
+			task, err := f.repo.Get(f.ctx, f.pool, "other", pushed[i].Sequence)
+			if err != nil || task.State != want || (i > 0 && !task.Cancelled) {
+				t.Errorf("task %s = %s cancelled %v (%v), want %s cancelled", task.Identifier, task.State, task.Cancelled, err, want)
+			}
+		}
+	})
 	t.Run("PurgesFinishedTasks", func(t *testing.T) {
 		if n, text := bulk(`{"action": "purge"}`); n != 1 {
 			t.Fatalf("purged %d: %s, want the cancelled task", n, text)
@@ -317,6 +347,10 @@ func TestBulk(t *testing.T) {
 			if status != http.StatusBadRequest || !strings.Contains(text, want) {
 				t.Errorf("%s: %d %s, want 400 naming %s", body, status, text, want)
 			}
+		}
+		huge := `{"action": "cancel", "identifier": "` + strings.Repeat("x", 70<<10) + `"}`
+		if status, text := f.post("/ui/topics/mail/bulk", huge); status != http.StatusRequestEntityTooLarge || !strings.Contains(text, "too large") {
+			t.Errorf("a body of 70 KiB: %d %s, want 413", status, text)
 		}
 	})
 }
@@ -496,5 +530,51 @@ func TestRareFinishedState(t *testing.T) {
 	mustContain(t, body, "common-120000", `id="older-tasks">Older »`)
 	if strings.Contains(body, `id="searched"`) {
 		t.Error("a full page says it searched a window")
+	}
+}
+
+// TestDatabaseUnavailable: a page or an action that fails because the database cannot be
+// reached answers 500 without the user, database and address the connection error names
+// (the server's log has them).
+func TestDatabaseUnavailable(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(t.Context(), "postgres://alice:s3cret@127.0.0.1:1/ledger?connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	repo, err := repository.New(repository.Config{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := httpguard.New(httpguard.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := rest.New(rest.Config{Pool: pool, Repository: repo, Guard: guard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dashboard.New(dashboard.Config{Pool: pool, Repository: repo, API: api, Guard: guard, Refresh: refresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(guard.Protect(h))
+	t.Cleanup(srv.Close)
+	f := &fixture{t: t, ctx: t.Context(), srv: srv}
+	status, _, page := f.get("/ui/topics/mail")
+	_, action := f.post("/ui/topics/mail/bulk", `{"action": "cancel"}`)
+	for what, body := range map[string]string{"page": page, "action": action} {
+		if status != http.StatusInternalServerError {
+			t.Errorf("page: status %d, want 500", status)
+		}
+		if !strings.Contains(body, "could not connect") {
+			t.Errorf("%s: %s, want it to say the database could not be reached", what, body)
+		}
+		for _, secret := range []string{"alice", "s3cret", "ledger", "127.0.0.1:1"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("%s names %q: %s", what, secret, body)
+			}
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -48,7 +49,11 @@ func (s *server) page(p pageFunc) http.Handler {
 			if status == http.StatusInternalServerError {
 				s.cfg.Logger.Error("dashboard page failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
-			s.render(w, r, status, "error", errorView{Status: status, Message: err.Error()})
+			message := err.Error()
+			if status == http.StatusInternalServerError {
+				message = httpguard.InternalText(err) // the log has the whole error
+			}
+			s.render(w, r, status, "error", errorView{Status: status, Message: message})
 			return
 		}
 		s.render(w, r, http.StatusOK, name, view)

@@ -19,6 +19,8 @@
 //     constant time.
 //   - body.go: [ReadBody] reads a request body within a limit and tells the client's
 //     failures (a body cut short, a malformed chunk, one too slow) from the server's.
+//   - errors.go: [InternalText], what a 500 tells the client of a server-side failure,
+//     without what a failure to connect says of the database's address and users.
 //
 // A new route gets all of it by being mounted on the handler that Guard.Protect wraps and
 // NewServer serves (in `pgtask serve`, the root mux of cmd/pgtask/serve.go), behind

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/httpguard"
@@ -277,33 +276,10 @@ func errorText(err error, status int) string {
 		return fmt.Sprintf("request body too large: at most %d bytes accepted", tooLarge.Limit)
 	}
 	if status == http.StatusInternalServerError {
-		return internalText(err)
+		return httpguard.InternalText(err)
 	}
 	// Our own 400s read "bad request: …"; the status already says so.
 	return strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")
-}
-
-// internalText describes a server-side failure to a client.
-func internalText(err error) string {
-	var (
-		pgErr      *pgconn.PgError
-		connectErr *pgconn.ConnectError
-	)
-	switch {
-	case errors.As(err, &connectErr):
-		text := "the database is unavailable: could not connect"
-		if code := repository.SQLState(err); code != "" {
-			text += " (SQLSTATE " + code + ")"
-		}
-		return text
-	case errors.As(err, &pgErr):
-		// The repository's context (which operation, which topic) and PostgreSQL's
-		// message, as err.Error() has them: "page topic "t": ERROR: … (SQLSTATE 42P01)".
-		return err.Error()
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return "the request was cancelled or timed out before the database answered"
-	}
-	return "internal error: the database did not answer (the server's log says more)"
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {
