@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -218,6 +220,13 @@ func printDevBanner(w io.Writer, base, dbURL, token string, cluster *pgcluster.C
 		auth = " -H " + shellQuote("Authorization: Bearer "+token)
 	}
 	q := shellQuote(dbURL)
+	shown, hidden := hidePassword(dbURL)
+	if hidden {
+		// The commands read the URL from the environment rather than show its password
+		// (a terminal's scroll-back, a shared screen, a shell's history).
+		q = `"$DATABASE_URL"`
+		shown += "   (password hidden: the commands below read $DATABASE_URL)"
+	}
 	fmt.Fprintf(w, `
 pgtask dev is running.
 
@@ -239,13 +248,37 @@ Try, in another terminal:
   %[5]s stats --database-url %[4]s
   psql %[4]s -c 'SELECT * FROM task_pretty'
 
-`, base, dbURL, auth, q, selfName())
+`, base, shown, auth, q, selfName())
 	if cluster != nil {
 		fmt.Fprintf(w, "The throwaway cluster lives in %s; Ctrl-C stops everything and removes it (unless --keep).\n\n", cluster.Dir())
 	} else {
 		fmt.Fprint(w, "Ctrl-C stops everything.\n\n")
 	}
 }
+
+// hidePassword returns the connection string with its password replaced by xxxxx, and
+// whether it had one: a URL's (postgres://user:secret@host/db) or a keyword/value
+// string's (password=secret).
+func hidePassword(conn string) (string, bool) {
+	if u, err := url.Parse(conn); err == nil && u.Scheme != "" {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted(), true
+		}
+		if u.Query().Has("password") {
+			q := u.Query()
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+			return u.String(), true
+		}
+		return conn, false
+	}
+	hidden := keywordPassword.ReplaceAllString(conn, "${1}xxxxx")
+	return hidden, hidden != conn
+}
+
+// keywordPassword matches the password of a keyword/value connection string, quoted or
+// not.
+var keywordPassword = regexp.MustCompile(`(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']+)`)
 
 // selfName is how the user runs this program: "go run ./cmd/pgtask" when it was built
 // by go run (into a temporary go-build directory), else "pgtask".

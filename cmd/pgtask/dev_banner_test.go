@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestDevBannerHidesThePassword: the banner of `pgtask dev` run on the user's own
+// database shows no password, and its commands then read $DATABASE_URL; a URL without
+// one is shown as given.
+func TestDevBannerHidesThePassword(t *testing.T) {
+	for _, tc := range []struct{ url, secret, shown string }{
+		{"postgres://alice:s3cret@db.example:5432/app", "s3cret", "postgres://alice:xxxxx@db.example:5432/app"},
+		{"postgres://alice@db.example/app?password=s3cret&sslmode=require", "s3cret", "password=xxxxx"},
+		{"host=db.example user=alice password=s3cret dbname=app", "s3cret", "password=xxxxx dbname=app"},
+		{"host=db.example password='s3 cret' dbname=app", "s3 cret", "password=xxxxx dbname=app"},
+	} {
+		var out bytes.Buffer
+		printDevBanner(&out, "http://127.0.0.1:8080", tc.url, "", nil)
+		banner := out.String()
+		if strings.Contains(banner, tc.secret) {
+			t.Errorf("banner for %q shows the password:\n%s", tc.url, banner)
+		}
+		if !strings.Contains(banner, tc.shown) || !strings.Contains(banner, `--database-url "$DATABASE_URL"`) {
+			t.Errorf("banner for %q lacks %q or commands reading $DATABASE_URL:\n%s", tc.url, tc.shown, banner)
+		}
+	}
+	plain := "postgres://postgres@127.0.0.1:5432/pgtask_dev"
+	var out bytes.Buffer
+	printDevBanner(&out, "http://127.0.0.1:8080", plain, "", nil)
+	if !strings.Contains(out.String(), "--database-url "+shellQuote(plain)) || strings.Contains(out.String(), "hidden") {
+		t.Errorf("banner for a URL without a password:\n%s", out.String())
+	}
+}
