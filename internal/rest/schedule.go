@@ -25,8 +25,22 @@ type scheduleRequest struct {
 	Paused     *bool   `json:"paused"`
 }
 
+// parse checks the fields that have a form of their own (the insertion), before
+// anything is written: a PATCH refused for its insertion must not store its other fields.
+func (q scheduleRequest) parse() error {
+	if q.Insertion != nil {
+		if _, err := repository.ParseInsertion(*q.Insertion); err != nil {
+			return badRequest("field \"insertion\": %s", strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": "))
+		}
+	}
+	return nil
+}
+
 // apply writes the fields given into s and checks the result.
 func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
+	if err := q.parse(); err != nil {
+		return err
+	}
 	set := func(dst *string, src *string) {
 		if src != nil {
 			*dst = *src
@@ -41,10 +55,7 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 		s.Priority = *q.Priority
 	}
 	if q.Insertion != nil {
-		i, err := repository.ParseInsertion(*q.Insertion)
-		if err != nil {
-			return badRequest("field \"insertion\": %s", strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": "))
-		}
+		i, _ := repository.ParseInsertion(*q.Insertion) // parse checked it
 		s.Insertion = &i
 	}
 	if q.CatchUp != nil {
@@ -148,6 +159,11 @@ func (s *server) updateSchedule(w http.ResponseWriter, r *http.Request) (int, an
 	}
 	if q.Name != nil && *q.Name != name {
 		return 0, nil, badRequest("field \"name\": a schedule cannot be renamed (remove it and create another)")
+	}
+	// UpdateSchedule writes what the change leaves valid: whatever apply refuses must be
+	// refused here, before it runs (apply's validation is UpdateSchedule's own)
+	if err := q.parse(); err != nil {
+		return 0, nil, err
 	}
 	var bad error
 	sc, err := s.repo.UpdateSchedule(r.Context(), s.pool, name, func(st *repository.ScheduleSettings) { bad = q.apply(st) })

@@ -76,6 +76,8 @@ func TestSchedules(t *testing.T) {
 			{"PATCH", "/schedules/taken", `{"spec":"* * *"}`, 400, "spec"},
 			{"PATCH", "/schedules/taken", `{"topic":"nope"}`, 404, `"nope"`},
 			{"PATCH", "/schedules/taken", `{"name":"other"}`, 400, "cannot be renamed"},
+			// the good spec is not written either
+			{"PATCH", "/schedules/taken", `{"spec":"0 7 * * *","insertion":"sideways"}`, 400, "insertion"},
 			{"PATCH", "/schedules/ghost", `{"priority":1}`, 404, "unknown schedule"},
 			{"POST", "/schedules/ghost/pause", "", 404, "unknown schedule"},
 		} {
