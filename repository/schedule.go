@@ -341,19 +341,26 @@ func fireText(s string, at time.Time) string {
 	return strings.ReplaceAll(s, ScheduleTimePlaceholder, at.UTC().Format(time.RFC3339))
 }
 
-// nowOrClock returns the injected clock, or this process's.
-func (r *Repository) nowOrClock() time.Time {
+// databaseNow returns the injected clock, or the database's (its transaction's time,
+// now()): fire times are computed by the clock FireSchedules fires by, so that a
+// process whose clock is behind or ahead neither pushes a time twice (a spec set just
+// after a fire, from a host two seconds behind, restarted from before it) nor skips one.
+func (r *Repository) databaseNow(ctx context.Context, h Handle) (time.Time, error) {
 	if t := r.clock(); t != nil {
-		return *t
+		return *t, nil
 	}
-	return time.Now()
+	var now time.Time
+	if err := h.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return time.Time{}, mapError("read the database's time", err)
+	}
+	return now, nil
 }
 
 // CreateSchedule stores a new schedule, in the caller's transaction when h is one, and
-// returns it with its first fire time (the first after now). A bad name or setting
-// returns ErrInvalid naming it, an unregistered topic ErrUnknownTopic, a name taken
-// ErrScheduleExists; nothing is written then. SQL's task_schedule and `pgtask schedule
-// add` do the same.
+// returns it with its first fire time (the first after now, by the database's clock). A
+// bad name or setting returns ErrInvalid naming it, an unregistered topic
+// ErrUnknownTopic, a name taken ErrScheduleExists; nothing is written then. SQL's
+// task_schedule and `pgtask schedule add` do the same.
 func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, s ScheduleSettings) (Schedule, error) {
 	if err := ValidateScheduleName(name); err != nil {
 		return Schedule{}, fmt.Errorf("create schedule: %w", err)
@@ -362,7 +369,10 @@ func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, 
 		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
 	}
 	c, _ := parseSchedule(s.Spec, s.TimeZone)
-	now := r.nowOrClock()
+	now, err := r.databaseNow(ctx, h)
+	if err != nil {
+		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
+	}
 	arg := db.ScheduleCreateParams{
 		Name: name, Topic: s.Topic, Spec: strings.TrimSpace(s.Spec), TimeZone: zoneName(s.TimeZone),
 		Identifier: ptr(s.Identifier), Input: ptr(s.Input), Priority: s.Priority,
@@ -473,7 +483,11 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 			(old.Paused && !s.Paused && !replay)
 		if restart {
 			c, _ := parseSchedule(s.Spec, s.TimeZone)
-			t := c.next(r.nowOrClock())
+			now, err := r.databaseNow(ctx, tx)
+			if err != nil {
+				return fmt.Errorf("%s schedule %q: %w", op, name, err)
+			}
+			t := c.next(now)
 			next = &t
 		}
 		updated, err := r.q.ScheduleUpdate(ctx, tx, db.ScheduleUpdateParams{
@@ -514,7 +528,11 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 	if err != nil {
 		return Task{}, fmt.Errorf("run schedule: %w", err)
 	}
-	tasks, err := r.Push(ctx, h, s.Topic, insertionOf(s.ScheduleSettings), s.creation(r.nowOrClock().Truncate(time.Second)))
+	now, err := r.databaseNow(ctx, h)
+	if err != nil {
+		return Task{}, fmt.Errorf("run schedule %q: %w", name, err)
+	}
+	tasks, err := r.Push(ctx, h, s.Topic, insertionOf(s.ScheduleSettings), s.creation(now.Truncate(time.Second)))
 	if err != nil {
 		return Task{}, fmt.Errorf("run schedule %q: %w", name, err)
 	}
@@ -619,11 +637,15 @@ func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected *
 	if next.IsZero() {
 		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, now)
 	}
-	creations := make([]Creation, len(times))
-	for i, t := range times {
-		creations[i] = s.creation(t)
+	tasks, err := r.pushFire(ctx, tx, s, times)
+	if errors.Is(err, ErrQueueFull) && len(times) > 1 {
+		// The catch-up does not fit under the topic's queue cap (it never would when it
+		// exceeds the cap, and the schedule would stay due for ever): the latest time
+		// alone, as without catch-up, the others missed.
+		missed += int64(len(times) - 1)
+		times = times[len(times)-1:]
+		tasks, err = r.pushFire(ctx, tx, s, times)
 	}
-	tasks, err := r.Push(ctx, tx, s.Topic, insertionOf(s.ScheduleSettings), creations...)
 	if err != nil {
 		return nil, fmt.Errorf("fire schedule %q: %w", s.Name, err)
 	}
@@ -636,6 +658,25 @@ func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected *
 		return nil, err
 	}
 	return &Fire{Schedule: s.Name, Topic: s.Topic, Times: times, Missed: missed, Tasks: tasks, At: now}, nil
+}
+
+// pushFire pushes the tasks of a schedule's fire times in tx; in a savepoint when there
+// are several, so that a refusal of the queue cap leaves tx usable for the latest alone.
+func (r *Repository) pushFire(ctx context.Context, tx pgx.Tx, s Schedule, times []time.Time) ([]Task, error) {
+	creations := make([]Creation, len(times))
+	for i, t := range times {
+		creations[i] = s.creation(t)
+	}
+	if len(times) == 1 {
+		return r.Push(ctx, tx, s.Topic, insertionOf(s.ScheduleSettings), creations...)
+	}
+	var tasks []Task
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		tasks, err = r.Push(ctx, sp, s.Topic, insertionOf(s.ScheduleSettings), creations...)
+		return err
+	})
+	return tasks, err
 }
 
 // errFiredElsewhere rolls back a fire whose compare-and-set found the next fire time

@@ -431,6 +431,40 @@ func TestScheduleMissedFires(t *testing.T) {
 		}
 	})
 
+	t.Run("CatchUpBeyondTheQueueCapPushesTheLatest", func(t *testing.T) {
+		// Ten times missed, a catch-up of five and a queue cap of two: the five would
+		// never fit, so the latest is pushed alone and nine are missed, instead of the
+		// schedule staying due and refused at every round.
+		s := setupSchedules(t)
+		if _, err := s.repo.UpdateSettings(s.ctx, s.pool, s.topic, func(ts *repository.TopicSettings) { ts.QueueCap = 2 }); err != nil {
+			t.Fatal(err)
+		}
+		settings := appendEach("@every 1s")
+		settings.CatchUp = 5
+		s.create("tick", settings)
+		s.clock.advance(10 * time.Second)
+		fires := s.fire()
+		if len(fires) != 1 || len(fires[0].Times) != 1 || fires[0].Missed != 9 {
+			t.Fatalf("fires %+v, want the latest time pushed and 9 missed", fires)
+		}
+		if got, want := s.identifiers(), stamps(start.Add(10*time.Second)); !slices.Equal(got, want) {
+			t.Errorf("tasks %v, want %v", got, want)
+		}
+		// a catch-up that fits is pushed whole
+		s.clock.advance(time.Second)
+		if fires := s.fire(); len(fires) != 1 || len(fires[0].Times) != 1 || fires[0].Missed != 0 {
+			t.Fatalf("fires %+v, want the one time due", fires)
+		}
+		// and with the queue full the schedule waits: refused, still due
+		s.clock.advance(3 * time.Second)
+		if _, err := s.sched.FireSchedules(s.ctx, s.pool); !errors.Is(err, repository.ErrQueueFull) {
+			t.Fatalf("fire with the queue full: %v, want ErrQueueFull", err)
+		}
+		if got := len(s.identifiers()); got != 2 {
+			t.Errorf("%d tasks after the refusal, want 2", got)
+		}
+	})
+
 	t.Run("CronCatchUpOverDays", func(t *testing.T) {
 		s := setupSchedules(t)
 		settings := appendEach("0 3 * * *")
@@ -747,4 +781,36 @@ func deref(p *string) string {
 		return "<ok>"
 	}
 	return *p
+}
+
+// TestScheduleTimesByTheDatabaseClock: a schedule's fire times are computed by the
+// database's clock, the one FireSchedules fires by, not the caller's. In a transaction
+// the database's now() stays at its start while the caller's clock moves on: a first
+// fire time, and one restarted by a new spec, must follow the former.
+func TestScheduleTimesByTheDatabaseClock(t *testing.T) {
+	f := setup(t)
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	var now time.Time
+	if err := tx.QueryRow(f.ctx, "SELECT now()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the caller's clock now reads a later second
+	sc, err := f.repo.CreateSchedule(f.ctx, tx, "tick", repository.ScheduleSettings{Topic: f.topic, Spec: "@every 1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Truncate(time.Second).Add(time.Second); !sc.NextFire.Equal(want) {
+		t.Errorf("created at the database's %v: next fire %v, want %v", now, sc.NextFire, want)
+	}
+	sc, err = f.repo.UpdateSchedule(f.ctx, tx, "tick", func(s *repository.ScheduleSettings) { s.Spec = "@every 3s" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Truncate(time.Second).Add(3 * time.Second); !sc.NextFire.Equal(want) {
+		t.Errorf("spec changed at the database's %v: next fire %v, want %v", now, sc.NextFire, want)
+	}
 }
