@@ -275,20 +275,27 @@ func printSchedule(w io.Writer, p *printer, s repository.Schedule, next int) {
 	if next == 0 || s.Paused {
 		return
 	}
-	from := s.NextFire
-	if from.IsZero() {
-		from = time.Now()
-	} else {
-		from = from.Add(-time.Nanosecond)
-	}
-	times, err := repository.NextFires(s.Spec, s.TimeZone, from, next)
-	if err != nil || len(times) == 0 {
+	times := comingFires(s, next, time.Now())
+	if len(times) == 0 {
 		return
 	}
 	fmt.Fprintln(w, "coming fire times:")
 	for _, t := range times {
 		fmt.Fprintf(w, "  %s\n", zonedTime(t, s.TimeZone))
 	}
+}
+
+// comingFires returns the schedule's next n fire times: its next fire time and those
+// after it, or, when it has none yet, the first n after now.
+func comingFires(s repository.Schedule, n int, now time.Time) []time.Time {
+	if s.NextFire.IsZero() {
+		times, _ := repository.NextFires(s.Spec, s.TimeZone, now, n)
+		return times
+	}
+	// From the next fire time itself: one nanosecond before it, an @every spec's times
+	// (from + D, truncated to the second) came D less one second late.
+	after, _ := repository.NextFires(s.Spec, s.TimeZone, s.NextFire, n-1)
+	return append([]time.Time{s.NextFire}, after...)
 }
 
 // zonedTime prints t in the schedule's zone, with the zone's abbreviation.
