@@ -39,8 +39,9 @@ type planNode struct {
 	Relation  string     `json:"Relation Name"`
 	IndexName string     `json:"Index Name"`
 	IndexCond string     `json:"Index Cond"`
-	Function  string     `json:"Function Call"` // with auto_explain.log_verbose
-	Loops     float64    `json:"Actual Loops"`  // with auto_explain.log_analyze
+	Function  string     `json:"Function Call"`          // with auto_explain.log_verbose
+	Loops     float64    `json:"Actual Loops"`           // with auto_explain.log_analyze
+	Removed   float64    `json:"Rows Removed by Filter"` // with auto_explain.log_analyze
 	Plans     []planNode `json:"Plans"`
 }
 
@@ -699,5 +700,59 @@ func TestCompletionPlanIgnoresStaleStatistics(t *testing.T) {
 	}
 	if len(scans) < 2 {
 		t.Fatalf("found %d scans in the plans of the completion's UPDATE, want at least 2: the capture is broken", len(scans))
+	}
+}
+
+// TestSchedulesDueReadOnlyTheDue: the statements with which every processor looks for
+// due schedules at every heartbeat read the due ones (next fire NULL or past) through
+// task_schedule_due, not every running schedule, however often they run. Cached as
+// prepared statements, they went after five calls to a generic plan that read the
+// running schedules in next-fire order and filtered out those not due: all of them
+// when none was (FireSchedules plans them at each call: Repository.due).
+func TestSchedulesDueReadOnlyTheDue(t *testing.T) {
+	f := setup(t)
+	const others = 2000
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task_schedule (name, topic, spec, next_fire)
+		SELECT 'later-' || g, $1, '@every 1h', now() + interval '1 hour' FROM generate_series(1, $2::integer) g`, f.topic, others); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task_schedule"); err != nil {
+		t.Fatal(err)
+	}
+	conn, capture := explainedConn(f)
+	for _, stmt := range []string{"RESET enable_seqscan", "SET auto_explain.log_analyze = on", "SET auto_explain.log_timing = off"} {
+		if _, err := conn.Exec(f.ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for call := range 8 { // past the five custom plans of a prepared statement
+		// one schedule due, fired by the call; the others an hour away
+		if _, err := f.pool.Exec(f.ctx, `UPDATE task_schedule SET next_fire = now() - interval '1 second' WHERE name = 'later-1'`); err != nil {
+			t.Fatal(err)
+		}
+		capture.take(t)
+		fires, err := f.repo.FireSchedules(f.ctx, conn)
+		if err != nil || len(fires) != 1 {
+			t.Fatalf("call %d: fires %+v, %v; want later-1 fired", call+1, fires, err)
+		}
+		for _, p := range capture.take(t) {
+			name, ok := strings.CutPrefix(p.Query, "-- name: ")
+			if !ok || !strings.HasPrefix(name, "ScheduleAnyDue") && !strings.HasPrefix(name, "ScheduleDue") {
+				continue
+			}
+			name, _, _ = strings.Cut(name, " ")
+			seen[name] = true
+			var read float64
+			p.Root.visit(func(n planNode) { read += n.Removed })
+			if read > 10 {
+				t.Errorf("call %d: %s filtered out %.0f schedules, want only the due read\nplan: %s", call+1, name, read, p.raw)
+			}
+		}
+	}
+	for _, want := range []string{"ScheduleAnyDue", "ScheduleDue", "ScheduleDueWait"} {
+		if !seen[want] {
+			t.Errorf("no plan of %s reported: the capture is broken (saw %v)", want, seen)
+		}
 	}
 }

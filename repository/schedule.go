@@ -557,7 +557,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 		errs  []error
 		skip  = []string{}
 	)
-	if due, err := r.q.ScheduleAnyDue(ctx, h, r.clock()); err != nil || !due {
+	if due, err := r.q.ScheduleAnyDue(ctx, customPlans{h}, r.clock()); err != nil || !due {
 		return nil, mapError("find due schedules", err)
 	}
 	// First the schedules no one else holds; then, waiting for them, those another
@@ -607,11 +607,18 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 
 // due locks the oldest due schedule not in skip: skipping those others hold, or
 // waiting for them.
+//
+// It and ScheduleAnyDue are planned at each call (customPlans): a due schedule is one
+// whose next fire time is NULL or past, which a custom plan reads as two ranges of
+// task_schedule_due (a BitmapOr), but the generic plan a cached statement gets after
+// five calls read every running schedule in next-fire order, filtering out those not
+// due: the whole table at every round of every processor when none is (6 ms and 163
+// buffers at 10 000 schedules; TestSchedulesDueReadOnlyTheDue).
 func (r *Repository) due(ctx context.Context, tx pgx.Tx, skip []string, wait bool) (db.ScheduleDueRow, error) {
 	if !wait {
-		return r.q.ScheduleDue(ctx, tx, db.ScheduleDueParams{Now: r.clock(), Skip: skip})
+		return r.q.ScheduleDue(ctx, customPlans{tx}, db.ScheduleDueParams{Now: r.clock(), Skip: skip})
 	}
-	row, err := r.q.ScheduleDueWait(ctx, tx, db.ScheduleDueWaitParams{Now: r.clock(), Skip: skip})
+	row, err := r.q.ScheduleDueWait(ctx, customPlans{tx}, db.ScheduleDueWaitParams{Now: r.clock(), Skip: skip})
 	return db.ScheduleDueRow(row), err
 }
 
