@@ -628,11 +628,17 @@ func (p *Processor) awaitSilence(ctx context.Context) (repository.Owner, error) 
 	}
 }
 
-// heartbeats proves this owner alive every HeartbeatInterval, on a goroutine of its own:
-// the maintenance of liveness (expiry, purges, ANALYZE, retention) can take longer than
-// an interval on a loaded server, and a late heartbeat lets other processors take this
-// one's leases back while it is still working on them.
+// heartbeats proves this owner alive every HeartbeatInterval, on a goroutine and a
+// connection of its own: the maintenance of liveness (expiry, purges, ANALYZE,
+// retention) can take longer than an interval on a loaded server, and the pool's
+// connections can all be busy for longer than the expiry timeout (polls slowed by a
+// long-held snapshot, a pool smaller than the managers' statements in flight); a late
+// heartbeat lets other processors take this one's leases back while it is still working
+// on them. The connection is made from the pool's configuration, made again after a
+// failure, and closed when ctx ends.
 func (p *Processor) heartbeats(ctx context.Context) {
+	conn := &beatConn{pool: p.pool.Config()}
+	defer conn.close()
 	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
 	defer ticker.Stop()
 	for {
@@ -641,30 +647,80 @@ func (p *Processor) heartbeats(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		p.heartbeat(ctx)
+		p.heartbeat(ctx, conn)
 	}
 }
 
-func (p *Processor) heartbeat(ctx context.Context) {
+func (p *Processor) heartbeat(ctx context.Context, conn *beatConn) {
 	// A heartbeat that takes an expiry timeout comes too late to keep the leases: it
-	// fails then (a hung connection, a pool whose connections are all busy), so that
-	// Health says so and the next tick tries again, rather than hang until the kernel
-	// gives the connection up.
+	// fails then (a hung connection, a server that does not answer), so that Health says
+	// so and the next tick tries again on a new connection, rather than hang until the
+	// kernel gives the connection up.
 	hctx, cancel := context.WithTimeout(ctx, p.cfg.ExpiryTimeout)
 	defer cancel()
-	p.outcome(ctx, "heartbeat", p.beat(hctx))
+	c, err := conn.get(hctx)
+	if err == nil {
+		err = p.beat(hctx, c)
+	}
+	if err != nil {
+		conn.close()
+	}
+	p.outcome(ctx, "heartbeat", err)
 }
 
-// beat heart-beats the owner row, or registers it again when it is gone: this owner was
-// silent long enough to be purged as dead (its leases were taken back, and its late
-// completions will be refused), and comes back as a fresh owner row.
-func (p *Processor) beat(ctx context.Context) error {
-	err := p.repo.Heartbeat(ctx, p.pool)
+// beat heart-beats the owner row on h, or registers it again when it is gone: this
+// owner was silent long enough to be purged as dead (its leases were taken back, and its
+// late completions will be refused), and comes back as a fresh owner row.
+func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
+	err := p.repo.Heartbeat(ctx, h)
 	if errors.Is(err, repository.ErrNotRegistered) {
 		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
-		_, err = p.repo.RegisterOwner(ctx, p.pool)
+		_, err = p.repo.RegisterOwner(ctx, h)
 	}
 	return err
+}
+
+// beatConn is the heartbeat's own connection, made when first needed as the pool makes
+// its own: with its configuration and its BeforeConnect and AfterConnect hooks (a
+// password rotated before each connection, a search_path set after).
+type beatConn struct {
+	pool *pgxpool.Config
+	conn *pgx.Conn
+}
+
+// get returns the connection, connecting first when there is none.
+func (b *beatConn) get(ctx context.Context) (*pgx.Conn, error) {
+	if b.conn != nil && !b.conn.IsClosed() {
+		return b.conn, nil
+	}
+	config := b.pool.ConnConfig.Copy()
+	if b.pool.BeforeConnect != nil {
+		if err := b.pool.BeforeConnect(ctx, config); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, config)
+	if err != nil {
+		return nil, err
+	}
+	if b.pool.AfterConnect != nil {
+		if err := b.pool.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(ctx)
+			return nil, err
+		}
+	}
+	b.conn = conn
+	return conn, nil
+}
+
+// close closes the connection, if any; the next get makes another.
+func (b *beatConn) close() {
+	if b.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = b.conn.Close(ctx)
+		b.conn = nil
+	}
 }
 
 // outcome records the result of a database operation in p.faults.
