@@ -502,6 +502,59 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 		}
 	})
 
+	// Count and Purge with a state read that state's tasks, not the topic's others,
+	// however often they run: their statements count on a custom plan, which sees the
+	// topic and the state as values, and as cached prepared statements they went to a
+	// generic plan that walked the topic's primary key and filtered out the other states
+	// (a count of FAILED after five; a purge of FAILED after five purges of no state).
+	t.Run("CountAndPurge", func(t *testing.T) {
+		f := withT(t, f)
+		for _, stmt := range []string{"SET plan_cache_mode = auto", "SET auto_explain.log_analyze = on", "RESET enable_seqscan"} {
+			if _, err := conn.Exec(f.ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer func() {
+			for _, stmt := range []string{"SET auto_explain.log_analyze = off", "SET enable_seqscan = off"} {
+				if _, err := conn.Exec(context.WithoutCancel(f.ctx), stmt); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+		removed := func(what string, plans []loggedPlan) {
+			t.Helper()
+			var read float64
+			for _, p := range plans {
+				p.Root.visit(func(n planNode) { read += n.Removed })
+			}
+			if read > 500 {
+				t.Errorf("%s filtered out %.0f rows of other states: it read the topic, not the state\nplan: %s", what, read, plans[0].raw)
+			}
+		}
+		failed := repository.Failed
+		for call := range 8 {
+			what := fmt.Sprintf("Count(FAILED), call %d", call+1)
+			removed(what, run(t, what, func() error {
+				_, err := f.repo.Count(f.ctx, conn, f.topic, repository.TaskFilter{State: &failed}, 0, repository.MaxSequence, repository.Total)
+				return err
+			}))
+		}
+		for call := range 6 {
+			what := fmt.Sprintf("Purge of no state, call %d", call+1)
+			run(t, what, func() error {
+				_, err := f.repo.Purge(f.ctx, conn, f.topic, 1, 2, nil)
+				return err
+			})
+		}
+		removed("Purge(FAILED)", run(t, "Purge(FAILED)", func() error {
+			n, err := f.repo.Purge(f.ctx, conn, f.topic, 0, repository.MaxSequence, &failed)
+			if err == nil && n == 0 {
+				err = errors.New("purged nothing: the fixture has no FAILED task")
+			}
+			return err
+		}))
+	})
+
 	// The detector itself: statements that read the partition in full are caught, so a
 	// broken check fails the test rather than passing it.
 	for _, probe := range []struct{ name, sql, want string }{

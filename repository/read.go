@@ -347,7 +347,9 @@ func (r *Repository) Count(ctx context.Context, h Handle, topic string, filter T
 	var rows []row
 	switch mode {
 	case Total:
-		got, err := r.q.TaskCountTotal(ctx, h, db.TaskCountTotalParams{
+		// planned for its arguments (customPlans): the generic plan of a cached
+		// statement walked the topic's sequences for a state
+		got, err := r.q.TaskCountTotal(ctx, customPlans{h}, db.TaskCountTotalParams{
 			FromSequence: fromSequence, ToSequence: toSequence, State: state,
 			Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
 		})
@@ -452,7 +454,9 @@ func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequ
 		v := int16(*state)
 		s = &v
 	}
-	n, err := r.q.TaskPurge(ctx, h, db.TaskPurgeParams{Topic: topic, FromSequence: fromSequence, ToSequence: toSequence, State: s})
+	// planned for its arguments (customPlans): after purges of no state, the generic
+	// plan of a cached statement read every finished task of the topic for one state
+	n, err := r.q.TaskPurge(ctx, customPlans{h}, db.TaskPurgeParams{Topic: topic, FromSequence: fromSequence, ToSequence: toSequence, State: s})
 	if err != nil {
 		return 0, mapError(fmt.Sprintf("purge topic %q", topic), err)
 	}

@@ -86,6 +86,8 @@ LEFT JOIN LATERAL (
     SELECT t.state, count(*) AS count, max(t.sequence) AS highest
     FROM task t
     WHERE t.topic = tt.topic
+      -- the topic's range of the indexes keyed by its hash, not every topic's of its table
+      AND hashtext(t.topic) = hashtext(tt.topic)
       -- for one topic, its name as a value: a custom plan then reads the topic's table only
       AND (sqlc.narg('topic')::text IS NULL OR t.topic = sqlc.narg('topic'))
       AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
