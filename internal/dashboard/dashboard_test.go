@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -13,9 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/internal/dashboard"
-	"github.com/pgtask/pgtask/internal/httpguard"
-	"github.com/pgtask/pgtask/internal/rest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -547,20 +543,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard, err := httpguard.New(httpguard.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := rest.New(rest.Config{Pool: pool, Repository: repo, Guard: guard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := dashboard.New(dashboard.Config{Pool: pool, Repository: repo, API: api, Guard: guard, Refresh: refresh})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(guard.Protect(h))
-	t.Cleanup(srv.Close)
+	srv := serve(t, pool, repo, "")
 	f := &fixture{t: t, ctx: t.Context(), srv: srv}
 	status, _, page := f.get("/ui/topics/mail")
 	_, action := f.post("/ui/topics/mail/bulk", `{"action": "cancel"}`)

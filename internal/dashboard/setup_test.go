@@ -43,22 +43,30 @@ func setup(t *testing.T, token string) *fixture {
 	}
 	f.repo = repo
 	f.createTopic("mail")
+	f.srv = serve(t, f.pool, repo, token)
+	return f
+}
+
+// serve starts the dashboard and the REST API on pool, as `pgtask serve` mounts them,
+// until the test ends.
+func serve(t *testing.T, pool *pgxpool.Pool, repo *repository.Repository, token string) *httptest.Server {
+	t.Helper()
 	guard, err := httpguard.New(httpguard.Config{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := rest.New(rest.Config{Pool: f.pool, Repository: repo, Guard: guard})
+	api, err := rest.New(rest.Config{Pool: pool, Repository: repo, Guard: guard})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := dashboard.New(dashboard.Config{Pool: f.pool, Repository: repo, API: api, Guard: guard, Token: token,
+	h, err := dashboard.New(dashboard.Config{Pool: pool, Repository: repo, API: api, Guard: guard, Token: token,
 		Refresh: refresh})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv = httptest.NewServer(guard.Protect(h))
-	t.Cleanup(f.srv.Close)
-	return f
+	srv := httptest.NewServer(guard.Protect(h))
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // createTopic creates a topic whose tasks get one attempt: a failure is final.
