@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgtask/pgtask/db"
 )
@@ -204,24 +203,6 @@ func (r *Repository) excerptsIndexed(ctx context.Context, h Handle, p db.TaskPag
 		return nil, err
 	}
 	return excerptsFrom(rows), nil
-}
-
-// customPlans runs its statements as unnamed ones, described and then executed
-// (pgx.QueryExecModeDescribeExec: two round trips), so that PostgreSQL plans each
-// execution for its arguments and never settles on a generic plan: for the statements
-// whose right index depends on their arguments.
-type customPlans struct{ h Handle }
-
-func (c customPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return c.h.Exec(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
-}
-
-func (c customPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return c.h.Query(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
-}
-
-func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return c.h.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
 }
 
 // pageParams checks the arguments of Page and Excerpts and returns the query's.

@@ -33,6 +33,24 @@ type Handle interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// customPlans runs its statements as unnamed ones, described and then executed
+// (pgx.QueryExecModeDescribeExec: two round trips), so that PostgreSQL plans each
+// execution for its arguments and never settles on a generic plan: for the statements
+// whose right index depends on their arguments.
+type customPlans struct{ h Handle }
+
+func (c customPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return c.h.Exec(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
+}
+
+func (c customPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return c.h.Query(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
+}
+
+func (c customPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return c.h.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
+}
+
 // Config configures a Repository.
 type Config struct {
 	// Owner names this instance in task_owner and on the tasks it leases (1..250

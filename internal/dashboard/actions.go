@@ -43,14 +43,9 @@ func (s *server) action(a actionFunc) http.Handler {
 			return
 		}
 		body, err := httpguard.ReadBody(w, r, actionBodyMax)
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			httpguard.WriteError(w, http.StatusRequestEntityTooLarge,
-				fmt.Sprintf("request body too large: at most %d bytes accepted", tooLarge.Limit))
-			return
-		}
 		if err != nil {
-			httpguard.WriteError(w, http.StatusBadRequest, err.Error())
+			status := httpguard.BodyStatus(err)
+			httpguard.WriteError(w, status, httpguard.ErrorText(err, status))
 			return
 		}
 		out, err := a(r, body)
@@ -59,11 +54,7 @@ func (s *server) action(a actionFunc) http.Handler {
 			if status == http.StatusInternalServerError {
 				s.cfg.Logger.Error("dashboard action failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
-			message := strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")
-			if status == http.StatusInternalServerError {
-				message = httpguard.InternalText(err) // the log has the whole error
-			}
-			httpguard.WriteError(w, status, message)
+			httpguard.WriteError(w, status, httpguard.ErrorText(err, status)) // the log has the whole error
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

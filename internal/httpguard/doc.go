@@ -19,8 +19,10 @@
 //     constant time.
 //   - body.go: [ReadBody] reads a request body within a limit and tells the client's
 //     failures (a body cut short, a malformed chunk, one too slow) from the server's.
-//   - errors.go: [InternalText], what a 500 tells the client of a server-side failure,
-//     without what a failure to connect says of the database's address and users.
+//   - errors.go: [ErrorText], what a client is told of an error under its status, and
+//     [InternalText], what a 500 tells of a server-side failure, without what a failure
+//     to connect says of the database's address and users; [BodyStatus] answers
+//     ReadBody's errors.
 //
 // A new route gets all of it by being mounted on the handler that Guard.Protect wraps and
 // NewServer serves (in `pgtask serve`, the root mux of cmd/pgtask/serve.go), behind

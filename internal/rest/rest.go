@@ -229,7 +229,7 @@ func (s *server) handle(e endpoint, topic bool) http.Handler {
 			case errors.As(err, &bodyErr):
 				s.logger.Debug("request body unreadable", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
-			writeJSON(w, status, errorJSON{errorText(err, status)})
+			writeJSON(w, status, errorJSON{httpguard.ErrorText(err, status)})
 			return
 		}
 		if stream, ok := body.(streamer); ok {
@@ -264,22 +264,6 @@ func statusOf(err error) int {
 		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
-}
-
-// errorText is the message shown to the client, answered with status. A 500 says what
-// failed and, for an error of PostgreSQL's, its message and SQLSTATE, but never what a
-// failure to connect or a broken connection says (the server's address, the database
-// and user names): those go to the log only.
-func errorText(err error, status int) string {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return fmt.Sprintf("request body too large: at most %d bytes accepted", tooLarge.Limit)
-	}
-	if status == http.StatusInternalServerError {
-		return httpguard.InternalText(err)
-	}
-	// Our own 400s read "bad request: …"; the status already says so.
-	return strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {

@@ -25,20 +25,24 @@ type scheduleRequest struct {
 	Paused     *bool   `json:"paused"`
 }
 
-// parse checks the fields that have a form of their own (the insertion), before
-// anything is written: a PATCH refused for its insertion must not store its other fields.
-func (q scheduleRequest) parse() error {
-	if q.Insertion != nil {
-		if _, err := repository.ParseInsertion(*q.Insertion); err != nil {
-			return badRequest("field \"insertion\": %s", strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": "))
-		}
+// insertion is the insertion given, parsed; nil when absent. UpdateSchedule writes what
+// its change leaves valid, so a PATCH checks it before (a refused insertion must not
+// store the other fields), and apply uses it.
+func (q scheduleRequest) insertion() (*repository.Insertion, error) {
+	if q.Insertion == nil {
+		return nil, nil
 	}
-	return nil
+	i, err := repository.ParseInsertion(*q.Insertion)
+	if err != nil {
+		return nil, badRequest("field \"insertion\": %s", strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": "))
+	}
+	return &i, nil
 }
 
 // apply writes the fields given into s and checks the result.
 func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
-	if err := q.parse(); err != nil {
+	insertion, err := q.insertion()
+	if err != nil {
 		return err
 	}
 	set := func(dst *string, src *string) {
@@ -54,9 +58,8 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	if q.Priority != nil {
 		s.Priority = *q.Priority
 	}
-	if q.Insertion != nil {
-		i, _ := repository.ParseInsertion(*q.Insertion) // parse checked it
-		s.Insertion = &i
+	if insertion != nil {
+		s.Insertion = insertion
 	}
 	if q.CatchUp != nil {
 		s.CatchUp = *q.CatchUp
@@ -160,9 +163,9 @@ func (s *server) updateSchedule(w http.ResponseWriter, r *http.Request) (int, an
 	if q.Name != nil && *q.Name != name {
 		return 0, nil, badRequest("field \"name\": a schedule cannot be renamed (remove it and create another)")
 	}
-	// UpdateSchedule writes what the change leaves valid: whatever apply refuses must be
-	// refused here, before it runs (apply's validation is UpdateSchedule's own)
-	if err := q.parse(); err != nil {
+	// before UpdateSchedule, which writes what apply leaves valid (apply's validation is
+	// UpdateSchedule's own)
+	if _, err := q.insertion(); err != nil {
 		return 0, nil, err
 	}
 	var bad error
