@@ -932,8 +932,13 @@ func (q *Queries) TaskPageForward(ctx context.Context, db DBTX, arg TaskPageForw
 
 const taskPurge = `-- name: TaskPurge :execrows
 DELETE FROM task t
-WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1
-  AND t.sequence BETWEEN $2::bigint AND $3::bigint
+USING (SELECT f.sequence FROM task f
+       WHERE hashtext(f.topic) = hashtext($1) AND f.topic = $1
+         AND f.sequence BETWEEN $2::bigint AND $3::bigint
+         AND f.state >= 3
+         AND ($4::smallint IS NULL OR f.state = $4)
+       LIMIT $5::bigint) d
+WHERE t.topic = $1 AND t.sequence = d.sequence
   AND t.state >= 3
   AND ($4::smallint IS NULL OR t.state = $4)
 `
@@ -943,16 +948,22 @@ type TaskPurgeParams struct {
 	FromSequence int64
 	ToSequence   int64
 	State        *int16
+	Size         *int64
 }
 
 // Deletes finished tasks in the sequence range: of state when given (FAILED..REDUNDANT),
 // else every state from FAILED to REDUNDANT. ACTIVE, READY and EXPIRED rows never go.
+// At most size of them (NULL: all), found in whatever order the plan reads them: a purge
+// in batches (Repository.Purge on a pool) calls it until it deletes fewer than size. The
+// conditions on state are checked again on the row deleted (a task revived meanwhile
+// stays).
 func (q *Queries) TaskPurge(ctx context.Context, db DBTX, arg TaskPurgeParams) (int64, error) {
 	result, err := db.Exec(ctx, taskPurge,
 		arg.Topic,
 		arg.FromSequence,
 		arg.ToSequence,
 		arg.State,
+		arg.Size,
 	)
 	if err != nil {
 		return 0, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -14,7 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
 )
 
 // Acceptance tests of the repository operations (design §3-§5), one behaviour per subtest.
@@ -1423,6 +1426,137 @@ func TestResolve(t *testing.T) {
 			}
 		})
 	}
+}
+
+// purgeCanceller is a statementCounter that cancels a context when the statement
+// TaskPurge number at starts (0: never).
+type purgeCanceller struct {
+	statementCounter
+	at     int
+	cancel context.CancelFunc
+}
+
+func (c *purgeCanceller) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	ctx = c.statementCounter.TraceQueryStart(ctx, conn, data)
+	if c.at > 0 && c.count("TaskPurge") == c.at {
+		c.cancel()
+	}
+	return ctx
+}
+
+// count is how many of the recorded statements are the sqlc query name.
+func (c *statementCounter) count(name string) int {
+	n := 0
+	for _, x := range c.names() {
+		if x == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPurgeInBatches: on a pool a purge deletes in statements of a bounded number of
+// tasks, each committed on its own, so that an interrupted one keeps what it deleted;
+// inside the caller's transaction it is one statement, undone with the transaction. Not
+// parallel: it lowers the batch for the whole package (to 3).
+func TestPurgeInBatches(t *testing.T) {
+	repository.SetPurgeBatch(t, 3)
+	ctx := t.Context()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, schema.Hash(), repository.Migrate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &purgeCanceller{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	f := &fixture{t: t, ctx: ctx, pool: pool, topic: "topic"}
+	f.repo = f.newRepo("owner-1")
+	f.createTopic(f.topic)
+	// 8 SUCCEEDED tasks and one FAILED, then one READY and one ACTIVE, which stay
+	ids := make([]string, 11)
+	for i := range ids {
+		ids[i] = fmt.Sprint("task-", i)
+	}
+	f.push(repository.Append, ids...)
+	f.complete(repository.Succeed("ok"), f.poll(repository.FIFO, repository.None, 8)...)
+	f.complete(repository.Fail(errors.New("boom")), f.poll(repository.FIFO, repository.None, 1)...)
+	f.poll(repository.FIFO, repository.None, 1)
+	left := func() int64 {
+		t.Helper()
+		counts, err := f.repo.CountByState(ctx, pool, f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, c := range counts {
+			n += c
+		}
+		return n
+	}
+
+	t.Run("InTheCallersTransactionOneStatement", func(t *testing.T) {
+		tracer.reset()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		n, err := f.repo.Purge(ctx, tx, f.topic, 0, repository.MaxSequence, nil)
+		if err != nil || n != 9 {
+			t.Fatalf("purge in a transaction = %d, %v; want the 9 finished tasks", n, err)
+		}
+		if got := tracer.count("TaskPurge"); got != 1 {
+			t.Errorf("purge in a transaction sent %d TaskPurge statements, want 1", got)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := left(); got != 11 {
+			t.Errorf("%d tasks after the rollback, want the 11 (the purge is the transaction's)", got)
+		}
+	})
+
+	t.Run("InterruptedKeepsWhatItDeleted", func(t *testing.T) {
+		tracer.reset()
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		tracer.at, tracer.cancel = 2, cancel // the second statement starts cancelled
+		defer func() { tracer.at = 0 }()
+		n, err := f.repo.Purge(cctx, pool, f.topic, 0, repository.MaxSequence, nil)
+		if err == nil || n != 3 {
+			t.Fatalf("purge interrupted before its second statement = %d, %v; want 3 and the error", n, err)
+		}
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "3 tasks purged before the error") {
+			t.Errorf("error %q: want context.Canceled, naming the 3 tasks purged", err)
+		}
+		if got := left(); got != 8 {
+			t.Errorf("%d tasks after the interrupted purge, want 8 (its first statement committed)", got)
+		}
+	})
+
+	t.Run("OnAPoolStatementsOfTheBatch", func(t *testing.T) {
+		tracer.reset()
+		n, err := f.repo.Purge(ctx, pool, f.topic, 0, repository.MaxSequence, nil)
+		if err != nil || n != 6 {
+			t.Fatalf("purge = %d, %v; want the 6 finished tasks left", n, err)
+		}
+		// 3, 3, then one that finds none
+		if got := tracer.count("TaskPurge"); got != 3 {
+			t.Errorf("purge of 6 in batches of 3 sent %d TaskPurge statements, want 3", got)
+		}
+		counts, err := f.repo.CountByState(ctx, pool, f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.DeleteFunc(counts, func(_ repository.State, n int64) bool { return n == 0 })
+		if want := map[repository.State]int64{repository.Ready: 1, repository.Active: 1}; !maps.Equal(counts, want) {
+			t.Errorf("left %v, want %v", counts, want)
+		}
+	})
 }
 
 func TestPurge(t *testing.T) {

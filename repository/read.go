@@ -420,6 +420,12 @@ func (r *Repository) LastSequence(ctx context.Context, h Handle) (int64, error) 
 // Purge deletes finished tasks of a topic within the inclusive sequence range and returns
 // how many: every state from FAILED to REDUNDANT, or only state when given (which must be
 // one of those). ACTIVE, READY and EXPIRED tasks are never purged.
+//
+// On a pool (or a connection outside a transaction) it deletes in statements of at most
+// 10 000 tasks, each committed on its own, so that a purge of millions neither holds
+// one long transaction nor loses its work to a timeout: when ctx ends or a statement
+// fails, the tasks deleted so far stay deleted and Purge returns their number with the
+// error (call it again to go on). Inside the caller's transaction it is one statement.
 func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequence, toSequence int64, state *State) (int64, error) {
 	if err := validTopic(topic); err != nil {
 		return 0, err
@@ -435,14 +441,28 @@ func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequ
 		v := int16(*state)
 		s = &v
 	}
-	// planned for its arguments (customPlans): after purges of no state, the generic
-	// plan of a cached statement read every finished task of the topic for one state
-	n, err := r.q.TaskPurge(ctx, customPlans{h}, db.TaskPurgeParams{Topic: topic, FromSequence: fromSequence, ToSequence: toSequence, State: s})
-	if err != nil {
-		return 0, mapError(fmt.Sprintf("purge topic %q", topic), err)
+	arg := db.TaskPurgeParams{Topic: topic, FromSequence: fromSequence, ToSequence: toSequence, State: s}
+	if autocommit(h) {
+		arg.Size = new(purgeBatch)
 	}
-	return n, nil
+	var total int64
+	for {
+		// planned for its arguments (customPlans): after purges of no state, the generic
+		// plan of a cached statement read every finished task of the topic for one state
+		n, err := r.q.TaskPurge(ctx, customPlans{h}, arg)
+		total += n
+		if err != nil {
+			return total, mapError(fmt.Sprintf("purge topic %q (%d tasks purged before the error)", topic, total), err)
+		}
+		if arg.Size == nil || n < *arg.Size {
+			return total, nil
+		}
+	}
 }
+
+// purgeBatch is the most tasks one statement of Purge deletes on a pool (a variable
+// for the tests).
+var purgeBatch int64 = 10_000
 
 // PurgeAll deletes every task of a topic, whatever its state, and returns how many there
 // were. A shared topic's tasks are deleted as Destroy deletes them (in batches on a pool,

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,6 +143,9 @@ type bulkBody struct {
 type bulkResult struct {
 	Changed int64  `json:"changed"`
 	Message string `json:"message"`
+	// More is true when the action stopped before the end of its tasks (a purge whose
+	// time was up): the same action again goes on.
+	More bool `json:"more,omitempty"`
 }
 
 // bulk applies an action to every task of a filter: cancel (the READY, SUSPENDED,
@@ -175,7 +179,15 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		if res.filter.State != nil && !res.filter.State.Finished() {
 			return nil, badRequest("purge deletes finished tasks only (FAILED to REDUNDANT), not %s", *res.filter.State)
 		}
-		n, err := s.repo.Purge(ctx, s.pool, topic, res.from, res.to, res.filter.State)
+		// Purge commits every batch it deletes: when its time is up, what it deleted
+		// stays, and the answer says so rather than failing the request
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.PurgeFor)
+		defer cancel()
+		n, err := s.repo.Purge(pctx, s.pool, topic, res.from, res.to, res.filter.State)
+		if err != nil && pctx.Err() != nil && ctx.Err() == nil {
+			return bulkResult{Changed: n, More: true,
+				Message: fmt.Sprintf("purged %d finished tasks in %v, and more may remain: purge again to go on", n, s.cfg.PurgeFor)}, nil
+		}
 		if err != nil {
 			return nil, err
 		}

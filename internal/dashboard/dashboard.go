@@ -27,6 +27,9 @@ const (
 	OwnerTimeoutDefault = 5 * time.Second
 	// RefreshDefault is Config.Refresh's default: how often pages refresh their live parts.
 	RefreshDefault = 3 * time.Second
+	// PurgeForDefault is Config.PurgeFor's default, under the server's read timeout
+	// (httpguard.ReadTimeoutDefault), which cancels a request still running.
+	PurgeForDefault = 20 * time.Second
 )
 
 // Prefix is the path under which the dashboard serves everything but its overview,
@@ -63,6 +66,9 @@ type Config struct {
 	OwnerTimeout time.Duration
 	// Refresh is how often pages refresh their live parts (counts, states, the chart).
 	Refresh time.Duration
+	// PurgeFor is how long one purge action deletes (in batches, each committed) before it
+	// answers with what it deleted so far and asks for another to go on.
+	PurgeFor time.Duration
 	// Logger receives the errors answered with status 500; nil discards them.
 	Logger *slog.Logger
 }
@@ -74,8 +80,11 @@ func (c *Config) validate() error {
 	if c.API == nil {
 		return errors.New("dashboard: config: API is required")
 	}
-	if c.OwnerTimeout < 0 || c.Refresh < 0 {
-		return errors.New("dashboard: config: OwnerTimeout and Refresh must not be negative")
+	if c.OwnerTimeout < 0 || c.Refresh < 0 || c.PurgeFor < 0 {
+		return errors.New("dashboard: config: OwnerTimeout, Refresh and PurgeFor must not be negative")
+	}
+	if c.PurgeFor == 0 {
+		c.PurgeFor = PurgeForDefault
 	}
 	if c.OwnerTimeout == 0 {
 		c.OwnerTimeout = OwnerTimeoutDefault

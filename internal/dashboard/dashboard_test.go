@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/dashboard"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -323,6 +324,19 @@ func TestBulk(t *testing.T) {
 			if err != nil || task.State != want || (i > 0 && !task.Cancelled) {
 				t.Errorf("task %s = %s cancelled %v (%v), want %s cancelled", task.Identifier, task.State, task.Cancelled, err, want)
 			}
+		}
+	})
+	t.Run("APurgeWhoseTimeIsUpSaysSo", func(t *testing.T) {
+		// a dashboard whose purges have no time: the first batch is cancelled, nothing is
+		// deleted, and the answer asks for another purge rather than failing
+		hurried := *f
+		hurried.srv = serve(t, f.pool, f.repo, "", func(c *dashboard.Config) { c.PurgeFor = time.Nanosecond })
+		status, text := hurried.post("/ui/topics/mail/bulk", `{"action": "purge"}`)
+		if status != http.StatusOK || !strings.Contains(text, `"more":true`) || !strings.Contains(text, "purge again") {
+			t.Fatalf("purge out of time: %d %s, want 200 asking for another purge", status, text)
+		}
+		if task, err := f.repo.Get(f.ctx, f.pool, "mail", ready[0].Sequence); err != nil || task.State != repository.Redundant {
+			t.Fatalf("the cancelled task after a purge out of time = %+v, %v; want it kept", task, err)
 		}
 	})
 	t.Run("PurgesFinishedTasks", func(t *testing.T) {

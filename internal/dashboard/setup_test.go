@@ -48,8 +48,8 @@ func setup(t *testing.T, token string) *fixture {
 }
 
 // serve starts the dashboard and the REST API on pool, as `pgtask serve` mounts them,
-// until the test ends.
-func serve(t *testing.T, pool *pgxpool.Pool, repo *repository.Repository, token string) *httptest.Server {
+// until the test ends; options change the dashboard's configuration.
+func serve(t *testing.T, pool *pgxpool.Pool, repo *repository.Repository, token string, options ...func(*dashboard.Config)) *httptest.Server {
 	t.Helper()
 	guard, err := httpguard.New(httpguard.Config{Token: token})
 	if err != nil {
@@ -59,8 +59,11 @@ func serve(t *testing.T, pool *pgxpool.Pool, repo *repository.Repository, token 
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := dashboard.New(dashboard.Config{Pool: pool, Repository: repo, API: api, Guard: guard, Token: token,
-		Refresh: refresh})
+	cfg := dashboard.Config{Pool: pool, Repository: repo, API: api, Guard: guard, Token: token, Refresh: refresh}
+	for _, o := range options {
+		o(&cfg)
+	}
+	h, err := dashboard.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,9 +147,18 @@ SELECT COALESCE((SELECT t.sequence FROM task t
 -- name: TaskPurge :execrows
 -- Deletes finished tasks in the sequence range: of state when given (FAILED..REDUNDANT),
 -- else every state from FAILED to REDUNDANT. ACTIVE, READY and EXPIRED rows never go.
+-- At most size of them (NULL: all), found in whatever order the plan reads them: a purge
+-- in batches (Repository.Purge on a pool) calls it until it deletes fewer than size. The
+-- conditions on state are checked again on the row deleted (a task revived meanwhile
+-- stays).
 DELETE FROM task t
-WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
-  AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+USING (SELECT f.sequence FROM task f
+       WHERE hashtext(f.topic) = hashtext(sqlc.arg(topic)) AND f.topic = sqlc.arg(topic)
+         AND f.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+         AND f.state >= 3
+         AND (sqlc.narg('state')::smallint IS NULL OR f.state = sqlc.narg('state'))
+       LIMIT sqlc.narg('size')::bigint) d
+WHERE t.topic = sqlc.arg(topic) AND t.sequence = d.sequence
   AND t.state >= 3
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'));
 
