@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -807,5 +808,55 @@ func TestSchedulesDueReadOnlyTheDue(t *testing.T) {
 		if !seen[want] {
 			t.Errorf("no plan of %s reported: the capture is broken (saw %v)", want, seen)
 		}
+	}
+}
+
+// TestOwnersReadTheLeasesOnce: the list of owners reads the ACTIVE tasks once for the
+// page, not once per owner listed (each look read every table's ACTIVE entries: 56 000
+// buffers for a page of 100 owners in an audit).
+func TestOwnersReadTheLeasesOnce(t *testing.T) {
+	f := setup(t)
+	f.push(repository.Append, "a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+	for i := range 5 {
+		other := f.newRepo(fmt.Sprint("owner-", i+2))
+		if _, err := other.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, capture := explainedConn(f)
+	if _, err := conn.Exec(f.ctx, "SET auto_explain.log_analyze = on"); err != nil {
+		t.Fatal(err)
+	}
+	capture.take(t)
+	owners, err := f.repo.Owners(f.ctx, conn, time.Minute, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 6 {
+		t.Fatalf("%d owners listed, want 6", len(owners))
+	}
+	for _, o := range owners {
+		if want := int64(2); o.Name != "owner-1" && (o.Leased != want || !slices.Equal(o.Topics, []string{f.topic})) {
+			t.Errorf("owner %s leases %d in %v, want %d in [%s]", o.Name, o.Leased, o.Topics, want, f.topic)
+		}
+	}
+	plans := capture.take(t)
+	if len(plans) == 0 {
+		t.Fatal("auto_explain reported no plan: the capture is broken")
+	}
+	scans := 0
+	for _, p := range plans {
+		p.Root.visit(func(n planNode) {
+			if !partitionPattern.MatchString(n.Relation) {
+				return
+			}
+			scans++
+			if n.Loops > 1 {
+				t.Errorf("%s of %s ran %.0f times: once per owner, not once for the page\nplan: %s", n.NodeType, n.Relation, n.Loops, p.raw)
+			}
+		})
+	}
+	if scans == 0 {
+		t.Errorf("no scan of a task table in the plan: the check is broken\nplan: %s", plans[0].raw)
 	}
 }

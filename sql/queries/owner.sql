@@ -55,19 +55,25 @@ SELECT EXISTS (
 
 -- name: OwnerList :many
 -- Every owner, live or dead, with how many ACTIVE tasks it leases and in which topics
--- (read through the partial index task_open, whose size follows the open tasks only) and
--- whether its heartbeat is newer than now - timeout.
-SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
-       (o.heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond')::boolean AS alive,
-       l.leased, l.topics
-FROM task_owner o
-CROSS JOIN LATERAL (
-    SELECT count(*)::bigint AS leased,
-           COALESCE(array_agg(DISTINCT t.topic ORDER BY t.topic), '{}')::text[] AS topics
-    FROM task t WHERE t.state = 0 AND t.owner = o.owner
-) l
-ORDER BY o.heartbeat DESC, o.owner
-LIMIT sqlc.arg(size)::int;
+-- and whether its heartbeat is newer than now - timeout. The ACTIVE tasks are read once
+-- for the whole page (each table's entries of task_open, whose size follows the open
+-- tasks only), grouped by owner: a look per owner would read them all once per owner.
+WITH page AS (
+    SELECT o.owner, o.heartbeat, o.started, o.host, o.pid
+    FROM task_owner o
+    ORDER BY o.heartbeat DESC, o.owner
+    LIMIT sqlc.arg(size)::int
+), leases AS (
+    SELECT t.owner, count(*)::bigint AS leased, array_agg(DISTINCT t.topic ORDER BY t.topic)::text[] AS topics
+    FROM task t WHERE t.state = 0
+    GROUP BY t.owner
+)
+SELECT p.owner, p.heartbeat, p.started, p.host, p.pid,
+       (p.heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond')::boolean AS alive,
+       COALESCE(l.leased, 0)::bigint AS leased, COALESCE(l.topics, '{}')::text[] AS topics
+FROM page p
+LEFT JOIN leases l ON l.owner = p.owner
+ORDER BY p.heartbeat DESC, p.owner;
 
 -- name: OwnerGet :one
 -- This owner's row, and how long its heartbeat has been silent by the database clock.
