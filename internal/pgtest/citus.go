@@ -84,7 +84,9 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 	}
 	name := testDBPrefix + randomHex(8)
 	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// A DROP DATABASE waits for a checkpoint of its node, which many tests' copies
+		// and drops at once, on a loaded machine, have held past a minute (a CI run).
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		for _, n := range c.Nodes() {
 			if err := dropCitusDatabase(ctx, n, name); err != nil {
