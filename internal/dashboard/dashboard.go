@@ -244,8 +244,15 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.session, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: overHTTPS(r)})
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// overHTTPS reports whether the browser reached the server over HTTPS: TLS ended here,
+// or at a proxy that says so (X-Forwarded-Proto). A client that claims HTTPS falsely
+// only gets a cookie its browser will not send back over plain HTTP.
+func overHTTPS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
 }
 
 func (s *server) logout(w http.ResponseWriter, r *http.Request) {

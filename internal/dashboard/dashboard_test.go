@@ -432,6 +432,18 @@ func TestLogin(t *testing.T) {
 			t.Errorf("settings with the session = %d, want 200", status)
 		}
 	})
+	t.Run("SecureCookieBehindATLSProxy", func(t *testing.T) {
+		// plain HTTP here: Secure would keep the browser from sending the cookie back
+		if _, h, _ := login(token); strings.Contains(h.Get("Set-Cookie"), "Secure") {
+			t.Errorf("cookie over plain HTTP %q is Secure", h.Get("Set-Cookie"))
+		}
+		// a proxy that ended TLS says so: the browser spoke HTTPS, the cookie is Secure
+		_, h, _ := f.do(http.MethodPost, "/ui/login", form("token", token, "next", "/"),
+			"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-Proto", "https")
+		if !strings.Contains(h.Get("Set-Cookie"), "Secure") {
+			t.Errorf("cookie behind a TLS proxy %q is not Secure", h.Get("Set-Cookie"))
+		}
+	})
 	t.Run("BearerTokenWorksToo", func(t *testing.T) {
 		f.page("/", "Authorization", "Bearer "+token)
 	})
