@@ -337,8 +337,10 @@ func TestScheduleHeldBySession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A round may take its expiry timeout: 1 s, so that a loaded machine (a CI run under
+	// the race detector) still fires within one once the schedule is released
 	p, err := processor.New(processor.Config{Pool: f.newPool(), Repository: repo, Logger: jsonLogger(&logs, slog.LevelWarn),
-		HeartbeatInterval: 20 * time.Millisecond, ExpiryTimeout: 100 * time.Millisecond})
+		HeartbeatInterval: 20 * time.Millisecond, ExpiryTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
