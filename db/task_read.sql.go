@@ -932,13 +932,8 @@ func (q *Queries) TaskPageForward(ctx context.Context, db DBTX, arg TaskPageForw
 
 const taskPurge = `-- name: TaskPurge :execrows
 DELETE FROM task t
-USING (SELECT f.sequence FROM task f
-       WHERE hashtext(f.topic) = hashtext($1) AND f.topic = $1
-         AND f.sequence BETWEEN $2::bigint AND $3::bigint
-         AND f.state >= 3
-         AND ($4::smallint IS NULL OR f.state = $4)
-       LIMIT $5::bigint) d
-WHERE t.topic = $1 AND t.sequence = d.sequence
+WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1
+  AND t.sequence BETWEEN $2::bigint AND $3::bigint
   AND t.state >= 3
   AND ($4::smallint IS NULL OR t.state = $4)
 `
@@ -948,22 +943,17 @@ type TaskPurgeParams struct {
 	FromSequence int64
 	ToSequence   int64
 	State        *int16
-	Size         *int64
 }
 
 // Deletes finished tasks in the sequence range: of state when given (FAILED..REDUNDANT),
 // else every state from FAILED to REDUNDANT. ACTIVE, READY and EXPIRED rows never go.
-// At most size of them (NULL: all), found in whatever order the plan reads them: a purge
-// in batches (Repository.Purge on a pool) calls it until it deletes fewer than size. The
-// conditions on state are checked again on the row deleted (a task revived meanwhile
-// stays).
+// One statement, whatever the number: what Purge runs inside the caller's transaction.
 func (q *Queries) TaskPurge(ctx context.Context, db DBTX, arg TaskPurgeParams) (int64, error) {
 	result, err := db.Exec(ctx, taskPurge,
 		arg.Topic,
 		arg.FromSequence,
 		arg.ToSequence,
 		arg.State,
-		arg.Size,
 	)
 	if err != nil {
 		return 0, err
@@ -993,6 +983,48 @@ WHERE t.topic = old.topic AND t.sequence = old.sequence
 // reads its own finished tasks (task_identifier), not its table's.
 func (q *Queries) TaskPurgeRetention(ctx context.Context, db DBTX, size int32) (int64, error) {
 	result, err := db.Exec(ctx, taskPurgeRetention, size)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const taskPurgeSome = `-- name: TaskPurgeSome :execrows
+DELETE FROM task t
+WHERE t.topic = $1
+  AND t.sequence = ANY (ARRAY(
+      SELECT f.sequence FROM task f
+      WHERE hashtext(f.topic) = hashtext($1) AND f.topic = $1
+        AND f.sequence BETWEEN $2::bigint AND $3::bigint
+        AND f.state >= 3
+        AND ($4::smallint IS NULL OR f.state = $4)
+      LIMIT $5::bigint
+      FOR UPDATE OF f SKIP LOCKED))
+`
+
+type TaskPurgeSomeParams struct {
+	Topic        string
+	FromSequence int64
+	ToSequence   int64
+	State        *int16
+	Size         int64
+}
+
+// TaskPurge's tasks, at most size of them, in whatever order the plan reads them: what
+// Purge runs on a pool, statement after statement, until one deletes fewer than size.
+// Rows another transaction has locked (a revive, another purge) are passed over rather
+// than waited for; the rows counted against size are those locked here, their state
+// checked again once locked, all of them deleted. The tasks are chosen once, into an
+// array (a subquery joined to the DELETE would run again for each row deleted, each run
+// passing over the rows the statement has already deleted and taking the next ones).
+func (q *Queries) TaskPurgeSome(ctx context.Context, db DBTX, arg TaskPurgeSomeParams) (int64, error) {
+	result, err := db.Exec(ctx, taskPurgeSome,
+		arg.Topic,
+		arg.FromSequence,
+		arg.ToSequence,
+		arg.State,
+		arg.Size,
+	)
 	if err != nil {
 		return 0, err
 	}

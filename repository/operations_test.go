@@ -15,9 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
-	"github.com/pgtask/pgtask/sql/schema"
 )
 
 // Acceptance tests of the repository operations (design §3-§5), one behaviour per subtest.
@@ -1428,18 +1426,19 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-// purgeCanceller is a statementCounter that cancels a context when the statement
-// TaskPurge number at starts (0: never).
-type purgeCanceller struct {
+// purgeHook is a statementCounter that runs do once, when the batch statement of Purge
+// number at starts (0: never).
+type purgeHook struct {
 	statementCounter
-	at     int
-	cancel context.CancelFunc
+	at int
+	do func()
 }
 
-func (c *purgeCanceller) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+func (c *purgeHook) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	ctx = c.statementCounter.TraceQueryStart(ctx, conn, data)
-	if c.at > 0 && c.count("TaskPurge") == c.at {
-		c.cancel()
+	if c.at > 0 && c.count("TaskPurgeSome") == c.at {
+		c.at = 0 // once: do's own statements pass here too
+		c.do()
 	}
 	return ctx
 }
@@ -1456,46 +1455,42 @@ func (c *statementCounter) count(name string) int {
 }
 
 // TestPurgeInBatches: on a pool a purge deletes in statements of a bounded number of
-// tasks, each committed on its own, so that an interrupted one keeps what it deleted;
-// inside the caller's transaction it is one statement, undone with the transaction. Not
-// parallel: it lowers the batch for the whole package (to 3).
+// tasks, each committed on its own, so that an interrupted one keeps what it deleted and
+// says how many; it passes over locked tasks rather than wait, and does not chase the
+// tasks finished after it began. Inside the caller's transaction it is one statement,
+// undone with the transaction. Not parallel: it lowers the batch for the whole package
+// (to 4).
 func TestPurgeInBatches(t *testing.T) {
-	repository.SetPurgeBatch(t, 3)
+	repository.SetPurgeBatch(t, 4)
 	ctx := t.Context()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, schema.Hash(), repository.Migrate))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracer := &purgeCanceller{}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	tracer := &purgeHook{}
+	pool := tracedPool(t, tracer)
 	f := &fixture{t: t, ctx: ctx, pool: pool, topic: "topic"}
 	f.repo = f.newRepo("owner-1")
 	f.createTopic(f.topic)
-	// 8 SUCCEEDED tasks and one FAILED, then one READY and one ACTIVE, which stay
-	ids := make([]string, 11)
+	// 14 SUCCEEDED tasks and one FAILED, then one READY and one ACTIVE, which stay
+	ids := make([]string, 17)
 	for i := range ids {
 		ids[i] = fmt.Sprint("task-", i)
 	}
 	f.push(repository.Append, ids...)
-	f.complete(repository.Succeed("ok"), f.poll(repository.FIFO, repository.None, 8)...)
+	f.complete(repository.Succeed("ok"), f.poll(repository.FIFO, repository.None, 14)...)
 	f.complete(repository.Fail(errors.New("boom")), f.poll(repository.FIFO, repository.None, 1)...)
 	f.poll(repository.FIFO, repository.None, 1)
-	left := func() int64 {
+	left := func() map[repository.State]int64 {
 		t.Helper()
 		counts, err := f.repo.CountByState(ctx, pool, f.topic)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var n int64
-		for _, c := range counts {
-			n += c
+		maps.DeleteFunc(counts, func(_ repository.State, n int64) bool { return n == 0 })
+		return counts
+	}
+	wantLeft := func(what string, want map[repository.State]int64) {
+		t.Helper()
+		if got := left(); !maps.Equal(got, want) {
+			t.Errorf("%s: left %v, want %v", what, got, want)
 		}
-		return n
 	}
 
 	t.Run("InTheCallersTransactionOneStatement", func(t *testing.T) {
@@ -1506,55 +1501,88 @@ func TestPurgeInBatches(t *testing.T) {
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx))
 		n, err := f.repo.Purge(ctx, tx, f.topic, 0, repository.MaxSequence, nil)
-		if err != nil || n != 9 {
-			t.Fatalf("purge in a transaction = %d, %v; want the 9 finished tasks", n, err)
+		if err != nil || n != 15 {
+			t.Fatalf("purge in a transaction = %d, %v; want the 15 finished tasks", n, err)
 		}
-		if got := tracer.count("TaskPurge"); got != 1 {
-			t.Errorf("purge in a transaction sent %d TaskPurge statements, want 1", got)
+		if one, batches := tracer.count("TaskPurge"), tracer.count("TaskPurgeSome"); one != 1 || batches != 0 {
+			t.Errorf("purge in a transaction sent %v, want one TaskPurge", tracer.names())
 		}
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := left(); got != 11 {
-			t.Errorf("%d tasks after the rollback, want the 11 (the purge is the transaction's)", got)
-		}
+		wantLeft("after the rollback", map[repository.State]int64{repository.Succeeded: 14, repository.Failed: 1,
+			repository.Ready: 1, repository.Active: 1})
 	})
 
-	t.Run("InterruptedKeepsWhatItDeleted", func(t *testing.T) {
+	t.Run("InterruptedKeepsWhatItDeletedAndSaysHowMany", func(t *testing.T) {
 		tracer.reset()
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		tracer.at, tracer.cancel = 2, cancel // the second statement starts cancelled
-		defer func() { tracer.at = 0 }()
+		// cancelled as the second statement starts: that statement finishes
+		tracer.at, tracer.do = 2, cancel
 		n, err := f.repo.Purge(cctx, pool, f.topic, 0, repository.MaxSequence, nil)
-		if err == nil || n != 3 {
-			t.Fatalf("purge interrupted before its second statement = %d, %v; want 3 and the error", n, err)
+		if err == nil || n != 8 {
+			t.Fatalf("purge interrupted in its second statement = %d, %v; want 8 and the error", n, err)
 		}
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "3 tasks purged before the error") {
-			t.Errorf("error %q: want context.Canceled, naming the 3 tasks purged", err)
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "after 8 tasks") {
+			t.Errorf("error %q: want context.Canceled, naming the 8 tasks purged", err)
 		}
-		if got := left(); got != 8 {
-			t.Errorf("%d tasks after the interrupted purge, want 8 (its first statement committed)", got)
+		if got := left(); got[repository.Succeeded]+got[repository.Failed] != 7 {
+			t.Errorf("left %v after the interrupted purge, want 7 finished (its two statements committed)", got)
 		}
 	})
 
-	t.Run("OnAPoolStatementsOfTheBatch", func(t *testing.T) {
-		tracer.reset()
-		n, err := f.repo.Purge(ctx, pool, f.topic, 0, repository.MaxSequence, nil)
-		if err != nil || n != 6 {
-			t.Fatalf("purge = %d, %v; want the 6 finished tasks left", n, err)
-		}
-		// 3, 3, then one that finds none
-		if got := tracer.count("TaskPurge"); got != 3 {
-			t.Errorf("purge of 6 in batches of 3 sent %d TaskPurge statements, want 3", got)
-		}
-		counts, err := f.repo.CountByState(ctx, pool, f.topic)
+	t.Run("PassesOverLockedTasks", func(t *testing.T) {
+		// a finished task locked by another transaction (a revive under way) is left,
+		// not waited for
+		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		maps.DeleteFunc(counts, func(_ repository.State, n int64) bool { return n == 0 })
-		if want := map[repository.State]int64{repository.Ready: 1, repository.Active: 1}; !maps.Equal(counts, want) {
-			t.Errorf("left %v, want %v", counts, want)
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		var locked int64
+		if err := tx.QueryRow(ctx, "SELECT sequence FROM task WHERE topic = $1 AND state >= 3 ORDER BY sequence DESC LIMIT 1 FOR UPDATE",
+			f.topic).Scan(&locked); err != nil {
+			t.Fatal(err)
+		}
+		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := f.repo.Purge(wait, pool, f.topic, locked, locked, nil)
+		if err != nil || n != 0 {
+			t.Fatalf("purge of a locked task = %d, %v; want 0 at once", n, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("OnAPoolStatementsOfTheBatchUpToTheLastSequence", func(t *testing.T) {
+		tracer.reset()
+		// a task finished while the purge runs (inserted as its second statement
+		// starts) is after the sequence the purge began at: it stays
+		var late int64
+		tracer.at, tracer.do = 2, func() {
+			pushed, err := f.repo.Push(ctx, pool, f.topic, repository.Append, repository.Creation{Identifier: "late"})
+			if err == nil {
+				late = pushed[0].Sequence
+				// finished at once (a poll would lease the READY task pushed before it)
+				_, err = pool.Exec(ctx, "UPDATE task SET state = 6, completed = now() WHERE topic = $1 AND sequence = $2", f.topic, late)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		n, err := f.repo.Purge(ctx, pool, f.topic, 0, repository.MaxSequence, nil)
+		if err != nil || n != 7 {
+			t.Fatalf("purge = %d, %v; want the 7 finished tasks left", n, err)
+		}
+		// 4, then 3
+		if got := tracer.count("TaskPurgeSome"); got != 2 {
+			t.Errorf("purge of 7 in batches of 4 sent %d TaskPurgeSome statements, want 2", got)
+		}
+		wantLeft("after the purge", map[repository.State]int64{repository.Succeeded: 1, repository.Ready: 1, repository.Active: 1})
+		if task, err := f.repo.Get(ctx, pool, f.topic, late); err != nil || task.Identifier != "late" {
+			t.Errorf("the task finished during the purge = %+v, %v; want it kept", task, err)
 		}
 	})
 }

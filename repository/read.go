@@ -421,11 +421,15 @@ func (r *Repository) LastSequence(ctx context.Context, h Handle) (int64, error) 
 // how many: every state from FAILED to REDUNDANT, or only state when given (which must be
 // one of those). ACTIVE, READY and EXPIRED tasks are never purged.
 //
-// On a pool (or a connection outside a transaction) it deletes in statements of at most
-// 10 000 tasks, each committed on its own, so that a purge of millions neither holds
-// one long transaction nor loses its work to a timeout: when ctx ends or a statement
-// fails, the tasks deleted so far stay deleted and Purge returns their number with the
-// error (call it again to go on). Inside the caller's transaction it is one statement.
+// Inside the caller's transaction it is one statement. On a pool (or a connection
+// outside a transaction) it deletes in statements of at most 10 000 tasks, each committed
+// on its own, so that a purge of millions neither holds one long transaction nor loses
+// its work to a timeout; it passes over the tasks other transactions hold locked (a
+// revive under way) rather than wait for them, and stops at the sequence that was the
+// last when it began, not chasing the tasks finished meanwhile. When ctx ends, the
+// statement under way finishes (within a minute), and Purge returns the number deleted
+// with ctx's error (call it again to go on); when a statement fails, the number deleted
+// before it.
 func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequence, toSequence int64, state *State) (int64, error) {
 	if err := validTopic(topic); err != nil {
 		return 0, err
@@ -441,20 +445,40 @@ func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequ
 		v := int16(*state)
 		s = &v
 	}
-	arg := db.TaskPurgeParams{Topic: topic, FromSequence: fromSequence, ToSequence: toSequence, State: s}
-	if autocommit(h) {
-		arg.Size = new(purgeBatch)
-	}
-	var total int64
-	for {
+	what := fmt.Sprintf("purge topic %q", topic)
+	if !autocommit(h) {
 		// planned for its arguments (customPlans): after purges of no state, the generic
 		// plan of a cached statement read every finished task of the topic for one state
-		n, err := r.q.TaskPurge(ctx, customPlans{h}, arg)
+		n, err := r.q.TaskPurge(ctx, customPlans{h}, db.TaskPurgeParams{Topic: topic, FromSequence: fromSequence, ToSequence: toSequence, State: s})
+		if err != nil {
+			return 0, mapError(what, err)
+		}
+		return n, nil
+	}
+	last, err := r.q.TaskLastSequence(ctx, h)
+	if err != nil {
+		return 0, mapError(what, err)
+	}
+	arg := db.TaskPurgeSomeParams{Topic: topic, FromSequence: fromSequence, ToSequence: min(toSequence, last), State: s, Size: purgeBatch}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("%s: stopped after %d tasks: %w", what, total, err)
+		}
+		// A statement deletes a bounded number of tasks and waits for no row lock: it
+		// finishes once begun (within purgeStatementTimeout), so that the count returned
+		// is what was deleted
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), purgeStatementTimeout)
+		n, err := r.q.TaskPurgeSome(sctx, customPlans{h}, arg)
+		cancel()
 		total += n
 		if err != nil {
-			return total, mapError(fmt.Sprintf("purge topic %q (%d tasks purged before the error)", topic, total), err)
+			if total > 0 {
+				what += fmt.Sprintf(" (%d tasks purged before the error)", total)
+			}
+			return total, mapError(what, err)
 		}
-		if arg.Size == nil || n < *arg.Size {
+		if n < arg.Size {
 			return total, nil
 		}
 	}
@@ -463,6 +487,10 @@ func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequ
 // purgeBatch is the most tasks one statement of Purge deletes on a pool (a variable
 // for the tests).
 var purgeBatch int64 = 10_000
+
+// purgeStatementTimeout bounds one statement of Purge on a pool, which its caller's
+// context does not interrupt.
+const purgeStatementTimeout = time.Minute
 
 // PurgeAll deletes every task of a topic, whatever its state, and returns how many there
 // were. A shared topic's tasks are deleted as Destroy deletes them (in batches on a pool,

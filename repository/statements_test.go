@@ -86,17 +86,8 @@ func (c *statementCounter) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.Trac
 func tracedSetup(t *testing.T) (*repository.Repository, *pgxpool.Pool, *statementCounter) {
 	t.Helper()
 	ctx := t.Context()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, schema.Hash(), repository.Migrate))
-	if err != nil {
-		t.Fatal(err)
-	}
 	counter := &statementCounter{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := tracedPool(t, counter)
 	repo, err := repository.New(repository.Config{Owner: "owner-1"})
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +99,23 @@ func tracedSetup(t *testing.T) (*repository.Repository, *pgxpool.Pool, *statemen
 		t.Fatal(err)
 	}
 	return repo, pool, counter
+}
+
+// tracedPool returns a pool on a fresh database of its own whose connections report to
+// tracer.
+func tracedPool(t *testing.T, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, schema.Hash(), migrate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 func wantStatements(t *testing.T, counter *statementCounter, op string, want ...string) {

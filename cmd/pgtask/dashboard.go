@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -16,10 +17,13 @@ func (f *flags) uiFlag() *bool {
 }
 
 // withDashboard puts the web dashboard in front of the REST API when ui is set: it
-// serves "/" and /ui/, the API every other path.
-func withDashboard(ui bool, pool *pgxpool.Pool, guard *httpguard.Guard, token string, api http.Handler, logger *slog.Logger) (http.Handler, error) {
+// serves "/" and /ui/, the API every other path. A purge from the dashboard answers
+// well within the server's read timeout (which cancels a request still running).
+func withDashboard(ui bool, pool *pgxpool.Pool, guard *httpguard.Guard, token string, api http.Handler, logger *slog.Logger,
+	readTimeout time.Duration) (http.Handler, error) {
 	if !ui {
 		return api, nil
 	}
-	return dashboard.New(dashboard.Config{Pool: pool, API: api, Guard: guard, Token: token, Logger: logger})
+	return dashboard.New(dashboard.Config{Pool: pool, API: api, Guard: guard, Token: token, Logger: logger,
+		PurgeFor: min(dashboard.PurgeForDefault, readTimeout*2/3)})
 }

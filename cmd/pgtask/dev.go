@@ -118,7 +118,7 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	if api, err = withDashboard(*ui, pool, guard, sec.token, api, logger); err != nil {
+	if api, err = withDashboard(*ui, pool, guard, sec.token, api, logger, httpguard.ReadTimeoutDefault); err != nil {
 		return err
 	}
 	proc, err := processor.New(processor.Config{Pool: pool, Logger: logger})

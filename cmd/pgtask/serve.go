@@ -98,7 +98,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if api, err = withDashboard(*ui, pool, guard, sec.token, api, logger); err != nil {
+	if api, err = withDashboard(*ui, pool, guard, sec.token, api, logger, *readTimeout); err != nil {
 		return err
 	}
 	if !*noSchedules {

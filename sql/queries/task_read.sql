@@ -147,20 +147,31 @@ SELECT COALESCE((SELECT t.sequence FROM task t
 -- name: TaskPurge :execrows
 -- Deletes finished tasks in the sequence range: of state when given (FAILED..REDUNDANT),
 -- else every state from FAILED to REDUNDANT. ACTIVE, READY and EXPIRED rows never go.
--- At most size of them (NULL: all), found in whatever order the plan reads them: a purge
--- in batches (Repository.Purge on a pool) calls it until it deletes fewer than size. The
--- conditions on state are checked again on the row deleted (a task revived meanwhile
--- stays).
+-- One statement, whatever the number: what Purge runs inside the caller's transaction.
 DELETE FROM task t
-USING (SELECT f.sequence FROM task f
-       WHERE hashtext(f.topic) = hashtext(sqlc.arg(topic)) AND f.topic = sqlc.arg(topic)
-         AND f.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
-         AND f.state >= 3
-         AND (sqlc.narg('state')::smallint IS NULL OR f.state = sqlc.narg('state'))
-       LIMIT sqlc.narg('size')::bigint) d
-WHERE t.topic = sqlc.arg(topic) AND t.sequence = d.sequence
+WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+  AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
   AND t.state >= 3
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'));
+
+-- name: TaskPurgeSome :execrows
+-- TaskPurge's tasks, at most size of them, in whatever order the plan reads them: what
+-- Purge runs on a pool, statement after statement, until one deletes fewer than size.
+-- Rows another transaction has locked (a revive, another purge) are passed over rather
+-- than waited for; the rows counted against size are those locked here, their state
+-- checked again once locked, all of them deleted. The tasks are chosen once, into an
+-- array (a subquery joined to the DELETE would run again for each row deleted, each run
+-- passing over the rows the statement has already deleted and taking the next ones).
+DELETE FROM task t
+WHERE t.topic = sqlc.arg(topic)
+  AND t.sequence = ANY (ARRAY(
+      SELECT f.sequence FROM task f
+      WHERE hashtext(f.topic) = hashtext(sqlc.arg(topic)) AND f.topic = sqlc.arg(topic)
+        AND f.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+        AND f.state >= 3
+        AND (sqlc.narg('state')::smallint IS NULL OR f.state = sqlc.narg('state'))
+      LIMIT sqlc.arg(size)::bigint
+      FOR UPDATE OF f SKIP LOCKED));
 
 -- name: TaskPurgeRetention :execrows
 -- Deletes up to size finished tasks whose completion is older than their topic's
