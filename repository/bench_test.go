@@ -35,7 +35,7 @@ type benchFixture struct {
 func benchSetup(b *testing.B) *benchFixture {
 	b.Helper()
 	ctx := context.Background()
-	pool := pgtest.NewPool(b, schema.Hash(), repository.Migrate)
+	pool := pgtest.NewPool(b, schema.Hash(), migrate)
 	repo, err := repository.New(repository.Config{Owner: "bench"})
 	if err != nil {
 		b.Fatal(err)

@@ -106,7 +106,7 @@ func TestConcurrentPollersSingularByIdentifier(t *testing.T) {
 
 	// Every worker has its own pool (its own connections) and its own owner, as separate
 	// processes would.
-	connString := pgtest.NewDatabase(t, schema.Hash(), repository.Migrate)
+	connString := pgtest.NewDatabase(t, schema.Hash(), migrate)
 	pools := make([]*pgxpool.Pool, workers)
 	repos := make([]*repository.Repository, workers)
 	for i := range workers {

@@ -41,7 +41,7 @@ func FuzzSQLTaskPush(f *testing.F) {
 	add(args{knownTopic: false, topic: "nope", identifier: "a", insertion: "append"})
 	add(args{knownTopic: true, identifier: string(make([]byte, 501)), insertion: "append"})
 
-	pool := pgtest.NewPool(f, schema.Hash(), repository.Migrate)
+	pool := pgtest.NewPool(f, schema.Hash(), migrate)
 	ctx := context.Background()
 	repo, err := repository.New(repository.Config{Owner: "fuzz"})
 	if err != nil {
