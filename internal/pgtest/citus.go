@@ -157,17 +157,25 @@ func copyDatabase(ctx context.Context, node *pgcluster.Cluster, tpl, name string
 
 // dropCitusDatabase drops database name on node. Citus's maintenance daemon may connect
 // to it again between DROP DATABASE's terminating the sessions and its check: that is
-// retried (whileInUse).
+// retried (whileInUse), until ctx's deadline; and first the database takes no new
+// connection, so that no client or daemon reconnecting keeps it in use meanwhile (a CI
+// run under load saw it in use for a whole minute of retries).
 func dropCitusDatabase(ctx context.Context, node *pgcluster.Cluster, name string) error {
+	// best effort: a database already gone, or one that still takes connections, is
+	// the DROP's to report
+	_ = onNode(ctx, node, "ALTER DATABASE "+ident(name)+" WITH ALLOW_CONNECTIONS false")
 	return errorf(node, "drop "+name, whileInUse(ctx, func() error {
 		return dropDatabase(ctx, node.ConnString("postgres"), name)
 	}))
 }
 
 // whileInUse runs attempt until it does not fail with a database in use (SQLSTATE
-// 55006), for up to a minute.
+// 55006), until ctx's deadline, or for a minute when it has none.
 func whileInUse(ctx context.Context, attempt func() error) error {
 	deadline := time.Now().Add(time.Minute)
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d
+	}
 	for {
 		err := attempt()
 		if !inUse(err) || time.Now().After(deadline) {
