@@ -1443,17 +1443,6 @@ func (c *purgeHook) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pg
 	return ctx
 }
 
-// count is how many of the recorded statements are the sqlc query name.
-func (c *statementCounter) count(name string) int {
-	n := 0
-	for _, x := range c.names() {
-		if x == name {
-			n++
-		}
-	}
-	return n
-}
-
 // TestPurgeInBatches: on a pool a purge deletes in statements of a bounded number of
 // tasks, each committed on its own, so that an interrupted one keeps what it deleted and
 // says how many; it passes over locked tasks rather than wait, and does not chase the
@@ -1465,9 +1454,7 @@ func TestPurgeInBatches(t *testing.T) {
 	ctx := t.Context()
 	tracer := &purgeHook{}
 	pool := tracedPool(t, tracer)
-	f := &fixture{t: t, ctx: ctx, pool: pool, topic: "topic"}
-	f.repo = f.newRepo("owner-1")
-	f.createTopic(f.topic)
+	f := fixtureOn(t, pool)
 	// 14 SUCCEEDED tasks and one FAILED, then one READY and one ACTIVE, which stay
 	ids := make([]string, 17)
 	for i := range ids {

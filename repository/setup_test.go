@@ -37,9 +37,13 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	t.Parallel()
-	ctx := t.Context()
-	pool := pgtest.NewPool(t, schema.Hash(), migrate)
-	f := &fixture{t: t, ctx: ctx, pool: pool, topic: "topic"}
+	return fixtureOn(t, pgtest.NewPool(t, schema.Hash(), migrate))
+}
+
+// fixtureOn is setup's fixture on a pool of the caller's (its own fresh database).
+func fixtureOn(t *testing.T, pool *pgxpool.Pool) *fixture {
+	t.Helper()
+	f := &fixture{t: t, ctx: t.Context(), pool: pool, topic: "topic"}
 	f.repo = f.newRepo("owner-1")
 	f.createTopic(f.topic)
 	return f

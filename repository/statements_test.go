@@ -57,6 +57,17 @@ func (c *statementCounter) names() []string {
 	return out
 }
 
+// count is how many of the recorded statements are the sqlc query name.
+func (c *statementCounter) count(name string) int {
+	n := 0
+	for _, x := range c.names() {
+		if x == name {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.record(data.SQL)
 	return ctx
