@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -17,8 +18,9 @@ import (
 // after every (re)connect it tells every subscriber that it may have missed events, so
 // they poll and refresh instead of waiting for their pause interval.
 type Notifier struct {
-	connConfig *pgx.ConnConfig
-	logger     *slog.Logger
+	// connect makes the listening connection.
+	connect func(ctx context.Context) (*pgx.Conn, error)
+	logger  *slog.Logger
 	// dropped, when set, is called with the error each time the connection is lost
 	// (connected) or cannot be made (the Processor's: the server may have restarted,
 	// Processor.suspectLostCommits).
@@ -36,17 +38,30 @@ type subscription struct {
 	fn func(repository.Notification)
 }
 
-// NewNotifier returns a notifier that connects with connConfig (typically
-// pool.Config().ConnConfig). Run starts it.
+// NewNotifier returns a notifier that connects with connConfig. Run starts it. (A
+// Processor's notifier connects as its pool does, with the pool's BeforeConnect and
+// AfterConnect hooks.)
 func NewNotifier(connConfig *pgx.ConnConfig, logger *slog.Logger) *Notifier {
+	connConfig = connConfig.Copy()
+	return newNotifier(func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, connConfig) }, logger)
+}
+
+// newPoolNotifier returns a notifier that connects as the pool of config does
+// (connectAsPool): a pool whose password a BeforeConnect hook sets, say, would
+// otherwise give the processor tasks to poll but no notifications.
+func newPoolNotifier(config *pgxpool.Config, logger *slog.Logger) *Notifier {
+	return newNotifier(func(ctx context.Context) (*pgx.Conn, error) { return connectAsPool(ctx, config) }, logger)
+}
+
+func newNotifier(connect func(ctx context.Context) (*pgx.Conn, error), logger *slog.Logger) *Notifier {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Notifier{
-		connConfig: connConfig.Copy(),
-		logger:     logger,
-		subs:       make(map[string]map[*subscription]struct{}),
-		connected:  make(chan struct{}),
+		connect:   connect,
+		logger:    logger,
+		subs:      make(map[string]map[*subscription]struct{}),
+		connected: make(chan struct{}),
 	}
 }
 
@@ -117,7 +132,7 @@ func (n *Notifier) Run(ctx context.Context) {
 // listen connects, listens and delivers until the connection fails; connected reports
 // whether it got as far as listening.
 func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
-	conn, err := pgx.ConnectConfig(ctx, n.connConfig)
+	conn, err := n.connect(ctx)
 	if err != nil {
 		return false, err
 	}

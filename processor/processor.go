@@ -242,7 +242,7 @@ func New(cfg Config) (*Processor, error) {
 		p.suspectLostCommits(begins)
 	}
 	if !cfg.DisableNotifications {
-		p.notifier = NewNotifier(cfg.Pool.Config().ConnConfig, cfg.Logger)
+		p.notifier = newPoolNotifier(cfg.Pool.Config(), cfg.Logger)
 		p.notifier.dropped = func(err error, connected bool) {
 			if outageCause(causeOf(err)) {
 				p.suspectLostCommits(connected) // woken once a drop, not at each retry
@@ -681,8 +681,7 @@ func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
 }
 
 // beatConn is the heartbeat's own connection, made when first needed as the pool makes
-// its own: with its configuration and its BeforeConnect and AfterConnect hooks (a
-// password rotated before each connection, a search_path set after).
+// its own (connectAsPool).
 type beatConn struct {
 	pool *pgxpool.Config
 	conn *pgx.Conn
@@ -693,9 +692,21 @@ func (b *beatConn) get(ctx context.Context) (*pgx.Conn, error) {
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	config := b.pool.ConnConfig.Copy()
-	if b.pool.BeforeConnect != nil {
-		if err := b.pool.BeforeConnect(ctx, config); err != nil {
+	conn, err := connectAsPool(ctx, b.pool)
+	if err != nil {
+		return nil, err
+	}
+	b.conn = conn
+	return conn, nil
+}
+
+// connectAsPool makes one connection outside the pool as the pool makes its own: with
+// its configuration and its BeforeConnect and AfterConnect hooks (a password rotated
+// before each connection, a search_path set after): the heartbeat's and the notifier's.
+func connectAsPool(ctx context.Context, pool *pgxpool.Config) (*pgx.Conn, error) {
+	config := pool.ConnConfig.Copy()
+	if pool.BeforeConnect != nil {
+		if err := pool.BeforeConnect(ctx, config); err != nil {
 			return nil, err
 		}
 	}
@@ -703,13 +714,12 @@ func (b *beatConn) get(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.pool.AfterConnect != nil {
-		if err := b.pool.AfterConnect(ctx, conn); err != nil {
+	if pool.AfterConnect != nil {
+		if err := pool.AfterConnect(ctx, conn); err != nil {
 			_ = conn.Close(ctx)
 			return nil, err
 		}
 	}
-	b.conn = conn
 	return conn, nil
 }
 

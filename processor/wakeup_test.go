@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -45,6 +48,52 @@ func TestWakeup(t *testing.T) {
 		f.start(p)
 		<-connected
 		// Let the manager poll the empty topic and hibernate for its hour.
+		time.Sleep(100 * time.Millisecond)
+		tasks := f.pushN(1)
+		finished.wait(t, tasks[0].Sequence, 30*time.Second)
+	})
+
+	// The listening connection is made as the pool makes its own: with its BeforeConnect
+	// hook (here it names the database, as a hook that rotates a password would supply
+	// the password) and its AfterConnect hook. Made from the pool's bare ConnConfig, it
+	// failed on every try, and tasks waited for the poll interval.
+	t.Run("TheListenerConnectsAsThePoolDoes", func(t *testing.T) {
+		f := setup(t)
+		cfg, err := pgxpool.ParseConfig(f.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		database := cfg.ConnConfig.Database
+		cfg.ConnConfig.Database = "pgtask_no_such_database"
+		cfg.BeforeConnect = func(_ context.Context, c *pgx.ConnConfig) error {
+			c.Database = database
+			return nil
+		}
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, "SET application_name = 'pgtask hooked'")
+			return err
+		}
+		pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		finished := make(done, 10)
+		p, _ := f.processor("worker", processor.Config{Pool: pool}, processor.ManagerConfig{Handler: finished.handler(0)})
+		connected := p.Notifier().Connected()
+		f.start(p)
+		select {
+		case <-connected:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the notifier did not connect with the pool's hooks")
+		}
+		var name string
+		if err := f.pool.QueryRow(f.ctx, "SELECT application_name FROM pg_stat_activity WHERE pid = $1", int32(p.Notifier().PID())).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		if name != "pgtask hooked" {
+			t.Errorf("the listening connection's application_name is %q: the pool's AfterConnect did not run on it", name)
+		}
 		time.Sleep(100 * time.Millisecond)
 		tasks := f.pushN(1)
 		finished.wait(t, tasks[0].Sequence, 30*time.Second)
