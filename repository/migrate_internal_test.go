@@ -1835,3 +1835,42 @@ func TestLimitSettingsMigration(t *testing.T) {
 	}
 	revertKeeps(t, pool, steps, "000028", bodies, before)
 }
+
+// TestNeverFiringSpecsMigration: 000029 keeps the tasks and the schedules, a schedule
+// declared from SQL with a spec that never fires among them, and task_schedule refuses
+// such a spec from then on, writing nothing.
+func TestNeverFiringSpecsMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository never-firing-specs test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(28)
+	create("emails")
+	execEach(t, pool,
+		"SELECT count(task_push('emails', 'e' || g)) FROM generate_series(1, 5) g",
+		"SELECT task_schedule('digest', 'emails', '0 8 * * mon-fri', time_zone => 'Europe/Paris')",
+		"SELECT task_schedule('feb30', 'emails', '0 0 30 2 *')",
+	)
+	schedules := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT r::text FROM (SELECT * FROM task_schedule ORDER BY name) r")
+	}
+	bodies := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT proname || ': ' || prosrc FROM pg_proc WHERE proname IN ('task_schedule_spec_problem', 'task_schedule_interval_problem') ORDER BY proname")
+	}
+	before, rows, kept := bodies(), taskRows(t, pool), schedules()
+
+	steps(1)
+	sameRows(t, "tasks after 000029", taskRows(t, pool), rows)
+	sameRows(t, "schedules after 000029", schedules(), kept)
+	_, err := pool.Exec(t.Context(), "SELECT task_schedule('apr31', 'emails', '0 0 31 4,6,9,11 *')")
+	if SQLState(err) != "22023" || !strings.Contains(err.Error(), "never fires") {
+		t.Errorf("a spec that never fires after 000029: %v, want SQLSTATE 22023 saying it never fires", err)
+	}
+	sameRows(t, "schedules after a refusal", schedules(), kept)
+	execEach(t, pool, "SELECT task_schedule('leap', 'emails', '0 0 29 2 *')")
+	if got := len(schedules()); got != 3 {
+		t.Errorf("%d schedules after declaring one for February 29, want 3", got)
+	}
+	revertKeeps(t, pool, steps, "000029", bodies, before)
+}

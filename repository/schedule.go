@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
+	"unicode"
 	// Time zones are read from the Go release's copy of the IANA database when the
 	// machine has none (a scratch container): a schedule's zone must mean the same in
 	// every process that fires it.
@@ -48,7 +50,10 @@ type ScheduleSettings struct {
 	// (*/15), lists (1,15) and names (jan, mon-fri) of github.com/robfig/cron/v3; or one
 	// of @yearly (@annually), @monthly, @weekly, @daily (@midnight), @hourly; or
 	// "@every D" with D a Go duration of whole seconds, at least 1s ("@every 90s": fires
-	// every D from the time the schedule was created or its spec last changed).
+	// every D from the time the schedule was created or its spec last changed). A spec
+	// is ASCII; what the library would read without a word though it is not a value,
+	// a range or a step ("*-5", "+5") is refused, and so is a spec that never fires
+	// ("0 0 30 2 *"). SQL's task_schedule accepts the same specs (migration 000029).
 	Spec string
 	// TimeZone is the IANA zone the spec is read in, such as "Europe/Paris"; empty is
 	// UTC. Across a daylight-saving change the cron library's rule holds (robfig/cron
@@ -222,12 +227,16 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	if tz == "" {
 		tz = "UTC"
 	}
-	trimmed := strings.TrimSpace(spec)
+	trimmed := strings.Trim(spec, asciiSpace)
 	if trimmed == "" {
 		return nil, invalid("spec is empty")
 	}
 	if n := utf8.RuneCountInString(spec); n > MaxScheduleSpecLength {
 		return nil, invalid("spec is %d characters long, at most %d allowed", n, MaxScheduleSpecLength)
+	}
+	if i := strings.IndexFunc(spec, func(r rune) bool { return r > unicode.MaxASCII && r != 'µ' && r != 'μ' || r == 0 }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(spec[i:])
+		return nil, invalid("spec %q: character %q is not allowed (a spec is written in ASCII)", spec, r)
 	}
 	upper := strings.ToUpper(trimmed)
 	if strings.HasPrefix(upper, "TZ=") || strings.HasPrefix(upper, "CRON_TZ=") {
@@ -259,6 +268,8 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	}
 	if strings.HasPrefix(trimmed, "@") {
 		trimmed = strings.ToLower(trimmed) // the library's descriptors are lower case only
+	} else if err := checkCronFields(spec, trimmed); err != nil {
+		return nil, err
 	}
 	parsed, err := cronParser.Parse(trimmed)
 	if err != nil {
@@ -269,6 +280,37 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 		return nil, invalid("spec %q never fires", spec)
 	}
 	return c, nil
+}
+
+// asciiSpace is the white space that separates a spec's fields: ASCII's alone, as
+// task_schedule_spec_problem reads it (Go's TrimSpace and Fields also take Unicode's).
+const asciiSpace = " \t\n\v\f\r"
+
+// cronPart is one part of a cron field's list: * or ?, or a value or a range of values
+// (numbers or names), then an optional step.
+var cronPart = regexp.MustCompile(`^(?:[*?]|[0-9a-z]+(?:-[0-9a-z]+)?)(?:/[0-9]+)?$`)
+
+// cronKinds names a spec's fields, seconds first.
+var cronKinds = [...]string{"second", "minute", "hour", "day of month", "month", "day of week"}
+
+// checkCronFields refuses a part of a field that the library would read without a
+// word though it is not a value, a range or a step: "*-5" (the library reads *), "+5"
+// (it reads 5). It leaves the count of fields and the values to the library. The same
+// reading as task_schedule_spec_problem's, so that SQL and Go accept the same specs.
+func checkCronFields(spec, trimmed string) error {
+	fields := strings.FieldsFunc(trimmed, func(r rune) bool { return strings.ContainsRune(asciiSpace, r) })
+	if len(fields) != 5 && len(fields) != 6 {
+		return nil
+	}
+	first := 6 - len(fields)
+	for i, field := range fields {
+		for _, part := range strings.Split(strings.ToLower(field), ",") {
+			if part != "" && !cronPart.MatchString(part) {
+				return invalid("spec %q: %s field %q is not a value, a range or a step", spec, cronKinds[first+i], part)
+			}
+		}
+	}
+	return nil
 }
 
 // next returns the first fire time strictly after t, or zero when there is none within

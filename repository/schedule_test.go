@@ -163,6 +163,9 @@ func TestScheduleCreate(t *testing.T) {
 			{"EmptySpec", "a", with(func(c *repository.ScheduleSettings) { c.Spec = " " }), repository.ErrInvalid, "spec is empty"},
 			{"UnknownDescriptor", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "@fortnightly" }), repository.ErrInvalid, "spec"},
 			{"NeverFires", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "0 0 30 2 *" }), repository.ErrInvalid, "never fires"},
+			{"StarRange", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "*-5 * * * *" }), repository.ErrInvalid, `minute field "*-5" is not a value, a range or a step`},
+			{"SignedNumber", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "0 +5 * * *" }), repository.ErrInvalid, `hour field "+5" is not a value`},
+			{"NotASCII", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "0 5\u00a0* * *" }), repository.ErrInvalid, `character '\u00a0' is not allowed`},
 			{"ZoneInSpec", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "CRON_TZ=Europe/Paris 0 3 * * *" }), repository.ErrInvalid, "time zone"},
 			{"NegativeInterval", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "@every -5s" }), repository.ErrInvalid, "interval -5s is negative"},
 			{"SubSecondInterval", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "@every 500ms" }), repository.ErrInvalid, "shorter than 1s"},
@@ -745,6 +748,10 @@ func TestScheduleSQL(t *testing.T) {
 			{`task_schedule('taken', 'topic', '@hourly')`, "PT016", "schedule 'taken' exists"},
 			{`task_schedule('a', 'topic', '@hourly', insertion => 'sideways')`, "PT002", "unknown insertion"},
 			{`task_schedule('a', 'topic', '@hourly', catch_up => -1)`, "22023", "catch_up -1"},
+			{`task_schedule('a', 'topic', '0 0 30 2 *')`, "22023", "spec '0 0 30 2 *' never fires: none of its months has a day 30"},
+			{`task_schedule('a', 'topic', '* * , * *')`, "22023", "never fires: its day of month field names no value"},
+			{`task_schedule('a', 'topic', '*-5 * * * *')`, "22023", "minute field '*-5' is not a value, a range or a step"},
+			{`task_schedule('a', 'topic', repeat('* ', 126))`, "22023", "spec is 252 characters long, at most 250 allowed"},
 		} {
 			_, err := s.pool.Exec(s.ctx, "SELECT "+c.call)
 			if repository.SQLState(err) != c.state || err == nil || !strings.Contains(err.Error(), c.says) {
@@ -763,7 +770,13 @@ func TestScheduleSQL(t *testing.T) {
 			"@every 90s", "@every 1.5s", "@every -5s", "* * *", "61 * * * *", "5-1 * * * *", "*/0 * * * *", "x * * * *",
 			"0 0 * foo *", "TZ=UTC * * * * *", "@fortnightly", "", "0 0 * * 7", "0 0 0 * *", "? * * * *",
 			"@HOURLY", "@Every 5s", "@every 5S", "0 0 * JAN MON", "@every +5s", "@every 0s", "1,2-3/2 * * * *", "1-2-3 * * * *",
-			"0 0 1-31/0 * *", "@every", "* * * * * * *"} {
+			"0 0 1-31/0 * *", "@every", "* * * * * * *",
+			// days of month that none of the months has: never, unless a day of the week is
+			// named too (either then matches), or the day of week is * with a step
+			"0 0 30 2 *", "0 0 30-31 feb ?", "0 0 0 31 4,6,9,11 *", "0 0 31 apr-jun/2 *", "0 0 31 2-12/2 *",
+			"0 0 31 */2 *", "0 0 31 2/2 *", "0 0 29 2 *", "0 0 30 2 mon", "0 0 30 2 */1", "0 0 30 2 */2", "0 0 30 2 1-6",
+			"0 0 30,31 2,4 *", "0 0 30/2 2 *", "0 0 * 2 *", "0 0 */2 2 *", "0 0 31 1-2 *", "0 0 31 jan,feb *",
+			"0 0 1,31 4 *", "0 0 31/5 4 *", "0 0 ? 2 ?", "0 0 30 2 ?"} {
 			var problem *string
 			if err := s.pool.QueryRow(s.ctx, "SELECT task_schedule_spec_problem($1)", spec).Scan(&problem); err != nil {
 				t.Fatal(err)

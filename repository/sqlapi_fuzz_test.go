@@ -122,3 +122,33 @@ func FuzzSQLTaskPush(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSQLScheduleSpec checks that task_schedule_spec_problem, the SQL check of a cron
+// spec (task_schedule), refuses exactly the specs Go refuses (ValidateScheduleSpec, the
+// check of CreateSchedule): a spec SQL accepts and Go refuses is written from SQL and
+// then refused at every fire; the other way round a good spec cannot be declared from SQL.
+func FuzzSQLScheduleSpec(f *testing.F) {
+	for _, spec := range []string{"*/5 * * * *", "0 30 9 * * mon-fri", "0 0 1 jan,jul *", "5/10 * * * *", "@hourly",
+		"@every 1h30m", "@every 1.5s", "61 * * * *", "5-1 * * * *", "0 0 * foo *", "0 0 30 2 *", "0 0 31 4,6,9,11 ?",
+		"0 0 30 2 mon", "0 0 31 2-12/2 *", "0 0 30/2 2 *", "0 0 ? 2 ?", "TZ=UTC * * * * *", "? * * * *", "1,2-3/2 * * * *",
+		"0, 0 0 1 1 0", "* * , * *", "*-5 * * * *", "+5 * * * *", "\t* * * * *\n", "* *\u00a0* * *", "@every\n5s",
+		"@every \t5s", "@every 1000000µs", "@weekly\u2003", "0 0/0000000001 1 1 0", "@every 99999999999h", "@every 2562047h",
+		"@every 1s0.0000000001s"} {
+		f.Add(spec)
+	}
+	pool := pgtest.NewPool(f, schema.Hash(), migrate)
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, spec string) {
+		if !utf8.ValidString(spec) || strings.ContainsRune(spec, 0) {
+			return // no text PostgreSQL holds: the call cannot be made
+		}
+		var problem *string
+		if err := pool.QueryRow(ctx, "SELECT task_schedule_spec_problem($1)", spec).Scan(&problem); err != nil {
+			t.Fatalf("task_schedule_spec_problem(%q): %v", spec, err)
+		}
+		goErr := repository.ValidateScheduleSpec(spec, "UTC")
+		if (problem == nil) != (goErr == nil) {
+			t.Errorf("spec %q: SQL says %s, Go says %v", spec, deref(problem), goErr)
+		}
+	})
+}
