@@ -24,8 +24,9 @@ type SchedulesConfig struct {
 	// Interval is how often the due schedules are fired: a fire is late by at most
 	// this. Default HeartbeatIntervalDefault.
 	Interval time.Duration
-	// Timeout bounds one round (waiting for a schedule another process holds).
-	// Default ExpiryTimeoutDefault.
+	// Timeout bounds one round's waits for a schedule another process holds; a fire
+	// begun finishes (Repository.FireSchedules), and the schedules not reached are
+	// fired at the next round. Default ExpiryTimeoutDefault.
 	Timeout time.Duration
 	// ErrorLogInterval is how often a failure that goes on is logged again. Default
 	// ErrorLogIntervalDefault.
@@ -113,7 +114,7 @@ func (s *scheduler) run(ctx context.Context) {
 	}
 }
 
-// fire runs one round of Repository.FireSchedules, bounded by the timeout: it logs what
+// fire runs one round of Repository.FireSchedules, its waits bounded by the timeout: it logs what
 // it pushed, wakes the managers of the topics it pushed to and reports to onFire.
 func (s *scheduler) fire(ctx context.Context) {
 	roundCtx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -590,6 +590,12 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 // is done with them: bound the wait with ctx. A schedule found late pushes its latest missed fire time, or up to CatchUp of
 // them. Time is the injected clock (Config.Now) or the database's.
 //
+// ctx bounds the waits, not a fire begun: once a schedule is found and locked, its
+// fire finishes whatever ctx (bounded by fireTimeout), since one cut short at each call
+// would never fire (a catch-up of thousands of tasks on a busy server may take longer
+// than a processor's round). Once ctx is done the schedules not yet found are left for
+// the next call, without an error when none failed.
+//
 // A schedule that cannot fire (its topic's queue is full, say) is left for the next
 // call and its error returned, joined with the others', after the rest have fired.
 // Every processor calls it on its heartbeat (processor.Config.DisableSchedules).
@@ -607,12 +613,16 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 	// or died), they are fired here.
 	for _, wait := range []bool{false, true} {
 		for range fireRound {
+			if ctx.Err() != nil && (len(fires) > 0 || len(errs) > 0) {
+				return fires, errors.Join(errs...) // the others at the next call
+			}
 			var (
 				fired *Fire
 				name  string
 				found bool
 			)
-			err := inTx(ctx, h, func(tx pgx.Tx) error {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fireTimeout)
+			err := inTx(fctx, h, func(tx pgx.Tx) error {
 				row, err := r.due(ctx, tx, skip, wait)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
@@ -621,9 +631,10 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 					return mapError("find due schedules", err)
 				}
 				found, name = true, row.TaskSchedule.Name
-				fired, err = r.fire(ctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.Now)
+				fired, err = r.fire(fctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.Now)
 				return err
 			})
+			cancel()
 			if !found && err == nil {
 				break
 			}
@@ -632,7 +643,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 				continue // another caller fired it: nothing to report
 			}
 			if err != nil {
-				if ctx.Err() != nil || !found {
+				if !found {
 					return fires, errors.Join(append(errs, err)...)
 				}
 				errs = append(errs, err)
@@ -646,6 +657,10 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 	}
 	return fires, errors.Join(errs...)
 }
+
+// fireTimeout bounds the fire of one schedule found due, which the caller's context
+// does not cut short (FireSchedules).
+const fireTimeout = time.Minute
 
 // due locks the oldest due schedule not in skip: skipping those others hold, or
 // waiting for them.
