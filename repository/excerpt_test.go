@@ -143,6 +143,16 @@ func TestValidate(t *testing.T) {
 		{"CreationInputNotUTF8", repository.Creation{Identifier: "a", Input: bad}.Validate(), "input is not valid UTF-8"},
 		{"CreationReferenceTooLong", repository.Creation{Identifier: "a", Reference: long(501)}.Validate(), "reference"},
 		{"CreationNegativeDelay", repository.Creation{Identifier: "a", Delay: -1}.Validate(), "negative"},
+		// a NUL byte, which PostgreSQL text cannot hold, is refused naming the field
+		// (the server's refusal named neither the field nor the task)
+		{"TopicWithNUL", repository.ValidateTopic("a\x00b"), "topic contains a NUL byte"},
+		{"IdentifierWithNUL", repository.ValidateIdentifier("a\x00b"), "contains a NUL byte"},
+		{"CancellerWithNUL", repository.ValidateCanceller("a\x00b"), "canceller contains a NUL byte"},
+		{"FilterReferenceWithNUL", repository.ValidateFilter(repository.TaskFilter{Reference: "\x00"}), "reference contains a NUL byte"},
+		{"CreationInputWithNUL", repository.Creation{Identifier: "a", Input: "x\x00"}.Validate(), "input contains a NUL byte"},
+		{"CreationKeyWithNUL", repository.Creation{Identifier: "a", ConcurrencyKey: "k\x00"}.Validate(), "concurrency key contains a NUL byte"},
+		{"ScheduleNameWithNUL", repository.ValidateScheduleName("s\x00"), "schedule name contains a NUL byte"},
+		{"ScheduleInputWithNUL", repository.ScheduleSettings{Topic: "t", Spec: "@hourly", Input: "\x00"}.Validate(), "input contains a NUL byte"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -79,7 +79,7 @@ func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion
 
 // Validate returns nil when Push would accept the creation (whatever the topic): an
 // identifier as ValidateIdentifier wants, a reference of at most MaxReferenceLength
-// characters, a delay that is not negative, and input and reference of valid UTF-8 (they
+// characters, a delay that is not negative, and input and reference of valid UTF-8 without a NUL byte (they
 // are refused, never rewritten). Otherwise its error wraps ErrInvalid.
 func (c Creation) Validate() error {
 	if err := validIdentifier(c.Identifier); err != nil {
@@ -91,8 +91,8 @@ func (c Creation) Validate() error {
 	if c.Delay < 0 {
 		return invalid("delay %v is negative", c.Delay)
 	}
-	if !utf8.ValidString(c.Input) {
-		return invalid("input is not valid UTF-8")
+	if p := unstorable(c.Input); p != "" {
+		return invalid("input %s", p)
 	}
 	if err := ValidateConcurrencyKey(c.ConcurrencyKey); err != nil {
 		return err
@@ -104,11 +104,11 @@ func (c Creation) Validate() error {
 const MaxConcurrencyKeyLength = 250
 
 // ValidateConcurrencyKey returns nil for a concurrency key Push accepts: empty (none), or
-// valid UTF-8 of at most MaxConcurrencyKeyLength characters. Otherwise its error wraps
+// valid UTF-8 without a NUL byte, of at most MaxConcurrencyKeyLength characters. Otherwise its error wraps
 // ErrInvalid.
 func ValidateConcurrencyKey(key string) error {
-	if !utf8.ValidString(key) {
-		return invalid("concurrency key is not valid UTF-8")
+	if p := unstorable(key); p != "" {
+		return invalid("concurrency key %s", p)
 	}
 	if n := utf8.RuneCountInString(key); n > MaxConcurrencyKeyLength {
 		return invalid("concurrency key is %d characters long, at most %d allowed", n, MaxConcurrencyKeyLength)

@@ -130,30 +130,30 @@ func (r *Repository) clock() *time.Time {
 }
 
 // ValidateTopic returns nil when topic is a name the repository accepts: 1 to
-// MaxTopicLength characters of valid UTF-8. Otherwise its error wraps ErrInvalid and says
+// MaxTopicLength characters of valid UTF-8 without a NUL byte. Otherwise its error wraps ErrInvalid and says
 // what is wrong without repeating the name. Front ends (the REST API, the CLI) check their
 // input with it and the other Validate functions before they call the repository, so
 // that every route refuses the same values with the same message.
 func ValidateTopic(topic string) error { return validTopic(topic) }
 
 // ValidateIdentifier returns nil when identifier is one a task may have: 1 to
-// MaxIdentifierLength characters of valid UTF-8; otherwise an error wrapping ErrInvalid.
+// MaxIdentifierLength characters of valid UTF-8 without a NUL byte; otherwise an error wrapping ErrInvalid.
 func ValidateIdentifier(identifier string) error { return validIdentifier(identifier) }
 
 // ValidateCanceller returns nil when by may name who cancelled tasks (Cancel): at most
-// MaxCancellerLength characters of valid UTF-8; otherwise an error wrapping ErrInvalid.
+// MaxCancellerLength characters of valid UTF-8 without a NUL byte; otherwise an error wrapping ErrInvalid.
 func ValidateCanceller(by string) error {
 	if n := utf8.RuneCountInString(by); n > MaxCancellerLength {
 		return invalid("canceller is %d characters long, at most %d allowed", n, MaxCancellerLength)
 	}
-	if !utf8.ValidString(by) {
-		return invalid("canceller is not valid UTF-8")
+	if p := unstorable(by); p != "" {
+		return invalid("canceller %s", p)
 	}
 	return nil
 }
 
 // ValidateFilter returns nil when the filter's values could match a task: an identifier
-// or a reference within their lengths, of valid UTF-8, and a known state; otherwise an
+// or a reference within their lengths, of valid UTF-8 without a NUL byte, and a known state; otherwise an
 // error wrapping ErrInvalid.
 func ValidateFilter(filter TaskFilter) error {
 	if filter.Identifier != "" {
@@ -175,8 +175,8 @@ func validReference(reference string) error {
 	if n := utf8.RuneCountInString(reference); n > MaxReferenceLength {
 		return invalid("reference is %d characters long, at most %d allowed", n, MaxReferenceLength)
 	}
-	if !utf8.ValidString(reference) {
-		return invalid("reference is not valid UTF-8")
+	if p := unstorable(reference); p != "" {
+		return invalid("reference %s", p)
 	}
 	return nil
 }
@@ -188,8 +188,8 @@ func validTopic(topic string) error {
 	if n := utf8.RuneCountInString(topic); n > MaxTopicLength {
 		return invalid("topic is %d characters long, at most %d allowed", n, MaxTopicLength)
 	}
-	if !utf8.ValidString(topic) {
-		return invalid("topic is not valid UTF-8")
+	if p := unstorable(topic); p != "" {
+		return invalid("topic %s", p)
 	}
 	return nil
 }
@@ -201,10 +201,24 @@ func validIdentifier(identifier string) error {
 	if n := utf8.RuneCountInString(identifier); n > MaxIdentifierLength {
 		return invalid("identifier is %d characters long, at most %d allowed", n, MaxIdentifierLength)
 	}
-	if !utf8.ValidString(identifier) {
-		return invalid("identifier %q is not valid UTF-8", identifier)
+	if p := unstorable(identifier); p != "" {
+		return invalid("identifier %q %s", identifier, p)
 	}
 	return nil
+}
+
+// unstorable says why s is no text PostgreSQL can hold ("is not valid UTF-8", "contains
+// a NUL byte"), or "" when it is one. The validators refuse such text with the field's
+// name, rather than let the server refuse the statement with an encoding error that
+// names neither the field nor the task.
+func unstorable(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte, which PostgreSQL text cannot hold"
+	}
+	return ""
 }
 
 func validRange(from, to int64) error {

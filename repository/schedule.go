@@ -135,7 +135,7 @@ func (f Fire) Lateness() time.Duration {
 }
 
 // ValidateScheduleName returns nil when name may name a schedule: 1 to
-// MaxScheduleNameLength characters of valid UTF-8; otherwise an error wrapping
+// MaxScheduleNameLength characters of valid UTF-8 without a NUL byte; otherwise an error wrapping
 // ErrInvalid.
 func ValidateScheduleName(name string) error {
 	if name == "" {
@@ -144,8 +144,8 @@ func ValidateScheduleName(name string) error {
 	if n := utf8.RuneCountInString(name); n > MaxScheduleNameLength {
 		return invalid("schedule name is %d characters long, at most %d allowed", n, MaxScheduleNameLength)
 	}
-	if !utf8.ValidString(name) {
-		return invalid("schedule name is not valid UTF-8")
+	if p := unstorable(name); p != "" {
+		return invalid("schedule name %s", p)
 	}
 	return nil
 }
@@ -168,8 +168,8 @@ func (s ScheduleSettings) Validate() error {
 			return err
 		}
 	}
-	if !utf8.ValidString(s.Input) {
-		return invalid("input is not valid UTF-8")
+	if p := unstorable(s.Input); p != "" {
+		return invalid("input %s", p)
 	}
 	if s.Insertion != nil && !s.Insertion.Valid() {
 		return invalid("unknown insertion %d", int16(*s.Insertion))

@@ -580,6 +580,12 @@ func (r *Repository) TopicPage(ctx context.Context, h Handle, search, after stri
 	if size < 1 || size > TopicPageMax {
 		return nil, fmt.Errorf("%w: topic page size %d is outside 1..%d", ErrInvalid, size, TopicPageMax)
 	}
+	if p := unstorable(search); p != "" {
+		return nil, invalid("topic search %s", p)
+	}
+	if p := unstorable(after); p != "" {
+		return nil, invalid("topic page position (after) %s", p)
+	}
 	rows, err := r.q.TopicPage(ctx, h, db.TopicPageParams{After: after, Search: search, Size: int32(size)})
 	if err != nil {
 		return nil, mapError("page topics", err)

@@ -193,6 +193,8 @@ func TestPushRefusesWhatRESTRefuses(t *testing.T) {
 		"IdentifierTooLong":         {strings.Repeat("i", repository.MaxIdentifierLength+1) + "\n", "at most 500"},
 		"ReferenceTooLongInJSON":    {`{"identifier": "a", "reference": "` + strings.Repeat("r", 501) + `"}` + "\n", "reference is 501"},
 		"SecondLineOfTwoRefusesAll": {"ok\n\xff\n", "line 2"},
+		"NULInATabLine":             {"ok\na\tb\x00c\n", "line 2: input contains a NUL byte"},
+		"NULInAJSONIdentifier":      {`{"identifier": "a\u0000"}` + "\n", "contains a NUL byte"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := f.cliIn(tc.stdin, "push", "--topic", "t")

@@ -223,7 +223,8 @@ func TestTopicPage(t *testing.T) {
 	})
 	t.Run("BadFilterNamesTheField", func(t *testing.T) {
 		for path, field := range map[string]string{"/ui/topics/mail?state=DONE": "state", "/ui/topics/mail?from=yesterday": "from",
-			"/ui/topics/mail?after=x": "after"} {
+			"/ui/topics/mail?after=x": "after", "/ui/topics/mail?identifier=a%00b": "identifier", "/ui/topics/mail?reference=%00": "reference",
+			"/?q=a%00b": "topic search"} {
 			status, _, body := f.get(path)
 			if status != http.StatusBadRequest || !strings.Contains(body, field) {
 				t.Errorf("GET %s = %d, want 400 naming %s", path, status, field)

@@ -64,6 +64,16 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%d tasks written, want none", n)
 		}
 	})
+	t.Run("ANULByteIsRefusedNamingTheFieldAndTheTask", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"tasks":[{"identifier":"ok"},{"identifier":"a\u0000b"}]}`).
+			wantError(t, http.StatusBadRequest, `tasks[1]: identifier "a\x00b" contains a NUL byte`)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","input":"x\u0000"}`).wantError(t, http.StatusBadRequest, "input contains a NUL byte")
+		if n := f.count(); n != 0 {
+			t.Errorf("%d tasks written, want none", n)
+		}
+		f.call("GET", "/topics/a%00b/tasks", "").wantError(t, http.StatusBadRequest, "topic contains a NUL byte")
+	})
 	t.Run("ALongCancellerIs400AndChangesNothing", func(t *testing.T) {
 		f := setup(t)
 		f.enqueue(`{"identifier":"a"}`)
