@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -157,6 +158,26 @@ func TestTopic(t *testing.T) {
 		r := f.cli("topic", "dedicate", "mail")
 		wantRuntime(t, r, repository.ErrTopicInUse)
 		wantContains(t, r.stderr, "pause it")
+		// topic add of a topic in use, with settings: refused, and nothing changed (the
+		// settings were committed before the dedication failed)
+		r = f.cli("topic", "add", "mail", "--max-attempts", "7", "--dedicated")
+		wantRuntime(t, r, repository.ErrTopicInUse)
+		wantContains(t, r.stderr, "the settings given were not applied")
+		if topic, _ := f.repo.Topic(f.ctx, f.pool, "mail"); topic.MaxAttempts == 7 || topic.Dedicated {
+			t.Errorf("topic mail after a refused add --dedicated: max attempts %d, dedicated %v; want both unchanged", topic.MaxAttempts, topic.Dedicated)
+		}
+		// settings the repository refuses leave no new topic behind
+		r = f.cli("topic", "add", "fresh", "--burst", "3", "--dedicated")
+		if r.err == nil {
+			t.Fatal("topic add with a burst but no rate succeeded")
+		}
+		if _, err := f.repo.Topic(f.ctx, f.pool, "fresh"); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("topic fresh after a refused add: %v, want unknown", err)
+		}
+		wantContains(t, f.ok("topic", "add", "fresh", "--max-attempts", "4", "--dedicated"), `topic "fresh" dedicated`, "settings: ")
+		if topic, _ := f.repo.Topic(f.ctx, f.pool, "fresh"); topic.MaxAttempts != 4 || !topic.Dedicated {
+			t.Errorf("topic fresh: max attempts %d, dedicated %v; want 4 and dedicated", topic.MaxAttempts, topic.Dedicated)
+		}
 		wantContains(t, f.ok("topic", "destroy", "heavy"), `topic "heavy" destroyed`)
 	})
 	t.Run("DestroyRemovesTopic", func(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -216,7 +217,8 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		created bool
 		topic   repository.Topic
 	)
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	// The registration and the settings, in one transaction: all or nothing.
+	register := func(tx pgx.Tx) error {
 		if created, err = c.repo.CreateTopic(ctx, tx, name); err != nil {
 			return err
 		}
@@ -225,7 +227,24 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		}
 		topic, err = c.repo.UpdateSettings(ctx, tx, name, func(t *repository.TopicSettings) { settings.apply(f, t) })
 		return err
-	})
+	}
+	if *dedicated && settings.anyGiven(f) {
+		// Dedicating commits on its own, and may be refused (a topic in use): the settings
+		// are applied after it, so that a refusal leaves the topic as it was. They are
+		// checked first, so that settings the repository refuses leave nothing either.
+		errChecked := errors.New("checked")
+		if err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			if err := register(tx); err != nil {
+				return err
+			}
+			return errChecked
+		}); !errors.Is(err, errChecked) {
+			return err
+		}
+		created, err = c.repo.CreateTopic(ctx, c.pool, name)
+	} else {
+		err = pgx.BeginFunc(ctx, c.pool, register)
+	}
 	if err != nil {
 		return err
 	}
@@ -238,7 +257,15 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		// after the registration committed: dedicating locks the topic's bucket until
 		// its own commit, which must come at once
 		if err := dedicate(ctx, e, c, name); err != nil {
+			if settings.anyGiven(f) {
+				return fmt.Errorf("%w (the settings given were not applied)", err)
+			}
 			return err
+		}
+		if settings.anyGiven(f) {
+			if topic, err = c.repo.UpdateSettings(ctx, c.pool, name, func(t *repository.TopicSettings) { settings.apply(f, t) }); err != nil {
+				return err
+			}
 		}
 	}
 	if settings.anyGiven(f) {
