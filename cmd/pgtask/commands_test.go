@@ -267,7 +267,9 @@ func TestPush(t *testing.T) {
 			{`{"input": "no id"}`, `"identifier" is missing`},
 			{`{"identifier": "i", "delay": "-1s"}`, `"delay"`},
 			{`{"identifier": "i", "priority": 99999}`, `"priority": 99999 is out of range`},
-			{`{"identifier": "i"} {}`, "more than one value"},
+			{`{"identifier": "i"} {}`, "unexpected data after the JSON object"},
+			{`{"identifier": "i"}}`, "unexpected data after the JSON object"},
+			{`{"identifier": "i", "identifier": "j"}`, `field "identifier" is given twice`},
 			{strings.Repeat("y", 501), "at most 500"},
 		} {
 			r := f.cliIn(c.line, "push", "--topic", "t")

@@ -188,17 +188,9 @@ func parseLine(line string, defaults repository.Creation) (repository.Creation, 
 	line = strings.TrimRight(line, "\r\n")
 	c := defaults
 	if trimmed := strings.TrimSpace(line); strings.HasPrefix(trimmed, "{") {
-		if err := wire.CheckText([]byte(trimmed)); err != nil {
-			return c, fmt.Errorf("bad JSON: %w", err)
-		}
 		var pl pushLine
-		dec := json.NewDecoder(strings.NewReader(trimmed))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&pl); err != nil {
+		if err := wire.DecodeObject([]byte(trimmed), &pl); err != nil {
 			return c, fmt.Errorf("bad JSON: %w", err)
-		}
-		if dec.More() {
-			return c, errors.New("bad JSON: more than one value on the line")
 		}
 		if pl.Identifier == nil || *pl.Identifier == "" {
 			return c, errors.New(`"identifier" is missing or empty`)

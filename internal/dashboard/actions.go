@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -64,11 +65,10 @@ func (s *server) action(a actionFunc) http.Handler {
 	})
 }
 
-// decode reads a JSON body into v, refusing unknown fields.
+// decode reads a JSON body into v as the REST API does (wire.DecodeObject): no unknown
+// field, no field twice, nothing after the object, errors that name the field.
 func decode(body []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := wire.DecodeObject(body, v); err != nil {
 		return badRequest("the body is not the JSON expected: %v", err)
 	}
 	return nil

@@ -251,7 +251,11 @@ func TestSettings(t *testing.T) {
 	t.Run("BadValueNamesTheFieldAndWritesNothing", func(t *testing.T) {
 		before, _ := f.repo.Topic(f.ctx, f.pool, "mail")
 		for body, field := range map[string]string{`{"max_attempts": 7, "backoff_cap": "soon"}`: "backoff_cap",
-			`{"max_attempts": 0}`: "attempts", `{"colour": "red"}`: "colour"} {
+			`{"max_attempts": 0}`: "attempts", `{"colour": "red"}`: "colour",
+			// a field given twice, data after the object: refused, not read in part
+			`{"max_attempts": 3, "max_attempts": 0}`:  "is given twice",
+			`{"max_attempts": 3} {"max_attempts": 0}`: "unexpected data after the json object",
+			`{"max_attempts": 3000000000}`:            "got a json number 3000000000, want an integer"} {
 			status, text := f.post("/ui/topics/mail/settings", body)
 			if status != http.StatusBadRequest || !strings.Contains(strings.ToLower(text), field) {
 				t.Errorf("%s: %d %s, want 400 naming %s", body, status, text, field)

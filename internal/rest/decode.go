@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/url"
 	"strconv"
@@ -28,64 +27,13 @@ func invalid(err error) error {
 	return badRequest("%s", strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": "))
 }
 
-// decodeStrict decodes a JSON object into v, rejecting unknown fields, trailing data and
-// text that is not UTF-8 (which encoding/json would rewrite), with messages that name the
-// offending field instead of Go types.
+// decodeStrict decodes a JSON object into v as wire.DecodeObject does (no unknown
+// field, no field twice, nothing after the object, text that is UTF-8), its errors 400s.
 func decodeStrict(body []byte, v any) error {
-	if err := wire.CheckText(body); err != nil {
+	if err := wire.DecodeObject(body, v); err != nil {
 		return badRequest("%v", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("unexpected data after the JSON object")
-	}
 	return nil
-}
-
-// jsonError rewrites encoding/json's errors for API clients.
-func jsonError(err error) error {
-	var (
-		syntax    *json.SyntaxError
-		typeError *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.Is(err, io.EOF):
-		return badRequest("the body is empty: want a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badRequest("malformed JSON: unexpected end of the body")
-	case errors.As(err, &syntax):
-		return badRequest("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
-	case errors.As(err, &typeError):
-		if typeError.Field == "" {
-			return badRequest("the body is a JSON %s: want a JSON object", typeError.Value)
-		}
-		return badRequest("field %q: got a JSON %s, want %s", typeError.Field, typeError.Value, jsonKind(typeError.Type.Kind().String()))
-	}
-	// DisallowUnknownFields reports `json: unknown field "name"`.
-	return badRequest("%s", strings.TrimPrefix(err.Error(), "json: "))
-}
-
-// jsonKind names a Go kind as the JSON value it decodes from.
-func jsonKind(kind string) string {
-	switch {
-	case kind == "int16":
-		return "an integer from -32768 to 32767"
-	case strings.HasPrefix(kind, "int"):
-		return "an integer"
-	case kind == "string":
-		return "a string"
-	case kind == "bool":
-		return "true or false"
-	case kind == "slice":
-		return "an array"
-	case kind == "struct":
-		return "an object"
-	}
-	return kind
 }
 
 // taskBody is one task of an enqueue request; the top level has the same fields, so a

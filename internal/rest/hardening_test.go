@@ -74,6 +74,48 @@ func TestValidation(t *testing.T) {
 		}
 		f.call("GET", "/topics/a%00b/tasks", "").wantError(t, http.StatusBadRequest, "topic contains a NUL byte")
 	})
+	// What an endpoint does not read is refused, not ignored: a query parameter that would
+	// change nothing (insertion=delete on a push, dry_run on a removal), a body whose
+	// fields would be dropped (a pause told paused: false).
+	t.Run("WhatAnEndpointDoesNotReadIsRefused", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks?insertion=delete", `{"identifier":"x"}`).
+			wantError(t, http.StatusBadRequest, `unknown query parameter "insertion": POST /topics/{topic}/tasks takes none`)
+		if n := f.count(); n != 0 {
+			t.Errorf("%d tasks written, want none", n)
+		}
+		f.call("POST", "/schedules", `{"name":"s","topic":"mail","spec":"@hourly"}`).want(t, http.StatusCreated, nil)
+		f.call("DELETE", "/schedules/s?dry_run=true", "").wantError(t, http.StatusBadRequest, `unknown query parameter "dry_run"`)
+		f.call("GET", "/schedules/s", "").want(t, http.StatusOK, nil)
+		f.call("POST", "/topics/mail/pause", `{"paused":false}`).wantError(t, http.StatusBadRequest, "POST /topics/{topic}/pause takes no body")
+		f.call("POST", "/schedules/s/run", `{"input":"x"}`).wantError(t, http.StatusBadRequest, "takes no body")
+		if n := f.count(); n != 0 {
+			t.Errorf("%d tasks after a refused run, want none", n)
+		}
+		var topic struct {
+			Active *bool `json:"active"`
+		}
+		f.call("GET", "/topics/mail", "").want(t, http.StatusOK, &topic)
+		if topic.Active == nil || !*topic.Active {
+			t.Errorf("topic active %v after a refused pause, want true", topic.Active)
+		}
+		// an empty body, or an empty object as some clients send with every POST, is fine
+		f.call("POST", "/topics/mail/pause", " { } ").want(t, http.StatusOK, nil)
+		f.call("POST", "/topics/mail/resume", "").want(t, http.StatusOK, nil)
+		f.call("GET", "/topics/mail/tasks?limit=1", "").want(t, http.StatusOK, nil)
+	})
+	t.Run("AFieldGivenTwiceIsRefused", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","identifier":"b"}`).wantError(t, http.StatusBadRequest, `field "identifier" is given twice`)
+		f.call("POST", "/topics/mail/tasks", `{"tasks":[{"identifier":"a"},{"identifier":"b","key":"k","key":"l"}]}`).
+			wantError(t, http.StatusBadRequest, `tasks[1]: field "key" is given twice`)
+		f.call("PATCH", "/topics/mail", `{"max_attempts":3,"max_attempts":5}`).wantError(t, http.StatusBadRequest, `field "max_attempts" is given twice`)
+		if n := f.count(); n != 0 {
+			t.Errorf("%d tasks written, want none", n)
+		}
+		// an input's own fields are its own: stored as sent
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","input":{"x":1,"x":2}}`).want(t, http.StatusCreated, nil)
+	})
 	t.Run("ALongCancellerIs400AndChangesNothing", func(t *testing.T) {
 		f := setup(t)
 		f.enqueue(`{"identifier":"a"}`)

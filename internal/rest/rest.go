@@ -1,14 +1,18 @@
 package rest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,29 +109,42 @@ type route struct {
 	method, path string
 	public       bool // served without the bearer token
 	serve        endpoint
+	// takes says what of the request the endpoint reads besides its path: a body, a
+	// query string. What it does not read is refused rather than ignored (a parameter
+	// that would change nothing, a body whose fields would be dropped).
+	takes takes
 }
 
+// takes is what an endpoint reads of a request besides its path.
+type takes int
+
+const (
+	takesNothing takes = iota
+	takesBody          // a JSON body (the endpoint checks it)
+	takesQuery         // a query string (the endpoint checks its parameters)
+)
+
 var routes = []route{
-	{http.MethodGet, "/healthz", true, (*server).health},
-	{http.MethodGet, "/openapi.json", true, nil}, // served from the embedded document
-	{http.MethodGet, "/topics", false, (*server).listTopics},
-	{http.MethodGet, "/topics/{topic}", false, (*server).getTopic},
-	{http.MethodPatch, "/topics/{topic}", false, (*server).patchTopic},
-	{http.MethodPost, "/topics/{topic}/pause", false, (*server).pause},
-	{http.MethodPost, "/topics/{topic}/resume", false, (*server).resume},
-	{http.MethodPost, "/topics/{topic}/tasks", false, (*server).enqueue},
-	{http.MethodGet, "/topics/{topic}/tasks", false, (*server).listTasks},
-	{http.MethodGet, "/topics/{topic}/tasks/{sequence}", false, (*server).getTask},
-	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/cancel", false, (*server).cancel},
-	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/revive", false, (*server).revive},
-	{http.MethodGet, "/schedules", false, (*server).listSchedules},
-	{http.MethodPost, "/schedules", false, (*server).createSchedule},
-	{http.MethodGet, "/schedules/{name}", false, (*server).getSchedule},
-	{http.MethodPatch, "/schedules/{name}", false, (*server).updateSchedule},
-	{http.MethodDelete, "/schedules/{name}", false, (*server).deleteSchedule},
-	{http.MethodPost, "/schedules/{name}/pause", false, (*server).pauseSchedule},
-	{http.MethodPost, "/schedules/{name}/resume", false, (*server).resumeSchedule},
-	{http.MethodPost, "/schedules/{name}/run", false, (*server).runSchedule},
+	{http.MethodGet, "/healthz", true, (*server).health, takesNothing},
+	{http.MethodGet, "/openapi.json", true, nil, takesNothing}, // served from the embedded document
+	{http.MethodGet, "/topics", false, (*server).listTopics, takesNothing},
+	{http.MethodGet, "/topics/{topic}", false, (*server).getTopic, takesNothing},
+	{http.MethodPatch, "/topics/{topic}", false, (*server).patchTopic, takesBody},
+	{http.MethodPost, "/topics/{topic}/pause", false, (*server).pause, takesNothing},
+	{http.MethodPost, "/topics/{topic}/resume", false, (*server).resume, takesNothing},
+	{http.MethodPost, "/topics/{topic}/tasks", false, (*server).enqueue, takesBody},
+	{http.MethodGet, "/topics/{topic}/tasks", false, (*server).listTasks, takesQuery},
+	{http.MethodGet, "/topics/{topic}/tasks/{sequence}", false, (*server).getTask, takesNothing},
+	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/cancel", false, (*server).cancel, takesBody},
+	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/revive", false, (*server).revive, takesBody},
+	{http.MethodGet, "/schedules", false, (*server).listSchedules, takesNothing},
+	{http.MethodPost, "/schedules", false, (*server).createSchedule, takesBody},
+	{http.MethodGet, "/schedules/{name}", false, (*server).getSchedule, takesNothing},
+	{http.MethodPatch, "/schedules/{name}", false, (*server).updateSchedule, takesBody},
+	{http.MethodDelete, "/schedules/{name}", false, (*server).deleteSchedule, takesNothing},
+	{http.MethodPost, "/schedules/{name}/pause", false, (*server).pauseSchedule, takesNothing},
+	{http.MethodPost, "/schedules/{name}/resume", false, (*server).resumeSchedule, takesBody},
+	{http.MethodPost, "/schedules/{name}/run", false, (*server).runSchedule, takesNothing},
 }
 
 // metricsPath is where Config.Metrics is mounted.
@@ -152,7 +169,7 @@ func New(cfg Config) (http.Handler, error) {
 		if rt.serve == nil {
 			h = http.HandlerFunc(serveOpenAPI)
 		} else {
-			h = s.handle(rt.serve, strings.Contains(rt.path, "{topic}"))
+			h = s.handle(rt)
 		}
 		if !rt.public {
 			h = s.guard.Authenticate(h)
@@ -200,9 +217,11 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *recorder) WriteHeader(status int)      { r.status = status }
 
-// handle adapts an endpoint: it checks the {topic} of the path when it has one, then
-// writes the endpoint's body as JSON or maps its error to a status.
-func (s *server) handle(e endpoint, topic bool) http.Handler {
+// handle adapts a route's endpoint: it checks the {topic} of the path when it has one,
+// and refuses what the endpoint would not read (rt.takes), then writes the endpoint's
+// body as JSON or maps its error to a status.
+func (s *server) handle(rt route) http.Handler {
+	topic := strings.Contains(rt.path, "{topic}")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var (
 			status int
@@ -213,7 +232,10 @@ func (s *server) handle(e endpoint, topic bool) http.Handler {
 			err = repository.ValidateTopic(r.PathValue("topic"))
 		}
 		if err == nil {
-			status, body, err = e(s, w, r)
+			err = s.unread(w, r, rt)
+		}
+		if err == nil {
+			status, body, err = rt.serve(s, w, r)
 		}
 		if err != nil {
 			status = statusOf(err)
@@ -239,6 +261,31 @@ func (s *server) handle(e endpoint, topic bool) http.Handler {
 		writeJSON(w, status, body)
 	})
 }
+
+// unread refuses a query string given to an endpoint that reads none, and a body given
+// to one that reads none (but an empty JSON object, which some clients send with every
+// POST).
+func (s *server) unread(w http.ResponseWriter, r *http.Request, rt route) error {
+	if rt.takes != takesQuery && r.URL.RawQuery != "" {
+		if names := slices.Sorted(maps.Keys(r.URL.Query())); len(names) > 0 {
+			return badRequest("unknown query parameter %q: %s %s takes none", names[0], rt.method, rt.path)
+		}
+		return badRequest("%s %s takes no query string", rt.method, rt.path)
+	}
+	if rt.takes != takesBody && r.Body != nil && r.Body != http.NoBody {
+		b, err := s.readBody(w, r)
+		if err != nil {
+			return err
+		}
+		if t := bytes.TrimSpace(b); len(t) > 0 && !emptyObject.Match(t) {
+			return badRequest("%s %s takes no body", rt.method, rt.path)
+		}
+	}
+	return nil
+}
+
+// emptyObject is a JSON object without members.
+var emptyObject = regexp.MustCompile(`^\{\s*\}$`)
 
 // streamer is a body an endpoint writes itself, piece by piece.
 type streamer interface {

@@ -1,8 +1,13 @@
 package wire
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -54,4 +59,111 @@ func hex4(b []byte, i int) (rune, bool) {
 		return 0, false
 	}
 	return rune(n), true
+}
+
+// DecodeObject decodes the JSON object body into v as the REST API, the dashboard and
+// the CLI's JSON lines read one: text as CheckText wants it, no field v lacks, no field
+// twice (encoding/json keeps the last one silently), and nothing after the object. The
+// fields of a task's "input", which is stored as the text it is, are not looked into.
+// Its errors name the field or the byte offset rather than Go types.
+func DecodeObject(body []byte, v any) error {
+	if err := CheckText(body); err != nil {
+		return err
+	}
+	if err := checkFieldsOnce(body); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// checkFieldsOnce refuses an object of body (outside an "input") that has a field twice.
+// Malformed JSON passes: the decoder reports it with its offset.
+func checkFieldsOnce(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var value func(path string, look bool) error
+	value = func(path string, look bool) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				tok, err := dec.Token()
+				if err != nil {
+					return nil
+				}
+				key, _ := tok.(string)
+				if look && seen[key] {
+					return fmt.Errorf("%sfield %q is given twice", path, key)
+				}
+				seen[key] = true
+				if err := value(fmt.Sprintf("%s%s: ", path, key), look && key != "input"); err != nil {
+					return err
+				}
+			}
+			_, _ = dec.Token()
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if err := value(fmt.Sprintf("%s[%d]: ", strings.TrimSuffix(path, ": "), i), look); err != nil {
+					return err
+				}
+			}
+			_, _ = dec.Token()
+		}
+		return nil
+	}
+	return value("", true)
+}
+
+// jsonError rewrites encoding/json's errors for people.
+func jsonError(err error) error {
+	var (
+		syntax    *json.SyntaxError
+		typeError *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.Is(err, io.EOF):
+		return errors.New("the body is empty: want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("malformed JSON: unexpected end of the body")
+	case errors.As(err, &syntax):
+		return fmt.Errorf("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.As(err, &typeError):
+		if typeError.Field == "" {
+			return fmt.Errorf("the body is a JSON %s: want a JSON object", typeError.Value)
+		}
+		return fmt.Errorf("field %q: got a JSON %s, want %s", typeError.Field, typeError.Value, jsonKind(typeError.Type.Kind().String()))
+	}
+	// DisallowUnknownFields reports `json: unknown field "name"`.
+	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names a Go kind as the JSON value it decodes from.
+func jsonKind(kind string) string {
+	switch {
+	case kind == "int16":
+		return "an integer from -32768 to 32767"
+	case strings.HasPrefix(kind, "int"):
+		return "an integer"
+	case kind == "string":
+		return "a string"
+	case kind == "bool":
+		return "true or false"
+	case kind == "slice":
+		return "an array"
+	case kind == "struct":
+		return "an object"
+	}
+	return kind
 }

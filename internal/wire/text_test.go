@@ -57,3 +57,41 @@ func FuzzCheckText(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeObject: the object a request or a JSON line holds is refused when a field is
+// given twice (encoding/json keeps the last one without a word), in a task of a batch
+// too, but not inside an input, which is stored as the text it is; and when anything
+// follows the object.
+func TestDecodeObject(t *testing.T) {
+	t.Parallel()
+	type task struct {
+		Identifier string          `json:"identifier"`
+		Input      json.RawMessage `json:"input"`
+		Priority   int16           `json:"priority"`
+		Tasks      []task          `json:"tasks"`
+	}
+	for text, fragment := range map[string]string{
+		`{"identifier":"a","input":{"x":1,"x":2}}`:                           "",
+		`{"tasks":[{"identifier":"a"},{"identifier":"b"}]}`:                  "",
+		` {"identifier":"a"} `:                                               "",
+		`{"identifier":"a","identifier":"b"}`:                                `field "identifier" is given twice`,
+		`{"tasks":[{"identifier":"a"},{"identifier":"b","identifier":"c"}]}`: `tasks[1]: field "identifier" is given twice`,
+		`{"identifier":"a"}}`:                                                "unexpected data after the JSON object",
+		`{"identifier":"a"} {"identifier":"b"}`:                              "unexpected data after the JSON object",
+		`{"identifier":"a","colour":1}`:                                      `unknown field "colour"`,
+		`{"priority":40000}`:                                                 `field "priority": got a JSON number 40000, want an integer from -32768 to 32767`,
+		``:                                                                   "the body is empty",
+		`[1]`:                                                                "the body is a JSON array",
+		`{"identifier":`:                                                     "unexpected end",
+		"{\"identifier\":\"\xff\"}":                                          "not valid UTF-8",
+	} {
+		var v task
+		err := wire.DecodeObject([]byte(text), &v)
+		switch {
+		case fragment == "" && err != nil:
+			t.Errorf("DecodeObject(%s) = %v, want nil", text, err)
+		case fragment != "" && (err == nil || !strings.Contains(err.Error(), fragment)):
+			t.Errorf("DecodeObject(%q) = %v, want an error mentioning %q", text, err, fragment)
+		}
+	}
+}
