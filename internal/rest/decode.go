@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
@@ -263,6 +264,42 @@ type list struct {
 
 // decodeList decodes the query of GET /topics/{topic}/tasks: state, identifier,
 // reference, cursor, limit and direction, each at most once; others are refused.
+// topicList is a decoded GET /topics query.
+type topicList struct {
+	search, after string
+	limit         int
+}
+
+// decodeTopicList decodes the query of GET /topics: q (a part of the name), after (the
+// previous page's next) and limit.
+func decodeTopicList(q url.Values) (topicList, error) {
+	out := topicList{limit: ListLimitDefault}
+	for key, values := range q {
+		switch key {
+		case "q", "after", "limit":
+		default:
+			return topicList{}, badRequest("unknown query parameter %q: want q, after or limit", key)
+		}
+		if len(values) > 1 {
+			return topicList{}, badRequest("query parameter %q is given %d times", key, len(values))
+		}
+	}
+	out.search, out.after = q.Get("q"), q.Get("after")
+	for name, v := range map[string]string{"q": out.search, "after": out.after} {
+		if n := utf8.RuneCountInString(v); n > repository.MaxTopicLength {
+			return topicList{}, badRequest("%s is %d characters long, at most %d allowed", name, n, repository.MaxTopicLength)
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > TopicLimitMax {
+			return topicList{}, badRequest("limit %q is out of range 1..%d", v, TopicLimitMax)
+		}
+		out.limit = n
+	}
+	return out, nil
+}
+
 func decodeList(q url.Values) (list, error) {
 	out := list{limit: ListLimitDefault, direction: repository.Forward}
 	for key, values := range q {

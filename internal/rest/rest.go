@@ -34,6 +34,9 @@ const (
 	ListLimitDefault = 100
 	// ListLimitMax is the largest limit a listing accepts.
 	ListLimitMax = 1000
+	// TopicLimitMax is the largest limit GET /topics accepts (a page and the one after
+	// it, which says whether there is a next page, within repository.TopicPageMax).
+	TopicLimitMax = 500
 	// healthTimeout bounds the database ping of GET /healthz.
 	healthTimeout = 5 * time.Second
 )
@@ -127,7 +130,7 @@ const (
 var routes = []route{
 	{http.MethodGet, "/healthz", true, (*server).health, takesNothing},
 	{http.MethodGet, "/openapi.json", true, nil, takesNothing}, // served from the embedded document
-	{http.MethodGet, "/topics", false, (*server).listTopics, takesNothing},
+	{http.MethodGet, "/topics", false, (*server).listTopics, takesQuery},
 	{http.MethodGet, "/topics/{topic}", false, (*server).getTopic, takesNothing},
 	{http.MethodPatch, "/topics/{topic}", false, (*server).patchTopic, takesBody},
 	{http.MethodPost, "/topics/{topic}/pause", false, (*server).pause, takesNothing},
@@ -396,16 +399,46 @@ func (st *statements) failing() string {
 		st.cause, time.Since(st.since).Round(time.Second), st.failures)
 }
 
+// listTopics answers a page of topics by name, with their stats: one read of task_topic
+// (TopicPage) and one of the page's stats (StatsAll), whatever the number of topics.
 func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	topics, err := s.repo.StatsAll(r.Context(), s.pool)
+	q, err := decodeTopicList(r.URL.Query())
 	if err != nil {
 		return 0, nil, err
 	}
-	out := make([]wire.Topic, 0, len(topics))
-	for _, t := range topics {
-		out = append(out, wire.FromTopic(t.Topic, &t.Stats))
+	ctx := r.Context()
+	topics, err := s.repo.TopicPage(ctx, s.pool, q.search, q.after, q.limit+1)
+	if err != nil {
+		return 0, nil, err
 	}
-	return http.StatusOK, map[string]any{"topics": out}, nil
+	var next *string
+	if len(topics) > q.limit {
+		topics = topics[:q.limit]
+		next = &topics[q.limit-1].Name
+	}
+	out := make([]wire.Topic, 0, len(topics))
+	if len(topics) > 0 {
+		names := make([]string, len(topics))
+		for i, t := range topics {
+			names[i] = t.Name
+		}
+		stats, err := s.repo.StatsAll(ctx, s.pool, names...)
+		if err != nil {
+			return 0, nil, err
+		}
+		byName := make(map[string]repository.TopicStats, len(stats))
+		for _, st := range stats {
+			byName[st.Name] = st.Stats
+		}
+		for _, t := range topics {
+			st, ok := byName[t.Name]
+			if !ok {
+				continue // destroyed between the two reads
+			}
+			out = append(out, wire.FromTopic(t, &st))
+		}
+	}
+	return http.StatusOK, map[string]any{"topics": out, "next": next}, nil
 }
 
 func (s *server) getTopic(_ http.ResponseWriter, r *http.Request) (int, any, error) {
