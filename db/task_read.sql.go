@@ -980,7 +980,8 @@ WHERE t.topic = old.topic AND t.sequence = old.sequence
 
 // Deletes up to size finished tasks whose completion is older than their topic's
 // retention; topics without retention keep everything. Each topic with a retention
-// reads its own finished tasks (task_identifier), not its table's.
+// reads its own finished tasks older than its cutoff (task_retention, migration
+// 000030), not all of them.
 func (q *Queries) TaskPurgeRetention(ctx context.Context, db DBTX, size int32) (int64, error) {
 	result, err := db.Exec(ctx, taskPurgeRetention, size)
 	if err != nil {

@@ -1874,3 +1874,61 @@ func TestNeverFiringSpecsMigration(t *testing.T) {
 	}
 	revertKeeps(t, pool, steps, "000029", bodies, before)
 }
+
+// TestRetentionIndexMigration: 000030 keeps the tasks and gives every table of task,
+// a shared bucket's and a dedicated topic's, the index the retention pass reads, and a
+// table dedicated after it too; the pass then deletes what it deleted before.
+func TestRetentionIndexMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository retention-index test: empty database", nil)
+	ctx := t.Context()
+	steps, create := stepper(t, pool)
+	steps(29)
+	repo, err := New(Config{Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"shared", "own", "later"} {
+		create(topic)
+		execEach(t, pool,
+			"SELECT count(task_push('"+topic+"', 'e' || g)) FROM generate_series(1, 20) g",
+			"UPDATE task SET state = 6, completed = now() - CASE WHEN sequence % 4 = 0 THEN interval '2 hours' ELSE interval '0' END WHERE topic = '"+topic+"'",
+			"UPDATE task_topic SET retention_ms = 3600000, active = false WHERE topic = '"+topic+"'")
+	}
+	if ok, err := repo.Dedicate(ctx, pool, "own"); err != nil || !ok {
+		t.Fatalf("dedicate own at schema 29: %v %v", ok, err)
+	}
+	indexed := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT tt.topic FROM task_topic tt
+			WHERE EXISTS (SELECT FROM pg_index x WHERE x.indrelid = tt.partition::regclass
+			              AND pg_get_indexdef(x.indexrelid) LIKE '%(hashtext(topic), COALESCE(completed, created)) WHERE (state >= 3)')
+			ORDER BY tt.topic`)
+	}
+	rows := taskRows(t, pool)
+
+	steps(1)
+	sameRows(t, "tasks after 000030", taskRows(t, pool), rows)
+	if got := indexed(); !slices.Equal(got, []string{"later", "own", "shared"}) {
+		t.Fatalf("topics whose table has task_retention after 000030: %v, want all three", got)
+	}
+	if ok, err := repo.Dedicate(ctx, pool, "later"); err != nil || !ok {
+		t.Fatalf("dedicate later after 000030: %v %v", ok, err)
+	}
+	if got := indexed(); !slices.Equal(got, []string{"later", "own", "shared"}) {
+		t.Fatalf("topics whose table has task_retention after a dedication: %v, want all three", got)
+	}
+	n, err := repo.PurgeRetention(ctx, pool, 1000)
+	if err != nil || n != 15 {
+		t.Fatalf("PurgeRetention after 000030 = %d, %v; want the 5 old tasks of each topic", n, err)
+	}
+	if got := textRows(t, pool, "SELECT count(*)::text FROM task WHERE completed < now() - interval '1 hour'"); got[0] != "0" {
+		t.Fatalf("%s old tasks left after the retention pass", got[0])
+	}
+	rows = taskRows(t, pool)
+	steps(-1)
+	sameRows(t, "tasks after reverting 000030", taskRows(t, pool), rows)
+	if got := textRows(t, pool, "SELECT count(*)::text FROM pg_class WHERE relname = 'task_retention'"); got[0] != "0" {
+		t.Fatal("task_retention still there after reverting 000030")
+	}
+}

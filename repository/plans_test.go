@@ -43,6 +43,7 @@ type planNode struct {
 	Function  string     `json:"Function Call"`          // with auto_explain.log_verbose
 	Loops     float64    `json:"Actual Loops"`           // with auto_explain.log_analyze
 	Removed   float64    `json:"Rows Removed by Filter"` // with auto_explain.log_analyze
+	Rows      float64    `json:"Actual Rows"`            // with auto_explain.log_analyze, per loop
 	Plans     []planNode `json:"Plans"`
 }
 
@@ -58,6 +59,7 @@ func (n planNode) visit(fn func(planNode)) {
 type loggedPlan struct {
 	Query string   `json:"Query Text"`
 	Root  planNode `json:"Plan"`
+	JIT   any      `json:"JIT"` // when the statement was compiled
 	raw   string   // the notice's message
 }
 
@@ -862,5 +864,79 @@ func TestOwnersReadTheLeasesOnce(t *testing.T) {
 	}
 	if scans == 0 {
 		t.Errorf("no scan of a task table in the plan: the check is broken\nplan: %s", plans[0].raw)
+	}
+}
+
+// TestRetentionReadsTheOldOnly: the retention pass reads a topic's finished tasks older
+// than its cutoff (task_retention, migration 000030), not every finished task: with
+// 2 000 finished tasks of which 5 are old enough, it reads about 5 rows. Through
+// task_identifier it read and filtered out all 2 000, every minute in every processor.
+func TestRetentionReadsTheOldOnly(t *testing.T) {
+	f := setup(t)
+	ids := make([]string, 2000)
+	for i := range ids {
+		ids[i] = fmt.Sprint("t", i)
+	}
+	tasks := f.push(repository.Append, ids...)
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 6, completed = now() WHERE topic = $1`, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	old := []int64{tasks[3].Sequence, tasks[500].Sequence, tasks[1000].Sequence, tasks[1500].Sequence, tasks[1999].Sequence}
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET completed = now() - interval '2 hours' WHERE topic = $1 AND sequence = ANY ($2)`, f.topic, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Retention = time.Hour }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task"); err != nil {
+		t.Fatal(err)
+	}
+	conn, capture := explainedConn(f)
+	// JIT for any cost, where the server has it: the pass turns it off (with a thousand
+	// topics its cost passed jit_above_cost, and each pass compiled the statement)
+	if _, err := conn.Exec(f.ctx, "SET auto_explain.log_analyze = on; SET jit = on; SET jit_above_cost = 0"); err != nil {
+		t.Fatal(err)
+	}
+	capture.take(t)
+	n, err := f.repo.PurgeRetention(f.ctx, conn, 1000)
+	if err != nil || n != 5 {
+		t.Fatalf("PurgeRetention = %d, %v; want the 5 old tasks", n, err)
+	}
+	for _, seq := range old {
+		wantGone(f, seq)
+	}
+	plans := capture.take(t)
+	read, scans := 0.0, 0
+	for _, p := range plans {
+		p.Root.visit(func(n planNode) {
+			if partitionPattern.MatchString(n.Relation) && n.IndexName != "" && !strings.HasSuffix(n.IndexName, "_pkey") {
+				scans++
+				read += (n.Rows + n.Removed) * n.Loops
+			}
+		})
+	}
+	if scans == 0 {
+		t.Fatalf("no index scan of a task table in the plans: the check is broken\nplans: %v", plans)
+	}
+	if read > 50 {
+		t.Errorf("the retention pass read %.0f finished tasks to delete 5\nplan: %s", read, plans[0].raw)
+	}
+	for _, p := range plans {
+		if p.JIT != nil && strings.Contains(p.Query, "DELETE") {
+			t.Errorf("the retention pass was compiled (JIT): %s", p.raw)
+		}
+	}
+	// a caller's transaction keeps its JIT setting
+	tx, err := conn.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if _, err := f.repo.PurgeRetention(f.ctx, tx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	var jit string
+	if err := tx.QueryRow(f.ctx, "SELECT current_setting('jit')").Scan(&jit); err != nil || jit != "on" {
+		t.Errorf("jit %q (%v) in the caller's transaction after the pass, want on as before", jit, err)
 	}
 }

@@ -176,7 +176,8 @@ WHERE t.topic = sqlc.arg(topic)
 -- name: TaskPurgeRetention :execrows
 -- Deletes up to size finished tasks whose completion is older than their topic's
 -- retention; topics without retention keep everything. Each topic with a retention
--- reads its own finished tasks (task_identifier), not its table's.
+-- reads its own finished tasks older than its cutoff (task_retention, migration
+-- 000030), not all of them.
 DELETE FROM task t
 USING (
     SELECT f.topic, f.sequence
