@@ -1766,6 +1766,10 @@ func TestTopicSettings(t *testing.T) {
 		{"NegativeJitterIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffJitter: -time.Second}, "backoff jitter -1s is negative"},
 		{"NegativeQueueCapIsInvalid", repository.TopicSettings{MaxAttempts: 1, QueueCap: -1}, "queue cap -1 is negative"},
 		{"NegativeRetentionIsInvalid", repository.TopicSettings{MaxAttempts: 1, Retention: -time.Hour}, "retention -1h0m0s is negative"},
+		// the database keeps milliseconds: a part of one was stored rounded down, 500µs as 0
+		{"SubMillisecondBackoffIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffBase: 500 * time.Microsecond}, "backoff base 500µs is not a whole number of milliseconds"},
+		{"FractionalRetentionIsInvalid", repository.TopicSettings{MaxAttempts: 1, Retention: time.Millisecond + time.Nanosecond}, "retention 1.000001ms is not a whole number of milliseconds"},
+		{"FractionalRatePeriodIsInvalid", repository.TopicSettings{MaxAttempts: 1, Rate: 5, RatePeriod: 1500 * time.Microsecond}, "rate period 1.5ms is not a whole number of milliseconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := fresh(t)

@@ -149,9 +149,14 @@ func (s TopicSettings) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"backoff base", s.BackoffBase}, {"backoff cap", s.BackoffCap}, {"backoff jitter", s.BackoffJitter}, {"retention", s.Retention}} {
+	}{{"backoff base", s.BackoffBase}, {"backoff cap", s.BackoffCap}, {"backoff jitter", s.BackoffJitter}, {"retention", s.Retention},
+		{"rate period", s.RatePeriod}} {
 		if d.v < 0 {
 			return invalid("%s %v is negative", d.name, d.v)
+		}
+		// the database keeps milliseconds: 500µs would be stored as 0, 1.5ms as 1ms
+		if d.v%time.Millisecond != 0 {
+			return invalid("%s %v is not a whole number of milliseconds", d.name, d.v)
 		}
 	}
 	if s.QueueCap < 0 {
@@ -166,8 +171,6 @@ func (s TopicSettings) validate() error {
 		}
 	}
 	switch {
-	case s.RatePeriod < 0:
-		return invalid("rate period %v is negative", s.RatePeriod)
 	case s.Rate > 0 && s.RatePeriod < time.Millisecond:
 		return invalid("rate %d needs a period of at least 1ms, got %v", s.Rate, s.RatePeriod)
 	case s.Rate == 0 && (s.RatePeriod != 0 || s.RateBurst != 0):

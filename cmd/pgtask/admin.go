@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -98,10 +99,10 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 		if *limit < 1 {
 			return f.usagef("--limit: %d is below 1", *limit)
 		}
-		if err := f.parseBound("from", *from); err != nil {
-			return err
+		if *limit > math.MaxInt32 {
+			return f.usagef("--limit: %d is above %d", *limit, math.MaxInt32)
 		}
-		if err := f.parseBound("to", *to); err != nil {
+		if err := f.checkRange(*from, *to); err != nil {
 			return err
 		}
 	}
@@ -122,7 +123,7 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 		lo, hi, err := f.resolveRange(ctx, c, *from, *to)
-		if err != nil {
+		if err != nil || emptyRange(e, lo, hi) {
 			return err
 		}
 		n, err := c.repo.ReassignAll(ctx, c.pool, *topic, *state, result, lo, hi)
@@ -138,7 +139,7 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 		revivals, err = c.repo.Recreate(ctx, c.pool, *topic, mode, seqs...)
 	} else {
 		lo, hi, rerr := f.resolveRange(ctx, c, *from, *to)
-		if rerr != nil {
+		if rerr != nil || emptyRange(e, lo, hi) {
 			return rerr
 		}
 		revivals, err = c.repo.RecreateState(ctx, c.pool, *topic, *state, mode, lo, hi, *limit)
@@ -254,10 +255,7 @@ it periodically (e.g. from cron).`)
 	if state != nil && !state.Finished() {
 		return f.usagef("--state: %v tasks cannot be purged (want one of FAILED, SUSPENDED, FILTERED, SUCCEEDED, RECREATED, REDUNDANT)", *state)
 	}
-	if err := f.parseBound("from", *from); err != nil {
-		return err
-	}
-	if err := f.parseBound("to", *to); err != nil {
+	if err := f.checkRange(*from, *to); err != nil {
 		return err
 	}
 	c, err := f.connect(ctx, *url)
@@ -275,6 +273,9 @@ it periodically (e.g. from cron).`)
 		}
 		if _, err := c.repo.Topic(ctx, c.pool, *topic); err != nil {
 			return err
+		}
+		if emptyRange(e, lo, hi) {
+			return nil
 		}
 		n, err = c.repo.Purge(ctx, c.pool, *topic, lo, hi, state)
 	}

@@ -479,6 +479,12 @@ func TestPurge(t *testing.T) {
 			t.Fatal("failed task survived purge")
 		}
 	})
+	t.Run("ATimeWindowWithoutTasksPurgesNothing", func(t *testing.T) {
+		// no task was created in 2020: the range resolves empty, which is no error
+		wantContains(t, f.ok("purge", "--topic", "t", "--from", "2020-01-01T00:00:00Z", "--to", "2020-01-02T00:00:00Z"),
+			"no task was created between --from and --to: nothing to do")
+		f.wantState(ready[0], repository.Ready)
+	})
 	t.Run("All", func(t *testing.T) {
 		wantContains(t, f.ok("purge", "--topic", "t", "--all"), "purged 1 tasks")
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -41,6 +42,9 @@ func runList(ctx context.Context, e *env, args []string) error {
 	}
 	if *limit < 1 {
 		return f.usagef("--limit: %d is below 1", *limit)
+	}
+	if *limit > math.MaxInt32 {
+		return f.usagef("--limit: %d is above %d", *limit, math.MaxInt32)
 	}
 	if f.given("cursor") && *cursor < 0 {
 		return f.usagef("--cursor: %d is negative", *cursor)

@@ -146,7 +146,8 @@ func (f *flags) rangeFlags() (from, to *string) {
 }
 
 // resolveRange turns --from and --to into an inclusive sequence range. A time is
-// translated with the database clock (repository.Resolve).
+// translated with the database clock (repository.Resolve). A window of times in which no
+// task was created gives lo > hi (emptyRange).
 func (f *flags) resolveRange(ctx context.Context, c *conn, from, to string) (int64, int64, error) {
 	lo, hi := repository.MinSequence, repository.MaxSequence
 	var err error
@@ -161,6 +162,35 @@ func (f *flags) resolveRange(ctx context.Context, c *conn, from, to string) (int
 		}
 	}
 	return lo, hi, nil
+}
+
+// emptyRange reports, and says so, when a range resolveRange returned holds no task: no
+// task was created between the times given.
+func emptyRange(e *env, lo, hi int64) bool {
+	if lo <= hi {
+		return false
+	}
+	fmt.Fprintln(e.stdout, "no task was created between --from and --to: nothing to do")
+	return true
+}
+
+// checkRange checks --from and --to without a database: each a sequence or a time
+// (parseBound), and, both of a kind, --from not after --to.
+func (f *flags) checkRange(from, to string) error {
+	if err := f.parseBound("from", from); err != nil {
+		return err
+	}
+	if err := f.parseBound("to", to); err != nil {
+		return err
+	}
+	a, aerr := strconv.ParseInt(from, 10, 64)
+	b, berr := strconv.ParseInt(to, 10, 64)
+	ta, taerr := time.Parse(time.RFC3339Nano, from)
+	tb, tberr := time.Parse(time.RFC3339Nano, to)
+	if aerr == nil && berr == nil && a > b || taerr == nil && tberr == nil && ta.After(tb) {
+		return f.usagef("--from %s is after --to %s", from, to)
+	}
+	return nil
 }
 
 // parseBound checks a --from/--to value without a database.
