@@ -167,6 +167,9 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if _, err := s.repo.Topic(ctx, s.pool, topic); err != nil {
 		return nil, err
 	}
+	if res.from > res.to && slices.Contains([]string{"cancel", "reassign", "recreate", "purge"}, in.Action) {
+		return bulkResult{Message: "no task was created in that time range: nothing to do"}, nil
+	}
 	var (
 		keep  func(repository.State) bool
 		apply func(seqs []int64) (int, error)

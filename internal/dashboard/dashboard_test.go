@@ -292,6 +292,15 @@ func TestBulk(t *testing.T) {
 			t.Fatalf("task = %+v, %v; want cancelled", task, err)
 		}
 	})
+	t.Run("ATimeRangeWithoutTasksDoesNothingAndOneBackwardsIsRefused", func(t *testing.T) {
+		if n, text := bulk(`{"action": "purge", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`); n != 0 || !strings.Contains(text, "nothing to do") {
+			t.Fatalf("purge of 2020: %d, %s; want nothing to do", n, text)
+		}
+		status, text := f.post("/ui/topics/mail/bulk", `{"action": "purge", "from": "2030-01-01T00:00", "to": "2020-01-01T00:00"}`)
+		if status != http.StatusBadRequest || !strings.Contains(text, "from 2030-01-01T00:00 is after to 2020-01-01T00:00") {
+			t.Fatalf("purge from 2030 to 2020: %d %s, want 400 saying from is after to", status, text)
+		}
+	})
 	t.Run("RevivesTheFailedOnes", func(t *testing.T) {
 		polled, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 2)
 		if err != nil || len(polled) != 2 {

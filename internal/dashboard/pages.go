@@ -284,6 +284,11 @@ func (s *server) resolve(r *http.Request, f taskFilter) (resolved, error) {
 	if err := repository.ValidateFilter(out.filter); err != nil {
 		return resolved{}, err
 	}
+	if from, err := time.ParseInLocation(timeLayout, f.From, time.UTC); err == nil {
+		if to, err := time.ParseInLocation(timeLayout, f.To, time.UTC); err == nil && from.After(to) {
+			return resolved{}, badRequest("from %s is after to %s", f.From, f.To)
+		}
+	}
 	for _, b := range []struct {
 		name, text string
 		preceding  bool
