@@ -1063,11 +1063,14 @@ func (q *Queries) TaskResolvePreceding(ctx context.Context, db DBTX, at time.Tim
 }
 
 const taskResults = `-- name: TaskResults :many
-SELECT t.topic, (t.state - 3)::smallint AS result, count(*)::bigint AS count
-FROM task t
-WHERE t.state BETWEEN 3 AND 6 AND t.completed BETWEEN $1::timestamptz AND $2::timestamptz
-GROUP BY t.topic, t.state
-ORDER BY t.topic, t.state
+SELECT tt.topic, (t.state - 3)::smallint AS result, count(*)::bigint AS count
+FROM task_topic tt
+JOIN task t ON hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic
+WHERE t.state >= 3 AND t.state <= 6
+  AND COALESCE(t.completed, t.created) BETWEEN $1::timestamptz AND $2::timestamptz
+  AND t.completed BETWEEN $1::timestamptz AND $2::timestamptz
+GROUP BY tt.topic, t.state
+ORDER BY tt.topic, t.state
 `
 
 type TaskResultsParams struct {
@@ -1081,7 +1084,10 @@ type TaskResultsRow struct {
 	Count  int64
 }
 
-// Completed tasks per topic and result (state - 3) with completion time in [from, to].
+// Completed tasks per topic and result (state - 3) with completion time in [from, to]:
+// each topic's through task_retention (migration 000030), which orders its finished
+// tasks by completion, so that the statement reads the tasks of the window, not every
+// finished task.
 func (q *Queries) TaskResults(ctx context.Context, db DBTX, arg TaskResultsParams) ([]TaskResultsRow, error) {
 	rows, err := db.Query(ctx, taskResults, arg.FromTime, arg.ToTime)
 	if err != nil {

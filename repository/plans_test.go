@@ -940,3 +940,52 @@ func TestRetentionReadsTheOldOnly(t *testing.T) {
 		t.Errorf("jit %q (%v) in the caller's transaction after the pass, want on as before", jit, err)
 	}
 }
+
+// TestResultsReadTheWindow: Results reads the tasks completed in its window, through
+// each topic's task_retention range, not every finished task.
+func TestResultsReadTheWindow(t *testing.T) {
+	f := setup(t)
+	ids := make([]string, 2000)
+	for i := range ids {
+		ids[i] = fmt.Sprint("t", i)
+	}
+	tasks := f.push(repository.Append, ids...)
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 6, completed = now() - interval '1 day' WHERE topic = $1`, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	recent := []int64{tasks[3].Sequence, tasks[1000].Sequence, tasks[1999].Sequence}
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 3, completed = now() WHERE topic = $1 AND sequence = ANY ($2)`, f.topic, recent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task"); err != nil {
+		t.Fatal(err)
+	}
+	conn, capture := explainedConn(f)
+	if _, err := conn.Exec(f.ctx, "SET auto_explain.log_analyze = on"); err != nil {
+		t.Fatal(err)
+	}
+	capture.take(t)
+	now := time.Now()
+	got, err := f.repo.Results(f.ctx, conn, now.Add(-time.Hour), now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := got[f.topic][repository.Failure]; n != 3 || len(got[f.topic]) != 1 {
+		t.Fatalf("results %v, want the 3 failures of the last hour", got)
+	}
+	read, scans := 0.0, 0
+	for _, p := range capture.take(t) {
+		p.Root.visit(func(n planNode) {
+			if partitionPattern.MatchString(n.Relation) {
+				scans++
+				read += (n.Rows + n.Removed) * n.Loops
+			}
+		})
+	}
+	if scans == 0 {
+		t.Fatal("no scan of a task table in the plans: the check is broken")
+	}
+	if read > 30 {
+		t.Errorf("Results read %.0f tasks to count the 3 of its window", read)
+	}
+}

@@ -369,7 +369,9 @@ func (r *Repository) Count(ctx context.Context, h Handle, topic string, filter T
 	return out, nil
 }
 
-// Results counts tasks completed within [from, to] per topic and result.
+// Results counts tasks completed within [from, to] per topic and result. It reads the
+// tasks of the window (each topic's through the index the retention pass uses, migration
+// 000030), not the finished history before or after it.
 func (r *Repository) Results(ctx context.Context, h Handle, from, to time.Time) (map[string]map[Result]int64, error) {
 	if from.After(to) {
 		return nil, invalid("time range [%v, %v] is empty: from is after to", from, to)
