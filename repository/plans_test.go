@@ -867,20 +867,42 @@ func TestOwnersReadTheLeasesOnce(t *testing.T) {
 	}
 }
 
+// finishedTasks pushes n tasks to f's topic and marks them all SUCCEEDED, completed the
+// given time ago (an interval); it returns the tasks as pushed.
+func finishedTasks(f *fixture, n int, ago string) []repository.Task {
+	f.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint("t", i)
+	}
+	tasks := f.push(repository.Append, ids...)
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 6, completed = now() - $2::interval WHERE topic = $1`, f.topic, ago); err != nil {
+		f.t.Fatal(err)
+	}
+	return tasks
+}
+
+// tasksRead sums the rows the plans' scans of task tables returned or filtered out, and
+// counts those scans.
+func tasksRead(plans []loggedPlan, only func(planNode) bool) (read float64, scans int) {
+	for _, p := range plans {
+		p.Root.visit(func(n planNode) {
+			if partitionPattern.MatchString(n.Relation) && only(n) {
+				scans++
+				read += (n.Rows + n.Removed) * n.Loops
+			}
+		})
+	}
+	return read, scans
+}
+
 // TestRetentionReadsTheOldOnly: the retention pass reads a topic's finished tasks older
 // than its cutoff (task_retention, migration 000030), not every finished task: with
 // 2 000 finished tasks of which 5 are old enough, it reads about 5 rows. Through
 // task_identifier it read and filtered out all 2 000, every minute in every processor.
 func TestRetentionReadsTheOldOnly(t *testing.T) {
 	f := setup(t)
-	ids := make([]string, 2000)
-	for i := range ids {
-		ids[i] = fmt.Sprint("t", i)
-	}
-	tasks := f.push(repository.Append, ids...)
-	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 6, completed = now() WHERE topic = $1`, f.topic); err != nil {
-		t.Fatal(err)
-	}
+	tasks := finishedTasks(f, 2000, "0")
 	old := []int64{tasks[3].Sequence, tasks[500].Sequence, tasks[1000].Sequence, tasks[1500].Sequence, tasks[1999].Sequence}
 	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET completed = now() - interval '2 hours' WHERE topic = $1 AND sequence = ANY ($2)`, f.topic, old); err != nil {
 		t.Fatal(err)
@@ -906,15 +928,7 @@ func TestRetentionReadsTheOldOnly(t *testing.T) {
 		wantGone(f, seq)
 	}
 	plans := capture.take(t)
-	read, scans := 0.0, 0
-	for _, p := range plans {
-		p.Root.visit(func(n planNode) {
-			if partitionPattern.MatchString(n.Relation) && n.IndexName != "" && !strings.HasSuffix(n.IndexName, "_pkey") {
-				scans++
-				read += (n.Rows + n.Removed) * n.Loops
-			}
-		})
-	}
+	read, scans := tasksRead(plans, func(n planNode) bool { return n.IndexName != "" && !strings.HasSuffix(n.IndexName, "_pkey") })
 	if scans == 0 {
 		t.Fatalf("no index scan of a task table in the plans: the check is broken\nplans: %v", plans)
 	}
@@ -945,14 +959,7 @@ func TestRetentionReadsTheOldOnly(t *testing.T) {
 // each topic's task_retention range, not every finished task.
 func TestResultsReadTheWindow(t *testing.T) {
 	f := setup(t)
-	ids := make([]string, 2000)
-	for i := range ids {
-		ids[i] = fmt.Sprint("t", i)
-	}
-	tasks := f.push(repository.Append, ids...)
-	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 6, completed = now() - interval '1 day' WHERE topic = $1`, f.topic); err != nil {
-		t.Fatal(err)
-	}
+	tasks := finishedTasks(f, 2000, "1 day")
 	recent := []int64{tasks[3].Sequence, tasks[1000].Sequence, tasks[1999].Sequence}
 	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 3, completed = now() WHERE topic = $1 AND sequence = ANY ($2)`, f.topic, recent); err != nil {
 		t.Fatal(err)
@@ -973,15 +980,7 @@ func TestResultsReadTheWindow(t *testing.T) {
 	if n := got[f.topic][repository.Failure]; n != 3 || len(got[f.topic]) != 1 {
 		t.Fatalf("results %v, want the 3 failures of the last hour", got)
 	}
-	read, scans := 0.0, 0
-	for _, p := range capture.take(t) {
-		p.Root.visit(func(n planNode) {
-			if partitionPattern.MatchString(n.Relation) {
-				scans++
-				read += (n.Rows + n.Removed) * n.Loops
-			}
-		})
-	}
+	read, scans := tasksRead(capture.take(t), func(planNode) bool { return true })
 	if scans == 0 {
 		t.Fatal("no scan of a task table in the plans: the check is broken")
 	}
