@@ -1,4 +1,5 @@
--- 000030 on a distributed database: the plain migration as it is. Citus passes a
--- CREATE INDEX on the distributed table task on to every shard.
+-- 000030 on a distributed database: the plain migration, which Citus passes on to every
+-- shard of task. IF NOT EXISTS, as the newest form must be: a database distributed at
+-- the newest version has it already (internal/citustest applies the newest form again).
 
-CREATE INDEX task_retention ON task (hashtext(topic), COALESCE(completed, created)) WHERE state >= 3;
+CREATE INDEX IF NOT EXISTS task_retention ON task (hashtext(topic), COALESCE(completed, created)) WHERE state >= 3;
