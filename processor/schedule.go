@@ -122,10 +122,11 @@ func (s *scheduler) fire(ctx context.Context) {
 	fires, err := s.repo.FireSchedules(roundCtx, s.pool)
 	switch {
 	case ctx.Err() != nil:
-	case err != nil && roundCtx.Err() != nil:
+	case errors.Is(err, repository.ErrScheduleWait):
 		// The round waited its whole timeout for a schedule another session holds (a
 		// transaction left open on task_schedule, say): that session's problem, not the
-		// database's. The next round tries again.
+		// database's. The next round tries again. (A fire's own failure, even after the
+		// timeout, is reported as what it is.)
 		s.warn(fmt.Sprintf("schedules not fired: waited %v for a schedule another session holds", s.timeout), err)
 		s.outcome(ctx, nil)
 	case refused(err):

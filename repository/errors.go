@@ -49,6 +49,10 @@ var (
 	ErrUnknownSchedule = errors.New("unknown schedule")
 	// ErrScheduleExists means a schedule of that name exists already.
 	ErrScheduleExists = errors.New("schedule exists")
+	// ErrScheduleWait means FireSchedules ran out of time finding or waiting for the
+	// due schedules (one another session holds, say), not in a fire: the schedules left
+	// are fired by the next call.
+	ErrScheduleWait = errors.New("time ran out waiting for due schedules")
 )
 
 // TaskProblem says why one task of a batch was refused.

@@ -308,6 +308,11 @@ func checkCronFields(spec, trimmed string) error {
 			if part != "" && !cronPart.MatchString(part) {
 				return invalid("spec %q: %s field %q is not a value, a range or a step", spec, cronKinds[first+i], part)
 			}
+			// a step of ten digits or more, which the library takes (to step past the
+			// field's end), as task_schedule_spec_problem refuses it
+			if _, step, ok := strings.Cut(part, "/"); ok && len(strings.TrimLeft(step, "0")) > 9 {
+				return invalid("spec %q: %s step %s is not a positive number", spec, cronKinds[first+i], step)
+			}
 		}
 	}
 	return nil
@@ -590,11 +595,13 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 // is done with them: bound the wait with ctx. A schedule found late pushes its latest missed fire time, or up to CatchUp of
 // them. Time is the injected clock (Config.Now) or the database's.
 //
-// ctx bounds the waits, not a fire begun: once a schedule is found and locked, its
-// fire finishes whatever ctx (bounded by fireTimeout), since one cut short at each call
-// would never fire (a catch-up of thousands of tasks on a busy server may take longer
-// than a processor's round). Once ctx is done the schedules not yet found are left for
-// the next call, without an error when none failed.
+// ctx's deadline bounds the waits, not a fire begun: once a schedule is found and
+// locked, its fire finishes after that deadline (bounded by fireTimeout, or by the
+// deadline when later), since one cut short at each call would never fire (a catch-up
+// of thousands of tasks on a busy server may take longer than a processor's round);
+// cancelling ctx (a shutdown) stops it. Once the deadline has passed, the schedules not
+// yet found are left for the next call, without an error when none failed; a wait cut
+// short by it returns an error wrapping ErrScheduleWait.
 //
 // A schedule that cannot fire (its topic's queue is full, say) is left for the next
 // call and its error returned, joined with the others', after the rest have fired.
@@ -606,7 +613,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 		skip  = []string{}
 	)
 	if due, err := r.q.ScheduleAnyDue(ctx, customPlans{h}, r.clock()); err != nil || !due {
-		return nil, mapError("find due schedules", err)
+		return nil, waitError(ctx, mapError("find due schedules", err))
 	}
 	// First the schedules no one else holds; then, waiting for them, those another
 	// caller held: fired by it meanwhile, they are passed over; left due (it rolled back
@@ -621,7 +628,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 				name  string
 				found bool
 			)
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fireTimeout)
+			fctx, cancel := fireContext(ctx)
 			err := inTx(fctx, h, func(tx pgx.Tx) error {
 				row, err := r.due(ctx, tx, skip, wait)
 				if errors.Is(err, pgx.ErrNoRows) {
@@ -644,7 +651,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 			}
 			if err != nil {
 				if !found {
-					return fires, errors.Join(append(errs, err)...)
+					return fires, errors.Join(append(errs, waitError(ctx, err))...)
 				}
 				errs = append(errs, err)
 				skip = append(skip, name)
@@ -658,9 +665,35 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 	return fires, errors.Join(errs...)
 }
 
-// fireTimeout bounds the fire of one schedule found due, which the caller's context
-// does not cut short (FireSchedules).
+// fireTimeout bounds the fire of one schedule found due, which the caller's deadline
+// does not cut short (FireSchedules), when the deadline leaves it less.
 const fireTimeout = time.Minute
+
+// fireContext returns the context of one schedule's fire: ctx's values, cancelled when
+// ctx is cancelled but not when its deadline passes, and bounded by fireTimeout or by
+// that deadline, whichever is later.
+func fireContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	bound := fireTimeout
+	if d, ok := ctx.Deadline(); ok {
+		bound = max(bound, time.Until(d))
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return fctx, func() { stop(); cancel() }
+}
+
+// waitError marks err, an error of finding or waiting for due schedules, with
+// ErrScheduleWait when ctx's deadline cut it short.
+func waitError(ctx context.Context, err error) error {
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrScheduleWait, err)
+	}
+	return err
+}
 
 // due locks the oldest due schedule not in skip: skipping those others hold, or
 // waiting for them.

@@ -214,24 +214,36 @@ func TestScheduleCreate(t *testing.T) {
 
 func TestScheduleFire(t *testing.T) {
 	// A fire slower than the caller's bound (a catch-up of thousands on a busy server; here
-	// a push slowed by a trigger) finishes: the bound is for waiting on schedules others
-	// hold. Cut short, it was tried again at each round and never fired.
+	// a push that waits 3 s for the topic's row, which another session holds) finishes:
+	// the bound is for waiting on schedules others hold. Cut short, it was tried again at
+	// each round and never fired. Cancelling the context (a shutdown) still stops it.
 	t.Run("AFireSlowerThanTheCallersBoundFinishes", func(t *testing.T) {
 		s := setupSchedules(t)
 		s.create("slow", appendEach("@every 1s"))
 		s.create("later", appendEach("@every 1s"))
-		if _, err := s.pool.Exec(s.ctx, `
-			CREATE FUNCTION slow_push() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;
-			CREATE TRIGGER slow_push BEFORE INSERT ON task FOR EACH ROW EXECUTE FUNCTION slow_push()`); err != nil {
+		holder, err := s.pool.Begin(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = holder.Rollback(context.WithoutCancel(s.ctx)) }()
+		if _, err := holder.Exec(s.ctx, "SELECT 1 FROM task_topic WHERE topic = $1 FOR UPDATE", s.topic); err != nil {
 			t.Fatal(err)
 		}
 		s.clock.advance(time.Second)
-		ctx, cancel := context.WithTimeout(s.ctx, 100*time.Millisecond)
+		stop, halt := context.WithCancel(s.ctx)
+		time.AfterFunc(500*time.Millisecond, halt)
+		began := time.Now()
+		if fires, err := s.sched.FireSchedules(stop, s.pool); err == nil || len(fires) != 0 || time.Since(began) > 2*time.Second {
+			t.Fatalf("a fire waiting for the topic, its context cancelled after 0.5 s: %d fires, %v after %v; want none and an error at once",
+				len(fires), err, time.Since(began))
+		}
+		release := time.AfterFunc(3*time.Second, func() { _ = holder.Rollback(context.WithoutCancel(s.ctx)) })
+		defer release.Stop()
+		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
 		defer cancel()
 		fires, err := s.sched.FireSchedules(ctx, s.pool)
 		if err != nil || len(fires) != 1 {
-			t.Fatalf("a fire of 0.3 s under a bound of 0.1 s: %d fires (%v), want the first schedule fired and no error", len(fires), err)
+			t.Fatalf("a fire of 3 s under a bound of 1 s: %d fires (%v), want the first schedule fired and no error", len(fires), err)
 		}
 		// the other one, not begun when the bound passed, is left for the next call
 		if got := s.identifiers(); len(got) != 1 {
@@ -245,6 +257,26 @@ func TestScheduleFire(t *testing.T) {
 		}
 	})
 
+	// A wait for a schedule another session holds, cut short by the bound, says so
+	// (ErrScheduleWait: the processor logs it as that session's doing, not as a fault).
+	t.Run("AWaitCutShortSaysSo", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("held", appendEach("@every 1s"))
+		holder, err := s.pool.Begin(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = holder.Rollback(context.WithoutCancel(s.ctx)) }()
+		if _, err := holder.Exec(s.ctx, "SELECT 1 FROM task_schedule WHERE name = 'held' FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.advance(time.Second)
+		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+		defer cancel()
+		if fires, err := s.sched.FireSchedules(ctx, s.pool); !errors.Is(err, repository.ErrScheduleWait) || len(fires) != 0 {
+			t.Fatalf("FireSchedules while another session holds the schedule: %d fires, %v; want ErrScheduleWait", len(fires), err)
+		}
+	})
 	t.Run("OncePerFireTimeWithManyConcurrentFirers", func(t *testing.T) {
 		s := setupSchedules(t)
 		s.create("tick", appendEach("@every 1s"))
@@ -809,7 +841,7 @@ func TestScheduleSQL(t *testing.T) {
 			"0 0 30 2 *", "0 0 30-31 feb ?", "0 0 0 31 4,6,9,11 *", "0 0 31 apr-jun/2 *", "0 0 31 2-12/2 *",
 			"0 0 31 */2 *", "0 0 31 2/2 *", "0 0 29 2 *", "0 0 30 2 mon", "0 0 30 2 */1", "0 0 30 2 */2", "0 0 30 2 1-6",
 			"0 0 30,31 2,4 *", "0 0 30/2 2 *", "0 0 * 2 *", "0 0 */2 2 *", "0 0 31 1-2 *", "0 0 31 jan,feb *",
-			"0 0 1,31 4 *", "0 0 31/5 4 *", "0 0 ? 2 ?", "0 0 30 2 ?"} {
+			"0 0 1,31 4 *", "0 0 31/5 4 *", "0 0 ? 2 ?", "0 0 30 2 ?", "*/1000000000 * * * *", "*/0000000001 * * * *"} {
 			var problem *string
 			if err := s.pool.QueryRow(s.ctx, "SELECT task_schedule_spec_problem($1)", spec).Scan(&problem); err != nil {
 				t.Fatal(err)

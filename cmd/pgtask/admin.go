@@ -123,7 +123,10 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 		lo, hi, err := f.resolveRange(ctx, c, *from, *to)
-		if err != nil || emptyRange(e, lo, hi) {
+		if err != nil {
+			return err
+		}
+		if empty, err := emptyRange(ctx, e, c, *topic, lo, hi); empty || err != nil {
 			return err
 		}
 		n, err := c.repo.ReassignAll(ctx, c.pool, *topic, *state, result, lo, hi)
@@ -139,8 +142,11 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 		revivals, err = c.repo.Recreate(ctx, c.pool, *topic, mode, seqs...)
 	} else {
 		lo, hi, rerr := f.resolveRange(ctx, c, *from, *to)
-		if rerr != nil || emptyRange(e, lo, hi) {
+		if rerr != nil {
 			return rerr
+		}
+		if empty, err := emptyRange(ctx, e, c, *topic, lo, hi); empty || err != nil {
+			return err
 		}
 		revivals, err = c.repo.RecreateState(ctx, c.pool, *topic, *state, mode, lo, hi, *limit)
 	}
@@ -274,8 +280,8 @@ it periodically (e.g. from cron).`)
 		if _, err := c.repo.Topic(ctx, c.pool, *topic); err != nil {
 			return err
 		}
-		if emptyRange(e, lo, hi) {
-			return nil
+		if empty, err := emptyRange(ctx, e, c, *topic, lo, hi); empty || err != nil {
+			return err
 		}
 		n, err = c.repo.Purge(ctx, c.pool, *topic, lo, hi, state)
 	}

@@ -484,6 +484,9 @@ func TestPurge(t *testing.T) {
 		wantContains(t, f.ok("purge", "--topic", "t", "--from", "2020-01-01T00:00:00Z", "--to", "2020-01-02T00:00:00Z"),
 			"no task was created between --from and --to: nothing to do")
 		f.wantState(ready[0], repository.Ready)
+		// an unknown topic is still one
+		wantRuntime(t, f.cli("revive", "--topic", "nope", "--reset", "--state", "FAILED",
+			"--from", "2020-01-01T00:00:00Z", "--to", "2020-01-02T00:00:00Z"), repository.ErrUnknownTopic)
 	})
 	t.Run("All", func(t *testing.T) {
 		wantContains(t, f.ok("purge", "--topic", "t", "--all"), "purged 1 tasks")

@@ -165,13 +165,16 @@ func (f *flags) resolveRange(ctx context.Context, c *conn, from, to string) (int
 }
 
 // emptyRange reports, and says so, when a range resolveRange returned holds no task: no
-// task was created between the times given.
-func emptyRange(e *env, lo, hi int64) bool {
+// task was created between the times given. An unknown topic is still an error.
+func emptyRange(ctx context.Context, e *env, c *conn, topic string, lo, hi int64) (bool, error) {
 	if lo <= hi {
-		return false
+		return false, nil
+	}
+	if _, err := c.repo.Topic(ctx, c.pool, topic); err != nil {
+		return false, err
 	}
 	fmt.Fprintln(e.stdout, "no task was created between --from and --to: nothing to do")
-	return true
+	return true, nil
 }
 
 // checkRange checks --from and --to without a database: each a sequence or a time

@@ -167,9 +167,8 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if _, err := s.repo.Topic(ctx, s.pool, topic); err != nil {
 		return nil, err
 	}
-	if res.from > res.to && slices.Contains([]string{"cancel", "reassign", "recreate", "purge"}, in.Action) {
-		return bulkResult{Message: "no task was created in that time range: nothing to do"}, nil
-	}
+	// a time range in which no task was created: nothing to do, once the action is checked
+	nothing := bulkResult{Message: "no task was created in that time range: nothing to do"}
 	var (
 		keep  func(repository.State) bool
 		apply func(seqs []int64) (int, error)
@@ -181,6 +180,9 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		}
 		if res.filter.State != nil && !res.filter.State.Finished() {
 			return nil, badRequest("purge deletes finished tasks only (FAILED to REDUNDANT), not %s", *res.filter.State)
+		}
+		if res.from > res.to {
+			return nothing, nil
 		}
 		// Purge commits every batch it deletes: when its time is up, what it deleted
 		// stays, and the answer says so rather than failing the request
@@ -220,6 +222,9 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		})
 	default:
 		return nil, badRequest("action %q is unknown: want cancel, reassign, recreate or purge", in.Action)
+	}
+	if res.from > res.to {
+		return nothing, nil
 	}
 	seqs, err := s.matching(r, topic, res, keep)
 	if err != nil {

@@ -265,11 +265,12 @@ func (s *server) handle(rt route) http.Handler {
 	})
 }
 
-// unread refuses a query string given to an endpoint that reads none, and a body given
-// to one that reads none (but an empty JSON object, which some clients send with every
-// POST).
+// unread refuses a query string given to a write (POST, PATCH, DELETE) that reads none,
+// and a body given to an endpoint that reads none (but an empty JSON object, which some
+// clients send with every POST). A read ignores a query string it does not take: a
+// health probe's or a cache-buster's changes nothing.
 func (s *server) unread(w http.ResponseWriter, r *http.Request, rt route) error {
-	if rt.takes != takesQuery && r.URL.RawQuery != "" {
+	if rt.takes != takesQuery && rt.method != http.MethodGet && r.URL.RawQuery != "" {
 		if names := slices.Sorted(maps.Keys(r.URL.Query())); len(names) > 0 {
 			return badRequest("unknown query parameter %q: %s %s takes none", names[0], rt.method, rt.path)
 		}

@@ -103,12 +103,14 @@ func checkFieldsOnce(body []byte) error {
 				if err != nil {
 					return nil
 				}
+				// encoding/json matches a field's name whatever its case: "Identifier"
+				// after "identifier" would replace it too
 				key, _ := tok.(string)
-				if look && seen[key] {
+				if look && seen[strings.ToLower(key)] {
 					return fmt.Errorf("%sfield %q is given twice", path, key)
 				}
-				seen[key] = true
-				if err := value(fmt.Sprintf("%s%s: ", path, key), look && key != "input"); err != nil {
+				seen[strings.ToLower(key)] = true
+				if err := value(fmt.Sprintf("%s%s: ", path, key), look && !strings.EqualFold(key, "input")); err != nil {
 					return err
 				}
 			}

@@ -75,6 +75,8 @@ func TestDecodeObject(t *testing.T) {
 		`{"tasks":[{"identifier":"a"},{"identifier":"b"}]}`:                  "",
 		` {"identifier":"a"} `:                                               "",
 		`{"identifier":"a","identifier":"b"}`:                                `field "identifier" is given twice`,
+		`{"identifier":"a","Identifier":"b"}`:                                `field "Identifier" is given twice`,
+		`{"identifier":"a","Input":{"x":1,"x":2}}`:                           "",
 		`{"tasks":[{"identifier":"a"},{"identifier":"b","identifier":"c"}]}`: `tasks[1]: field "identifier" is given twice`,
 		`{"identifier":"a"}}`:                                                "unexpected data after the JSON object",
 		`{"identifier":"a"} {"identifier":"b"}`:                              "unexpected data after the JSON object",

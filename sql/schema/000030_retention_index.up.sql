@@ -4,9 +4,9 @@
 -- found a topic's old finished tasks through task_identifier, which is ordered by
 -- identifier: it read every finished task of every topic with a retention, heap
 -- included, to find those completed before the topic's cutoff. With nothing old enough
--- to delete, the usual case between two passes, it still read them all (1.7 s and
--- 536 000 buffers at a million finished tasks over 1 000 topics, every minute, in every
--- processor). This index orders a topic's finished tasks by the time retention goes by,
+-- to delete, the usual case between two passes, it still read them all (1.5 s and
+-- 794 000 buffers at a million finished tasks over 1 000 topics, every minute, in every
+-- processor; BENCHMARKS.md). This index orders a topic's finished tasks by the time retention goes by,
 -- so the pass reads the ones it deletes and stops.
 --
 -- It costs a completion one more index entry: the unlimited burn-down ran inside its
