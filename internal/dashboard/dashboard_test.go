@@ -300,6 +300,16 @@ func TestBulk(t *testing.T) {
 		if status != http.StatusBadRequest || !strings.Contains(text, "from 2030-01-01T00:00 is after to 2020-01-01T00:00") {
 			t.Fatalf("purge from 2030 to 2020: %d %s, want 400 saying from is after to", status, text)
 		}
+		// an empty range does not pass over the action's own checks
+		for body, says := range map[string]string{
+			`{"action": "explode", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`:                     "action",
+			`{"action": "purge", "state": "READY", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`:     "finished tasks only",
+			`{"action": "reassign", "result": "MAYBE", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`: "result",
+		} {
+			if status, text := f.post("/ui/topics/mail/bulk", body); status != http.StatusBadRequest || !strings.Contains(text, says) {
+				t.Errorf("%s: %d %s, want 400 naming %s", body, status, text, says)
+			}
+		}
 	})
 	t.Run("RevivesTheFailedOnes", func(t *testing.T) {
 		polled, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 2)
