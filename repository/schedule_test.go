@@ -237,8 +237,16 @@ func TestScheduleFire(t *testing.T) {
 			t.Fatalf("a fire waiting for the topic, its context cancelled after 0.5 s: %d fires, %v after %v; want none and an error at once",
 				len(fires), err, time.Since(began))
 		}
-		release := time.AfterFunc(3*time.Second, func() { _ = holder.Rollback(context.WithoutCancel(s.ctx)) })
-		defer release.Stop()
+		// The holder's transaction is released by this goroutine alone from here
+		// on (a pgx.Tx is not safe for concurrent use): the test waits for it to
+		// finish before its own deferred rollback.
+		released := make(chan struct{})
+		go func() {
+			defer close(released)
+			time.Sleep(3 * time.Second)
+			_ = holder.Rollback(context.WithoutCancel(s.ctx))
+		}()
+		defer func() { <-released }()
 		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
 		defer cancel()
 		fires, err := s.sched.FireSchedules(ctx, s.pool)
