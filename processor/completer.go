@@ -332,7 +332,9 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		c.m.p.logger.Info("decisions committed by an attempt whose reply was lost", slog.String("topic", topic),
 			slog.Int("batches", len(reports)))
 		c.finish(reports, nil, time.Since(start))
-		c.m.Resume()
+		// That is read from the refusal; the reconciliation checks it (one statement,
+		// after a fault only): a task still ACTIVE under this owner runs again.
+		c.m.reconcileSoon()
 		return
 	}
 	if len(reports) > 1 && isRefusal(err) {
@@ -474,7 +476,10 @@ func committedBefore(err error, reports []*report) bool {
 			d := comp.Decision
 			final := !d.Snooze && (d.Result == repository.Success || d.Result == repository.Filter)
 			switch {
-			case p.Attempt == comp.Attempt && p.State == repository.Expired,
+			// still ACTIVE in the attempt completed (the refusal raced a change: raced):
+			// nothing was committed
+			case p.Attempt == comp.Attempt && p.State == repository.Active,
+				p.Attempt == comp.Attempt && p.State == repository.Expired,
 				p.Attempt == comp.Attempt && p.State == repository.Ready && final,
 				p.Attempt != comp.Attempt && final:
 				return false
@@ -492,6 +497,34 @@ func isRefusal(err error) bool {
 		errors.Is(err, repository.ErrQueueFull)
 }
 
+// racedRetries is how many times commitRetrying commits again decisions refused as
+// raced before it gives them up as refused (and the reconciliation runs their tasks).
+const racedRetries = 5
+
+// raced reports whether err refuses decisions although every task of reports is, by the
+// repository's re-read that explains the refusal, still ACTIVE under this owner in the
+// attempt decided ("changed concurrently"): the decisions raced a change, and committing
+// them again may succeed. It is never the mark of an earlier commit (committedBefore).
+func raced(err error, reports []*report) bool {
+	var te *repository.TaskError
+	if err == nil || !errors.As(err, &te) || len(te.Problems) == 0 {
+		return false
+	}
+	attempts := make(map[int64]int32)
+	for _, r := range reports {
+		for _, comp := range r.completions {
+			attempts[comp.Sequence] = comp.Attempt
+		}
+	}
+	for _, p := range te.Problems {
+		attempt, ok := attempts[p.Sequence]
+		if !ok || !errors.Is(p.Err, repository.ErrNotOwned) || p.State != repository.Active || p.Attempt != attempt {
+			return false
+		}
+	}
+	return true
+}
+
 // errCommitted is what commitRetrying returns when the decisions were refused because
 // an earlier attempt, whose reply was lost, had committed them.
 var errCommitted = errors.New("decisions already committed")
@@ -501,8 +534,16 @@ var errCommitted = errors.New("decisions already committed")
 // becomes true once an attempt here fails after its statement was sent.
 func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsure bool) ([]repository.Task, error) {
 	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
-	for {
+	for races := 0; ; {
 		tasks, err := c.commit(ctx, reports)
+		if races < racedRetries && raced(err, reports) && ctx.Err() == nil {
+			// The statement did not see the leases that the re-read then found: a
+			// commit became visible in between (on Citus, a worker's prepared
+			// transaction resolved late). Nothing stands in the decisions' way now.
+			races++
+			c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff)
+			continue
+		}
 		if err == nil || isRefusal(err) || ctx.Err() != nil {
 			if err == nil || isRefusal(err) {
 				c.m.p.faults.ok(c.m.commitOp) // the database answered

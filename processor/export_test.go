@@ -9,3 +9,7 @@ func SetHeldSnapshot(p *Processor, d time.Duration) { p.heldSnapshot = d }
 // Quiet reports whether p holds back its reads from the head of topics (a long-held
 // transaction, or the time after one).
 func Quiet(p *Processor) bool { return p.quiet() }
+
+// SetReconcileEvery sets, for a test and before p runs, how often p's managers reconcile
+// their leases when no fault asked them to (a minute otherwise).
+func SetReconcileEvery(p *Processor, d time.Duration) { p.reconcileEvery = d }

@@ -421,6 +421,60 @@ func TestLostCommits(t *testing.T) {
 	}
 }
 
+// TestLateLeases: leases under the processor's owner that appear with no fault seen (as
+// a Citus worker's prepared transaction that the coordinator's recovery commits after
+// the reconciliation that followed the outage) are found by the reconciliation each
+// manager runs every so often, and run once.
+func TestLateLeases(t *testing.T) {
+	f := setup(t)
+	runs := newRunBook()
+	var logs logbuf.Buffer
+	p, _ := f.processor("processor", processor.Config{DisableNotifications: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle), PauseInterval: 50 * time.Millisecond})
+	processor.SetReconcileEvery(p, time.Second)
+	f.start(p)
+	f.pushN(3)
+	if !f.within(30*time.Second, func() bool { return runs.ran() == 3 }) {
+		t.Fatalf("%d tasks ran, want the 3 pushed", runs.ran())
+	}
+	// five tasks ACTIVE under the processor's owner, which it never polled
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	creations := make([]repository.Creation, 5)
+	for i := range creations {
+		creations[i] = repository.Creation{Identifier: fmt.Sprintf("late-%d", i)}
+	}
+	if _, err := f.repo.Push(f.ctx, tx, f.topic, repository.Append, creations...); err != nil {
+		t.Fatal(err)
+	}
+	if tag, err := tx.Exec(f.ctx, `UPDATE task SET state = 0, owner = 'processor', attempt = 1
+		WHERE topic = $1 AND identifier LIKE 'late-%'`, f.topic); err != nil || tag.RowsAffected() != 5 {
+		t.Fatalf("lease the five: %v, %v", tag, err)
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var succeeded int64
+	if !f.within(30*time.Second, func() bool {
+		if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 6", f.topic).Scan(&succeeded); err != nil {
+			t.Fatal(err)
+		}
+		return succeeded == 8
+	}) {
+		t.Logf("processor log:\n%s", strings.Join(logs.Lines(), "\n"))
+		t.Fatalf("%d SUCCEEDED 30 s after the late leases, want 8: the processor heart-beats, so only it can run them", succeeded)
+	}
+	if n := runTwice(runs); runs.ran() != 8 || n != 0 {
+		t.Errorf("%d tasks ran, %d of them twice; want 8 once each", runs.ran(), n)
+	}
+	if lines := logs.Lines("running leased tasks no manager knows of"); len(lines) != 1 {
+		t.Errorf("the processor said %d times that it found leases it did not know of, want once:\n%s", len(lines), strings.Join(logs.Lines(), "\n"))
+	}
+}
+
 // runTwice returns how many tasks ran twice.
 func runTwice(b *runBook) int {
 	b.mu.Lock()

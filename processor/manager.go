@@ -658,6 +658,8 @@ func (m *TaskManager) poll(ctx context.Context) {
 	// idle manager then costs one poll per pause interval, as it always did) while
 	// notifications are on.
 	probe := true
+	// reconciled is when this loop last reconciled, or began.
+	reconciled := time.Now()
 	// head is when the last poll from the head of the topic began: it saw every task due
 	// then, those before the position of later polls included.
 	var head time.Time
@@ -681,8 +683,9 @@ func (m *TaskManager) poll(ctx context.Context) {
 			m.handle(b)
 			continue
 		}
-		if m.unsure.Swap(false) {
-			// cleared first: a flush whose outcome is unknown may set it again meanwhile
+		// cleared first: a flush whose outcome is unknown may set it again meanwhile
+		if m.unsure.Swap(false) || time.Since(reconciled) >= m.p.reconcileEvery {
+			reconciled = time.Now()
 			b, err := m.reconcile(ctx)
 			if err != nil {
 				m.unsure.Store(true)
@@ -906,8 +909,11 @@ func (m *TaskManager) reconcileSoon() {
 // of a completion the server acknowledged and then lost (a crash with
 // synchronous_commit off, an asynchronous standby promoted: Processor.suspectLostCommits).
 // Nobody else would run them while the owner heart-beats, so this manager runs them, as
-// a batch of their own (nil when there are none). It costs one statement, only after
-// such a poll or an outage.
+// a batch of their own (nil when there are none). It costs one statement, after such a
+// poll or an outage, and once every defaultReconcileEvery besides: a lease can become
+// visible after the reconciliation that followed its fault (on Citus, a worker's
+// prepared transaction that the coordinator's recovery commits up to
+// citus.recover_2pc_interval later).
 func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	m.leases.Lock()
 	defer m.leases.Unlock()
@@ -974,6 +980,10 @@ func (m *TaskManager) retry(ctx context.Context, what, op string, err error, bac
 	case <-m.wake:
 	}
 }
+
+// defaultReconcileEvery is how often a manager reconciles its leases when no fault
+// asked it to (TaskManager.reconcile).
+const defaultReconcileEvery = time.Minute
 
 // pollTimeout bounds one poll statement.
 const pollTimeout = 30 * time.Second

@@ -129,6 +129,9 @@ func (c *Config) validate() error {
 // ONE listening connection to its managers, and shuts them down gracefully.
 type Processor struct {
 	cfg Config
+	// reconcileEvery is how often each manager reconciles its leases besides after a
+	// fault (TaskManager.reconcile): defaultReconcileEvery, or a test's.
+	reconcileEvery time.Duration
 	// heldSnapshot is how long a transaction must have been open for its snapshot to
 	// hold back the VACUUM (see vacuum): defaultHeldSnapshot, shorter in tests.
 	heldSnapshot time.Duration
@@ -223,14 +226,15 @@ func New(cfg Config) (*Processor, error) {
 		return nil, err
 	}
 	p := &Processor{
-		cfg:          cfg,
-		heldSnapshot: defaultHeldSnapshot,
-		epoch:        time.Now(),
-		pool:         cfg.Pool,
-		repo:         cfg.Repository,
-		logger:       cfg.Logger,
-		faults:       newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
-		managers:     make(map[string][]*TaskManager),
+		cfg:            cfg,
+		heldSnapshot:   defaultHeldSnapshot,
+		reconcileEvery: defaultReconcileEvery,
+		epoch:          time.Now(),
+		pool:           cfg.Pool,
+		repo:           cfg.Repository,
+		logger:         cfg.Logger,
+		faults:         newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
+		managers:       make(map[string][]*TaskManager),
 	}
 	p.faults.outage = func(cause string, begins bool) {
 		if cause == "timeout" {
