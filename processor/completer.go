@@ -538,8 +538,8 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 		tasks, err := c.commit(ctx, reports)
 		if races < racedRetries && raced(err, reports) && ctx.Err() == nil {
 			// The statement did not see the leases that the re-read then found: a
-			// commit became visible in between (on Citus, a worker's prepared
-			// transaction resolved late). Nothing stands in the decisions' way now.
+			// commit became visible in between (seen on Citus after a worker crash).
+			// Nothing stands in the decisions' way now.
 			races++
 			c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff)
 			continue

@@ -422,9 +422,9 @@ func TestLostCommits(t *testing.T) {
 }
 
 // TestLateLeases: leases under the processor's owner that appear with no fault seen (as
-// a Citus worker's prepared transaction that the coordinator's recovery commits after
-// the reconciliation that followed the outage) are found by the reconciliation each
-// manager runs every so often, and run once.
+// a lease that becomes visible only after the reconciliation that followed its outage:
+// TestBurnDown of internal/citustest) are found by the reconciliation each manager runs
+// every so often, and run once.
 func TestLateLeases(t *testing.T) {
 	f := setup(t)
 	runs := newRunBook()

@@ -911,9 +911,9 @@ func (m *TaskManager) reconcileSoon() {
 // Nobody else would run them while the owner heart-beats, so this manager runs them, as
 // a batch of their own (nil when there are none). It costs one statement, after such a
 // poll or an outage, and once every defaultReconcileEvery besides: a lease can become
-// visible after the reconciliation that followed its fault (on Citus, a worker's
-// prepared transaction that the coordinator's recovery commits up to
-// citus.recover_2pc_interval later).
+// visible after the reconciliation that followed its fault (seen on Citus after a
+// worker crash: the worker's statement may take effect after the error the client
+// got), and whatever else escapes the checks after a fault is found so.
 func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	m.leases.Lock()
 	defer m.leases.Unlock()
