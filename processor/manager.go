@@ -982,7 +982,7 @@ func (m *TaskManager) retry(ctx context.Context, what, op string, err error, bac
 }
 
 // defaultReconcileEvery is how often a manager reconciles its leases when no fault
-// asked it to (TaskManager.reconcile).
+// asked it to (see reconcile).
 const defaultReconcileEvery = time.Minute
 
 // pollTimeout bounds one poll statement.
