@@ -539,9 +539,12 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 		if races < racedRetries && raced(err, reports) && ctx.Err() == nil {
 			// The statement did not see the leases that the re-read then found: a
 			// commit became visible in between (seen on Citus after a worker crash).
-			// Nothing stands in the decisions' way now.
+			// Nothing stands in the decisions' way now. (The database answered: not
+			// a fault to report.)
 			races++
-			c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff)
+			c.m.p.logger.Info("decisions raced a change of their leases, committing them again", slog.String("topic", c.m.cfg.Topic),
+				slog.Int("tasks", completions(reports)), slog.Any("error", err))
+			sleep(ctx, backoff.next())
 			continue
 		}
 		if err == nil || isRefusal(err) || ctx.Err() != nil {
