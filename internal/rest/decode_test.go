@@ -178,7 +178,7 @@ func wantBadRequestOrNil(t *testing.T, input any, err error) {
 // FuzzDecodeCancel checks the cancel body: a bad request or a canceller the repository
 // accepts, never empty.
 func FuzzDecodeCancel(f *testing.F) {
-	for _, seed := range []string{``, ` `, `{}`, `{"by":"alice"}`, `{"by":""}`, `{"by":7}`, `{"who":"x"}`, `{"by":"a\ud800"}`, "{\"by\":\"\xff\"}"} {
+	for _, seed := range []string{``, ` `, `{}`, `{"by":"alice"}`, `{"by":""}`, `{"by":7}`, `{"who":"x"}`, `{"by":"a\ud800"}`, "{\"by\":\"\xff\"}", `{"by":[1:]}`, `[:`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -89,11 +89,14 @@ func DecodeObject(body []byte, v any) error {
 func checkFieldsOnce(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
+	// A token the decoder refuses is not consumed: More would go on seeing it, so the
+	// walk ends there (errMalformed) rather than asking again forever.
+	errMalformed := errors.New("malformed")
 	var value func(path string, look bool) error
 	value = func(path string, look bool) error {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil
+			return errMalformed
 		}
 		switch tok {
 		case json.Delim('{'):
@@ -101,7 +104,7 @@ func checkFieldsOnce(body []byte) error {
 			for dec.More() {
 				tok, err := dec.Token()
 				if err != nil {
-					return nil
+					return errMalformed
 				}
 				// encoding/json matches a field's name whatever its case: "Identifier"
 				// after "identifier" would replace it too
@@ -125,7 +128,10 @@ func checkFieldsOnce(body []byte) error {
 		}
 		return nil
 	}
-	return value("", true)
+	if err := value("", true); err != errMalformed {
+		return err
+	}
+	return nil
 }
 
 // jsonError rewrites encoding/json's errors for people.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgtask/pgtask/internal/wire"
 )
@@ -94,6 +95,33 @@ func TestDecodeObject(t *testing.T) {
 			t.Errorf("DecodeObject(%s) = %v, want nil", text, err)
 		case fragment != "" && (err == nil || !strings.Contains(err.Error(), fragment)):
 			t.Errorf("DecodeObject(%q) = %v, want an error mentioning %q", text, err, fragment)
+		}
+	}
+}
+
+// TestDecodeObjectMalformedArray: a byte the JSON decoder refuses inside an array (which
+// it leaves unread) ends the search for fields given twice; it made that search ask for
+// the array's next value forever, holding a request's goroutine on a core (found by
+// FuzzDecodeCancel). The decoder's error names the byte and its offset.
+func TestDecodeObjectMalformedArray(t *testing.T) {
+	t.Parallel()
+	for _, text := range []string{`[:`, `[,`, `{"tasks":[:]}`, `{"tasks":[{"identifier":"a"},]}`, `{"by":[1:]}`, `{"tasks":[[[,`} {
+		done := make(chan error, 1)
+		go func() {
+			var v struct {
+				Tasks []struct {
+					Identifier string `json:"identifier"`
+				} `json:"tasks"`
+			}
+			done <- wire.DecodeObject([]byte(text), &v)
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "invalid character") {
+				t.Errorf("DecodeObject(%q) = %v, want an error naming the invalid character", text, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("DecodeObject(%q) has not returned after 10 s", text)
 		}
 	}
 }
