@@ -187,12 +187,20 @@ WITH earliest AS (
      ORDER BY i.sequence LIMIT $4)
     UNION ALL
     (SELECT s.sequence FROM task s
-     WHERE $5::smallint = 3 AND s.state >= 2 AND hashtext(s.topic) = hashtext($3) AND s.topic = $3
+     WHERE $5::smallint = 3 AND s.state BETWEEN 2 AND 7 AND hashtext(s.topic) = hashtext($3) AND s.topic = $3
        AND s.identifier = $8
        AND s.sequence > $7::bigint
        AND ($6::smallint IS NULL OR s.state = $6)
        AND ($9::text IS NULL OR s.reference = $9)
      ORDER BY s.sequence LIMIT $4)
+    UNION ALL
+    (SELECT e.sequence FROM task e
+     WHERE $5::smallint = 3 AND e.state = 8 AND e.topic = $3 AND e.identifier = $8
+       AND hashtext(e.topic || E'\n' || e.identifier) = hashtext($3 || E'\n' || $8)
+       AND e.sequence > $7::bigint
+       AND ($6::smallint IS NULL OR e.state = $6)
+       AND ($9::text IS NULL OR e.reference = $9)
+     ORDER BY e.sequence LIMIT $4)
     UNION ALL
     (SELECT f.sequence FROM task f
      WHERE $5::smallint = 4 AND hashtext(f.topic) = hashtext($3) AND f.topic = $3 AND f.reference = $9
@@ -664,12 +672,20 @@ WITH latest AS (
      ORDER BY i.sequence DESC LIMIT $4)
     UNION ALL
     (SELECT s.sequence FROM task s
-     WHERE $5::smallint = 3 AND s.state >= 2 AND hashtext(s.topic) = hashtext($3) AND s.topic = $3
+     WHERE $5::smallint = 3 AND s.state BETWEEN 2 AND 7 AND hashtext(s.topic) = hashtext($3) AND s.topic = $3
        AND s.identifier = $8
        AND s.sequence < $7::bigint
        AND ($6::smallint IS NULL OR s.state = $6)
        AND ($9::text IS NULL OR s.reference = $9)
      ORDER BY s.sequence DESC LIMIT $4)
+    UNION ALL
+    (SELECT e.sequence FROM task e
+     WHERE $5::smallint = 3 AND e.state = 8 AND e.topic = $3 AND e.identifier = $8
+       AND hashtext(e.topic || E'\n' || e.identifier) = hashtext($3 || E'\n' || $8)
+       AND e.sequence < $7::bigint
+       AND ($6::smallint IS NULL OR e.state = $6)
+       AND ($9::text IS NULL OR e.reference = $9)
+     ORDER BY e.sequence DESC LIMIT $4)
     UNION ALL
     (SELECT f.sequence FROM task f
      WHERE $5::smallint = 4 AND hashtext(f.topic) = hashtext($3) AND f.topic = $3 AND f.reference = $9
@@ -736,13 +752,13 @@ type TaskLatestRow struct {
 // that match the filters (state, identifier, reference; NULL matches everything), with
 // the columns of TaskExcerptForward, their sequences read through the index that fits
 // the filter @path picks (Repository.Latest): 1, an unfinished or broken state other than
-// READY, through task_open; 2, READY, through task_ready; 3, an identifier, in three parts
-// (ACTIVE through task_open, READY through task_ready_identifier, EXPIRED and after
-// through task_identifier); 4, a reference, through task_reference. Each part is gated
-// by its path (a one-time filter: the others never run), and its literal states let the
-// planner prove a partial index's predicate even in a generic plan; so the cost follows
-// the tasks that match, never the topic's others (a page filtered this way walks the
-// topic's sequences instead).
+// READY, through task_open; 2, READY, through task_ready; 3, an identifier, in four parts
+// (ACTIVE through task_open, READY through task_ready_identifier, EXPIRED to RECREATED
+// through task_identifier, REDUNDANT through task_identifier_redundant); 4, a reference,
+// through task_reference. Each part is gated by its path (a one-time filter: the others
+// never run), and its literal states let the planner prove a partial index's predicate
+// even in a generic plan; so the cost follows the tasks that match, never the topic's
+// others (a page filtered this way walks the topic's sequences instead).
 func (q *Queries) TaskLatest(ctx context.Context, db DBTX, arg TaskLatestParams) ([]TaskLatestRow, error) {
 	rows, err := db.Query(ctx, taskLatest,
 		arg.Length,

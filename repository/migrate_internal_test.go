@@ -1932,3 +1932,99 @@ func TestRetentionIndexMigration(t *testing.T) {
 		t.Fatal("task_retention still there after reverting 000030")
 	}
 }
+
+// TestIdentifierRedundantMigration: 000031 keeps the tasks and gives every table of task,
+// a shared bucket's and a dedicated topic's, the two identifier indexes in place of one
+// (EXPIRED to RECREATED, REDUNDANT), and a table dedicated after it too;
+// REPLACE and DELETE pushes then end and delete what they did before, and the revert
+// gives back the one index and 000025's task_push_batch.
+func TestIdentifierRedundantMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository identifier-redundant test: empty database", nil)
+	ctx := t.Context()
+	steps, create := stepper(t, pool)
+	steps(30)
+	repo, err := New(Config{Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"shared", "own", "later"} {
+		create(topic)
+		// per identifier e1..e6: versions REDUNDANT (8), SUCCEEDED (6), FAILED (3) and READY
+		execEach(t, pool,
+			"SELECT count(*) FROM generate_series(1, 6) g, task_push_batch('"+topic+"', ARRAY['e' || g, 'e' || g, 'e' || g], insertion => 'append')",
+			"UPDATE task SET state = CASE sequence % 3 WHEN 0 THEN 8 WHEN 1 THEN 6 ELSE 3 END, completed = now() WHERE topic = '"+topic+"'",
+			"SELECT count(task_push('"+topic+"', 'e' || g)) FROM generate_series(1, 6) g",
+			"UPDATE task_topic SET active = false WHERE topic = '"+topic+"'") // paused: dedicate wants it
+	}
+	if ok, err := repo.Dedicate(ctx, pool, "own"); err != nil || !ok {
+		t.Fatalf("dedicate own at schema 30: %v %v", ok, err)
+	}
+	indexed := func(predicate string) []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT tt.topic FROM task_topic tt
+			WHERE EXISTS (SELECT FROM pg_index x WHERE x.indrelid = tt.partition::regclass
+			              AND pg_get_indexdef(x.indexrelid) LIKE '%(hashtext(topic), identifier, sequence) WHERE `+predicate+`')
+			ORDER BY tt.topic`)
+	}
+	bodies := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT proname || ' ' || COALESCE(proconfig::text, '') || ': ' || prosrc FROM pg_proc
+			WHERE proname IN ('task_push_batch', 'task_topic_dedicate', 'task_topic_delete_rows') ORDER BY proname`)
+	}
+	counts := func(topic string) []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT identifier || ' ' || state || ' ' || count(*) FROM task WHERE topic = '`+topic+`'
+			GROUP BY identifier, state ORDER BY identifier, state`)
+	}
+	all := []string{"later", "own", "shared"}
+	if got := indexed("(state >= 2)"); !slices.Equal(got, all) {
+		t.Fatalf("topics whose table has task_identifier of every settled state at schema 30: %v", got)
+	}
+	before, rows := bodies(), taskRows(t, pool)
+
+	steps(1)
+	sameRows(t, "tasks after 000031", taskRows(t, pool), rows)
+	if ok, err := repo.Dedicate(ctx, pool, "later"); err != nil || !ok {
+		t.Fatalf("dedicate later after 000031: %v %v", ok, err)
+	}
+	if got := indexed("((state >= 2) AND (state <= 7))"); !slices.Equal(got, all) {
+		t.Fatalf("topics whose table has task_identifier of EXPIRED to RECREATED after 000031: %v, want all three", got)
+	}
+	redundant := textRows(t, pool, `SELECT tt.topic FROM task_topic tt
+		WHERE EXISTS (SELECT FROM pg_index x WHERE x.indrelid = tt.partition::regclass
+		              AND pg_get_indexdef(x.indexrelid) LIKE '%(hashtext(((topic || %::text) || identifier)), sequence) WHERE (state = 8)')
+		ORDER BY tt.topic`)
+	if !slices.Equal(redundant, all) {
+		t.Fatalf("topics whose table has task_identifier_redundant after 000031: %v, want all three", redundant)
+	}
+	if got := indexed("(state >= 2)"); len(got) != 0 {
+		t.Fatalf("topics whose table still has task_identifier of every settled state after 000031: %v", got)
+	}
+	for _, topic := range all {
+		// e1 from Go and e2 from SQL, REPLACE: the READY, SUCCEEDED and FAILED versions
+		// become REDUNDANT; e3 from Go and e4 from SQL, DELETE: every version goes
+		if _, err := repo.Push(ctx, pool, topic, Replace, Creation{Identifier: "e1"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.Push(ctx, pool, topic, Delete, Creation{Identifier: "e3"}); err != nil {
+			t.Fatal(err)
+		}
+		execEach(t, pool,
+			"SELECT task_push_batch('"+topic+"', ARRAY['e2'], insertion => 'replace')",
+			"SELECT task_push_batch('"+topic+"', ARRAY['e4'], insertion => 'delete')")
+		want := []string{"e1 1 1", "e1 8 4", "e2 1 1", "e2 8 4", "e3 1 1", "e4 1 1",
+			"e5 1 1", "e5 3 1", "e5 6 1", "e5 8 1", "e6 1 1", "e6 3 1", "e6 6 1", "e6 8 1"}
+		if got := counts(topic); !slices.Equal(got, want) {
+			t.Fatalf("topic %s after the pushes (identifier, state, count): %v, want %v", topic, got, want)
+		}
+	}
+	revertKeeps(t, pool, steps, "000031", bodies, before)
+	steps(-1)
+	if got := indexed("(state >= 2)"); !slices.Equal(got, all) {
+		t.Fatalf("topics whose table has task_identifier of every settled state after reverting 000031: %v", got)
+	}
+	if got := textRows(t, pool, "SELECT count(*)::text FROM pg_class WHERE relname = 'task_identifier_redundant'"); got[0] != "0" {
+		t.Fatal("task_identifier_redundant still there after reverting 000031")
+	}
+}

@@ -22,7 +22,8 @@ import (
 // READY rows through task_ready_identifier, ACTIVE, EXPIRED, FAILED and SUSPENDED rows
 // through task_open, settled rows (state >= 2) through task_identifier; the statements
 // that look an identifier up in every state do it in parts, one per index. Migration
-// 000009 keyed those indexes by the topic's hash, since a table now holds many topics.
+// 000009 keyed those indexes by the topic's hash, since a table now holds many topics;
+// 000031 moved REDUNDANT rows to task_identifier_redundant, which a REPLACE never reads.
 // These tests run those statements with auto_explain on and sequential scans disabled and
 // check every plan: none may read the topic's table in full, whether by a Seq Scan or by
 // an index scan without a bound on the index's leading key (state aside), so the
@@ -151,7 +152,7 @@ func newPlanChecker(f *fixture) *planChecker {
 	for _, ix := range c.indexes {
 		parents[ix.parent] = true
 	}
-	for _, want := range []string{"task_pkey", "task_open", "task_ready_identifier", "task_identifier"} {
+	for _, want := range []string{"task_pkey", "task_open", "task_ready_identifier", "task_identifier", "task_identifier_redundant"} {
 		if !parents[want] {
 			f.t.Fatalf("partition %s has no index of %s: %v", c.partition, want, c.indexes)
 		}
@@ -270,12 +271,13 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 	f := setup(t)
 
 	// A partition that is not trivial: 10,000 tasks of 1,000 identifiers, most of them
-	// finished, some READY, some ACTIVE (written directly: only their presence matters
-	// here).
+	// finished (REDUNDANT and RECREATED ones too), some READY, some ACTIVE
+	// (written directly: only their presence matters here).
 	if _, err := f.pool.Exec(f.ctx, `
 		INSERT INTO task (topic, identifier, state, descent, owner, completed, output)
 		SELECT $1, 'filler-' || (i % 1000),
-		       CASE WHEN i % 10 = 0 THEN 1 WHEN i % 10 = 1 THEN 3 WHEN i % 10 = 2 THEN 0 ELSE 6 END, 1,
+		       CASE WHEN i % 10 = 0 THEN 1 WHEN i % 10 = 1 THEN 3 WHEN i % 10 = 2 THEN 0
+		            WHEN i % 10 = 3 THEN 8 WHEN i % 10 = 4 THEN 7 ELSE 6 END, 1,
 		       CASE WHEN i % 10 = 2 THEN 'filler-owner' END,
 		       CASE WHEN i % 10 = 0 THEN NULL ELSE now() END,
 		       CASE WHEN i % 10 = 0 THEN NULL ELSE 'done' END
@@ -318,14 +320,27 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 		}
 		t.Logf("%s: %d plans, identifier lookups through %v", what, len(plans), got)
 	}
+	// wantNoLookup fails when plans ran a scan of index: a REPLACE and an ETERNAL
+	// junction read no REDUNDANT task (000031), however many versions an identifier has
+	// had. Only scans that ran count (auto_explain.log_analyze): a generic plan holds the
+	// part of every insertion mode, each gated by a one-time filter on the mode.
+	wantNoLookup := func(t *testing.T, what string, plans []loggedPlan, index string) {
+		t.Helper()
+		ran := checker.scans(plans, func(n planNode, _ partitionIndex) bool { return n.Loops > 0 })
+		if slices.Contains(ran, index) {
+			t.Errorf("%s ran scans of %v, which holds no task it changes", what, ran)
+		}
+	}
 
-	// older pushes tasks of identifier id and takes them READY, ACTIVE and SUCCEEDED.
-	type olderTasks struct{ ready, active, succeeded repository.Task }
+	// older pushes tasks of identifier id and takes them READY, ACTIVE, SUCCEEDED and
+	// REDUNDANT (cancelled).
+	type olderTasks struct{ ready, active, succeeded, redundant repository.Task }
 	older := func(f *fixture, id string) olderTasks {
 		return olderTasks{
 			ready:     driveTo(f, id, repository.Ready),
 			active:    driveTo(f, id, repository.Active),
 			succeeded: driveTo(f, id, repository.Succeeded),
+			redundant: driveTo(f, id, repository.Redundant),
 		}
 	}
 	// batch calls the SQL function task_push_batch on conn.
@@ -354,7 +369,7 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		t.Run(mode, func(t *testing.T) {
 			f := withT(t, f)
-			if _, err := conn.Exec(f.ctx, "SET plan_cache_mode = "+mode); err != nil {
+			if _, err := conn.Exec(f.ctx, "SET plan_cache_mode = "+mode+"; SET auto_explain.log_analyze = on"); err != nil {
 				t.Fatalf("set plan_cache_mode: %v", err)
 			}
 			id := func(name string) string { return name + "-" + mode }
@@ -364,9 +379,11 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 				o := older(f, id("replace"))
 				plans := run(t, "Push REPLACE", push(f, id("replace"), repository.Replace))
 				wantLookups(t, "Push REPLACE", plans, "task_ready_identifier", "task_identifier")
+				wantNoLookup(t, "Push REPLACE", plans, "task_identifier_redundant")
 				wantState(t, f.get(o.ready.Sequence), repository.Redundant, repository.Ready)
 				wantState(t, f.get(o.succeeded.Sequence), repository.Redundant, repository.Succeeded)
 				wantUnchanged(f, o.active)
+				wantUnchanged(f, o.redundant)
 			})
 			t.Run("PushSupersede", func(t *testing.T) {
 				f := withT(t, f)
@@ -381,9 +398,10 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 				f := withT(t, f)
 				o := older(f, id("delete"))
 				plans := run(t, "Push DELETE", push(f, id("delete"), repository.Delete))
-				wantLookups(t, "Push DELETE", plans, "task_ready_identifier", "task_identifier")
+				wantLookups(t, "Push DELETE", plans, "task_ready_identifier", "task_identifier", "task_identifier_redundant")
 				wantGone(f, o.ready.Sequence)
 				wantGone(f, o.succeeded.Sequence)
+				wantGone(f, o.redundant.Sequence)
 				wantUnchanged(f, o.active)
 			})
 			t.Run("BatchReplace", func(t *testing.T) {
@@ -391,17 +409,20 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 				o := older(f, id("batch-replace"))
 				plans := run(t, "task_push_batch replace", batch(f, id("batch-replace"), "replace"))
 				wantLookups(t, "task_push_batch replace", plans, "task_ready_identifier", "task_identifier")
+				wantNoLookup(t, "task_push_batch replace", plans, "task_identifier_redundant")
 				wantState(t, f.get(o.ready.Sequence), repository.Redundant, repository.Ready)
 				wantState(t, f.get(o.succeeded.Sequence), repository.Redundant, repository.Succeeded)
 				wantUnchanged(f, o.active)
+				wantUnchanged(f, o.redundant)
 			})
 			t.Run("BatchDelete", func(t *testing.T) {
 				f := withT(t, f)
 				o := older(f, id("batch-delete"))
 				plans := run(t, "task_push_batch delete", batch(f, id("batch-delete"), "delete"))
-				wantLookups(t, "task_push_batch delete", plans, "task_ready_identifier", "task_identifier")
+				wantLookups(t, "task_push_batch delete", plans, "task_ready_identifier", "task_identifier", "task_identifier_redundant")
 				wantGone(f, o.ready.Sequence)
 				wantGone(f, o.succeeded.Sequence)
+				wantGone(f, o.redundant.Sequence)
 				wantUnchanged(f, o.active)
 			})
 			t.Run("CancelledLeases", func(t *testing.T) {
@@ -431,6 +452,7 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 				// ACTIVE rows may come from task_open bounded by state alone (a hashed
 				// subplan over the leases in flight), so only the other two must appear.
 				wantLookups(t, "Junction ETERNAL", plans, "task_ready_identifier", "task_identifier")
+				wantNoLookup(t, "Junction ETERNAL", plans, "task_identifier_redundant")
 				if want := []string{waiting.Identifier}; !slices.Equal(released, want) {
 					t.Errorf("released %v, want %v", released, want)
 				}
@@ -993,5 +1015,65 @@ func TestResultsReadTheWindow(t *testing.T) {
 	}
 	if read > 30 {
 		t.Errorf("Results read %.0f tasks to count the 3 of its window", read)
+	}
+}
+
+// TestReplaceReadsNoRedundantVersions: a REPLACE push reads the older tasks it ends, not
+// every version its identifier has had (task_identifier holds no REDUNDANT task,
+// migration 000031): with 2 000 REDUNDANT versions of the identifier, the Go push
+// and task_push_batch each read a handful of rows to end its one READY and one SUCCEEDED
+// task. Through the task_identifier of every settled state, they read and filtered out
+// all 2 000, at every push.
+func TestReplaceReadsNoRedundantVersions(t *testing.T) {
+	f := setup(t)
+	ids := make([]string, 2001)
+	for i := range ids {
+		ids[i] = "latest"
+	}
+	f.push(repository.Replace, ids...) // 2 000 REDUNDANT versions and one READY
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task"); err != nil {
+		t.Fatal(err)
+	}
+	conn, capture := explainedConn(f)
+	if _, err := conn.Exec(f.ctx, "SET auto_explain.log_analyze = on"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		push func() error
+	}{
+		{"Push REPLACE", func() error {
+			_, err := f.repo.Push(f.ctx, conn, f.topic, repository.Replace, repository.Creation{Identifier: "latest"})
+			return err
+		}},
+		{"task_push_batch replace", func() error {
+			_, err := conn.Exec(f.ctx, "SELECT task_push_batch($1, ARRAY['latest'], insertion => 'replace')", f.topic)
+			return err
+		}},
+	} {
+		succeeded := driveTo(f, "latest", repository.Succeeded)
+		capture.take(t)
+		if err := tc.push(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		plans := capture.take(t)
+		wantState(t, f.get(succeeded.Sequence), repository.Redundant, repository.Succeeded)
+		read, scans := tasksRead(plans, func(n planNode) bool { return n.IndexName != "" && !strings.HasSuffix(n.IndexName, "_pkey") })
+		if scans == 0 {
+			t.Fatalf("%s: no index scan of a task table in the plans: the check is broken\nplans: %v", tc.name, plans)
+		}
+		if read > 50 {
+			t.Errorf("%s read %.0f older tasks to end 2", tc.name, read)
+			for _, p := range plans {
+				t.Log(p.raw)
+			}
+		}
+	}
+	var redundant int
+	if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 8", f.topic).Scan(&redundant); err != nil {
+		t.Fatal(err)
+	}
+	if redundant != 2004 { // 2 000, then a READY and a SUCCEEDED by each push
+		t.Errorf("%d REDUNDANT tasks after the pushes, want 2 004", redundant)
 	}
 }

@@ -71,9 +71,10 @@ BEGIN
                      FROM unnest(p_not_befores_us, p_delays_ms) WITH ORDINALITY AS u(us, ms, ord) ORDER BY u.ord);
     IF p_insertion <> 0 THEN
         -- Older tasks of the same identifiers that the insertion mode touches: READY ones
-        -- (through task_ready_identifier), and for REPLACE and DELETE settled ones
-        -- (through task_identifier), up to SUCCEEDED for REPLACE. ACTIVE tasks are never
-        -- touched; rows locked by a concurrent transaction are skipped.
+        -- (through task_ready_identifier), for REPLACE and DELETE those from EXPIRED to
+        -- SUCCEEDED, RECREATED too for DELETE (through task_identifier), and for DELETE
+        -- the REDUNDANT ones (through task_identifier_redundant, migration 000031). ACTIVE
+        -- tasks are never touched; rows locked by a concurrent transaction are skipped.
         v_older := ARRAY(
             SELECT t.sequence FROM task t
             WHERE (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT p_topic || E'\n' || i FROM unnest(p_identifiers) i))
@@ -82,8 +83,16 @@ BEGIN
         IF p_insertion IN (1, 3) THEN
             v_older := v_older || ARRAY(
                 SELECT t.sequence FROM task t
-                WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state >= 2
+                WHERE hashtext(t.topic) = hashtext(p_topic) AND t.topic = p_topic AND t.state BETWEEN 2 AND 7
                   AND t.identifier = ANY (p_identifiers) AND (p_insertion = 3 OR t.state <= 6)
+                FOR UPDATE SKIP LOCKED);
+        END IF;
+        IF p_insertion = 3 THEN
+            v_older := v_older || ARRAY(
+                SELECT t.sequence FROM task t
+                WHERE hashtext(t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT hashtext(p_topic || E'\n' || i)
+                                                                              FROM unnest(p_identifiers) i))
+                  AND t.topic = p_topic AND t.state = 8 AND t.identifier = ANY (p_identifiers)
                 FOR UPDATE SKIP LOCKED);
         END IF;
         IF p_insertion IN (1, 2) THEN

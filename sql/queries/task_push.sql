@@ -52,12 +52,13 @@ admitted AS (
                              WHERE NOT c.suspended AND (c.last OR sqlc.arg(insertion)::smallint = 0)))
 ),
 older_ready AS (
-    -- Older tasks of the same identifiers that this insertion mode touches, in two parts
-    -- that each match one index (migration 000009): READY ones through
-    -- task_ready_identifier (keyed by topic and identifier), settled ones (EXPIRED and
-    -- after) through task_identifier. ACTIVE tasks are never touched; rows locked by a
-    -- concurrent transaction are skipped. The insertion test depends on no row, so an
-    -- APPEND reads nothing.
+    -- Older tasks of the same identifiers that this insertion mode touches, in parts
+    -- that each match one index (migrations 000009 and 000031): READY ones through
+    -- task_ready_identifier (keyed by topic and identifier), EXPIRED to SUCCEEDED
+    -- (RECREATED too for DELETE) through task_identifier, REDUNDANT (DELETE only) through
+    -- task_identifier_redundant, so that a REPLACE never reads an identifier's REDUNDANT
+    -- versions. ACTIVE tasks are never touched; rows locked by a concurrent transaction
+    -- are skipped. The insertion test depends on no row, so an APPEND reads nothing.
     SELECT t.topic, t.sequence FROM task t
     WHERE sqlc.arg(insertion)::smallint <> 0 AND EXISTS (SELECT 1 FROM admitted)
       -- = ANY(array) rather than IN (SELECT ...): an index probe per identifier whatever
@@ -72,15 +73,26 @@ older_settled AS (
     -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
     SELECT t.topic, t.sequence FROM task t
     WHERE sqlc.arg(insertion)::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM admitted)
-      AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state >= 2
+      AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state BETWEEN 2 AND 7
       AND t.identifier = ANY(sqlc.arg(identifiers)::text[])
       AND (sqlc.arg(insertion)::smallint = 3 OR t.state <= 6)
+    FOR UPDATE SKIP LOCKED
+),
+older_redundant AS (
+    SELECT t.topic, t.sequence FROM task t
+    WHERE sqlc.arg(insertion)::smallint = 3 AND EXISTS (SELECT 1 FROM admitted)
+      AND hashtext(t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT hashtext(sqlc.arg(topic) || E'\n' || i)
+                                                                   FROM unnest(sqlc.arg(identifiers)::text[]) i))
+      AND t.topic = sqlc.arg(topic) AND t.state = 8
+      AND t.identifier = ANY(sqlc.arg(identifiers)::text[])
     FOR UPDATE SKIP LOCKED
 ),
 older AS (
     SELECT r.topic, r.sequence FROM older_ready r
     UNION ALL
     SELECT s.topic, s.sequence FROM older_settled s
+    UNION ALL
+    SELECT e.topic, e.sequence FROM older_redundant e
 ),
 -- The topic as a value (not only o's) lets the planner prune the target to the topic's
 -- table; the insertion test goes in the subquery, since a WHERE that folds to false

@@ -230,13 +230,13 @@ WHERE t.topic = sqlc.arg(topic) AND t.sequence = sqlc.arg(sequence);
 -- that match the filters (state, identifier, reference; NULL matches everything), with
 -- the columns of TaskExcerptForward, their sequences read through the index that fits
 -- the filter @path picks (Repository.Latest): 1, an unfinished or broken state other than
--- READY, through task_open; 2, READY, through task_ready; 3, an identifier, in three parts
--- (ACTIVE through task_open, READY through task_ready_identifier, EXPIRED and after
--- through task_identifier); 4, a reference, through task_reference. Each part is gated
--- by its path (a one-time filter: the others never run), and its literal states let the
--- planner prove a partial index's predicate even in a generic plan; so the cost follows
--- the tasks that match, never the topic's others (a page filtered this way walks the
--- topic's sequences instead).
+-- READY, through task_open; 2, READY, through task_ready; 3, an identifier, in four parts
+-- (ACTIVE through task_open, READY through task_ready_identifier, EXPIRED to RECREATED
+-- through task_identifier, REDUNDANT through task_identifier_redundant); 4, a reference,
+-- through task_reference. Each part is gated by its path (a one-time filter: the others
+-- never run), and its literal states let the planner prove a partial index's predicate
+-- even in a generic plan; so the cost follows the tasks that match, never the topic's
+-- others (a page filtered this way walks the topic's sequences instead).
 WITH latest AS (
     (SELECT o.sequence FROM task o
      WHERE sqlc.arg(path)::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = sqlc.narg('state')
@@ -270,12 +270,20 @@ WITH latest AS (
      ORDER BY i.sequence DESC LIMIT sqlc.arg(size))
     UNION ALL
     (SELECT s.sequence FROM task s
-     WHERE sqlc.arg(path)::smallint = 3 AND s.state >= 2 AND hashtext(s.topic) = hashtext(sqlc.arg(topic)) AND s.topic = sqlc.arg(topic)
+     WHERE sqlc.arg(path)::smallint = 3 AND s.state BETWEEN 2 AND 7 AND hashtext(s.topic) = hashtext(sqlc.arg(topic)) AND s.topic = sqlc.arg(topic)
        AND s.identifier = sqlc.narg('identifier')
        AND s.sequence < sqlc.arg(before)::bigint
        AND (sqlc.narg('state')::smallint IS NULL OR s.state = sqlc.narg('state'))
        AND (sqlc.narg('reference')::text IS NULL OR s.reference = sqlc.narg('reference'))
      ORDER BY s.sequence DESC LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT e.sequence FROM task e
+     WHERE sqlc.arg(path)::smallint = 3 AND e.state = 8 AND e.topic = sqlc.arg(topic) AND e.identifier = sqlc.narg('identifier')
+       AND hashtext(e.topic || E'\n' || e.identifier) = hashtext(sqlc.arg(topic) || E'\n' || sqlc.narg('identifier'))
+       AND e.sequence < sqlc.arg(before)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR e.state = sqlc.narg('state'))
+       AND (sqlc.narg('reference')::text IS NULL OR e.reference = sqlc.narg('reference'))
+     ORDER BY e.sequence DESC LIMIT sqlc.arg(size))
     UNION ALL
     (SELECT f.sequence FROM task f
      WHERE sqlc.arg(path)::smallint = 4 AND hashtext(f.topic) = hashtext(sqlc.arg(topic)) AND f.topic = sqlc.arg(topic) AND f.reference = sqlc.narg('reference')
@@ -338,12 +346,20 @@ WITH earliest AS (
      ORDER BY i.sequence LIMIT sqlc.arg(size))
     UNION ALL
     (SELECT s.sequence FROM task s
-     WHERE sqlc.arg(path)::smallint = 3 AND s.state >= 2 AND hashtext(s.topic) = hashtext(sqlc.arg(topic)) AND s.topic = sqlc.arg(topic)
+     WHERE sqlc.arg(path)::smallint = 3 AND s.state BETWEEN 2 AND 7 AND hashtext(s.topic) = hashtext(sqlc.arg(topic)) AND s.topic = sqlc.arg(topic)
        AND s.identifier = sqlc.narg('identifier')
        AND s.sequence > sqlc.arg(after)::bigint
        AND (sqlc.narg('state')::smallint IS NULL OR s.state = sqlc.narg('state'))
        AND (sqlc.narg('reference')::text IS NULL OR s.reference = sqlc.narg('reference'))
      ORDER BY s.sequence LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT e.sequence FROM task e
+     WHERE sqlc.arg(path)::smallint = 3 AND e.state = 8 AND e.topic = sqlc.arg(topic) AND e.identifier = sqlc.narg('identifier')
+       AND hashtext(e.topic || E'\n' || e.identifier) = hashtext(sqlc.arg(topic) || E'\n' || sqlc.narg('identifier'))
+       AND e.sequence > sqlc.arg(after)::bigint
+       AND (sqlc.narg('state')::smallint IS NULL OR e.state = sqlc.narg('state'))
+       AND (sqlc.narg('reference')::text IS NULL OR e.reference = sqlc.narg('reference'))
+     ORDER BY e.sequence LIMIT sqlc.arg(size))
     UNION ALL
     (SELECT f.sequence FROM task f
      WHERE sqlc.arg(path)::smallint = 4 AND hashtext(f.topic) = hashtext(sqlc.arg(topic)) AND f.topic = sqlc.arg(topic) AND f.reference = sqlc.narg('reference')
