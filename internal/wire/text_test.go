@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -124,4 +125,33 @@ func TestDecodeObjectMalformedArray(t *testing.T) {
 			t.Fatalf("DecodeObject(%q) has not returned after 10 s", text)
 		}
 	}
+}
+
+// FuzzDecodeObject checks DecodeObject against encoding/json on any body: it returns
+// (a malformed array made it spin, TestDecodeObjectMalformedArray), it accepts only what
+// encoding/json accepts too, and what it accepts has no field given twice outside an
+// input.
+func FuzzDecodeObject(f *testing.F) {
+	for _, seed := range []string{`{"identifier":"a"}`, `{"tasks":[{"identifier":"a"},{"identifier":"b"}]}`,
+		`{"identifier":"a","identifier":"b"}`, `{"input":{"x":1,"x":2}}`, `[:`, `{"tasks":[,]}`, `{"tasks":[[[`, ``} {
+		f.Add([]byte(seed))
+	}
+	type task struct {
+		Identifier string          `json:"identifier"`
+		Input      json.RawMessage `json:"input"`
+		Tasks      []task          `json:"tasks"`
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var got task
+		if err := wire.DecodeObject(body, &got); err != nil {
+			return
+		}
+		var want task
+		if err := json.Unmarshal(body, &want); err != nil {
+			t.Fatalf("DecodeObject accepted %q, which encoding/json refuses: %v", body, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeObject(%q) = %+v, encoding/json %+v", body, got, want)
+		}
+	})
 }
