@@ -56,12 +56,13 @@ type ScheduleSettings struct {
 	// ("0 0 30 2 *"). SQL's task_schedule accepts the same specs (migration 000029).
 	Spec string
 	// TimeZone is the IANA zone the spec is read in, such as "Europe/Paris"; empty is
-	// UTC. Across a daylight-saving change the cron library's rule holds (robfig/cron
-	// v3: "jobs scheduled during daylight-savings leap-ahead transitions will not be
-	// run"): a wall-clock time the clocks skip (02:30 when they jump from 02:00 to 03:00)
-	// does not fire that day, and one they pass twice (02:30 when they fall back from
-	// 03:00 to 02:00) fires both times. Specs that step through the hours ("0 */30 * * *")
-	// fire at each real half hour. @every counts real time and ignores the zone.
+	// UTC. A fire time is an instant whose wall-clock time in the zone matches the spec:
+	// a wall-clock time the clocks skip (02:30 when they jump from 02:00 to 03:00) does
+	// not fire that day, and one they pass twice (02:30 when they fall back from 03:00 to
+	// 02:00) fires both times, whatever the size of the change and its hour (half-hour
+	// changes as in Australia/Lord_Howe, changes at midnight). Specs that step through
+	// the hours ("*/30 * * * *") fire at each real half hour. @every counts real time and
+	// ignores the zone.
 	TimeZone string
 	// Identifier is the identifier of each task pushed; empty is the schedule's name.
 	// ScheduleTimePlaceholder in it is replaced by the fire time, giving each fire a task
@@ -215,7 +216,9 @@ var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | 
 
 // cronSchedule is a parsed spec in its time zone.
 type cronSchedule struct {
-	spec  cron.Schedule // nil for @every
+	// spec is the spec read on a clock without daylight saving (UTC): next maps its
+	// wall-clock times onto the zone's instants itself. Nil for @every.
+	spec  *cron.SpecSchedule
 	every time.Duration
 	loc   *time.Location
 }
@@ -275,7 +278,13 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	if err != nil {
 		return nil, invalid("spec %q: %s", spec, err.Error())
 	}
-	c.spec = parsed
+	wall, ok := parsed.(*cron.SpecSchedule)
+	if !ok {
+		return nil, invalid("spec %q: not a cron spec", spec)
+	}
+	utc := *wall
+	utc.Location = time.UTC
+	c.spec = &utc
 	if c.next(time.Now()).IsZero() {
 		return nil, invalid("spec %q never fires", spec)
 	}
@@ -318,17 +327,77 @@ func checkCronFields(spec, trimmed string) error {
 	return nil
 }
 
+// nextHorizon is how far next searches: the library's own horizon (five years), plus a
+// day for the zone's offset.
+const nextHorizon = 5*366*24*time.Hour + 24*time.Hour
+
 // next returns the first fire time strictly after t, or zero when there is none within
-// the library's horizon (five years).
+// nextHorizon. A fire time is an instant whose wall-clock time in the zone matches the
+// spec: a wall-clock time the clocks skip has none, one they pass twice has two.
+//
+// The library's own stepping through a zone's days and hours assumes whole-hour
+// changes at other times than midnight: it skipped or moved fire times in zones whose
+// clocks change by half an hour (Australia/Lord_Howe: "45 1 * * *" fired at 02:45) or
+// at midnight (America/St_Johns until 2011: "0 0 * * *" missed a day). So next reads
+// the spec on UTC, where the library is exact, one stretch of constant offset at a
+// time (time.Time.ZoneBounds): in a stretch, wall-clock time is the instant plus the
+// offset, so the first matching wall-clock time at or after the stretch's start is the
+// first fire time in it, if it falls before the stretch's end.
 func (c *cronSchedule) next(t time.Time) time.Time {
 	if c.spec == nil {
 		return t.Truncate(time.Second).Add(c.every).UTC()
 	}
-	n := c.spec.Next(t.In(c.loc))
-	if n.IsZero() {
-		return n
+	horizon := t.Add(nextHorizon)
+	for at := t.Truncate(time.Second).Add(time.Second); at.Before(horizon); {
+		local := at.In(c.loc)
+		_, offset := local.Zone()
+		end := stretchEnd(local, offset)
+		wall := time.Date(local.Year(), local.Month(), local.Day(), local.Hour(), local.Minute(), local.Second(), 0, time.UTC)
+		match := c.spec.Next(wall.Add(-time.Second)) // the first at or after wall
+		if match.IsZero() {
+			return match
+		}
+		fire := match.Add(-time.Duration(offset) * time.Second)
+		if end.IsZero() || fire.Before(end) {
+			return fire.UTC()
+		}
+		at = end // none before the offset changes: go on from there
 	}
-	return n.UTC()
+	return time.Time{}
+}
+
+// stretchEnd returns the first instant after local whose offset from UTC is not offset
+// (local's own), or zero when there is none. It is time.Time.ZoneBounds's end, except
+// where that is not after local: on the last day of a leap year in a zone's future
+// (after its table of changes, where the zone's rule gives them) Go answers an end a
+// day early; the end is then looked for hour by hour over the next two days, which
+// changes of offset never come closer together than, and found to the second.
+func stretchEnd(local time.Time, offset int) time.Time {
+	_, end := local.ZoneBounds()
+	if end.IsZero() || end.After(local) {
+		return end
+	}
+	differs := func(t time.Time) bool {
+		_, o := t.In(local.Location()).Zone()
+		return o != offset
+	}
+	for h := 1; h <= 48; h++ {
+		hi := local.Add(time.Duration(h) * time.Hour)
+		if !differs(hi) {
+			continue
+		}
+		lo := hi.Add(-time.Hour) // the offset is local's at lo, another at hi
+		for hi.Sub(lo) > time.Second {
+			mid := lo.Add(hi.Sub(lo) / 2).Truncate(time.Second)
+			if differs(mid) {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return hi
+	}
+	return local.Add(48 * time.Hour)
 }
 
 // due returns the fire times from start (a fire time) to now, the n latest of them,
@@ -733,6 +802,12 @@ func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected *
 	times, missed, next := c.due(start, now, max(1, s.CatchUp))
 	if next.IsZero() {
 		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, now)
+	}
+	if len(times) == 0 {
+		// The stored next fire time is not one of the spec's (written by hand in SQL, or
+		// by an earlier pgtask, whose arithmetic erred in some zones) and no
+		// fire time passed since it: nothing is due, the next one is.
+		return nil, r.advance(ctx, tx, s.Name, expected, db.ScheduleAdvanceParams{NextFire: next})
 	}
 	tasks, err := r.pushFire(ctx, tx, s, times)
 	if errors.Is(err, ErrQueueFull) && len(times) > 1 {

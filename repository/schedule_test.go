@@ -562,6 +562,117 @@ func TestScheduleMissedFires(t *testing.T) {
 	})
 }
 
+// TestScheduleStrayNextFire: a next fire time that is not one of the spec's (set by hand
+// in SQL, or computed by an earlier pgtask whose zone arithmetic erred) pushes nothing
+// when it comes and moves on to the spec's next time; it used to panic the firer (an
+// index out of range on an empty list of due times).
+func TestScheduleStrayNextFire(t *testing.T) {
+	s := setupSchedules(t)
+	s.create("stray", appendEach("30 2 * * *"))
+	if _, err := s.pool.Exec(s.ctx, `UPDATE task_schedule SET next_fire = '2026-03-02T02:45:00Z' WHERE name = 'stray'`); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.set(time.Date(2026, 3, 2, 2, 46, 0, 0, time.UTC))
+	if fires := s.fire(); len(fires) != 0 {
+		t.Errorf("fires %+v, want none", fires)
+	}
+	sc, err := s.sched.Schedule(s.ctx, s.pool, "stray")
+	if want := time.Date(2026, 3, 3, 2, 30, 0, 0, time.UTC); err != nil || !sc.NextFire.Equal(want) {
+		t.Errorf("next fire %v (%v), want %v", sc.NextFire, err, want)
+	}
+	s.clock.set(time.Date(2026, 3, 3, 2, 30, 0, 0, time.UTC))
+	s.fire()
+	if got, want := s.identifiers(), []string{"2026-03-03T02:30:00Z"}; !slices.Equal(got, want) {
+		t.Errorf("pushed %v, want %v", got, want)
+	}
+}
+
+// TestNextFiresWallClockRule checks the documented rule in every zone with unusual
+// changes, around each of their changes in two stretches of years (2005–2012 from the
+// zone database's table, 2037–2040 from its rule for the future): a fire time is an
+// instant whose wall-clock time matches the spec, so a time the clocks skip does not
+// fire and one they pass twice fires twice. The reference steps through real time and
+// matches each instant's wall clock; NextFires must give exactly its instants.
+func TestNextFiresWallClockRule(t *testing.T) {
+	specs := []struct {
+		spec  string
+		step  time.Duration
+		match func(l time.Time) bool
+	}{
+		{"30 2 * * *", time.Minute, func(l time.Time) bool { return l.Hour() == 2 && l.Minute() == 30 }},
+		{"45 1 * * *", time.Minute, func(l time.Time) bool { return l.Hour() == 1 && l.Minute() == 45 }},
+		{"0 2 * * *", time.Minute, func(l time.Time) bool { return l.Hour() == 2 && l.Minute() == 0 }},
+		{"@daily", time.Minute, func(l time.Time) bool { return l.Hour() == 0 && l.Minute() == 0 }},
+		{"59 23 * * *", time.Minute, func(l time.Time) bool { return l.Hour() == 23 && l.Minute() == 59 }},
+		{"@hourly", time.Minute, func(l time.Time) bool { return l.Minute() == 0 }},
+		{"*/15 * * * *", time.Minute, func(l time.Time) bool { return l.Minute()%15 == 0 }},
+		{"30 */20 * * * *", 10 * time.Second, func(l time.Time) bool { return l.Second() == 30 && l.Minute()%20 == 0 }},
+		{"0 1 * * sun", time.Minute, func(l time.Time) bool { return l.Weekday() == time.Sunday && l.Hour() == 1 && l.Minute() == 0 }},
+	}
+	zones := []string{
+		"Europe/Paris", "America/New_York", // whole hours
+		"Australia/Lord_Howe",                 // half an hour
+		"Pacific/Chatham", "America/St_Johns", // odd offsets; St_Johns changed at 00:01
+		"America/Havana", "America/Santiago", "America/Sao_Paulo", "Asia/Tehran", // at midnight
+		"Antarctica/Troll", // two hours
+		"Pacific/Apia",     // skipped a whole day (2011-12-30)
+	}
+	for _, tz := range zones {
+		loc, err := time.LoadLocation(tz)
+		if err != nil {
+			t.Fatalf("%s: %v (the zone database is needed: Go's embedded one or the system's)", tz, err)
+		}
+		var changes []time.Time
+		for _, years := range [][2]int{{2005, 2012}, {2037, 2040}} {
+			at := time.Date(years[0], 1, 1, 0, 0, 0, 0, time.UTC)
+			stop := time.Date(years[1]+1, 1, 1, 0, 0, 0, 0, time.UTC)
+			for {
+				_, end := at.In(loc).ZoneBounds()
+				if !end.IsZero() && !end.After(at) {
+					at = at.Add(24 * time.Hour) // Go's end a day early at a leap year's end
+					continue
+				}
+				if end.IsZero() || !end.Before(stop) {
+					break
+				}
+				changes = append(changes, end)
+				at = end
+			}
+		}
+		// the ends of leap years, where Go's time.Time.ZoneBounds errs
+		changes = append(changes, time.Date(2040, 12, 31, 12, 0, 0, 0, loc), time.Date(2044, 12, 31, 12, 0, 0, 0, loc))
+		if len(changes) < 2 {
+			t.Fatalf("%s: %d changes found", tz, len(changes))
+		}
+		for _, change := range changes {
+			from, to := change.Add(-30*time.Hour), change.Add(30*time.Hour)
+			for _, sp := range specs {
+				var want []string
+				for x := from.Truncate(sp.step).Add(sp.step); !x.After(to); x = x.Add(sp.step) {
+					if sp.match(x.In(loc)) {
+						want = append(want, x.In(loc).Format(time.RFC3339))
+					}
+				}
+				got := []string{}
+				times, err := repository.NextFires(sp.spec, tz, from, len(want)+1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, x := range times {
+					if !x.After(to) {
+						got = append(got, x.In(loc).Format(time.RFC3339))
+					}
+				}
+				if !slices.Equal(got, want) && len(want) > 0 {
+					t.Errorf("%s %q around %v: fires %v, want %v", tz, sp.spec, change.In(loc), got, want)
+				} else if len(want) == 0 && len(got) != 0 {
+					t.Errorf("%s %q around %v: fires %v, want none", tz, sp.spec, change.In(loc), got)
+				}
+			}
+		}
+	}
+}
+
 // TestScheduleCronTimes steps a clock minute by minute (second by second where seconds
 // matter) over days with daylight-saving changes and checks every fire time.
 func TestScheduleCronTimes(t *testing.T) {
@@ -610,6 +721,27 @@ func TestScheduleCronTimes(t *testing.T) {
 			name: "HourlyAcrossFallBack", spec: "@hourly", zone: "America/New_York",
 			from: utc("2026-11-01T03:59:00Z"), to: utc("2026-11-01T08:00:00Z"), step: time.Minute,
 			want: []string{"2026-11-01T04:00:00Z", "2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z", "2026-11-01T08:00:00Z"},
+		},
+		{
+			// Australia/Lord_Howe springs forward by half an hour on 2026-10-04 at 02:00
+			// (+1030 to +1100): 01:45 exists every day, and fires every day at 01:45.
+			name: "HalfHourSpringForward", spec: "45 1 * * *", zone: "Australia/Lord_Howe",
+			from: utc("2026-10-03T12:00:00Z"), to: utc("2026-10-05T16:00:00Z"), step: time.Minute,
+			want: []string{"2026-10-03T15:15:00Z", "2026-10-04T14:45:00Z", "2026-10-05T14:45:00Z"},
+		},
+		{
+			// It falls back by half an hour on 2026-04-05 at 02:00 (+1100 to +1030):
+			// 01:45 happens twice, 02:00 once, after the change.
+			name: "HalfHourFallBack", spec: "0,45 1,2 * * *", zone: "Australia/Lord_Howe",
+			from: utc("2026-04-04T14:00:00Z"), to: utc("2026-04-04T16:00:00Z"), step: time.Minute,
+			want: []string{"2026-04-04T14:45:00Z", "2026-04-04T15:15:00Z", "2026-04-04T15:30:00Z"},
+		},
+		{
+			// America/St_Johns changed its clocks at 00:01 until 2011 (2008-03-09,
+			// -0330 to -0230): midnight exists on both days and fires on both.
+			name: "ChangeAtMidnight", spec: "@daily", zone: "America/St_Johns",
+			from: utc("2008-03-08T12:00:00Z"), to: utc("2008-03-10T12:00:00Z"), step: time.Minute,
+			want: []string{"2008-03-09T03:30:00Z", "2008-03-10T02:30:00Z"},
 		},
 		{
 			name: "DailyInAZone", spec: "@daily", zone: "Asia/Tokyo",
