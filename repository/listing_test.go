@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -368,4 +370,171 @@ func TestFloor(t *testing.T) {
 	if _, err := f.repo.Page(f.ctx, f.pool, f.topic, repository.TaskFilter{Floor: -1}, 0, 10, repository.Forward); !errors.Is(err, repository.ErrInvalid) {
 		t.Fatalf("a negative floor: %v, want ErrInvalid", err)
 	}
+}
+
+// TestPageAmongManyOthers: a page of a topic with few tasks, in a table it shares with a
+// topic of many, reads a bounded number of the table's primary-key entries (it walked
+// every one of the other topic's newer tasks, at each refresh of a dashboard's topic
+// page), and every way of paging still gives every task once, in order: tasks in the
+// window walked, beyond it and found through the topic's indexes (every state), and a
+// topic with many tasks beyond the window (walked on).
+func TestPageAmongManyOthers(t *testing.T) {
+	f := setup(t)
+	for _, topic := range []string{"big", "small21", "elsewhere"} {
+		f.createTopic(topic)
+	}
+	table := func(topic string) string {
+		var name string
+		if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = $1`, topic).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	if table("big") != table("small21") || table("big") == table("elsewhere") {
+		t.Fatalf("tables: big %s, small21 %s, elsewhere %s; the test wants the first two shared, the third apart",
+			table("big"), table("small21"), table("elsewhere"))
+	}
+	insert := func(topic string, n int) {
+		t.Helper()
+		// every state, with the columns each has (an owner when ACTIVE, a completion when finished)
+		_, err := f.pool.Exec(f.ctx, `
+			INSERT INTO task (topic, identifier, state, owner, completed)
+			SELECT $1, 'x' || g, s, CASE WHEN s = 0 THEN 'gone' END, CASE WHEN s >= 3 THEN now() END
+			FROM generate_series(1, $2) g, LATERAL (SELECT (g % 9)::smallint AS s) x`, topic, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert("small21", 30)
+	insert("big", 25_000)
+	insert("elsewhere", 10_500)
+	insert("small21", 5)
+	insert("big", 100_000)
+	if _, err := f.pool.Exec(f.ctx, `ANALYZE task`); err != nil {
+		t.Fatal(err)
+	}
+	sequencesOf := func(topic string) []int64 {
+		t.Helper()
+		rows, err := f.pool.Query(f.ctx, `SELECT sequence FROM task WHERE topic = $1 ORDER BY sequence`, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seqs
+	}
+	small, big := sequencesOf("small21"), sequencesOf("big")
+
+	t.Run("EveryTaskOnceInOrder", func(t *testing.T) {
+		for _, size := range []int{1, 7, 100} {
+			for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
+				var got, gotExcerpts []int64
+				cursor, excerptCursor := repository.MinSequence, repository.MinSequence
+				if direction == repository.Backward {
+					cursor, excerptCursor = repository.MaxSequence, repository.MaxSequence
+				}
+				for range len(small) + 2 {
+					page, err := f.repo.Page(f.ctx, f.pool, "small21", repository.TaskFilter{}, cursor, size, direction)
+					if err != nil {
+						t.Fatal(err)
+					}
+					excerpts, err := f.repo.Excerpts(f.ctx, f.pool, "small21", repository.TaskFilter{}, excerptCursor, size, direction)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, task := range page {
+						got = append(got, task.Sequence)
+					}
+					gotExcerpts = append(gotExcerpts, excerptSequences(excerpts)...)
+					if len(page) < size {
+						break
+					}
+					cursor, excerptCursor = page[len(page)-1].Sequence, excerpts[len(excerpts)-1].Sequence
+				}
+				want := slices.Clone(small)
+				if direction == repository.Backward {
+					slices.Reverse(want)
+				}
+				if !slices.Equal(got, want) || !slices.Equal(gotExcerpts, want) {
+					t.Errorf("size %d, direction %v: pages give %v and excerpts %v, want %v", size, direction, got, gotExcerpts, want)
+				}
+			}
+		}
+	})
+
+	t.Run("ManyBeyondTheWindow", func(t *testing.T) {
+		// Backward from the end of elsewhere's block: 10 500 sequences without a task of
+		// big, then its 25 000 older ones, too many to sort: the page walks on to them.
+		cursor := small[30] // the first of small21's second block
+		page, err := f.repo.Excerpts(f.ctx, f.pool, "big", repository.TaskFilter{}, cursor, 7, repository.Backward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(big[25_000-7 : 25_000])
+		slices.Reverse(want)
+		if got := excerptSequences(page); !slices.Equal(got, want) {
+			t.Errorf("backward page %v, want %v", got, want)
+		}
+		// Forward from the end of big's first block: elsewhere's block, then 100 000 of
+		// big's (walked on too).
+		forward, err := f.repo.Page(f.ctx, f.pool, "big", repository.TaskFilter{}, big[25_000-1], 7, repository.Forward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, task := range forward {
+			got = append(got, task.Sequence)
+		}
+		if want := big[25_000 : 25_000+7]; !slices.Equal(got, want) {
+			t.Errorf("forward page %v, want %v", got, want)
+		}
+	})
+
+	t.Run("ReadsFewOfTheOthers", func(t *testing.T) {
+		// The newest page of small21 (51, more than it has): it read big's 100 000 newer
+		// tasks of the shared table (a scan of the table, or of its primary key); now the
+		// window's 10 000 entries at most and each of small21's 35 tasks. Counted by this
+		// transaction's own statistics (the table's and its indexes' blocks).
+		conn, err := f.pool.Acquire(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		// the connection's counts not yet sent count as the transaction's: send them
+		if _, err := conn.Exec(f.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		read := func() int64 {
+			t.Helper()
+			var n int64
+			err := tx.QueryRow(f.ctx, `
+				SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint FROM pg_class c
+				WHERE c.oid = $1::regclass OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass)`,
+				table("small21")).Scan(&n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := read()
+		page, err := f.repo.Excerpts(f.ctx, tx, "small21", repository.TaskFilter{}, repository.MaxSequence, 51, repository.Backward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) != len(small) {
+			t.Fatalf("%d tasks, want %d", len(page), len(small))
+		}
+		blocks := read() - before
+		if blocks > 400 {
+			t.Errorf("the page read %d blocks of the shared table and its indexes, want at most 400", blocks)
+		}
+		t.Logf("the page read %d blocks of the shared table and its indexes", blocks)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,16 +29,124 @@ func (r *Repository) Page(ctx context.Context, h Handle, topic string, filter Ta
 	if err != nil || size == 0 {
 		return nil, err
 	}
-	var rows []db.Task
-	if direction == Forward {
-		rows, err = r.q.TaskPageForward(ctx, h, db.TaskPageForwardParams(p))
-	} else {
-		rows, err = r.q.TaskPageBackward(ctx, h, db.TaskPageBackwardParams(p))
-	}
+	rows, err := readPage(ctx, r, h, p, filter, direction, pageReader[db.Task]{
+		walk: func(p db.TaskPageForwardParams) ([]db.Task, error) {
+			if direction == Forward {
+				return r.q.TaskPageForward(ctx, h, p)
+			}
+			return r.q.TaskPageBackward(ctx, h, db.TaskPageBackwardParams(p))
+		},
+		at: func(sequences []int64) ([]db.Task, error) {
+			return r.q.TaskPageAt(ctx, h, db.TaskPageAtParams{Topic: topic, Sequences: sequences})
+		},
+	})
 	if err := r.pageError(ctx, h, topic, len(rows), err); err != nil {
 		return nil, err
 	}
 	return tasksFrom(rows), nil
+}
+
+// Bounds of a page's walk through the topic's table (readPage).
+const (
+	// pageWindow is how many sequences a page walks before it asks whether the topic
+	// has few tasks beyond them: at most that many entries of the table's primary key.
+	pageWindow = 10_000
+	// pageFew is how many tasks beyond the window a topic may have for a page to read
+	// them all through the indexes keyed by the topic and sort them, rather than walk
+	// on (about 20 ms at the most, against a walk through every other topic's tasks).
+	pageFew = 20_000
+)
+
+// pageReader reads a page's rows: walk, the walk through the primary key that the
+// arguments bound (the page queries), and at, the rows of some sequences.
+type pageReader[T any] struct {
+	walk func(db.TaskPageForwardParams) ([]T, error)
+	at   func(sequences []int64) ([]T, error)
+}
+
+// readPage reads a page in direction order. A page without a filter walks the
+// topic's sequences from the cursor through its table's primary key, which also holds
+// the tasks of every other topic of a shared table: a topic with a few tasks among
+// millions of others' would read them all, at each refresh of its page. So the walk
+// stops after pageWindow sequences; when they hold fewer tasks than the page wants,
+// the topic's tasks beyond them are read through the indexes keyed by the topic, in
+// no order, if there are at most pageFew of them, and the nearest taken; a topic with
+// more walks on, its tasks common enough for the walk to find the page soon — unless
+// they all lie beyond millions of others' (a large topic idle since): that walk is
+// the cost left. Filtered pages walk as before (see Excerpts).
+func readPage[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPageForwardParams, filter TaskFilter, direction Direction, rd pageReader[T]) ([]T, error) {
+	p.Ceiling = MaxSequence
+	if filter != (TaskFilter{}) {
+		return rd.walk(p)
+	}
+	// The window starts at the cursor, or below the highest sequence taken when the
+	// cursor is MaxSequence (a task pushed since is above the window and still read: the
+	// cursor stays). Forward from MinSequence has no such start to go by (the lowest
+	// sequence is in every table): it asks at once whether the topic has few tasks.
+	from := p.Cursor
+	if direction == Backward && from == MaxSequence {
+		last, err := r.q.TaskLastSequence(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		from = last + 1
+	}
+	window := p
+	var beyond db.TaskTopicSequencesParams // the sequences beyond the window
+	var rows []T
+	switch {
+	case direction == Forward && from == MinSequence:
+		beyond = db.TaskTopicSequencesParams{After: MinSequence, Before: MaxSequence}
+	case direction == Forward:
+		if from >= MaxSequence-pageWindow-1 {
+			return rd.walk(p)
+		}
+		window.Ceiling = from + pageWindow + 1
+		beyond = db.TaskTopicSequencesParams{After: window.Ceiling - 1, Before: MaxSequence}
+	default:
+		if from <= pageWindow+1 {
+			return rd.walk(p)
+		}
+		window.Floor = from - pageWindow - 1
+		beyond = db.TaskTopicSequencesParams{After: -1, Before: window.Floor + 1}
+	}
+	if window != p {
+		var err error
+		if rows, err = rd.walk(window); err != nil || len(rows) == int(p.Size) {
+			return rows, err
+		}
+	}
+	beyond.Topic, beyond.Size = p.Topic, pageFew+1
+	sequences, err := r.q.TaskTopicSequences(ctx, h, beyond)
+	if err != nil {
+		return nil, err
+	}
+	if len(sequences) > pageFew { // many: walk on
+		rest := p
+		rest.Size -= int32(len(rows))
+		if direction == Forward {
+			rest.Cursor = beyond.After
+		} else {
+			rest.Cursor = beyond.Before
+		}
+		more, err := rd.walk(rest)
+		return append(rows, more...), err
+	}
+	if len(sequences) == 0 {
+		return rows, nil
+	}
+	slices.Sort(sequences)
+	want := min(len(sequences), int(p.Size)-len(rows))
+	if direction == Forward {
+		sequences = sequences[:want]
+	} else {
+		sequences = sequences[len(sequences)-want:]
+	}
+	more, err := rd.at(sequences)
+	if direction == Backward {
+		slices.Reverse(more)
+	}
+	return append(rows, more...), err
 }
 
 // Limits of the texts of an Excerpt.
@@ -74,7 +183,10 @@ func (e Excerpt) OutputCut() bool { return int64(len(e.Output)) < e.OutputBytes 
 // A filter that matches few of many tasks is read through the index that fits it, in
 // either direction (indexPath): the cost follows the tasks that match, not the topic's
 // others. Any other filter, or one with a Floor (which bounds the walk), walks the
-// topic's sequences from the cursor, cheap while the tasks it keeps are common.
+// topic's sequences from the cursor, cheap while the tasks it keeps are common. A page
+// without a filter walks a window of sequences, and reads a topic with few tasks
+// beyond it through the topic's indexes (readPage): its cost does not grow with the
+// other topics of its table.
 func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filter TaskFilter, cursor int64, size int, direction Direction) ([]Excerpt, error) {
 	p, err := pageParams(topic, filter, cursor, size, direction)
 	if err != nil || size == 0 {
@@ -83,23 +195,33 @@ func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filte
 	if path := indexPath(filter); path != 0 && filter.Floor == 0 {
 		return r.excerptsIndexed(ctx, h, p, path, direction)
 	}
-	var rows []db.TaskExcerptForwardRow
-	if direction == Forward {
-		rows, err = r.q.TaskExcerptForward(ctx, h, db.TaskExcerptForwardParams{
-			Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, Floor: p.Floor, State: p.State,
-			Identifier: p.Identifier, Reference: p.Reference, Size: p.Size,
-		})
-	} else {
-		var back []db.TaskExcerptBackwardRow
-		back, err = r.q.TaskExcerptBackward(ctx, h, db.TaskExcerptBackwardParams{
-			Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, Floor: p.Floor, State: p.State,
-			Identifier: p.Identifier, Reference: p.Reference, Size: p.Size,
-		})
-		rows = make([]db.TaskExcerptForwardRow, len(back))
-		for i, b := range back {
-			rows[i] = db.TaskExcerptForwardRow(b)
-		}
-	}
+	rows, err := readPage(ctx, r, h, p, filter, direction, pageReader[db.TaskExcerptForwardRow]{
+		walk: func(p db.TaskPageForwardParams) ([]db.TaskExcerptForwardRow, error) {
+			if direction == Forward {
+				return r.q.TaskExcerptForward(ctx, h, db.TaskExcerptForwardParams{
+					Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, Floor: p.Floor, Ceiling: p.Ceiling,
+					State: p.State, Identifier: p.Identifier, Reference: p.Reference, Size: p.Size,
+				})
+			}
+			back, err := r.q.TaskExcerptBackward(ctx, h, db.TaskExcerptBackwardParams{
+				Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, Floor: p.Floor, Ceiling: p.Ceiling,
+				State: p.State, Identifier: p.Identifier, Reference: p.Reference, Size: p.Size,
+			})
+			rows := make([]db.TaskExcerptForwardRow, len(back))
+			for i, b := range back {
+				rows[i] = db.TaskExcerptForwardRow(b)
+			}
+			return rows, err
+		},
+		at: func(sequences []int64) ([]db.TaskExcerptForwardRow, error) {
+			got, err := r.q.TaskExcerptAt(ctx, h, db.TaskExcerptAtParams{Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Sequences: sequences})
+			rows := make([]db.TaskExcerptForwardRow, len(got))
+			for i, g := range got {
+				rows[i] = db.TaskExcerptForwardRow(g)
+			}
+			return rows, err
+		},
+	})
 	if err := r.pageError(ctx, h, topic, len(rows), err); err != nil {
 		return nil, err
 	}
