@@ -297,3 +297,63 @@ func BenchmarkPollLimited(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPageAmongManyOthers times a page of 51 excerpts of a topic of 60 finished
+// tasks (small21) whose shared table also holds BENCH_LISTING_OTHERS (default 1 000 000)
+// newer tasks of another topic (big), and pages of big itself: newest first (the
+// dashboard's topic page) and oldest first (the CLI's and the REST API's default).
+func BenchmarkPageAmongManyOthers(b *testing.B) {
+	others := 1_000_000
+	if v := os.Getenv("BENCH_LISTING_OTHERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("BENCH_LISTING_OTHERS=%q: want a positive number", v)
+		}
+		others = n
+	}
+	f := benchSetup(b)
+	for _, topic := range []string{"big", "small21"} {
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, topic); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var same bool
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(DISTINCT partition) = 1 FROM task_topic WHERE topic IN ('big', 'small21')`).Scan(&same); err != nil || !same {
+		b.Fatalf("big and small21 do not share a table (%v)", err)
+	}
+	for _, fill := range []struct {
+		topic string
+		n     int
+	}{{"small21", 60}, {"big", others}} { // small21's first: older
+		if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, completed)
+			SELECT $1, 'x' || g, 6, now() FROM generate_series(1, $2) g`, fill.topic, fill.n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := f.pool.Exec(f.ctx, `VACUUM ANALYZE task`); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		topic     string
+		direction repository.Direction
+	}{
+		{"small/newest", "small21", repository.Backward},
+		{"small/oldest", "small21", repository.Forward},
+		{"big/newest", "big", repository.Backward},
+		{"big/oldest", "big", repository.Forward},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cursor := repository.MinSequence
+			if c.direction == repository.Backward {
+				cursor = repository.MaxSequence
+			}
+			for b.Loop() {
+				page, err := f.repo.Excerpts(f.ctx, f.pool, c.topic, repository.TaskFilter{}, cursor, 51, c.direction)
+				if err != nil || len(page) == 0 {
+					b.Fatalf("%d tasks, %v", len(page), err)
+				}
+			}
+		})
+	}
+}
