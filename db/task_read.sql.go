@@ -1283,42 +1283,34 @@ const taskTopicSequences = `-- name: TaskTopicSequences :many
 SELECT s.sequence FROM (
     SELECT r.sequence FROM task r
     WHERE r.state = 1 AND hashtext(r.topic) = hashtext($2) AND r.topic = $2
-      AND r.sequence + 0 > $3::bigint AND r.sequence + 0 < $4::bigint
     UNION ALL
     SELECT o.sequence FROM task o
     WHERE o.state IN (0, 2) AND hashtext(o.topic) = hashtext($2) AND o.topic = $2
-      AND o.sequence + 0 > $3::bigint AND o.sequence + 0 < $4::bigint
     UNION ALL
     SELECT f.sequence FROM task f
     WHERE f.state >= 3 AND hashtext(f.topic) = hashtext($2) AND f.topic = $2
-      AND f.sequence + 0 > $3::bigint AND f.sequence + 0 < $4::bigint
     LIMIT $1
 ) s
 `
 
 type TaskTopicSequencesParams struct {
-	Size   int32
-	Topic  string
-	After  int64
-	Before int64
+	Size  int32
+	Topic string
 }
 
-// The sequences of the topic's tasks after @after and before @before (both exclusive),
-// in no order, at most @size: read through the indexes keyed by the topic's hash that
-// hold every task between them, each once (READY in task_ready, ACTIVE and EXPIRED in
-// task_open, FAILED to REDUNDANT in task_retention), so the cost follows the topic's
-// tasks, never its table's others. A page of a topic with few tasks among many of other
-// topics sorts these instead of walking the table's primary key (Repository.Excerpts).
-// The bounds are on sequence + 0, which no index holds: a plan generic of the topic
-// (a prepared statement's after five calls) otherwise ANDed the hash's index with a
-// range of the primary key, the walk through every other topic's tasks this avoids.
+// The sequences of at most @size of the topic's tasks, in no order: read through the
+// indexes keyed by the topic's hash that hold every task between them, each once (READY
+// in task_ready, ACTIVE and EXPIRED in task_open, FAILED to REDUNDANT in
+// task_retention), so that the cost follows the topic's tasks, never its table's
+// others, and stops at @size whatever the topic's size. Fewer than @size are all the
+// topic's tasks: a page of a topic with few tasks among many of other topics sorts
+// them instead of walking the table's primary key (Repository.Excerpts). No bound on
+// the sequence: none of these indexes is ordered by it, so a bound would be a filter
+// read on every entry of the topic (a large topic's last page read them all), and a
+// generic plan ANDed it with a range of the primary key, the walk through every
+// other topic's tasks this avoids.
 func (q *Queries) TaskTopicSequences(ctx context.Context, db DBTX, arg TaskTopicSequencesParams) ([]int64, error) {
-	rows, err := db.Query(ctx, taskTopicSequences,
-		arg.Size,
-		arg.Topic,
-		arg.After,
-		arg.Before,
-	)
+	rows, err := db.Query(ctx, taskTopicSequences, arg.Size, arg.Topic)
 	if err != nil {
 		return nil, err
 	}

@@ -6,3 +6,10 @@ func SetPurgeBatch(t interface{ Cleanup(func()) }, n int64) {
 	purgeBatch = n
 	t.Cleanup(func() { purgeBatch = old })
 }
+
+// SetPageStep calls step with the topic and the name of each statement a page reads
+// after its first (readPage), until the test ends.
+func SetPageStep(t interface{ Cleanup(func()) }, step func(topic, statement string)) {
+	pageStep.Store(&step)
+	t.Cleanup(func() { pageStep.Store(nil) })
+}

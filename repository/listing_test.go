@@ -536,5 +536,160 @@ func TestPageAmongManyOthers(t *testing.T) {
 			t.Errorf("the page read %d blocks of the shared table and its indexes, want at most 400", blocks)
 		}
 		t.Logf("the page read %d blocks of the shared table and its indexes", blocks)
+
+		// big's last page forward, from its fourth task from the end: the window reaches
+		// past the highest sequence taken, so nothing beyond it is asked for. Asking
+		// read every one of big's 125 000 tasks (about 5 000 blocks): none of the
+		// topic's indexes is ordered by sequence.
+		before = read()
+		last, err := f.repo.Excerpts(f.ctx, tx, "big", repository.TaskFilter{}, big[len(big)-4], 7, repository.Forward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := excerptSequences(last), big[len(big)-3:]; !slices.Equal(got, want) {
+			t.Fatalf("big's last page %v, want %v", got, want)
+		}
+		if blocks := read() - before; blocks > 400 {
+			t.Errorf("big's last page read %d blocks of its table and indexes, want at most 400", blocks)
+		}
+	})
+}
+
+// TestPageOneSnapshot: the statements of a page without a filter read one snapshot, so
+// that what other transactions commit between them neither shortens the page nor
+// makes the next one pass over a task. Each step below ran on a snapshot of its own.
+func TestPageOneSnapshot(t *testing.T) {
+	f := setup(t)
+	// small21 and big share a table (TestPageAmongManyOthers); big's 10 500 tasks
+	// push small21's older ones out of its newest page's window.
+	f.createTopic("small21")
+	f.createTopic("big")
+	push := func(h repository.Handle, topic string, identifiers ...string) []int64 {
+		t.Helper()
+		var creations []repository.Creation
+		for _, id := range identifiers {
+			creations = append(creations, repository.Creation{Identifier: id})
+		}
+		tasks, err := f.repo.Push(f.ctx, h, topic, repository.Append, creations...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []int64
+		for _, task := range tasks {
+			seqs = append(seqs, task.Sequence)
+		}
+		return seqs
+	}
+	filler := func(n int) {
+		t.Helper()
+		if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier) SELECT 'big', 'b' || g FROM generate_series(1, $1) g`, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := push(f.pool, "small21", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8")
+	filler(10_500)
+	seqs := func(tasks []repository.Task) []int64 {
+		var out []int64
+		for _, task := range tasks {
+			out = append(out, task.Sequence)
+		}
+		return out
+	}
+	// one step at a time: the tests below share the hook
+	var stepAt string
+	var stepDo func()
+	repository.SetPageStep(t, func(topic, statement string) {
+		if topic == "small21" && statement == stepAt && stepDo != nil {
+			do := stepDo
+			stepDo = nil
+			do()
+		}
+	})
+
+	t.Run("DeletedBetweenStatements", func(t *testing.T) {
+		// The newest page of 5 reads small21's sequences, then its 5 newest tasks by
+		// sequence; one of them is deleted in between. The page still holds 5 (the
+		// snapshot's), where it held 4, and a page shorter than asked says "no more".
+		for _, excerpts := range []bool{false, true} {
+			victim := small[len(small)-2]
+			stepAt, stepDo = "TaskPageAt", func() {
+				if _, err := f.pool.Exec(f.ctx, `DELETE FROM task WHERE topic = 'small21' AND sequence = $1`, victim); err != nil {
+					t.Error(err)
+				}
+			}
+			var got []int64
+			if excerpts {
+				page, err := f.repo.Excerpts(f.ctx, f.pool, "small21", repository.TaskFilter{}, repository.MaxSequence, 5, repository.Backward)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = excerptSequences(page)
+			} else {
+				page, err := f.repo.Page(f.ctx, f.pool, "small21", repository.TaskFilter{}, repository.MaxSequence, 5, repository.Backward)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = seqs(page)
+			}
+			if stepDo != nil {
+				t.Fatal("the page did not read by sequence: the test no longer tests the snapshot")
+			}
+			want := slices.Clone(small[len(small)-5:])
+			slices.Reverse(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("excerpts %v: newest page %v, want %v (the deleted %d included)", excerpts, got, want, victim)
+			}
+			small = slices.DeleteFunc(small, func(s int64) bool { return s == victim })
+		}
+	})
+
+	t.Run("CommittedBetweenStatements", func(t *testing.T) {
+		// Two pushes wait uncommitted: a inside the window of a forward page from just
+		// below it, b beyond it. Both commit, a first, while the page runs,
+		// between its window and its read beyond. The page and the next ones must give a
+		// before b or neither: a page that took b but not a moved its cursor past a.
+		txA, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer txA.Rollback(f.ctx)
+		a := push(txA, "small21", "a")[0]
+		filler(10_010)
+		txB, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer txB.Rollback(f.ctx)
+		b := push(txB, "small21", "b")[0]
+		stepAt, stepDo = "TaskLastSequence", func() {
+			for _, tx := range []pgx.Tx{txA, txB} {
+				if err := tx.Commit(f.ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		// The first page, from just below a, runs the steps; the next ones read anew.
+		var got []int64
+		cursor := a - 1
+		for i := range 5 {
+			page, err := f.repo.Page(f.ctx, f.pool, "small21", repository.TaskFilter{}, cursor, 1, repository.Forward)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				if i == 0 {
+					continue // nothing was committed in its snapshot
+				}
+				break
+			}
+			got = append(got, page[0].Sequence)
+			cursor = page[0].Sequence
+		}
+		if stepDo != nil {
+			t.Fatal("the page did not look beyond its window: the test no longer tests the snapshot")
+		}
+		if want := []int64{a, b}; !slices.Equal(got, want) {
+			t.Errorf("forward pages of 1 from %d gave %v, want %v", a-1, got, want)
+		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,13 +31,13 @@ func (r *Repository) Page(ctx context.Context, h Handle, topic string, filter Ta
 		return nil, err
 	}
 	rows, err := readPage(ctx, r, h, p, filter, direction, pageReader[db.Task]{
-		walk: func(p db.TaskPageForwardParams) ([]db.Task, error) {
+		walk: func(h Handle, p db.TaskPageForwardParams) ([]db.Task, error) {
 			if direction == Forward {
 				return r.q.TaskPageForward(ctx, h, p)
 			}
 			return r.q.TaskPageBackward(ctx, h, db.TaskPageBackwardParams(p))
 		},
-		at: func(sequences []int64) ([]db.Task, error) {
+		at: func(h Handle, sequences []int64) ([]db.Task, error) {
 			return r.q.TaskPageAt(ctx, h, db.TaskPageAtParams{Topic: topic, Sequences: sequences})
 		},
 	})
@@ -51,9 +52,9 @@ const (
 	// pageWindow is how many sequences a page walks before it asks whether the topic
 	// has few tasks beyond them: at most that many entries of the table's primary key.
 	pageWindow = 10_000
-	// pageFew is how many tasks beyond the window a topic may have for a page to read
-	// them all through the indexes keyed by the topic and sort them, rather than walk
-	// on (about 20 ms at the most, against a walk through every other topic's tasks).
+	// pageFew is how many tasks a topic may have for a page to read them all through
+	// the indexes keyed by the topic and sort them, rather than walk on: the most that
+	// asking reads, about 20 ms, against a walk through every other topic's tasks.
 	pageFew = 20_000
 	// pageFewFromStart is pageFew for a page from MinSequence forward, which has no
 	// window to try first: a large topic's oldest page pays that read before it walks
@@ -61,29 +62,58 @@ const (
 	pageFewFromStart = 2_000
 )
 
-// pageReader reads a page's rows: walk, the walk through the primary key that the
-// arguments bound (the page queries), and at, the rows of some sequences.
+// pageReader reads a page's rows on a handle: walk, the walk through the primary key
+// that the arguments bound (the page queries), and at, the rows of some sequences.
 type pageReader[T any] struct {
-	walk func(db.TaskPageForwardParams) ([]T, error)
-	at   func(sequences []int64) ([]T, error)
+	walk func(Handle, db.TaskPageForwardParams) ([]T, error)
+	at   func(Handle, []int64) ([]T, error)
 }
+
+// pageStep, when set (tests), is called with the topic and the name of each statement
+// readPage is about to run after its first, so that a test can change the tasks
+// between two of them.
+var pageStep atomic.Pointer[func(topic, statement string)]
 
 // readPage reads a page in direction order. A page without a filter walks the
 // topic's sequences from the cursor through its table's primary key, which also holds
 // the tasks of every other topic of a shared table: a topic with a few tasks among
 // millions of others' would read them all, at each refresh of its page. So the walk
-// stops after pageWindow sequences; when they hold fewer tasks than the page wants,
-// the topic's tasks beyond them are read through the indexes keyed by the topic, in
-// no order, if there are at most pageFew of them, and the nearest taken; a topic with
-// more walks on, its tasks common enough for the walk to find the page soon — unless
-// they all lie beyond millions of others' (a large topic idle since): that walk is
-// the cost left, and so is the oldest page of a topic of more than pageFewFromStart
-// tasks that millions of others' precede. Filtered pages walk as before (see
-// Excerpts).
+// stops after pageWindow sequences (a forward one at the highest sequence taken, when
+// that comes first); when they hold fewer tasks than the page wants, it asks for the
+// sequences of the topic's tasks through the indexes keyed by the topic, at most
+// pageFew+1 of them: a topic with no more has given them all, and the nearest beyond
+// the window are read by sequence; a topic with more walks on, its tasks common enough
+// for the walk to find the page soon — unless they all lie beyond millions of others'
+// (a large topic idle since): that walk is the cost left, and so is the oldest page of
+// a topic of more than pageFewFromStart tasks that millions of others' precede.
+// Filtered pages walk as before (see Excerpts).
+//
+// Its statements read one snapshot: a transaction of their own, REPEATABLE READ and
+// READ ONLY, when h is not in one (inSnapshot); otherwise the caller's transaction's,
+// which under READ COMMITTED takes one a statement, so that a task deleted between two
+// of them can shorten the page, and one committed between them can be passed over.
 func readPage[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPageForwardParams, filter TaskFilter, direction Direction, rd pageReader[T]) ([]T, error) {
 	p.Ceiling = MaxSequence
-	if filter != (TaskFilter{}) {
-		return rd.walk(p)
+	if filter != (TaskFilter{}) ||
+		direction == Forward && p.Cursor >= MaxSequence-pageWindow-1 ||
+		direction == Backward && p.Cursor <= pageWindow+1 {
+		return rd.walk(h, p)
+	}
+	var rows []T
+	err := inSnapshot(ctx, h, func(h Handle) error {
+		var err error
+		rows, err = readWindowed(ctx, r, h, p, direction, rd)
+		return err
+	})
+	return rows, err
+}
+
+// readWindowed is readPage's walk of a window and what follows, on one snapshot.
+func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPageForwardParams, direction Direction, rd pageReader[T]) ([]T, error) {
+	step := func(statement string) {
+		if f := pageStep.Load(); f != nil {
+			(*f)(p.Topic, statement)
+		}
 	}
 	// The window starts at the cursor, or below the highest sequence taken when the
 	// cursor is MaxSequence (a task pushed since is above the window and still read: the
@@ -95,50 +125,62 @@ func readPage[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPage
 		if err != nil {
 			return nil, err
 		}
-		from = last + 1
+		if from = last + 1; from <= pageWindow+1 {
+			step("TaskPageBackward")
+			return rd.walk(h, p)
+		}
 	}
 	window := p
-	var beyond db.TaskTopicSequencesParams // the sequences beyond the window
-	var rows []T
+	lo, hi := MinSequence, MaxSequence // the sequences beyond the window, both exclusive
 	few := pageFew
 	switch {
 	case direction == Forward && from == MinSequence:
-		beyond = db.TaskTopicSequencesParams{After: MinSequence, Before: MaxSequence}
 		few = pageFewFromStart
 	case direction == Forward:
-		if from >= MaxSequence-pageWindow-1 {
-			return rd.walk(p)
-		}
 		window.Ceiling = from + pageWindow + 1
-		beyond = db.TaskTopicSequencesParams{After: window.Ceiling - 1, Before: MaxSequence}
+		lo = window.Ceiling - 1
 	default:
-		if from <= pageWindow+1 {
-			return rd.walk(p)
-		}
 		window.Floor = from - pageWindow - 1
-		beyond = db.TaskTopicSequencesParams{After: -1, Before: window.Floor + 1}
+		lo, hi = -1, window.Floor+1
 	}
+	var rows []T
 	if window != p {
 		var err error
-		if rows, err = rd.walk(window); err != nil || len(rows) == int(p.Size) {
+		if rows, err = rd.walk(h, window); err != nil || len(rows) == int(p.Size) {
 			return rows, err
 		}
+		if direction == Forward {
+			// Nothing beyond the highest sequence taken: every task of this snapshot has
+			// its sequence (taken before its push committed).
+			step("TaskLastSequence")
+			last, err := r.q.TaskLastSequence(ctx, h)
+			if err != nil || window.Ceiling > last {
+				return rows, err
+			}
+		}
 	}
-	beyond.Topic, beyond.Size = p.Topic, int32(few+1)
-	sequences, err := r.q.TaskTopicSequences(ctx, h, beyond)
+	step("TaskTopicSequences")
+	all, err := r.q.TaskTopicSequences(ctx, h, db.TaskTopicSequencesParams{Topic: p.Topic, Size: int32(few + 1)})
 	if err != nil {
 		return nil, err
 	}
-	if len(sequences) > few { // many: walk on
+	if len(all) > few { // many: walk on
 		rest := p
 		rest.Size -= int32(len(rows))
 		if direction == Forward {
-			rest.Cursor = beyond.After
+			rest.Cursor = lo
 		} else {
-			rest.Cursor = beyond.Before
+			rest.Cursor = hi
 		}
-		more, err := rd.walk(rest)
+		step("TaskPageWalk")
+		more, err := rd.walk(h, rest)
 		return append(rows, more...), err
+	}
+	sequences := all[:0]
+	for _, s := range all {
+		if lo < s && s < hi {
+			sequences = append(sequences, s)
+		}
 	}
 	if len(sequences) == 0 {
 		return rows, nil
@@ -150,11 +192,32 @@ func readPage[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPage
 	} else {
 		sequences = sequences[len(sequences)-want:]
 	}
-	more, err := rd.at(sequences)
+	step("TaskPageAt")
+	more, err := rd.at(h, sequences)
 	if direction == Backward {
 		slices.Reverse(more)
 	}
 	return append(rows, more...), err
+}
+
+// inSnapshot runs fn on one snapshot: in a REPEATABLE READ, READ ONLY transaction of
+// its own when h is not in a transaction (a pool, or an idle connection), on h
+// otherwise, whose isolation decides.
+func inSnapshot(ctx context.Context, h Handle, fn func(Handle) error) error {
+	b, ok := h.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	})
+	if !ok || !autocommit(h) {
+		return fn(h)
+	}
+	tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	// It only read: rolling back ends it as well as a commit, and what it read stands
+	// whatever the rollback's outcome (a connection lost then is the pool's to drop).
+	defer func() { _ = tx.Rollback(ctx) }()
+	return fn(tx)
 }
 
 // Limits of the texts of an Excerpt.
@@ -204,7 +267,7 @@ func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filte
 		return r.excerptsIndexed(ctx, h, p, path, direction)
 	}
 	rows, err := readPage(ctx, r, h, p, filter, direction, pageReader[db.TaskExcerptForwardRow]{
-		walk: func(p db.TaskPageForwardParams) ([]db.TaskExcerptForwardRow, error) {
+		walk: func(h Handle, p db.TaskPageForwardParams) ([]db.TaskExcerptForwardRow, error) {
 			if direction == Forward {
 				return r.q.TaskExcerptForward(ctx, h, db.TaskExcerptForwardParams{
 					Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Cursor: p.Cursor, Floor: p.Floor, Ceiling: p.Ceiling,
@@ -221,7 +284,7 @@ func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filte
 			}
 			return rows, err
 		},
-		at: func(sequences []int64) ([]db.TaskExcerptForwardRow, error) {
+		at: func(h Handle, sequences []int64) ([]db.TaskExcerptForwardRow, error) {
 			got, err := r.q.TaskExcerptAt(ctx, h, db.TaskExcerptAtParams{Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Sequences: sequences})
 			rows := make([]db.TaskExcerptForwardRow, len(got))
 			for i, g := range got {
