@@ -35,6 +35,7 @@ type TaskOwner struct {
 	Started   time.Time
 	Host      *string
 	Pid       *int32
+	ExpiryMs  *int64
 }
 
 type TaskPretty struct {

@@ -14,7 +14,7 @@ const ownerAnyDead = `-- name: OwnerAnyDead :one
 SELECT EXISTS (
     SELECT 1 FROM task_owner o
     WHERE o.owner <> $1
-      AND o.heartbeat <= COALESCE($2::timestamptz, now()) - $3::bigint * interval '1 millisecond'
+      AND o.heartbeat <= COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, o.expiry_ms) * interval '1 millisecond'
 )::boolean AS dead
 `
 
@@ -37,7 +37,7 @@ const ownerAnyStale = `-- name: OwnerAnyStale :one
 SELECT EXISTS (
     SELECT 1 FROM task_owner w
     WHERE w.owner <> $1
-      AND w.heartbeat < COALESCE($2::timestamptz, now()) - $3::bigint * interval '1 millisecond'
+      AND w.heartbeat < COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, w.expiry_ms) * interval '1 millisecond'
 )::boolean AS stale
 `
 
@@ -107,7 +107,7 @@ func (q *Queries) OwnerDeregister(ctx context.Context, db DBTX, owner string) (i
 }
 
 const ownerGet = `-- name: OwnerGet :one
-SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
+SELECT o.owner, o.heartbeat, o.started, o.host, o.pid, o.expiry_ms,
        (extract(epoch FROM COALESCE($1::timestamptz, now()) - o.heartbeat) * 1000)::bigint AS silent_ms
 FROM task_owner o
 WHERE o.owner = $2
@@ -124,6 +124,7 @@ type OwnerGetRow struct {
 	Started   time.Time
 	Host      *string
 	Pid       *int32
+	ExpiryMs  *int64
 	SilentMs  int64
 }
 
@@ -137,22 +138,25 @@ func (q *Queries) OwnerGet(ctx context.Context, db DBTX, arg OwnerGetParams) (Ow
 		&i.Started,
 		&i.Host,
 		&i.Pid,
+		&i.ExpiryMs,
 		&i.SilentMs,
 	)
 	return i, err
 }
 
 const ownerHeartbeat = `-- name: OwnerHeartbeat :execrows
-UPDATE task_owner SET heartbeat = COALESCE($1::timestamptz, now()) WHERE owner = $2
+UPDATE task_owner SET heartbeat = COALESCE($1::timestamptz, now()), expiry_ms = $2
+WHERE owner = $3
 `
 
 type OwnerHeartbeatParams struct {
-	Now   *time.Time
-	Owner string
+	Now      *time.Time
+	ExpiryMs *int64
+	Owner    string
 }
 
 func (q *Queries) OwnerHeartbeat(ctx context.Context, db DBTX, arg OwnerHeartbeatParams) (int64, error) {
-	result, err := db.Exec(ctx, ownerHeartbeat, arg.Now, arg.Owner)
+	result, err := db.Exec(ctx, ownerHeartbeat, arg.Now, arg.ExpiryMs, arg.Owner)
 	if err != nil {
 		return 0, err
 	}
@@ -161,7 +165,7 @@ func (q *Queries) OwnerHeartbeat(ctx context.Context, db DBTX, arg OwnerHeartbea
 
 const ownerList = `-- name: OwnerList :many
 WITH page AS (
-    SELECT o.owner, o.heartbeat, o.started, o.host, o.pid
+    SELECT o.owner, o.heartbeat, o.started, o.host, o.pid, o.expiry_ms
     FROM task_owner o
     ORDER BY o.heartbeat DESC, o.owner
     LIMIT $3::int
@@ -170,8 +174,8 @@ WITH page AS (
     FROM task t WHERE t.state = 0
     GROUP BY t.owner
 )
-SELECT p.owner, p.heartbeat, p.started, p.host, p.pid,
-       (p.heartbeat > COALESCE($1::timestamptz, now()) - $2::bigint * interval '1 millisecond')::boolean AS alive,
+SELECT p.owner, p.heartbeat, p.started, p.host, p.pid, p.expiry_ms,
+       (p.heartbeat > COALESCE($1::timestamptz, now()) - GREATEST($2::bigint, p.expiry_ms) * interval '1 millisecond')::boolean AS alive,
        COALESCE(l.leased, 0)::bigint AS leased, COALESCE(l.topics, '{}')::text[] AS topics
 FROM page p
 LEFT JOIN leases l ON l.owner = p.owner
@@ -190,6 +194,7 @@ type OwnerListRow struct {
 	Started   time.Time
 	Host      *string
 	Pid       *int32
+	ExpiryMs  *int64
 	Alive     bool
 	Leased    int64
 	Topics    []string
@@ -214,6 +219,7 @@ func (q *Queries) OwnerList(ctx context.Context, db DBTX, arg OwnerListParams) (
 			&i.Started,
 			&i.Host,
 			&i.Pid,
+			&i.ExpiryMs,
 			&i.Alive,
 			&i.Leased,
 			&i.Topics,
@@ -229,9 +235,9 @@ func (q *Queries) OwnerList(ctx context.Context, db DBTX, arg OwnerListParams) (
 }
 
 const ownerLive = `-- name: OwnerLive :many
-SELECT owner, heartbeat, started, host, pid FROM task_owner
+SELECT owner, heartbeat, started, host, pid, expiry_ms FROM task_owner
 WHERE owner <> $1
-  AND heartbeat > COALESCE($2::timestamptz, now()) - $3::bigint * interval '1 millisecond'
+  AND heartbeat > COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, expiry_ms) * interval '1 millisecond'
 ORDER BY owner
 `
 
@@ -241,7 +247,8 @@ type OwnerLiveParams struct {
 	TimeoutMs int64
 }
 
-// Other owners whose heartbeat is newer than now - timeout.
+// Other owners whose heartbeat is newer than now - timeout, or - the owner's own expiry
+// timeout when longer (as in every test of an owner's silence below).
 func (q *Queries) OwnerLive(ctx context.Context, db DBTX, arg OwnerLiveParams) ([]TaskOwner, error) {
 	rows, err := db.Query(ctx, ownerLive, arg.Owner, arg.Now, arg.TimeoutMs)
 	if err != nil {
@@ -257,6 +264,7 @@ func (q *Queries) OwnerLive(ctx context.Context, db DBTX, arg OwnerLiveParams) (
 			&i.Started,
 			&i.Host,
 			&i.Pid,
+			&i.ExpiryMs,
 		); err != nil {
 			return nil, err
 		}
@@ -271,7 +279,7 @@ func (q *Queries) OwnerLive(ctx context.Context, db DBTX, arg OwnerLiveParams) (
 const ownerPurge = `-- name: OwnerPurge :execrows
 DELETE FROM task_owner o
 WHERE o.owner <> $1
-  AND o.heartbeat <= COALESCE($2::timestamptz, now()) - $3::bigint * interval '1 millisecond'
+  AND o.heartbeat <= COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, o.expiry_ms) * interval '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner)
 `
 
@@ -294,8 +302,9 @@ func (q *Queries) OwnerPurge(ctx context.Context, db DBTX, arg OwnerPurgeParams)
 
 const ownerRegister = `-- name: OwnerRegister :one
 WITH inserted AS (
-    INSERT INTO task_owner (owner, heartbeat, host, pid)
-    VALUES ($1, COALESCE($2::timestamptz, now()), $3, $4)
+    INSERT INTO task_owner (owner, heartbeat, host, pid, expiry_ms)
+    VALUES ($1, COALESCE($2::timestamptz, now()), $3, $4,
+            $5)
     ON CONFLICT (owner) DO NOTHING
     RETURNING owner
 )
@@ -303,19 +312,23 @@ SELECT EXISTS (SELECT 1 FROM inserted)::boolean AS new
 `
 
 type OwnerRegisterParams struct {
-	Owner string
-	Now   *time.Time
-	Host  *string
-	Pid   *int32
+	Owner    string
+	Now      *time.Time
+	Host     *string
+	Pid      *int32
+	ExpiryMs *int64
 }
 
-// Inserts the owner row if absent; new is false when it existed already.
+// Inserts the owner row if absent; new is false when it existed already. expiry_ms is
+// how long the owner may be silent before others take its leases back (NULL: as long
+// as theirs).
 func (q *Queries) OwnerRegister(ctx context.Context, db DBTX, arg OwnerRegisterParams) (bool, error) {
 	row := db.QueryRow(ctx, ownerRegister,
 		arg.Owner,
 		arg.Now,
 		arg.Host,
 		arg.Pid,
+		arg.ExpiryMs,
 	)
 	var new bool
 	err := row.Scan(&new)

@@ -43,7 +43,10 @@ type Config struct {
 	// topic's activation and limits.
 	HeartbeatInterval time.Duration
 	// ExpiryTimeout is how long an owner may be silent before its leases are taken back;
-	// it must exceed HeartbeatInterval. Default: 5 heartbeat intervals. A heartbeat that
+	// it must exceed HeartbeatInterval. Default: 5 heartbeat intervals. The processor
+	// records it with its owner row (Repository.SetExpiryTimeout), and waits for the
+	// longer of it and another owner's own before it takes that one's leases back, so
+	// processes with different heartbeats share a database safely. A heartbeat that
 	// has not returned within it fails (Health names it) and the next tick tries again.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
@@ -121,7 +124,9 @@ func (c *Config) validate() error {
 		}
 		c.Repository = repo
 	}
-	return nil
+	// recorded with the owner row: processors whose timeouts differ wait for this one's
+	// before they take its leases back
+	return c.Repository.SetExpiryTimeout(c.ExpiryTimeout)
 }
 
 // Processor runs the task managers of one process: it registers the owner, heart-beats,
@@ -594,7 +599,7 @@ type notOurs struct{ error }
 func (e notOurs) Unwrap() error { return e.error }
 
 // awaitSilence returns this owner's row once its heartbeat has been silent for
-// ExpiryTimeout, reading it every HeartbeatInterval meanwhile (the wait is timed by
+// ExpiryTimeout, or the longer one the row declares, reading it every HeartbeatInterval meanwhile (the wait is timed by
 // this process's clock, from the silence the first read found). A heartbeat in that
 // time is a live process's: ErrOwnerInUse, naming it. ErrNotRegistered: the row went.
 func (p *Processor) awaitSilence(ctx context.Context) (repository.Owner, error) {
@@ -602,13 +607,15 @@ func (p *Processor) awaitSilence(ctx context.Context) (repository.Owner, error) 
 	if err != nil {
 		return repository.Owner{}, fmt.Errorf("processor: %w", err)
 	}
-	if silent >= p.cfg.ExpiryTimeout {
+	// the longer of this process's timeout and the one the earlier declared, as expiry
+	timeout := max(p.cfg.ExpiryTimeout, earlier.ExpiryTimeout)
+	if silent >= timeout {
 		return earlier, nil
 	}
 	p.logger.Warn("owner row already there, of a process that may be running: waiting for its heartbeat to be silent for the expiry timeout before taking back its leases (two live processes must not share an owner name)",
 		slog.String("owner", earlier.Name), slog.String("host", earlier.Host), slog.Int("pid", earlier.PID),
-		slog.Duration("silent", silent), slog.Duration("expiry_timeout", p.cfg.ExpiryTimeout))
-	deadline := time.Now().Add(p.cfg.ExpiryTimeout - silent)
+		slog.Duration("silent", silent), slog.Duration("expiry_timeout", timeout))
+	deadline := time.Now().Add(timeout - silent)
 	for {
 		wait := min(p.cfg.HeartbeatInterval, time.Until(deadline))
 		if wait <= 0 {

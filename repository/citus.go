@@ -193,7 +193,7 @@ func errorf(what string, err error) error {
 // statement once the tables change under it, and its leases would be copied as they were.
 func noLiveOwners(ctx context.Context, tx pgx.Tx, timeout time.Duration) error {
 	rows, err := tx.Query(ctx, `SELECT owner FROM task_owner
-		WHERE heartbeat > now() - $1::bigint * interval '1 millisecond' ORDER BY owner`, durationMs(timeout))
+		WHERE heartbeat > now() - GREATEST($1::bigint, expiry_ms) * interval '1 millisecond' ORDER BY owner`, durationMs(timeout))
 	if err != nil {
 		return fmt.Errorf("distribute: read the owners: %w", err)
 	}

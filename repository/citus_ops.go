@@ -248,7 +248,7 @@ func (r *Repository) purgeCitus(ctx context.Context, h Handle, timeout time.Dura
 	now, args := r.nowArg()
 	tag, err := h.Exec(ctx, `
 		DELETE FROM task_owner o
-		WHERE o.owner <> $1 AND o.heartbeat <= `+now+` - $`+fmt.Sprint(len(args)+2)+`::bigint * interval '1 millisecond'
+		WHERE o.owner <> $1 AND o.heartbeat <= `+now+` - GREATEST($`+fmt.Sprint(len(args)+2)+`::bigint, o.expiry_ms) * interval '1 millisecond'
 		  AND o.owner <> ALL (ARRAY(SELECT DISTINCT t.owner FROM task t WHERE t.state = 0 AND t.owner IS NOT NULL))`,
 		append(append([]any{r.owner}, args...), durationMs(timeout))...)
 	return tag.RowsAffected(), err
@@ -260,7 +260,7 @@ func (r *Repository) purgeCitus(ctx context.Context, h Handle, timeout time.Dura
 func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
 	now, args := r.nowArg()
 	rows, err := h.Query(ctx, `SELECT owner FROM task_owner
-		WHERE heartbeat >= `+now+` - $1::bigint * interval '1 millisecond'`, append([]any{durationMs(timeout)}, args...)...)
+		WHERE heartbeat >= `+now+` - GREATEST($1::bigint, expiry_ms) * interval '1 millisecond'`, append([]any{durationMs(timeout)}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -376,15 +376,15 @@ func (r *Repository) statsAllCitus(ctx context.Context, h Handle, topics []strin
 // then their leases from every shard.
 func (r *Repository) ownersCitus(ctx context.Context, h Handle, arg db.OwnerListParams) ([]db.OwnerListRow, error) {
 	now, args := r.nowArg()
-	rows, err := h.Query(ctx, `SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
-		       o.heartbeat > `+now+` - $1::bigint * interval '1 millisecond'
+	rows, err := h.Query(ctx, `SELECT o.owner, o.heartbeat, o.started, o.host, o.pid, o.expiry_ms,
+		       o.heartbeat > `+now+` - GREATEST($1::bigint, o.expiry_ms) * interval '1 millisecond'
 		FROM task_owner o ORDER BY o.heartbeat DESC, o.owner LIMIT `+fmt.Sprint(arg.Size), append([]any{arg.TimeoutMs}, args...)...)
 	if err != nil {
 		return nil, err
 	}
 	owners, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (db.OwnerListRow, error) {
 		var o db.OwnerListRow
-		err := row.Scan(&o.Owner, &o.Heartbeat, &o.Started, &o.Host, &o.Pid, &o.Alive)
+		err := row.Scan(&o.Owner, &o.Heartbeat, &o.Started, &o.Host, &o.Pid, &o.ExpiryMs, &o.Alive)
 		o.Topics = []string{}
 		return o, err
 	})

@@ -2028,3 +2028,59 @@ func TestIdentifierRedundantMigration(t *testing.T) {
 		t.Fatal("task_identifier_redundant still there after reverting 000031")
 	}
 }
+
+// TestOwnerExpiryMigration: 000032 keeps the owners and their leases, gives the rows
+// already there no timeout of their own (each expirer's decides, as before), and lets
+// an owner declare one; the revert drops the column and keeps the rows.
+func TestOwnerExpiryMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository owner-expiry test: empty database", nil)
+	ctx := t.Context()
+	steps, create := stepper(t, pool)
+	steps(31)
+	create("emails")
+	execEach(t, pool,
+		"INSERT INTO task_owner (owner, heartbeat, host, pid) VALUES ('old', now() - interval '10 minutes', 'h', 1), ('new', now(), 'h', 2)",
+		"SELECT count(task_push('emails', 'e' || g)) FROM generate_series(1, 4) g",
+		"UPDATE task SET state = 0, owner = CASE WHEN sequence % 2 = 0 THEN 'old' ELSE 'new' END, attempt = 1 WHERE topic = 'emails'")
+	owners := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT owner || ' ' || heartbeat || ' ' || host || ' ' || pid FROM task_owner ORDER BY owner")
+	}
+	before, rows := owners(), taskRows(t, pool)
+
+	steps(1)
+	sameRows(t, "owners after 000032", owners(), before)
+	sameRows(t, "tasks after 000032", taskRows(t, pool), rows)
+	if got := textRows(t, pool, "SELECT count(*)::text FROM task_owner WHERE expiry_ms IS NOT NULL"); got[0] != "0" {
+		t.Fatalf("%s owner rows with a timeout after 000032, want none", got[0])
+	}
+	expirer, err := New(Config{Owner: "expirer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := expirer.SetExpiryTimeout(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := expirer.RegisterOwner(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if got := textRows(t, pool, "SELECT expiry_ms::text FROM task_owner WHERE owner = 'expirer'"); got[0] != "3600000" {
+		t.Fatalf("the expirer's row declares %s ms, want 3600000", got[0])
+	}
+	// old is silent for 10 minutes, new is not: a 5-minute expiry takes old's leases
+	got, err := expirer.Expire(ctx, pool, 5*time.Minute)
+	if err != nil || len(got) != 1 || got[0].Expired != 2 {
+		t.Fatalf("expire after 000032 = %+v, %v; want old's 2 tasks", got, err)
+	}
+	if got := textRows(t, pool, "SELECT owner || ' ' || state FROM task WHERE state = 0 ORDER BY sequence"); !slices.Equal(got, []string{"new 0", "new 0"}) {
+		t.Fatalf("leases after the expiry: %v, want new's two", got)
+	}
+	before = owners()
+
+	steps(-1)
+	sameRows(t, "owners after reverting 000032", owners(), before)
+	if got := textRows(t, pool, "SELECT count(*)::text FROM information_schema.columns WHERE table_name = 'task_owner' AND column_name = 'expiry_ms'"); got[0] != "0" {
+		t.Fatal("task_owner.expiry_ms still there after reverting 000032")
+	}
+}

@@ -2331,3 +2331,117 @@ func TestOldestXmin(t *testing.T) {
 		t.Fatalf("oldest xmin after the snapshot went = %q, %v; want another", got, err)
 	}
 }
+
+// TestDeclaredExpiryTimeout: an owner's own expiry timeout (SetExpiryTimeout), recorded
+// with its row at registration and at each heartbeat, holds against another owner's
+// shorter one: its leases are not taken back, its row is neither purged nor counted
+// dead, until it has been silent for the longer of the two. An owner that declares none
+// is dead after the other's timeout, as before schema 32.
+func TestDeclaredExpiryTimeout(t *testing.T) {
+	f := setup(t)
+	declaring := func(owner string, timeout time.Duration) *repository.Repository {
+		t.Helper()
+		repo, err := repository.New(repository.Config{Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := repo.SetExpiryTimeout(timeout); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.RegisterOwner(f.ctx, f.pool); err != nil {
+			t.Fatal(err)
+		}
+		return repo
+	}
+	slow := declaring("slow", 20*time.Second) // a processor heart-beating every 4 s
+	declaring("idle", 20*time.Second)         // the same, leasing nothing
+	plain := declaring("plain", 0)            // declares none
+	slowTask := f.push(repository.Append, "a")[0]
+	pollOne(f, slow, slowTask.Sequence)
+	plainTask := f.push(repository.Append, "b")[0]
+	pollOne(f, plain, plainTask.Sequence)
+	if err := slow.Heartbeat(f.ctx, f.pool); err != nil { // records it again
+		t.Fatal(err)
+	}
+	if o, _, err := slow.RegisteredOwner(f.ctx, f.pool); err != nil || o.ExpiryTimeout != 20*time.Second {
+		t.Fatalf("slow's row: %+v, %v; want its expiry timeout of 20s", o, err)
+	}
+	// another owner (a processor heart-beating every 200 ms: a timeout of 1 s) whose
+	// clock is some seconds on
+	fast := func(ahead time.Duration) *repository.Repository {
+		return clockedRepo(f, fmt.Sprintf("fast-%v", ahead), ahead)
+	}
+	live := func(r *repository.Repository) []string {
+		t.Helper()
+		owners, err := r.LiveOwners(f.ctx, f.pool, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, o := range owners {
+			if !strings.HasPrefix(o.Name, "fast-") {
+				names = append(names, o.Name)
+			}
+		}
+		return names
+	}
+
+	at5 := fast(5 * time.Second)
+	if got := live(at5); !slices.Equal(got, []string{"idle", "slow"}) {
+		t.Errorf("5 s on, live owners %v, want idle and slow (plain's 1 s is over)", got)
+	}
+	if got, err := at5.ExpireStale(f.ctx, f.pool, time.Second); err != nil || len(got) != 1 || got[0].Expired != 1 {
+		t.Fatalf("5 s on, expire stale = %+v, %v; want plain's task alone", got, err)
+	}
+	wantState(t, f.get(slowTask.Sequence), repository.Active, repository.Ready)
+	wantState(t, f.get(plainTask.Sequence), repository.Expired, repository.Ready)
+	if got, err := at5.Expire(f.ctx, f.pool, time.Second); err != nil || len(got) != 0 {
+		t.Fatalf("5 s on, expire = %+v, %v; want nothing", got, err)
+	}
+	rowsLeft := func() []string {
+		t.Helper()
+		rows, err := f.pool.Query(f.ctx, `SELECT owner FROM task_owner WHERE owner NOT LIKE 'fast-%' ORDER BY owner`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	if _, err := at5.PurgeOwners(f.ctx, f.pool, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowsLeft(); !slices.Equal(got, []string{"idle", "slow"}) {
+		t.Fatalf("5 s on, owner rows after a purge %v, want idle and slow (plain's and owner-1's gone)", got)
+	}
+	statuses, err := at5.Owners(f.ctx, f.pool, time.Second, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range statuses {
+		if s.Name == "slow" && (!s.Alive || s.ExpiryTimeout != 20*time.Second) {
+			t.Errorf("5 s on, slow listed %+v, want alive with its timeout", s)
+		}
+	}
+
+	at25 := fast(25 * time.Second)
+	if got := live(at25); len(got) != 0 {
+		t.Errorf("25 s on, live owners %v, want none", got)
+	}
+	if got, err := at25.ExpireStale(f.ctx, f.pool, time.Second); err != nil || len(got) != 1 || got[0].Expired != 1 {
+		t.Fatalf("25 s on, expire stale = %+v, %v; want slow's task", got, err)
+	}
+	wantState(t, f.get(slowTask.Sequence), repository.Expired, repository.Ready)
+	if _, err := at25.PurgeOwners(f.ctx, f.pool, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowsLeft(); len(got) != 0 {
+		t.Fatalf("25 s on, owner rows after a purge %v, want none", got)
+	}
+
+	if err := plain.SetExpiryTimeout(-time.Second); !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "expiry timeout") {
+		t.Errorf("a negative expiry timeout: %v, want ErrInvalid naming it", err)
+	}
+}

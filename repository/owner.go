@@ -22,7 +22,7 @@ func (r *Repository) RegisterOwner(ctx context.Context, h Handle) (bool, error) 
 	}
 	pid := int32(r.pid)
 	created, err := r.q.OwnerRegister(ctx, h, db.OwnerRegisterParams{
-		Owner: r.owner, Now: r.clock(), Host: ptr(r.host), Pid: ptr(pid),
+		Owner: r.owner, Now: r.clock(), Host: ptr(r.host), Pid: ptr(pid), ExpiryMs: r.declaredExpiry(),
 	})
 	if err != nil {
 		return false, mapError("register owner "+r.owner, err)
@@ -60,7 +60,7 @@ func (r *Repository) Deregister(ctx context.Context, h Handle) (bool, error) {
 // owner row is missing (never registered, or purged as dead).
 func (r *Repository) Heartbeat(ctx context.Context, h Handle) error {
 	// (on Citus too: task_owner stays a table of the coordinator)
-	n, err := r.q.OwnerHeartbeat(ctx, h, db.OwnerHeartbeatParams{Now: r.clock(), Owner: r.owner})
+	n, err := r.q.OwnerHeartbeat(ctx, h, db.OwnerHeartbeatParams{Now: r.clock(), Owner: r.owner, ExpiryMs: r.declaredExpiry()})
 	if err != nil {
 		return mapError("heartbeat owner "+r.owner, err)
 	}
@@ -68,6 +68,48 @@ func (r *Repository) Heartbeat(ctx context.Context, h Handle) error {
 		return &ownerError{op: "heartbeat", owner: r.owner}
 	}
 	return nil
+}
+
+// SetExpiryTimeout declares how long this owner may be silent before other owners take
+// its leases back: RegisterOwner and each Heartbeat record it with the owner row, and an
+// expiry (Expire, ExpireStale), PurgeOwners and LiveOwners then wait for the longer of
+// their own timeout and this one before they count the owner dead. So processes whose
+// heartbeats differ never take a live one's leases: a processor declares its
+// ExpiryTimeout. Zero declares none (the others' timeouts decide, as for an owner
+// registered before schema 32); a negative timeout is an error.
+func (r *Repository) SetExpiryTimeout(timeout time.Duration) error {
+	if err := validTimeout("expiry timeout", timeout); err != nil {
+		return err
+	}
+	// in whole milliseconds, rounded up: never declared shorter than it is
+	r.expiryMs.Store(int64((timeout + time.Millisecond - 1) / time.Millisecond))
+	return nil
+}
+
+// ExpiryTimeout returns the expiry timeout this owner declares (SetExpiryTimeout), 0
+// when none, in whole milliseconds.
+func (r *Repository) ExpiryTimeout() time.Duration {
+	return time.Duration(r.expiryMs.Load()) * time.Millisecond
+}
+
+// declaredExpiry is the owner row's expiry_ms: nil when none is declared.
+func (r *Repository) declaredExpiry() *int64 {
+	if ms := r.expiryMs.Load(); ms > 0 {
+		return &ms
+	}
+	return nil
+}
+
+// ownerOf is an Owner from the columns of its row.
+func ownerOf(name string, heartbeat, started time.Time, host *string, pid *int32, expiryMs *int64) Owner {
+	o := Owner{Name: name, Heartbeat: heartbeat, Started: started, Host: str(host)}
+	if pid != nil {
+		o.PID = int(*pid)
+	}
+	if expiryMs != nil {
+		o.ExpiryTimeout = time.Duration(*expiryMs) * time.Millisecond
+	}
+	return o
 }
 
 type ownerError struct{ op, owner string }
@@ -91,11 +133,7 @@ func (r *Repository) RegisteredOwner(ctx context.Context, h Handle) (Owner, time
 	if err != nil {
 		return Owner{}, 0, mapError("read owner "+r.owner, err)
 	}
-	o := Owner{Name: row.Owner, Heartbeat: row.Heartbeat, Started: row.Started, Host: str(row.Host)}
-	if row.Pid != nil {
-		o.PID = int(*row.Pid)
-	}
-	return o, time.Duration(row.SilentMs) * time.Millisecond, nil
+	return ownerOf(row.Owner, row.Heartbeat, row.Started, row.Host, row.Pid, row.ExpiryMs), time.Duration(row.SilentMs) * time.Millisecond, nil
 }
 
 // ClaimOwner takes this repository's owner row over from the process that wrote it,
@@ -126,10 +164,7 @@ func (r *Repository) LiveOwners(ctx context.Context, h Handle, timeout time.Dura
 	}
 	owners := make([]Owner, len(rows))
 	for i, row := range rows {
-		owners[i] = Owner{Name: row.Owner, Heartbeat: row.Heartbeat, Started: row.Started, Host: str(row.Host)}
-		if row.Pid != nil {
-			owners[i].PID = int(*row.Pid)
-		}
+		owners[i] = ownerOf(row.Owner, row.Heartbeat, row.Started, row.Host, row.Pid, row.ExpiryMs)
 	}
 	return owners, nil
 }
@@ -192,11 +227,8 @@ func (r *Repository) Owners(ctx context.Context, h Handle, timeout time.Duration
 	}
 	owners := make([]OwnerStatus, len(rows))
 	for i, row := range rows {
-		owners[i] = OwnerStatus{Owner: Owner{Name: row.Owner, Heartbeat: row.Heartbeat, Started: row.Started, Host: str(row.Host)},
+		owners[i] = OwnerStatus{Owner: ownerOf(row.Owner, row.Heartbeat, row.Started, row.Host, row.Pid, row.ExpiryMs),
 			Alive: row.Alive, Leased: row.Leased, Topics: row.Topics}
-		if row.Pid != nil {
-			owners[i].Owner.PID = int(*row.Pid)
-		}
 	}
 	return owners, nil
 }

@@ -98,6 +98,8 @@ type Repository struct {
 	// citus caches whether the database is distributed (onCitus): citusUnknown until
 	// the first statement that differs there.
 	citus atomic.Int32
+	// expiryMs is the expiry timeout this owner declares (SetExpiryTimeout), 0 none.
+	expiryMs atomic.Int64
 }
 
 // New validates cfg and returns a Repository.

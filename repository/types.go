@@ -488,6 +488,9 @@ type Owner struct {
 	Host string
 	// PID is the owner's process id, as it said (Config.PID).
 	PID int
+	// ExpiryTimeout is how long the owner may be silent before others take its leases
+	// back, as it declared (Repository.SetExpiryTimeout); 0 when it declared none.
+	ExpiryTimeout time.Duration
 }
 
 // TaskFilter narrows Page and Count. Zero values match everything.

@@ -1,21 +1,26 @@
 -- name: OwnerRegister :one
--- Inserts the owner row if absent; new is false when it existed already.
+-- Inserts the owner row if absent; new is false when it existed already. expiry_ms is
+-- how long the owner may be silent before others take its leases back (NULL: as long
+-- as theirs).
 WITH inserted AS (
-    INSERT INTO task_owner (owner, heartbeat, host, pid)
-    VALUES (sqlc.arg(owner), COALESCE(sqlc.narg('now')::timestamptz, now()), sqlc.narg('host'), sqlc.narg('pid'))
+    INSERT INTO task_owner (owner, heartbeat, host, pid, expiry_ms)
+    VALUES (sqlc.arg(owner), COALESCE(sqlc.narg('now')::timestamptz, now()), sqlc.narg('host'), sqlc.narg('pid'),
+            sqlc.narg('expiry_ms'))
     ON CONFLICT (owner) DO NOTHING
     RETURNING owner
 )
 SELECT EXISTS (SELECT 1 FROM inserted)::boolean AS new;
 
 -- name: OwnerHeartbeat :execrows
-UPDATE task_owner SET heartbeat = COALESCE(sqlc.narg('now')::timestamptz, now()) WHERE owner = sqlc.arg(owner);
+UPDATE task_owner SET heartbeat = COALESCE(sqlc.narg('now')::timestamptz, now()), expiry_ms = sqlc.narg('expiry_ms')
+WHERE owner = sqlc.arg(owner);
 
 -- name: OwnerLive :many
--- Other owners whose heartbeat is newer than now - timeout.
+-- Other owners whose heartbeat is newer than now - timeout, or - the owner's own expiry
+-- timeout when longer (as in every test of an owner's silence below).
 SELECT * FROM task_owner
 WHERE owner <> sqlc.arg(owner)
-  AND heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+  AND heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, expiry_ms) * interval '1 millisecond'
 ORDER BY owner;
 
 -- name: OwnerPurge :execrows
@@ -24,7 +29,7 @@ ORDER BY owner;
 -- owner (NULL) must not block the purge.
 DELETE FROM task_owner o
 WHERE o.owner <> sqlc.arg(owner)
-  AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+  AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, o.expiry_ms) * interval '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner);
 
 -- name: OwnerDeregister :execrows
@@ -41,7 +46,7 @@ WHERE o.owner = sqlc.arg(owner)
 SELECT EXISTS (
     SELECT 1 FROM task_owner w
     WHERE w.owner <> sqlc.arg(owner)
-      AND w.heartbeat < COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+      AND w.heartbeat < COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, w.expiry_ms) * interval '1 millisecond'
 )::boolean AS stale;
 
 -- name: OwnerAnyDead :one
@@ -50,7 +55,7 @@ SELECT EXISTS (
 SELECT EXISTS (
     SELECT 1 FROM task_owner o
     WHERE o.owner <> sqlc.arg(owner)
-      AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'
+      AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, o.expiry_ms) * interval '1 millisecond'
 )::boolean AS dead;
 
 -- name: OwnerList :many
@@ -59,7 +64,7 @@ SELECT EXISTS (
 -- for the whole page (each table's entries of task_open, whose size follows the open
 -- tasks only), grouped by owner: a look per owner would read them all once per owner.
 WITH page AS (
-    SELECT o.owner, o.heartbeat, o.started, o.host, o.pid
+    SELECT o.owner, o.heartbeat, o.started, o.host, o.pid, o.expiry_ms
     FROM task_owner o
     ORDER BY o.heartbeat DESC, o.owner
     LIMIT sqlc.arg(size)::int
@@ -68,8 +73,8 @@ WITH page AS (
     FROM task t WHERE t.state = 0
     GROUP BY t.owner
 )
-SELECT p.owner, p.heartbeat, p.started, p.host, p.pid,
-       (p.heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond')::boolean AS alive,
+SELECT p.owner, p.heartbeat, p.started, p.host, p.pid, p.expiry_ms,
+       (p.heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, p.expiry_ms) * interval '1 millisecond')::boolean AS alive,
        COALESCE(l.leased, 0)::bigint AS leased, COALESCE(l.topics, '{}')::text[] AS topics
 FROM page p
 LEFT JOIN leases l ON l.owner = p.owner
@@ -77,7 +82,7 @@ ORDER BY p.heartbeat DESC, p.owner;
 
 -- name: OwnerGet :one
 -- This owner's row, and how long its heartbeat has been silent by the database clock.
-SELECT o.owner, o.heartbeat, o.started, o.host, o.pid,
+SELECT o.owner, o.heartbeat, o.started, o.host, o.pid, o.expiry_ms,
        (extract(epoch FROM COALESCE(sqlc.narg('now')::timestamptz, now()) - o.heartbeat) * 1000)::bigint AS silent_ms
 FROM task_owner o
 WHERE o.owner = sqlc.arg(owner);

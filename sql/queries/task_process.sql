@@ -72,8 +72,8 @@ WHERE t.topic = sqlc.arg(topic) AND hashtext(t.topic) = hashtext(sqlc.arg(topic)
 ORDER BY t.sequence;
 
 -- name: TaskExpire :many
--- ACTIVE tasks of OTHER owners whose heartbeat is older than now - timeout (or whose
--- owner row is gone) become EXPIRED, or READY after backoff when the topic's retry policy
+-- ACTIVE tasks of OTHER owners whose heartbeat is older than now - timeout, or - the
+-- owner's own expiry timeout when longer (or whose owner row is gone) become EXPIRED, or READY after backoff when the topic's retry policy
 -- grants another attempt; a cancelled one ends FAILED. Reports the count per topic and
 -- notifies topics that received READY work. Without orphans, nothing is read beyond
 -- task_owner unless a registered owner is stale: the tasks of owners whose row is gone
@@ -86,12 +86,12 @@ WITH stale AS (
            OR EXISTS (SELECT 1 FROM task_owner w
                       WHERE w.owner <> sqlc.arg(owner)::text
                         AND w.heartbeat < COALESCE(sqlc.narg('now')::timestamptz, now())
-                                          - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond'))
+                                          - GREATEST(sqlc.arg(timeout_ms)::bigint, w.expiry_ms) * interval '1 millisecond'))
       AND NOT EXISTS (
             SELECT 1 FROM task_owner w
             WHERE w.owner = t.owner
               AND w.heartbeat >= COALESCE(sqlc.narg('now')::timestamptz, now())
-                                 - sqlc.arg(timeout_ms)::bigint * interval '1 millisecond')
+                                 - GREATEST(sqlc.arg(timeout_ms)::bigint, w.expiry_ms) * interval '1 millisecond')
     FOR UPDATE OF t SKIP LOCKED
 ),
 expired AS (

@@ -1,0 +1,48 @@
+package processor_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// TestHeartbeatsThatDiffer: a processor heart-beating every 50 ms (its expiry timeout
+// 250 ms) beside one heart-beating every second (5 s) does not take the slow one's
+// leases while it runs, though it is silent for up to a second between beats: each
+// processor records its timeout with its owner row, and expiry waits for the longer
+// one. Before schema 32 the fast one took the lease back at once and ran the task a
+// second time beside the first run, whose result was then refused.
+func TestHeartbeatsThatDiffer(t *testing.T) {
+	f := setup(t)
+	var runs atomic.Int32
+	started := make(chan struct{}, 1)
+	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		if runs.Add(1) == 1 {
+			started <- struct{}{}
+			time.Sleep(2500 * time.Millisecond) // 2 of the slow one's heartbeats and more
+		}
+		return repository.Succeed("done")
+	})
+	slow, _ := f.processor("slow", processor.Config{HeartbeatInterval: time.Second}, processor.ManagerConfig{Handler: handler})
+	f.start(slow)
+	task := f.pushN(1)[0]
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow processor did not start the task")
+	}
+	fast, _ := f.processor("fast", processor.Config{HeartbeatInterval: 50 * time.Millisecond}, processor.ManagerConfig{Handler: handler})
+	f.start(fast)
+	deadline := time.Now().Add(30 * time.Second)
+	for f.get(task.Sequence).State == repository.Active && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := f.get(task.Sequence)
+	if got.State != repository.Succeeded || got.Attempt != 1 || runs.Load() != 1 {
+		t.Fatalf("task %v at attempt %d after %d runs, want SUCCEEDED at its first and only run", got.State, got.Attempt, runs.Load())
+	}
+}

@@ -1,0 +1,1 @@
+ALTER TABLE task_owner DROP COLUMN expiry_ms;

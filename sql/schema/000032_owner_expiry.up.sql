@@ -1,0 +1,11 @@
+-- 000032: each owner says how long it may be silent before its leases are taken back.
+--
+-- An expiry took back the leases of every other owner silent for the expirer's own
+-- timeout (a processor's: 5 of its heartbeats). A processor with a short heartbeat took
+-- a live one's leases when that one's heartbeat was longer: the task ran twice at once,
+-- the first run's result was refused, and the first owner's row was purged at each of
+-- its heartbeats. An owner now records its own timeout here at registration and at each
+-- heartbeat, and another waits for the longer of the two before it counts the owner dead
+-- (expiry, purge, liveness). NULL, as in the rows already there: the expirer's timeout,
+-- as before.
+ALTER TABLE task_owner ADD COLUMN expiry_ms bigint CHECK (expiry_ms > 0);
