@@ -2445,3 +2445,26 @@ func TestDeclaredExpiryTimeout(t *testing.T) {
 		t.Errorf("a negative expiry timeout: %v, want ErrInvalid naming it", err)
 	}
 }
+
+// TestRecreateCopiesTheTask: a fresh copy keeps what the task was pushed with — its
+// identifier, input, reference, priority and concurrency key (which a copy without it
+// would take out of its key's limit and fair turn).
+func TestRecreateCopiesTheTask(t *testing.T) {
+	f := setup(t)
+	pushed, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{
+		Identifier: "a", Input: "in", Reference: "ref", Priority: 5, ConcurrencyKey: "tenant-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "UPDATE task SET state = 3, completed = now() WHERE sequence = $1", pushed[0].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.RecreateAppend, pushed[0].Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.get(got[0].New.Sequence)
+	if c.Identifier != "a" || c.Input != "in" || c.Reference != "ref" || c.Priority != 5 || c.ConcurrencyKey != "tenant-a" {
+		t.Errorf("copy %+v, want identifier a, input in, reference ref, priority 5, key tenant-a", c)
+	}
+}

@@ -61,7 +61,7 @@ func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, fr
 
 // Recreate revives tasks in EXPIRED..SUCCEEDED, all or nothing. Modes
 // RecreateAppend, RecreateReplace and RecreateSupersede mark the old rows RECREATED and
-// push fresh copies (identifier, input, reference, priority) with that insertion; Reset
+// push fresh copies (identifier, input, reference, priority, concurrency key) with that insertion; Reset
 // flips the same rows back to READY with a fresh attempt budget. It returns old → new.
 func (r *Repository) Recreate(ctx context.Context, h Handle, topic string, mode RecreateMode, sequences ...int64) ([]Revival, error) {
 	if len(sequences) == 0 {
@@ -173,7 +173,8 @@ func (r *Repository) pushCopies(ctx context.Context, h Handle, topic string, ins
 	}
 	creations := make([]Creation, len(old))
 	for i, t := range old {
-		creations[i] = Creation{Identifier: t.Identifier, Input: t.Input, Reference: t.Reference, Priority: t.Priority}
+		creations[i] = Creation{Identifier: t.Identifier, Input: t.Input, Reference: t.Reference, Priority: t.Priority,
+			ConcurrencyKey: t.ConcurrencyKey}
 	}
 	fresh, err := r.Push(ctx, h, topic, insertion, creations...)
 	if err != nil {
