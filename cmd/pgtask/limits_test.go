@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -84,8 +85,21 @@ func TestTopicLimits(t *testing.T) {
 			{[]string{"--rate", "0/s"}, "--rate: 0 is below 1"},
 			{[]string{"--rate", "5/s", "--burst", "0"}, "--burst: 0 is below 1"},
 			{[]string{"--rate", "none", "--burst", "3"}, "--burst: given with --rate none"},
+			{[]string{"--rate", "5/1.5ms"}, "--rate: period 1.5ms is not a whole number of milliseconds"},
+			{[]string{"--retention", "1us"}, "--retention: 1µs is not a whole number of milliseconds"},
+			{[]string{"--backoff-base", "1500us"}, "--backoff-base: 1.5ms is not a whole number of milliseconds"},
 		} {
 			wantUsage(t, f.cli(append([]string{"topic", "set", "api", "--max-attempts", "9"}, c.args...)...), c.want)
+		}
+		// a burst for a topic without a rate: known only once the topic is read
+		f.ok("topic", "add", "norate")
+		wantUsage(t, f.cli("topic", "set", "norate", "--burst", "3", "--max-attempts", "9"), `--burst: topic "norate" has no rate limit`)
+		wantUsage(t, f.cli("topic", "add", "newnorate", "--burst", "3"), `--burst: topic "newnorate" has no rate limit`)
+		if _, err := f.repo.Topic(f.ctx, f.pool, "newnorate"); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Errorf("a topic added with a refused burst: %v, want it not written", err)
+		}
+		if topic, err := f.repo.Topic(f.ctx, f.pool, "norate"); err != nil || topic.MaxAttempts == 9 || topic.RateBurst != 0 {
+			t.Errorf("norate after a refused burst: %+v, %v", topic.TopicSettings, err)
 		}
 		wantUsage(t, f.cli("push", "--topic", "api", "--key", "a\xffb", "x"), "--key: concurrency key is not valid UTF-8")
 		wantRuntime(t, f.cli("topic", "show", "nope"), repository.ErrUnknownTopic)

@@ -43,6 +43,8 @@ type settingFlags struct {
 	rate          *string
 	burst         *string
 	fair          *bool
+	// burstWithoutRate is set by apply when --burst meets a topic without a rate.
+	burstWithoutRate bool
 }
 
 var settingNames = []string{"max-attempts", "backoff-base", "backoff-cap", "backoff-jitter", "queue-cap", "retention",
@@ -100,6 +102,9 @@ func parseRate(f *flags, v string) (int32, time.Duration, error) {
 	if err != nil || d < time.Millisecond {
 		return 0, 0, f.usagef("--rate: period %q is not a duration of at least 1ms (want N/PERIOD, e.g. 50/s or 600/1m)", per)
 	}
+	if d%time.Millisecond != 0 {
+		return 0, 0, f.usagef("--rate: period %v is not a whole number of milliseconds", d)
+	}
 	return n, d, nil
 }
 
@@ -123,6 +128,15 @@ func (s *settingFlags) check(f *flags) error {
 	}
 	if f.given("queue-cap") && *s.queueCap < 0 {
 		return f.usagef("--queue-cap: %d is negative", *s.queueCap)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+	}{{"backoff-base", s.backoffBase}, {"backoff-cap", s.backoffCap}, {"backoff-jitter", s.backoffJitter}, {"retention", s.retention}} {
+		// the database keeps milliseconds (the repository refuses the rest)
+		if f.given(d.name) && *d.v%time.Millisecond != 0 {
+			return f.usagef("--%s: %v is not a whole number of milliseconds", d.name, *d.v)
+		}
 	}
 	for _, l := range []struct {
 		name string
@@ -188,10 +202,20 @@ func (s *settingFlags) apply(f *flags, t *repository.TopicSettings) {
 	}
 	if f.given("burst") {
 		t.RateBurst, _ = limitFlag(f, "burst", *s.burst)
+		s.burstWithoutRate = t.Rate == 0
 	}
 	if f.given("fair") {
 		t.Fair = *s.fair
 	}
+}
+
+// refused is the error of settings the repository refused: a usage error naming
+// --burst when the topic has no rate for it (check knows only the flags), err else.
+func (s *settingFlags) refused(f *flags, topic string, err error) error {
+	if err != nil && s.burstWithoutRate && errors.Is(err, repository.ErrInvalid) {
+		return f.usagef("--burst: topic %q has no rate limit (give --rate N/PERIOD too)", topic)
+	}
+	return err
 }
 
 func runTopicAdd(ctx context.Context, e *env, args []string) error {
@@ -226,7 +250,7 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 		topic, err = c.repo.UpdateSettings(ctx, tx, name, func(t *repository.TopicSettings) { settings.apply(f, t) })
-		return err
+		return settings.refused(f, name, err)
 	}
 	if *dedicated && settings.anyGiven(f) {
 		// Dedicating commits on its own, and may be refused (a topic in use): the settings
@@ -264,7 +288,7 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		}
 		if settings.anyGiven(f) {
 			if topic, err = c.repo.UpdateSettings(ctx, c.pool, name, func(t *repository.TopicSettings) { settings.apply(f, t) }); err != nil {
-				return err
+				return settings.refused(f, name, err)
 			}
 		}
 	}
@@ -297,7 +321,7 @@ func runTopicSet(ctx context.Context, e *env, args []string) error {
 	defer c.Close()
 	topic, err := c.repo.UpdateSettings(ctx, c.pool, name, func(t *repository.TopicSettings) { settings.apply(f, t) })
 	if err != nil {
-		return err
+		return settings.refused(f, name, err)
 	}
 	fmt.Fprintf(e.stdout, "topic %q: %s\n", name, describeSettings(topic.TopicSettings))
 	return nil
