@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -415,7 +416,9 @@ func (c *cronSchedule) due(start, now time.Time, n int) (times []time.Time, miss
 	}
 	for window := time.Minute; ; window *= 2 {
 		from := now.Add(-window)
-		whole := !from.After(start)
+		// a window of 146 years and more reads from start: doubling it again would
+		// overflow (a stored start centuries ago, written by hand, hung here)
+		whole := !from.After(start) || window > math.MaxInt64/4
 		if whole {
 			from = start.Add(-time.Nanosecond) // start is a fire time: it is the first
 		}
