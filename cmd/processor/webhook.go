@@ -22,8 +22,13 @@ import (
 const bodyLimit = 1 << 20
 
 // retryAfterMax caps a Retry-After delay, so a confused endpoint cannot park a task for
-// years.
-const retryAfterMax = 24 * time.Hour
+// years; retryAfterMin is the least it gives, so that one answering "429, Retry-After: 0"
+// again and again does not have the task posted in a loop as fast as it answers (a
+// snooze uses no attempt: nothing else would end it).
+const (
+	retryAfterMax = 24 * time.Hour
+	retryAfterMin = time.Second
+)
 
 // httpTask is the JSON body POSTed per task.
 type httpTask struct {
@@ -147,7 +152,8 @@ func httpDecision(r httpResponse, retryDelay time.Duration, now time.Time) repos
 }
 
 // retryAfter reads a Retry-After header: delay-seconds or an HTTP date. A missing or
-// unreadable header gives fallback; the delay is capped at retryAfterMax.
+// unreadable header gives fallback; the delay is at least retryAfterMin (0, or a date
+// past, included) and at most retryAfterMax.
 func retryAfter(header string, fallback time.Duration, now time.Time) time.Duration {
 	header = strings.TrimSpace(header)
 	if header == "" {
@@ -167,5 +173,5 @@ func retryAfter(header string, fallback time.Duration, now time.Time) time.Durat
 	} else {
 		return fallback
 	}
-	return min(d, retryAfterMax)
+	return min(max(d, retryAfterMin), retryAfterMax)
 }

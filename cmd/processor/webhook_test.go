@@ -55,12 +55,12 @@ func TestRetryAfter(t *testing.T) {
 		want   time.Duration
 	}{
 		{"", fallback},
-		{"0", 0},
+		{"0", retryAfterMin}, // not at once: an endpoint saying so every time had the task posted in a loop
 		{" 15 ", 15 * time.Second},
 		{"-5", fallback},
 		{"soon", fallback},
 		{"99999999999", retryAfterMax},
-		{now.Add(-time.Hour).Format(http.TimeFormat), 0},
+		{now.Add(-time.Hour).Format(http.TimeFormat), retryAfterMin},
 		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
 		{now.Add(1000 * time.Hour).Format(http.TimeFormat), retryAfterMax},
 	} {
