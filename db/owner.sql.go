@@ -249,6 +249,8 @@ type OwnerLiveParams struct {
 
 // Other owners whose heartbeat is newer than now - timeout, or - the owner's own expiry
 // timeout when longer (as in every test of an owner's silence below).
+// Its columns named: a release's binary scans what it knows, whatever a later migration
+// adds (SELECT * failed in the earlier release's processes after 000032).
 func (q *Queries) OwnerLive(ctx context.Context, db DBTX, arg OwnerLiveParams) ([]TaskOwner, error) {
 	rows, err := db.Query(ctx, ownerLive, arg.Owner, arg.Now, arg.TimeoutMs)
 	if err != nil {

@@ -883,7 +883,7 @@ func TestLimitsMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
+	if err := registerAtOldSchema(ctx, pool, repo); err != nil {
 		t.Fatal(err)
 	}
 	// the old tasks poll as before; a limit holds at once, counting the old lease
@@ -930,7 +930,7 @@ func TestSchedulesMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
+	if err := registerAtOldSchema(ctx, pool, repo); err != nil {
 		t.Fatal(err)
 	}
 	create("reports")
@@ -999,7 +999,7 @@ func TestTallyMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := repo.RegisterOwner(ctx, pool); err != nil {
+	if err := registerAtOldSchema(ctx, pool, repo); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := repo.Push(ctx, pool, "t", Append, Creation{Identifier: "a"}, Creation{Identifier: "b"},
@@ -2083,4 +2083,12 @@ func TestOwnerExpiryMigration(t *testing.T) {
 	if got := textRows(t, pool, "SELECT count(*)::text FROM information_schema.columns WHERE table_name = 'task_owner' AND column_name = 'expiry_ms'"); got[0] != "0" {
 		t.Fatal("task_owner.expiry_ms still there after reverting 000032")
 	}
+}
+
+// registerAtOldSchema registers repo's owner at a schema before 000032, whose task_owner
+// has no expiry_ms for RegisterOwner to write: the row as the release of that schema
+// wrote it.
+func registerAtOldSchema(ctx context.Context, pool *pgxpool.Pool, repo *Repository) error {
+	_, err := pool.Exec(ctx, "INSERT INTO task_owner (owner, heartbeat) VALUES ($1, COALESCE($2::timestamptz, now()))", repo.owner, repo.clock())
+	return err
 }

@@ -18,7 +18,9 @@ WHERE owner = sqlc.arg(owner);
 -- name: OwnerLive :many
 -- Other owners whose heartbeat is newer than now - timeout, or - the owner's own expiry
 -- timeout when longer (as in every test of an owner's silence below).
-SELECT * FROM task_owner
+-- Its columns named: a release's binary scans what it knows, whatever a later migration
+-- adds (SELECT * failed in the earlier release's processes after 000032).
+SELECT owner, heartbeat, started, host, pid, expiry_ms FROM task_owner
 WHERE owner <> sqlc.arg(owner)
   AND heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, expiry_ms) * interval '1 millisecond'
 ORDER BY owner;
