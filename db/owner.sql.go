@@ -14,7 +14,7 @@ const ownerAnyDead = `-- name: OwnerAnyDead :one
 SELECT EXISTS (
     SELECT 1 FROM task_owner o
     WHERE o.owner <> $1
-      AND o.heartbeat <= COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, o.expiry_ms) * interval '1 millisecond'
+      AND o.heartbeat <= COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, 2 * o.expiry_ms) * interval '1 millisecond'
 )::boolean AS dead
 `
 
@@ -281,7 +281,7 @@ func (q *Queries) OwnerLive(ctx context.Context, db DBTX, arg OwnerLiveParams) (
 const ownerPurge = `-- name: OwnerPurge :execrows
 DELETE FROM task_owner o
 WHERE o.owner <> $1
-  AND o.heartbeat <= COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, o.expiry_ms) * interval '1 millisecond'
+  AND o.heartbeat <= COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, 2 * o.expiry_ms) * interval '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner)
 `
 
@@ -291,7 +291,9 @@ type OwnerPurgeParams struct {
 	TimeoutMs int64
 }
 
-// Deletes the OTHER owners that are dead and lease no task: never
+// Deletes the OTHER owners that are dead and lease no task (silent for timeout, and for
+// twice the expiry timeout an owner declares, as a processor purges at twice its own):
+// never
 // owner itself, whatever its heartbeat. NOT EXISTS rather than NOT IN: a task without
 // owner (NULL) must not block the purge.
 func (q *Queries) OwnerPurge(ctx context.Context, db DBTX, arg OwnerPurgeParams) (int64, error) {

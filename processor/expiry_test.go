@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,5 +45,30 @@ func TestHeartbeatsThatDiffer(t *testing.T) {
 	got := f.get(task.Sequence)
 	if got.State != repository.Succeeded || got.Attempt != 1 || runs.Load() != 1 {
 		t.Fatalf("task %v at attempt %d after %d runs, want SUCCEEDED at its first and only run", got.State, got.Attempt, runs.Load())
+	}
+}
+
+// TestOneTimeoutAnOwner: a Repository that declares one processor's expiry timeout is
+// refused, unchanged, to a processor with another (its running processor's row would
+// then say the new one's); the same timeout, rounded as it is declared, is accepted.
+func TestOneTimeoutAnOwner(t *testing.T) {
+	f := setup(t)
+	repo, err := repository.New(repository.Config{Owner: "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := processor.Config{Pool: f.pool, Repository: repo, HeartbeatInterval: time.Second, ExpiryTimeout: 5*time.Second + 500*time.Microsecond}
+	if _, err := processor.New(first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := processor.New(processor.Config{Pool: f.pool, Repository: repo, HeartbeatInterval: 50 * time.Millisecond}); err == nil ||
+		!strings.Contains(err.Error(), "ExpiryTimeout 250ms differs from the 5.001s") {
+		t.Errorf("a second processor with another timeout: %v, want an error naming both", err)
+	}
+	if got := repo.ExpiryTimeout(); got != 5001*time.Millisecond {
+		t.Errorf("the repository declares %v after the refusal, want 5.001s as before", got)
+	}
+	if _, err := processor.New(first); err != nil {
+		t.Errorf("the same timeout again: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,8 @@ type Config struct {
 	// it must exceed HeartbeatInterval. Default: 5 heartbeat intervals. The processor
 	// records it with its owner row (Repository.SetExpiryTimeout), and waits for the
 	// longer of it and another owner's own before it takes that one's leases back, so
-	// processes with different heartbeats share a database safely. A heartbeat that
+	// processes with different heartbeats share a database safely. A Repository that
+	// declares another one already (another processor's) is refused. A heartbeat that
 	// has not returned within it fails (Health names it) and the next tick tries again.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
@@ -125,8 +127,24 @@ func (c *Config) validate() error {
 		c.Repository = repo
 	}
 	// recorded with the owner row: processors whose timeouts differ wait for this one's
-	// before they take its leases back
+	// before they take its leases back. One owner, one timeout: a Repository that
+	// declares another (another processor's) is refused and left as it is, or the
+	// running processor's row would say the new one's.
+	if declared := c.Repository.ExpiryTimeout(); declared != 0 && declared != wholeMilliseconds(c.ExpiryTimeout) {
+		return fmt.Errorf("processor: config: ExpiryTimeout %v differs from the %v its Repository (owner %q) declares already: give each processor a Repository of its own",
+			c.ExpiryTimeout, declared, c.Repository.Owner())
+	}
 	return c.Repository.SetExpiryTimeout(c.ExpiryTimeout)
+}
+
+// wholeMilliseconds is d rounded up to whole milliseconds, as
+// Repository.SetExpiryTimeout declares it.
+func wholeMilliseconds(d time.Duration) time.Duration {
+	whole := d.Truncate(time.Millisecond)
+	if whole != d && whole <= math.MaxInt64-time.Millisecond {
+		whole += time.Millisecond
+	}
+	return whole
 }
 
 // Processor runs the task managers of one process: it registers the owner, heart-beats,

@@ -248,7 +248,10 @@ func (r *Repository) purgeCitus(ctx context.Context, h Handle, timeout time.Dura
 	now, args := r.nowArg()
 	tag, err := h.Exec(ctx, `
 		DELETE FROM task_owner o
-		WHERE o.owner <> $1 AND o.heartbeat <= `+now+` - GREATEST($`+fmt.Sprint(len(args)+2)+`::bigint, o.expiry_ms) * interval '1 millisecond'
+		WHERE o.owner <> $1
+		  -- now() - heartbeat, not heartbeat <= now() - …: timestamptz - interval is STABLE,
+		  -- which Citus refuses with a column in a DELETE; timestamptz - timestamptz is not
+		  AND `+now+` - o.heartbeat >= GREATEST($`+fmt.Sprint(len(args)+2)+`::bigint, 2 * o.expiry_ms) * interval '1 millisecond'
 		  AND o.owner <> ALL (ARRAY(SELECT DISTINCT t.owner FROM task t WHERE t.state = 0 AND t.owner IS NOT NULL))`,
 		append(append([]any{r.owner}, args...), durationMs(timeout))...)
 	return tag.RowsAffected(), err

@@ -1,8 +1,10 @@
 package repository_test
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -560,10 +562,11 @@ func TestPageAmongManyOthers(t *testing.T) {
 // makes the next one pass over a task. Each step below ran on a snapshot of its own.
 func TestPageOneSnapshot(t *testing.T) {
 	f := setup(t)
-	// small21 and big share a table (TestPageAmongManyOthers); big's 10 500 tasks
-	// push small21's older ones out of its newest page's window.
-	f.createTopic("small21")
-	f.createTopic("big")
+	// The filler's 10 500 tasks push small's older ones out of its newest page's window.
+	// Topics of this test alone: the hook sees every page of the package's tests, which
+	// run in parallel.
+	f.createTopic("snapshot-small")
+	f.createTopic("snapshot-filler")
 	push := func(h repository.Handle, topic string, identifiers ...string) []int64 {
 		t.Helper()
 		var creations []repository.Creation
@@ -582,11 +585,13 @@ func TestPageOneSnapshot(t *testing.T) {
 	}
 	filler := func(n int) {
 		t.Helper()
-		if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier) SELECT 'big', 'b' || g FROM generate_series(1, $1) g`, n); err != nil {
-			t.Fatal(err)
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = "b" + strconv.Itoa(i)
 		}
+		push(f.pool, "snapshot-filler", ids...) // a push, as on Citus sequences come with it
 	}
-	small := push(f.pool, "small21", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8")
+	small := push(f.pool, "snapshot-small", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8")
 	filler(10_500)
 	seqs := func(tasks []repository.Task) []int64 {
 		var out []int64
@@ -599,7 +604,7 @@ func TestPageOneSnapshot(t *testing.T) {
 	var stepAt string
 	var stepDo func()
 	repository.SetPageStep(t, func(topic, statement string) {
-		if topic == "small21" && statement == stepAt && stepDo != nil {
+		if topic == "snapshot-small" && statement == stepAt && stepDo != nil {
 			do := stepDo
 			stepDo = nil
 			do()
@@ -607,25 +612,25 @@ func TestPageOneSnapshot(t *testing.T) {
 	})
 
 	t.Run("DeletedBetweenStatements", func(t *testing.T) {
-		// The newest page of 5 reads small21's sequences, then its 5 newest tasks by
+		// The newest page of 5 reads the small topic's sequences, then its 5 newest tasks by
 		// sequence; one of them is deleted in between. The page still holds 5 (the
 		// snapshot's), where it held 4, and a page shorter than asked says "no more".
 		for _, excerpts := range []bool{false, true} {
 			victim := small[len(small)-2]
 			stepAt, stepDo = "TaskPageAt", func() {
-				if _, err := f.pool.Exec(f.ctx, `DELETE FROM task WHERE topic = 'small21' AND sequence = $1`, victim); err != nil {
+				if _, err := f.pool.Exec(f.ctx, `DELETE FROM task WHERE topic = 'snapshot-small' AND sequence = $1`, victim); err != nil {
 					t.Error(err)
 				}
 			}
 			var got []int64
 			if excerpts {
-				page, err := f.repo.Excerpts(f.ctx, f.pool, "small21", repository.TaskFilter{}, repository.MaxSequence, 5, repository.Backward)
+				page, err := f.repo.Excerpts(f.ctx, f.pool, "snapshot-small", repository.TaskFilter{}, repository.MaxSequence, 5, repository.Backward)
 				if err != nil {
 					t.Fatal(err)
 				}
 				got = excerptSequences(page)
 			} else {
-				page, err := f.repo.Page(f.ctx, f.pool, "small21", repository.TaskFilter{}, repository.MaxSequence, 5, repository.Backward)
+				page, err := f.repo.Page(f.ctx, f.pool, "snapshot-small", repository.TaskFilter{}, repository.MaxSequence, 5, repository.Backward)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -653,14 +658,14 @@ func TestPageOneSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer txA.Rollback(f.ctx)
-		a := push(txA, "small21", "a")[0]
+		a := push(txA, "snapshot-small", "a")[0]
 		filler(10_010)
 		txB, err := f.pool.Begin(f.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer txB.Rollback(f.ctx)
-		b := push(txB, "small21", "b")[0]
+		b := push(txB, "snapshot-small", "b")[0]
 		stepAt, stepDo = "TaskLastSequence", func() {
 			for _, tx := range []pgx.Tx{txA, txB} {
 				if err := tx.Commit(f.ctx); err != nil {
@@ -672,7 +677,7 @@ func TestPageOneSnapshot(t *testing.T) {
 		var got []int64
 		cursor := a - 1
 		for i := range 5 {
-			page, err := f.repo.Page(f.ctx, f.pool, "small21", repository.TaskFilter{}, cursor, 1, repository.Forward)
+			page, err := f.repo.Page(f.ctx, f.pool, "snapshot-small", repository.TaskFilter{}, cursor, 1, repository.Forward)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -692,4 +697,26 @@ func TestPageOneSnapshot(t *testing.T) {
 			t.Errorf("forward pages of 1 from %d gave %v, want %v", a-1, got, want)
 		}
 	})
+}
+
+// TestPageOnACancelledContext: a page asked with a context already done fails, and
+// leaves the caller's connection open (pgx closes a connection whose BEGIN fails so).
+func TestPageOnACancelledContext(t *testing.T) {
+	f := setup(t)
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	ctx, cancel := context.WithCancel(f.ctx)
+	cancel()
+	if _, err := f.repo.Page(ctx, conn, f.topic, repository.TaskFilter{}, repository.MaxSequence, 10, repository.Backward); !errors.Is(err, context.Canceled) {
+		t.Errorf("page on a cancelled context: %v, want context.Canceled", err)
+	}
+	if conn.Conn().IsClosed() {
+		t.Error("the caller's connection was closed")
+	}
+	if err := conn.Ping(f.ctx); err != nil {
+		t.Errorf("the caller's connection after the page: %v", err)
+	}
 }

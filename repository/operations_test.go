@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -2434,15 +2435,31 @@ func TestDeclaredExpiryTimeout(t *testing.T) {
 		t.Fatalf("25 s on, expire stale = %+v, %v; want slow's task", got, err)
 	}
 	wantState(t, f.get(slowTask.Sequence), repository.Expired, repository.Ready)
+	// the rows go at twice their timeout, as a processor purges at twice its own
 	if _, err := at25.PurgeOwners(f.ctx, f.pool, time.Second); err != nil {
 		t.Fatal(err)
 	}
+	if got := rowsLeft(); !slices.Equal(got, []string{"idle", "slow"}) {
+		t.Fatalf("25 s on, owner rows after a purge %v, want idle and slow until 40 s", got)
+	}
+	if _, err := fast(45*time.Second).PurgeOwners(f.ctx, f.pool, time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if got := rowsLeft(); len(got) != 0 {
-		t.Fatalf("25 s on, owner rows after a purge %v, want none", got)
+		t.Fatalf("45 s on, owner rows after a purge %v, want none", got)
 	}
 
 	if err := plain.SetExpiryTimeout(-time.Second); !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "expiry timeout") {
 		t.Errorf("a negative expiry timeout: %v, want ErrInvalid naming it", err)
+	}
+	// rounded up to whole milliseconds; the longest a Duration holds does not overflow
+	for _, tc := range []struct{ set, want time.Duration }{
+		{1500 * time.Microsecond, 2 * time.Millisecond},
+		{time.Duration(math.MaxInt64), time.Duration(math.MaxInt64).Truncate(time.Millisecond)},
+	} {
+		if err := plain.SetExpiryTimeout(tc.set); err != nil || plain.ExpiryTimeout() != tc.want {
+			t.Errorf("SetExpiryTimeout(%v): %v, declares %v; want %v", tc.set, err, plain.ExpiryTimeout(), tc.want)
+		}
 	}
 }
 

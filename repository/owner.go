@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,8 +82,7 @@ func (r *Repository) SetExpiryTimeout(timeout time.Duration) error {
 	if err := validTimeout("expiry timeout", timeout); err != nil {
 		return err
 	}
-	// in whole milliseconds, rounded up: never declared shorter than it is
-	r.expiryMs.Store(int64((timeout + time.Millisecond - 1) / time.Millisecond))
+	r.expiryMs.Store(expiryMs(timeout))
 	return nil
 }
 
@@ -90,6 +90,16 @@ func (r *Repository) SetExpiryTimeout(timeout time.Duration) error {
 // when none, in whole milliseconds.
 func (r *Repository) ExpiryTimeout() time.Duration {
 	return time.Duration(r.expiryMs.Load()) * time.Millisecond
+}
+
+// expiryMs is timeout in whole milliseconds, rounded up (never declared shorter than it
+// is), and at most what a Duration holds in milliseconds.
+func expiryMs(timeout time.Duration) int64 {
+	ms := int64(timeout / time.Millisecond)
+	if timeout%time.Millisecond != 0 && ms < math.MaxInt64/int64(time.Millisecond) {
+		ms++
+	}
+	return ms
 }
 
 // declaredExpiry is the owner row's expiry_ms: nil when none is declared.
@@ -169,8 +179,9 @@ func (r *Repository) LiveOwners(ctx context.Context, h Handle, timeout time.Dura
 	return owners, nil
 }
 
-// PurgeOwners deletes the OTHER owners whose heartbeat is older than now − timeout and
-// that lease no ACTIVE task; it returns how many. It never deletes this repository's own
+// PurgeOwners deletes the OTHER owners whose heartbeat is older than now − timeout, and
+// than twice the expiry timeout an owner declares (SetExpiryTimeout), and that lease no
+// ACTIVE task; it returns how many. It never deletes this repository's own
 // owner, whatever the timeout (a process does not deregister itself this way: see
 // DeregisterOwner).
 func (r *Repository) PurgeOwners(ctx context.Context, h Handle, timeout time.Duration) (int64, error) {

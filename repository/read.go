@@ -210,13 +210,19 @@ func inSnapshot(ctx context.Context, h Handle, fn func(Handle) error) error {
 	if !ok || !autocommit(h) {
 		return fn(h)
 	}
+	// pgx closes a connection whose BEGIN fails for a reason other than the server's
+	// (a context already done among them): not the caller's for a page not even asked
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return err
 	}
 	// It only read: rolling back ends it as well as a commit, and what it read stands
-	// whatever the rollback's outcome (a connection lost then is the pool's to drop).
-	defer func() { _ = tx.Rollback(ctx) }()
+	// whatever the rollback's outcome. Not on ctx, which may be done by now: the
+	// connection, perhaps the caller's own, would be closed rather than rolled back.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	return fn(tx)
 }
 

@@ -407,17 +407,25 @@ func stretchEnd(local time.Time, offset int) time.Time {
 // backwards from now in a window that doubles until it holds n times or reaches start.
 func (c *cronSchedule) due(start, now time.Time, n int) (times []time.Time, missed int64, next time.Time) {
 	if c.spec == nil {
+		// A start more than 146 years back is moved on by whole periods, counted missed:
+		// now.Sub saturates at 292 years, and (k+1)·every must not overflow either.
+		var skipped int64
+		for now.Sub(start) > math.MaxInt64/2 {
+			m := max(1, int64(math.MaxInt64/4/c.every))
+			start = start.Add(time.Duration(m) * c.every)
+			skipped += m
+		}
 		k := int64(now.Sub(start) / c.every) // the last due time is start + k·every
 		first := max(0, k-int64(n)+1)
 		for i := first; i <= k; i++ {
 			times = append(times, start.Add(time.Duration(i)*c.every))
 		}
-		return times, first, start.Add(time.Duration(k+1) * c.every)
+		return times, skipped + first, start.Add(time.Duration(k+1) * c.every)
 	}
 	for window := time.Minute; ; window *= 2 {
 		from := now.Add(-window)
-		// a window of 146 years and more reads from start: doubling it again would
-		// overflow (a stored start centuries ago, written by hand, hung here)
+		// a window past 73 years reads from start: doubling on would overflow the
+		// Duration at 292 (a stored start centuries ago, written by hand, hung here)
 		whole := !from.After(start) || window > math.MaxInt64/4
 		if whole {
 			from = start.Add(-time.Nanosecond) // start is a fire time: it is the first

@@ -46,3 +46,20 @@ func TestDueFromCenturiesAgo(t *testing.T) {
 		}
 	}
 }
+
+// TestDueEveryFromCenturiesAgo: the same for an @every spec, whose arithmetic overflowed
+// past 292 years and moved the next fire time back by as much at each round.
+func TestDueEveryFromCenturiesAgo(t *testing.T) {
+	c, err := parseSchedule("@every 1h", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := time.Date(2026, 12, 4, 0, 30, 0, 0, time.UTC)
+	times, missed, next := c.due(start, now, 3)
+	want := []time.Time{now.Add(-150 * time.Minute), now.Add(-90 * time.Minute), now.Add(-30 * time.Minute)}
+	hours := int64(now.Sub(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))/time.Hour) + int64(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC).Sub(start)/time.Hour)
+	if len(times) != 3 || !times[0].Equal(want[0]) || !times[2].Equal(want[2]) || !next.Equal(now.Add(30*time.Minute)) || missed != hours+1-3 {
+		t.Errorf("due = %v, %d missed, next %v; want %v, %d missed, next %v", times, missed, next, want, hours+1-3, now.Add(30*time.Minute))
+	}
+}

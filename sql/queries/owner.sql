@@ -26,12 +26,14 @@ WHERE owner <> sqlc.arg(owner)
 ORDER BY owner;
 
 -- name: OwnerPurge :execrows
--- Deletes the OTHER owners that are dead and lease no task: never
+-- Deletes the OTHER owners that are dead and lease no task (silent for timeout, and for
+-- twice the expiry timeout an owner declares, as a processor purges at twice its own):
+-- never
 -- owner itself, whatever its heartbeat. NOT EXISTS rather than NOT IN: a task without
 -- owner (NULL) must not block the purge.
 DELETE FROM task_owner o
 WHERE o.owner <> sqlc.arg(owner)
-  AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, o.expiry_ms) * interval '1 millisecond'
+  AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, 2 * o.expiry_ms) * interval '1 millisecond'
   AND NOT EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND t.owner = o.owner);
 
 -- name: OwnerDeregister :execrows
@@ -57,7 +59,7 @@ SELECT EXISTS (
 SELECT EXISTS (
     SELECT 1 FROM task_owner o
     WHERE o.owner <> sqlc.arg(owner)
-      AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, o.expiry_ms) * interval '1 millisecond'
+      AND o.heartbeat <= COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, 2 * o.expiry_ms) * interval '1 millisecond'
 )::boolean AS dead;
 
 -- name: OwnerList :many
