@@ -395,6 +395,9 @@ func TestProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := worker.SetExpiryTimeout(7 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := worker.RegisterOwner(f.ctx, f.pool); err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +407,7 @@ func TestProcesses(t *testing.T) {
 	}
 	body := f.page("/ui/processes")
 	row := regexp.MustCompile(`(?s)<code>worker-1</code>.*?</tr>`).FindString(body)
-	mustContain(t, row, "alive", "box", "4242", `<td class="num">1</td>`, `<a href="/ui/topics/mail?state=ACTIVE">mail</a>`)
+	mustContain(t, row, "alive", "box", "4242", "<td>7s</td>", `<td class="num">1</td>`, `<a href="/ui/topics/mail?state=ACTIVE">mail</a>`)
 }
 
 func TestLogin(t *testing.T) {
