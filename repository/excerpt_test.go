@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/pgtask/pgtask/repository"
@@ -143,6 +144,9 @@ func TestValidate(t *testing.T) {
 		{"CreationInputNotUTF8", repository.Creation{Identifier: "a", Input: bad}.Validate(), "input is not valid UTF-8"},
 		{"CreationReferenceTooLong", repository.Creation{Identifier: "a", Reference: long(501)}.Validate(), "reference"},
 		{"CreationNegativeDelay", repository.Creation{Identifier: "a", Delay: -1}.Validate(), "negative"},
+		// a not-before beyond 9999 (it was pushed due in 1970: at once)
+		{"CreationNotBeforeYear9999", repository.Creation{Identifier: "a", NotBefore: time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC)}.Validate(), ""},
+		{"CreationNotBeforeFarFuture", repository.Creation{Identifier: "a", NotBefore: time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)}.Validate(), "not-before 300000-01-01T00:00:00Z is after the year 9999"},
 		// a NUL byte, which PostgreSQL text cannot hold, is refused naming the field
 		// (the server's refusal named neither the field nor the task)
 		{"TopicWithNUL", repository.ValidateTopic("a\x00b"), "topic contains a NUL byte"},

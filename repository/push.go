@@ -3,6 +3,7 @@ package repository
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"unicode/utf8"
 
@@ -77,9 +78,13 @@ func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion
 	return pushedTasks(topic, insertion, creations, rows)
 }
 
+// maxNotBefore is the latest not-before time a push accepts.
+var maxNotBefore = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+
 // Validate returns nil when Push would accept the creation (whatever the topic): an
 // identifier as ValidateIdentifier wants, a reference of at most MaxReferenceLength
-// characters, a delay that is not negative, and input and reference of valid UTF-8 without a NUL byte (they
+// characters, a delay that is not negative, a not-before time no later than the year
+// 9999, and input and reference of valid UTF-8 without a NUL byte (they
 // are refused, never rewritten). Otherwise its error wraps ErrInvalid.
 func (c Creation) Validate() error {
 	if err := validIdentifier(c.Identifier); err != nil {
@@ -90,6 +95,11 @@ func (c Creation) Validate() error {
 	}
 	if c.Delay < 0 {
 		return invalid("delay %v is negative", c.Delay)
+	}
+	// beyond it the microseconds the push sends overflow (after the year 294 247, into
+	// 1970: a task due at once), and a time the JSON of the REST API cannot write
+	if c.NotBefore.After(maxNotBefore) {
+		return invalid("not-before %s is after the year 9999", c.NotBefore.UTC().Format(time.RFC3339))
 	}
 	if p := unstorable(c.Input); p != "" {
 		return invalid("input %s", p)
