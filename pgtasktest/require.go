@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"reflect"
 	"slices"
 	"strconv"
@@ -172,11 +173,52 @@ func (w Want) matches(t repository.Task) bool {
 
 // sameInput compares inputs as JSON when both are, else as text.
 func sameInput(got, want string) bool {
-	var g, w any
-	if json.Unmarshal([]byte(got), &g) == nil && json.Unmarshal([]byte(want), &w) == nil {
+	g, gerr := decodeJSON(got)
+	w, werr := decodeJSON(want)
+	if gerr == nil && werr == nil {
 		return reflect.DeepEqual(g, w)
 	}
 	return got == want
+}
+
+// decodeJSON decodes one JSON value, its numbers as written (json.Number: as float64,
+// 9007199254740993 and 9007199254740992 were one number) but normalized, so that 1.0
+// and 1 still match.
+func decodeJSON(text string) (any, error) {
+	d := json.NewDecoder(strings.NewReader(text))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if d.More() {
+		return nil, errors.New("more than one JSON value")
+	}
+	return normalizeNumbers(v), nil
+}
+
+// exactNumber is a JSON number's exact value, as big.Rat writes it ("3/2", "1"): a type
+// of its own, so that it never equals the string "1".
+type exactNumber string
+
+// normalizeNumbers replaces each json.Number with its exact value.
+func normalizeNumbers(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		if r, ok := new(big.Rat).SetString(v.String()); ok {
+			return exactNumber(r.RatString())
+		}
+		return exactNumber(v.String())
+	case []any:
+		for i := range v {
+			v[i] = normalizeNumbers(v[i])
+		}
+	case map[string]any:
+		for k := range v {
+			v[k] = normalizeNumbers(v[k])
+		}
+	}
+	return v
 }
 
 // String describes the wanted task, as failure messages show it.

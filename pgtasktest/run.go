@@ -57,6 +57,14 @@ func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repos
 	if len(tasks) > 0 {
 		topic = tasks[0].Topic
 	}
+	return run(ctx, tb, h, RunTimeout, topic, tasks)
+}
+
+// run is Run with the timeout given.
+func run(ctx context.Context, tb testing.TB, h processor.Handler, timeout time.Duration, topic string, tasks []repository.Task) processor.Outcome {
+	tb.Helper()
+	ctx, cancel := handlerContext(ctx, timeout)
+	defer cancel()
 	b, err := processor.NewBatch(ctx, topic, tasks)
 	if err != nil {
 		tb.Fatalf("pgtasktest.Run: %v", err)
@@ -64,7 +72,18 @@ func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repos
 	return handle(ctx, tb, "Run", h, b)
 }
 
-// handle runs h on b and waits for every decision.
+// handlerContext is ctx, or ctx ending after timeout when it has no deadline: the
+// context of a batch and its handler. The handler gets that end too: one that waits on
+// its context (most synchronous ones do) would otherwise never return.
+func handlerContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// handle runs h on b and waits for every decision until ctx, b's (handlerContext),
+// ends.
 func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, b *processor.Batch) processor.Outcome {
 	tb.Helper()
 	func() {
@@ -75,17 +94,16 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 		}()
 		h.Handle(ctx, b)
 	}()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, RunTimeout)
-		defer cancel()
-	}
 	select {
 	case <-b.Done():
+		if ctx.Err() == nil {
+			return b.Outcome()
+		}
+		tb.Fatalf("pgtasktest.%s: the handler decided only once its context had ended: %v", fn, ctx.Err())
 	case <-ctx.Done():
 		tb.Fatalf("pgtasktest.%s: the handler did not decide tasks %v: %v", fn, b.Outcome().Undecided, ctx.Err())
 	}
-	return b.Outcome()
+	return processor.Outcome{}
 }
 
 // WorkResult is what Work did.
@@ -126,11 +144,13 @@ func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, to
 	if !slices.Equal(want, got) {
 		tb.Fatalf("pgtasktest.Work: pushed tasks %v but leased %v: the topic holds other READY tasks, or a creation is delayed or suspended", want, got)
 	}
-	b, err := processor.NewBatch(ctx, topic, leased)
+	hctx, cancel := handlerContext(ctx, RunTimeout)
+	defer cancel()
+	b, err := processor.NewBatch(hctx, topic, leased)
 	if err != nil {
 		tb.Fatalf("pgtasktest.Work: %v", err)
 	}
-	outcome := handle(ctx, tb, "Work", h, b)
+	outcome := handle(hctx, tb, "Work", h, b)
 	completions := make([]repository.Completion, len(leased))
 	for i, t := range leased {
 		completions[i] = t.Decide(outcome.Decisions[t.Sequence])

@@ -1,0 +1,74 @@
+package pgtasktest
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// fatalTB records a Fatalf and ends its goroutine, as testing.T does.
+type fatalTB struct {
+	testing.TB
+	message string
+}
+
+func (f *fatalTB) Helper() {}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.message = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// TestRunEndsAHandlerWaitingOnItsContext: a synchronous handler that waits on its
+// context is given the timeout too, and Run fails the test when it ends. It was called
+// on the caller's context, without end: Run never returned.
+func TestRunEndsAHandlerWaitingOnItsContext(t *testing.T) {
+	t.Parallel()
+	h := processor.TaskFunc(func(ctx context.Context, _ repository.Task) repository.Decision {
+		<-ctx.Done()
+		return repository.Fail(context.Cause(ctx))
+	})
+	tb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(context.Background(), tb, h, 100*time.Millisecond, "t", NewTasks("t", repository.Creation{Identifier: "a"}))
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return 30 s after its 100 ms timeout")
+	}
+	if !strings.Contains(tb.message, "once its context had ended") {
+		t.Errorf("Run's failure: %q, want it to say the handler decided only once the context ended", tb.message)
+	}
+}
+
+// TestSameInput: inputs compare as JSON values, key order, spacing and the writing of a
+// number aside, and numbers exactly (decoded as float64, 2^53 + 1 matched 2^53).
+func TestSameInput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		got, want string
+		same      bool
+	}{
+		{`{"a": 1, "b": [true, null]}`, `{"b":[true,null],"a":1}`, true},
+		{`{"n": 1.0}`, `{"n": 1}`, true},
+		{`{"n": 1e2}`, `{"n": 100}`, true},
+		{`{"order_id": 9007199254740993}`, `{"order_id": 9007199254740992}`, false},
+		{`{"n": 1}`, `{"n": "1"}`, false},
+		{`not json`, `not json`, true},
+		{`not json`, `not  json`, false},
+		{`1 2`, `1`, false},
+	} {
+		if got := sameInput(tc.got, tc.want); got != tc.same {
+			t.Errorf("sameInput(%s, %s) = %v, want %v", tc.got, tc.want, got, tc.same)
+		}
+	}
+}
