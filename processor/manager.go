@@ -1044,6 +1044,15 @@ func (m *TaskManager) armTimeout(b *Batch) {
 
 // handle hands a prepared batch to the handler, containing panics.
 func (m *TaskManager) handle(b *Batch) {
+	// A poll (or a flush) that returned after the shutdown began: its tasks are not
+	// started, so they go back READY with the attempt unused, whatever the handler (a
+	// TaskFunc or a Buffer would hand them back itself; a BatchFunc would run them all).
+	select {
+	case <-b.Stopping():
+		b.handBack()
+		return
+	default:
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("handler panicked: %v", r)

@@ -149,3 +149,58 @@ func TestShutdown(t *testing.T) {
 		}
 	})
 }
+
+// TestShutdownHandsBackAPollThatReturnsAfterIt: a poll sent before the shutdown and
+// answered after it began (here: held on a limited topic's lock) leases tasks that were
+// never started: they go back READY with the attempt unused, whatever the handler. A
+// BatchFunc ran them after the shutdown began.
+func TestShutdownHandsBackAPollThatReturnsAfterIt(t *testing.T) {
+	f := setup(t)
+	f.limit(repository.TopicSettings{MaxAttempts: 1, Concurrency: 10})
+	var calls atomic.Int32
+	handler := processor.BatchFunc(func(ctx context.Context, tasks []repository.Task) (map[int64]repository.Decision, error) {
+		calls.Add(1)
+		out := make(map[int64]repository.Decision, len(tasks))
+		for _, task := range tasks {
+			out[task.Sequence] = repository.Succeed("ran")
+		}
+		return out, nil
+	})
+	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 5})
+	stop := f.start(p)
+	f.eventually("the processor idle", func() bool { return f.count(repository.Ready) == 0 })
+	time.Sleep(200 * time.Millisecond) // its first, empty poll done
+	// the limited topic's polls take this lock: the next one waits on it
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx)
+	if _, err := tx.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
+		t.Fatal(err)
+	}
+	tasks := f.pushN(3)
+	f.eventually("a poll waiting on the lock", func() bool {
+		var n int
+		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(200 * time.Millisecond) // the shutdown under way
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the handler was called %d times after the shutdown began", n)
+	}
+	for _, task := range tasks {
+		// Attempt counts leases, Returned the leases handed back
+		if got := f.get(task.Sequence); got.State != repository.Ready || got.Attempt-got.Returned != 0 {
+			t.Errorf("task %d is %v with %d attempts used, want READY with none used", task.Sequence, got.State, got.Attempt-got.Returned)
+		}
+	}
+}
