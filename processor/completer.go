@@ -24,6 +24,25 @@ type report struct {
 	since       time.Time // when its first decision arrived
 	// fallback marks the failure decisions that replace refused ones.
 	fallback bool
+	// joins are where each later report of the batch joined this one (add): the
+	// follow-ups declared with decisions belong to them alone.
+	joins []join
+}
+
+// join is where a report's completions and follow-ups stood when more joined it.
+type join struct{ completions, followups int }
+
+// parts divides r at its joins: each part the decisions of one report of the batch with
+// the follow-ups declared before them.
+func (r *report) parts() []*report {
+	var out []*report
+	from := join{}
+	for _, to := range append(r.joins, join{len(r.completions), len(r.followups)}) {
+		out = append(out, &report{batch: r.batch, since: r.since, fallback: r.fallback,
+			completions: r.completions[from.completions:to.completions], followups: r.followups[from.followups:to.followups]})
+		from = to
+	}
+	return out
 }
 
 // completer commits the decisions of many tasks and batches together: one Complete
@@ -77,6 +96,7 @@ func (c *completer) add(b *Batch, completions []repository.Completion, followups
 	c.mu.Lock()
 	wake := b.open == nil
 	if r := b.open; r != nil {
+		r.joins = append(r.joins, join{len(r.completions), len(r.followups)})
 		r.completions = append(r.completions, completions...)
 		r.followups = append(r.followups, followups...)
 	} else {
@@ -367,6 +387,15 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 			c.flush(ctx, []*report{kept})
 			return
 		}
+	}
+	if r := reports[0]; len(reports) == 1 && isRefusal(err) && !leasesLost && len(r.joins) > 0 && len(r.followups) > 0 {
+		// Decisions reported apart that joined one report: one's follow-up refused must
+		// not fail the others ("whatever the batch's other tasks do"). Each part goes
+		// alone, with the follow-ups declared before its decisions.
+		for _, part := range r.parts() {
+			c.flush(ctx, []*report{part})
+		}
+		return
 	}
 	if r := reports[0]; len(reports) == 1 && isRefusal(err) && !leasesLost && !r.fallback {
 		// The decisions or follow-ups themselves were refused (say, a follow-up push to

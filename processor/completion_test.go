@@ -316,3 +316,35 @@ func TestPerTaskCompletion(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusedFollowUpFailsItsTaskAlone: decisions reported one after the other join one
+// report; a follow-up of one task refused (a push to an unknown topic) fails that task
+// alone, its batch mates' decisions are committed as reported. Before, every decision
+// of the report failed with the refusal.
+func TestRefusedFollowUpFailsItsTaskAlone(t *testing.T) {
+	f := setup(t)
+	handler := processor.HandlerFunc(func(_ context.Context, b *processor.Batch) {
+		for _, task := range b.Tasks {
+			if task.Input == "0" {
+				_ = b.Push("nope", repository.Append, repository.Creation{Identifier: "x"})
+			}
+			_ = b.Decide(task.Sequence, repository.Succeed("ok"))
+		}
+	})
+	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 10})
+	f.start(p)
+	tasks := f.pushN(3)
+	f.eventually("every task decided", func() bool { return f.count(repository.Active)+f.count(repository.Ready) == 0 })
+	for _, task := range tasks {
+		got := f.get(task.Sequence)
+		if task.Input == "0" {
+			if got.State != repository.Failed || !strings.Contains(strings.Join(got.Errors, " "), "unknown topic") {
+				t.Errorf("the task whose follow-up was refused is %v %v, want FAILED naming the refusal", got.State, got.Errors)
+			}
+			continue
+		}
+		if got.State != repository.Succeeded || got.Output != "ok" {
+			t.Errorf("batch mate %d is %v %q %v, want SUCCEEDED as decided", task.Sequence, got.State, got.Output, got.Errors)
+		}
+	}
+}
