@@ -96,11 +96,15 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 	}()
 	select {
 	case <-b.Done():
+	case <-ctx.Done():
+	}
+	select { // both may be ready: say which
+	case <-b.Done():
 		if ctx.Err() == nil {
 			return b.Outcome()
 		}
 		tb.Fatalf("pgtasktest.%s: the handler decided only once its context had ended: %v", fn, ctx.Err())
-	case <-ctx.Done():
+	default:
 		tb.Fatalf("pgtasktest.%s: the handler did not decide tasks %v: %v", fn, b.Outcome().Undecided, ctx.Err())
 	}
 	return processor.Outcome{}
