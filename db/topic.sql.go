@@ -410,7 +410,7 @@ SELECT count(*) FILTER (WHERE t.state = 0)                                    AS
        count(*) FILTER (WHERE t.state = 3)                                    AS failed,
        count(*) FILTER (WHERE t.state = 4)                                    AS suspended,
        -- the longest a pollable READY task has been waiting (NULL when none)
-       COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
+       COALESCE((EXTRACT(EPOCH FROM now() - min(GREATEST(t.created, t.not_before))
                     FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
                 0)::bigint AS oldest_ready_age_ms,
        COALESCE(task_topic_rows($1), 0)::bigint AS rows_estimate

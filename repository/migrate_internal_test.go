@@ -2092,3 +2092,34 @@ func registerAtOldSchema(ctx context.Context, pool *pgxpool.Pool, repo *Reposito
 	_, err := pool.Exec(ctx, "INSERT INTO task_owner (owner, heartbeat) VALUES ($1, COALESCE($2::timestamptz, now()))", repo.owner, repo.clock())
 	return err
 }
+
+// TestOldestReadyMigration: 000033 makes task_topic_stats count a READY task's wait from
+// its push when its not-before lies before it; the revert counts from the not-before
+// again. The tasks are kept.
+func TestOldestReadyMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository oldest-ready test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(32)
+	create("emails")
+	execEach(t, pool,
+		"SELECT task_push('emails', 'past')",
+		"UPDATE task SET not_before = now() - interval '1 day' WHERE topic = 'emails'")
+	oldest := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT (oldest_ready_age_ms > 3600000)::text FROM task_topic_stats('{}')")
+	}
+	if got := oldest(); !slices.Equal(got, []string{"true"}) {
+		t.Fatalf("at schema 32 the task waited more than an hour: %v, want true (counted from its not-before)", got)
+	}
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000033", taskRows(t, pool), rows)
+	if got := oldest(); !slices.Equal(got, []string{"false"}) {
+		t.Fatalf("after 000033 the task pushed just now waited more than an hour: %v", got)
+	}
+	steps(-1)
+	if got := oldest(); !slices.Equal(got, []string{"true"}) {
+		t.Fatalf("after reverting 000033: %v, want true", got)
+	}
+}

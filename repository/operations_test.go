@@ -2485,3 +2485,34 @@ func TestRecreateCopiesTheTask(t *testing.T) {
 		t.Errorf("copy %+v, want identifier a, input in, reference ref, priority 5, key tenant-a", c)
 	}
 }
+
+// TestOldestReadyFromAPastNotBefore: a task pushed with a not-before in the past has
+// waited since its push, not since that time (it read 6.9 years for a task pushed with
+// 2020-01-01); one retried waits from its retry's time, after its push.
+func TestOldestReadyFromAPastNotBefore(t *testing.T) {
+	f := setup(t)
+	if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+		repository.Creation{Identifier: "past", NotBefore: time.Now().Add(-24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := f.repo.Stats(f.ctx, f.pool, f.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := f.repo.StatsAll(f.ctx, f.pool, f.topic)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("stats of all: %v, %v", all, err)
+	}
+	for name, got := range map[string]time.Duration{"Stats": s.OldestReady, "StatsAll": all[0].Stats.OldestReady} {
+		if got > time.Hour {
+			t.Errorf("%s: the task pushed just now has waited %v, want since its push", name, got)
+		}
+	}
+	// a retry due an hour after the push, now past: it waits from then
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET created = now() - interval '3 hours', not_before = now() - interval '2 hours' WHERE topic = $1`, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = f.repo.Stats(f.ctx, f.pool, f.topic); err != nil || s.OldestReady < 119*time.Minute || s.OldestReady > 121*time.Minute {
+		t.Errorf("a task due 2 hours ago, pushed 3 hours ago: waited %v, %v; want 2 hours", s.OldestReady, err)
+	}
+}

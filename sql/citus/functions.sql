@@ -365,7 +365,7 @@ BEGIN
            count(*) FILTER (WHERE t.state = 1 AND t.not_before > now()),
            count(*) FILTER (WHERE t.state = 2), count(*) FILTER (WHERE t.state = 3),
            count(*) FILTER (WHERE t.state = 4),
-           COALESCE((EXTRACT(EPOCH FROM now() - min(COALESCE(t.not_before, t.created))
+           COALESCE((EXTRACT(EPOCH FROM now() - min(GREATEST(t.created, t.not_before))
                         FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint, 0),
            COALESCE(v_rows, 0)
     FROM (SELECT r.state, r.not_before, r.created FROM task r
