@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -130,21 +129,11 @@ func (c *Config) validate() error {
 	// before they take its leases back. One owner, one timeout: a Repository that
 	// declares another (another processor's) is refused and left as it is, or the
 	// running processor's row would say the new one's.
-	if declared := c.Repository.ExpiryTimeout(); declared != 0 && declared != wholeMilliseconds(c.ExpiryTimeout) {
+	if declared := c.Repository.ExpiryTimeout(); declared != 0 && declared != repository.DeclaredExpiryTimeout(c.ExpiryTimeout) {
 		return fmt.Errorf("processor: config: ExpiryTimeout %v differs from the %v its Repository (owner %q) declares already: give each processor a Repository of its own",
 			c.ExpiryTimeout, declared, c.Repository.Owner())
 	}
 	return c.Repository.SetExpiryTimeout(c.ExpiryTimeout)
-}
-
-// wholeMilliseconds is d rounded up to whole milliseconds, as
-// Repository.SetExpiryTimeout declares it.
-func wholeMilliseconds(d time.Duration) time.Duration {
-	whole := d.Truncate(time.Millisecond)
-	if whole != d && whole <= math.MaxInt64-time.Millisecond {
-		whole += time.Millisecond
-	}
-	return whole
 }
 
 // Processor runs the task managers of one process: it registers the owner, heart-beats,

@@ -102,6 +102,12 @@ func expiryMs(timeout time.Duration) int64 {
 	return ms
 }
 
+// DeclaredExpiryTimeout is what SetExpiryTimeout(timeout) declares: timeout rounded up
+// to whole milliseconds, which the owner row holds.
+func DeclaredExpiryTimeout(timeout time.Duration) time.Duration {
+	return time.Duration(expiryMs(timeout)) * time.Millisecond
+}
+
 // declaredExpiry is the owner row's expiry_ms: nil when none is declared.
 func (r *Repository) declaredExpiry() *int64 {
 	if ms := r.expiryMs.Load(); ms > 0 {
