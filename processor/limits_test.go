@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -541,6 +544,85 @@ func TestARaisedLimitStartsMoreAtOnce(t *testing.T) {
 	}
 	if n := started.Load(); n != 7 {
 		t.Fatalf("%d tasks started under a limit of 7", n)
+	}
+}
+
+// TestALimitRaisedWhileNobodyListensIsSeenOnReconnect: a limit raised while the
+// processor's listening connection is down is read when it listens again, not at the
+// next heartbeat (10 s here): its manager, parked at the old limit, would otherwise
+// wait for its own tasks to end. The wake-up every reconnect sends is an EventWork,
+// which a parked manager goes back to sleep on.
+func TestALimitRaisedWhileNobodyListensIsSeenOnReconnect(t *testing.T) {
+	f := setup(t)
+	f.limit(repository.TopicSettings{Concurrency: 3})
+	f.pushN(20)
+	// New connections of the processor's pool, the listening one's among them, wait
+	// while the gate is shut.
+	var shut atomic.Bool
+	open := make(chan struct{})
+	cfg, err := pgxpool.ParseConfig(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BeforeConnect = func(ctx context.Context, _ *pgx.ConnConfig) error {
+		if shut.Load() {
+			select {
+			case <-open:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	release := make(chan struct{})
+	defer close(release)
+	var started atomic.Int64
+	h, err := processor.Buffer(processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return repository.Succeed("")
+	}), processor.BufferConfig{MinWorkers: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := f.processor("p", processor.Config{Pool: pool, HeartbeatInterval: 10 * time.Second, ExpiryTimeout: time.Minute},
+		processor.ManagerConfig{Handler: h, BatchSize: 8})
+	connected := p.Notifier().Connected()
+	f.start(p)
+	<-connected
+	f.eventually("3 tasks started", func() bool { return started.Load() == 3 })
+
+	shut.Store(true)
+	pid := p.Notifier().PID()
+	reconnected := p.Notifier().Connected()
+	var terminated bool
+	if err := f.pool.QueryRow(f.ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&terminated); err != nil || !terminated {
+		t.Fatalf("terminate the listening backend %d: %v %v", pid, terminated, err)
+	}
+	f.eventually("the listener disconnected", func() bool { return p.Notifier().PID() == 0 })
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 5 }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := started.Load(); n != 3 {
+		t.Fatalf("%d tasks started before the listener reconnected, want 3 (the processor learnt of the limit otherwise)", n)
+	}
+	close(open)
+	select {
+	case <-reconnected:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the notifier did not reconnect")
+	}
+	if !f.within(3*time.Second, func() bool { return started.Load() == 5 }) {
+		t.Fatalf("%d tasks started 3 s after the listener reconnected, want 5 (the limit was raised from 3 to 5 while it was down)", started.Load())
 	}
 }
 

@@ -146,6 +146,14 @@ type TaskManager struct {
 	// (a per-key limit, or fairness): those read the topic from its head, whatever the
 	// position (schema 21).
 	limited, rated, keyed atomic.Bool
+	// topicReads numbers the reads of the topic's state (readingTopic), taken as each
+	// begins; setTopic takes in a read only if none begun after it was taken in
+	// already (topicApplied, under topicMu): a read that answered late (the heartbeat's
+	// beside a notification's) would otherwise put back the limit it saw, and a
+	// manager parked at an old limit waits for its own tasks to end.
+	topicReads   atomic.Uint64
+	topicMu      sync.Mutex
+	topicApplied uint64
 	// startOp, pollOp, dueOp, watchOp and commitOp name the manager's start, polls,
 	// look-ups of the next due task, looks for work before its poll position (watchFloor)
 	// and commits in Processor.Health.
@@ -447,20 +455,32 @@ func (m *TaskManager) notify(n repository.Notification) {
 func (m *TaskManager) refreshActive(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	read := m.readingTopic()
 	t, err := m.p.repo.Topic(ctx, m.p.pool, m.cfg.Topic)
 	if err != nil {
 		return err
 	}
-	m.setTopic(t)
+	m.setTopic(read, t)
 	return nil
 }
+
+// readingTopic numbers a read of the topic's state about to begin, for setTopic.
+func (m *TaskManager) readingTopic() uint64 { return m.topicReads.Add(1) }
 
 // setTopic takes in the topic's state as read: activation and limits. A topic whose
 // limits changed is polled at once: a topic that has just become limited, since a poll
 // held back by the new limit before this manager knew of it may have left it asleep,
 // and only its own commits wake it now; a concurrency limit raised or lifted, since a
 // manager parked at the old one (atLimit) would otherwise wait for its own tasks to end.
-func (m *TaskManager) setTopic(t repository.Topic) {
+// read is the number readingTopic gave the read of t as it began: a read begun before
+// one already taken in is ignored, since it may have seen an older state.
+func (m *TaskManager) setTopic(read uint64, t repository.Topic) {
+	m.topicMu.Lock()
+	defer m.topicMu.Unlock()
+	if read < m.topicApplied {
+		return
+	}
+	m.topicApplied = read
 	was := m.limited.Swap(t.Limited())
 	concurrency := m.concurrency.Swap(t.Concurrency)
 	m.rated.Store(t.Rate > 0)

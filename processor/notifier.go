@@ -25,6 +25,12 @@ type Notifier struct {
 	// (connected) or cannot be made (the Processor's: the server may have restarted,
 	// Processor.suspectLostCommits).
 	dropped func(err error, connected bool)
+	// listening, when set, is called on a goroutine of its own after each (re)connect,
+	// once the connection listens, with the context Run was given: anything may have
+	// changed unannounced (the Processor's re-reads its topics' state).
+	listening func(ctx context.Context)
+	// aside tracks the calls of listening, which Run waits for before it returns.
+	aside sync.WaitGroup
 
 	mu   sync.Mutex
 	subs map[string]map[*subscription]struct{} // by topic hash
@@ -107,6 +113,7 @@ func (n *Notifier) PID() uint32 {
 
 // Run listens until ctx is done, reconnecting with backoff after errors.
 func (n *Notifier) Run(ctx context.Context) {
+	defer n.aside.Wait()
 	backoff := newBackoff(50*time.Millisecond, retryCap)
 	for ctx.Err() == nil {
 		connected, err := n.listen(ctx)
@@ -154,6 +161,9 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 	n.connMu.Unlock()
 	n.logger.Debug("listening for notifications", slog.Uint64("pid", uint64(conn.PgConn().PID())))
 	// Anything may have happened while we were not listening.
+	if n.listening != nil {
+		n.aside.Go(func() { n.listening(ctx) })
+	}
 	n.broadcast()
 	for {
 		msg, err := conn.WaitForNotification(ctx)

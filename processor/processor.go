@@ -264,6 +264,16 @@ func New(cfg Config) (*Processor, error) {
 				p.suspectLostCommits(connected) // woken once a drop, not at each retry
 			}
 		}
+		// A limit changed or a pause lifted while nobody listened is read now, not at
+		// the next heartbeat: the notifier's own wake-up after a (re)connect is an
+		// EventWork, which a manager parked at its old limit would sleep through.
+		p.notifier.listening = func(ctx context.Context) {
+			if topics := p.topics(); len(topics) > 0 {
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				p.refreshTopics(ctx, topics)
+			}
+		}
 	}
 	return p, nil
 }
@@ -1001,14 +1011,26 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 		p.analyze(ctx)
 		p.vacuum(ctx)
 	}
+	p.refreshTopics(ctx, topics)
+	return expiry
+}
+
+// refreshTopics reads the state of topics (activation and limits) in one statement and
+// gives it to their managers (TaskManager.setTopic).
+func (p *Processor) refreshTopics(ctx context.Context, topics []string) {
+	reads := make(map[*TaskManager]uint64)
+	for _, topic := range topics {
+		for _, m := range p.managersOf(topic) {
+			reads[m] = m.readingTopic()
+		}
+	}
 	states, err := p.repo.TopicsNamed(ctx, p.pool, topics...)
 	p.outcome(ctx, "read topic activation", err)
 	for _, t := range states {
 		for _, m := range p.managersOf(t.Name) {
-			m.setTopic(t)
+			m.setTopic(reads[m], t)
 		}
 	}
-	return expiry
 }
 
 // tookBack reports leases an expiry took back, and wakes the managers of their topics.
