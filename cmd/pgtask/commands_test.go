@@ -270,6 +270,7 @@ func TestPush(t *testing.T) {
 			{`{"identifier": "i"} {}`, "unexpected data after the JSON object"},
 			{`{"identifier": "i"}}`, "unexpected data after the JSON object"},
 			{`{"identifier": "i", "identifier": "j"}`, `field "identifier" is given twice`},
+			{`{"identifier": "i", "priority": null}`, `field "priority": got a JSON null`},
 			{strings.Repeat("y", 501), "at most 500"},
 		} {
 			r := f.cliIn(c.line, "push", "--topic", "t")

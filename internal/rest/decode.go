@@ -380,11 +380,11 @@ type settingsBody struct {
 	BackoffJitterMs *int64          `json:"backoff_jitter_ms"`
 	QueueCap        *int64          `json:"queue_cap"`
 	RetentionMs     *int64          `json:"retention_ms"`
-	Concurrency     nullable[int32] `json:"concurrency"`
-	KeyConcurrency  nullable[int32] `json:"key_concurrency"`
-	Rate            nullable[int32] `json:"rate"`
-	RatePeriodMs    nullable[int64] `json:"rate_period_ms"`
-	RateBurst       nullable[int32] `json:"rate_burst"`
+	Concurrency     nullable[int32] `json:"concurrency" null:"none"`
+	KeyConcurrency  nullable[int32] `json:"key_concurrency" null:"none"`
+	Rate            nullable[int32] `json:"rate" null:"none"`
+	RatePeriodMs    nullable[int64] `json:"rate_period_ms" null:"none"`
+	RateBurst       nullable[int32] `json:"rate_burst" null:"none"`
 	Fair            *bool           `json:"fair"`
 }
 

@@ -64,6 +64,19 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%d tasks written, want none", n)
 		}
 	})
+	t.Run("ANullWhereAFieldHasNoneIsRefused", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","priority":null}`).
+			wantError(t, http.StatusBadRequest, `field "priority": got a JSON null, want an integer from -32768 to 32767`)
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","insertion":null}`).wantError(t, http.StatusBadRequest, `field "insertion": got a JSON null`)
+		f.call("POST", "/topics/mail/tasks", `{"tasks":[{"identifier":"a"},{"identifier":"b","key":null}]}`).
+			wantError(t, http.StatusBadRequest, `field "tasks[1].key": got a JSON null, want a string`)
+		if n := f.count(); n != 0 {
+			t.Errorf("%d tasks written, want none", n)
+		}
+		// an input of null is a value
+		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","input":null}`).want(t, http.StatusCreated, nil)
+	})
 	t.Run("ANULByteIsRefusedNamingTheFieldAndTheTask", func(t *testing.T) {
 		f := setup(t)
 		f.call("POST", "/topics/mail/tasks", `{"tasks":[{"identifier":"ok"},{"identifier":"a\u0000b"}]}`).

@@ -62,6 +62,11 @@ func TestLimits(t *testing.T) {
 			{`{"backoff_base_ms": -1}`, `"backoff_base_ms" -1 is out of range`},
 			{`{"rate_period_ms": null}`, `"rate_period_ms" is null`},
 			{`{"limit": 3}`, `limit`},
+			// null where a setting has no "none" changed nothing and answered 200
+			{`{"queue_cap": null, "concurrency": 5}`, `field "queue_cap": got a JSON null, want an integer`},
+			{`{"max_attempts": null}`, `field "max_attempts": got a JSON null, want an integer`},
+			{`{"fair": null}`, `field "fair": got a JSON null, want true or false`},
+			{`{"retention_ms": null}`, `field "retention_ms": got a JSON null`},
 		} {
 			f.call("PATCH", "/topics/mail", c.body).wantError(t, http.StatusBadRequest, c.want)
 		}

@@ -13,16 +13,16 @@ import (
 // scheduleRequest is the body of POST /schedules and PATCH /schedules/{name}: every
 // field optional in a PATCH (absent keeps the stored value).
 type scheduleRequest struct {
-	Name       *string `json:"name"`
-	Topic      *string `json:"topic"`
-	Spec       *string `json:"spec"`
-	TimeZone   *string `json:"time_zone"`
-	Identifier *string `json:"identifier"`
-	Input      *string `json:"input"`
-	Priority   *int16  `json:"priority"`
-	Insertion  *string `json:"insertion"`
-	CatchUp    *int    `json:"catch_up"`
-	Paused     *bool   `json:"paused"`
+	Name       *string          `json:"name"`
+	Topic      *string          `json:"topic"`
+	Spec       *string          `json:"spec"`
+	TimeZone   *string          `json:"time_zone"`
+	Identifier nullable[string] `json:"identifier" null:"none"`
+	Input      nullable[string] `json:"input" null:"none"`
+	Priority   *int16           `json:"priority"`
+	Insertion  *string          `json:"insertion"`
+	CatchUp    *int             `json:"catch_up"`
+	Paused     *bool            `json:"paused"`
 }
 
 // insertion is the insertion given, parsed; nil when absent. UpdateSchedule writes what
@@ -53,8 +53,12 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	set(&s.Topic, q.Topic)
 	set(&s.Spec, q.Spec)
 	set(&s.TimeZone, q.TimeZone)
-	set(&s.Identifier, q.Identifier)
-	set(&s.Input, q.Input)
+	if q.Identifier.given { // null: the schedule's name
+		s.Identifier = deref(q.Identifier.value)
+	}
+	if q.Input.given { // null: no input
+		s.Input = deref(q.Input.value)
+	}
 	if q.Priority != nil {
 		s.Priority = *q.Priority
 	}

@@ -50,6 +50,18 @@ func TestSchedules(t *testing.T) {
 			t.Errorf("run %+v, Location %q", run.Task, r.header.Get("Location"))
 		}
 		f.call(http.MethodGet, "/schedules/nightly", "").want(t, http.StatusOK, &sc)
+		// an input, and null for none, as a schedule answers it
+		f.call(http.MethodPatch, "/schedules/nightly", `{"input":"{\"to\":\"all\"}"}`).want(t, http.StatusOK, &sc)
+		if sc.Input == nil || *sc.Input != `{"to":"all"}` {
+			t.Errorf("input after PATCH: %v", sc.Input)
+		}
+		f.call(http.MethodPatch, "/schedules/nightly", `{"input":null,"identifier":null}`).want(t, http.StatusOK, &sc)
+		if sc.Input != nil {
+			t.Errorf("input after PATCH with null: %q, want none", *sc.Input)
+		}
+		if sc.Identifier != nil {
+			t.Errorf("identifier after PATCH with null: %q, want none (the schedule's name)", *sc.Identifier)
+		}
 		f.call(http.MethodDelete, "/schedules/nightly", "").want(t, http.StatusOK, nil)
 		f.call(http.MethodGet, "/schedules/nightly", "").wantError(t, http.StatusNotFound, "unknown schedule")
 		f.call(http.MethodDelete, "/schedules/nightly", "").wantError(t, http.StatusNotFound, "unknown schedule")
@@ -80,6 +92,11 @@ func TestSchedules(t *testing.T) {
 			{"PATCH", "/schedules/taken", `{"spec":"0 7 * * *","insertion":"sideways"}`, 400, "insertion"},
 			{"PATCH", "/schedules/ghost", `{"priority":1}`, 404, "unknown schedule"},
 			{"POST", "/schedules/ghost/pause", "", 404, "unknown schedule"},
+			// null where a field has no "none" changed nothing and answered 200
+			{"PATCH", "/schedules/taken", `{"spec":null}`, 400, `field "spec": got a JSON null, want a string`},
+			{"PATCH", "/schedules/taken", `{"paused":null,"priority":2}`, 400, `field "paused": got a JSON null`},
+			{"PATCH", "/schedules/taken", `{"time_zone":null}`, 400, `field "time_zone": got a JSON null`},
+			{"PATCH", "/schedules/taken", `{"catch_up":null}`, 400, `field "catch_up": got a JSON null`},
 		} {
 			f.call(c.method, c.path, c.body).wantError(t, c.status, c.says)
 		}

@@ -2,10 +2,13 @@ package wire
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -65,7 +68,11 @@ func hex4(b []byte, i int) (rune, bool) {
 // the CLI's JSON lines read one: text as CheckText wants it, no field v lacks, no field
 // twice (encoding/json keeps the last one silently), and nothing after the object. The
 // fields of a task's "input", which is stored as the text it is, are not looked into.
-// Its errors name the field or the byte offset rather than Go types.
+// A field given as null is refused as a value of the wrong type, since encoding/json
+// leaves the field as it was (a setting unchanged, a zero priority), unless its type is
+// json.RawMessage (an input, where null is a value) or its tag says `null:"none"` (the
+// field reads null itself). Its errors name the field or the byte offset rather than Go
+// types.
 func DecodeObject(body []byte, v any) error {
 	if err := CheckText(body); err != nil {
 		return err
@@ -81,7 +88,116 @@ func DecodeObject(body []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("unexpected data after the JSON object")
 	}
+	return checkNulls(body, reflect.TypeOf(v))
+}
+
+var (
+	rawMessageType      = reflect.TypeFor[json.RawMessage]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// checkNulls refuses a null in body (already decoded into a value of type t) for a
+// field that does not read it (DecodeObject), and for an element of an array.
+func checkNulls(body []byte, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil // decoded already: cannot happen
+	}
+	return nulls(doc, t, "")
+}
+
+// nulls walks the decoded value val along its Go type t; name is where val is ("" for
+// the body itself).
+func nulls(val any, t reflect.Type, name string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch val := val.(type) {
+	case map[string]any:
+		if t.Kind() != reflect.Struct {
+			return nil
+		}
+		keys := make([]string, 0, len(val))
+		for k := range val {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			f, ok := jsonField(t, k)
+			if !ok || f.Type == rawMessageType {
+				continue
+			}
+			at := k
+			if name != "" {
+				at = name + "." + k
+			}
+			if val[k] == nil {
+				if f.Tag.Get("null") == "none" {
+					continue
+				}
+				return fmt.Errorf("field %q: got a JSON null, want %s (leave the field out to keep it as it is)", at, wants(f.Type))
+			}
+			if err := nulls(val[k], f.Type, at); err != nil {
+				return err
+			}
+		}
+	case []any:
+		if t.Kind() != reflect.Slice || t == rawMessageType {
+			return nil
+		}
+		for i, e := range val {
+			at := fmt.Sprintf("%s[%d]", name, i)
+			if e == nil {
+				return fmt.Errorf("field %q: got a JSON null, want %s", at, wants(t.Elem()))
+			}
+			if err := nulls(e, t.Elem(), at); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// jsonField is the field of struct type t that encoding/json decodes the object field
+// key into: the one named so exactly, else one whose name matches it whatever the case.
+func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
+	var folded *reflect.StructField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f, true
+		}
+		if folded == nil && strings.EqualFold(name, key) {
+			folded = &f
+		}
+	}
+	if folded != nil {
+		return *folded, true
+	}
+	return reflect.StructField{}, false
+}
+
+// wants names the JSON value a Go type decodes from.
+func wants(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(textUnmarshalerType) {
+		return "a string"
+	}
+	return jsonKind(t.Kind().String())
 }
 
 // checkFieldsOnce refuses an object of body (outside an "input") that has a field twice.

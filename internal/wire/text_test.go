@@ -100,6 +100,54 @@ func TestDecodeObject(t *testing.T) {
 	}
 }
 
+// TestDecodeObjectRefusesNull: a null where the field's type has none is refused as a
+// value of the wrong type, naming the field, in a task of a batch too; encoding/json
+// left such a field as it was, so a PATCH whose setting was null answered 200 and changed
+// nothing. A field that reads null itself (tagged null:"none") and an input (a
+// json.RawMessage, where null is a value) take it.
+func TestDecodeObjectRefusesNull(t *testing.T) {
+	t.Parallel()
+	type limit struct {
+		Concurrency *int32 `json:"concurrency" null:"none"`
+	}
+	type task struct {
+		Identifier string          `json:"identifier"`
+		Input      json.RawMessage `json:"input"`
+		Priority   int16           `json:"priority"`
+		Delay      *string         `json:"delay"`
+		NotBefore  *time.Time      `json:"not_before"`
+		Paused     *bool           `json:"paused"`
+		Limit      *limit          `json:"limit"`
+		Tasks      []task          `json:"tasks"`
+		Keys       []string        `json:"keys"`
+	}
+	for text, fragment := range map[string]string{
+		`{"identifier":"a","input":null}`:                  "",
+		`{"limit":{"concurrency":null}}`:                   "",
+		`{"input":{"x":null}}`:                             "",
+		`{"priority":null}`:                                `field "priority": got a JSON null, want an integer from -32768 to 32767`,
+		`{"delay":null}`:                                   `field "delay": got a JSON null, want a string`,
+		`{"not_before":null}`:                              `field "not_before": got a JSON null, want a string`,
+		`{"paused":null}`:                                  `field "paused": got a JSON null, want true or false`,
+		`{"Paused":null}`:                                  `field "Paused": got a JSON null, want true or false`,
+		`{"identifier":null}`:                              `field "identifier": got a JSON null, want a string`,
+		`{"limit":null}`:                                   `field "limit": got a JSON null, want an object`,
+		`{"tasks":null}`:                                   `field "tasks": got a JSON null, want an array`,
+		`{"tasks":[{"identifier":"a"},{"priority":null}]}`: `field "tasks[1].priority": got a JSON null`,
+		`{"tasks":[{"identifier":"a"},null]}`:              `field "tasks[1]": got a JSON null, want an object`,
+		`{"keys":["a",null]}`:                              `field "keys[1]": got a JSON null, want a string`,
+	} {
+		var v task
+		err := wire.DecodeObject([]byte(text), &v)
+		switch {
+		case fragment == "" && err != nil:
+			t.Errorf("DecodeObject(%s) = %v, want nil", text, err)
+		case fragment != "" && (err == nil || !strings.Contains(err.Error(), fragment)):
+			t.Errorf("DecodeObject(%s) = %v, want an error mentioning %q", text, err, fragment)
+		}
+	}
+}
+
 // TestDecodeObjectMalformedArray: a byte the JSON decoder refuses inside an array (which
 // it leaves unread) ends the search for fields given twice; it made that search ask for
 // the array's next value forever, holding a request's goroutine on a core (found by
