@@ -3,9 +3,13 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -91,6 +95,58 @@ func TestCancel(t *testing.T) {
 		f.eventually("task failed", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
 		if got := f.get(tasks[0].Sequence); got.Output != "cancelled" {
 			t.Fatalf("output = %q, want cancelled", got.Output)
+		}
+	})
+
+	// A task cancelled while it waits for a worker (queued in a Buffer) or for its turn
+	// in its batch is not started: before, the function ran it with a cancelled context,
+	// and one that did not look at it did the work of a task that ends FAILED cancelled.
+	t.Run("ATaskCancelledBeforeItsTurnIsNotStarted", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(3)
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var ran []int64
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			mu.Lock()
+			ran = append(ran, task.Sequence)
+			mu.Unlock()
+			if task.Sequence == tasks[0].Sequence {
+				<-release
+			}
+			return repository.Succeed("ran")
+		})
+		h, err := processor.Buffer(handler, processor.BufferConfig{Queue: 1, MinWorkers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs logbuf.Buffer
+		// batches of two: the first task's runs, the second waits behind it in its batch,
+		// the third waits in the Buffer's queue
+		p, _ := f.processor("worker", processor.Config{Logger: jsonLogger(&logs, slog.LevelInfo)},
+			processor.ManagerConfig{Handler: h, BatchSize: 2})
+		connected := p.Notifier().Connected()
+		f.start(p)
+		<-connected
+		f.eventually("every task leased", func() bool { return f.count(repository.Active) == 3 })
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", tasks[1].Sequence, tasks[2].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("both cancellations reached the processor", func() bool {
+			return len(logs.Lines("cancelled running task")) == 2
+		})
+		close(release)
+		for _, task := range tasks[1:] {
+			f.eventually("the cancelled task failed", func() bool { return f.get(task.Sequence).State == repository.Failed })
+			if got := f.get(task.Sequence); got.Output != "cancelled" {
+				t.Errorf("task %d: output %q, want cancelled", task.Sequence, got.Output)
+			}
+		}
+		f.eventually("the first task succeeded", func() bool { return f.get(tasks[0].Sequence).State == repository.Succeeded })
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(ran, []int64{tasks[0].Sequence}) {
+			t.Errorf("the handler ran tasks %v, want only %d (the others were cancelled before their turn)", ran, tasks[0].Sequence)
 		}
 	})
 

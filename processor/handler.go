@@ -58,7 +58,15 @@ func (f TaskFunc) Handle(_ context.Context, batch *Batch) {
 		if !batch.begin(t.Sequence) {
 			continue // decided meanwhile: the manager relieved us of it
 		}
-		_ = batch.Decide(t.Sequence, f.call(batch.Context(t.Sequence), t))
+		ctx := batch.Context(t.Sequence)
+		if context.Cause(ctx) == ErrTaskCancelled {
+			// Cancelled before its turn (queued in a Buffer, or behind the batch's
+			// other tasks): it ends FAILED cancelled whatever is decided, so its work
+			// is not begun.
+			_ = batch.Decide(t.Sequence, repository.Fail(ErrTaskCancelled))
+			continue
+		}
+		_ = batch.Decide(t.Sequence, f.call(ctx, t))
 	}
 }
 
