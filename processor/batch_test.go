@@ -173,6 +173,20 @@ func TestHandlersWithoutADatabase(t *testing.T) {
 			t.Errorf("decisions %+v", o.Decisions)
 		}
 	})
+	// A task pushed without input says so, rather than "unexpected end of JSON input".
+	t.Run("TypedNamesAMissingInput", func(t *testing.T) {
+		b, err := processor.NewBatch(t.Context(), "t", []repository.Task{{Sequence: 7}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		processor.Typed(func(ctx context.Context, task repository.Task, in struct{ N int }) repository.Decision {
+			return repository.Succeed("")
+		}).Handle(t.Context(), b)
+		o := doneWithin(t, b)
+		if d := o.Decisions[7]; d.Result != repository.Failure || d.Message != "task 7 has no input: want JSON for struct { N int }" {
+			t.Errorf("decision %+v", d)
+		}
+	})
 	t.Run("BufferReportsFromItsWorkers", func(t *testing.T) {
 		buffered, err := processor.Buffer(processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
 			return repository.Succeed("buffered")

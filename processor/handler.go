@@ -96,11 +96,14 @@ func (f BatchFunc) Handle(ctx context.Context, batch *Batch) {
 }
 
 // Typed returns a per-task handler that decodes each task's JSON input into a T before
-// calling fn. A task whose input does not decode FAILS with a message naming the task
-// and the decoding error; the rest of the batch proceeds.
+// calling fn. A task whose input does not decode, or that has none, FAILS with a
+// message naming the task and what is wrong; the rest of the batch proceeds.
 func Typed[T any](fn func(ctx context.Context, task repository.Task, input T) repository.Decision) TaskFunc {
 	return func(ctx context.Context, task repository.Task) repository.Decision {
 		var input T
+		if task.Input == "" {
+			return repository.Fail(fmt.Errorf("task %d has no input: want JSON for %T", task.Sequence, input))
+		}
 		if err := json.Unmarshal([]byte(task.Input), &input); err != nil {
 			return repository.Fail(fmt.Errorf("decode input of task %d as %T: %w", task.Sequence, input, err))
 		}
