@@ -64,6 +64,19 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%d tasks written, want none", n)
 		}
 	})
+	// The mux answered a path with an empty segment with a redirect to the path without
+	// it, which names another resource: GET /topics//tasks went to the topic "tasks".
+	t.Run("AnEmptyPathSegmentIs400", func(t *testing.T) {
+		f := setup(t)
+		f.call("GET", "/topics//tasks", "").wantError(t, http.StatusBadRequest, `the path "/topics//tasks" has an empty segment`)
+		f.call("POST", "/topics//tasks", `{"identifier":"a"}`).wantError(t, http.StatusBadRequest, "empty segment")
+		f.call("POST", "/topics/mail/tasks//cancel", "").wantError(t, http.StatusBadRequest, "empty segment")
+		if n := f.count(); n != 0 {
+			t.Errorf("%d tasks written, want none", n)
+		}
+		// a slash inside a topic, escaped, is no empty segment
+		f.call("GET", "/topics/mail%2F/tasks", "").wantError(t, http.StatusNotFound, "mail/")
+	})
 	t.Run("ANullWhereAFieldHasNoneIsRefused", func(t *testing.T) {
 		f := setup(t)
 		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","priority":null}`).

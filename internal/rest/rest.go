@@ -187,6 +187,13 @@ func New(cfg Config) (http.Handler, error) {
 
 // ServeHTTP routes the request; requests no route matches get a JSON 404 or 405.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.Contains(r.URL.EscapedPath(), "//") {
+		// The mux would redirect to the path without the empty segment, which names
+		// another resource (GET /topics//tasks is the topic "tasks"): an empty topic
+		// or sequence is an error of the caller's.
+		writeJSON(w, http.StatusBadRequest, errorJSON{fmt.Sprintf("the path %q has an empty segment: is a topic or a sequence empty?", r.URL.EscapedPath())})
+		return
+	}
 	h, pattern := s.mux.Handler(r)
 	if pattern != "" {
 		s.mux.ServeHTTP(w, r)
