@@ -311,6 +311,11 @@ func decodeList(q url.Values) (list, error) {
 		if len(values) > 1 {
 			return list{}, badRequest("query parameter %q is given %d times", key, len(values))
 		}
+		// An empty filter would list every task (an identifier left empty by the
+		// caller's code, say), not none.
+		if (key == "state" || key == "identifier" || key == "reference") && values[0] == "" {
+			return list{}, badRequest("query parameter %q is empty: leave it out to list tasks whatever their %s", key, key)
+		}
 	}
 	if v := q.Get("direction"); v != "" {
 		switch strings.ToLower(v) {

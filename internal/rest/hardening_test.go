@@ -160,6 +160,11 @@ func TestValidation(t *testing.T) {
 		f := setup(t)
 		f.call("GET", "/topics/mail/tasks?identifier="+strings.Repeat("i", 501), "").wantError(t, http.StatusBadRequest, "identifier is 501 characters")
 		f.call("GET", "/topics/mail/tasks?reference=%FF", "").wantError(t, http.StatusBadRequest, "reference is not valid UTF-8")
+		// an empty filter listed every task
+		f.enqueue(`{"identifier":"a"}`)
+		for _, key := range []string{"identifier", "reference", "state"} {
+			f.call("GET", "/topics/mail/tasks?"+key+"=", "").wantError(t, http.StatusBadRequest, `query parameter "`+key+`" is empty`)
+		}
 	})
 }
 
