@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -246,8 +247,14 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	if strings.HasPrefix(upper, "TZ=") || strings.HasPrefix(upper, "CRON_TZ=") {
 		return nil, invalid("spec %q names a time zone: give it as the time zone instead", spec)
 	}
-	if tz == "Local" || !utf8.ValidString(tz) {
+	// Local is the process's zone, not a name; a name spelt other than clean, and the
+	// leap-second zones (right/…), load in Go but are not in the database's list,
+	// which task_schedule checks.
+	if tz == "Local" || !utf8.ValidString(tz) || path.Clean(tz) != tz {
 		return nil, invalid("unknown time zone %q (want an IANA name such as UTC or Europe/Paris)", tz)
+	}
+	if name, ok := strings.CutPrefix(tz, "right/"); ok {
+		return nil, invalid("time zone %q counts leap seconds, which schedules do not: give %q", tz, name)
 	}
 	loc, err := time.LoadLocation(tz)
 	if err != nil {

@@ -172,6 +172,7 @@ func TestScheduleCreate(t *testing.T) {
 			{"SubSecondInterval", "a", with(func(c *repository.ScheduleSettings) { c.Spec = "@every 500ms" }), repository.ErrInvalid, "shorter than 1s"},
 			{"UnknownTimeZone", "a", with(func(c *repository.ScheduleSettings) { c.TimeZone = "Mars/Olympus" }), repository.ErrInvalid, `unknown time zone "Mars/Olympus"`},
 			{"LocalTimeZone", "a", with(func(c *repository.ScheduleSettings) { c.TimeZone = "Local" }), repository.ErrInvalid, "unknown time zone"},
+			{"LeapSecondTimeZone", "a", with(func(c *repository.ScheduleSettings) { c.TimeZone = "right/Europe/Paris" }), repository.ErrInvalid, `time zone "right/Europe/Paris" counts leap seconds, which schedules do not: give "Europe/Paris"`},
 			{"UnknownTopic", "a", with(func(c *repository.ScheduleSettings) { c.Topic = "nope" }), repository.ErrUnknownTopic, `topic "nope"`},
 			{"EmptyTopic", "a", with(func(c *repository.ScheduleSettings) { c.Topic = "" }), repository.ErrInvalid, "topic is empty"},
 			{"DuplicateName", "taken", ok, repository.ErrScheduleExists, `"taken"`},
@@ -989,6 +990,23 @@ func TestScheduleSQL(t *testing.T) {
 			goErr := repository.ValidateScheduleSpec(spec, "UTC")
 			if (problem == nil) != (goErr == nil) {
 				t.Errorf("spec %q: SQL says %v, Go says %v", spec, deref(problem), goErr)
+			}
+		}
+	})
+
+	// A time zone Go loads but the database does not list (the leap-second zones,
+	// right/…) was taken from Go and REST and refused by task_schedule.
+	t.Run("TimeZonesAgreeWithGo", func(t *testing.T) {
+		s := setupSchedules(t)
+		for _, tz := range []string{"UTC", "Europe/Paris", "Etc/GMT+5", "EST5EDT", "posix/Europe/Paris", "Factory",
+			"right/UTC", "right/Europe/Paris", "utc", "Mars/Olympus", "Europe/", "/UTC", "Europe//Paris", "../UTC", "zone.tab"} {
+			var known bool
+			if err := s.pool.QueryRow(s.ctx, "SELECT EXISTS (SELECT FROM pg_timezone_names WHERE name = $1)", tz).Scan(&known); err != nil {
+				t.Fatal(err)
+			}
+			goErr := repository.ValidateScheduleSpec("@hourly", tz)
+			if known != (goErr == nil) {
+				t.Errorf("time zone %q: the database lists it: %v; Go says %v", tz, known, goErr)
 			}
 		}
 	})
