@@ -17,10 +17,20 @@ LEFT JOIN LATERAL (
     SELECT r.state, count(*) AS count, max(r.sequence) AS highest
     FROM (
         SELECT DISTINCT ON (t.identifier) t.state, t.sequence
-        FROM task t
-        WHERE t.topic = tt.topic
-          AND ($1::text IS NULL OR t.topic = $1)
-          AND t.sequence BETWEEN $2::bigint AND $3::bigint
+        FROM (
+            SELECT a.state, a.sequence, a.identifier, a.reference FROM task a
+            WHERE a.state = 1 AND hashtext(a.topic) = hashtext(tt.topic) AND a.topic = tt.topic
+              AND ($1::text IS NULL OR a.topic = $1)
+            UNION ALL
+            SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
+            WHERE o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
+              AND ($1::text IS NULL OR o.topic = $1)
+            UNION ALL
+            SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
+            WHERE f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
+              AND ($1::text IS NULL OR f.topic = $1)
+        ) t
+        WHERE t.sequence BETWEEN $2::bigint AND $3::bigint
           AND ($4::text IS NULL OR t.identifier = $4)
           AND ($5::text IS NULL OR t.reference = $5)
         ORDER BY t.identifier, t.sequence DESC
@@ -87,13 +97,21 @@ SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0):
 FROM task_topic tt
 LEFT JOIN LATERAL (
     SELECT t.state, count(*) AS count, max(t.sequence) AS highest
-    FROM task t
-    WHERE t.topic = tt.topic
-      -- the topic's range of the indexes keyed by its hash, not every topic's of its table
-      AND hashtext(t.topic) = hashtext(tt.topic)
-      -- for one topic, its name as a value: a custom plan then reads the topic's table only
-      AND ($1::text IS NULL OR t.topic = $1)
-      AND t.sequence BETWEEN $2::bigint AND $3::bigint
+    FROM (
+        SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
+        WHERE r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
+          -- for one topic, its name as a value: a custom plan then reads the topic's table only
+          AND ($1::text IS NULL OR r.topic = $1)
+        UNION ALL
+        SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
+        WHERE o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
+          AND ($1::text IS NULL OR o.topic = $1)
+        UNION ALL
+        SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
+        WHERE f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
+          AND ($1::text IS NULL OR f.topic = $1)
+    ) t
+    WHERE t.sequence BETWEEN $2::bigint AND $3::bigint
       AND ($4::smallint IS NULL OR t.state = $4)
       AND ($5::text IS NULL OR t.identifier = $5)
       AND ($6::text IS NULL OR t.reference = $6)
@@ -121,6 +139,9 @@ type TaskCountTotalRow struct {
 
 // Per registered topic (all, or only topic) and state: how many tasks match and the
 // highest sequence among them. A topic without matches yields one row with state -1.
+// Each topic's tasks are read through the indexes keyed by its hash that hold every task
+// between them, each once (as TaskTopicSequences): a filter on the table instead read
+// the whole table the topic shares with others, once per topic of it.
 func (q *Queries) TaskCountTotal(ctx context.Context, db DBTX, arg TaskCountTotalParams) ([]TaskCountTotalRow, error) {
 	rows, err := db.Query(ctx, taskCountTotal,
 		arg.Topic,

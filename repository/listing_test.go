@@ -3,6 +3,7 @@ package repository_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"testing"
@@ -555,6 +556,124 @@ func TestPageAmongManyOthers(t *testing.T) {
 			t.Errorf("big's last page read %d blocks of its table and indexes, want at most 400", blocks)
 		}
 	})
+}
+
+// TestCountAmongManyOthers: a count of a topic reads its own tasks, not the table it
+// shares with a topic of many (a count of small21's 35 tasks read big's 125 000, and a
+// count of every topic read the shared table once per topic of it), and counts right.
+func TestCountAmongManyOthers(t *testing.T) {
+	f := setup(t)
+	for _, topic := range []string{"big", "small21"} {
+		f.createTopic(topic)
+	}
+	var shared bool
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(DISTINCT partition) = 1 FROM task_topic WHERE topic IN ('big', 'small21')`).Scan(&shared); err != nil || !shared {
+		t.Fatalf("big and small21 share a table: %v (%v); the test wants them to", shared, err)
+	}
+	// every state, with the columns each has; identifiers repeat (Recent keeps the latest)
+	for _, c := range []struct {
+		topic string
+		n     int
+	}{{"small21", 35}, {"big", 125_000}} {
+		_, err := f.pool.Exec(f.ctx, `
+			INSERT INTO task (topic, identifier, reference, state, owner, completed)
+			SELECT $1, 'x' || (g % 10), CASE WHEN g % 2 = 0 THEN 'even' END, s, CASE WHEN s = 0 THEN 'gone' END, CASE WHEN s >= 3 THEN now() END
+			FROM generate_series(1, $2) g, LATERAL (SELECT (g % 9)::smallint AS s) x`, c.topic, c.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.pool.Exec(f.ctx, `ANALYZE task`); err != nil {
+		t.Fatal(err)
+	}
+	var table string
+	if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = 'small21'`).Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(f.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx)
+	read := func() int64 {
+		t.Helper()
+		var n int64
+		err := tx.QueryRow(f.ctx, `
+			SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint FROM pg_class c
+			WHERE c.oid = $1::regclass OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass)`,
+			table).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// what the counts should be, from the table itself
+	want := func(topic string, filter string, recent bool) map[repository.State]repository.Count {
+		t.Helper()
+		from := "task WHERE topic = $1" + filter
+		if recent {
+			from = "(SELECT DISTINCT ON (identifier) * FROM task WHERE topic = $1 ORDER BY identifier, sequence DESC) t WHERE true" + filter
+		}
+		rows, err := tx.Query(f.ctx, `SELECT state, count(*), max(sequence) FROM `+from+` GROUP BY state`, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[repository.State]repository.Count{}
+		for rows.Next() {
+			var state int16
+			var c repository.Count
+			if err := rows.Scan(&state, &c.Count, &c.Highest); err != nil {
+				t.Fatal(err)
+			}
+			out[repository.State(state)] = c
+		}
+		return out
+	}
+	even := "even"
+	failed := repository.Failed
+	for _, c := range []struct {
+		name   string
+		filter repository.TaskFilter
+		sql    string
+		mode   repository.CountMode
+	}{
+		{"Total", repository.TaskFilter{}, "", repository.Total},
+		{"Recent", repository.TaskFilter{}, "", repository.Recent},
+		{"TotalByReference", repository.TaskFilter{Reference: even}, " AND reference = 'even'", repository.Total},
+		{"TotalByIdentifierAndState", repository.TaskFilter{Identifier: "x3", State: &failed}, " AND identifier = 'x3' AND state = " + strconv.Itoa(int(failed)), repository.Total},
+		{"RecentByState", repository.TaskFilter{State: &failed}, " AND state = " + strconv.Itoa(int(failed)), repository.Recent},
+	} {
+		before := read()
+		got, err := f.repo.Count(f.ctx, tx, "small21", c.filter, repository.MinSequence, repository.MaxSequence, c.mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := read() - before
+		if w := want("small21", c.sql, c.mode == repository.Recent); !maps.Equal(got["small21"], w) || len(got) != 1 {
+			t.Errorf("%s: %v, want small21: %v", c.name, got, w)
+		}
+		if blocks > 100 {
+			t.Errorf("%s: the count of small21's 35 tasks read %d blocks of the table it shares with big's 125 000, want at most 100", c.name, blocks)
+		}
+	}
+	all, err := f.repo.Count(f.ctx, tx, "", repository.TaskFilter{}, repository.MinSequence, repository.MaxSequence, repository.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"big", "small21"} {
+		if w := want(topic, "", false); !maps.Equal(all[topic], w) {
+			t.Errorf("every topic's count: %s %v, want %v", topic, all[topic], w)
+		}
+	}
 }
 
 // TestPageOneSnapshot: the statements of a page without a filter read one snapshot, so

@@ -540,7 +540,7 @@ func (r *Repository) Count(ctx context.Context, h Handle, topic string, filter T
 			rows = append(rows, row{g.Topic, g.State, g.Count, g.Highest})
 		}
 	case Recent:
-		got, err := r.q.TaskCountRecent(ctx, h, db.TaskCountRecentParams{
+		got, err := r.q.TaskCountRecent(ctx, customPlans{h}, db.TaskCountRecentParams{
 			FromSequence: fromSequence, ToSequence: toSequence, State: state,
 			Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
 		})
