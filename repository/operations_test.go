@@ -338,6 +338,27 @@ func TestUnknownTopic(t *testing.T) {
 			_, err := f.repo.Count(f.ctx, tx, "nope", repository.TaskFilter{}, 0, repository.MaxSequence, repository.Total)
 			return err
 		}},
+		// these found nothing to change and said nothing: a typo looked like "nothing to do"
+		{"Junction", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.Junction(f.ctx, tx, "nope", repository.Singular, []string{"a"})
+			return err
+		}},
+		{"Purge", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.Purge(f.ctx, tx, "nope", 0, repository.MaxSequence, nil)
+			return err
+		}},
+		{"ReassignAll", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.ReassignAll(f.ctx, tx, "nope", repository.Failed, repository.Success, 0, repository.MaxSequence)
+			return err
+		}},
+		{"RecreateStateReset", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.RecreateState(f.ctx, tx, "nope", repository.Failed, repository.Reset, 0, repository.MaxSequence, 10)
+			return err
+		}},
+		{"RecreateStateAppend", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.RecreateState(f.ctx, tx, "nope", repository.Failed, repository.RecreateAppend, 0, repository.MaxSequence, 10)
+			return err
+		}},
 	} {
 		t.Run(tc.name+"ReturnsErrUnknownTopicAndLeavesTransactionUsable", func(t *testing.T) {
 			f := setup(t)
@@ -1649,6 +1670,15 @@ func TestPurge(t *testing.T) {
 			t.Errorf("%d tasks left", len(left))
 		}
 		other.get(kept.Sequence)
+	})
+	t.Run("OnAPoolOfUnknownTopicIsErrUnknownTopic", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Purge(f.ctx, f.pool, "nope", 0, repository.MaxSequence, nil); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Fatalf("err = %v, want ErrUnknownTopic", err)
+		}
+		if n, err := f.repo.Purge(f.ctx, f.pool, f.topic, 0, repository.MaxSequence, nil); err != nil || n != 0 {
+			t.Fatalf("purge of a known topic with nothing to purge: %d, %v", n, err)
+		}
 	})
 	t.Run("AllOfUnknownTopicIsErrUnknownTopic", func(t *testing.T) {
 		f := isolated(t, shared)

@@ -728,5 +728,5 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
 	}
-	return released, nil
+	return released, r.knownTopic(ctx, h, "junction", topic, int64(len(released)))
 }

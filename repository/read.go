@@ -434,10 +434,18 @@ func (r *Repository) pageError(ctx context.Context, h Handle, topic string, rows
 	if err != nil {
 		return mapError(fmt.Sprintf("page topic %q", topic), err)
 	}
-	if rows == 0 {
-		if _, err := r.Topic(ctx, h, topic); err != nil {
-			return fmt.Errorf("page: %w", err)
-		}
+	return r.knownTopic(ctx, h, "page", topic, int64(rows))
+}
+
+// knownTopic tells an operation of op on topic that changed or read nothing (affected 0)
+// from one on a topic that is not registered, which it returns as ErrUnknownTopic (or the
+// error of reading the topic): a statement that names an unknown topic finds no rows.
+func (r *Repository) knownTopic(ctx context.Context, h Handle, op, topic string, affected int64) error {
+	if affected > 0 {
+		return nil
+	}
+	if _, err := r.Topic(ctx, h, topic); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
 }
@@ -654,7 +662,7 @@ func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequ
 		if err != nil {
 			return 0, mapError(what, err)
 		}
-		return n, nil
+		return n, r.knownTopic(ctx, h, "purge", topic, n)
 	}
 	last, err := r.q.TaskLastSequence(ctx, h)
 	if err != nil {
@@ -680,7 +688,7 @@ func (r *Repository) Purge(ctx context.Context, h Handle, topic string, fromSequ
 			return total, mapError(what, err)
 		}
 		if n < arg.Size {
-			return total, nil
+			return total, r.knownTopic(ctx, h, "purge", topic, total)
 		}
 	}
 }

@@ -56,7 +56,7 @@ func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, fr
 	if err != nil {
 		return 0, mapError(fmt.Sprintf("reassign all in topic %q", topic), err)
 	}
-	return n, nil
+	return n, r.knownTopic(ctx, h, "reassign all", topic, n)
 }
 
 // Recreate revives tasks in EXPIRED..SUCCEEDED, all or nothing. Modes
@@ -134,6 +134,9 @@ func (r *Repository) RecreateState(ctx context.Context, h Handle, topic string, 
 		if err != nil {
 			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)
 		}
+		if err := r.knownTopic(ctx, h, "reset", topic, int64(len(rows))); err != nil {
+			return nil, err
+		}
 		return resetRevivals(tasksFrom(rows)), nil
 	}
 	insertion, err := recreateInsertion(mode)
@@ -147,6 +150,9 @@ func (r *Repository) RecreateState(ctx context.Context, h Handle, topic string, 
 		})
 		if err != nil {
 			return mapError(fmt.Sprintf("recreate in topic %q", topic), err)
+		}
+		if err := r.knownTopic(ctx, tx, "recreate", topic, int64(len(rows))); err != nil {
+			return err
 		}
 		revivals, err = r.pushCopies(ctx, tx, topic, insertion, tasksFrom(rows))
 		return err
