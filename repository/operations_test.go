@@ -1801,6 +1801,8 @@ func TestTopicSettings(t *testing.T) {
 		{"SubMillisecondBackoffIsInvalid", repository.TopicSettings{MaxAttempts: 1, BackoffBase: 500 * time.Microsecond}, "backoff base 500µs is not a whole number of milliseconds"},
 		{"FractionalRetentionIsInvalid", repository.TopicSettings{MaxAttempts: 1, Retention: time.Millisecond + time.Nanosecond}, "retention 1.000001ms is not a whole number of milliseconds"},
 		{"FractionalRatePeriodIsInvalid", repository.TopicSettings{MaxAttempts: 1, Rate: 5, RatePeriod: 1500 * time.Microsecond}, "rate period 1.5ms is not a whole number of milliseconds"},
+		// the cap bounds every delay: the first retry came at once (a cap of 0 left out)
+		{"BackoffCapBelowBaseIsInvalid", repository.TopicSettings{MaxAttempts: 5, BackoffBase: 30 * time.Second}, "backoff cap 0s is below the backoff base 30s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := fresh(t)

@@ -159,6 +159,10 @@ func (s TopicSettings) validate() error {
 			return invalid("%s %v is not a whole number of milliseconds", d.name, d.v)
 		}
 	}
+	if s.MaxAttempts > 1 && s.BackoffCap < s.BackoffBase {
+		// the delay is min(cap, base·2^(attempt−1)): the base would never be waited
+		return invalid("backoff cap %v is below the backoff base %v: retries would wait the cap, never the base", s.BackoffCap, s.BackoffBase)
+	}
 	if s.QueueCap < 0 {
 		return invalid("queue cap %d is negative", s.QueueCap)
 	}
