@@ -465,3 +465,36 @@ func (f *fixture) holdTopicLock() pgx.Tx {
 	}
 	return holder
 }
+
+// TestSQLRatePeriodGoHolds: task_topic_set_limits refuses a rate_period longer than a
+// Go time.Duration holds (math.MaxInt64 ns: 9 223 372 036 854 ms, about 292 years, the
+// bound REST puts on rate_period_ms) with an error naming rate_period (22023), and
+// changes nothing. Such a period was stored and read back wrapped round: REST showed
+// a negative rate_period_ms.
+func TestSQLRatePeriodGoHolds(t *testing.T) {
+	f := setup(t)
+	if _, err := f.pool.Exec(f.ctx, "SELECT task_topic_set_limits('topic', concurrency => 2, rate => 5, rate_period => '1 minute')"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := f.repo.Topic(f.ctx, f.pool, f.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, period := range []string{"1000 years", "9223372036855 milliseconds", "178000000 years"} {
+		_, err := f.pool.Exec(f.ctx, "SELECT task_topic_set_limits('topic', rate => 1, rate_period => $1::interval)", period)
+		if repository.SQLState(err) != "22023" || !strings.Contains(err.Error(), "rate_period ") ||
+			!strings.Contains(err.Error(), "longer than 9223372036854 ms") {
+			t.Errorf("rate_period %s: %v, want 22023 naming rate_period and the bound", period, err)
+		}
+	}
+	if after, err := f.repo.Topic(f.ctx, f.pool, f.topic); err != nil || after.TopicSettings != before.TopicSettings {
+		t.Fatalf("limits after the refusals = %+v, %v; want %+v", after.TopicSettings, err, before.TopicSettings)
+	}
+	// the longest allowed is read back as it is
+	if _, err := f.pool.Exec(f.ctx, "SELECT task_topic_set_limits('topic', rate => 1, rate_period => '9223372036854 milliseconds')"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.repo.Topic(f.ctx, f.pool, f.topic); err != nil || got.RatePeriod != 9223372036854*time.Millisecond {
+		t.Errorf("rate period %v, %v; want %v", got.RatePeriod, err, 9223372036854*time.Millisecond)
+	}
+}

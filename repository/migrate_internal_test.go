@@ -2123,3 +2123,65 @@ func TestOldestReadyMigration(t *testing.T) {
 		t.Fatalf("after reverting 000033: %v, want true", got)
 	}
 }
+
+// TestArgumentBoundsMigration: 000034 makes task_topic_set_limits, task_schedule and
+// task_push(_batch) refuse a rate period, an identifier and a delay that the rest of
+// pgtask cannot hold (22023, naming the argument, nothing written). The rows stored
+// before are kept, those the earlier functions took too; the revert restores the
+// functions as they were.
+func TestArgumentBoundsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository argument bounds test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(33)
+	create("emails")
+	create("reports")
+	long := strings.Repeat("x", 481) + "{time}" // 487 characters, 501 with a fire time in it
+	execEach(t, pool,
+		"SELECT task_push('emails', 'a', delay => '1 hour')",
+		"SELECT task_push_batch('emails', '{b,c,b}', insertion => 'replace')",
+		"SELECT task_topic_set_limits('emails', concurrency => 3, rate => 10, rate_period => '1 minute')",
+		"SELECT task_schedule('hourly', 'emails', '@hourly', identifier => 'h-{time}')",
+		// what schema 33 takes and 34 refuses
+		"SELECT task_topic_set_limits('reports', rate => 1, rate_period => '1000 years')",
+		"SELECT task_schedule('nightly', 'reports', '@daily', identifier => '"+long+"')",
+		"SELECT task_push('reports', 'later', delay => '8000 years')")
+	if _, err := pool.Exec(ctx, "SELECT task_push('reports', 'never', delay => '1000000 years')"); SQLState(err) != "22008" {
+		t.Fatalf("at schema 33 a delay of a million years: %v, want 22008 (naming no argument)", err)
+	}
+	functions := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT p.oid::regprocedure::text || E'\n' || pg_get_functiondef(p.oid) FROM pg_proc p
+			WHERE p.proname IN ('task_topic_set_limits', 'task_schedule', 'task_push_batch', 'task_push') ORDER BY 1`)
+	}
+	stored := func() []string {
+		t.Helper()
+		return slices.Concat(taskRows(t, pool),
+			textRows(t, pool, `SELECT r::text FROM (SELECT topic, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair
+				FROM task_topic ORDER BY topic) r`),
+			textRows(t, pool, "SELECT r::text FROM (SELECT * FROM task_schedule ORDER BY name) r"),
+			textRows(t, pool, "SELECT last_value::text || ' ' || is_called::text FROM task_sequence"))
+	}
+	before, rows := functions(), stored()
+	steps(1)
+	sameRows(t, "rows after 000034", stored(), rows)
+	for _, c := range []struct{ query, says string }{
+		{"SELECT task_topic_set_limits('emails', rate => 1, rate_period => '1000 years')", "rate_period 1000 years"},
+		{"SELECT task_schedule('weekly', 'emails', '@weekly', identifier => '" + long + "')", "identifier is 501 characters long once {time} is replaced"},
+		{"SELECT task_push('emails', 'd', delay => '1000000 years')", "delay '1000000 years' puts the not-before"},
+		{"SELECT task_push_batch('emails', '{d,e}', delay => '8000 years')", "delay '8000 years' puts the not-before after the year 9999"},
+	} {
+		if _, err := pool.Exec(ctx, c.query); SQLState(err) != sqlstateInvalidParameter || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("after 000034, %s: %v; want 22023 saying %q", c.query, err, c.says)
+		}
+	}
+	sameRows(t, "rows after the refusals", stored(), rows)
+	execEach(t, pool,
+		"SELECT task_push('emails', 'f', delay => '2 hours')",
+		"SELECT task_topic_set_limits('emails', rate => 2, rate_period => '1 second')",
+		"SELECT task_schedule('weekly', 'emails', '@weekly', identifier => 'w-{time}')")
+	steps(-1)
+	sameRows(t, "functions after reverting 000034", functions(), before)
+	execEach(t, pool, "SELECT task_topic_set_limits('emails', rate => 1, rate_period => '1000 years')")
+}

@@ -1050,3 +1050,49 @@ func TestScheduleTimesByTheDatabaseClock(t *testing.T) {
 		t.Errorf("spec changed at the database's %v: next fire %v, want %v", now, sc.NextFire, want)
 	}
 }
+
+// TestScheduleSQLIdentifierAfterTheFireTime: task_schedule refuses an identifier that
+// fits in 500 characters but whose tasks' identifiers, {time} replaced by the fire time
+// (20 characters), do not, as ScheduleSettings.Validate does; such a schedule never
+// fired. Nothing is written.
+func TestScheduleSQLIdentifierAfterTheFireTime(t *testing.T) {
+	s := setupSchedules(t)
+	x := func(n int) string { return strings.Repeat("x", n) }
+	for _, tc := range []struct {
+		identifier string
+		expanded   int // characters once {time} is replaced; above 500 is refused
+	}{
+		{x(500), 500},
+		{x(480) + "{time}", 500},
+		{x(481) + "{time}", 501},
+		{x(494) + "{time}", 514},
+		{strings.Repeat("{time}", 25), 500},
+		{strings.Repeat("{time}", 26), 520},
+		{strings.Repeat("é", 480) + "{time}", 500},
+		{strings.Repeat("é", 481) + "{time}", 501},
+		{"{time" + x(490) + "}", 496}, // no placeholder
+	} {
+		_, err := s.pool.Exec(s.ctx, "SELECT task_schedule('job', 'topic', '@hourly', identifier => $1)", tc.identifier)
+		goErr := repository.ScheduleSettings{Topic: "topic", Spec: "@hourly", Identifier: tc.identifier}.Validate()
+		if tc.expanded > 500 {
+			if want := fmt.Sprintf("identifier is %d characters long once {time} is replaced", tc.expanded); repository.SQLState(err) != "22023" ||
+				!strings.Contains(err.Error(), want) {
+				t.Errorf("identifier of %d characters expanded: %v, want 22023 saying %q", tc.expanded, err, want)
+			}
+			if !errors.Is(goErr, repository.ErrInvalid) {
+				t.Errorf("identifier of %d characters expanded: Go says %v, want ErrInvalid", tc.expanded, goErr)
+			}
+			continue
+		}
+		if err != nil || goErr != nil {
+			t.Errorf("identifier of %d characters expanded: SQL %v, Go %v; want it accepted", tc.expanded, err, goErr)
+		}
+		if _, err := s.pool.Exec(s.ctx, "DELETE FROM task_schedule"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := s.pool.QueryRow(s.ctx, "SELECT count(*) FROM task_schedule").Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d schedules after the refusals (%v), want none", n, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -732,6 +733,62 @@ func TestSQLPushRejects(t *testing.T) {
 		}
 		if n := taskCount(f); n != 0 {
 			t.Fatalf("%d tasks written, want none", n)
+		}
+	})
+}
+
+// TestSQLPushDelayAfter9999: a delay whose not-before falls after the year 9999 is
+// refused with an error naming delay (22023), as the Go push refuses such a not-before
+// (Creation.Validate), and nothing is written. PostgreSQL's own error for a delay past
+// its range (22008, "timestamp out of range") named no argument, and a delay short of
+// that range stored a not-before that the REST API could not write.
+func TestSQLPushDelayAfter9999(t *testing.T) {
+	for _, tc := range []struct {
+		name, query, delay string
+	}{
+		{"PastPostgreSQLsRange", "SELECT task_push('topic', 'a', delay => '1000000 years')", "'1000000 years'"},
+		{"InPostgreSQLsRange", "SELECT task_push('topic', 'a', delay => '8000 years')", "'8000 years'"},
+		{"Batch", "SELECT task_push_batch('topic', '{a,b}', delay => '1000000 years')", "'1000000 years'"},
+		{"BatchWithReplace", "SELECT task_push_batch('topic', '{a,b}', insertion => 'replace', delay => '8000 years')", "'8000 years'"},
+		{"InDays", "SELECT task_push('topic', 'a', delay => '3000000 days')", "'3000000 days'"},
+		{"ASecondAfterTheEnd", "SELECT task_push('topic', 'a', delay => timestamptz '9999-12-31 23:59:59.999999+00' - now() + interval '1 second')", "'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			_, err := f.pool.Exec(f.ctx, tc.query)
+			wantPgError(t, err, "22023", "delay "+tc.delay, "puts the not-before")
+			if n := taskCount(f); n != 0 {
+				t.Errorf("%d tasks written, want none", n)
+			}
+			if _, taken := sequenceState(f); taken {
+				t.Error("a sequence was taken")
+			}
+		})
+	}
+
+	t.Run("ASecondBeforeTheEndIsPushed", func(t *testing.T) {
+		f := setup(t)
+		seq := sqlPush(f, "SELECT task_push('topic', 'last', delay => timestamptz '9999-12-31 23:59:59.999999+00' - now() - interval '1 second')")
+		task := f.get(seq)
+		if task.NotBefore.Year() != 9999 || task.NotBefore.After(time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)) {
+			t.Errorf("not-before %v, want a second before the end of 9999", task.NotBefore)
+		}
+		// what the Go push would accept
+		if err := (repository.Creation{Identifier: "last", NotBefore: task.NotBefore}).Validate(); err != nil {
+			t.Errorf("the Go push refuses the not-before SQL stored: %v", err)
+		}
+	})
+
+	t.Run("OverflowOnTheWay", func(t *testing.T) {
+		if pgtest.OnCitus() {
+			t.Skip("on Citus the delay is counted in milliseconds (30-day months, 365.25-day years): it adds up to 35 years")
+		}
+		f := setup(t)
+		// positive (-9000·360 + 3 300 000 days), but now() - 9000 years is before 4713 BC
+		_, err := f.pool.Exec(f.ctx, "SELECT task_push('topic', 'a', delay => '-9000 years 3300000 days')")
+		wantPgError(t, err, "22023", "delay '-9000 years +3300000 days' puts the not-before out of range")
+		if n := taskCount(f); n != 0 {
+			t.Errorf("%d tasks written, want none", n)
 		}
 	})
 }

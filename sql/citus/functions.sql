@@ -874,8 +874,9 @@ END
 $$;
 
 -- task_push_batch, the SQL API's push (migration 000015's, whose checks and errors it
--- keeps word for word): on Citus its statement, which notifies from inside, cannot run;
--- this one takes the Go push's path.
+-- keeps word for word; 000034's delay check counts the milliseconds task_citus_push
+-- adds): on Citus its statement, which notifies from inside, cannot run; this one takes
+-- the Go push's path.
 CREATE OR REPLACE FUNCTION task_push_batch(
     topic       text,
     identifiers text[],
@@ -904,6 +905,7 @@ DECLARE
     v_sequences  bigint[];
     v_pushed     bigint[];
     v_notice     text;
+    v_delay_ms   numeric;
 BEGIN
     v_mode := array_position(ARRAY['APPEND', 'REPLACE', 'SUPERSEDE', 'DELETE'],
                              upper(task_push_batch.insertion)) - 1;
@@ -913,6 +915,16 @@ BEGIN
     END IF;
     IF task_push_batch.delay < interval '0' THEN
         RAISE EXCEPTION 'delay % is negative', quote_literal(task_push_batch.delay)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The not-before is refused after the year 9999, as the Go push refuses one
+    -- (Creation.Validate): the latest RFC 3339, and so the REST API, can write. Here it is
+    -- the transaction's time plus the delay in milliseconds (task_citus_push), counted
+    -- without overflow.
+    v_delay_ms := ceil(extract(epoch FROM task_push_batch.delay) * 1000);
+    IF v_delay_ms > 0 AND extract(epoch FROM now()) + v_delay_ms / 1000
+                          > extract(epoch FROM timestamptz '9999-12-31 23:59:59.999999+00') THEN
+        RAISE EXCEPTION 'delay % puts the not-before after the year 9999', quote_literal(task_push_batch.delay)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF task_push_batch.priority IS NULL OR task_push_batch.priority NOT BETWEEN -32768 AND 32767 THEN
