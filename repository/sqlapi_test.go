@@ -766,12 +766,14 @@ func TestSQLPushDelayAfter9999(t *testing.T) {
 		})
 	}
 
-	t.Run("ASecondBeforeTheEndIsPushed", func(t *testing.T) {
+	// a minute: on Citus the node holding the topic adds the delay to its own
+	// transaction's start, which may come a second or so after the coordinator's
+	t.Run("AMinuteBeforeTheEndIsPushed", func(t *testing.T) {
 		f := setup(t)
-		seq := sqlPush(f, "SELECT task_push('topic', 'last', delay => timestamptz '9999-12-31 23:59:59.999999+00' - now() - interval '1 second')")
+		seq := sqlPush(f, "SELECT task_push('topic', 'last', delay => timestamptz '9999-12-31 23:59:59.999999+00' - now() - interval '1 minute')")
 		task := f.get(seq)
-		if task.NotBefore.Year() != 9999 || task.NotBefore.After(time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)) {
-			t.Errorf("not-before %v, want a second before the end of 9999", task.NotBefore)
+		if task.NotBefore.Before(time.Date(9999, 12, 31, 23, 58, 59, 0, time.UTC)) || task.NotBefore.After(time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)) {
+			t.Errorf("not-before %v, want a minute before the end of 9999", task.NotBefore)
 		}
 		// what the Go push would accept
 		if err := (repository.Creation{Identifier: "last", NotBefore: task.NotBefore}).Validate(); err != nil {

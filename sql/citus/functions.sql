@@ -919,8 +919,9 @@ BEGIN
     END IF;
     -- The not-before is refused after the year 9999, as the Go push refuses one
     -- (Creation.Validate): the latest RFC 3339, and so the REST API, can write. Here it is
-    -- the transaction's time plus the delay in milliseconds (task_citus_push), counted
-    -- without overflow.
+    -- the transaction's time plus the delay in milliseconds, counted without overflow;
+    -- task_citus_push adds them to its node's transaction time, which may start a moment
+    -- later (a not-before within that moment of the end of 9999 may pass it).
     v_delay_ms := ceil(extract(epoch FROM task_push_batch.delay) * 1000);
     IF v_delay_ms > 0 AND extract(epoch FROM now()) + v_delay_ms / 1000
                           > extract(epoch FROM timestamptz '9999-12-31 23:59:59.999999+00') THEN
