@@ -237,7 +237,8 @@ func (b *Batch) Done() <-chan struct{} {
 // Decide reports the decision for one task of the batch; it is committed in the next
 // flush, whatever the batch's other tasks do. A second decision for the task returns
 // ErrAlreadyReported, a sequence outside the batch ErrForeignDecision; both are
-// ignored.
+// ignored. A decision that repository.Decision.Validate refuses (an unknown result, a
+// negative snooze delay) fails the task with a message saying so.
 func (b *Batch) Decide(sequence int64, d repository.Decision) error {
 	b.setup()
 	b.mu.Lock()
@@ -400,6 +401,11 @@ func (b *Batch) Outcome() Outcome {
 
 // decideLocked records the decision of task i and returns its completion.
 func (b *Batch) decideLocked(i int, d repository.Decision) repository.Completion {
+	if err := d.Validate(); err != nil {
+		// Refused by the completion, it would fail every decision committed with it:
+		// the task alone fails, saying why.
+		d = repository.Fail(fmt.Errorf("invalid decision: %w", err))
+	}
 	b.decided[i] = true
 	b.leases[i].Decision = d
 	b.undecided--

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,6 +348,47 @@ func TestRefusedFollowUpFailsItsTaskAlone(t *testing.T) {
 		}
 		if got.State != repository.Succeeded || got.Output != "ok" {
 			t.Errorf("batch mate %d is %v %q %v, want SUCCEEDED as decided", task.Sequence, got.State, got.Output, got.Errors)
+		}
+	}
+}
+
+// TestAnInvalidDecisionFailsItsTaskAlone: a decision no completion can store (an unknown
+// result, a snooze with a negative delay) fails its task, naming what is wrong, and the
+// batch's other decisions are committed as made. It failed every decision reported with
+// it, and with attempts left the tasks decided SUCCESS ran again.
+func TestAnInvalidDecisionFailsItsTaskAlone(t *testing.T) {
+	f := setup(t)
+	f.createTopic(f.topic, 3)
+	var runs sync.Map
+	handler := processor.TaskFunc(func(_ context.Context, task repository.Task) repository.Decision {
+		n, _ := runs.LoadOrStore(task.Sequence, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		switch task.Input {
+		case "0":
+			return repository.Decision{Result: 9}
+		case "1":
+			return repository.Decision{Snooze: true, Delay: -time.Second}
+		}
+		return repository.Succeed("ok")
+	})
+	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 10})
+	tasks := f.pushN(4)
+	f.start(p)
+	f.eventually("every task decided", func() bool { return f.count(repository.Succeeded)+f.count(repository.Failed) == 4 })
+	for _, task := range tasks {
+		got := f.get(task.Sequence)
+		n, _ := runs.Load(task.Sequence)
+		switch task.Input {
+		case "0", "1":
+			says := map[string]string{"0": "unknown result 9", "1": "snooze delay -1s is negative"}[task.Input]
+			if got.State != repository.Failed || !strings.Contains(strings.Join(got.Errors, " "), "invalid decision: ") ||
+				!strings.Contains(strings.Join(got.Errors, " "), says) {
+				t.Errorf("task %s decided invalidly is %v %v, want FAILED saying %q", task.Input, got.State, got.Errors, says)
+			}
+		default:
+			if got.State != repository.Succeeded || got.Output != "ok" || n.(*atomic.Int32).Load() != 1 {
+				t.Errorf("batch mate %s is %v %q (ran %d times), want SUCCEEDED once", task.Input, got.State, got.Output, n.(*atomic.Int32).Load())
+			}
 		}
 	}
 }

@@ -431,17 +431,14 @@ func (r *Repository) completeParams(topic string, completions []Completion) (db.
 		arg.Sequences[i] = c.Sequence
 		arg.Attempts[i] = c.Attempt
 		arg.Outputs[i] = storableText(d.Message)
-		switch {
-		case d.Snooze:
-			if d.Delay < 0 {
-				return db.TaskCompleteParams{}, invalid("complete task %d: snooze delay %v is negative", c.Sequence, d.Delay)
-			}
+		if err := d.Validate(); err != nil {
+			return db.TaskCompleteParams{}, fmt.Errorf("complete task %d: %w", c.Sequence, err)
+		}
+		if d.Snooze {
 			arg.Results[i] = snoozeResult
 			arg.DelaysMs[i] = d.Delay.Milliseconds()
-		case d.Result.Valid():
+		} else {
 			arg.Results[i] = int16(d.Result)
-		default:
-			return db.TaskCompleteParams{}, invalid("complete task %d: unknown result %d", c.Sequence, d.Result)
 		}
 	}
 	if err := validSequences(arg.Sequences); err != nil {

@@ -364,6 +364,18 @@ type Decision struct {
 	Delay time.Duration
 }
 
+// Validate reports a decision no completion can store (ErrInvalid): an unknown result,
+// or a snooze with a negative delay.
+func (d Decision) Validate() error {
+	switch {
+	case d.Snooze && d.Delay < 0:
+		return invalid("snooze delay %v is negative", d.Delay)
+	case !d.Snooze && !d.Result.Valid():
+		return invalid("unknown result %d", d.Result)
+	}
+	return nil
+}
+
 // Succeed is a SUCCESS decision.
 func Succeed(message string) Decision { return Decision{Result: Success, Message: message} }
 
