@@ -187,13 +187,25 @@ func flows(d repository.Decision) bool {
 }
 
 // merge combines two decisions: the worse result wins, messages are kept, and the result
-// flows on only if both did.
+// flows on only if both did. A snooze (whose Result means nothing) wins over any result
+// but FAILURE, and of two snoozes the longer wins.
 func merge(a, b repository.Decision) repository.Decision {
-	out := repository.Decision{
-		Result:    repository.Worse(a.Result, b.Result),
-		Continued: flows(a) && flows(b),
-		Snooze:    (a.Snooze || b.Snooze) && repository.Worse(a.Result, b.Result) != repository.Failure,
-		Delay:     max(a.Delay, b.Delay),
+	out := repository.Decision{Continued: flows(a) && flows(b)}
+	switch {
+	case a.Snooze && b.Snooze:
+		out.Snooze, out.Delay = true, max(a.Delay, b.Delay)
+	case a.Snooze || b.Snooze:
+		snoozed, other := a, b
+		if b.Snooze {
+			snoozed, other = b, a
+		}
+		if other.Result == repository.Failure {
+			out.Result = repository.Failure
+		} else {
+			out.Snooze, out.Delay = true, snoozed.Delay
+		}
+	default:
+		out.Result = repository.Worse(a.Result, b.Result)
 	}
 	var msgs []string
 	for _, m := range []string{a.Message, b.Message} {

@@ -126,6 +126,61 @@ func TestComposite(t *testing.T) {
 		}
 	})
 
+	// A snooze's Result is the zero value, FAILURE: merged as a result, it made every
+	// snooze a failure, which uses an attempt.
+	t.Run("ASnoozeStaysASnooze", func(t *testing.T) {
+		snooze := func(d time.Duration) repository.Decision { return repository.SnoozeFor(d) }
+		for _, c := range []struct {
+			name  string
+			steps []repository.Decision // independent steps
+			want  repository.Decision
+		}{
+			{"Alone", []repository.Decision{snooze(time.Minute)}, repository.Decision{Snooze: true, Delay: time.Minute}},
+			{"BesideASuccess", []repository.Decision{repository.Succeed(""), snooze(time.Minute)}, repository.Decision{Snooze: true, Delay: time.Minute}},
+			{"BesideASkip", []repository.Decision{repository.Skip(""), snooze(time.Minute)}, repository.Decision{Snooze: true, Delay: time.Minute}},
+			{"TheLongerOfTwo", []repository.Decision{snooze(time.Minute), snooze(5 * time.Minute)}, repository.Decision{Snooze: true, Delay: 5 * time.Minute}},
+			{"BesideAFailure", []repository.Decision{repository.Fail(errors.New("x")), snooze(time.Minute)}, repository.Decision{Result: repository.Failure, Message: "x"}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				comp := processor.NewComposite()
+				for i, d := range c.steps {
+					if err := comp.Step(string(rune('a'+i)), processor.TaskStep(func(context.Context, repository.Task, *processor.Supplement) repository.Decision { return d })); err != nil {
+						t.Fatal(err)
+					}
+				}
+				b := batchOf(t, 1)
+				comp.Handle(t.Context(), b)
+				o := doneWithin(t, b)
+				for _, got := range o.Decisions {
+					if got != c.want {
+						t.Errorf("decision %+v, want %+v", got, c.want)
+					}
+				}
+			})
+		}
+		// a snoozed task does not go on to the steps that depend on the snoozing one
+		comp := processor.NewComposite()
+		ran := false
+		if err := comp.Step("first", processor.TaskStep(func(context.Context, repository.Task, *processor.Supplement) repository.Decision {
+			return snooze(time.Minute)
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := comp.Step("then", processor.TaskStep(func(context.Context, repository.Task, *processor.Supplement) repository.Decision {
+			ran = true
+			return repository.Succeed("")
+		}), "first"); err != nil {
+			t.Fatal(err)
+		}
+		b := batchOf(t, 1)
+		comp.Handle(t.Context(), b)
+		for _, got := range doneWithin(t, b).Decisions {
+			if !got.Snooze || got.Delay != time.Minute || ran {
+				t.Errorf("decision %+v, dependent step ran: %v; want a snooze of 1m, not passed on", got, ran)
+			}
+		}
+	})
+
 	t.Run("SupplementIsComputedOncePerBatchAndShared", func(t *testing.T) {
 		type total struct{ n int }
 		var computed sync.Mutex
