@@ -292,3 +292,32 @@ func TestLogs(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestRunReturnsWhenAManagerStopsFatally: a manager of a topic nobody registered stops
+// fatally; Run then shuts the others down and returns its error, where it went on until
+// its context ended (the task of the good topic below is still processed first).
+func TestRunReturnsWhenAManagerStopsFatally(t *testing.T) {
+	f := setup(t)
+	finished := make(done, 10)
+	tasks := f.pushN(1)
+	p, _ := f.processor("worker", processor.Config{},
+		processor.ManagerConfig{Handler: finished.handler(0)},
+		processor.ManagerConfig{Topic: "nobody-registered-it", Handler: processor.TaskFunc(succeed)})
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(context.WithoutCancel(f.ctx)) }()
+	select {
+	case err := <-ran:
+		if !errors.Is(err, repository.ErrUnknownTopic) || !strings.Contains(err.Error(), "nobody-registered-it") {
+			t.Fatalf("Run returned %v, want ErrUnknownTopic naming the topic", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run has not returned 30 s after a manager stopped fatally")
+	}
+	if got := f.get(tasks[0].Sequence); got.State == repository.Active {
+		t.Errorf("the good topic's task is left ACTIVE after Run returned")
+	}
+	var owners int
+	if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task_owner").Scan(&owners); err != nil || owners != 0 {
+		t.Errorf("%d owner rows after Run returned (%v), want 0: it deregisters", owners, err)
+	}
+}

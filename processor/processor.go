@@ -402,8 +402,9 @@ func (p *Processor) allManagers() []*TaskManager {
 
 // Run registers the owner and runs every manager until ctx is done, then shuts them down
 // gracefully (each within its ShutdownTimeout) and returns. It returns an error if the
-// owner cannot be registered or a manager stopped fatally; a ctx done before or while
-// they start is a clean stop, not an error.
+// owner cannot be registered or a manager stopped fatally (an unknown topic without
+// CreateTopic, say), which shuts the other managers down as a done ctx does; a ctx done
+// before or while they start is a clean stop, not an error.
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.running {
@@ -448,6 +449,10 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	// A manager that stops fatally stops the others, gracefully, and Run returns its
+	// error: the process cannot do what it was told to.
+	ctx, stopManagers := context.WithCancel(ctx)
+	defer stopManagers()
 	// The notifier and the liveness loop outlive the managers' polling: they keep
 	// heart-beating while handlers finish during a graceful shutdown.
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
@@ -479,12 +484,13 @@ func (p *Processor) Run(ctx context.Context) error {
 				emu.Lock()
 				errs = append(errs, err)
 				emu.Unlock()
+				stopManagers()
 			}
 		})
 	}
 	wg.Wait()
 	// Without managers the process still heart-beats and expires dead owners' leases
-	// until it is told to stop.
+	// until it is told to stop (or a manager stopped fatally).
 	<-ctx.Done()
 	stopBackground()
 	bg.Wait()
