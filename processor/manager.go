@@ -210,9 +210,14 @@ type TaskManager struct {
 	// on): track adds a batch's, completer.settle takes away those of each report.
 	holding atomic.Int64
 	// handlerCtx and stopping are run's: the context handlers run on, and the channel
-	// closed when the shutdown begins, for every batch the manager prepares.
+	// closed when the shutdown begins, for every batch the manager prepares. pollCtx is
+	// the context of the poll loop's statements: it survives the start of a graceful
+	// shutdown (a poll cancelled after the server committed it would leave leases
+	// nobody knows of) and is cancelled at its deadline, so that no poll leases tasks
+	// after Run has returned.
 	handlerCtx context.Context
 	stopping   chan struct{}
+	pollCtx    context.Context
 
 	mu       sync.Mutex
 	inflight map[*Batch]struct{}
@@ -555,7 +560,9 @@ func (m *TaskManager) run(ctx context.Context) error {
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	stopping := make(chan struct{})
-	m.handlerCtx, m.stopping = handlerCtx, stopping // before the poll loop and the completer start
+	pollCtx, abortPolls := context.WithCancel(context.WithoutCancel(ctx))
+	defer abortPolls()
+	m.handlerCtx, m.stopping, m.pollCtx = handlerCtx, stopping, pollCtx // before the poll loop and the completer start
 	completerDone := make(chan struct{})
 	// Decisions are committed on yet another context, so that those reported at the
 	// deadline (failures of handlers that did not finish) still land.
@@ -610,13 +617,25 @@ func (m *TaskManager) run(ctx context.Context) error {
 		}
 	}
 	if expired {
+		// A poll still running (waiting for a lock, say) is cancelled: answered after
+		// Run returned, it would lease tasks nobody runs or hands back.
+		abortPolls()
 		// Relieve the handlers first: a handler whose context is cancelled may still
 		// report, and the shutdown's account of what it did not decide must stand.
 		m.failInflight(fmt.Errorf("processor shut down: the handler did not decide this task within the shutdown timeout of %v", m.cfg.ShutdownTimeout))
 		cancelHandlers()
+		// The loop ends once its poll or its synchronous handler returns; a batch it
+		// leased meanwhile is handed back through the completer, still open.
+		grace, endGrace := context.WithTimeout(context.Background(), 5*time.Second)
+		defer endGrace()
+		select {
+		case <-pollDone:
+		case <-grace.Done():
+			m.p.logger.Error("poll loop still running after shutdown", slog.String("topic", topic))
+		}
 		select {
 		case <-m.drained():
-		case <-time.After(5 * time.Second):
+		case <-grace.Done():
 			m.p.logger.Error("batches still not committed after shutdown", slog.String("topic", topic))
 		}
 	}
@@ -733,7 +752,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 		// The poll is not cancelled by the shutdown: a poll cancelled after the server
 		// committed it would leave leases nobody knows of until expiry. Its tasks, if
 		// any, are handed back by the shutdown like any unstarted batch.
-		pollCtx, cancelPoll := context.WithTimeout(context.WithoutCancel(ctx), pollTimeout)
+		pollCtx, cancelPoll := context.WithTimeout(m.pollCtx, pollTimeout)
 		from := m.floor.next()
 		if from.IsZero() {
 			head = start
@@ -957,7 +976,7 @@ func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 		}
 		other.mu.Unlock()
 	}
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollTimeout)
+	qctx, cancel := context.WithTimeout(m.pollCtx, pollTimeout)
 	defer cancel()
 	leased, err := m.p.repo.Leased(qctx, m.p.pool, m.cfg.Topic)
 	if err != nil {

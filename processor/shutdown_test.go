@@ -204,3 +204,48 @@ func TestShutdownHandsBackAPollThatReturnsAfterIt(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownDeadlineCancelsAPollStillWaiting: a poll still waiting (here on a limited
+// topic's lock) when the shutdown deadline passes is cancelled: it leased its tasks
+// after Run had returned and the owner was gone, and they stayed ACTIVE, never started,
+// an attempt used, until another processor's expiry took them back.
+func TestShutdownDeadlineCancelsAPollStillWaiting(t *testing.T) {
+	f := setup(t)
+	f.limit(repository.TopicSettings{MaxAttempts: 1, Concurrency: 10})
+	p, _ := f.processor("worker", processor.Config{},
+		processor.ManagerConfig{Handler: processor.TaskFunc(succeed), BatchSize: 5, ShutdownTimeout: 300 * time.Millisecond})
+	stop := f.start(p)
+	time.Sleep(200 * time.Millisecond) // its first, empty poll done
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx)
+	if _, err := tx.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
+		t.Fatal(err)
+	}
+	tasks := f.pushN(3)
+	f.eventually("a poll waiting on the lock", func() bool {
+		var n int
+		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	// Run has returned: the lock goes, and a poll still waiting would lease now
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("no poll waiting on the lock", func() bool {
+		var n int
+		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&n)
+		return err == nil && n == 0
+	})
+	time.Sleep(200 * time.Millisecond)
+	for _, task := range tasks {
+		if got := f.get(task.Sequence); got.State != repository.Ready || got.Attempt != 0 {
+			t.Errorf("task %d is %v with attempt %d after Run returned, want READY, never leased", task.Sequence, got.State, got.Attempt)
+		}
+	}
+}
