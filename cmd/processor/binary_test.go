@@ -162,6 +162,38 @@ func TestBinary(t *testing.T) {
 		}
 	})
 
+	// docs/processor.md: a SIGTERM while the processor is still starting is a clean
+	// stop. Cut short while reading its topic (held by a lock here), it exited 1 with
+	// "read topic: context canceled".
+	t.Run("SIGTERMWhileStartingExitsZero", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		if _, err := tx.Exec(f.ctx, "LOCK TABLE task_topic IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		p := start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", "/bin/true")
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var n int
+			if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the processor is not waiting on the lock after 30 s; stderr:\n%s", p.stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		p.stop()
+	})
+
 	t.Run("SIGTERMLosesNothing", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)

@@ -36,15 +36,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logger := newLogger(cfg, stderr)
+	// A signal while the processor starts (connecting, migrating, reading its topic)
+	// is a clean stop, whatever the step it cut short says.
+	starting := func(err error) error {
+		var usage *usageError
+		if ctx.Err() != nil && !errors.As(err, &usage) {
+			return nil
+		}
+		return err
+	}
 
 	pool, err := connect(ctx, cfg.databaseURL)
 	if err != nil {
-		return err
+		return starting(err)
 	}
 	defer pool.Close()
 	if cfg.migrate {
 		if err := repository.Migrate(ctx, pool); err != nil {
-			return err
+			return starting(err)
 		}
 		logger.Info("schema migrated")
 	}
@@ -56,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if _, err := repo.Topic(ctx, pool, cfg.topic); errors.Is(err, repository.ErrUnknownTopic) {
 			return fmt.Errorf("topic %q is not registered (register it with --init or `pgtask topic add %s`)", cfg.topic, cfg.topic)
 		} else if err != nil {
-			return fmt.Errorf("read topic %q: %w", cfg.topic, err)
+			return starting(fmt.Errorf("read topic %q: %w", cfg.topic, err))
 		}
 	}
 
