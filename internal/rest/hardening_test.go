@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -299,5 +300,27 @@ func TestUnreadableBodies(t *testing.T) {
 				t.Errorf("%d tasks written, want none", n)
 			}
 		})
+	}
+}
+
+// TestATimeAfter9999IsWritten: a not-before after the year 9999, which SQL could store
+// before migration 000034 (or a hand-written row), is answered as the last instant RFC
+// 3339 writes; the listing answered {"tasks":[,]} and the task an empty body, both 200.
+func TestATimeAfter9999IsWritten(t *testing.T) {
+	f := setup(t)
+	f.enqueue(`{"identifier":"near"}`)
+	f.exec(`INSERT INTO task (topic, identifier, state, not_before) VALUES ('mail', 'far', 1, '11026-01-01 00:00:00+00')`)
+	var page struct {
+		Tasks []task `json:"tasks"`
+	}
+	f.call("GET", "/topics/mail/tasks", "").want(t, http.StatusOK, &page)
+	if len(page.Tasks) != 2 || page.Tasks[1].Identifier != "far" || page.Tasks[1].NotBefore == nil ||
+		!page.Tasks[1].NotBefore.Equal(time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)) {
+		t.Fatalf("listing %+v, want the far task's not-before at the end of 9999", page.Tasks)
+	}
+	var got task
+	f.call("GET", "/topics/mail/tasks/"+strconv.FormatInt(page.Tasks[1].Sequence, 10), "").want(t, http.StatusOK, &got)
+	if got.NotBefore == nil || got.NotBefore.Year() != 9999 {
+		t.Fatalf("task %+v, want its not-before at the end of 9999", got)
 	}
 }

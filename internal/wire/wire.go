@@ -101,8 +101,17 @@ func nullTime(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
 	}
+	// RFC 3339, and so encoding/json, has years 0 to 9999 only: a later time (a
+	// not-before SQL could store before migration 000034) is answered as the last
+	// instant it can write, rather than failing the whole answer.
+	if t.After(lastWritable) {
+		t = lastWritable
+	}
 	return &t
 }
+
+// lastWritable is the latest time RFC 3339 can write.
+var lastWritable = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
 
 // Topic is a topic with its settings (durations in milliseconds) and, where asked for,
 // its stats.
