@@ -85,3 +85,44 @@ func TestDatabaseErrors(t *testing.T) {
 		t.Errorf("recovery logged %d times, want once:\n%s", n, logs.String())
 	}
 }
+
+// TestADestroyedTopicIsAFault: a topic destroyed under its processor fails every poll;
+// the processor said so at each pause interval (cmd/processor: a WARN each time) and
+// stayed healthy. It is now a failing operation like any other (unhealthy, logged once,
+// retried with backoff), and the topic registered again is polled again.
+func TestADestroyedTopicIsAFault(t *testing.T) {
+	f := setup(t)
+	var logs logbuf.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	done := make(chan int64, 10)
+	p, managers := f.processor("faulty", processor.Config{Logger: logger, ErrorLogInterval: time.Hour}, processor.ManagerConfig{
+		Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			done <- task.Sequence
+			return repository.Succeed("")
+		}),
+	})
+	f.start(p)
+	f.eventually("the manager started", func() bool { return managers[0].Active() })
+	if _, err := f.repo.Destroy(f.ctx, f.pool, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	managers[0].Resume() // the next poll, as a pause interval would bring it
+	f.eventually("unhealthy", func() bool {
+		err := p.Health()
+		return errors.Is(err, processor.ErrUnhealthy) && strings.Contains(err.Error(), `poll topic "topic"`)
+	})
+	if n := len(logs.Lines("database operations failing", `operations="poll topic \"topic\""`)); n != 1 {
+		t.Errorf("the destroyed topic's failing polls logged %d times, want once:\n%s", n, logs.String())
+	}
+	f.createTopic(f.topic, 1)
+	pushed := f.pushN(1)[0]
+	select {
+	case seq := <-done:
+		if seq != pushed.Sequence {
+			t.Fatalf("ran task %d, want %d", seq, pushed.Sequence)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task of the topic registered again did not run within 30 s")
+	}
+	f.eventually("healthy", func() bool { return p.Health() == nil })
+}

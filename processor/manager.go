@@ -778,12 +778,8 @@ func (m *TaskManager) poll(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, repository.ErrUnknownTopic) {
-				// Destroyed under us, or not yet registered: wait, it may come (back).
-				m.cfg.Listener.error(topic, err)
-				m.hibernate(ctx)
-				continue
-			}
+			// An unknown topic (destroyed under us) is retried as any failure: it may
+			// come back, and until then the processor is unhealthy and says so once.
 			m.retry(ctx, "poll", m.pollOp, err, backoff)
 			continue
 		}
