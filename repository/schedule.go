@@ -159,6 +159,15 @@ func ValidateScheduleName(name string) error {
 // insertion and a catch-up in 0..MaxCatchUp. Otherwise its error wraps ErrInvalid and
 // names the field.
 func (s ScheduleSettings) Validate() error {
+	if err := checkZoneName(s.TimeZone); err != nil {
+		return err
+	}
+	return s.validate()
+}
+
+// validate is Validate without checkZoneName: an update that keeps a schedule's zone
+// keeps one stored before the check (schedules fire in it as they did).
+func (s ScheduleSettings) validate() error {
 	if err := validTopic(s.Topic); err != nil {
 		return err
 	}
@@ -190,8 +199,24 @@ func (s ScheduleSettings) Validate() error {
 // and fires at least once more; otherwise an error wrapping ErrInvalid that says what is
 // wrong.
 func ValidateScheduleSpec(spec, tz string) error {
+	if err := checkZoneName(tz); err != nil {
+		return err
+	}
 	_, err := parseSchedule(spec, tz)
 	return err
+}
+
+// checkZoneName refuses the names of zones Go loads but the database does not list
+// (pg_timezone_names, which task_schedule checks): a name spelt other than clean
+// (Europe//Paris), and the leap-second zones (right/…).
+func checkZoneName(tz string) error {
+	if path.Clean(tz) != tz && tz != "" {
+		return invalid("unknown time zone %q (want an IANA name such as UTC or Europe/Paris)", tz)
+	}
+	if name, ok := strings.CutPrefix(tz, "right/"); ok {
+		return invalid("time zone %q counts leap seconds, which schedules do not: give %q", tz, name)
+	}
+	return nil
 }
 
 // NextFires returns the next n fire times of a spec in the time zone tz (empty is UTC)
@@ -247,14 +272,8 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	if strings.HasPrefix(upper, "TZ=") || strings.HasPrefix(upper, "CRON_TZ=") {
 		return nil, invalid("spec %q names a time zone: give it as the time zone instead", spec)
 	}
-	// Local is the process's zone, not a name; a name spelt other than clean, and the
-	// leap-second zones (right/…), load in Go but are not in the database's list,
-	// which task_schedule checks.
-	if tz == "Local" || !utf8.ValidString(tz) || path.Clean(tz) != tz {
+	if tz == "Local" || !utf8.ValidString(tz) {
 		return nil, invalid("unknown time zone %q (want an IANA name such as UTC or Europe/Paris)", tz)
-	}
-	if name, ok := strings.CutPrefix(tz, "right/"); ok {
-		return nil, invalid("time zone %q counts leap seconds, which schedules do not: give %q", tz, name)
 	}
 	loc, err := time.LoadLocation(tz)
 	if err != nil {
@@ -597,7 +616,11 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		old := scheduleFrom(row)
 		s := old.ScheduleSettings
 		change(&s)
-		if err := s.Validate(); err != nil {
+		validate := s.validate
+		if zoneName(s.TimeZone) != old.TimeZone {
+			validate = s.Validate // a new zone is checked as at creation
+		}
+		if err := validate(); err != nil {
 			return fmt.Errorf("%s schedule %q: %w", op, name, err)
 		}
 		if s.Topic != old.Topic {

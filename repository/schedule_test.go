@@ -1096,3 +1096,31 @@ func TestScheduleSQLIdentifierAfterTheFireTime(t *testing.T) {
 		t.Errorf("%d schedules after the refusals (%v), want none", n, err)
 	}
 }
+
+// TestAZoneStoredBeforeTheCheck: a schedule whose zone was stored before the Go API
+// refused the leap-second zones (right/…) still fires and can still be changed and
+// paused; only a change to such a zone is refused.
+func TestAZoneStoredBeforeTheCheck(t *testing.T) {
+	s := setupSchedules(t)
+	appendMode := repository.Append
+	s.create("legacy", repository.ScheduleSettings{Spec: "@every 1s", Identifier: "legacy-{time}", Insertion: &appendMode})
+	if _, err := s.pool.Exec(s.ctx, `UPDATE task_schedule SET time_zone = 'right/UTC' WHERE name = 'legacy'`); err != nil {
+		t.Fatal(err)
+	}
+	s.fire() // a first fire time
+	s.clock.advance(2 * time.Second)
+	if fires := s.fire(); len(fires) != 1 || len(fires[0].Tasks) == 0 {
+		t.Fatalf("fires of the schedule in right/UTC: %+v, want its tasks", fires)
+	}
+	sc, err := s.sched.UpdateSchedule(s.ctx, s.pool, "legacy", func(st *repository.ScheduleSettings) { st.Priority = 3 })
+	if err != nil || sc.Priority != 3 || sc.TimeZone != "right/UTC" {
+		t.Fatalf("update of another setting: %+v, %v", sc, err)
+	}
+	if _, err := s.sched.PauseSchedule(s.ctx, s.pool, "legacy"); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	_, err = s.sched.UpdateSchedule(s.ctx, s.pool, "legacy", func(st *repository.ScheduleSettings) { st.TimeZone = "right/Europe/Paris" })
+	if !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "counts leap seconds") {
+		t.Fatalf("a change to right/Europe/Paris: %v, want ErrInvalid saying it counts leap seconds", err)
+	}
+}

@@ -75,7 +75,13 @@ func (s *scheduleFlags) apply(f *flags, to *repository.ScheduleSettings) error {
 		}
 		to.Insertion = &i
 	}
-	if err := to.Validate(); err != nil {
+	check := *to
+	if !f.given("time-zone") {
+		// the stored zone is not checked again: one stored before Validate refused it
+		// (right/…) still fires, and the schedule's other settings still change
+		check.TimeZone = "UTC"
+	}
+	if err := check.Validate(); err != nil {
 		return f.usagef("%s", stripInvalid(err))
 	}
 	return nil

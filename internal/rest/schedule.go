@@ -71,7 +71,13 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	if q.Paused != nil {
 		s.Paused = *q.Paused
 	}
-	if err := s.Validate(); err != nil {
+	check := *s
+	if q.TimeZone == nil {
+		// the stored zone is not checked again: one stored before Validate refused it
+		// (right/…) still fires, and the schedule's other settings still change
+		check.TimeZone = "UTC"
+	}
+	if err := check.Validate(); err != nil {
 		return invalid(err)
 	}
 	return nil
