@@ -1819,6 +1819,21 @@ func TestTopicSettings(t *testing.T) {
 			}
 		})
 	}
+	// A topic stored with a cap below its base before the check takes changes of its
+	// other settings; only a change of its retry policy is checked.
+	t.Run("AStoredCapBelowTheBaseKeepsOtherChanges", func(t *testing.T) {
+		f := fresh(t)
+		if _, err := f.pool.Exec(f.ctx, `UPDATE task_topic SET max_attempts = 5, backoff_base_ms = 7200000, backoff_cap_ms = 3600000 WHERE topic = $1`, f.topic); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.QueueCap = 10 }); err != nil || got.QueueCap != 10 {
+			t.Fatalf("a change of the queue cap: %+v, %v", got.TopicSettings, err)
+		}
+		_, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.MaxAttempts = 6 })
+		if !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "backoff cap 1h0m0s is below the backoff base 2h0m0s") {
+			t.Fatalf("a change of the retry policy: %v, want the cap below the base refused", err)
+		}
+	})
 	t.Run("ConfigureUnknownTopicIsErrUnknownTopic", func(t *testing.T) {
 		f := isolated(t, shared)
 		if _, err := f.repo.Configure(f.ctx, f.pool, "nope", repository.TopicSettings{MaxAttempts: 1}); !errors.Is(err, repository.ErrUnknownTopic) {

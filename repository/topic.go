@@ -96,7 +96,11 @@ func (r *Repository) Configure(ctx context.Context, h Handle, topic string, s To
 	if err := validTopic(topic); err != nil {
 		return Topic{}, err
 	}
-	if err := s.validate(); err != nil {
+	err := s.validate()
+	if err == nil {
+		err = s.checkBackoff()
+	}
+	if err != nil {
 		return Topic{}, fmt.Errorf("configure topic %q: %w", topic, err)
 	}
 	return r.configure(ctx, h, topic, s)
@@ -132,7 +136,12 @@ func (r *Repository) UpdateSettings(ctx context.Context, h Handle, topic string,
 			out = stored
 			return nil
 		}
-		if err := s.validate(); err != nil {
+		err = s.validate()
+		was := stored.TopicSettings
+		if err == nil && (s.MaxAttempts != was.MaxAttempts || s.BackoffBase != was.BackoffBase || s.BackoffCap != was.BackoffCap) {
+			err = s.checkBackoff()
+		}
+		if err != nil {
 			return fmt.Errorf("update settings of topic %q: %w", topic, err)
 		}
 		out, err = r.configure(ctx, tx, topic, s)
@@ -159,10 +168,6 @@ func (s TopicSettings) validate() error {
 			return invalid("%s %v is not a whole number of milliseconds", d.name, d.v)
 		}
 	}
-	if s.MaxAttempts > 1 && s.BackoffCap < s.BackoffBase {
-		// the delay is min(cap, base·2^(attempt−1)): the base would never be waited
-		return invalid("backoff cap %v is below the backoff base %v: retries would wait the cap, never the base", s.BackoffCap, s.BackoffBase)
-	}
 	if s.QueueCap < 0 {
 		return invalid("queue cap %d is negative", s.QueueCap)
 	}
@@ -179,6 +184,17 @@ func (s TopicSettings) validate() error {
 		return invalid("rate %d needs a period of at least 1ms, got %v", s.Rate, s.RatePeriod)
 	case s.Rate == 0 && (s.RatePeriod != 0 || s.RateBurst != 0):
 		return invalid("rate period %v and burst %d are given without a rate", s.RatePeriod, s.RateBurst)
+	}
+	return nil
+}
+
+// checkBackoff refuses a retry policy whose cap is below its base: the delay is
+// min(cap, base·2^(attempt−1)), so the base would never be waited. UpdateSettings checks
+// it only when the policy changes, so that a topic stored so before the check keeps
+// taking changes of its other settings.
+func (s TopicSettings) checkBackoff() error {
+	if s.MaxAttempts > 1 && s.BackoffCap < s.BackoffBase {
+		return invalid("backoff cap %v is below the backoff base %v: retries would wait the cap, never the base", s.BackoffCap, s.BackoffBase)
 	}
 	return nil
 }
