@@ -14,29 +14,46 @@ const taskCountRecent = `-- name: TaskCountRecent :many
 SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0)::bigint AS count, COALESCE(c.highest, 0)::bigint AS highest
 FROM task_topic tt
 LEFT JOIN LATERAL (
-    SELECT r.state, count(*) AS count, max(r.sequence) AS highest
+    SELECT l.state, count(*) AS count, max(l.sequence) AS highest
     FROM (
         SELECT DISTINCT ON (t.identifier) t.state, t.sequence
         FROM (
+            -- a dedicated topic's table holds its tasks alone: the table, filtered
             SELECT a.state, a.sequence, a.identifier, a.reference FROM task a
-            WHERE a.state = 1 AND hashtext(a.topic) = hashtext(tt.topic) AND a.topic = tt.topic
+            WHERE tt.dedicated
+              AND hashtext(a.topic) = hashtext(tt.topic) AND a.topic = tt.topic
+              -- for one topic, its name as a value: a custom plan then reads the topic's table only
               AND ($1::text IS NULL OR a.topic = $1)
             UNION ALL
-            SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
-            WHERE o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
-              AND ($1::text IS NULL OR o.topic = $1)
-            UNION ALL
-            SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
-            WHERE f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
-              AND ($1::text IS NULL OR f.topic = $1)
+            -- a shared table: the topic's tasks through the indexes keyed by its hash, each
+            -- task once (as TaskTopicSequences). OFFSET 0 keeps the filters out: a range
+            -- of sequences pushed in made the planner AND in another index's range, which
+            -- holds every topic's tasks.
+            SELECT s.state, s.sequence, s.identifier, s.reference FROM (
+                SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
+                WHERE NOT tt.dedicated
+                  AND r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
+                  AND ($1::text IS NULL OR r.topic = $1)
+                UNION ALL
+                SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
+                WHERE NOT tt.dedicated
+                  AND o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
+                  AND ($1::text IS NULL OR o.topic = $1)
+                UNION ALL
+                SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
+                WHERE NOT tt.dedicated
+                  AND f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
+                  AND ($1::text IS NULL OR f.topic = $1)
+                OFFSET 0
+            ) s
         ) t
         WHERE t.sequence BETWEEN $2::bigint AND $3::bigint
           AND ($4::text IS NULL OR t.identifier = $4)
           AND ($5::text IS NULL OR t.reference = $5)
         ORDER BY t.identifier, t.sequence DESC
-    ) r
-    WHERE $6::smallint IS NULL OR r.state = $6
-    GROUP BY r.state
+    ) l
+    WHERE $6::smallint IS NULL OR l.state = $6
+    GROUP BY l.state
 ) c ON true
 WHERE $1::text IS NULL OR tt.topic = $1
 ORDER BY tt.topic, c.state
@@ -92,24 +109,111 @@ func (q *Queries) TaskCountRecent(ctx context.Context, db DBTX, arg TaskCountRec
 	return items, nil
 }
 
+const taskCountRecentByReference = `-- name: TaskCountRecentByReference :many
+SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0)::bigint AS count, COALESCE(c.highest, 0)::bigint AS highest
+FROM task_topic tt
+LEFT JOIN LATERAL (
+    SELECT r.state, count(*) AS count, max(r.sequence) AS highest
+    FROM (
+        SELECT DISTINCT ON (t.identifier) t.state, t.sequence
+        FROM task t
+        WHERE t.topic = tt.topic
+          AND ($1::text IS NULL OR t.topic = $1)
+          AND t.sequence BETWEEN $2::bigint AND $3::bigint
+          AND ($4::text IS NULL OR t.identifier = $4)
+          AND ($5::text IS NULL OR t.reference = $5)
+        ORDER BY t.identifier, t.sequence DESC
+    ) r
+    WHERE $6::smallint IS NULL OR r.state = $6
+    GROUP BY r.state
+) c ON true
+WHERE $1::text IS NULL OR tt.topic = $1
+ORDER BY tt.topic, c.state
+`
+
+type TaskCountRecentByReferenceParams struct {
+	Topic        *string
+	FromSequence int64
+	ToSequence   int64
+	Identifier   *string
+	Reference    *string
+	State        *int16
+}
+
+type TaskCountRecentByReferenceRow struct {
+	Topic   string
+	State   int16
+	Count   int64
+	Highest int64
+}
+
+// TaskCountRecent for a filter by reference, as TaskCountTotalByReference.
+func (q *Queries) TaskCountRecentByReference(ctx context.Context, db DBTX, arg TaskCountRecentByReferenceParams) ([]TaskCountRecentByReferenceRow, error) {
+	rows, err := db.Query(ctx, taskCountRecentByReference,
+		arg.Topic,
+		arg.FromSequence,
+		arg.ToSequence,
+		arg.Identifier,
+		arg.Reference,
+		arg.State,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskCountRecentByReferenceRow
+	for rows.Next() {
+		var i TaskCountRecentByReferenceRow
+		if err := rows.Scan(
+			&i.Topic,
+			&i.State,
+			&i.Count,
+			&i.Highest,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskCountTotal = `-- name: TaskCountTotal :many
 SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0)::bigint AS count, COALESCE(c.highest, 0)::bigint AS highest
 FROM task_topic tt
 LEFT JOIN LATERAL (
     SELECT t.state, count(*) AS count, max(t.sequence) AS highest
     FROM (
-        SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
-        WHERE r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
-          -- for one topic, its name as a value: a custom plan then reads the topic's table only
-          AND ($1::text IS NULL OR r.topic = $1)
-        UNION ALL
-        SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
-        WHERE o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
-          AND ($1::text IS NULL OR o.topic = $1)
-        UNION ALL
-        SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
-        WHERE f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
-          AND ($1::text IS NULL OR f.topic = $1)
+            -- a dedicated topic's table holds its tasks alone: the table, filtered
+            SELECT a.state, a.sequence, a.identifier, a.reference FROM task a
+            WHERE tt.dedicated
+              AND hashtext(a.topic) = hashtext(tt.topic) AND a.topic = tt.topic
+              -- for one topic, its name as a value: a custom plan then reads the topic's table only
+              AND ($1::text IS NULL OR a.topic = $1)
+            UNION ALL
+            -- a shared table: the topic's tasks through the indexes keyed by its hash, each
+            -- task once (as TaskTopicSequences). OFFSET 0 keeps the filters out: a range
+            -- of sequences pushed in made the planner AND in another index's range, which
+            -- holds every topic's tasks.
+            SELECT s.state, s.sequence, s.identifier, s.reference FROM (
+                SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
+                WHERE NOT tt.dedicated
+                  AND r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
+                  AND ($1::text IS NULL OR r.topic = $1)
+                UNION ALL
+                SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
+                WHERE NOT tt.dedicated
+                  AND o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
+                  AND ($1::text IS NULL OR o.topic = $1)
+                UNION ALL
+                SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
+                WHERE NOT tt.dedicated
+                  AND f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
+                  AND ($1::text IS NULL OR f.topic = $1)
+                OFFSET 0
+            ) s
     ) t
     WHERE t.sequence BETWEEN $2::bigint AND $3::bigint
       AND ($4::smallint IS NULL OR t.state = $4)
@@ -139,9 +243,10 @@ type TaskCountTotalRow struct {
 
 // Per registered topic (all, or only topic) and state: how many tasks match and the
 // highest sequence among them. A topic without matches yields one row with state -1.
-// Each topic's tasks are read through the indexes keyed by its hash that hold every task
-// between them, each once (as TaskTopicSequences): a filter on the table instead read
-// the whole table the topic shares with others, once per topic of it.
+// A topic sharing its table is read through its own indexes, never the others' tasks
+// (a filter on the table read the whole shared table, once per topic of it); a
+// dedicated topic's own table is read filtered. A filter by reference has its own
+// statement (TaskCountTotalByReference).
 func (q *Queries) TaskCountTotal(ctx context.Context, db DBTX, arg TaskCountTotalParams) ([]TaskCountTotalRow, error) {
 	rows, err := db.Query(ctx, taskCountTotal,
 		arg.Topic,
@@ -158,6 +263,77 @@ func (q *Queries) TaskCountTotal(ctx context.Context, db DBTX, arg TaskCountTota
 	var items []TaskCountTotalRow
 	for rows.Next() {
 		var i TaskCountTotalRow
+		if err := rows.Scan(
+			&i.Topic,
+			&i.State,
+			&i.Count,
+			&i.Highest,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskCountTotalByReference = `-- name: TaskCountTotalByReference :many
+SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0)::bigint AS count, COALESCE(c.highest, 0)::bigint AS highest
+FROM task_topic tt
+LEFT JOIN LATERAL (
+    SELECT t.state, count(*) AS count, max(t.sequence) AS highest
+    FROM task t
+    WHERE t.topic = tt.topic
+      -- the topic's range of the indexes keyed by its hash, not every topic's of its table
+      AND hashtext(t.topic) = hashtext(tt.topic)
+      -- for one topic, its name as a value: a custom plan then reads the topic's table only
+      AND ($1::text IS NULL OR t.topic = $1)
+      AND t.sequence BETWEEN $2::bigint AND $3::bigint
+      AND ($4::smallint IS NULL OR t.state = $4)
+      AND ($5::text IS NULL OR t.identifier = $5)
+      AND ($6::text IS NULL OR t.reference = $6)
+    GROUP BY t.state
+) c ON true
+WHERE $1::text IS NULL OR tt.topic = $1
+ORDER BY tt.topic, c.state
+`
+
+type TaskCountTotalByReferenceParams struct {
+	Topic        *string
+	FromSequence int64
+	ToSequence   int64
+	State        *int16
+	Identifier   *string
+	Reference    *string
+}
+
+type TaskCountTotalByReferenceRow struct {
+	Topic   string
+	State   int16
+	Count   int64
+	Highest int64
+}
+
+// TaskCountTotal for a filter by reference: the table filtered, which the planner
+// reads through the index of references.
+func (q *Queries) TaskCountTotalByReference(ctx context.Context, db DBTX, arg TaskCountTotalByReferenceParams) ([]TaskCountTotalByReferenceRow, error) {
+	rows, err := db.Query(ctx, taskCountTotalByReference,
+		arg.Topic,
+		arg.FromSequence,
+		arg.ToSequence,
+		arg.State,
+		arg.Identifier,
+		arg.Reference,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskCountTotalByReferenceRow
+	for rows.Next() {
+		var i TaskCountTotalByReferenceRow
 		if err := rows.Scan(
 			&i.Topic,
 			&i.State,

@@ -570,11 +570,15 @@ func TestCountAmongManyOthers(t *testing.T) {
 	if err := f.pool.QueryRow(f.ctx, `SELECT count(DISTINCT partition) = 1 FROM task_topic WHERE topic IN ('big', 'small21')`).Scan(&shared); err != nil || !shared {
 		t.Fatalf("big and small21 share a table: %v (%v); the test wants them to", shared, err)
 	}
+	f.createTopic("own")
+	if _, err := f.repo.Dedicate(f.ctx, f.pool, "own"); err != nil {
+		t.Fatal(err)
+	}
 	// every state, with the columns each has; identifiers repeat (Recent keeps the latest)
 	for _, c := range []struct {
 		topic string
 		n     int
-	}{{"small21", 35}, {"big", 125_000}} {
+	}{{"small21", 35}, {"big", 125_000}, {"own", 50}} {
 		_, err := f.pool.Exec(f.ctx, `
 			INSERT INTO task (topic, identifier, reference, state, owner, completed)
 			SELECT $1, 'x' || (g % 10), CASE WHEN g % 2 = 0 THEN 'even' END, s, CASE WHEN s = 0 THEN 'gone' END, CASE WHEN s >= 3 THEN now() END
@@ -672,6 +676,16 @@ func TestCountAmongManyOthers(t *testing.T) {
 	for _, topic := range []string{"big", "small21"} {
 		if w := want(topic, "", false); !maps.Equal(all[topic], w) {
 			t.Errorf("every topic's count: %s %v, want %v", topic, all[topic], w)
+		}
+	}
+	// a dedicated topic is counted from its own table
+	for _, mode := range []repository.CountMode{repository.Total, repository.Recent} {
+		got, err := f.repo.Count(f.ctx, tx, "own", repository.TaskFilter{}, repository.MinSequence, repository.MaxSequence, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := want("own", "", mode == repository.Recent); len(w) == 0 || !maps.Equal(got["own"], w) {
+			t.Errorf("dedicated, mode %v: %v, want %v", mode, got["own"], w)
 		}
 	}
 }

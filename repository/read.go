@@ -533,14 +533,25 @@ func (r *Repository) Count(ctx context.Context, h Handle, topic string, filter T
 		count, highest int64
 	}
 	var rows []row
+	byReference := filter.Reference != ""
 	switch mode {
 	case Total:
 		// planned for its arguments (customPlans): the generic plan of a cached
 		// statement walked the topic's sequences for a state
-		got, err := r.q.TaskCountTotal(ctx, customPlans{h}, db.TaskCountTotalParams{
+		arg := db.TaskCountTotalParams{
 			FromSequence: fromSequence, ToSequence: toSequence, State: state,
 			Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
-		})
+		}
+		var got []db.TaskCountTotalRow
+		if byReference {
+			var ref []db.TaskCountTotalByReferenceRow
+			ref, err = r.q.TaskCountTotalByReference(ctx, customPlans{h}, db.TaskCountTotalByReferenceParams(arg))
+			for _, g := range ref {
+				got = append(got, db.TaskCountTotalRow(g))
+			}
+		} else {
+			got, err = r.q.TaskCountTotal(ctx, customPlans{h}, arg)
+		}
 		if err != nil {
 			return nil, mapError("count", err)
 		}
@@ -548,10 +559,20 @@ func (r *Repository) Count(ctx context.Context, h Handle, topic string, filter T
 			rows = append(rows, row{g.Topic, g.State, g.Count, g.Highest})
 		}
 	case Recent:
-		got, err := r.q.TaskCountRecent(ctx, customPlans{h}, db.TaskCountRecentParams{
+		arg := db.TaskCountRecentParams{
 			FromSequence: fromSequence, ToSequence: toSequence, State: state,
 			Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
-		})
+		}
+		var got []db.TaskCountRecentRow
+		if byReference {
+			var ref []db.TaskCountRecentByReferenceRow
+			ref, err = r.q.TaskCountRecentByReference(ctx, customPlans{h}, db.TaskCountRecentByReferenceParams(arg))
+			for _, g := range ref {
+				got = append(got, db.TaskCountRecentRow(g))
+			}
+		} else {
+			got, err = r.q.TaskCountRecent(ctx, customPlans{h}, arg)
+		}
 		if err != nil {
 			return nil, mapError("count", err)
 		}

@@ -129,26 +129,43 @@ ORDER BY t.sequence;
 -- name: TaskCountTotal :many
 -- Per registered topic (all, or only topic) and state: how many tasks match and the
 -- highest sequence among them. A topic without matches yields one row with state -1.
--- Each topic's tasks are read through the indexes keyed by its hash that hold every task
--- between them, each once (as TaskTopicSequences): a filter on the table instead read
--- the whole table the topic shares with others, once per topic of it.
+-- A topic sharing its table is read through its own indexes, never the others' tasks
+-- (a filter on the table read the whole shared table, once per topic of it); a
+-- dedicated topic's own table is read filtered. A filter by reference has its own
+-- statement (TaskCountTotalByReference).
 SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0)::bigint AS count, COALESCE(c.highest, 0)::bigint AS highest
 FROM task_topic tt
 LEFT JOIN LATERAL (
     SELECT t.state, count(*) AS count, max(t.sequence) AS highest
     FROM (
-        SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
-        WHERE r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
-          -- for one topic, its name as a value: a custom plan then reads the topic's table only
-          AND (sqlc.narg('topic')::text IS NULL OR r.topic = sqlc.narg('topic'))
-        UNION ALL
-        SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
-        WHERE o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
-          AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic'))
-        UNION ALL
-        SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
-        WHERE f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
-          AND (sqlc.narg('topic')::text IS NULL OR f.topic = sqlc.narg('topic'))
+            -- a dedicated topic's table holds its tasks alone: the table, filtered
+            SELECT a.state, a.sequence, a.identifier, a.reference FROM task a
+            WHERE tt.dedicated
+              AND hashtext(a.topic) = hashtext(tt.topic) AND a.topic = tt.topic
+              -- for one topic, its name as a value: a custom plan then reads the topic's table only
+              AND (sqlc.narg('topic')::text IS NULL OR a.topic = sqlc.narg('topic'))
+            UNION ALL
+            -- a shared table: the topic's tasks through the indexes keyed by its hash, each
+            -- task once (as TaskTopicSequences). OFFSET 0 keeps the filters out: a range
+            -- of sequences pushed in made the planner AND in another index's range, which
+            -- holds every topic's tasks.
+            SELECT s.state, s.sequence, s.identifier, s.reference FROM (
+                SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
+                WHERE NOT tt.dedicated
+                  AND r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
+                  AND (sqlc.narg('topic')::text IS NULL OR r.topic = sqlc.narg('topic'))
+                UNION ALL
+                SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
+                WHERE NOT tt.dedicated
+                  AND o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
+                  AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic'))
+                UNION ALL
+                SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
+                WHERE NOT tt.dedicated
+                  AND f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
+                  AND (sqlc.narg('topic')::text IS NULL OR f.topic = sqlc.narg('topic'))
+                OFFSET 0
+            ) s
     ) t
     WHERE t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
       AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
@@ -165,23 +182,84 @@ ORDER BY tt.topic, c.state;
 SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0)::bigint AS count, COALESCE(c.highest, 0)::bigint AS highest
 FROM task_topic tt
 LEFT JOIN LATERAL (
-    SELECT r.state, count(*) AS count, max(r.sequence) AS highest
+    SELECT l.state, count(*) AS count, max(l.sequence) AS highest
     FROM (
         SELECT DISTINCT ON (t.identifier) t.state, t.sequence
         FROM (
+            -- a dedicated topic's table holds its tasks alone: the table, filtered
             SELECT a.state, a.sequence, a.identifier, a.reference FROM task a
-            WHERE a.state = 1 AND hashtext(a.topic) = hashtext(tt.topic) AND a.topic = tt.topic
+            WHERE tt.dedicated
+              AND hashtext(a.topic) = hashtext(tt.topic) AND a.topic = tt.topic
+              -- for one topic, its name as a value: a custom plan then reads the topic's table only
               AND (sqlc.narg('topic')::text IS NULL OR a.topic = sqlc.narg('topic'))
             UNION ALL
-            SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
-            WHERE o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
-              AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic'))
-            UNION ALL
-            SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
-            WHERE f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
-              AND (sqlc.narg('topic')::text IS NULL OR f.topic = sqlc.narg('topic'))
+            -- a shared table: the topic's tasks through the indexes keyed by its hash, each
+            -- task once (as TaskTopicSequences). OFFSET 0 keeps the filters out: a range
+            -- of sequences pushed in made the planner AND in another index's range, which
+            -- holds every topic's tasks.
+            SELECT s.state, s.sequence, s.identifier, s.reference FROM (
+                SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
+                WHERE NOT tt.dedicated
+                  AND r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
+                  AND (sqlc.narg('topic')::text IS NULL OR r.topic = sqlc.narg('topic'))
+                UNION ALL
+                SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
+                WHERE NOT tt.dedicated
+                  AND o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
+                  AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic'))
+                UNION ALL
+                SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
+                WHERE NOT tt.dedicated
+                  AND f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
+                  AND (sqlc.narg('topic')::text IS NULL OR f.topic = sqlc.narg('topic'))
+                OFFSET 0
+            ) s
         ) t
         WHERE t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+          AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
+          AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
+        ORDER BY t.identifier, t.sequence DESC
+    ) l
+    WHERE sqlc.narg('state')::smallint IS NULL OR l.state = sqlc.narg('state')
+    GROUP BY l.state
+) c ON true
+WHERE sqlc.narg('topic')::text IS NULL OR tt.topic = sqlc.narg('topic')
+ORDER BY tt.topic, c.state;
+
+-- name: TaskCountTotalByReference :many
+-- TaskCountTotal for a filter by reference: the table filtered, which the planner
+-- reads through the index of references.
+SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0)::bigint AS count, COALESCE(c.highest, 0)::bigint AS highest
+FROM task_topic tt
+LEFT JOIN LATERAL (
+    SELECT t.state, count(*) AS count, max(t.sequence) AS highest
+    FROM task t
+    WHERE t.topic = tt.topic
+      -- the topic's range of the indexes keyed by its hash, not every topic's of its table
+      AND hashtext(t.topic) = hashtext(tt.topic)
+      -- for one topic, its name as a value: a custom plan then reads the topic's table only
+      AND (sqlc.narg('topic')::text IS NULL OR t.topic = sqlc.narg('topic'))
+      AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+      AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
+      AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
+      AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
+    GROUP BY t.state
+) c ON true
+WHERE sqlc.narg('topic')::text IS NULL OR tt.topic = sqlc.narg('topic')
+ORDER BY tt.topic, c.state;
+
+-- name: TaskCountRecentByReference :many
+-- TaskCountRecent for a filter by reference, as TaskCountTotalByReference.
+SELECT tt.topic, COALESCE(c.state, -1)::smallint AS state, COALESCE(c.count, 0)::bigint AS count, COALESCE(c.highest, 0)::bigint AS highest
+FROM task_topic tt
+LEFT JOIN LATERAL (
+    SELECT r.state, count(*) AS count, max(r.sequence) AS highest
+    FROM (
+        SELECT DISTINCT ON (t.identifier) t.state, t.sequence
+        FROM task t
+        WHERE t.topic = tt.topic
+          AND (sqlc.narg('topic')::text IS NULL OR t.topic = sqlc.narg('topic'))
+          AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
           AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
           AND (sqlc.narg('reference')::text IS NULL OR t.reference = sqlc.narg('reference'))
         ORDER BY t.identifier, t.sequence DESC
