@@ -454,21 +454,21 @@ func (q *Queries) TaskFirstReady(ctx context.Context, db DBTX, topic string) (Ta
 const taskJunction = `-- name: TaskJunction :many
 WITH member AS (
     SELECT DISTINCT m.grp, m.identifier
-    FROM (SELECT unnest($1::integer[]) AS grp, unnest($2::text[]) AS identifier) m
+    FROM (SELECT unnest($2::integer[]) AS grp, unnest($3::text[]) AS identifier) m
 ),
 qualified AS (
     SELECT m.grp, m.identifier,
-           CASE WHEN $3::boolean
+           CASE WHEN $4::boolean
                 -- one part per index (migration 000009): ACTIVE through task_open, READY
                 -- through task_ready_identifier, EXPIRED to RECREATED through task_identifier
-                THEN EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND hashtext(t.topic) = hashtext($4)
-                                                    AND t.topic = $4 AND t.identifier = m.identifier)
-                  OR EXISTS (SELECT 1 FROM task t WHERE (t.topic || E'\n' || t.identifier) = ($4 || E'\n' || m.identifier)
-                                                    AND t.state = 1 AND t.topic = $4 AND t.identifier = m.identifier)
-                  OR EXISTS (SELECT 1 FROM task t WHERE hashtext(t.topic) = hashtext($4) AND t.topic = $4
+                THEN EXISTS (SELECT 1 FROM task t WHERE t.state = 0 AND hashtext(t.topic) = hashtext($1)
+                                                    AND t.topic = $1 AND t.identifier = m.identifier)
+                  OR EXISTS (SELECT 1 FROM task t WHERE (t.topic || E'\n' || t.identifier) = ($1 || E'\n' || m.identifier)
+                                                    AND t.state = 1 AND t.topic = $1 AND t.identifier = m.identifier)
+                  OR EXISTS (SELECT 1 FROM task t WHERE hashtext(t.topic) = hashtext($1) AND t.topic = $1
                                                     AND t.state BETWEEN 2 AND 7 AND t.identifier = m.identifier)
-                ELSE EXISTS (SELECT 1 FROM task t WHERE t.state = 4 AND hashtext(t.topic) = hashtext($4)
-                                                    AND t.topic = $4 AND t.identifier = m.identifier)
+                ELSE EXISTS (SELECT 1 FROM task t WHERE t.state = 4 AND hashtext(t.topic) = hashtext($1)
+                                                    AND t.topic = $1 AND t.identifier = m.identifier)
            END AS present
     FROM member m
 ),
@@ -478,38 +478,45 @@ complete_group AS (
 released AS (
     UPDATE task t SET state = 1
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
-    WHERE t.state = 4 AND hashtext(t.topic) = hashtext($4) AND t.topic = $4
+    WHERE t.state = 4 AND hashtext(t.topic) = hashtext($1) AND t.topic = $1
       AND t.identifier = r.identifier
     RETURNING t.identifier, t.priority, t.sequence
 ),
 notified AS (
     -- with the position of the first task released in poll order (repository.Notification)
-    SELECT pg_notify('task_notification', 'WORK ' || md5($4) || ' ' || f.priority || ' ' || f.sequence) AS sent
+    SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence) AS sent
     FROM (SELECT r.priority, r.sequence FROM released r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
-SELECT DISTINCT r.identifier FROM released r
-WHERE (SELECT count(*) FROM notified) >= 0
-ORDER BY r.identifier
+SELECT x.identifier FROM (
+    SELECT DISTINCT r.identifier FROM released r
+    -- notified runs only when referenced: a scalar subquery in WHERE always runs
+    WHERE (SELECT count(*) FROM notified) >= 0
+    UNION ALL
+    -- an empty identifier (no task has one) for a topic nobody registered, which
+    -- released nothing: said by this statement rather than a second one on the commit
+    -- path of follow-ups
+    SELECT ''::text WHERE NOT EXISTS (SELECT FROM task_topic tt WHERE tt.topic = $1)
+) x
+ORDER BY x.identifier
 `
 
 type TaskJunctionParams struct {
+	Topic       string
 	Groups      []int32
 	Identifiers []string
 	Eternal     bool
-	Topic       string
 }
 
 // Releases the SUSPENDED tasks of every group whose identifiers all have a qualifying
 // task in this topic: SUSPENDED (eternal false) or any state but REDUNDANT (eternal
 // true), counting distinct identifiers. Groups come as parallel arrays (group number,
 // identifier). Returns the released tasks' identifiers.
-// notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionParams) ([]string, error) {
 	rows, err := db.Query(ctx, taskJunction,
+		arg.Topic,
 		arg.Groups,
 		arg.Identifiers,
 		arg.Eternal,
-		arg.Topic,
 	)
 	if err != nil {
 		return nil, err

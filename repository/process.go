@@ -719,11 +719,14 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 		return nil, nil
 	}
 	released, err := r.q.TaskJunction(ctx, h, arg)
+	if err == nil && len(released) == 1 && released[0] == "" {
+		return nil, unknownTopic("junction in", topic)
+	}
 	if err == nil && len(released) > 0 {
 		err = r.junctionWorkOnCitus(ctx, h, topic, released)
 	}
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
 	}
-	return released, r.knownTopic(ctx, h, "junction", topic, int64(len(released)))
+	return released, nil
 }

@@ -237,10 +237,17 @@ notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence) AS sent
     FROM (SELECT r.priority, r.sequence FROM released r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
-SELECT DISTINCT r.identifier FROM released r
--- notified runs only when referenced: a scalar subquery in WHERE always runs
-WHERE (SELECT count(*) FROM notified) >= 0
-ORDER BY r.identifier;
+SELECT x.identifier FROM (
+    SELECT DISTINCT r.identifier FROM released r
+    -- notified runs only when referenced: a scalar subquery in WHERE always runs
+    WHERE (SELECT count(*) FROM notified) >= 0
+    UNION ALL
+    -- an empty identifier (no task has one) for a topic nobody registered, which
+    -- released nothing: said by this statement rather than a second one on the commit
+    -- path of follow-ups
+    SELECT ''::text WHERE NOT EXISTS (SELECT FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))
+) x
+ORDER BY x.identifier;
 
 -- name: TaskRateWait :one
 -- How many milliseconds until the rate limit of the topic lets one more task start, when
