@@ -182,7 +182,7 @@ func TestShutdownHandsBackAPollThatReturnsAfterIt(t *testing.T) {
 	tasks := f.pushN(3)
 	f.eventually("a poll waiting on the lock", func() bool {
 		var n int
-		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&n)
+		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()`).Scan(&n)
 		return err == nil && n > 0
 	})
 	stopped := make(chan error, 1)
@@ -227,11 +227,17 @@ func TestShutdownDeadlineCancelsAPollStillWaiting(t *testing.T) {
 	tasks := f.pushN(3)
 	f.eventually("a poll waiting on the lock", func() bool {
 		var n int
-		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&n)
+		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()`).Scan(&n)
 		return err == nil && n > 0
 	})
+	stopping := time.Now()
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
+	}
+	// the poll cancelled at the deadline, Run returns then, not after the shutdown's
+	// 5 s grace for a loop that does not end
+	if took := time.Since(stopping); took > 4*time.Second {
+		t.Errorf("Run returned %v after the stop, with a deadline of 300 ms: the waiting poll was not cancelled", took.Round(time.Millisecond))
 	}
 	// Run has returned: the lock goes, and a poll still waiting would lease now
 	if err := tx.Rollback(f.ctx); err != nil {
@@ -239,7 +245,7 @@ func TestShutdownDeadlineCancelsAPollStillWaiting(t *testing.T) {
 	}
 	f.eventually("no poll waiting on the lock", func() bool {
 		var n int
-		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&n)
+		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()`).Scan(&n)
 		return err == nil && n == 0
 	})
 	time.Sleep(200 * time.Millisecond)
