@@ -99,60 +99,93 @@ var (
 // checkNulls refuses a null in body (already decoded into a value of type t) for a
 // field that does not read it (DecodeObject), and for an element of an array.
 func checkNulls(body []byte, t reflect.Type) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil // decoded already: cannot happen
-	}
-	return nulls(doc, t, "")
+	return nulls(body, t, "")
 }
 
-// nulls walks the decoded value val along its Go type t; name is where val is ("" for
-// the body itself).
-func nulls(val any, t reflect.Type, name string) error {
+// takesNull reports whether a value of type t reads a JSON null itself: a
+// json.RawMessage (an input), an interface.
+func takesNull(t reflect.Type) bool {
+	return t == rawMessageType || t.Kind() == reflect.Interface
+}
+
+// nulls walks the JSON value raw along its Go type t, decoding only the objects and
+// arrays the type has structs or slices for (an input, a json.RawMessage, is not
+// parsed again); name is where raw is ("" for the body itself).
+func nulls(raw []byte, t reflect.Type, name string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	switch val := val.(type) {
-	case map[string]any:
-		if t.Kind() != reflect.Struct {
-			return nil
+	if takesNull(t) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var object map[string]json.RawMessage
+		if json.Unmarshal(raw, &object) != nil {
+			return nil // not an object: decoded already, so a type that reads it itself
 		}
-		keys := make([]string, 0, len(val))
-		for k := range val {
+		keys := make([]string, 0, len(object))
+		for k := range object {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
 			f, ok := jsonField(t, k)
-			if !ok || f.Type == rawMessageType {
+			if !ok || takesNull(f.Type) {
 				continue
 			}
 			at := k
 			if name != "" {
 				at = name + "." + k
 			}
-			if val[k] == nil {
+			if string(bytes.TrimSpace(object[k])) == "null" {
 				if f.Tag.Get("null") == "none" {
 					continue
 				}
 				return fmt.Errorf("field %q: got a JSON null, want %s (leave the field out to keep it as it is)", at, wants(f.Type))
 			}
-			if err := nulls(val[k], f.Type, at); err != nil {
+			if err := nulls(object[k], f.Type, at); err != nil {
 				return err
 			}
 		}
-	case []any:
-		if t.Kind() != reflect.Slice || t == rawMessageType {
+	case reflect.Slice, reflect.Array:
+		var array []json.RawMessage
+		if json.Unmarshal(raw, &array) != nil {
 			return nil
 		}
-		for i, e := range val {
+		elem := t.Elem()
+		for i, e := range array {
 			at := fmt.Sprintf("%s[%d]", name, i)
-			if e == nil {
-				return fmt.Errorf("field %q: got a JSON null, want %s", at, wants(t.Elem()))
+			if string(bytes.TrimSpace(e)) == "null" {
+				if elem.Kind() == reflect.Pointer || takesNull(elem) {
+					continue
+				}
+				return fmt.Errorf("field %q: got a JSON null, want %s", at, wants(elem))
 			}
-			if err := nulls(e, t.Elem(), at); err != nil {
+			if err := nulls(e, elem, at); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		var object map[string]json.RawMessage
+		if json.Unmarshal(raw, &object) != nil {
+			return nil
+		}
+		elem := t.Elem()
+		keys := make([]string, 0, len(object))
+		for k := range object {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			at := name + "." + k
+			if string(bytes.TrimSpace(object[k])) == "null" {
+				if elem.Kind() == reflect.Pointer || takesNull(elem) {
+					continue
+				}
+				return fmt.Errorf("field %q: got a JSON null, want %s", at, wants(elem))
+			}
+			if err := nulls(object[k], elem, at); err != nil {
 				return err
 			}
 		}
@@ -161,16 +194,29 @@ func nulls(val any, t reflect.Type, name string) error {
 }
 
 // jsonField is the field of struct type t that encoding/json decodes the object field
-// key into: the one named so exactly, else one whose name matches it whatever the case.
+// key into: the one named so exactly, else one whose name matches it whatever the case;
+// the fields of an embedded struct without a name of its own count as t's.
 func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
 	var folded *reflect.StructField
+	var embedded []reflect.Type // looked into after t's own fields, which win
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if !f.IsExported() {
+		tag := f.Tag.Get("json")
+		if tag == "-" {
 			continue
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			inner := f.Type
+			if inner.Kind() == reflect.Pointer {
+				inner = inner.Elem()
+			}
+			if inner.Kind() == reflect.Struct {
+				embedded = append(embedded, inner)
+				continue
+			}
+		}
+		if !f.IsExported() {
 			continue
 		}
 		if name == "" {
@@ -185,6 +231,11 @@ func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
 	}
 	if folded != nil {
 		return *folded, true
+	}
+	for _, inner := range embedded {
+		if f, ok := jsonField(inner, key); ok {
+			return f, true
+		}
 	}
 	return reflect.StructField{}, false
 }

@@ -110,16 +110,23 @@ func TestDecodeObjectRefusesNull(t *testing.T) {
 	type limit struct {
 		Concurrency *int32 `json:"concurrency" null:"none"`
 	}
+	type Common struct {
+		Reference *string `json:"reference"`
+	}
 	type task struct {
-		Identifier string          `json:"identifier"`
-		Input      json.RawMessage `json:"input"`
-		Priority   int16           `json:"priority"`
-		Delay      *string         `json:"delay"`
-		NotBefore  *time.Time      `json:"not_before"`
-		Paused     *bool           `json:"paused"`
-		Limit      *limit          `json:"limit"`
-		Tasks      []task          `json:"tasks"`
-		Keys       []string        `json:"keys"`
+		Common
+		Identifier string            `json:"identifier"`
+		Input      json.RawMessage   `json:"input"`
+		Inputs     []json.RawMessage `json:"inputs"`
+		Any        any               `json:"any"`
+		Labels     map[string]string `json:"labels"`
+		Priority   int16             `json:"priority"`
+		Delay      *string           `json:"delay"`
+		NotBefore  *time.Time        `json:"not_before"`
+		Paused     *bool             `json:"paused"`
+		Limit      *limit            `json:"limit"`
+		Tasks      []task            `json:"tasks"`
+		Keys       []string          `json:"keys"`
 	}
 	for text, fragment := range map[string]string{
 		`{"identifier":"a","input":null}`:                  "",
@@ -136,6 +143,10 @@ func TestDecodeObjectRefusesNull(t *testing.T) {
 		`{"tasks":[{"identifier":"a"},{"priority":null}]}`: `field "tasks[1].priority": got a JSON null`,
 		`{"tasks":[{"identifier":"a"},null]}`:              `field "tasks[1]": got a JSON null, want an object`,
 		`{"keys":["a",null]}`:                              `field "keys[1]": got a JSON null, want a string`,
+		// what reads null itself, and a field of an embedded struct
+		`{"inputs":[1,null],"any":null}`: "",
+		`{"reference":null}`:             `field "reference": got a JSON null, want a string`,
+		`{"labels":{"a":null}}`:          `field "labels.a": got a JSON null`,
 	} {
 		var v task
 		err := wire.DecodeObject([]byte(text), &v)
