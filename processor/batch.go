@@ -73,7 +73,10 @@ type Batch struct {
 	setupOnce sync.Once // builds a batch made by hand (a composite literal)
 
 	stopping <-chan struct{}
-	started  time.Time
+	// drained is set by a Buffer that drains at shutdown (OnClose: Drain) before it
+	// hands the batch over: a TaskFunc then goes on past Stopping.
+	drained atomic.Bool
+	started time.Time
 	// sink receives each report: the decided tasks' completions and the follow-ups
 	// declared before them (TaskManager.reported); nil outside a processor.
 	sink func(b *Batch, completions []repository.Completion, followups []FollowUp, kind reportKind, err error)

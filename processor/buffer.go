@@ -196,6 +196,11 @@ func (b *Buffered) run(q queued) {
 		// deadline): its tasks are no longer ours to run.
 		return
 	}
+	if b.cfg.OnClose == Drain {
+		// processed, not handed back, when the shutdown comes (a TaskFunc inside
+		// would stop at Stopping)
+		q.batch.drained.Store(true)
+	}
 	b.mu.Lock()
 	b.busy++
 	b.mu.Unlock()

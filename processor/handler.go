@@ -51,8 +51,10 @@ func (f TaskFunc) Handle(_ context.Context, batch *Batch) {
 	for _, t := range batch.Tasks {
 		select {
 		case <-batch.Stopping():
-			batch.handBack()
-			return
+			if !batch.drained.Load() {
+				batch.handBack()
+				return
+			}
 		default:
 		}
 		if !batch.begin(t.Sequence) {

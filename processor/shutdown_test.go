@@ -255,3 +255,37 @@ func TestShutdownDeadlineCancelsAPollStillWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestBufferDrainProcessesQueuedBatches: a Buffer with OnClose: Drain processes the
+// batches queued when the shutdown begins. Its TaskFunc saw the batch's Stopping closed
+// and handed them back: one task SUCCEEDED, three READY.
+func TestBufferDrainProcessesQueuedBatches(t *testing.T) {
+	f := setup(t)
+	started := make(chan struct{}, 10)
+	release := make(chan struct{})
+	h, err := processor.Buffer(processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		started <- struct{}{}
+		<-release
+		return repository.Succeed("drained")
+	}), processor.BufferConfig{Queue: 4, MinWorkers: 1, OnClose: processor.Drain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: h, BatchSize: 1})
+	tasks := f.pushN(4)
+	stop := f.start(p)
+	<-started
+	f.eventually("every task leased", func() bool { return f.count(repository.Active) == 4 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(200 * time.Millisecond) // the shutdown under way
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for _, task := range tasks {
+		if got := f.get(task.Sequence); got.State != repository.Succeeded {
+			t.Errorf("task %d is %v after a drained shutdown, want SUCCEEDED", task.Sequence, got.State)
+		}
+	}
+}
