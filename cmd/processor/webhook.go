@@ -106,6 +106,9 @@ func (h *httpHandler) post(ctx context.Context, task repository.Task) (httpRespo
 		return httpResponse{}, h.transportError(ctx, err)
 	}
 	defer res.Body.Close()
+	// The timeout bounds the body too: a 101 answer's body is the connection itself,
+	// which the request's context does not close.
+	defer context.AfterFunc(ctx, func() { _ = res.Body.Close() })()
 	head := &headBuffer{limit: outputLimit}
 	tail := &tailBuffer{limit: outputLimit}
 	if _, err := io.Copy(io.MultiWriter(head, tail), io.LimitReader(res.Body, bodyLimit)); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -128,6 +129,41 @@ func TestHTTPHandler(t *testing.T) {
 		d := newHTTPHandler(url, time.Minute, time.Second, logger).handle(t.Context(), task)
 		if d.Result != repository.Failure || d.Snooze || !strings.Contains(d.Message, "connection refused") {
 			t.Errorf("decision %+v, want FAILURE saying the connection was refused", d)
+		}
+	})
+
+	// A 101 answer's body is the connection itself, which the request's context does not
+	// close: --timeout did not bound it, and the worker waited for the endpoint (or the
+	// shutdown deadline).
+	t.Run("TimeoutBoundsASwitchedProtocol", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			buf := make([]byte, 4096)
+			_, _ = conn.Read(buf)
+			_, _ = io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n")
+			_, _ = conn.Read(buf) // silent until the client goes
+		}()
+		done := make(chan repository.Decision, 1)
+		go func() {
+			done <- newHTTPHandler("http://"+ln.Addr().String()+"/t", 300*time.Millisecond, time.Second, logger).handle(t.Context(), task)
+		}()
+		select {
+		case d := <-done:
+			if want := repository.Fail(errors.New("timed out after 300ms")); d != want {
+				t.Errorf("decision %+v, want %+v", d, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler still waits 10 s after its 300 ms timeout")
 		}
 	})
 
