@@ -295,7 +295,7 @@ WITH target AS (
 ),
 reset AS (
     UPDATE task t
-    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
+    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = now(),
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = $1 AND t.sequence = g.sequence
@@ -340,7 +340,9 @@ type TaskResetRow struct {
 
 // Flips tasks (by sequence) in EXPIRED..SUCCEEDED back to READY with a fresh attempt
 // budget (every lease so far returned; attempt itself never goes down, it fences
-// completions); all or nothing. Notifies the topic.
+// completions); all or nothing. Notifies the topic. The not-before is the reset's time:
+// a READY task waits from its push or its not-before, whichever is later
+// (task_topic_stats), not from its push a day ago.
 // notified runs only when referenced: a scalar subquery in WHERE always runs
 func (q *Queries) TaskReset(ctx context.Context, db DBTX, arg TaskResetParams) ([]TaskResetRow, error) {
 	rows, err := db.Query(ctx, taskReset, arg.Topic, arg.Sequences)
@@ -393,7 +395,7 @@ WITH target AS (
 ),
 reset AS (
     UPDATE task t
-    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
+    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = now(),
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = $1 AND t.sequence = g.sequence

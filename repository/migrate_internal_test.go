@@ -2185,3 +2185,23 @@ func TestArgumentBoundsMigration(t *testing.T) {
 	sameRows(t, "functions after reverting 000034", functions(), before)
 	execEach(t, pool, "SELECT task_topic_set_limits('emails', rate => 1, rate_period => '1000 years')")
 }
+
+// TestReadySinceMigration: 000035 changes nothing on a plain database (the reset and the
+// junction it concerns are the Go API's statements): tasks and topics stay as they
+// were, up and down.
+func TestReadySinceMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository ready-since test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(34)
+	create("emails")
+	execEach(t, pool,
+		"SELECT task_push('emails', 'a')",
+		"SELECT task_push('emails', 'b', delay => '1 hour')",
+		"UPDATE task SET state = 3, completed = now() WHERE identifier = 'a'")
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000035", taskRows(t, pool), rows)
+	steps(-1)
+	sameRows(t, "tasks after reverting 000035", taskRows(t, pool), rows)
+}

@@ -2563,3 +2563,58 @@ func TestOldestReadyFromAPastNotBefore(t *testing.T) {
 		t.Errorf("a task due 2 hours ago, pushed 3 hours ago: waited %v, %v; want 2 hours", s.OldestReady, err)
 	}
 }
+
+// TestOldestReadyAfterARevive: a task reset by a revive, or released by a junction, is
+// READY from then; its wait counted from its push (a day before here), so every revive
+// set off the oldest-ready alert.
+func TestOldestReadyAfterARevive(t *testing.T) {
+	f := setup(t)
+	pushed, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+		repository.Creation{Identifier: "reset"}, repository.Creation{Identifier: "joined", Suspended: true},
+		repository.Creation{Identifier: "bulk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a day old: the first and the last failed, the second waits for its junction
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET created = now() - interval '1 day' WHERE topic = $1`, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = $2, completed = now() WHERE topic = $1 AND identifier IN ('reset', 'bulk')`,
+		f.topic, int16(repository.Failed)); err != nil {
+		t.Fatal(err)
+	}
+	oldest := func(what string) {
+		t.Helper()
+		s, err := f.repo.Stats(f.ctx, f.pool, f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.OldestReady > time.Hour {
+			t.Errorf("after %s: the oldest READY task has waited %v, want since then", what, s.OldestReady)
+		}
+	}
+	if _, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.Reset, pushed[0].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	oldest("a reset")
+	if _, err := f.repo.RecreateState(f.ctx, f.pool, f.topic, repository.Failed, repository.Reset, 0, repository.MaxSequence, 10); err != nil {
+		t.Fatal(err)
+	}
+	oldest("a reset by state")
+	if released, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Singular, []string{"joined"}); err != nil || len(released) != 1 {
+		t.Fatalf("junction: %v, %v", released, err)
+	}
+	oldest("a junction")
+	// a not-before still ahead stays
+	if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+		repository.Creation{Identifier: "later", Suspended: true, NotBefore: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Singular, []string{"later"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := f.repo.Stats(f.ctx, f.pool, f.topic)
+	if err != nil || s.Delayed != 1 {
+		t.Errorf("a task released with its not-before an hour ahead: %d delayed (%v), want 1", s.Delayed, err)
+	}
+}

@@ -547,7 +547,9 @@ type TopicStats struct {
 	// Suspended counts the SUSPENDED tasks, waiting for a junction or a revival.
 	Suspended int64
 	// OldestReady is how long the longest-waiting pollable READY task has waited since it
-	// became pollable (its not-before time, or its push); 0 when none waits.
+	// became pollable (its push, or its not-before time when later: a retry's, a
+	// snooze's, or the time a revive reset it or a junction released it, since schema
+	// 35); 0 when none waits.
 	OldestReady time.Duration
 	// RowsEstimate estimates all the topic's tasks, finished ones included, from the
 	// planner's statistics of the table that holds them: as fresh as the table's last

@@ -438,7 +438,7 @@ BEGIN
     END IF;
     WITH reset AS (
         UPDATE task t
-        SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
+        SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = now(),
             completed = NULL, owner = NULL, cancelled = false
         WHERE t.topic = p_topic AND t.sequence = ANY (v_target)
         RETURNING t.*

@@ -68,7 +68,9 @@ SELECT * FROM marked ORDER BY sequence;
 -- name: TaskReset :many
 -- Flips tasks (by sequence) in EXPIRED..SUCCEEDED back to READY with a fresh attempt
 -- budget (every lease so far returned; attempt itself never goes down, it fences
--- completions); all or nothing. Notifies the topic.
+-- completions); all or nothing. Notifies the topic. The not-before is the reset's time:
+-- a READY task waits from its push or its not-before, whichever is later
+-- (task_topic_stats), not from its push a day ago.
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
     WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[]) AND t.state BETWEEN 2 AND 6
@@ -76,7 +78,7 @@ WITH target AS (
 ),
 reset AS (
     UPDATE task t
-    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
+    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = now(),
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
@@ -107,7 +109,7 @@ WITH target AS (
 ),
 reset AS (
     UPDATE task t
-    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = NULL,
+    SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = now(),
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
     WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence

@@ -1,0 +1,2 @@
+-- 000035 changed nothing on a plain database (its up says why).
+SELECT 1;
