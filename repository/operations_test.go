@@ -643,6 +643,21 @@ func TestJunction(t *testing.T) {
 		wantState(t, f.get(tasks[0].Sequence), repository.Ready, repository.Ready)
 		wantState(t, f.get(tasks[2].Sequence), repository.Suspended, repository.Ready)
 	})
+	// a task a SUSPENSION decision suspended carries its completion; released, it is
+	// READY and no longer completed (it kept the time, shown on a READY task)
+	t.Run("AReleasedTaskIsNoLongerCompleted", func(t *testing.T) {
+		f := isolated(t, shared)
+		task := driveTo(f, "s", repository.Suspended)
+		if task.Completed.IsZero() {
+			t.Fatalf("a task suspended by its decision has no completion time: %+v", task)
+		}
+		if got := junction(f, repository.Singular, []string{"s"}); !slices.Equal(got, []string{"s"}) {
+			t.Fatalf("released %v, want [s]", got)
+		}
+		if got := f.get(task.Sequence); got.State != repository.Ready || !got.Completed.IsZero() {
+			t.Errorf("released task %v completed at %v, want READY and not completed", got.State, got.Completed)
+		}
+	})
 	t.Run("SingularHoldsGroupWithAnIdentifierNotSuspended", func(t *testing.T) {
 		f := isolated(t, shared)
 		a := suspended(f, "a")[0]
