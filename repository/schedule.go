@@ -123,7 +123,9 @@ type Fire struct {
 	Times []time.Time
 	// Missed counts the fire times that were due but not pushed (beyond CatchUp).
 	Missed int64
-	// Tasks are the tasks pushed, one per fire time, in the same order.
+	// Tasks are the tasks pushed, one per fire time, in the same order, except under the
+	// DELETE insertion, which keeps one task per identifier: fire times that give the
+	// same identifier (one without {time}) push the last of them only.
 	Tasks []Task
 	// At is the firer's clock when it fired.
 	At time.Time
