@@ -330,6 +330,8 @@ func TestLimits(t *testing.T) {
 			{"SELECT task_topic_set_limits('topic', rate => 5)", "needs a rate_period"},
 			{"SELECT task_topic_set_limits('topic', rate_burst => 5)", "need a rate"},
 			{"SELECT task_topic_set_limits('topic', rate => 5, rate_period => '1 second', rate_burst => 0)", "rate_burst 0 is below 1"},
+			{"SELECT task_topic_set_limits('topic', rate => 5, rate_period => '1.5 milliseconds')", "rate_period 00:00:00.0015 is not a whole number of milliseconds"},
+			{"SELECT task_topic_set_limits('topic', rate => 5, rate_period => '0.5 milliseconds')", "rate_period 00:00:00.0005 is not a whole number of milliseconds"},
 			{"SELECT task_topic_set_limits('nope', concurrency => 1)", "unknown topic"},
 			{"SELECT task_push('topic', 'x', concurrency_key => repeat('k', 251))", "concurrency key"},
 		} {

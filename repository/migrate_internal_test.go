@@ -2205,3 +2205,39 @@ func TestReadySinceMigration(t *testing.T) {
 	steps(-1)
 	sameRows(t, "tasks after reverting 000035", taskRows(t, pool), rows)
 }
+
+// TestRatePeriodWholeMigration: 000036 makes task_topic_set_limits refuse a period that
+// is not a whole number of milliseconds (it stored 1.5 ms as 1 ms); the topics' limits
+// stay as they were, up and down.
+func TestRatePeriodWholeMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository rate-period test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(35)
+	create("emails")
+	create("calls")
+	execEach(t, pool,
+		"SELECT task_topic_set_limits('emails', rate => 5, rate_period => '1.5 milliseconds')",
+		"SELECT task_topic_set_limits('calls', concurrency => 3, rate => 50, rate_period => '1 second')")
+	limits := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT topic || ' ' || coalesce(concurrency::text, '-') || ' ' || rate || ' ' || rate_period_ms FROM task_topic ORDER BY topic")
+	}
+	before := limits()
+	if !slices.Equal(before, []string{"calls 3 50 1000", "emails - 5 1"}) {
+		t.Fatalf("limits at schema 35: %v (1.5 ms stored as 1)", before)
+	}
+	steps(1)
+	if got := limits(); !slices.Equal(got, before) {
+		t.Fatalf("limits after 000036: %v, want %v", got, before)
+	}
+	if _, err := pool.Exec(t.Context(), "SELECT task_topic_set_limits('emails', rate => 5, rate_period => '1.5 milliseconds')"); err == nil ||
+		!strings.Contains(err.Error(), "not a whole number of milliseconds") {
+		t.Fatalf("1.5 ms after 000036: %v, want refused", err)
+	}
+	steps(-1)
+	execEach(t, pool, "SELECT task_topic_set_limits('emails', rate => 5, rate_period => '2.5 milliseconds')")
+	if got := limits(); !slices.Equal(got, []string{"calls 3 50 1000", "emails - 5 2"}) {
+		t.Fatalf("limits after reverting 000036: %v", got)
+	}
+}
