@@ -32,6 +32,27 @@ func TestManage(t *testing.T) {
 			t.Errorf("topics %v, want [%s]", got, f.topic)
 		}
 	})
+	// A nil *Buffered or TaskFunc panicked in Manage or at the first batch, and a topic
+	// too long failed only when Run started the manager.
+	t.Run("ANilHandlerOrABadTopicIsRefused", func(t *testing.T) {
+		f := setup(t)
+		p, _ := f.processor("worker", processor.Config{})
+		for name, cfg := range map[string]processor.ManagerConfig{
+			"NilBuffered": {Topic: "a", Handler: (*processor.Buffered)(nil)},
+			"NilTaskFunc": {Topic: "a", Handler: processor.TaskFunc(nil)},
+			"LongTopic":   {Topic: strings.Repeat("t", 251), Handler: processor.TaskFunc(succeed)},
+		} {
+			_, err := p.Manage(cfg)
+			if err == nil {
+				t.Errorf("%s: Manage accepted it", name)
+				continue
+			}
+			if want := map[string]string{"NilBuffered": "Handler is required", "NilTaskFunc": "Handler is required",
+				"LongTopic": "251 characters long"}[name]; !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want an error saying %q", name, err, want)
+			}
+		}
+	})
 	t.Run("DeprecatedInitializeStillCreatesTheTopic", func(t *testing.T) {
 		f := setup(t)
 		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Topic: "created", Initialize: true,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -80,12 +81,28 @@ type ManagerConfig struct {
 	FlushInterval time.Duration
 }
 
+// nilValue reports whether v holds a nil pointer, func, map, slice, channel or
+// interface.
+func nilValue(v any) bool {
+	r := reflect.ValueOf(v)
+	switch r.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
+}
+
 func (c *ManagerConfig) validate() error {
 	if c.Topic == "" {
 		return errors.New("processor: manager config: Topic is required")
 	}
-	if c.Handler == nil {
+	if c.Handler == nil || nilValue(c.Handler) {
+		// a nil *Buffered or TaskFunc in the interface is no handler either: it
+		// panicked here, or at the first batch
 		return fmt.Errorf("processor: manager config for topic %q: Handler is required", c.Topic)
+	}
+	if err := repository.ValidateTopic(c.Topic); err != nil {
+		return fmt.Errorf("processor: manager config: %w", err)
 	}
 	if c.Order != repository.FIFO && c.Order != repository.LIFO {
 		return fmt.Errorf("processor: manager config for topic %q: unknown order %d", c.Topic, c.Order)
