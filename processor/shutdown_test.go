@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -150,6 +152,29 @@ func TestShutdown(t *testing.T) {
 	})
 }
 
+// pollWaitingOnTheTopicLock takes the lock a limited topic's polls take their turn
+// under, in a transaction it returns (rolled back when the test ends), pushes n tasks,
+// and waits until a poll of this test's database waits on the lock.
+func (f *fixture) pollWaitingOnTheTopicLock(n int) (pgx.Tx, []repository.Task) {
+	f.t.Helper()
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(f.ctx)) })
+	if _, err := tx.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
+		f.t.Fatal(err)
+	}
+	tasks := f.pushN(n)
+	f.eventually("a poll waiting on the lock", func() bool {
+		var waiting int
+		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()`).Scan(&waiting)
+		return err == nil && waiting > 0
+	})
+	return tx, tasks
+}
+
 // TestShutdownHandsBackAPollThatReturnsAfterIt: a poll sent before the shutdown and
 // answered after it began (here: held on a limited topic's lock) leases tasks that were
 // never started: they go back READY with the attempt unused, whatever the handler. A
@@ -170,21 +195,7 @@ func TestShutdownHandsBackAPollThatReturnsAfterIt(t *testing.T) {
 	stop := f.start(p)
 	f.eventually("the processor idle", func() bool { return f.count(repository.Ready) == 0 })
 	time.Sleep(200 * time.Millisecond) // its first, empty poll done
-	// the limited topic's polls take this lock: the next one waits on it
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(f.ctx)
-	if _, err := tx.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
-		t.Fatal(err)
-	}
-	tasks := f.pushN(3)
-	f.eventually("a poll waiting on the lock", func() bool {
-		var n int
-		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()`).Scan(&n)
-		return err == nil && n > 0
-	})
+	tx, tasks := f.pollWaitingOnTheTopicLock(3)
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	time.Sleep(200 * time.Millisecond) // the shutdown under way
@@ -216,20 +227,7 @@ func TestShutdownDeadlineCancelsAPollStillWaiting(t *testing.T) {
 		processor.ManagerConfig{Handler: processor.TaskFunc(succeed), BatchSize: 5, ShutdownTimeout: 300 * time.Millisecond})
 	stop := f.start(p)
 	time.Sleep(200 * time.Millisecond) // its first, empty poll done
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(f.ctx)
-	if _, err := tx.Exec(f.ctx, "SELECT pg_advisory_xact_lock(1885828451, hashtext($1))", f.topic); err != nil {
-		t.Fatal(err)
-	}
-	tasks := f.pushN(3)
-	f.eventually("a poll waiting on the lock", func() bool {
-		var n int
-		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()`).Scan(&n)
-		return err == nil && n > 0
-	})
+	tx, tasks := f.pollWaitingOnTheTopicLock(3)
 	stopping := time.Now()
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)

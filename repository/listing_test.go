@@ -500,32 +500,7 @@ func TestPageAmongManyOthers(t *testing.T) {
 		// tasks of the shared table (a scan of the table, or of its primary key); now the
 		// window's 10 000 entries at most and each of small21's 35 tasks. Counted by this
 		// transaction's own statistics (the table's and its indexes' blocks).
-		conn, err := f.pool.Acquire(f.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Release()
-		// the connection's counts not yet sent count as the transaction's: send them
-		if _, err := conn.Exec(f.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := conn.Begin(f.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(f.ctx)
-		read := func() int64 {
-			t.Helper()
-			var n int64
-			err := tx.QueryRow(f.ctx, `
-				SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint FROM pg_class c
-				WHERE c.oid = $1::regclass OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass)`,
-				table("small21")).Scan(&n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
+		tx, read := f.blockCounter(t, table("small21"))
 		before := read()
 		page, err := f.repo.Excerpts(f.ctx, tx, "small21", repository.TaskFilter{}, repository.MaxSequence, 51, repository.Backward)
 		if err != nil {
@@ -556,6 +531,39 @@ func TestPageAmongManyOthers(t *testing.T) {
 			t.Errorf("big's last page read %d blocks of its table and indexes, want at most 400", blocks)
 		}
 	})
+}
+
+// blockCounter begins a transaction, rolled back when the test ends, and returns it with
+// a function that says how many blocks of table and its indexes the transaction has
+// fetched so far (its own statistics).
+func (f *fixture) blockCounter(t *testing.T, table string) (pgx.Tx, func() int64) {
+	t.Helper()
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	// the connection's counts not yet sent count as the transaction's: send them
+	if _, err := conn.Exec(f.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(f.ctx)) })
+	return tx, func() int64 {
+		t.Helper()
+		var n int64
+		err := tx.QueryRow(f.ctx, `
+			SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint FROM pg_class c
+			WHERE c.oid = $1::regclass OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass)`,
+			table).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 }
 
 // TestCountAmongManyOthers: a count of a topic reads its own tasks, not the table it
@@ -594,31 +602,7 @@ func TestCountAmongManyOthers(t *testing.T) {
 	if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = 'small21'`).Scan(&table); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := f.pool.Acquire(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(f.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := conn.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(f.ctx)
-	read := func() int64 {
-		t.Helper()
-		var n int64
-		err := tx.QueryRow(f.ctx, `
-			SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint FROM pg_class c
-			WHERE c.oid = $1::regclass OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass)`,
-			table).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	tx, read := f.blockCounter(t, table)
 	// what the counts should be, from the table itself
 	want := func(topic string, filter string, recent bool) map[repository.State]repository.Count {
 		t.Helper()
