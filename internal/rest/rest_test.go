@@ -603,7 +603,7 @@ func TestTopics(t *testing.T) {
 		if _, err := f.repo.CreateTopic(f.ctx, f.pool, "audit"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 3, BackoffBase: 2 * time.Second, QueueCap: 50}); err != nil {
+		if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 3, BackoffBase: 2 * time.Second, BackoffCap: time.Minute, QueueCap: 50}); err != nil {
 			t.Fatal(err)
 		}
 		f.enqueue(`{"tasks":[{"identifier":"a"},{"identifier":"b","delay":"1h"},{"identifier":"c","suspended":true}]}`)
