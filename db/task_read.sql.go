@@ -26,29 +26,32 @@ LEFT JOIN LATERAL (
               AND ($1::text IS NULL OR a.topic = $1)
             UNION ALL
             -- a shared table: the topic's tasks through the indexes keyed by its hash, each
-            -- task once (as TaskTopicSequences). OFFSET 0 keeps the filters out: a range
-            -- of sequences pushed in made the planner AND in another index's range, which
-            -- holds every topic's tasks.
+            -- task once (as TaskTopicSequences), with the filters each index can serve
+            -- inside. OFFSET 0 keeps the range of sequences out: pushed in, it made the
+            -- planner AND in another index's range, which holds every topic's tasks.
             SELECT s.state, s.sequence, s.identifier, s.reference FROM (
                 SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
                 WHERE NOT tt.dedicated
                   AND r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
                   AND ($1::text IS NULL OR r.topic = $1)
+                  AND ($2::text IS NULL OR r.identifier = $2)
                 UNION ALL
                 SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
                 WHERE NOT tt.dedicated
                   AND o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
                   AND ($1::text IS NULL OR o.topic = $1)
+                  AND ($2::text IS NULL OR o.identifier = $2)
                 UNION ALL
                 SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
                 WHERE NOT tt.dedicated
                   AND f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
                   AND ($1::text IS NULL OR f.topic = $1)
+                  AND ($2::text IS NULL OR f.identifier = $2)
                 OFFSET 0
             ) s
         ) t
-        WHERE t.sequence BETWEEN $2::bigint AND $3::bigint
-          AND ($4::text IS NULL OR t.identifier = $4)
+        WHERE t.sequence BETWEEN $3::bigint AND $4::bigint
+          AND ($2::text IS NULL OR t.identifier = $2)
           AND ($5::text IS NULL OR t.reference = $5)
         ORDER BY t.identifier, t.sequence DESC
     ) l
@@ -61,9 +64,9 @@ ORDER BY tt.topic, c.state
 
 type TaskCountRecentParams struct {
 	Topic        *string
+	Identifier   *string
 	FromSequence int64
 	ToSequence   int64
-	Identifier   *string
 	Reference    *string
 	State        *int16
 }
@@ -80,9 +83,9 @@ type TaskCountRecentRow struct {
 func (q *Queries) TaskCountRecent(ctx context.Context, db DBTX, arg TaskCountRecentParams) ([]TaskCountRecentRow, error) {
 	rows, err := db.Query(ctx, taskCountRecent,
 		arg.Topic,
+		arg.Identifier,
 		arg.FromSequence,
 		arg.ToSequence,
-		arg.Identifier,
 		arg.Reference,
 		arg.State,
 	)
@@ -194,30 +197,36 @@ LEFT JOIN LATERAL (
               AND ($1::text IS NULL OR a.topic = $1)
             UNION ALL
             -- a shared table: the topic's tasks through the indexes keyed by its hash, each
-            -- task once (as TaskTopicSequences). OFFSET 0 keeps the filters out: a range
-            -- of sequences pushed in made the planner AND in another index's range, which
-            -- holds every topic's tasks.
+            -- task once (as TaskTopicSequences), with the filters each index can serve
+            -- inside. OFFSET 0 keeps the range of sequences out: pushed in, it made the
+            -- planner AND in another index's range, which holds every topic's tasks.
             SELECT s.state, s.sequence, s.identifier, s.reference FROM (
                 SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
                 WHERE NOT tt.dedicated
                   AND r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
                   AND ($1::text IS NULL OR r.topic = $1)
+                  AND ($2::smallint IS NULL OR r.state = $2)
+                  AND ($3::text IS NULL OR r.identifier = $3)
                 UNION ALL
                 SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
                 WHERE NOT tt.dedicated
                   AND o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
                   AND ($1::text IS NULL OR o.topic = $1)
+                  AND ($2::smallint IS NULL OR o.state = $2)
+                  AND ($3::text IS NULL OR o.identifier = $3)
                 UNION ALL
                 SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
                 WHERE NOT tt.dedicated
                   AND f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
                   AND ($1::text IS NULL OR f.topic = $1)
+                  AND ($2::smallint IS NULL OR f.state = $2)
+                  AND ($3::text IS NULL OR f.identifier = $3)
                 OFFSET 0
             ) s
     ) t
-    WHERE t.sequence BETWEEN $2::bigint AND $3::bigint
-      AND ($4::smallint IS NULL OR t.state = $4)
-      AND ($5::text IS NULL OR t.identifier = $5)
+    WHERE t.sequence BETWEEN $4::bigint AND $5::bigint
+      AND ($2::smallint IS NULL OR t.state = $2)
+      AND ($3::text IS NULL OR t.identifier = $3)
       AND ($6::text IS NULL OR t.reference = $6)
     GROUP BY t.state
 ) c ON true
@@ -227,10 +236,10 @@ ORDER BY tt.topic, c.state
 
 type TaskCountTotalParams struct {
 	Topic        *string
-	FromSequence int64
-	ToSequence   int64
 	State        *int16
 	Identifier   *string
+	FromSequence int64
+	ToSequence   int64
 	Reference    *string
 }
 
@@ -250,10 +259,10 @@ type TaskCountTotalRow struct {
 func (q *Queries) TaskCountTotal(ctx context.Context, db DBTX, arg TaskCountTotalParams) ([]TaskCountTotalRow, error) {
 	rows, err := db.Query(ctx, taskCountTotal,
 		arg.Topic,
-		arg.FromSequence,
-		arg.ToSequence,
 		arg.State,
 		arg.Identifier,
+		arg.FromSequence,
+		arg.ToSequence,
 		arg.Reference,
 	)
 	if err != nil {

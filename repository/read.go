@@ -545,7 +545,10 @@ func (r *Repository) Count(ctx context.Context, h Handle, topic string, filter T
 		var got []db.TaskCountTotalRow
 		if byReference {
 			var ref []db.TaskCountTotalByReferenceRow
-			ref, err = r.q.TaskCountTotalByReference(ctx, customPlans{h}, db.TaskCountTotalByReferenceParams(arg))
+			ref, err = r.q.TaskCountTotalByReference(ctx, customPlans{h}, db.TaskCountTotalByReferenceParams{
+				FromSequence: fromSequence, ToSequence: toSequence, State: state,
+				Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
+			})
 			for _, g := range ref {
 				got = append(got, db.TaskCountTotalRow(g))
 			}
@@ -566,7 +569,10 @@ func (r *Repository) Count(ctx context.Context, h Handle, topic string, filter T
 		var got []db.TaskCountRecentRow
 		if byReference {
 			var ref []db.TaskCountRecentByReferenceRow
-			ref, err = r.q.TaskCountRecentByReference(ctx, customPlans{h}, db.TaskCountRecentByReferenceParams(arg))
+			ref, err = r.q.TaskCountRecentByReference(ctx, customPlans{h}, db.TaskCountRecentByReferenceParams{
+				FromSequence: fromSequence, ToSequence: toSequence, State: state,
+				Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
+			})
 			for _, g := range ref {
 				got = append(got, db.TaskCountRecentRow(g))
 			}

@@ -146,24 +146,30 @@ LEFT JOIN LATERAL (
               AND (sqlc.narg('topic')::text IS NULL OR a.topic = sqlc.narg('topic'))
             UNION ALL
             -- a shared table: the topic's tasks through the indexes keyed by its hash, each
-            -- task once (as TaskTopicSequences). OFFSET 0 keeps the filters out: a range
-            -- of sequences pushed in made the planner AND in another index's range, which
-            -- holds every topic's tasks.
+            -- task once (as TaskTopicSequences), with the filters each index can serve
+            -- inside. OFFSET 0 keeps the range of sequences out: pushed in, it made the
+            -- planner AND in another index's range, which holds every topic's tasks.
             SELECT s.state, s.sequence, s.identifier, s.reference FROM (
                 SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
                 WHERE NOT tt.dedicated
                   AND r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
                   AND (sqlc.narg('topic')::text IS NULL OR r.topic = sqlc.narg('topic'))
+                  AND (sqlc.narg('state')::smallint IS NULL OR r.state = sqlc.narg('state'))
+                  AND (sqlc.narg('identifier')::text IS NULL OR r.identifier = sqlc.narg('identifier'))
                 UNION ALL
                 SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
                 WHERE NOT tt.dedicated
                   AND o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
                   AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic'))
+                  AND (sqlc.narg('state')::smallint IS NULL OR o.state = sqlc.narg('state'))
+                  AND (sqlc.narg('identifier')::text IS NULL OR o.identifier = sqlc.narg('identifier'))
                 UNION ALL
                 SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
                 WHERE NOT tt.dedicated
                   AND f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
                   AND (sqlc.narg('topic')::text IS NULL OR f.topic = sqlc.narg('topic'))
+                  AND (sqlc.narg('state')::smallint IS NULL OR f.state = sqlc.narg('state'))
+                  AND (sqlc.narg('identifier')::text IS NULL OR f.identifier = sqlc.narg('identifier'))
                 OFFSET 0
             ) s
     ) t
@@ -194,24 +200,27 @@ LEFT JOIN LATERAL (
               AND (sqlc.narg('topic')::text IS NULL OR a.topic = sqlc.narg('topic'))
             UNION ALL
             -- a shared table: the topic's tasks through the indexes keyed by its hash, each
-            -- task once (as TaskTopicSequences). OFFSET 0 keeps the filters out: a range
-            -- of sequences pushed in made the planner AND in another index's range, which
-            -- holds every topic's tasks.
+            -- task once (as TaskTopicSequences), with the filters each index can serve
+            -- inside. OFFSET 0 keeps the range of sequences out: pushed in, it made the
+            -- planner AND in another index's range, which holds every topic's tasks.
             SELECT s.state, s.sequence, s.identifier, s.reference FROM (
                 SELECT r.state, r.sequence, r.identifier, r.reference FROM task r
                 WHERE NOT tt.dedicated
                   AND r.state = 1 AND hashtext(r.topic) = hashtext(tt.topic) AND r.topic = tt.topic
                   AND (sqlc.narg('topic')::text IS NULL OR r.topic = sqlc.narg('topic'))
+                  AND (sqlc.narg('identifier')::text IS NULL OR r.identifier = sqlc.narg('identifier'))
                 UNION ALL
                 SELECT o.state, o.sequence, o.identifier, o.reference FROM task o
                 WHERE NOT tt.dedicated
                   AND o.state IN (0, 2) AND hashtext(o.topic) = hashtext(tt.topic) AND o.topic = tt.topic
                   AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic'))
+                  AND (sqlc.narg('identifier')::text IS NULL OR o.identifier = sqlc.narg('identifier'))
                 UNION ALL
                 SELECT f.state, f.sequence, f.identifier, f.reference FROM task f
                 WHERE NOT tt.dedicated
                   AND f.state >= 3 AND hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic
                   AND (sqlc.narg('topic')::text IS NULL OR f.topic = sqlc.narg('topic'))
+                  AND (sqlc.narg('identifier')::text IS NULL OR f.identifier = sqlc.narg('identifier'))
                 OFFSET 0
             ) s
         ) t
