@@ -95,19 +95,22 @@ func TestADestroyedTopicIsAFault(t *testing.T) {
 	var logs logbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	done := make(chan int64, 10)
+	var polled atomic.Bool
 	p, managers := f.processor("faulty", processor.Config{Logger: logger, ErrorLogInterval: time.Hour}, processor.ManagerConfig{
 		Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
 			done <- task.Sequence
 			return repository.Succeed("")
 		}),
+		Listener: processor.Listener{OnEmpty: func(string, time.Duration) { polled.Store(true) }},
 	})
 	f.start(p)
-	f.eventually("the manager started", func() bool { return managers[0].Active() })
+	// its first poll, empty: started (a topic destroyed before its start is fatal)
+	f.eventually("the first poll", polled.Load)
 	if _, err := f.repo.Destroy(f.ctx, f.pool, f.topic); err != nil {
 		t.Fatal(err)
 	}
-	managers[0].Resume() // the next poll, as a pause interval would bring it
 	f.eventually("unhealthy", func() bool {
+		managers[0].Resume() // the next poll, as a pause interval would bring it
 		err := p.Health()
 		return errors.Is(err, processor.ErrUnhealthy) && strings.Contains(err.Error(), `poll topic "topic"`)
 	})
