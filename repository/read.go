@@ -509,6 +509,29 @@ func (r *Repository) CountByState(ctx context.Context, h Handle, topic string) (
 	return out, nil
 }
 
+// countRow is a row of the count statements (TaskCountTotal, TaskCountRecent and their
+// forms by reference), which sqlc gives a type each.
+type countRow struct {
+	Topic   string
+	State   int16
+	Count   int64
+	Highest int64
+}
+
+// countRows converts the rows of a count statement.
+func countRows[R ~struct {
+	Topic   string
+	State   int16
+	Count   int64
+	Highest int64
+}](got []R, err error) ([]countRow, error) {
+	rows := make([]countRow, len(got))
+	for i, g := range got {
+		rows[i] = countRow(g)
+	}
+	return rows, err
+}
+
 // Count counts tasks per topic and state within the inclusive sequence range: every task
 // (Total) or only the latest task of each identifier (Recent; the state filter applies
 // after choosing it). Every registered topic appears, with an empty map when nothing
@@ -527,74 +550,36 @@ func (r *Repository) Count(ctx context.Context, h Handle, topic string, filter T
 	if err != nil {
 		return nil, err
 	}
-	type row struct {
-		topic          string
-		state          int16
-		count, highest int64
-	}
-	var rows []row
-	byReference := filter.Reference != ""
-	switch mode {
-	case Total:
-		// planned for its arguments (customPlans): the generic plan of a cached
-		// statement walked the topic's sequences for a state
-		arg := db.TaskCountTotalParams{
-			FromSequence: fromSequence, ToSequence: toSequence, State: state,
-			Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
-		}
-		var got []db.TaskCountTotalRow
-		if byReference {
-			var ref []db.TaskCountTotalByReferenceRow
-			ref, err = r.q.TaskCountTotalByReference(ctx, customPlans{h}, db.TaskCountTotalByReferenceParams{
-				FromSequence: fromSequence, ToSequence: toSequence, State: state,
-				Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
-			})
-			for _, g := range ref {
-				got = append(got, db.TaskCountTotalRow(g))
-			}
-		} else {
-			got, err = r.q.TaskCountTotal(ctx, customPlans{h}, arg)
-		}
-		if err != nil {
-			return nil, mapError("count", err)
-		}
-		for _, g := range got {
-			rows = append(rows, row{g.Topic, g.State, g.Count, g.Highest})
-		}
-	case Recent:
-		arg := db.TaskCountRecentParams{
-			FromSequence: fromSequence, ToSequence: toSequence, State: state,
-			Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
-		}
-		var got []db.TaskCountRecentRow
-		if byReference {
-			var ref []db.TaskCountRecentByReferenceRow
-			ref, err = r.q.TaskCountRecentByReference(ctx, customPlans{h}, db.TaskCountRecentByReferenceParams{
-				FromSequence: fromSequence, ToSequence: toSequence, State: state,
-				Identifier: ptr(filter.Identifier), Reference: ptr(filter.Reference), Topic: ptr(topic),
-			})
-			for _, g := range ref {
-				got = append(got, db.TaskCountRecentRow(g))
-			}
-		} else {
-			got, err = r.q.TaskCountRecent(ctx, customPlans{h}, arg)
-		}
-		if err != nil {
-			return nil, mapError("count", err)
-		}
-		for _, g := range got {
-			rows = append(rows, row{g.Topic, g.State, g.Count, g.Highest})
-		}
+	// planned for their arguments (customPlans): the generic plan of a cached statement
+	// walked the topic's sequences for a state
+	identifier, reference, named := ptr(filter.Identifier), ptr(filter.Reference), ptr(topic)
+	var rows []countRow
+	switch {
+	case mode == Total && filter.Reference != "":
+		rows, err = countRows(r.q.TaskCountTotalByReference(ctx, customPlans{h}, db.TaskCountTotalByReferenceParams{
+			FromSequence: fromSequence, ToSequence: toSequence, State: state, Identifier: identifier, Reference: reference, Topic: named}))
+	case mode == Total:
+		rows, err = countRows(r.q.TaskCountTotal(ctx, customPlans{h}, db.TaskCountTotalParams{
+			FromSequence: fromSequence, ToSequence: toSequence, State: state, Identifier: identifier, Reference: reference, Topic: named}))
+	case mode == Recent && filter.Reference != "":
+		rows, err = countRows(r.q.TaskCountRecentByReference(ctx, customPlans{h}, db.TaskCountRecentByReferenceParams{
+			FromSequence: fromSequence, ToSequence: toSequence, State: state, Identifier: identifier, Reference: reference, Topic: named}))
+	case mode == Recent:
+		rows, err = countRows(r.q.TaskCountRecent(ctx, customPlans{h}, db.TaskCountRecentParams{
+			FromSequence: fromSequence, ToSequence: toSequence, State: state, Identifier: identifier, Reference: reference, Topic: named}))
 	default:
 		return nil, invalid("unknown count mode %d", mode)
 	}
+	if err != nil {
+		return nil, mapError("count", err)
+	}
 	out := make(map[string]map[State]Count)
 	for _, g := range rows {
-		if out[g.topic] == nil {
-			out[g.topic] = make(map[State]Count)
+		if out[g.Topic] == nil {
+			out[g.Topic] = make(map[State]Count)
 		}
-		if g.state >= 0 {
-			out[g.topic][State(g.state)] = Count{Count: g.count, Highest: g.highest}
+		if g.State >= 0 {
+			out[g.Topic][State(g.State)] = Count{Count: g.Count, Highest: g.Highest}
 		}
 	}
 	if topic != "" && len(out) == 0 {
