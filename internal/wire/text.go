@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -124,12 +125,7 @@ func nulls(raw []byte, t reflect.Type, name string) error {
 		if json.Unmarshal(raw, &object) != nil {
 			return nil // not an object: decoded already, so a type that reads it itself
 		}
-		keys := make([]string, 0, len(object))
-		for k := range object {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(object)) {
 			f, ok := jsonField(t, k)
 			if !ok || takesNull(f.Type) {
 				continue
@@ -154,10 +150,11 @@ func nulls(raw []byte, t reflect.Type, name string) error {
 			return nil
 		}
 		elem := t.Elem()
+		elemTakesNull := elem.Kind() == reflect.Pointer || takesNull(elem) // a nil element
 		for i, e := range array {
 			at := fmt.Sprintf("%s[%d]", name, i)
 			if string(bytes.TrimSpace(e)) == "null" {
-				if elem.Kind() == reflect.Pointer || takesNull(elem) {
+				if elemTakesNull {
 					continue
 				}
 				return fmt.Errorf("field %q: got a JSON null, want %s", at, wants(elem))
@@ -172,15 +169,11 @@ func nulls(raw []byte, t reflect.Type, name string) error {
 			return nil
 		}
 		elem := t.Elem()
-		keys := make([]string, 0, len(object))
-		for k := range object {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
+		elemTakesNull := elem.Kind() == reflect.Pointer || takesNull(elem) // a nil value
+		for _, k := range slices.Sorted(maps.Keys(object)) {
 			at := name + "." + k
 			if string(bytes.TrimSpace(object[k])) == "null" {
-				if elem.Kind() == reflect.Pointer || takesNull(elem) {
+				if elemTakesNull {
 					continue
 				}
 				return fmt.Errorf("field %q: got a JSON null, want %s", at, wants(elem))
