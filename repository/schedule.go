@@ -167,6 +167,11 @@ func (s ScheduleSettings) Validate() error {
 	return s.validate()
 }
 
+// ValidateKeepingZone is Validate for a change that keeps the schedule's stored time
+// zone: the zone's name is not checked again, so that a schedule stored before Validate
+// refused its zone (right/…) still changes, as UpdateSchedule takes it.
+func (s ScheduleSettings) ValidateKeepingZone() error { return s.validate() }
+
 // validate is Validate without checkZoneName: an update that keeps a schedule's zone
 // keeps one stored before the check (schedules fire in it as they did).
 func (s ScheduleSettings) validate() error {

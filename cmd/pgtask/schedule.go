@@ -75,13 +75,11 @@ func (s *scheduleFlags) apply(f *flags, to *repository.ScheduleSettings) error {
 		}
 		to.Insertion = &i
 	}
-	check := *to
+	validate := to.Validate
 	if !f.given("time-zone") {
-		// the stored zone is not checked again: one stored before Validate refused it
-		// (right/…) still fires, and the schedule's other settings still change
-		check.TimeZone = "UTC"
+		validate = to.ValidateKeepingZone // a zone stored before Validate refused it still changes
 	}
-	if err := check.Validate(); err != nil {
+	if err := validate(); err != nil {
 		return f.usagef("%s", stripInvalid(err))
 	}
 	return nil

@@ -71,13 +71,11 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	if q.Paused != nil {
 		s.Paused = *q.Paused
 	}
-	check := *s
+	validate := s.Validate
 	if q.TimeZone == nil {
-		// the stored zone is not checked again: one stored before Validate refused it
-		// (right/…) still fires, and the schedule's other settings still change
-		check.TimeZone = "UTC"
+		validate = s.ValidateKeepingZone // a zone stored before Validate refused it still changes
 	}
-	if err := check.Validate(); err != nil {
+	if err := validate(); err != nil {
 		return invalid(err)
 	}
 	return nil
