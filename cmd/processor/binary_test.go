@@ -369,25 +369,49 @@ func TestBinary(t *testing.T) {
 		p.stop()
 	})
 
+	// A bad flag or variable exits 2 naming it, before anything starts: no connection,
+	// no owner row, no topic, no server.
 	t.Run("BadFlagsExitTwo", func(t *testing.T) {
 		t.Parallel()
+		f := setup(t)
 		for _, tc := range []struct {
 			args []string
+			env  []string
 			want string
 		}{
-			{[]string{"--topic", "t", "--order", "x", "--exec", "true"}, `--order: unknown order "x" (want FIFO or LIFO)`},
-			{[]string{"--topic", "t", "--workers", "0", "--exec", "true"}, `--workers: invalid value "0"`},
-			{[]string{"--topic", "t", "--nope", "--exec", "true"}, "flag provided but not defined: --nope"},
-			{[]string{"--topic", "t"}, "a handler is required"},
-			{[]string{"--topic", "t", "--exec", "/no/such/program"}, `--exec: program "/no/such/program" not found`},
+			{[]string{"--topic", "topic", "--order", "x", "--exec", "true"}, nil, `--order: unknown order "x" (want FIFO or LIFO)`},
+			{[]string{"--topic", "topic", "--workers", "0", "--exec", "true"}, nil, `--workers: invalid value "0"`},
+			{[]string{"--topic", "topic", "--nope", "--exec", "true"}, nil, "flag provided but not defined: --nope"},
+			{[]string{"--topic", "topic"}, nil, "a handler is required"},
+			{[]string{"--topic", "topic", "--exec", "/no/such/program"}, nil, `--exec: program "/no/such/program" not found`},
+			// A heartbeat of 1ns spun two cores, its expiry timeout (5ns) failed every
+			// heartbeat, and expiry read it as 0 ms: any owner that declares no timeout of
+			// its own lost its leases at once.
+			{[]string{"--topic", "topic", "--heartbeat", "1ns", "--exec", "true"}, nil, `--heartbeat: duration "1ns" is too short`},
+			{[]string{"--topic", "topic", "--exec", "true"}, []string{"PGTASK_HEARTBEAT=99ms"}, `PGTASK_HEARTBEAT: duration "99ms" is too short`},
+			// 5 heartbeats overflowed: exit 1 after connecting, "ExpiryTimeout -2124095h… must exceed".
+			{[]string{"--topic", "topic", "--heartbeat", "600000h", "--exec", "true"}, nil, `--heartbeat: duration "600000h" is too long`},
+			// An idle processor polled as fast as the database answered.
+			{[]string{"--topic", "topic", "--pause-interval", "1ns", "--exec", "true"}, nil, `--pause-interval: duration "1ns" is too short`},
+			// A program exiting 75 ran again as fast as it exited.
+			{[]string{"--topic", "topic", "--retry-delay", "0s", "--exec", "true"}, nil, `--retry-delay: duration "0s" is too short`},
 		} {
-			p := start(t, bin, "", append([]string{"--database-url", "postgres://localhost/x"}, tc.args...)...)
-			if code := p.wait(10 * time.Second); code != 2 {
-				t.Errorf("%q: exit %d, want 2", tc.args, code)
-			}
-			if stderr := p.stderr.String(); !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "--help") {
-				t.Errorf("%q: stderr %q, want it to contain %q and point to --help", tc.args, stderr, tc.want)
-			}
+			t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
+				p := startEnv(t, bin, f.url, tc.env, tc.args...)
+				if code := p.wait(10 * time.Second); code != 2 {
+					t.Errorf("exit %d, want 2", code)
+				}
+				if stderr := p.stderr.String(); !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "--help") {
+					t.Errorf("stderr %q, want it to contain %q and point to --help", stderr, tc.want)
+				}
+			})
+		}
+		var owners int
+		if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task_owner").Scan(&owners); err != nil {
+			t.Fatal(err)
+		}
+		if owners != 0 {
+			t.Errorf("%d owner rows after bad command lines, want none", owners)
 		}
 	})
 

@@ -31,6 +31,26 @@ const (
 	vacuumEveryDefault     = processor.VacuumEveryDefault
 )
 
+// Bounds of the duration flags that drive a loop: below them a value makes no sense.
+const (
+	// heartbeatMin: every heartbeat is a round trip to the database (and each tick
+	// expires, purges, re-reads the topic and fires schedules), and the expiry timeout,
+	// 5 heartbeats, must outlast a slow one: below it the process hammers the database
+	// and its heartbeats fail (at 1ns they could not even connect, and expiry read the
+	// timeout as 0 ms, taking back at once the leases of owners that declare none).
+	heartbeatMin = 100 * time.Millisecond
+	// heartbeatMax: a dead processor's tasks come back after 5 heartbeats, and due
+	// schedules fire once per heartbeat. It also keeps the expiry timeout above the
+	// heartbeat: past 512409h, 5 heartbeats overflowed to a negative timeout.
+	heartbeatMax = time.Hour
+	// pauseIntervalMin: an idle manager polls once per interval; notifications and
+	// timers start work on time, so a shorter one only polls the database in a loop.
+	pauseIntervalMin = 100 * time.Millisecond
+	// retryDelayMin: a retry-later uses no attempt, so nothing else ends a program or
+	// endpoint answering it at once every time; the least Retry-After gives (webhook.go).
+	retryDelayMin = retryAfterMin
+)
+
 // config is the parsed and validated command line.
 type config struct {
 	databaseURL string
@@ -84,9 +104,9 @@ var options = []option{
 	{name: "order", env: "PGTASK_ORDER", def: "fifo", arg: "fifo|lifo", help: "poll order"},
 	{name: "condition", env: "PGTASK_CONDITION", def: "none", arg: "NAME", help: "poll condition: none, singular_by_identifier, singular_by_identifier_suspend_on_failure, singular_by_identifier_suspend_until_success"},
 	{name: "timeout", env: "PGTASK_TIMEOUT", def: timeoutDefault.String(), arg: "DURATION", help: "time limit per task; a task over it is killed and FAILS"},
-	{name: "retry-delay", env: "PGTASK_RETRY_DELAY", def: retryDelayDefault.String(), arg: "DURATION", help: "how long a task answered with retry-later (exit 75, HTTP 429/503) waits"},
-	{name: "heartbeat", env: "PGTASK_HEARTBEAT", def: heartbeatDefault.String(), arg: "DURATION", help: "owner heartbeat interval; leases of an owner silent for 5 intervals are taken back"},
-	{name: "pause-interval", env: "PGTASK_PAUSE_INTERVAL", def: pauseIntervalDefault.String(), arg: "DURATION", help: "how often an idle processor polls when no notification arrives"},
+	{name: "retry-delay", env: "PGTASK_RETRY_DELAY", def: retryDelayDefault.String(), arg: "DURATION", help: "how long a task answered with retry-later (exit 75, HTTP 429/503) waits; at least " + retryDelayMin.String()},
+	{name: "heartbeat", env: "PGTASK_HEARTBEAT", def: heartbeatDefault.String(), arg: "DURATION", help: "owner heartbeat interval; leases of an owner silent for 5 intervals are taken back; " + heartbeatMin.String() + " to " + shortDuration(heartbeatMax)},
+	{name: "pause-interval", env: "PGTASK_PAUSE_INTERVAL", def: pauseIntervalDefault.String(), arg: "DURATION", help: "how often an idle processor polls when no notification arrives; at least " + pauseIntervalMin.String()},
 	{name: "shutdown-timeout", env: "PGTASK_SHUTDOWN_TIMEOUT", def: shutdownTimeoutDefault.String(), arg: "DURATION", help: "how long running tasks may finish after SIGTERM before they are killed"},
 	{name: "vacuum-every", env: "PGTASK_VACUUM_EVERY", def: strconv.Itoa(vacuumEveryDefault), arg: "N", help: "VACUUM the table holding the topic after every N tasks leased (a quarter of its rows when more); 0 leaves it to autovacuum"},
 	{name: "init", env: "PGTASK_INIT", def: "false", isBool: true, help: "register the topic if it is missing"},
@@ -273,22 +293,34 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	cfg.condition = condition
 
-	duration := func(name string, allowZero bool) time.Duration {
+	// duration reads a duration of at least least (positive when 0) and, when most is
+	// not 0, at most most; whyLeast and whyMost say what the bounds protect.
+	duration := func(name string, least time.Duration, whyLeast string, most time.Duration, whyMost string) time.Duration {
 		v, origin := lookup(name)
 		d, err := time.ParseDuration(v)
 		switch {
 		case err != nil:
 			bad(origin, "invalid duration %q (want e.g. 500ms, 30s, 5m)", v)
-		case d < 0 || (d == 0 && !allowZero):
+		case least == 0 && d <= 0:
 			bad(origin, "duration %q must be positive", v)
+		case d < least:
+			bad(origin, "duration %q is too short: at least %v (%s)", v, least, whyLeast)
+		case most != 0 && d > most:
+			bad(origin, "duration %q is too long: at most %s (%s)", v, shortDuration(most), whyMost)
 		}
 		return d
 	}
-	cfg.timeout = duration("timeout", false)
-	cfg.retryDelay = duration("retry-delay", true)
-	cfg.heartbeat = duration("heartbeat", false)
-	cfg.pauseInterval = duration("pause-interval", false)
-	cfg.shutdownTimeout = duration("shutdown-timeout", false)
+	cfg.timeout = duration("timeout", 0, "", 0, "")
+	cfg.retryDelay = duration("retry-delay",
+		retryDelayMin, "a retry-later uses no attempt: a shorter delay runs the task again as fast as it answers",
+		0, "")
+	cfg.heartbeat = duration("heartbeat",
+		heartbeatMin, "each heartbeat is a round trip to the database, and a process silent for 5 of them is taken for dead",
+		heartbeatMax, "a dead processor's tasks come back after 5 heartbeats, and due schedules fire once per heartbeat")
+	cfg.pauseInterval = duration("pause-interval",
+		pauseIntervalMin, "notifications and timers start work on time: a shorter interval only polls the database in a loop",
+		0, "")
+	cfg.shutdownTimeout = duration("shutdown-timeout", 0, "", 0, "")
 
 	boolean := func(name string) bool {
 		v, origin := lookup(name)
@@ -323,6 +355,19 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		return cfg, &usageError{msg: strings.Join(msgs, "\n")}
 	}
 	return cfg, nil
+}
+
+// shortDuration is d as time.Duration.String writes it, without zero minutes and
+// seconds: 1h, not 1h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 func optionNamed(name string) option {

@@ -92,6 +92,19 @@ func TestParseConfig(t *testing.T) {
 		}
 	})
 
+	// The bounds of the duration flags.
+	t.Run("GoodBounds", func(t *testing.T) {
+		t.Parallel()
+		for _, args := range [][]string{
+			{"--heartbeat", "100ms", "--pause-interval", "100ms", "--retry-delay", "1s"},
+			{"--heartbeat", "1h", "--pause-interval", "24h", "--retry-delay", "1000h", "--timeout", "1ns", "--shutdown-timeout", "1ns"},
+		} {
+			if _, err := parseConfig(append(append(base, args...), "--exec", "true"), env()); err != nil {
+				t.Errorf("%q: %v, want it accepted", args, err)
+			}
+		}
+	})
+
 	t.Run("HelpIsNotAnError", func(t *testing.T) {
 		t.Parallel()
 		if _, err := parseConfig([]string{"--help"}, env()); !errors.Is(err, flag.ErrHelp) {
@@ -115,7 +128,17 @@ func TestParseConfig(t *testing.T) {
 			{append(base, "--exec", "true"), env("PGTASK_WORKERS", "lots"), `PGTASK_WORKERS: invalid value "lots"`},
 			{append(base, "--timeout", "soon", "--exec", "true"), env(), `--timeout: invalid duration "soon"`},
 			{append(base, "--timeout", "0s", "--exec", "true"), env(), `--timeout: duration "0s" must be positive`},
-			{append(base, "--heartbeat", "-1s", "--exec", "true"), env(), `--heartbeat: duration "-1s" must be positive`},
+			{append(base, "--shutdown-timeout", "-1s", "--exec", "true"), env(), `--shutdown-timeout: duration "-1s" must be positive`},
+			{append(base, "--heartbeat", "-1s", "--exec", "true"), env(), `--heartbeat: duration "-1s" is too short: at least 100ms`},
+			{append(base, "--heartbeat", "0s", "--exec", "true"), env(), `--heartbeat: duration "0s" is too short: at least 100ms`},
+			{append(base, "--heartbeat", "1ns", "--exec", "true"), env(), `--heartbeat: duration "1ns" is too short: at least 100ms (each heartbeat is a round trip`},
+			{append(base, "--heartbeat", "99ms", "--exec", "true"), env(), `--heartbeat: duration "99ms" is too short: at least 100ms`},
+			{append(base, "--heartbeat", "61m", "--exec", "true"), env(), `--heartbeat: duration "61m" is too long: at most 1h`},
+			{append(base, "--exec", "true"), env("PGTASK_HEARTBEAT", "600000h"), `PGTASK_HEARTBEAT: duration "600000h" is too long: at most 1h`},
+			{append(base, "--pause-interval", "1ns", "--exec", "true"), env(), `--pause-interval: duration "1ns" is too short: at least 100ms`},
+			{append(base, "--pause-interval", "0s", "--exec", "true"), env(), `--pause-interval: duration "0s" is too short: at least 100ms`},
+			{append(base, "--retry-delay", "0s", "--exec", "true"), env(), `--retry-delay: duration "0s" is too short: at least 1s (a retry-later uses no attempt`},
+			{append(base, "--exec", "true"), env("PGTASK_RETRY_DELAY", "999ms"), `PGTASK_RETRY_DELAY: duration "999ms" is too short: at least 1s`},
 			{append(base, "--exec", "true"), env("PGTASK_INIT", "maybe"), `PGTASK_INIT: invalid value "maybe" (want true or false)`},
 			{append(base, "--addr", "9090", "--exec", "true"), env(), `--addr: invalid address "9090"`},
 			{append(base, "--log-format", "xml", "--exec", "true"), env(), `--log-format: unknown log format "xml"`},

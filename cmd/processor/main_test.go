@@ -197,13 +197,19 @@ type process struct {
 // start runs the binary with args (and DATABASE_URL and JSON logs when url is set).
 func start(t *testing.T, bin, url string, args ...string) *process {
 	t.Helper()
+	return startEnv(t, bin, url, nil, args...)
+}
+
+// startEnv is start with the environment variables env ("NAME=value") set too.
+func startEnv(t *testing.T, bin, url string, env []string, args ...string) *process {
+	t.Helper()
 	p := &process{t: t, done: make(chan struct{})}
 	if url != "" {
 		args = append([]string{"--database-url", url, "--log-format", "json", "--log-level", "debug"}, args...)
 	}
 	p.cmd = exec.Command(bin, args...)
 	// The processor's environment fallbacks must not leak in from the test's.
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	p.cmd.Stdout = &p.stdout
 	p.cmd.Stderr = &p.stderr
 	if err := p.cmd.Start(); err != nil {
