@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -395,6 +399,10 @@ func TestBinary(t *testing.T) {
 			{[]string{"--topic", "topic", "--pause-interval", "1ns", "--exec", "true"}, nil, `--pause-interval: duration "1ns" is too short`},
 			// A program exiting 75 ran again as fast as it exited.
 			{[]string{"--topic", "topic", "--retry-delay", "0s", "--exec", "true"}, nil, `--retry-delay: duration "0s" is too short`},
+			// Refused only by net.Listen, after connecting: exit 1.
+			{[]string{"--topic", "topic", "--addr", ":99999", "--exec", "true"}, nil, `--addr: invalid address ":99999": port 99999 out of range`},
+			{[]string{"--topic", "topic", "--exec", "true"}, []string{"PGTASK_ADDR=127.0.0.1:-1"}, `PGTASK_ADDR: invalid address "127.0.0.1:-1": port -1 out of range`},
+			{[]string{"--topic", "topic", "--addr", "127.0.0.1:9090/metrics", "--exec", "true"}, nil, `--addr: invalid address "127.0.0.1:9090/metrics": unknown port "9090/metrics"`},
 		} {
 			t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
 				p := startEnv(t, bin, f.url, tc.env, tc.args...)
@@ -412,6 +420,38 @@ func TestBinary(t *testing.T) {
 		}
 		if owners != 0 {
 			t.Errorf("%d owner rows after bad command lines, want none", owners)
+		}
+	})
+
+	// A port in use is no usage error: exit 1, naming --addr, before the processor
+	// connects (it migrated the schema first).
+	t.Run("AddrInUseExitsOneBeforeTheDatabase", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewDatabase(t, "processor-empty", nil)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		p := start(t, bin, url, "--topic", "t", "--init", "--migrate", "--addr", ln.Addr().String(), "--exec", "true")
+		if code := p.wait(30 * time.Second); code != 1 {
+			t.Errorf("exit %d, want 1", code)
+		}
+		if stderr := p.stderr.String(); !strings.Contains(stderr, "processor: --addr: ") || !strings.Contains(stderr, "address already in use") ||
+			strings.Contains(stderr, "--help") {
+			t.Errorf("stderr %q, want the --addr failure, no usage hint", stderr)
+		}
+		pool, err := pgxpool.New(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		var tables int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").Scan(&tables); err != nil {
+			t.Fatal(err)
+		}
+		if tables != 0 {
+			t.Errorf("%d tables in the database, want none: the processor migrated before it found the port in use", tables)
 		}
 	})
 

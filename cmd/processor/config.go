@@ -73,6 +73,7 @@ type config struct {
 	initialize      bool
 	migrate         bool
 	addr            string
+	addrOrigin      string // --addr or PGTASK_ADDR: where addr came from, for errors
 	logFormat       string
 	logLevel        slog.Level
 }
@@ -111,7 +112,7 @@ var options = []option{
 	{name: "vacuum-every", env: "PGTASK_VACUUM_EVERY", def: strconv.Itoa(vacuumEveryDefault), arg: "N", help: "VACUUM the table holding the topic after every N tasks leased (a quarter of its rows when more); 0 leaves it to autovacuum"},
 	{name: "init", env: "PGTASK_INIT", def: "false", isBool: true, help: "register the topic if it is missing"},
 	{name: "migrate", env: "PGTASK_MIGRATE", def: "false", isBool: true, help: "apply pending schema migrations first"},
-	{name: "addr", env: "PGTASK_ADDR", def: addrDefault, arg: "HOST:PORT", help: "address of the /metrics and /healthz server; empty disables it"},
+	{name: "addr", env: "PGTASK_ADDR", def: addrDefault, arg: "HOST:PORT", help: "address of the /metrics and /healthz server (port 0 picks a free one); empty disables it"},
 	{name: "log-format", env: "PGTASK_LOG_FORMAT", def: "text", arg: "text|json", help: "log format (logs go to stderr)"},
 	{name: "log-level", env: "PGTASK_LOG_LEVEL", def: "info", arg: "LEVEL", help: "least level logged: debug, info, warn, error"},
 }
@@ -333,10 +334,10 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	cfg.initialize = boolean("init")
 	cfg.migrate = boolean("migrate")
 
-	cfg.addr, origin = lookup("addr")
+	cfg.addr, cfg.addrOrigin = lookup("addr")
 	if cfg.addr != "" {
-		if _, port, err := net.SplitHostPort(cfg.addr); err != nil || port == "" {
-			bad(origin, "invalid address %q (want HOST:PORT, e.g. 127.0.0.1:9090, or empty to disable)", cfg.addr)
+		if err := checkAddr(cfg.addr); err != nil {
+			bad(cfg.addrOrigin, "invalid address %q: %v", cfg.addr, err)
 		}
 	}
 	cfg.logFormat, origin = lookup("log-format")
@@ -355,6 +356,26 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		return cfg, &usageError{msg: strings.Join(msgs, "\n")}
 	}
 	return cfg, nil
+}
+
+// checkAddr checks a listen address as net.Listen("tcp", addr) reads it, so that a bad
+// one is a usage error: HOST:PORT with the host optional (an IP, or a name resolved when
+// listening) and the port a number from 0 (a free port) to 65535 or a service name.
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return errors.New("want HOST:PORT, e.g. 127.0.0.1:9090, or empty to disable the server")
+	}
+	if n, err := strconv.Atoi(port); err == nil || errors.Is(err, strconv.ErrRange) {
+		if err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("port %s out of range (want 0 to 65535; 0 picks a free port)", port)
+		}
+		return nil
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("unknown port %q (want a number from 0 to 65535)", port)
+	}
+	return nil
 }
 
 // shortDuration is d as time.Duration.String writes it, without zero minutes and

@@ -92,12 +92,17 @@ func TestParseConfig(t *testing.T) {
 		}
 	})
 
-	// The bounds of the duration flags.
-	t.Run("GoodBounds", func(t *testing.T) {
+	// The bounds of the duration flags and the forms of --addr that are accepted.
+	t.Run("GoodBoundsAndAddresses", func(t *testing.T) {
 		t.Parallel()
 		for _, args := range [][]string{
 			{"--heartbeat", "100ms", "--pause-interval", "100ms", "--retry-delay", "1s"},
 			{"--heartbeat", "1h", "--pause-interval", "24h", "--retry-delay", "1000h", "--timeout", "1ns", "--shutdown-timeout", "1ns"},
+			{"--addr", ":0"},
+			{"--addr", "0.0.0.0:65535"},
+			{"--addr", "[::1]:9090"},
+			{"--addr", "localhost:9090"},
+			{"--addr", "127.0.0.1:http"},
 		} {
 			if _, err := parseConfig(append(append(base, args...), "--exec", "true"), env()); err != nil {
 				t.Errorf("%q: %v, want it accepted", args, err)
@@ -140,7 +145,15 @@ func TestParseConfig(t *testing.T) {
 			{append(base, "--retry-delay", "0s", "--exec", "true"), env(), `--retry-delay: duration "0s" is too short: at least 1s (a retry-later uses no attempt`},
 			{append(base, "--exec", "true"), env("PGTASK_RETRY_DELAY", "999ms"), `PGTASK_RETRY_DELAY: duration "999ms" is too short: at least 1s`},
 			{append(base, "--exec", "true"), env("PGTASK_INIT", "maybe"), `PGTASK_INIT: invalid value "maybe" (want true or false)`},
-			{append(base, "--addr", "9090", "--exec", "true"), env(), `--addr: invalid address "9090"`},
+			{append(base, "--addr", "9090", "--exec", "true"), env(), `--addr: invalid address "9090": want HOST:PORT`},
+			{append(base, "--addr", "127.0.0.1:", "--exec", "true"), env(), `--addr: invalid address "127.0.0.1:": want HOST:PORT`},
+			{append(base, "--addr", ":99999", "--exec", "true"), env(), `--addr: invalid address ":99999": port 99999 out of range (want 0 to 65535`},
+			{append(base, "--addr", ":65536", "--exec", "true"), env(), `--addr: invalid address ":65536": port 65536 out of range`},
+			{append(base, "--addr", ":-1", "--exec", "true"), env(), `--addr: invalid address ":-1": port -1 out of range`},
+			{append(base, "--addr", ":99999999999999999999999", "--exec", "true"), env(), `port 99999999999999999999999 out of range`},
+			{append(base, "--addr", "127.0.0.1:9090/metrics", "--exec", "true"), env(), `--addr: invalid address "127.0.0.1:9090/metrics": unknown port "9090/metrics"`},
+			{append(base, "--addr", "http://127.0.0.1:9090", "--exec", "true"), env(), `--addr: invalid address "http://127.0.0.1:9090": want HOST:PORT`},
+			{append(base, "--exec", "true"), env("PGTASK_ADDR", "localhost:70000"), `PGTASK_ADDR: invalid address "localhost:70000": port 70000 out of range`},
 			{append(base, "--log-format", "xml", "--exec", "true"), env(), `--log-format: unknown log format "xml"`},
 			{append(base, "--log-level", "loud", "--exec", "true"), env(), `--log-level: unknown log level "loud"`},
 			{append(base, "--http", "ftp://x/y"), env(), `--http: invalid URL "ftp://x/y"`},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -44,6 +45,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		return err
+	}
+
+	// The server's port first: one in use fails here, before the database is touched
+	// (no migration, no topic registered). Requests wait until the processor runs.
+	var ln net.Listener
+	if cfg.addr != "" {
+		if ln, err = net.Listen("tcp", cfg.addr); err != nil {
+			return fmt.Errorf("%s: %w", cfg.addrOrigin, err)
+		}
+		defer ln.Close() // when the processor does not get as far as serving
 	}
 
 	pool, err := connect(ctx, cfg.databaseURL)
@@ -129,12 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	if cfg.addr != "" {
-		stopServer, err := serve(cfg.addr, newMux(reg, pool, &running, p.Health, logger), httpguard.Timeouts{}, logger)
-		if err != nil {
-			return err
-		}
-		defer stopServer()
+	if ln != nil {
+		defer serve(ln, newMux(reg, pool, &running, p.Health, logger), httpguard.Timeouts{}, logger)()
 	}
 
 	logger.Info("processing", slog.String("topic", cfg.topic), slog.String("owner", repo.Owner()),

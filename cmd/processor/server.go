@@ -53,14 +53,11 @@ func newMux(reg prometheus.Gatherer, pool *pgxpool.Pool, running *atomic.Bool, h
 	return mux
 }
 
-// serve listens on addr (so a taken port is reported at start) and serves h in the
-// background within the timeouts (run gives httpguard's defaults: only short GETs are
-// served); the returned function shuts the server down.
-func serve(addr string, h http.Handler, timeouts httpguard.Timeouts, logger *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--addr: %w", err)
-	}
+// serve serves h on ln (run listens before it connects to the database, so that a
+// port in use fails at start having changed nothing) in the background within the
+// timeouts (run gives httpguard's defaults: only short GETs are served); the returned
+// function shuts the server down and closes ln.
+func serve(ln net.Listener, h http.Handler, timeouts httpguard.Timeouts, logger *slog.Logger) (stop func()) {
 	srv := httpguard.NewServer(h, timeouts, logger)
 	done := make(chan struct{})
 	go func() {
@@ -75,5 +72,5 @@ func serve(addr string, h http.Handler, timeouts httpguard.Timeouts, logger *slo
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-done
-	}, nil
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -38,11 +39,11 @@ func TestServer(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	mux := newMux(prometheus.NewRegistry(), pool, &running, func() error { return nil }, logger)
 	short := httpguard.Timeouts{ReadHeader: 300 * time.Millisecond, Read: 500 * time.Millisecond, Idle: 500 * time.Millisecond}
-	stop, err := serve("127.0.0.1:0", mux, short, logger)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(stop)
+	t.Cleanup(serve(ln, mux, short, logger))
 	addr := loggedAddr(t, logs.String())
 
 	t.Run("HealthzRevealsNoConnectionDetails", func(t *testing.T) {
