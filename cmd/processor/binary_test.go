@@ -403,6 +403,9 @@ func TestBinary(t *testing.T) {
 			{[]string{"--topic", "topic", "--addr", ":99999", "--exec", "true"}, nil, `--addr: invalid address ":99999": port 99999 out of range`},
 			{[]string{"--topic", "topic", "--exec", "true"}, []string{"PGTASK_ADDR=127.0.0.1:-1"}, `PGTASK_ADDR: invalid address "127.0.0.1:-1": port -1 out of range`},
 			{[]string{"--topic", "topic", "--addr", "127.0.0.1:9090/metrics", "--exec", "true"}, nil, `--addr: invalid address "127.0.0.1:9090/metrics": unknown port "9090/metrics"`},
+			// A variable set to the empty string is that empty value, as for its flag,
+			// not the default.
+			{[]string{"--topic", "topic", "--exec", "true"}, []string{"PGTASK_WORKERS="}, `PGTASK_WORKERS: invalid value ""`},
 		} {
 			t.Run(strings.Join(append(tc.env, tc.args...), " "), func(t *testing.T) {
 				p := startEnv(t, bin, f.url, tc.env, tc.args...)
@@ -452,6 +455,19 @@ func TestBinary(t *testing.T) {
 		}
 		if tables != 0 {
 			t.Errorf("%d tables in the database, want none: the processor migrated before it found the port in use", tables)
+		}
+	})
+
+	// PGTASK_ADDR set to the empty string disables the server, as --addr '' does (it
+	// served on the default address).
+	t.Run("EmptyAddrVariableDisablesTheServer", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		p := startEnv(t, bin, f.url, []string{"PGTASK_ADDR="}, "--topic", f.topic, "--exec", "/bin/sh", script)
+		f.waitState(f.push("ok")[0].Sequence, repository.Succeeded)
+		p.stop()
+		if stderr := p.stderr.String(); strings.Contains(stderr, "serving /metrics") || strings.Contains(stderr, "--addr") {
+			t.Errorf("PGTASK_ADDR='': the server was started (or tried); stderr:\n%s", stderr)
 		}
 	})
 

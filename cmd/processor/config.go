@@ -126,7 +126,9 @@ Processes the tasks of one pgtask topic: runs PROGRAM once per task (input on st
 exit code -> result) or POSTs each task to URL (status -> result). Stops gracefully on
 SIGTERM or SIGINT. See docs/processor.md.
 
-Flags (environment variable in brackets; a flag beats its variable):
+Flags (environment variable in brackets; a flag beats its variable, and a variable
+set to the empty string means what the flag given '' means, e.g. PGTASK_ADDR= disables
+the server; unset it for the default):
 `)
 	for _, o := range options {
 		left := "  --" + o.name
@@ -151,9 +153,12 @@ HTTP statuses: 2xx SUCCESS, 422 FILTER, 409 SUSPENSION, 429/503 retry later
 }
 
 // parseConfig parses the command line, falling back to environment variables (read
-// with getenv) for flags not given, and validates everything. It returns flag.ErrHelp
-// for --help and a *usageError for bad input.
-func parseConfig(args []string, getenv func(string) string) (config, error) {
+// with lookupEnv, as os.LookupEnv) for flags not given, and validates everything. A
+// variable that is set counts even when empty: it means what its flag given an empty
+// value means (PGTASK_ADDR= disables the server, PGTASK_WORKERS= is an error); only
+// an unset one leaves the default. It returns flag.ErrHelp for --help and a
+// *usageError for bad input.
+func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, error) {
 	var cfg config
 	// Everything after --exec belongs to the program, so split it off before the flag
 	// package sees it.
@@ -215,7 +220,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 			return *values[name], "--" + name
 		}
 		if o.env != "" {
-			if v := getenv(o.env); v != "" {
+			if v, ok := lookupEnv(o.env); ok {
 				return v, o.env
 			}
 		}
@@ -227,14 +232,22 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	}
 
 	var origin string
+	// required names the variable too when the flag was not given.
+	required := func(origin, what, env string) {
+		if origin == env {
+			bad(origin, "%s is required: the variable is set but empty", what)
+		} else {
+			bad(origin, "%s is required (or set %s)", what, env)
+		}
+	}
 	cfg.databaseURL, origin = lookup("database-url")
 	if cfg.databaseURL == "" {
-		bad(origin, "a database URL is required (or set DATABASE_URL)")
+		required(origin, "a database URL", "DATABASE_URL")
 	}
 	cfg.topic, origin = lookup("topic")
 	switch n := utf8.RuneCountInString(cfg.topic); {
 	case cfg.topic == "":
-		bad(origin, "a topic is required (or set PGTASK_TOPIC)")
+		required(origin, "a topic", "PGTASK_TOPIC")
 	case n > repository.MaxTopicLength:
 		bad(origin, "topic is %d characters long, at most %d allowed", n, repository.MaxTopicLength)
 	case !utf8.ValidString(cfg.topic):

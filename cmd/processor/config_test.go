@@ -13,14 +13,16 @@ import (
 	"github.com/pgtask/pgtask/repository"
 )
 
-func env(vars ...string) func(string) string {
-	return func(key string) string {
+// env is an environment of the variables vars (name, value, name, value…) for
+// parseConfig, as os.LookupEnv reads it: a variable given as "" is set but empty.
+func env(vars ...string) func(string) (string, bool) {
+	return func(key string) (string, bool) {
 		for i := 0; i+1 < len(vars); i += 2 {
 			if vars[i] == key {
-				return vars[i+1]
+				return vars[i+1], true
 			}
 		}
-		return ""
+		return "", false
 	}
 }
 
@@ -68,7 +70,7 @@ func TestParseConfig(t *testing.T) {
 		t.Parallel()
 		getenv := env("DATABASE_URL", "postgres://env/db", "PGTASK_TOPIC", "envtopic", "PGTASK_WORKERS", "8",
 			"PGTASK_ORDER", "lifo", "PGTASK_CONDITION", "singular-by-identifier", "PGTASK_INIT", "true",
-			"PGTASK_TIMEOUT", "10s", "PGTASK_ADDR", "", "PGTASK_HTTP", "http://env.example/hook", "PGTASK_LOG_LEVEL", "debug",
+			"PGTASK_TIMEOUT", "10s", "PGTASK_HTTP", "http://env.example/hook", "PGTASK_LOG_LEVEL", "debug",
 			"PGTASK_VACUUM_EVERY", "0")
 		cfg, err := parseConfig([]string{"--workers", "3"}, getenv)
 		if err != nil {
@@ -89,6 +91,60 @@ func TestParseConfig(t *testing.T) {
 		cfg, err = parseConfig(append(base, "--addr", "", "--exec", "true"), env("PGTASK_ADDR", "127.0.0.1:1"))
 		if err != nil || cfg.addr != "" {
 			t.Errorf("--addr '': addr %q, %v; want empty", cfg.addr, err)
+		}
+	})
+
+	// A variable set to the empty string means what its flag given '' means; only an
+	// unset one gives the default. PGTASK_ADDR= could not disable the server.
+	t.Run("EmptyVariableIsAnEmptyValue", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := parseConfig(append(base, "--exec", "true"), env("PGTASK_ADDR", ""))
+		if err != nil || cfg.addr != "" {
+			t.Errorf("PGTASK_ADDR='': addr %q, %v; want empty (no server), as with --addr ''", cfg.addr, err)
+		}
+		cfg, err = parseConfig(append(base, "--addr", "127.0.0.1:0", "--exec", "true"), env("PGTASK_ADDR", ""))
+		if err != nil || cfg.addr != "127.0.0.1:0" {
+			t.Errorf("--addr 127.0.0.1:0 with PGTASK_ADDR='': addr %q, %v; want the flag's", cfg.addr, err)
+		}
+		cfg, err = parseConfig(append(base, "--exec", "true"), env("PGTASK_HTTP", ""))
+		if err != nil || cfg.httpURL != "" || len(cfg.execArgs) != 1 {
+			t.Errorf("--exec with PGTASK_HTTP='': %+v, %v; want the exec handler", cfg, err)
+		}
+		for _, tc := range []struct {
+			args []string
+			env  []string
+			want string
+		}{
+			{[]string{"--topic", "t", "--exec", "true"}, []string{"DATABASE_URL", ""}, "DATABASE_URL: a database URL is required: the variable is set but empty"},
+			{[]string{"--database-url", "x", "--exec", "true"}, []string{"PGTASK_TOPIC", ""}, "PGTASK_TOPIC: a topic is required: the variable is set but empty"},
+			{base, []string{"PGTASK_HTTP", ""}, "a handler is required"},
+			{append(base, "--exec", "true"), []string{"PGTASK_WORKERS", ""}, `PGTASK_WORKERS: invalid value ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_BATCH_SIZE", ""}, `PGTASK_BATCH_SIZE: invalid value ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_ORDER", ""}, `PGTASK_ORDER: unknown order ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_CONDITION", ""}, `PGTASK_CONDITION: unknown condition ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_TIMEOUT", ""}, `PGTASK_TIMEOUT: invalid duration ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_RETRY_DELAY", ""}, `PGTASK_RETRY_DELAY: invalid duration ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_HEARTBEAT", ""}, `PGTASK_HEARTBEAT: invalid duration ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_PAUSE_INTERVAL", ""}, `PGTASK_PAUSE_INTERVAL: invalid duration ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_SHUTDOWN_TIMEOUT", ""}, `PGTASK_SHUTDOWN_TIMEOUT: invalid duration ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_VACUUM_EVERY", ""}, `PGTASK_VACUUM_EVERY: invalid value ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_INIT", ""}, `PGTASK_INIT: invalid value "" (want true or false)`},
+			{append(base, "--exec", "true"), []string{"PGTASK_MIGRATE", ""}, `PGTASK_MIGRATE: invalid value "" (want true or false)`},
+			{append(base, "--exec", "true"), []string{"PGTASK_LOG_FORMAT", ""}, `PGTASK_LOG_FORMAT: unknown log format ""`},
+			{append(base, "--exec", "true"), []string{"PGTASK_LOG_LEVEL", ""}, `PGTASK_LOG_LEVEL: unknown log level ""`},
+		} {
+			_, err := parseConfig(tc.args, env(tc.env...))
+			var usageErr *usageError
+			if !errors.As(err, &usageErr) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s=%q: error %v, want a usage error containing %q", tc.env[0], tc.env[1], err, tc.want)
+			}
+		}
+		// The same values given to the flags: the same errors, naming the flag.
+		for _, name := range []string{"workers", "timeout", "heartbeat", "log-format"} {
+			_, err := parseConfig(append(base, "--"+name, "", "--exec", "true"), env())
+			if err == nil || !strings.Contains(err.Error(), "--"+name+": ") {
+				t.Errorf("--%s '': error %v, want one naming --%s", name, err, name)
+			}
 		}
 	})
 
@@ -121,7 +177,7 @@ func TestParseConfig(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
 			args   []string
-			getenv func(string) string
+			getenv func(string) (string, bool)
 			want   string
 		}{
 			{append(base, "--order", "x", "--exec", "true"), env(), `--order: unknown order "x" (want FIFO or LIFO)`},

@@ -28,7 +28,7 @@ import (
 // then shuts down gracefully. It returns flag.ErrHelp after printing --help, and a
 // *usageError for a bad command line.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseConfig(args, os.Getenv)
+	cfg, err := parseConfig(args, os.LookupEnv)
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout)
 		return err
