@@ -51,7 +51,9 @@ var (
 	ErrScheduleExists = errors.New("schedule exists")
 	// ErrScheduleWait means FireSchedules ran out of time finding or waiting for the
 	// due schedules (one another session holds, say), not in a fire: the schedules left
-	// are fired by the next call.
+	// are fired by the next call. Its context's deadline passed during that search or
+	// wait: not before the call (context.DeadlineExceeded alone), nor a cancellation
+	// (context.Canceled).
 	ErrScheduleWait = errors.New("time ran out waiting for due schedules")
 )
 

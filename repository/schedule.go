@@ -717,8 +717,13 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 // deadline when later), since one cut short at each call would never fire (a catch-up
 // of thousands of tasks on a busy server may take longer than a processor's round);
 // cancelling ctx (a shutdown) stops it. Once the deadline has passed, the schedules not
-// yet found are left for the next call, without an error when none failed; a wait cut
-// short by it returns an error wrapping ErrScheduleWait.
+// yet found are left for the next call, without an error when none failed; a search or
+// a wait for due schedules cut short by it returns an error wrapping ErrScheduleWait.
+// A search, wait or fire cut short by ctx's cancellation returns an error wrapping
+// context.Canceled, never ErrScheduleWait, however the connection cancels (a cancel
+// request's SQLSTATE 57014 included). A ctx done before the call fires nothing and
+// returns an error wrapping its error (context.Canceled or context.DeadlineExceeded),
+// not ErrScheduleWait: nothing was waited for.
 //
 // A schedule that cannot fire (its topic's queue is full, say) is left for the next
 // call and its error returned, joined with the others', after the rest have fired.
@@ -729,6 +734,11 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 		errs  []error
 		skip  = []string{}
 	)
+	if err := ctx.Err(); err != nil {
+		// done before anything was found or waited for: ctx's error alone, not
+		// ErrScheduleWait
+		return nil, fmt.Errorf("fire schedules: %w", err)
+	}
 	if due, err := r.q.ScheduleAnyDue(ctx, customPlans{h}, r.clock()); err != nil || !due {
 		return nil, waitError(ctx, mapError("find due schedules", err))
 	}
@@ -770,7 +780,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 				if !found {
 					return fires, errors.Join(append(errs, waitError(ctx, err))...)
 				}
-				errs = append(errs, err)
+				errs = append(errs, cancelled(ctx, err))
 				skip = append(skip, name)
 				continue
 			}
@@ -804,10 +814,22 @@ func fireContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // waitError marks err, an error of finding or waiting for due schedules, with
-// ErrScheduleWait when ctx's deadline cut it short.
+// ErrScheduleWait when ctx's deadline cut it short, with context.Canceled when ctx was
+// cancelled (cancelled).
 func waitError(ctx context.Context, err error) error {
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %w", ErrScheduleWait, err)
+	}
+	return cancelled(ctx, err)
+}
+
+// cancelled adds ctx's error to err when ctx was cancelled and err does not wrap it
+// already: a statement interrupted by a cancel request (pgconn's
+// CancelRequestContextWatcherHandler) fails with the server's SQLSTATE 57014, which
+// says nothing of the context, where the caller tells a shutdown by context.Canceled.
+func cancelled(ctx context.Context, err error) error {
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %w", err, ctx.Err())
 	}
 	return err
 }

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -75,6 +79,24 @@ func (s *scheduleFixture) fire() []repository.Fire {
 		s.t.Fatalf("fire schedules: %v", err)
 	}
 	return fires
+}
+
+// cancelRequests returns a pool on pool's database whose connections answer a context
+// done by a cancel request, not pgx's default of interrupting the connection: the
+// server then fails the statement with SQLSTATE 57014 (query_canceled), which says
+// nothing of the context.
+func cancelRequests(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config()
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 10 * time.Second}
+	}
+	requests, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(requests.Close)
+	return requests
 }
 
 // identifiers returns the identifiers of every task of the topic, in sequence order.
@@ -237,6 +259,8 @@ func TestScheduleFire(t *testing.T) {
 		if fires, err := s.sched.FireSchedules(stop, s.pool); err == nil || len(fires) != 0 || time.Since(began) > 2*time.Second {
 			t.Fatalf("a fire waiting for the topic, its context cancelled after 0.5 s: %d fires, %v after %v; want none and an error at once",
 				len(fires), err, time.Since(began))
+		} else if !errors.Is(err, context.Canceled) || errors.Is(err, repository.ErrScheduleWait) {
+			t.Errorf("a fire cancelled: %v; want context.Canceled, not ErrScheduleWait", err)
 		}
 		// The holder's transaction is released by this goroutine alone from here
 		// on (a pgx.Tx is not safe for concurrent use): the test waits for it to
@@ -280,10 +304,86 @@ func TestScheduleFire(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.clock.advance(time.Second)
-		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-		defer cancel()
-		if fires, err := s.sched.FireSchedules(ctx, s.pool); !errors.Is(err, repository.ErrScheduleWait) || len(fires) != 0 {
-			t.Fatalf("FireSchedules while another session holds the schedule: %d fires, %v; want ErrScheduleWait", len(fires), err)
+		for _, pool := range []*pgxpool.Pool{s.pool, cancelRequests(t, s.pool)} {
+			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+			fires, err := s.sched.FireSchedules(ctx, pool)
+			cancel()
+			if !errors.Is(err, repository.ErrScheduleWait) || errors.Is(err, context.Canceled) || len(fires) != 0 {
+				t.Errorf("FireSchedules while another session holds the schedule: %d fires, %v; want ErrScheduleWait, not context.Canceled", len(fires), err)
+			}
+		}
+	})
+	// The same wait cancelled (a shutdown) is a cancellation, not time run out: a caller
+	// tells it by context.Canceled, and the processor does not log it as another
+	// session's doing.
+	t.Run("AWaitCancelledIsACancellation", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("held", appendEach("@every 1s"))
+		holder, err := s.pool.Begin(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = holder.Rollback(context.WithoutCancel(s.ctx)) }()
+		if _, err := holder.Exec(s.ctx, "SELECT 1 FROM task_schedule WHERE name = 'held' FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.advance(time.Second)
+		for _, pool := range []*pgxpool.Pool{s.pool, cancelRequests(t, s.pool)} {
+			ctx, cancel := context.WithCancel(s.ctx)
+			time.AfterFunc(300*time.Millisecond, cancel)
+			fires, err := s.sched.FireSchedules(ctx, pool)
+			if len(fires) != 0 || !errors.Is(err, context.Canceled) || errors.Is(err, repository.ErrScheduleWait) {
+				t.Errorf("FireSchedules cancelled while another session holds the schedule: %d fires, %v; want context.Canceled, not ErrScheduleWait",
+					len(fires), err)
+			}
+		}
+	})
+	// A fire cancelled (here waiting for its topic's row) is a cancellation too, on a
+	// connection interrupted or sent a cancel request.
+	t.Run("AFireCancelledIsACancellation", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("slow", appendEach("@every 1s"))
+		holder, err := s.pool.Begin(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = holder.Rollback(context.WithoutCancel(s.ctx)) }()
+		if _, err := holder.Exec(s.ctx, "SELECT 1 FROM task_topic WHERE topic = $1 FOR UPDATE", s.topic); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.advance(time.Second)
+		for _, pool := range []*pgxpool.Pool{s.pool, cancelRequests(t, s.pool)} {
+			ctx, cancel := context.WithCancel(s.ctx)
+			time.AfterFunc(300*time.Millisecond, cancel)
+			fires, err := s.sched.FireSchedules(ctx, pool)
+			if len(fires) != 0 || !errors.Is(err, context.Canceled) || errors.Is(err, repository.ErrScheduleWait) {
+				t.Errorf("FireSchedules cancelled in a fire: %d fires, %v; want context.Canceled, not ErrScheduleWait", len(fires), err)
+			}
+		}
+	})
+	// A context done before FireSchedules began (cancelled, or its deadline passed) did
+	// not wait for anything: the error says which, not ErrScheduleWait; nothing fires.
+	t.Run("AContextDoneBeforehandIsNoWait", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("due", appendEach("@every 1s"))
+		s.clock.advance(time.Second)
+		cancelled, cancel := context.WithCancel(s.ctx)
+		cancel()
+		fires, err := s.sched.FireSchedules(cancelled, s.pool)
+		if len(fires) != 0 || !errors.Is(err, context.Canceled) || errors.Is(err, repository.ErrScheduleWait) {
+			t.Errorf("FireSchedules on a cancelled context: %d fires, %v; want context.Canceled, not ErrScheduleWait", len(fires), err)
+		}
+		past, cancelPast := context.WithDeadline(s.ctx, time.Now().Add(-time.Second))
+		defer cancelPast()
+		fires, err = s.sched.FireSchedules(past, s.pool)
+		if len(fires) != 0 || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, repository.ErrScheduleWait) {
+			t.Errorf("FireSchedules on a context past its deadline: %d fires, %v; want context.DeadlineExceeded, not ErrScheduleWait", len(fires), err)
+		}
+		if got := s.identifiers(); len(got) != 0 {
+			t.Errorf("tasks %v pushed on a done context, want none", got)
+		}
+		if fires := s.fire(); len(fires) != 1 {
+			t.Errorf("the next call fired %v, want the schedule left for it", fires)
 		}
 	})
 	t.Run("OncePerFireTimeWithManyConcurrentFirers", func(t *testing.T) {
