@@ -185,6 +185,10 @@ func TestWait(t *testing.T) {
 		if _, err := p.Wait(f.ctx, f.topic, 12345); !errors.Is(err, repository.ErrUnknownTask) {
 			t.Fatalf("err = %v, want ErrUnknownTask", err)
 		}
+		// a topic nobody registered says so (it said its tasks were unknown)
+		if _, err := p.Wait(f.ctx, "nope", 12345); !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Fatalf("Wait on an unknown topic: err = %v, want ErrUnknownTopic", err)
+		}
 	})
 	t.Run("EndsWithItsContextNamingWhatIsUnfinished", func(t *testing.T) {
 		f := setup(t)

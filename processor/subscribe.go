@@ -124,7 +124,8 @@ func (s *Subscription) send(tasks []repository.Task) {
 // stored, in the order given. It learns of this processor's commits as they happen
 // (Subscribe) and reads the tasks again every HeartbeatInterval, so it also sees tasks
 // finished by other processes or by hand. A task retried or snoozed is not finished; an
-// unknown one is an error (repository.ErrUnknownTask). When ctx ends first, Wait returns
+// unknown one is an error (repository.ErrUnknownTask), as is an unknown topic
+// (repository.ErrUnknownTopic). When ctx ends first, Wait returns
 // ctx's error naming the tasks still unfinished. Tests use it to wait for the work they
 // pushed.
 func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) ([]repository.Task, error) {

@@ -338,6 +338,11 @@ func TestUnknownTopic(t *testing.T) {
 			_, err := f.repo.Count(f.ctx, tx, "nope", repository.TaskFilter{}, 0, repository.MaxSequence, repository.Total)
 			return err
 		}},
+		// said nothing: an unknown topic read as tasks that are not there
+		{"GetMany", func(f *fixture, tx pgx.Tx) error {
+			_, err := f.repo.GetMany(f.ctx, tx, "nope", 1, 2)
+			return err
+		}},
 		// these found nothing to change and said nothing: a typo looked like "nothing to do"
 		{"Junction", func(f *fixture, tx pgx.Tx) error {
 			_, err := f.repo.Junction(f.ctx, tx, "nope", repository.Singular, []string{"a"})
@@ -2200,6 +2205,17 @@ func TestGetMany(t *testing.T) {
 	}
 	if none, err := f.repo.GetMany(f.ctx, f.pool, f.topic); err != nil || none != nil {
 		t.Errorf("GetMany of nothing = %v, %v", none, err)
+	}
+	// a registered topic without those tasks is no error; an unknown one is, as for
+	// the other calls that name a topic; a name no topic can have is refused unread
+	if none, err := f.repo.GetMany(f.ctx, f.pool, f.topic, 999, 1000); err != nil || len(none) != 0 {
+		t.Errorf("GetMany of tasks the topic lacks = %v, %v; want none and no error", none, err)
+	}
+	if got, err := f.repo.GetMany(f.ctx, f.pool, "nope", tasks[0].Sequence); !errors.Is(err, repository.ErrUnknownTopic) || got != nil {
+		t.Errorf("GetMany of an unknown topic = %v, %v; want ErrUnknownTopic", got, err)
+	}
+	if got, err := f.repo.GetMany(f.ctx, f.pool, "", tasks[0].Sequence); !errors.Is(err, repository.ErrInvalid) || got != nil {
+		t.Errorf("GetMany of topic \"\" = %v, %v; want ErrInvalid", got, err)
 	}
 }
 

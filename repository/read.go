@@ -477,14 +477,24 @@ func (r *Repository) Get(ctx context.Context, h Handle, topic string, sequence i
 }
 
 // GetMany returns the tasks of a topic with the given sequences, by sequence, in one
-// statement; sequences no task of the topic has are left out.
+// statement; sequences no task of the topic has are left out. An unknown topic returns
+// ErrUnknownTopic, as the other calls that name a topic do, and leaves the caller's
+// transaction usable: when no task was found, a second statement asks whether the
+// topic is registered (a found task says it is). No sequences return nothing without
+// reading the database.
 func (r *Repository) GetMany(ctx context.Context, h Handle, topic string, sequences ...int64) ([]Task, error) {
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
 	if len(sequences) == 0 {
 		return nil, nil
 	}
 	rows, err := r.q.TaskGetMany(ctx, h, db.TaskGetManyParams{Topic: topic, Sequences: sequences})
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("get tasks of topic %q", topic), err)
+	}
+	if err := r.knownTopic(ctx, h, "get tasks", topic, int64(len(rows))); err != nil {
+		return nil, err
 	}
 	return tasksFrom(rows), nil
 }

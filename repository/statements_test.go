@@ -177,6 +177,23 @@ func TestStatements(t *testing.T) {
 		wantStatements(t, counter, "push in a transaction", "TaskPushAppend")
 	})
 
+	// GetMany tells an unknown topic by a second statement only when it found no task:
+	// a task found says the topic is registered.
+	t.Run("GetManyThatFindsTasksIsOneStatement", func(t *testing.T) {
+		t.Parallel()
+		repo, pool, counter := tracedSetup(t)
+		ctx := t.Context()
+		pushed, err := repo.Push(ctx, pool, "topic", repository.Append, repository.Creation{Identifier: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counter.reset()
+		if got, err := repo.GetMany(ctx, pool, "topic", pushed[0].Sequence, 999); err != nil || len(got) != 1 {
+			t.Fatalf("GetMany = %v, %v; want the task pushed", got, err)
+		}
+		wantStatements(t, counter, "get many", "TaskGetMany")
+	})
+
 	t.Run("PollOfThousandIsOneStatement", func(t *testing.T) {
 		t.Parallel()
 		repo, pool, counter := tracedSetup(t)
