@@ -2649,3 +2649,94 @@ func TestOldestReadyAfterARevive(t *testing.T) {
 		t.Errorf("a task released with its not-before an hour ahead: %d delayed (%v), want 1", s.Delayed, err)
 	}
 }
+
+// TestResolveAcrossAnOpenTransaction: a task's creation time is its pushing
+// transaction's start, its sequence taken when it pushes, so a transaction open while
+// others push gives later sequences earlier creation times. Resolve's binary search
+// then returns a boundary among those tasks, as its doc says, which need not be the
+// first (or last) task a scan finds: following the long transaction's start, 3 where
+// tasks 1 and 2 were created at or after it; preceding the first task's creation, 2
+// where task 4 was created before it.
+func TestResolveAcrossAnOpenTransaction(t *testing.T) {
+	f := setup(t)
+	long, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Rollback(f.ctx) }()
+	pushLong := func(identifier string) repository.Task {
+		t.Helper()
+		tasks, err := f.repo.Push(f.ctx, long, f.topic, repository.Append, repository.Creation{Identifier: identifier})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tasks[0]
+	}
+	// sequences 1 to 4, interleaved: the transaction's two tasks, created when it began,
+	// after and before tasks pushed (and created) since on their own
+	pushed := []repository.Task{f.push(repository.Append, "b")[0], pushLong("a1"), f.push(repository.Append, "c")[0], pushLong("a2")}
+	if err := long.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, task := range pushed {
+		if task.Sequence != int64(i+1) {
+			t.Fatalf("tasks %v: want sequences 1 to 4", pushed)
+		}
+	}
+	if !pushed[1].Created.Before(pushed[0].Created) || !pushed[0].Created.Before(pushed[2].Created) || !pushed[3].Created.Equal(pushed[1].Created) {
+		t.Fatalf("tasks created %v, %v, %v, %v: want the transaction's before the others'",
+			pushed[0].Created, pushed[1].Created, pushed[2].Created, pushed[3].Created)
+	}
+	// by Resolve's doc: following, a task created at or after the time whose predecessor
+	// by sequence was created before it (or is none), MaxSequence when the last task was
+	// created before it; preceding, the mirror image
+	boundary := func(at time.Time, preceding bool, got int64) bool {
+		n := len(pushed)
+		if !preceding {
+			if got == repository.MaxSequence {
+				return pushed[n-1].Created.Before(at)
+			}
+			i := slices.IndexFunc(pushed, func(task repository.Task) bool { return task.Sequence == got })
+			return i >= 0 && !pushed[i].Created.Before(at) && (i == 0 || pushed[i-1].Created.Before(at))
+		}
+		if got == repository.MinSequence {
+			return pushed[0].Created.After(at)
+		}
+		i := slices.IndexFunc(pushed, func(task repository.Task) bool { return task.Sequence == got })
+		return i >= 0 && !pushed[i].Created.After(at) && (i == n-1 || pushed[i+1].Created.After(at))
+	}
+	scan := func(at time.Time, preceding bool) int64 {
+		want := repository.MaxSequence
+		if preceding {
+			want = repository.MinSequence
+		}
+		for _, task := range pushed {
+			switch {
+			case !preceding && !task.Created.Before(at):
+				return task.Sequence
+			case preceding && !task.Created.After(at):
+				want = task.Sequence
+			}
+		}
+		return want
+	}
+	differ := 0
+	for _, c := range pushed {
+		for _, at := range []time.Time{c.Created.Add(-time.Hour), c.Created.Add(-time.Microsecond), c.Created,
+			c.Created.Add(time.Microsecond), c.Created.Add(time.Hour)} {
+			for _, preceding := range []bool{false, true} {
+				got, err := f.repo.Resolve(f.ctx, f.pool, at, preceding)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !boundary(at, preceding, got) {
+					t.Errorf("Resolve(%v, preceding %v) = %d: not a boundary of the creation times", at, preceding, got)
+				}
+				if want := scan(at, preceding); got != want {
+					differ++
+				}
+			}
+		}
+	}
+	t.Logf("%d resolutions differ from a scan of the tasks", differ)
+}

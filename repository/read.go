@@ -620,8 +620,23 @@ func (r *Repository) Results(ctx context.Context, h Handle, from, to time.Time) 
 }
 
 // Resolve translates a time (compared with creation times set by the database clock)
-// into a sequence: the first sequence created at or after it (MaxSequence when none), or
-// with preceding the last created at or before it (MinSequence when none).
+// into a sequence, the bound of a range of sequences by creation time: the first
+// sequence created at or after it (MaxSequence when none), or with preceding the last
+// created at or before it (MinSequence when none), while sequences follow creation
+// times. It finds the bound by a binary search over the sequences (migration 000018:
+// about 40 reads of one task through the primary keys, whatever their number), which
+// trusts that they do; finding the first or last for sure would read every task.
+//
+// They need not: a task's creation time is the start of the transaction that pushed it
+// (now()), its sequence is taken when it pushes, so a transaction open while others
+// push (Recreate's copies too, pushed in the caller's transaction) gives later
+// sequences earlier creation times. Where such tasks surround the time, Resolve returns
+// a bound among them: without preceding, a task created at or after the time whose
+// predecessor by sequence was created before it (or is none), or MaxSequence when the
+// last task was created before it; with preceding, a task created at or before the
+// time whose successor was created after it (or is none), or MinSequence when the first
+// task was created after it. A range between two resolved times may then leave out
+// some of those tasks created within them, and holds whatever tasks its sequences do.
 func (r *Repository) Resolve(ctx context.Context, h Handle, at time.Time, preceding bool) (int64, error) {
 	var (
 		seq int64

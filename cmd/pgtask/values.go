@@ -140,8 +140,8 @@ func (f *flags) topicArg(args []string, what string) ([]string, error) {
 
 // rangeFlags registers --from and --to.
 func (f *flags) rangeFlags() (from, to *string) {
-	from = f.String("from", "", "first `SEQUENCE` (inclusive) or an RFC 3339 time: the first task created at or after it")
-	to = f.String("to", "", "last `SEQUENCE` (inclusive) or an RFC 3339 time: the last task created at or before it")
+	from = f.String("from", "", "first `SEQUENCE` (inclusive) or an RFC 3339 time: the first task created at or after it, where sequences follow creation times")
+	to = f.String("to", "", "last `SEQUENCE` (inclusive) or an RFC 3339 time: the last task created at or before it, where sequences follow creation times")
 	return from, to
 }
 
