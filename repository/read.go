@@ -632,11 +632,12 @@ func (r *Repository) Results(ctx context.Context, h Handle, from, to time.Time) 
 // push (Recreate's copies too, pushed in the caller's transaction) gives later
 // sequences earlier creation times. Where such tasks surround the time, Resolve returns
 // a bound among them: without preceding, a task created at or after the time whose
-// predecessor by sequence was created before it (or is none), or MaxSequence when the
-// last task was created before it; with preceding, a task created at or before the
-// time whose successor was created after it (or is none), or MinSequence when the first
-// task was created after it. A range between two resolved times may then leave out
-// some of those tasks created within them, and holds whatever tasks its sequences do.
+// predecessor by sequence (of any topic) was created before it (or is none), or
+// MaxSequence, only when the last task was created before it; with preceding, a task
+// created at or before the time whose successor was created after it (or is none), or
+// MinSequence, only when the first task was created after it. A range between two
+// resolved times may then leave out some of those tasks created within them, and holds
+// whatever tasks its sequences do.
 func (r *Repository) Resolve(ctx context.Context, h Handle, at time.Time, preceding bool) (int64, error) {
 	var (
 		seq int64
