@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -15,24 +16,75 @@ import (
 // Step is one step of a Composite: it receives the tasks that flowed into it and returns
 // a decision per task sequence, or an error that fails all of them. A task without a
 // decision fails.
+//
+// In a Composite, ctx is done when the Composite's is, and once every task the step got
+// is cancelled (its Batch.Context is done: the task was cancelled, or its decision
+// committed, as when the handler timed out); a step over one task sees its cancellation
+// as a TaskFunc does. context.Cause(ctx) then says why (ErrTaskCancelled).
 type Step func(ctx context.Context, tasks []repository.Task, supplement *Supplement) (map[int64]repository.Decision, error)
 
-// TaskStep adapts a per-task function to a Step.
+// TaskStep adapts a per-task function to a Step. In a Composite, fn's ctx is also done
+// when its task's context (Batch.Context) is, so a cancelled task is cancelled for the
+// function working on it; a task cancelled before its turn is not started: it FAILS
+// with ErrTaskCancelled.
 func TaskStep(fn func(ctx context.Context, task repository.Task, supplement *Supplement) repository.Decision) Step {
 	return func(ctx context.Context, tasks []repository.Task, s *Supplement) (map[int64]repository.Decision, error) {
+		batch, _ := ctx.Value(compositeBatchKey{}).(*Batch)
 		out := make(map[int64]repository.Decision, len(tasks))
 		for _, t := range tasks {
-			out[t.Sequence] = fn(ctx, t, s)
+			if batch == nil {
+				out[t.Sequence] = fn(ctx, t, s)
+				continue
+			}
+			tctx, stop := doneWithAll(ctx, []context.Context{batch.Context(t.Sequence)})
+			if context.Cause(tctx) == ErrTaskCancelled {
+				out[t.Sequence] = repository.Fail(ErrTaskCancelled)
+			} else {
+				out[t.Sequence] = fn(tctx, t, s)
+			}
+			stop()
 		}
 		return out, nil
 	}
 }
 
+// compositeBatchKey keys the batch in a step's context, for TaskStep.
+type compositeBatchKey struct{}
+
+// doneWithAll returns a context derived from parent that is also cancelled, with the
+// cause of the last of them, once every one of tasks is done; stop releases it.
+func doneWithAll(parent context.Context, tasks []context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	var left atomic.Int64
+	left.Store(int64(len(tasks)))
+	stops := make([]func() bool, 0, len(tasks))
+	for _, t := range tasks {
+		done := func() {
+			if left.Add(-1) == 0 {
+				cancel(context.Cause(t))
+			}
+		}
+		if t.Err() != nil {
+			done() // now, not on AfterFunc's goroutine: ctx is done when returned
+			continue
+		}
+		stops = append(stops, context.AfterFunc(t, done))
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel(context.Canceled)
+	}
+}
+
 // Composite is a Handler running a DAG of named steps.
 // Independent steps run concurrently. A task flows into a step only if it reached every
-// step the step depends on and its merged decision so far is SUCCESS or continued. Its
-// final decision merges every decision it received: the worst result wins (FAILURE >
-// SUSPENSION > FILTER > SUCCESS) and all messages are kept.
+// step the step depends on and its merged decision so far is SUCCESS or continued; a
+// task cancelled meanwhile flows into no further step (it FAILS with ErrTaskCancelled,
+// and ends FAILED cancelled whatever its steps decided). Its final decision merges
+// every decision it received: the worst result wins (FAILURE > SUSPENSION > FILTER >
+// SUCCESS) and all messages are kept.
 type Composite struct {
 	steps []*compositeStep
 	byKey map[string]*compositeStep
@@ -126,8 +178,8 @@ func (r *compositeRun) step(ctx context.Context, s *compositeStep) {
 	// decision so far.
 	r.mu.Lock()
 	var (
-		tasks []repository.Task
-		prior = make(map[int64]repository.Decision)
+		tasks, cancelled []repository.Task
+		prior            = make(map[int64]repository.Decision)
 	)
 	for _, t := range r.batch.Tasks {
 		merged, reached := repository.Decision{Result: repository.Success}, true
@@ -140,34 +192,50 @@ func (r *compositeRun) step(ctx context.Context, s *compositeStep) {
 			merged = merge(merged, dd)
 		}
 		if reached && flows(merged) {
-			tasks = append(tasks, t)
 			prior[t.Sequence] = merged
+			// Cancelled before this step's turn: it ends FAILED cancelled whatever is
+			// decided, so the step's work on it is not begun (as TaskFunc).
+			if context.Cause(r.batch.Context(t.Sequence)) == ErrTaskCancelled {
+				cancelled = append(cancelled, t)
+			} else {
+				tasks = append(tasks, t)
+			}
 		}
 	}
 	r.mu.Unlock()
-	if len(tasks) == 0 {
+	if len(tasks)+len(cancelled) == 0 {
 		return
 	}
-	own, err := r.call(ctx, s, tasks)
+	var (
+		own map[int64]repository.Decision
+		err error
+	)
+	if len(tasks) > 0 {
+		own, err = r.call(ctx, s, tasks)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cum := make(map[int64]repository.Decision, len(tasks))
-	for _, t := range tasks {
-		var d repository.Decision
-		switch dd, ok := own[t.Sequence]; {
-		case err != nil:
-			d = repository.Fail(fmt.Errorf("step %s: %w", s.name, err))
-		case !ok:
-			d = repository.Fail(fmt.Errorf("step %s reported no decision", s.name))
-		default:
-			d = dd
-		}
+	cum := make(map[int64]repository.Decision, len(tasks)+len(cancelled))
+	record := func(t repository.Task, d repository.Decision) {
 		cum[t.Sequence] = merge(prior[t.Sequence], d)
 		if f, ok := r.final[t.Sequence]; ok {
 			r.final[t.Sequence] = merge(f, d)
 		} else {
 			r.final[t.Sequence] = merge(repository.Decision{Result: repository.Success}, d)
 		}
+	}
+	for _, t := range tasks {
+		switch d, ok := own[t.Sequence]; {
+		case err != nil:
+			record(t, repository.Fail(fmt.Errorf("step %s: %w", s.name, err)))
+		case !ok:
+			record(t, repository.Fail(fmt.Errorf("step %s reported no decision", s.name)))
+		default:
+			record(t, d)
+		}
+	}
+	for _, t := range cancelled {
+		record(t, repository.Fail(ErrTaskCancelled))
 	}
 	r.cum[s] = cum
 }
@@ -178,7 +246,15 @@ func (r *compositeRun) call(ctx context.Context, s *compositeStep, tasks []repos
 			err = fmt.Errorf("panicked: %v\n%s", p, debug.Stack())
 		}
 	}()
-	return s.fn(ctx, tasks, r.supplement)
+	// The step's context ends once every task it got is cancelled; TaskStep finds the
+	// batch in it for each task's own context.
+	taskCtxs := make([]context.Context, len(tasks))
+	for i, t := range tasks {
+		taskCtxs[i] = r.batch.Context(t.Sequence)
+	}
+	sctx, stop := doneWithAll(context.WithValue(ctx, compositeBatchKey{}, r.batch), taskCtxs)
+	defer stop()
+	return s.fn(sctx, tasks, r.supplement)
 }
 
 // flows reports whether a task with this merged decision goes on to dependent steps.

@@ -3,11 +3,13 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -232,6 +234,142 @@ func TestComposite(t *testing.T) {
 		defer computed.Unlock()
 		if computations != 1 {
 			t.Fatalf("supplement computed %d times, want once", computations)
+		}
+	})
+
+	// A Composite gave its steps the batch's context, which a cancel does not touch: a
+	// step went on working on a cancelled task, as a TaskFunc does not.
+	t.Run("ATaskStepSeesItsTaskCancelled", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(3)
+		started := make(chan struct{})
+		sawCancel := make(chan error, 1)
+		var mu sync.Mutex
+		ran := make(map[int64]error) // the tasks the step ran, with their context's error
+		c := processor.NewComposite()
+		if err := c.Step("work", processor.TaskStep(func(ctx context.Context, task repository.Task, _ *processor.Supplement) repository.Decision {
+			mu.Lock()
+			ran[task.Sequence] = ctx.Err()
+			mu.Unlock()
+			if task.Sequence != tasks[0].Sequence {
+				return repository.Succeed("ran")
+			}
+			close(started)
+			select {
+			case <-ctx.Done():
+				sawCancel <- context.Cause(ctx)
+			case <-time.After(10 * time.Second):
+				sawCancel <- errors.New("the step's context was not cancelled")
+			}
+			return repository.Succeed("ignored the cancel")
+		})); err != nil {
+			t.Fatal(err)
+		}
+		var logs logbuf.Buffer
+		p, _ := f.processor("worker", processor.Config{Logger: jsonLogger(&logs, slog.LevelInfo)},
+			processor.ManagerConfig{Handler: c, BatchSize: 3})
+		connected := p.Notifier().Connected()
+		f.start(p)
+		<-connected
+		<-started
+		// the third task, waiting for its turn, first; then the running one
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", tasks[2].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("the cancellation reached the processor", func() bool {
+			return len(logs.Lines("cancelled running task")) == 1
+		})
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", tasks[0].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		if cause := <-sawCancel; !errors.Is(cause, processor.ErrTaskCancelled) {
+			t.Fatalf("the step's context ended with %v, want ErrTaskCancelled", cause)
+		}
+		for _, task := range []repository.Task{tasks[0], tasks[2]} {
+			f.eventually("the cancelled task failed", func() bool { return f.get(task.Sequence).State == repository.Failed })
+			if got := f.get(task.Sequence).Output; got != "cancelled" {
+				t.Errorf("task %d: output %q, want cancelled", task.Sequence, got)
+			}
+		}
+		f.eventually("the other task succeeded", func() bool { return f.get(tasks[1].Sequence).State == repository.Succeeded })
+		mu.Lock()
+		defer mu.Unlock()
+		if err, ok := ran[tasks[1].Sequence]; !ok || err != nil {
+			t.Errorf("the task not cancelled: ran %v, its context's error %v; want run with a live context", ok, err)
+		}
+		if _, ok := ran[tasks[2].Sequence]; ok {
+			t.Errorf("the step ran task %d, cancelled before its turn", tasks[2].Sequence)
+		}
+	})
+
+	// A step over several tasks works for all of them: its context is done once every
+	// one of them is cancelled, and a cancelled task goes on to no further step.
+	t.Run("AStepSeesItsTasksCancelled", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(2)
+		started := make(chan struct{})
+		sawCancel := make(chan error, 1)
+		var mu sync.Mutex
+		var after []int64 // the tasks the dependent step got
+		c := processor.NewComposite()
+		if err := c.Step("work", func(ctx context.Context, batch []repository.Task, _ *processor.Supplement) (map[int64]repository.Decision, error) {
+			close(started)
+			select {
+			case <-ctx.Done():
+				sawCancel <- context.Cause(ctx)
+			case <-time.After(10 * time.Second):
+				sawCancel <- errors.New("the step's context was not cancelled")
+			}
+			out := make(map[int64]repository.Decision)
+			for _, task := range batch {
+				out[task.Sequence] = repository.Succeed("ignored the cancel")
+			}
+			return out, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Step("then", processor.TaskStep(func(ctx context.Context, task repository.Task, _ *processor.Supplement) repository.Decision {
+			mu.Lock()
+			after = append(after, task.Sequence)
+			mu.Unlock()
+			return repository.Succeed("")
+		}), "work"); err != nil {
+			t.Fatal(err)
+		}
+		var logs logbuf.Buffer
+		p, _ := f.processor("worker", processor.Config{Logger: jsonLogger(&logs, slog.LevelInfo)},
+			processor.ManagerConfig{Handler: c, BatchSize: 2})
+		connected := p.Notifier().Connected()
+		f.start(p)
+		<-connected
+		<-started
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", tasks[0].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("the cancellation reached the processor", func() bool {
+			return len(logs.Lines("cancelled running task")) == 1
+		})
+		select {
+		case cause := <-sawCancel:
+			t.Fatalf("the step's context ended (%v) while one of its tasks still runs", cause)
+		default:
+		}
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", tasks[1].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		if cause := <-sawCancel; !errors.Is(cause, processor.ErrTaskCancelled) {
+			t.Fatalf("the step's context ended with %v, want ErrTaskCancelled", cause)
+		}
+		for _, task := range tasks {
+			f.eventually("the cancelled task failed", func() bool { return f.get(task.Sequence).State == repository.Failed })
+			if got := f.get(task.Sequence).Output; got != "cancelled" {
+				t.Errorf("task %d: output %q, want cancelled", task.Sequence, got)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(after) > 0 {
+			t.Errorf("the dependent step ran cancelled tasks %v", after)
 		}
 	})
 
