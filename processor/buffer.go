@@ -34,7 +34,8 @@ type BufferConfig struct {
 	// IdleTimeout is how long a worker above MinWorkers waits for work before it exits.
 	// Default 10 s.
 	IdleTimeout time.Duration
-	// OnClose is what happens to queued batches at shutdown. Default HandBack.
+	// OnClose is what happens to queued batches at shutdown: a manager's own when it
+	// shuts down, every one at Stop. Default HandBack.
 	OnClose CloseMode
 }
 
@@ -42,6 +43,14 @@ type BufferConfig struct {
 // inner handler, so the next batch is ready when a worker frees. A queued batch counts
 // as started (see Batch) only once a worker hands it to the inner handler: until then
 // a shutdown hands it back whole.
+//
+// One Buffer may serve several managers, of one processor or of several (one pool of
+// workers for many topics), and processors run one after another (a process that
+// restarts its processor with the handler it built once). It lives until the last
+// manager running with it shuts down: a manager that shuts down disposes of its own
+// queued batches as OnClose says (with Drain the workers run them), and the others'
+// stay queued and run; once no manager runs with it, it stops as Stop does, and a
+// manager that starts with it later starts it again.
 type Buffered struct {
 	inner Handler
 	cfg   BufferConfig
@@ -50,7 +59,8 @@ type Buffered struct {
 	mu      sync.Mutex
 	workers int
 	busy    int
-	stopped bool
+	users   int  // managers running with the Buffer (attach, detach)
+	stopped bool // by Stop, until a manager starts with the Buffer again (attach)
 	stop    chan struct{}
 	space   chan struct{} // closed (and replaced) whenever a worker takes a batch
 }
@@ -107,10 +117,11 @@ func (b *Buffered) Workers() int {
 func (b *Buffered) Handle(ctx context.Context, batch *Batch) {
 	q := queued{ctx: ctx, batch: batch}
 	for {
-		// Sends happen under b.mu while not stopped, so once Stop has set stopped and
-		// emptied the queue no batch can slip in behind it.
+		// Sends happen under b.mu while not stopped, and while the batch's manager is
+		// not stopping, so once Stop (or detach) has emptied the queue of such batches
+		// none can slip in behind it.
 		b.mu.Lock()
-		if b.stopped {
+		if b.stopped || stopping(batch) {
 			b.mu.Unlock()
 			batch.handBack()
 			return
@@ -125,17 +136,27 @@ func (b *Buffered) Handle(ctx context.Context, batch *Batch) {
 			return
 		default:
 		}
-		space := b.space
+		space, stop := b.space, b.stop
 		b.mu.Unlock()
 		select {
 		case <-space:
 		case <-batch.Stopping():
 			batch.handBack()
 			return
-		case <-b.stop:
+		case <-stop:
 			batch.handBack()
 			return
 		}
+	}
+}
+
+// stopping reports whether the manager of batch has begun its shutdown.
+func stopping(batch *Batch) bool {
+	select {
+	case <-batch.Stopping():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -149,6 +170,9 @@ func (b *Buffered) work() {
 	idle := time.NewTimer(b.cfg.IdleTimeout)
 	defer idle.Stop()
 	for {
+		b.mu.Lock()
+		stop := b.stop // replaced when the Buffer is started again
+		b.mu.Unlock()
 		select {
 		case q := <-b.queue:
 			b.signalSpace()
@@ -163,7 +187,7 @@ func (b *Buffered) work() {
 			}
 			b.mu.Unlock()
 			idle.Reset(b.cfg.IdleTimeout)
-		case <-b.stop:
+		case <-stop:
 			if b.cfg.OnClose == Drain {
 				select {
 				case q := <-b.queue:
@@ -174,6 +198,10 @@ func (b *Buffered) work() {
 				}
 			}
 			b.mu.Lock()
+			if !b.stopped {
+				b.mu.Unlock()
+				continue // a manager started the Buffer again meanwhile
+			}
 			b.workers--
 			b.mu.Unlock()
 			return
@@ -219,7 +247,10 @@ func (b *Buffered) run(q queued) {
 func (*Buffered) tracksStarts() {}
 
 // Stop stops accepting batches and disposes of the queued ones as OnClose says; running
-// batches finish. The manager calls it at graceful shutdown.
+// batches finish, and the workers exit. A manager running with the Buffer does it when
+// it is the last one to shut down; call it yourself on a Buffer used outside a
+// processor. It stops the Buffer for every manager: one still running hands back every
+// batch it polls until it shuts down.
 func (b *Buffered) Stop() {
 	b.mu.Lock()
 	if b.stopped {
@@ -235,13 +266,86 @@ func (b *Buffered) Stop() {
 	for {
 		select {
 		case q := <-b.queue:
-			if b.cfg.OnClose == FailPending {
-				_ = q.batch.Fail(errors.New("processor shut down before the batch was started"))
-			} else {
-				q.batch.handBack()
-			}
+			b.dispose(q)
 		default:
 			return
 		}
 	}
+}
+
+// dispose hands back or fails (OnClose) a queued batch its manager's shutdown left.
+func (b *Buffered) dispose(q queued) {
+	if b.cfg.OnClose == FailPending {
+		_ = q.batch.Fail(errors.New("processor shut down before the batch was started"))
+	} else {
+		q.batch.handBack()
+	}
+}
+
+// attach counts a manager that starts running with the Buffer, and starts the Buffer
+// again if it was stopped.
+func (b *Buffered) attach() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.users++
+	if !b.stopped {
+		return
+	}
+	b.stopped = false
+	b.stop = make(chan struct{})
+	// The workers of before that have not exited yet stay (work).
+	for b.workers < b.cfg.MinWorkers {
+		b.spawn()
+	}
+}
+
+// detach is called by a manager running with the Buffer when its shutdown begins, once
+// its batches' Stopping is closed: the last one stops the Buffer; before, only the
+// queued batches of stopping managers are disposed of as OnClose says.
+func (b *Buffered) detach() {
+	b.mu.Lock()
+	if b.users > 0 {
+		b.users--
+	}
+	if b.users == 0 {
+		b.mu.Unlock()
+		b.Stop()
+		return
+	}
+	if b.cfg.OnClose == Drain {
+		b.mu.Unlock()
+		return // the workers run them
+	}
+	// Senders hold b.mu, so what is put back fits; workers may take batches meanwhile.
+	var all, leaving []queued
+	for len(b.queue) > 0 {
+		select {
+		case q := <-b.queue:
+			all = append(all, q)
+		default:
+		}
+	}
+	for _, q := range all {
+		if stopping(q.batch) {
+			leaving = append(leaving, q)
+		} else {
+			b.queue <- q
+		}
+	}
+	if len(leaving) > 0 {
+		close(b.space) // room for the Handles waiting
+		b.space = make(chan struct{})
+	}
+	b.mu.Unlock()
+	for _, q := range leaving {
+		b.dispose(q)
+	}
+}
+
+// sharedHandler is implemented by handlers that count the managers running with them
+// (Buffered): a manager attaches once it has started, and detaches when its shutdown
+// begins, instead of calling Stop.
+type sharedHandler interface {
+	attach()
+	detach()
 }

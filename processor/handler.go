@@ -30,8 +30,9 @@ type HandlerFunc func(ctx context.Context, batch *Batch)
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, batch *Batch) { f(ctx, batch) }
 
-// Stopper is implemented by handlers that hold batches of their own (such as Buffer):
-// Stop is called when the manager begins a graceful shutdown, after polling stopped.
+// Stopper is implemented by handlers that hold batches of their own: Stop is called when
+// the manager begins a graceful shutdown, after polling stopped. (A Buffer, which may
+// serve several managers, is stopped by the last of them to shut down.)
 type Stopper interface {
 	// Stop disposes of the batches the handler holds but has not started.
 	Stop()

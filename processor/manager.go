@@ -572,6 +572,9 @@ func (m *TaskManager) run(ctx context.Context) error {
 		m.retry(ctx, "start", m.startOp, err, startup)
 	}
 	m.p.faults.ok(m.startOp)
+	if s, ok := m.cfg.Handler.(sharedHandler); ok {
+		s.attach()
+	}
 	// Handlers run on a context that survives the start of a graceful shutdown and is
 	// cancelled only when its deadline passes.
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -614,7 +617,9 @@ func (m *TaskManager) run(ctx context.Context) error {
 	// handlers get until the deadline to report, then everything left fails.
 	close(stopping)
 	m.completer.stopWaiting() // what is decided commits now
-	if s, ok := m.cfg.Handler.(Stopper); ok {
+	if s, ok := m.cfg.Handler.(sharedHandler); ok {
+		s.detach() // stops it if no other manager runs with it
+	} else if s, ok := m.cfg.Handler.(Stopper); ok {
 		s.Stop()
 	}
 	deadline := time.NewTimer(m.cfg.ShutdownTimeout)

@@ -1,0 +1,131 @@
+package processor_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/processor"
+	"github.com/pgtask/pgtask/repository"
+)
+
+// A Buffer serves every manager that runs with it, in one processor or several: it
+// lives until the last of them stops. The first to stop used to stop it for all: the
+// others' queued batches were handed back with it, and every batch they polled after
+// was handed back at once, READY again, polled again, for as long as they ran.
+func TestSharedBuffer(t *testing.T) {
+	t.Run("AProcessorThatStopsHandsBackOnlyItsOwnBatches", func(t *testing.T) {
+		f := setup(t)
+		const other = "other"
+		f.createTopic(other, 1)
+		release := make(chan struct{})
+		running := make(chan struct{}, 1)
+		h, err := processor.Buffer(processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			if task.Identifier == "hold" {
+				running <- struct{}{}
+				<-release
+			}
+			return repository.Succeed("ran")
+		}), processor.BufferConfig{Queue: 2, MinWorkers: 1, MaxWorkers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var handedBack atomic.Int64 // tasks of the other topic handed back while its processor runs
+		first, _ := f.processor("first", processor.Config{}, processor.ManagerConfig{Handler: h, BatchSize: 1})
+		second, _ := f.processor("second", processor.Config{}, processor.ManagerConfig{Topic: other, Handler: h, BatchSize: 1,
+			Listener: processor.Listener{OnCallback: func(_ string, _ []repository.Task, decisions map[int64]repository.Decision, _ time.Duration) {
+				for _, d := range decisions {
+					if d.Snooze && d.Delay == 0 {
+						handedBack.Add(1)
+					}
+				}
+			}}})
+		stopFirst := f.start(first)
+		stopSecond := f.start(second)
+		// the only worker runs the second processor's task; a task of each waits in the queue
+		push := func(topic, identifier string) repository.Task {
+			t.Helper()
+			tasks, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, repository.Creation{Identifier: identifier})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tasks[0]
+		}
+		state := func(topic string, sequence int64) repository.Task {
+			t.Helper()
+			got, err := f.repo.Get(f.ctx, f.pool, topic, sequence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		push(other, "hold")
+		<-running
+		mine := push(f.topic, "queued")
+		theirs := push(other, "queued")
+		f.eventually("both queued tasks leased", func() bool {
+			return state(f.topic, mine.Sequence).State == repository.Active && state(other, theirs.Sequence).State == repository.Active
+		})
+		if err := stopFirst(); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(f.topic, mine.Sequence); got.State != repository.Ready || got.Attempt-got.Returned != 0 {
+			t.Errorf("the stopped processor's queued task is %v with %d attempts used, want handed back (READY, none used)",
+				got.State, got.Attempt-got.Returned)
+		}
+		close(release)
+		later := push(other, "later")
+		for _, task := range []repository.Task{theirs, later} {
+			if !f.within(10*time.Second, func() bool { return state(other, task.Sequence).State == repository.Succeeded }) {
+				t.Fatalf("the running processor's task %q is %v after 10 s, want SUCCEEDED; %d of its tasks were handed back meanwhile",
+					task.Identifier, state(other, task.Sequence).State, handedBack.Load())
+			}
+		}
+		if n := handedBack.Load(); n > 0 {
+			t.Errorf("the running processor's tasks were handed back %d times", n)
+		}
+		if n := h.Workers(); n != 1 {
+			t.Errorf("%d workers while a processor runs, want 1", n)
+		}
+		// the last one to stop stops the Buffer
+		if err := stopSecond(); err != nil {
+			t.Fatal(err)
+		}
+		if !f.within(5*time.Second, func() bool { return h.Workers() == 0 }) {
+			t.Errorf("%d workers after every processor stopped, want none", h.Workers())
+		}
+	})
+
+	t.Run("AProcessorStartedAfterTheLastStoppedGetsTheBuffer", func(t *testing.T) {
+		f := setup(t)
+		var mu sync.Mutex
+		ran := 0
+		h, err := processor.Buffer(processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			mu.Lock()
+			ran++
+			mu.Unlock()
+			return repository.Succeed("ran")
+		}), processor.BufferConfig{MinWorkers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// a process restarting its processor, the handler built once
+		first, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: h})
+		stop := f.start(first)
+		f.pushN(1)
+		f.eventually("the first processor ran a task", func() bool { return f.count(repository.Succeeded) == 1 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		second, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: h})
+		f.start(second)
+		f.pushN(3)
+		if !f.within(10*time.Second, func() bool { return f.count(repository.Succeeded) == 4 }) {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("the restarted processor ran %d tasks in 10 s, want 3; the topic's tasks: %s", ran-1, f.states())
+		}
+	})
+}
