@@ -80,6 +80,10 @@ type Batch struct {
 	// sink receives each report: the decided tasks' completions and the follow-ups
 	// declared before them (TaskManager.reported); nil outside a processor.
 	sink func(b *Batch, completions []repository.Completion, followups []FollowUp, kind reportKind, err error)
+	// onPanic is told of a panic of the batch's handler (TaskManager.handlerPanicked),
+	// wherever it was caught: in the manager, or in a Buffer's worker; nil outside a
+	// processor.
+	onPanic func(err error, r any)
 
 	// leases holds one completion per task as polled (Task.Decide, which carries the
 	// task's identifier, input and reference to Repository.Complete): what a handler does
@@ -485,6 +489,16 @@ func handleBatch(ctx context.Context, h Handler, b *Batch) {
 		b.beginAll()
 	}
 	h.Handle(ctx, b)
+}
+
+// panicked fails the tasks not yet decided of a batch whose handler panicked with r,
+// once the manager has reported the panic.
+func (b *Batch) panicked(r any) {
+	err := fmt.Errorf("handler panicked: %v", r)
+	if b.onPanic != nil {
+		b.onPanic(err, r)
+	}
+	_ = b.Fail(err)
 }
 
 // handBack returns every task not yet decided to READY without consuming its attempt

@@ -237,7 +237,7 @@ func (b *Buffered) run(q queued) {
 		b.busy--
 		b.mu.Unlock()
 		if r := recover(); r != nil {
-			_ = q.batch.Fail(fmt.Errorf("handler panicked: %v", r))
+			q.batch.panicked(r)
 		}
 	}()
 	handleBatch(q.ctx, b.inner, q.batch)

@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -66,6 +68,41 @@ func TestBadHandler(t *testing.T) {
 		}
 		managers[0].Resume()
 		f.eventually("next batch succeeded", func() bool { return f.get(second[0].Sequence).State == repository.Succeeded })
+	})
+
+	// A Buffer's worker caught the panic and failed the batch, but neither logged it nor
+	// told the listener, as the manager does for a handler without a Buffer: the
+	// library's usual set-up hid a panicking handler from its operators.
+	t.Run("APanicInABufferIsReportedAsWithout", func(t *testing.T) {
+		panicking := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) { panic("boom") })
+		buffered, err := processor.Buffer(panicking, processor.BufferConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name    string
+			handler processor.Handler
+		}{{"Bare", panicking}, {"Buffered", buffered}} {
+			t.Run(c.name, func(t *testing.T) {
+				f := setup(t)
+				tasks := f.pushN(1)
+				errs := &errorLog{}
+				var logs logbuf.Buffer
+				p, _ := f.processor("worker", processor.Config{Logger: jsonLogger(&logs, slog.LevelInfo)},
+					processor.ManagerConfig{Handler: c.handler, Listener: errs.listener()})
+				f.start(p)
+				f.eventually("panicking batch failed", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
+				if got := f.get(tasks[0].Sequence).Output; !strings.Contains(got, "handler panicked: boom") {
+					t.Errorf("output %q, want the panic", got)
+				}
+				if !errs.contains("handler panicked: boom") {
+					t.Error("the panic was not reported to the listener")
+				}
+				if lines := logs.Lines(`"level":"ERROR"`, `"msg":"handler panicked"`, "boom"); len(lines) != 1 {
+					t.Errorf("the panic was logged %d times at ERROR, want once; the log:\n%s", len(lines), logs.String())
+				}
+			})
+		}
 	})
 
 	t.Run("SecondCallbackIsRefusedAndReported", func(t *testing.T) {

@@ -1083,6 +1083,7 @@ func (m *TaskManager) prepareWaiting(tasks []repository.Task) *Batch {
 	batchCtx, cancel := context.WithCancel(m.handlerCtx)
 	b := newBatch(batchCtx, m.cfg.Topic, tasks, m.stopping, m.reported)
 	b.ctx, b.cancel = batchCtx, cancel
+	b.onPanic = func(err error, r any) { m.handlerPanicked(b, err, r) }
 	m.track(b)
 	return b
 }
@@ -1112,14 +1113,18 @@ func (m *TaskManager) handle(b *Batch) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err := fmt.Errorf("handler panicked: %v", r)
-			m.cfg.Listener.error(m.cfg.Topic, err)
-			m.p.logger.Error("handler panicked", slog.String("topic", m.cfg.Topic), slog.Int("tasks", len(b.leased)),
-				slog.Any("panic", r))
-			_ = b.Fail(err)
+			b.panicked(r)
 		}
 	}()
 	handleBatch(b.ctx, m.cfg.Handler, b)
+}
+
+// handlerPanicked reports a panic of b's handler, caught here (handle) or by a Buffer's
+// worker (Batch.panicked).
+func (m *TaskManager) handlerPanicked(b *Batch, err error, r any) {
+	m.cfg.Listener.error(m.cfg.Topic, err)
+	m.p.logger.Error("handler panicked", slog.String("topic", m.cfg.Topic), slog.Int("tasks", len(b.leased)),
+		slog.Any("panic", r))
 }
 
 // reported receives decisions of a batch's tasks from Batch (each task's once), for
