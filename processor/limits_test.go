@@ -574,6 +574,10 @@ func TestALimitRaisedWhileNobodyListensIsSeenOnReconnect(t *testing.T) {
 		}
 		return nil
 	}
+	// The pool makes all its connections before the gate shuts: a read of the topic
+	// begun before the change (the one the first connect of the listener starts) must not
+	// wait behind the gate for a new connection and so answer after the change.
+	cfg.MinConns = cfg.MaxConns
 	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -599,6 +603,10 @@ func TestALimitRaisedWhileNobodyListensIsSeenOnReconnect(t *testing.T) {
 	f.start(p)
 	<-connected
 	f.eventually("3 tasks started", func() bool { return started.Load() == 3 })
+	f.eventually("the pool made all its connections", func() bool {
+		s := pool.Stat()
+		return s.IdleConns()+s.AcquiredConns() == cfg.MaxConns
+	})
 
 	shut.Store(true)
 	pid := p.Notifier().PID()
@@ -608,6 +616,9 @@ func TestALimitRaisedWhileNobodyListensIsSeenOnReconnect(t *testing.T) {
 		t.Fatalf("terminate the listening backend %d: %v %v", pid, terminated, err)
 	}
 	f.eventually("the listener disconnected", func() bool { return p.Notifier().PID() == 0 })
+	// Whatever the processor was reading (its first connect's read of the topic, the
+	// reconciliation the drop asks for) has answered before the change.
+	f.eventually("the processor's statements answered", func() bool { return pool.Stat().AcquiredConns() == 0 })
 	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 5 }); err != nil {
 		t.Fatal(err)
 	}
