@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,9 +82,9 @@ type Batch struct {
 	// declared before them (TaskManager.reported); nil outside a processor.
 	sink func(b *Batch, completions []repository.Completion, followups []FollowUp, kind reportKind, err error)
 	// onPanic is told of a panic of the batch's handler (TaskManager.handlerPanicked),
-	// wherever it was caught: in the manager, or in a Buffer's worker; nil outside a
-	// processor.
-	onPanic func(err error, r any)
+	// wherever it was caught: in the manager, or in a Buffer's worker, with the stack of
+	// the goroutine that panicked; nil outside a processor.
+	onPanic func(err error, r any, stack []byte)
 
 	// leases holds one completion per task as polled (Task.Decide, which carries the
 	// task's identifier, input and reference to Repository.Complete): what a handler does
@@ -492,11 +493,12 @@ func handleBatch(ctx context.Context, h Handler, b *Batch) {
 }
 
 // panicked fails the tasks not yet decided of a batch whose handler panicked with r,
-// once the manager has reported the panic.
+// once the manager has reported the panic. It is called by the deferred function that
+// recovered r, whose stack still holds the frames that panicked.
 func (b *Batch) panicked(r any) {
 	err := fmt.Errorf("handler panicked: %v", r)
 	if b.onPanic != nil {
-		b.onPanic(err, r)
+		b.onPanic(err, r, debug.Stack())
 	}
 	_ = b.Fail(err)
 }

@@ -100,6 +100,9 @@ func TestBadHandler(t *testing.T) {
 				}
 				if lines := logs.Lines(`"level":"ERROR"`, `"msg":"handler panicked"`, "boom"); len(lines) != 1 {
 					t.Errorf("the panic was logged %d times at ERROR, want once; the log:\n%s", len(lines), logs.String())
+				} else if !strings.Contains(lines[0], "handler_test.go") {
+					// the handler's own frame: the stack is the panicking goroutine's
+					t.Errorf("the panic's log has no stack down to the handler that panicked: %s", lines[0])
 				}
 			})
 		}

@@ -1083,7 +1083,7 @@ func (m *TaskManager) prepareWaiting(tasks []repository.Task) *Batch {
 	batchCtx, cancel := context.WithCancel(m.handlerCtx)
 	b := newBatch(batchCtx, m.cfg.Topic, tasks, m.stopping, m.reported)
 	b.ctx, b.cancel = batchCtx, cancel
-	b.onPanic = func(err error, r any) { m.handlerPanicked(b, err, r) }
+	b.onPanic = func(err error, r any, stack []byte) { m.handlerPanicked(b, err, r, stack) }
 	m.track(b)
 	return b
 }
@@ -1120,11 +1120,12 @@ func (m *TaskManager) handle(b *Batch) {
 }
 
 // handlerPanicked reports a panic of b's handler, caught here (handle) or by a Buffer's
-// worker (Batch.panicked).
-func (m *TaskManager) handlerPanicked(b *Batch, err error, r any) {
+// worker (Batch.panicked): the log has the stack of the goroutine that panicked, which
+// the tasks' error text (the same for every task of the batch) leaves out.
+func (m *TaskManager) handlerPanicked(b *Batch, err error, r any, stack []byte) {
 	m.cfg.Listener.error(m.cfg.Topic, err)
 	m.p.logger.Error("handler panicked", slog.String("topic", m.cfg.Topic), slog.Int("tasks", len(b.leased)),
-		slog.Any("panic", r))
+		slog.Any("panic", r), slog.String("stack", string(stack)))
 }
 
 // reported receives decisions of a batch's tasks from Batch (each task's once), for
