@@ -568,8 +568,9 @@ func (b *Batch) cancelTask(sequence int64) bool {
 }
 
 // settle books completions' tasks as settled: their decisions are committed, or given up
-// on, and the manager neither runs nor commits them any more. It reports whether a
-// reconciliation waited for one of them (deferReconcile).
+// on, and the manager neither runs nor commits them any more; their contexts end then,
+// whatever the batch's other tasks still do. It reports whether a reconciliation waited
+// for one of them (deferReconcile).
 func (b *Batch) settle(completions []repository.Completion) (deferred bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -577,6 +578,7 @@ func (b *Batch) settle(completions []repository.Completion) (deferred bool) {
 		if i, ok := b.index[c.Sequence]; ok {
 			b.settled[i] = true
 			deferred = deferred || b.deferred[i]
+			b.cancels[i](context.Canceled)
 		}
 	}
 	return deferred

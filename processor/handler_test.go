@@ -216,6 +216,52 @@ func TestBadHandler(t *testing.T) {
 }
 
 func TestHandlers(t *testing.T) {
+	// A task's context ended only with its whole batch: a handler deciding its tasks one
+	// by one kept the decided ones' contexts (and what hangs on them) alive until the
+	// last task of the batch was decided and committed.
+	t.Run("ATaskContextEndsOnceItsDecisionIsCommitted", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(2)
+		type seen struct {
+			ended    bool
+			state    repository.State
+			otherErr error
+		}
+		result := make(chan seen, 1)
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			if len(b.Tasks) != 2 {
+				t.Errorf("batch of %d tasks, want both", len(b.Tasks))
+			}
+			first, second := b.Tasks[0].Sequence, b.Tasks[1].Sequence
+			_ = b.Decide(first, repository.Succeed(""))
+			var s seen
+			select {
+			case <-b.Context(first).Done():
+				s.ended = true
+				s.state = f.get(first).State
+			case <-time.After(10 * time.Second):
+			}
+			s.otherErr = b.Context(second).Err()
+			result <- s
+			_ = b.Decide(second, repository.Succeed(""))
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 2})
+		f.start(p)
+		s := <-result
+		if !s.ended {
+			t.Fatal("the decided task's context did not end within 10 s while its batch mate was undecided")
+		}
+		if s.state != repository.Succeeded {
+			t.Errorf("the context ended with the task %v, want its decision committed first (SUCCEEDED)", s.state)
+		}
+		if s.otherErr != nil {
+			t.Errorf("the undecided task's context ended too: %v", s.otherErr)
+		}
+		f.eventually("both succeeded", func() bool {
+			return f.get(tasks[0].Sequence).State == repository.Succeeded && f.get(tasks[1].Sequence).State == repository.Succeeded
+		})
+	})
+
 	t.Run("TypedHandlerFailsUndecodableInputAndProcessesTheRest", func(t *testing.T) {
 		f := setup(t)
 		type order struct {
