@@ -223,8 +223,9 @@ func (b *Batch) Context(sequence int64) context.Context {
 type stoppingKey struct{}
 
 // Stopping returns the channel closed when the manager running the task of ctx (a
-// context from Batch.Context) begins a graceful shutdown, so a long task can wrap up
-// early. It returns nil (never closed) for other contexts.
+// context from Batch.Context, the context a handler is called with, or one derived from
+// either, as a Composite's steps get) begins a graceful shutdown, so a long task can
+// wrap up early. It returns nil (never closed) for other contexts.
 func Stopping(ctx context.Context) <-chan struct{} {
 	ch, _ := ctx.Value(stoppingKey{}).(<-chan struct{})
 	return ch

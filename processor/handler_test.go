@@ -216,6 +216,41 @@ func TestBadHandler(t *testing.T) {
 }
 
 func TestHandlers(t *testing.T) {
+	// Stopping gave nil (a channel never closed) on the context a handler is called
+	// with, and so in a Composite's steps: only a task's own context had it.
+	t.Run("StoppingIsClosedOnTheHandlersAndTheStepsContexts", func(t *testing.T) {
+		f := setup(t)
+		f.pushN(1)
+		type stops struct{ handler, step <-chan struct{} }
+		seen := make(chan stops, 1)
+		comp := processor.NewComposite()
+		var step <-chan struct{}
+		if err := comp.Step("only", func(ctx context.Context, tasks []repository.Task, _ *processor.Supplement) (map[int64]repository.Decision, error) {
+			step = processor.Stopping(ctx)
+			return map[int64]repository.Decision{tasks[0].Sequence: repository.Succeed("")}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			comp.Handle(ctx, b)
+			seen <- stops{processor.Stopping(ctx), step}
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler})
+		stop := f.start(p)
+		s := <-seen
+		if s.handler == nil || s.step == nil {
+			t.Fatalf("Stopping gave nil on the handler's context (%v) or the step's (%v)", s.handler == nil, s.step == nil)
+		}
+		stop()
+		for name, ch := range map[string]<-chan struct{}{"handler's": s.handler, "step's": s.step} {
+			select {
+			case <-ch:
+			default:
+				t.Errorf("the %s Stopping channel is still open after the shutdown", name)
+			}
+		}
+	})
+
 	// A task's context ended only with its whole batch: a handler deciding its tasks one
 	// by one kept the decided ones' contexts (and what hangs on them) alive until the
 	// last task of the batch was decided and committed.

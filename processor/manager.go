@@ -1081,8 +1081,11 @@ func (m *TaskManager) prepareWaiting(tasks []repository.Task) *Batch {
 	// Each batch has its own context, cancelled once the batch is committed (after a
 	// timeout, say), so a handler cannot go on working on tasks that were failed.
 	batchCtx, cancel := context.WithCancel(m.handlerCtx)
+	// The handler's context (b.ctx, which newBatch derives) carries the manager's
+	// stopping channel, as each task's does: Stopping works on either, and in the steps
+	// of a Composite.
 	b := newBatch(batchCtx, m.cfg.Topic, tasks, m.stopping, m.reported)
-	b.ctx, b.cancel = batchCtx, cancel
+	b.cancel = cancel
 	b.onPanic = func(err error, r any, stack []byte) { m.handlerPanicked(b, err, r, stack) }
 	m.track(b)
 	return b
