@@ -47,8 +47,17 @@ func TestPause(t *testing.T) {
 		}
 		tasks := f.pushN(1)
 		finished := make(done, 10)
-		p, managers := f.processor("restarted", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0)})
+		// Active is true until the manager has read the topic: the check waits for that
+		// (under load the read took more than the 300 ms below).
+		started := make(chan struct{})
+		p, managers := f.processor("restarted", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0),
+			Listener: processor.Listener{OnStart: func(string) { close(started) }}})
 		f.start(p)
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the manager did not start within 30 s")
+		}
 		select {
 		case seq := <-finished:
 			t.Fatalf("task %d handled by a manager started while the topic is paused", seq)

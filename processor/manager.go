@@ -444,7 +444,8 @@ func (m *TaskManager) watchFloor(ctx context.Context) {
 // watchTimeout bounds one look of watchFloor.
 const watchTimeout = 2 * time.Minute
 
-// Active reports whether the topic is running (not paused) as last seen.
+// Active reports whether the topic is running (not paused) as last seen: true until the
+// manager has first read its topic, as it does before it polls (Listener.OnStart).
 func (m *TaskManager) Active() bool { return m.active.Load() }
 
 func (m *TaskManager) setActive(active bool) {
