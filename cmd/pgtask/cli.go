@@ -20,13 +20,21 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	getenv func(string) string
+	// lookupenv reads an environment variable as os.LookupEnv does: whether it is set
+	// tells a variable set to the empty string from an unset one.
+	lookupenv func(string) (string, bool)
+}
+
+// getenv is the value of the environment variable key, "" when it is unset.
+func (e *env) getenv(key string) string {
+	v, _ := e.lookupenv(key)
+	return v
 }
 
 // run runs the pgtask command line args (without the program name). A usage error
 // (bad flag or value) is a *usageError; --help returns nil after printing usage.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runEnv(ctx, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}, args)
+	return runEnv(ctx, &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, lookupenv: os.LookupEnv}, args)
 }
 
 func runEnv(ctx context.Context, e *env, args []string) error {

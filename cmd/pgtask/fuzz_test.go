@@ -92,7 +92,7 @@ func FuzzCommandLine(f *testing.F) {
 		if !commands[command] {
 			return
 		}
-		e := &env{stdin: strings.NewReader(""), stdout: discard{}, stderr: discard{}, getenv: func(string) string { return "" }}
+		e := &env{stdin: strings.NewReader(""), stdout: discard{}, stderr: discard{}, lookupenv: lookupIn(nil)}
 		err := runEnv(context.Background(), e, append(strings.Fields(command), a, b, c))
 		var ue *usageError
 		if err != nil && !errors.As(err, &ue) && !errors.Is(err, flag.ErrHelp) {

@@ -33,7 +33,7 @@ func runServer(t *testing.T, f *fixture, environ map[string]string, args ...stri
 	ctx, cancel := context.WithCancel(f.ctx)
 	stdoutR, stdoutW := io.Pipe()
 	s := &served{stderr: &logbuf.Buffer{}}
-	e := &env{stdin: strings.NewReader(""), stdout: stdoutW, stderr: s.stderr, getenv: func(k string) string { return environ[k] }}
+	e := &env{stdin: strings.NewReader(""), stdout: stdoutW, stderr: s.stderr, lookupenv: lookupIn(environ)}
 	done := make(chan error, 1)
 	go func() {
 		err := runEnv(ctx, e, append(args, "--database-url", f.url))

@@ -175,7 +175,7 @@ func TestServe(t *testing.T) {
 	stderr := &logbuf.Buffer{}
 	e := &env{
 		stdin: strings.NewReader(""), stdout: stdoutW, stderr: stderr,
-		getenv: func(k string) string { return map[string]string{"PGTASK_TOKEN": "sekrit"}[k] },
+		lookupenv: lookupIn(map[string]string{"PGTASK_TOKEN": "sekrit"}),
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -369,7 +369,7 @@ func TestDevWithDatabaseURL(t *testing.T) {
 	stdoutR, stdoutW := io.Pipe()
 	stderr := &logbuf.Buffer{}
 	e := &env{stdin: strings.NewReader(""), stdout: stdoutW, stderr: stderr,
-		getenv: func(k string) string { return map[string]string{"DATABASE_URL": f.url}[k] }}
+		lookupenv: lookupIn(map[string]string{"DATABASE_URL": f.url})}
 	done := make(chan error, 1)
 	go func() {
 		err := runEnv(ctx, e, []string{"dev", "--addr", "127.0.0.1:0"})

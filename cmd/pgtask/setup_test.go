@@ -98,14 +98,23 @@ func (f *fixture) ok(args ...string) string {
 func runCLI(ctx context.Context, stdin string, environ map[string]string, args ...string) result {
 	var stdout, stderr, report bytes.Buffer
 	e := &env{
-		stdin:  strings.NewReader(stdin),
-		stdout: &stdout,
-		stderr: &stderr,
-		getenv: func(k string) string { return environ[k] },
+		stdin:     strings.NewReader(stdin),
+		stdout:    &stdout,
+		stderr:    &stderr,
+		lookupenv: lookupIn(environ),
 	}
 	err := runEnv(ctx, e, args)
 	code := exitCode(err, &report)
 	return result{stdout: stdout.String(), stderr: stderr.String() + report.String(), err: err, code: code}
+}
+
+// lookupIn is an env.lookupenv of the variables in environ: a variable given as "" is
+// set but empty, one not there is unset.
+func lookupIn(environ map[string]string) func(string) (string, bool) {
+	return func(key string) (string, bool) {
+		v, ok := environ[key]
+		return v, ok
+	}
 }
 
 // get reads a task from the database.
