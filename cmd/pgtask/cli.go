@@ -248,6 +248,28 @@ func (f *flags) given(name string) bool {
 	return found
 }
 
+// setting returns the value of flag name (value, as parsed) when the flag was given,
+// else that of the environment variable when it is set, with which of them gave it:
+// "--name" or the variable; "" when neither is set. A flag given an empty value, or a
+// variable set to the empty string, is a usage error naming it and ending with hint
+// (what to do instead): an empty value, such as a secret that came out empty, is never
+// taken as unset.
+func (f *flags) setting(name, value, variable, hint string) (string, string, error) {
+	if f.given(name) {
+		if value == "" {
+			return "", "", f.usagef("--%s is empty: %s", name, hint)
+		}
+		return value, "--" + name, nil
+	}
+	if v, ok := f.e.lookupenv(variable); ok {
+		if v == "" {
+			return "", "", f.usagef("%s is set but empty: %s", variable, hint)
+		}
+		return v, variable, nil
+	}
+	return "", "", nil
+}
+
 var (
 	reUndefined = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
 	reNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)

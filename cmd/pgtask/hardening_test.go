@@ -145,6 +145,50 @@ func TestServeRefusesAFaultyToken(t *testing.T) {
 	}
 }
 
+// TestServeRefusesAnEmptySetting runs `pgtask serve` and `pgtask dev` with a flag given an
+// empty value or a variable set to the empty string (a secret that came out empty): a
+// usage error naming it, before anything connects, starts or listens. An empty token
+// was taken as none, and the API served without authentication.
+func TestServeRefusesAnEmptySetting(t *testing.T) {
+	f := setup(t)
+	const noToken = "give a token, or leave --token and PGTASK_TOKEN unset to serve without authentication"
+	url := []string{"--database-url", f.url}
+	for name, tc := range map[string]struct {
+		environ map[string]string
+		args    []string
+		want    string
+	}{
+		"TokenFlag":                {nil, append([]string{"--token", ""}, url...), "--token is empty: " + noToken},
+		"TokenFlagBeforeAVariable": {map[string]string{"PGTASK_TOKEN": "s3cret"}, append([]string{"--token", ""}, url...), "--token is empty: " + noToken},
+		"TokenVariable":            {map[string]string{"PGTASK_TOKEN": ""}, url, "PGTASK_TOKEN is set but empty: " + noToken},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, cmd := range []string{"serve", "dev"} {
+				// A command that went on to serve would return only when this ends.
+				ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+				r := runCLI(ctx, "", tc.environ, append([]string{cmd, "--addr", "127.0.0.1:0"}, tc.args...)...)
+				cancel()
+				wantUsage(t, r, cmd+": "+tc.want)
+				if r.stdout != "" {
+					t.Errorf("%s started: stdout %q, want nothing", cmd, r.stdout)
+				}
+			}
+		})
+	}
+	// The flag beats its variable, as everywhere: a token given there serves with it.
+	t.Run("ATokenFlagBeatsAnEmptyVariable", func(t *testing.T) {
+		t.Parallel()
+		s := runServer(t, f, map[string]string{"PGTASK_TOKEN": ""}, "serve", "--addr", "127.0.0.1:0", "--token", "s3cret")
+		if status, body := request(t, http.MethodGet, s.base+"/topics", "", ""); status != http.StatusUnauthorized {
+			t.Errorf("GET /topics without the token: %d %s, want 401", status, body)
+		}
+		if status, body := request(t, http.MethodGet, s.base+"/topics", "s3cret", ""); status != http.StatusOK {
+			t.Errorf("GET /topics with the token: %d %s, want 200", status, body)
+		}
+	})
+}
+
 // TestDevWarnsWhenOpenToTheNetwork runs `pgtask dev --addr 0.0.0.0:0` without a token.
 func TestDevWarnsWhenOpenToTheNetwork(t *testing.T) {
 	f := setup(t)

@@ -29,7 +29,8 @@ metrics at /metrics, until SIGINT or SIGTERM, which stop it gracefully:
 requests in flight get --shutdown-timeout to finish.
 
 With a token (--token or $PGTASK_TOKEN) every request but GET /healthz and
-GET /openapi.json must carry the header "Authorization: Bearer TOKEN". Without one the API
+GET /openapi.json must carry the header "Authorization: Bearer TOKEN". An empty one
+(--token '' or PGTASK_TOKEN set to "") is refused. Without one (neither set) the API
 is open to every client that can reach it, with two limits against web pages: it answers
 only requests addressed to the address it listens on (localhost for 127.0.0.1; any IP
 for 0.0.0.0) or to an --allow-host, and only writes of Content-Type application/json.
@@ -133,17 +134,19 @@ type securityFlags struct {
 
 func (f *flags) securityFlags() *securityFlags {
 	s := &securityFlags{f: f, allowHosts: &listValue{}}
-	s.tokenFlag = f.String("token", "", "bearer `TOKEN` every request must carry (default $PGTASK_TOKEN; empty: no authentication)")
+	s.tokenFlag = f.String("token", "", "bearer `TOKEN` every request must carry (default $PGTASK_TOKEN; neither set: no authentication; an empty one is refused)")
 	f.Var(s.allowHosts, "allow-host", "without a token, also answer requests addressed to `HOST` (a name or IP; repeat or separate with commas)")
 	return s
 }
 
-// check takes the token from --token or $PGTASK_TOKEN, refusing one that no client could
-// send; call it before anything starts.
+// check takes the token from --token or $PGTASK_TOKEN, refusing an empty one (which
+// would serve without authentication) and one that no client could send; call it before
+// anything starts. Neither set is no token.
 func (s *securityFlags) check() error {
-	token, source := *s.tokenFlag, "--token"
-	if token == "" {
-		token, source = s.f.e.getenv("PGTASK_TOKEN"), "PGTASK_TOKEN"
+	token, source, err := s.f.setting("token", *s.tokenFlag, "PGTASK_TOKEN",
+		"give a token, or leave --token and PGTASK_TOKEN unset to serve without authentication")
+	if err != nil {
+		return err
 	}
 	if err := httpguard.CheckToken(token); err != nil {
 		return s.f.usagef("%s: %v", source, err)
