@@ -172,7 +172,8 @@ func printGroupUsage(w io.Writer, path string, cmds []*command) {
 	fmt.Fprintf(w, "Usage: %s COMMAND [flags] [arguments]\n\n", path)
 	if path == "pgtask" {
 		fmt.Fprint(w, "pgtask is the operator's command line for the pgtask queue. Commands that need a\n"+
-			"database take --database-url, falling back to the DATABASE_URL environment variable.\n\n")
+			"database take --database-url, falling back to the DATABASE_URL environment variable\n"+
+			"(either given empty is an error).\n\n")
 	}
 	fmt.Fprintln(w, "Commands:")
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)

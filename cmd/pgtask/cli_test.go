@@ -128,6 +128,29 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestEmptyDatabaseURL: a --database-url given an empty value or a DATABASE_URL set to
+// the empty string is a usage error naming it. The flag fell back on the variable, and the
+// variable read as unset.
+func TestEmptyDatabaseURL(t *testing.T) {
+	t.Parallel()
+	// Nothing listens there: a command that went on to connect would fail at run time.
+	const elsewhere = "postgres://postgres@127.0.0.1:1/none?connect_timeout=5"
+	for name, tc := range map[string]struct {
+		environ map[string]string
+		args    []string
+		want    string
+	}{
+		"Flag":                {nil, []string{"stats", "--database-url", ""}, "stats: --database-url is empty: give a connection string"},
+		"FlagBeforeAVariable": {map[string]string{"DATABASE_URL": elsewhere}, []string{"stats", "--database-url", ""}, "stats: --database-url is empty"},
+		"Variable":            {map[string]string{"DATABASE_URL": ""}, []string{"stats"}, "stats: DATABASE_URL is set but empty: give a connection string"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			wantUsage(t, runCLI(t.Context(), "", tc.environ, tc.args...), tc.want)
+		})
+	}
+}
+
 func TestExitCode(t *testing.T) {
 	t.Parallel()
 	var w bytes.Buffer

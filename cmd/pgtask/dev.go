@@ -37,7 +37,7 @@ listening on a unix socket only, and removes it on exit unless --keep. That clus
 runs without durability (fsync, synchronous_commit and full_page_writes off, for speed):
 a crash of the machine can lose or corrupt what it holds, so keep nothing there you
 need. With a URL it uses that database: it applies pending migrations and registers the
-demo topics.
+demo topics. An empty --database-url or DATABASE_URL is refused, not taken as none.
 
 It prints the URLs and example commands, then "pgtask dev ready"; Ctrl-C or SIGTERM
 stops everything gracefully.`
@@ -70,7 +70,10 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 	logWriter := &lockedWriter{w: e.stderr}
 	logger := slog.New(slog.NewTextHandler(logWriter, nil))
 
-	dbURL := f.resolveURL(*url)
+	dbURL, err := f.resolveURL(*url, "give a connection string, or leave --database-url and DATABASE_URL unset for a throwaway cluster")
+	if err != nil {
+		return err
+	}
 	var cluster *pgcluster.Cluster
 	if dbURL == "" {
 		fmt.Fprintln(out, "pgtask dev: no database URL given: starting a throwaway PostgreSQL cluster (durability off: not for data you need)")

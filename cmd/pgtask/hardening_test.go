@@ -161,6 +161,10 @@ func TestServeRefusesAnEmptySetting(t *testing.T) {
 		"TokenFlag":                {nil, append([]string{"--token", ""}, url...), "--token is empty: " + noToken},
 		"TokenFlagBeforeAVariable": {map[string]string{"PGTASK_TOKEN": "s3cret"}, append([]string{"--token", ""}, url...), "--token is empty: " + noToken},
 		"TokenVariable":            {map[string]string{"PGTASK_TOKEN": ""}, url, "PGTASK_TOKEN is set but empty: " + noToken},
+		// Taken as unset, these fell back on the variable, or dev on a throwaway cluster.
+		"DatabaseURLFlag":                {nil, []string{"--database-url", ""}, "--database-url is empty: give a connection string"},
+		"DatabaseURLFlagBeforeAVariable": {map[string]string{"DATABASE_URL": f.url}, []string{"--database-url", ""}, "--database-url is empty: give a connection string"},
+		"DatabaseURLVariable":            {map[string]string{"DATABASE_URL": ""}, nil, "DATABASE_URL is set but empty: give a connection string"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

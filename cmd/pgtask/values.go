@@ -238,15 +238,16 @@ func (c *conn) Close() { c.pool.Close() }
 
 // databaseURL registers --database-url.
 func (f *flags) databaseURL() *string {
-	return f.String("database-url", "", "PostgreSQL connection `URL` (default $DATABASE_URL)")
+	return f.String("database-url", "", "PostgreSQL connection `URL` (default $DATABASE_URL; an empty one is refused)")
 }
 
 // resolveURL returns the --database-url value or $DATABASE_URL; "" when neither is set.
-func (f *flags) resolveURL(flagValue string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	return f.e.getenv("DATABASE_URL")
+// Either set to the empty string is a usage error naming it and ending with hint: an
+// empty URL (a secret that came out empty) is a mistake, not a reason to fall back on
+// the variable or a default.
+func (f *flags) resolveURL(flagValue, hint string) (string, error) {
+	url, _, err := f.setting("database-url", flagValue, "DATABASE_URL", hint)
+	return url, err
 }
 
 // connect opens a small pool on the database named by --database-url or $DATABASE_URL
@@ -269,9 +270,12 @@ func (f *flags) connect(ctx context.Context, flagValue string) (*conn, error) {
 }
 
 // requireURL returns the --database-url value or $DATABASE_URL, or a usage error when
-// neither is set.
+// neither is set or either is empty.
 func (f *flags) requireURL(flagValue string) (string, error) {
-	url := f.resolveURL(flagValue)
+	url, err := f.resolveURL(flagValue, "give a connection string")
+	if err != nil {
+		return "", err
+	}
 	if url == "" {
 		return "", f.usagef("--database-url: no database URL: pass --database-url or set DATABASE_URL")
 	}
