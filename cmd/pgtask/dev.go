@@ -63,6 +63,9 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
+	if err := f.checkAddr(*addr); err != nil {
+		return err
+	}
 	if err := sec.check(); err != nil {
 		return err
 	}

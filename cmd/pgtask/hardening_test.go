@@ -165,6 +165,8 @@ func TestServeRefusesAnEmptySetting(t *testing.T) {
 		"DatabaseURLFlag":                {nil, []string{"--database-url", ""}, "--database-url is empty: give a connection string"},
 		"DatabaseURLFlagBeforeAVariable": {map[string]string{"DATABASE_URL": f.url}, []string{"--database-url", ""}, "--database-url is empty: give a connection string"},
 		"DatabaseURLVariable":            {map[string]string{"DATABASE_URL": ""}, nil, "DATABASE_URL is set but empty: give a connection string"},
+		// net.Listen took it as a random port on every interface.
+		"Addr": {nil, append([]string{"--addr", ""}, url...), "--addr is empty: give HOST:PORT"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

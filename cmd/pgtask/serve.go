@@ -59,6 +59,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
+	if err := f.checkAddr(*addr); err != nil {
+		return err
+	}
 	if *maxBody < 1 {
 		return f.usagef("--max-body: %d is below 1", *maxBody)
 	}
@@ -224,6 +227,16 @@ func newAPI(pool *pgxpool.Pool, guard *httpguard.Guard, maxBody int64, logger *s
 		return nil, fmt.Errorf("rest api: %w", err)
 	}
 	return h, nil
+}
+
+// checkAddr refuses an empty --addr, which net.Listen takes as a random port on every
+// interface: an API open to the network, where the user most likely meant the default
+// or no server at all.
+func (f *flags) checkAddr(addr string) error {
+	if addr == "" {
+		return f.usagef("--addr is empty: give HOST:PORT (127.0.0.1:0 picks a free port on this machine; :8080 listens on every interface)")
+	}
+	return nil
 }
 
 // listen opens a TCP listener, explaining the usual failure.
