@@ -167,6 +167,9 @@ func TestServeRefusesAnEmptySetting(t *testing.T) {
 		"DatabaseURLVariable":            {map[string]string{"DATABASE_URL": ""}, nil, "DATABASE_URL is set but empty: give a connection string"},
 		// net.Listen took it as a random port on every interface.
 		"Addr": {nil, append([]string{"--addr", ""}, url...), "--addr is empty: give HOST:PORT"},
+		// Refused by net.Listen only after the command had connected to the database (exit 1).
+		"AddrPortOutOfRange": {nil, append([]string{"--addr", ":99999"}, url...), `--addr: invalid address ":99999": port 99999 out of range`},
+		"AddrWithoutPort":    {nil, append([]string{"--addr", "127.0.0.1"}, url...), `--addr: invalid address "127.0.0.1": want HOST:PORT`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

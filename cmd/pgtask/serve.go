@@ -231,10 +231,14 @@ func newAPI(pool *pgxpool.Pool, guard *httpguard.Guard, maxBody int64, logger *s
 
 // checkAddr refuses an empty --addr, which net.Listen takes as a random port on every
 // interface: an API open to the network, where the user most likely meant the default
-// or no server at all.
+// or no server at all; and one net.Listen would refuse (a port out of range, no port),
+// before the command connects to the database.
 func (f *flags) checkAddr(addr string) error {
 	if addr == "" {
 		return f.usagef("--addr is empty: give HOST:PORT (127.0.0.1:0 picks a free port on this machine; :8080 listens on every interface)")
+	}
+	if err := httpguard.CheckAddr(addr); err != nil {
+		return f.usagef("--addr: invalid address %q: %v", addr, err)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os/exec"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -349,8 +349,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 
 	cfg.addr, cfg.addrOrigin = lookup("addr")
 	if cfg.addr != "" {
-		if err := checkAddr(cfg.addr); err != nil {
-			bad(cfg.addrOrigin, "invalid address %q: %v", cfg.addr, err)
+		if err := httpguard.CheckAddr(cfg.addr); err != nil {
+			bad(cfg.addrOrigin, "invalid address %q: %v (or empty to disable the server)", cfg.addr, err)
 		}
 	}
 	cfg.logFormat, origin = lookup("log-format")
@@ -369,26 +369,6 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 		return cfg, &usageError{msg: strings.Join(msgs, "\n")}
 	}
 	return cfg, nil
-}
-
-// checkAddr checks a listen address as net.Listen("tcp", addr) reads it, so that a bad
-// one is a usage error: HOST:PORT with the host optional (an IP, or a name resolved when
-// listening) and the port a number from 0 (a free port) to 65535 or a service name.
-func checkAddr(addr string) error {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil || port == "" {
-		return errors.New("want HOST:PORT, e.g. 127.0.0.1:9090, or empty to disable the server")
-	}
-	if n, err := strconv.Atoi(port); err == nil || errors.Is(err, strconv.ErrRange) {
-		if err != nil || n < 0 || n > 65535 {
-			return fmt.Errorf("port %s out of range (want 0 to 65535; 0 picks a free port)", port)
-		}
-		return nil
-	}
-	if _, err := net.LookupPort("tcp", port); err != nil {
-		return fmt.Errorf("unknown port %q (want a number from 0 to 65535)", port)
-	}
-	return nil
 }
 
 // shortDuration is d as time.Duration.String writes it, without zero minutes and
