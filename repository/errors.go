@@ -22,7 +22,9 @@ var (
 	ErrNotOwned = errors.New("task not leased by this owner in this attempt")
 	// ErrWrongState means a task is not in a state the operation accepts.
 	ErrWrongState = errors.New("task in wrong state")
-	// ErrQueueFull means a push would exceed the topic's queue-length cap.
+	// ErrQueueFull means an operation that makes tasks READY (a push, a reset, a
+	// recreate, a junction) would take the topic above its queue-length cap
+	// (QueueFullError).
 	ErrQueueFull = errors.New("queue length cap reached")
 	// ErrNotRegistered means the owner has no row: call RegisterOwner first.
 	ErrNotRegistered = errors.New("owner not registered")
@@ -130,20 +132,33 @@ func (e *TaskError) Sequences() []int64 {
 	return seqs
 }
 
-// QueueFullError is returned when a push would exceed the topic's queue cap. It matches
+// QueueFullError is returned when an operation that makes tasks READY would take the
+// topic above its queue cap (TopicSettings.QueueCap): a push, a reset, a recreate or a
+// junction. The operation was refused whole: nothing was written. It matches
 // ErrQueueFull.
 type QueueFullError struct {
-	// Topic is the topic pushed to.
+	// Op names the refused operation: "push", "reset", "recreate" or "junction".
+	Op string
+	// Topic is the topic of the operation.
 	Topic string
 	// Cap is the topic's queue cap (TopicSettings.QueueCap).
 	Cap int64
-	// Pushed is how many live tasks the refused push would have added.
+	// Pushed is how many tasks the refused operation would have made READY: the live
+	// tasks a push or a recreate inserts (before the READY ones it replaces are taken
+	// off: the cap counts them net), the tasks a reset or a junction would have turned
+	// READY.
 	Pushed int
 }
 
-// Error says how many tasks the push would have added, and the cap.
+// Error names the operation, the topic, how many tasks it would have made READY, and
+// the cap.
 func (e *QueueFullError) Error() string {
-	return fmt.Sprintf("push %d tasks to topic %q: %v (cap %d READY or ACTIVE tasks); nothing written", e.Pushed, e.Topic, ErrQueueFull, e.Cap)
+	op, on := e.Op, "in"
+	if op == "" || op == "push" {
+		op, on = "push", "to"
+	}
+	return fmt.Sprintf("%s %s topic %q: %v: %d tasks made READY would take it above its cap of %d READY or ACTIVE tasks; nothing written",
+		op, on, e.Topic, ErrQueueFull, e.Pushed, e.Cap)
 }
 
 // Unwrap returns ErrQueueFull.

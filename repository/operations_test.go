@@ -1987,10 +1987,7 @@ func TestQueueCap(t *testing.T) {
 		if !errors.Is(err, repository.ErrQueueFull) {
 			t.Fatalf("err = %v, want ErrQueueFull", err)
 		}
-		var full *repository.QueueFullError
-		if !errors.As(err, &full) || full.Cap != 3 || full.Topic != f.topic || full.Pushed != 2 {
-			t.Errorf("err = %#v, want a *QueueFullError for cap 3 and 2 tasks", err)
-		}
+		wantQueueFull(f, err, "push", 3, 2)
 		// Nothing written, the transaction still usable, no sequence consumed.
 		third, err := f.repo.Push(f.ctx, tx, f.topic, repository.Append, repository.Creation{Identifier: "c"})
 		if err != nil || third[0].Sequence != first[1].Sequence+1 {

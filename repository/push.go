@@ -22,6 +22,12 @@ import (
 // the topic's queue cap a *QueueFullError; in both cases nothing is written and the
 // caller's transaction stays usable.
 func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion Insertion, creations ...Creation) ([]Task, error) {
+	return r.pushAs(ctx, h, "push", topic, insertion, creations)
+}
+
+// pushAs is Push for the operation op, which a refusal of the queue cap names
+// (QueueFullError.Op).
+func (r *Repository) pushAs(ctx context.Context, h Handle, op, topic string, insertion Insertion, creations []Creation) ([]Task, error) {
 	if len(creations) == 0 {
 		return nil, nil
 	}
@@ -73,7 +79,7 @@ func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion
 		if err != nil {
 			return nil, fmt.Errorf("push: %w", err)
 		}
-		return nil, &QueueFullError{Topic: topic, Cap: t.QueueCap, Pushed: livePushed(insertion, creations)}
+		return nil, &QueueFullError{Op: op, Topic: topic, Cap: t.QueueCap, Pushed: livePushed(insertion, creations)}
 	}
 	return pushedTasks(topic, insertion, creations, rows)
 }

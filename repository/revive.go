@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -63,6 +64,9 @@ func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, fr
 // RecreateAppend, RecreateReplace and RecreateSupersede mark the old rows RECREATED and
 // push fresh copies (identifier, input, reference, priority, concurrency key) with that insertion; Reset
 // flips the same rows back to READY with a fresh attempt budget. It returns old → new.
+// Copies that would take the topic above its queue cap (counted as a push counts them,
+// net of the READY tasks they replace) refuse the whole call with a *QueueFullError of
+// Op "recreate": no task is marked nor copied.
 func (r *Repository) Recreate(ctx context.Context, h Handle, topic string, mode RecreateMode, sequences ...int64) ([]Revival, error) {
 	if len(sequences) == 0 {
 		return nil, nil
@@ -105,8 +109,8 @@ func (r *Repository) Recreate(ctx context.Context, h Handle, topic string, mode 
 }
 
 // RecreateState revives up to size tasks of state (EXPIRED..SUCCEEDED), oldest first,
-// within the inclusive sequence range, skipping rows locked by others; modes as for
-// Recreate.
+// within the inclusive sequence range, skipping rows locked by others; modes and the
+// queue cap as for Recreate: the tasks found are revived all together or not at all.
 func (r *Repository) RecreateState(ctx context.Context, h Handle, topic string, state State, mode RecreateMode, fromSequence, toSequence int64, size int) ([]Revival, error) {
 	if err := validTopic(topic); err != nil {
 		return nil, err
@@ -182,7 +186,10 @@ func (r *Repository) pushCopies(ctx context.Context, h Handle, topic string, ins
 		creations[i] = Creation{Identifier: t.Identifier, Input: t.Input, Reference: t.Reference, Priority: t.Priority,
 			ConcurrencyKey: t.ConcurrencyKey}
 	}
-	fresh, err := r.Push(ctx, h, topic, insertion, creations...)
+	fresh, err := r.pushAs(ctx, h, "recreate", topic, insertion, creations)
+	if errors.As(err, new(*QueueFullError)) {
+		return nil, err // it names the recreate
+	}
 	if err != nil {
 		return nil, fmt.Errorf("recreate: %w", err)
 	}
