@@ -123,6 +123,37 @@ func BenchmarkPush(b *testing.B) {
 	}
 }
 
+// BenchmarkPushReplace pushes batches of 100 with REPLACE, each ending the READY tasks
+// of the one before (the same identifiers): on a topic without a queue cap, under a cap
+// far above its tasks, and under a cap its tasks fill, which a replacing push passes
+// counted net of the READY tasks it ends.
+func BenchmarkPushReplace(b *testing.B) {
+	const size = 100
+	for _, c := range []struct {
+		name     string
+		queueCap int64
+	}{{"cap=none", 0}, {"cap=far", 1_000_000}, {"cap=full", size}} {
+		b.Run(c.name, func(b *testing.B) {
+			f := benchSetup(b)
+			if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.QueueCap = c.queueCap }); err != nil {
+				b.Fatal(err)
+			}
+			batch := creations(0, size)
+			push := func() {
+				if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Replace, batch...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			push()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				push()
+			}
+			reportTasks(b, size)
+		})
+	}
+}
+
 // BenchmarkPollComplete polls a batch and completes it (SUCCESS), the processor's loop
 // without handling, from a backlog pushed beforehand.
 func BenchmarkPollComplete(b *testing.B) {
