@@ -50,14 +50,32 @@ creation AS (
         FROM element e WHERE $10::smallint <> 0
     ) c
 ),
-admitted AS (
-    -- the unfinished tasks there plus the live ones we add must fit under the cap
+live AS (
+    -- the tasks this push inserts READY (the others REDUNDANT or SUSPENDED)
+    SELECT count(*) AS n FROM creation c WHERE NOT c.suspended AND c.last
+),
+fits AS (
+    -- the unfinished tasks there plus the live ones we add fit under the cap
     -- (task_queue_admits, migration 000007: as a function call, not planned here)
-    SELECT true AS ok FROM topic
-    WHERE topic.queue_cap IS NULL
-       OR task_queue_admits($1, topic.queue_cap,
-                            (SELECT count(*) FROM creation c
-                             WHERE NOT c.suspended AND (c.last OR $10::smallint = 0)))
+    SELECT topic.queue_cap IS NULL OR task_queue_admits($1, topic.queue_cap, (SELECT l.n FROM live l)) AS ok
+    FROM topic
+),
+replaceable AS (
+    -- REPLACE, SUPERSEDE and DELETE end the older READY tasks of their identifiers, so
+    -- that the cap counts them net of those (older_ready, as it reads them, unlocked):
+    -- read only when the push does not fit as it is
+    SELECT count(*) AS n FROM task t
+    WHERE $10::smallint <> 0
+      AND (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT $1 || E'\n' || i
+                                                         FROM unnest($2::text[]) i))
+      AND t.topic = $1 AND t.state = 1
+      AND t.identifier = ANY($2::text[])
+),
+admitted AS (
+    -- it fits, or fits net of the READY tasks it ends; a refused push locks nothing
+    SELECT true AS ok FROM fits f
+    WHERE f.ok OR task_queue_admits($1, (SELECT tp.queue_cap FROM topic tp),
+                                    (SELECT l.n FROM live l) - (SELECT r.n FROM replaceable r))
 ),
 older_ready AS (
     -- Older tasks of the same identifiers that this insertion mode touches, in parts
@@ -77,10 +95,18 @@ older_ready AS (
       AND t.identifier = ANY($2::text[])
     FOR UPDATE SKIP LOCKED
 ),
+confirmed AS (
+    -- admitted net of the READY tasks it locked: one a concurrent transaction holds is
+    -- skipped, and stays live (then nothing is written, but those locks stay until the
+    -- caller's transaction ends)
+    SELECT true AS ok FROM fits f
+    WHERE f.ok OR task_queue_admits($1, (SELECT tp.queue_cap FROM topic tp),
+                                    (SELECT l.n FROM live l) - (SELECT count(*) FROM older_ready))
+),
 older_settled AS (
     -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
     SELECT t.topic, t.sequence FROM task t
-    WHERE $10::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM admitted)
+    WHERE $10::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM confirmed)
       AND hashtext(t.topic) = hashtext($1) AND t.topic = $1 AND t.state BETWEEN 2 AND 7
       AND t.identifier = ANY($2::text[])
       AND ($10::smallint = 3 OR t.state <= 6)
@@ -88,7 +114,7 @@ older_settled AS (
 ),
 older_redundant AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE $10::smallint = 3 AND EXISTS (SELECT 1 FROM admitted)
+    WHERE $10::smallint = 3 AND EXISTS (SELECT 1 FROM confirmed)
       AND hashtext(t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT hashtext($1 || E'\n' || i)
                                                                    FROM unnest($2::text[]) i))
       AND t.topic = $1 AND t.state = 8
@@ -96,7 +122,7 @@ older_redundant AS (
     FOR UPDATE SKIP LOCKED
 ),
 older AS (
-    SELECT r.topic, r.sequence FROM older_ready r
+    SELECT r.topic, r.sequence FROM older_ready r WHERE EXISTS (SELECT 1 FROM confirmed)
     UNION ALL
     SELECT s.topic, s.sequence FROM older_settled s
     UNION ALL
@@ -124,7 +150,7 @@ inserted AS (
            1, -- descent: a fresh task was READY before whatever it is
            c.input, c.reference, c.priority, c.not_before, c.concurrency_key
     FROM (SELECT ord, identifier, input, reference, suspended, priority, concurrency_key, not_before, last FROM creation c
-          WHERE EXISTS (SELECT 1 FROM admitted) AND ($10 <> 3 OR c.last)
+          WHERE EXISTS (SELECT 1 FROM confirmed) AND ($10 <> 3 OR c.last)
           ORDER BY c.ord) c
     RETURNING sequence, identifier, state, descent, created, not_before, priority
 ),
@@ -170,7 +196,8 @@ type TaskPushRow struct {
 
 // Pushes a whole batch in one statement. insertion: 0 APPEND, 1 REPLACE,
 // 2 SUPERSEDE, 3 DELETE. Writes nothing and returns no row when the topic is unknown or
-// the push would exceed the topic's queue cap; the caller tells the two apart.
+// the push would take the topic above its queue cap, counted net of the READY tasks it
+// ends; the caller tells the two apart.
 // TaskPushAppend (below) is the same for APPEND alone, and what repository.Push runs for it.
 // The topic as a value (not only o's) lets the planner prune the target to the topic's
 // table; the insertion test goes in the subquery, since a WHERE that folds to false

@@ -2241,3 +2241,56 @@ func TestRatePeriodWholeMigration(t *testing.T) {
 		t.Fatalf("limits after reverting 000036: %v", got)
 	}
 }
+
+// TestQueueCapNetMigration: 000037 makes task_push_batch count a replacing push net of
+// the READY tasks it ends, so that a topic at its cap takes a REPLACE of tasks pushed
+// before the migration; the rows are kept, and the revert restores the functions.
+func TestQueueCapNetMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository queue cap net test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(36)
+	create("emails")
+	execEach(t, pool,
+		"SELECT task_push_batch('emails', '{a,b,c}', ARRAY['1', '2', '3'])",
+		"SELECT task_push('emails', 'c', insertion => 'replace')",
+		"SELECT task_push('emails', 's', suspended => true)",
+		"UPDATE task_topic SET queue_cap = 3 WHERE topic = 'emails'")
+	replace := "SELECT task_push_batch('emails', '{a,b}', ARRAY['4', '5'], insertion => 'replace')"
+	if _, err := pool.Exec(ctx, replace); SQLState(err) != sqlstateRaiseQueueFull {
+		t.Fatalf("at schema 36, a REPLACE of two of the three READY tasks: %v, want PT004 (counted as two added)", err)
+	}
+	functions := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT p.oid::regprocedure::text || E'\n' || pg_get_functiondef(p.oid) FROM pg_proc p
+			WHERE p.proname IN ('task_push_batch', 'task_push', 'task_queue_admits') ORDER BY 1`)
+	}
+	before, rows := functions(), taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000037", taskRows(t, pool), rows)
+	execEach(t, pool, replace)
+	state := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT identifier || ' ' || state || ' ' || coalesce(input, '') FROM task ORDER BY sequence")
+	}
+	if got, want := state(), []string{"a 8 1", "b 8 2", "c 8 3", "c 1 ", "s 4 ", "a 1 4", "b 1 5"}; !slices.Equal(got, want) {
+		t.Fatalf("after the REPLACE at schema 37: %v, want the a and b pushed before REDUNDANT, the new ones READY: %v", got, want)
+	}
+	// the Go push on those rows too, and a push that grows the topic still refused
+	repo, err := New(Config{Owner: "migration"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Push(ctx, pool, "emails", Supersede, Creation{Identifier: "c", Input: "6"}); err != nil {
+		t.Fatalf("a SUPERSEDE of c at the cap: %v", err)
+	}
+	if _, err := pool.Exec(ctx, "SELECT task_push('emails', 'd', insertion => 'replace')"); SQLState(err) != sqlstateRaiseQueueFull {
+		t.Fatalf("a REPLACE that adds a task at the cap: %v, want PT004", err)
+	}
+	steps(-1)
+	sameRows(t, "functions after reverting 000037", functions(), before)
+	if _, err := pool.Exec(ctx, "SELECT task_push('emails', 'a', insertion => 'replace')"); SQLState(err) != sqlstateRaiseQueueFull {
+		t.Fatalf("after reverting 000037, a REPLACE at the cap: %v, want PT004 again", err)
+	}
+}

@@ -18,9 +18,11 @@ import (
 // insertion matrix says; ACTIVE ones are never touched and rows locked by a concurrent
 // transaction are skipped. Listeners of the topic are notified at commit.
 //
-// An empty batch does nothing. An unknown topic returns ErrUnknownTopic and a push beyond
-// the topic's queue cap a *QueueFullError; in both cases nothing is written and the
-// caller's transaction stays usable.
+// An empty batch does nothing. An unknown topic returns ErrUnknownTopic and a push that
+// would take the topic above its queue cap a *QueueFullError; in both cases nothing is
+// written and the caller's transaction stays usable. The cap counts a push net of the
+// READY tasks it ends (Replace, Supersede, Delete): one that ends as many as it adds is
+// never refused, nor is one that adds only suspended tasks.
 func (r *Repository) Push(ctx context.Context, h Handle, topic string, insertion Insertion, creations ...Creation) ([]Task, error) {
 	return r.pushAs(ctx, h, "push", topic, insertion, creations)
 }
@@ -200,7 +202,8 @@ func lastOccurrence(creations []Creation) map[string]int {
 	return last
 }
 
-// livePushed counts the creations a push would add as READY (what the cap limits).
+// livePushed counts the creations a push would insert READY (what the cap limits, before
+// the READY tasks the push ends are taken off).
 func livePushed(insertion Insertion, creations []Creation) int {
 	last := lastOccurrence(creations)
 	n := 0

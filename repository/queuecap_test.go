@@ -1,6 +1,7 @@
 package repository_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -87,4 +88,133 @@ func TestQueueCapRecreate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockElsewhere locks task sequence of f's topic FOR UPDATE in a transaction of its own
+// until the test ends: a push then skips it (SKIP LOCKED).
+func lockElsewhere(f *fixture, sequence int64) {
+	f.t.Helper()
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(f.ctx)) })
+	if _, err := tx.Exec(f.ctx, "SELECT 1 FROM task WHERE topic = $1 AND sequence = $2 FOR UPDATE", f.topic, sequence); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func TestQueueCapCountsReplacingPushesNet(t *testing.T) {
+	shared := setup(t)
+	for _, tc := range []struct {
+		insertion repository.Insertion
+		ended     repository.State // what becomes of the READY task replaced; Ready: deleted
+	}{
+		{repository.Replace, repository.Redundant},
+		{repository.Supersede, repository.Redundant},
+		{repository.Delete, repository.Ready},
+	} {
+		t.Run("AFullTopicTakesAPushThatEndsAsManyAsItAdds/"+tc.insertion.String(), func(t *testing.T) {
+			f := capped(t, shared, 2)
+			f.push(repository.Append, "a", "b")
+			f.push(tc.insertion, "a", "b", "a")
+			if tc.ended == repository.Ready {
+				wantStates(f, repository.Ready, repository.Ready) // the old a and b deleted
+			} else {
+				wantStates(f, tc.ended, tc.ended, repository.Redundant, repository.Ready, repository.Ready)
+			}
+			if _, err := f.repo.Push(f.ctx, f.pool, f.topic, tc.insertion, repository.Creation{Identifier: "c"}); err == nil {
+				t.Fatal("a push that ends no READY task went above the cap")
+			}
+		})
+	}
+	t.Run("OnlyTheReadyTasksItEndsCount", func(t *testing.T) {
+		// an ACTIVE a is kept, a FAILED b made REDUNDANT: neither leaves the count
+		f := capped(t, shared, 3)
+		driveTo(f, "b", repository.Failed)
+		f.push(repository.Append, "a", "c")
+		f.poll(repository.FIFO, repository.None, 1) // a
+		_, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Replace,
+			repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"}, repository.Creation{Identifier: "c"})
+		wantQueueFull(f, err, "push", 3, 3) // ACTIVE a, READY c, three added, one ended: 4
+		wantStates(f, repository.Failed, repository.Active, repository.Ready)
+		f.push(repository.Replace, "a", "c") // ACTIVE a, two added, READY c ended: 3
+		wantStates(f, repository.Failed, repository.Active, repository.Redundant, repository.Ready, repository.Ready)
+	})
+	t.Run("ATopicAboveALoweredCapTakesWhatDoesNotGrowIt", func(t *testing.T) {
+		f := capped(t, shared, 3)
+		f.push(repository.Append, "a", "b", "c")
+		configure(f, repository.TopicSettings{MaxAttempts: 1, QueueCap: 1})
+		f.push(repository.Replace, "a")
+		suspended(f, "s")
+		_, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Replace, repository.Creation{Identifier: "d"})
+		wantQueueFull(f, err, "push", 1, 1)
+	})
+	t.Run("AReadyTaskLockedElsewhereIsNotEndedNorCounted", func(t *testing.T) {
+		f := capped(t, shared, 1)
+		a := f.push(repository.Append, "a")[0]
+		lockElsewhere(f, a.Sequence)
+		_, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Replace, repository.Creation{Identifier: "a"})
+		wantQueueFull(f, err, "push", 1, 1)
+		wantStates(f, repository.Ready)
+	})
+	t.Run("ARecreateCountsItsCopiesNet", func(t *testing.T) {
+		f := capped(t, shared, 1)
+		failed := driveTo(f, "a", repository.Failed)
+		f.push(repository.Append, "a")
+		if _, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.RecreateReplace, failed.Sequence); err != nil {
+			t.Fatalf("a copy that replaces the READY a: %v", err)
+		}
+		wantStates(f, repository.Recreated, repository.Redundant, repository.Ready)
+	})
+}
+
+// TestSQLPushCountsReplacingPushesNet: task_push_batch (and task_push) count a replacing
+// push net of the READY tasks it ends, as the Go push (migration 000037).
+func TestSQLPushCountsReplacingPushesNet(t *testing.T) {
+	shared := setup(t)
+	exec := func(f *fixture, query string, args ...any) error {
+		_, err := f.pool.Exec(f.ctx, query, append([]any{f.topic}, args...)...)
+		return err
+	}
+	for _, mode := range []string{"replace", "supersede", "delete"} {
+		t.Run("AFullTopicTakesAPushThatEndsAsManyAsItAdds/"+mode, func(t *testing.T) {
+			f := capped(t, shared, 2)
+			f.push(repository.Append, "a", "b")
+			if err := exec(f, "SELECT task_push_batch($1, '{a,b,a}', insertion => $2)", mode); err != nil {
+				t.Fatalf("task_push_batch %s of a and b: %v", mode, err)
+			}
+			if err := exec(f, "SELECT task_push($1, 'b', insertion => $2)", mode); err != nil {
+				t.Fatalf("task_push %s of b: %v", mode, err)
+			}
+			wantPgError(t, exec(f, "SELECT task_push($1, 'c', insertion => $2)", mode), "PT004", "queue cap of 2", "push of 1")
+		})
+	}
+	t.Run("OnlyTheReadyTasksItEndsCount", func(t *testing.T) {
+		f := capped(t, shared, 2)
+		f.push(repository.Append, "a", "b")
+		f.poll(repository.FIFO, repository.None, 1) // a
+		wantPgError(t, exec(f, "SELECT task_push_batch($1, '{a}', insertion => 'replace')"), "PT004", "queue cap of 2", "push of 1")
+		wantStates(f, repository.Active, repository.Ready)
+	})
+	t.Run("ATopicAboveALoweredCapTakesWhatDoesNotGrowIt", func(t *testing.T) {
+		f := capped(t, shared, 3)
+		f.push(repository.Append, "a", "b", "c")
+		configure(f, repository.TopicSettings{MaxAttempts: 1, QueueCap: 1})
+		for _, q := range []string{
+			"SELECT task_push_batch($1, '{a,b}', insertion => 'supersede')",
+			"SELECT task_push($1, 's', suspended => true)",
+		} {
+			if err := exec(f, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		wantPgError(t, exec(f, "SELECT task_push($1, 'd', insertion => 'replace')"), "PT004", "queue cap of 1")
+	})
+	t.Run("AReadyTaskLockedElsewhereIsNotEndedNorCounted", func(t *testing.T) {
+		f := capped(t, shared, 1)
+		lockElsewhere(f, f.push(repository.Append, "a")[0].Sequence)
+		wantPgError(t, exec(f, "SELECT task_push($1, 'a', insertion => 'replace')"), "PT004", "queue cap of 1")
+		wantStates(f, repository.Ready)
+	})
 }

@@ -32,7 +32,8 @@ $$;
 -- insert unused), counts it in task_tally (which plain pgtask's statement trigger does),
 -- and returns the inserted rows, each with the payload of the notification to send
 -- (repository.Notification; NULL when no task is READY). No row: the topic is unknown or
--- its queue cap refused the batch.
+-- its queue cap refused the batch, counted net of the READY tasks it ends (migration
+-- 000037).
 CREATE FUNCTION task_citus_push(
     p_topic text, p_insertion smallint, p_sequences bigint[], p_identifiers text[], p_inputs text[], p_refs text[],
     p_suspended boolean[], p_priorities smallint[], p_not_befores_us bigint[], p_delays_ms bigint[], p_keys text[])
@@ -51,6 +52,8 @@ DECLARE
     v_first  record;
     v_notice text;
     v_rows   task[];
+    v_live   bigint;
+    v_fits   boolean;
 BEGIN
     -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
     SELECT tt.queue_cap, tt.fair OR tt.key_concurrency IS NOT NULL INTO v_cap, v_keyed
@@ -62,8 +65,16 @@ BEGIN
     -- identifier in the batch stays live (REPLACE, SUPERSEDE) or is inserted at all (DELETE)
     v_last := ARRAY(SELECT p_insertion = 0 OR e.ord = max(e.ord) OVER (PARTITION BY e.identifier)
                     FROM unnest(p_identifiers) WITH ORDINALITY AS e(identifier, ord) ORDER BY e.ord);
-    IF v_cap IS NOT NULL AND NOT task_queue_admits(p_topic, v_cap,
-           (SELECT count(*) FROM unnest(p_suspended, v_last) AS e(suspended, last) WHERE NOT e.suspended AND e.last)) THEN
+    -- the tasks it inserts READY, and whether the topic takes them as they are
+    v_live := (SELECT count(*) FROM unnest(p_suspended, v_last) AS e(suspended, last) WHERE NOT e.suspended AND e.last);
+    v_fits := v_cap IS NULL OR task_queue_admits(p_topic, v_cap, v_live);
+    -- REPLACE, SUPERSEDE and DELETE end the older READY tasks of their identifiers: the
+    -- cap counts the push net of them (as TaskPush does), read here without a lock when
+    -- it does not fit as it is, so that a refused push locks nothing
+    IF NOT v_fits AND (p_insertion = 0 OR NOT task_queue_admits(p_topic, v_cap, v_live - (
+           SELECT count(*) FROM task t
+           WHERE (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT p_topic || E'\n' || i FROM unnest(p_identifiers) i))
+             AND t.topic = p_topic AND t.state = 1 AND t.identifier = ANY (p_identifiers)))) THEN
         RETURN;
     END IF;
     v_after := ARRAY(SELECT CASE WHEN u.us <> 0 THEN to_timestamp(u.us / 1e6)
@@ -80,6 +91,12 @@ BEGIN
             WHERE (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT p_topic || E'\n' || i FROM unnest(p_identifiers) i))
               AND t.topic = p_topic AND t.state = 1 AND t.identifier = ANY (p_identifiers)
             FOR UPDATE SKIP LOCKED);
+        -- admitted net of the READY tasks locked: one a concurrent transaction holds is
+        -- skipped, and stays live (then nothing is written, but those locks stay until the
+        -- caller's transaction ends)
+        IF NOT v_fits AND NOT task_queue_admits(p_topic, v_cap, v_live - cardinality(v_older)) THEN
+            RETURN;
+        END IF;
         IF p_insertion IN (1, 3) THEN
             v_older := v_older || ARRAY(
                 SELECT t.sequence FROM task t
@@ -875,8 +892,8 @@ $$;
 
 -- task_push_batch, the SQL API's push (migration 000015's, whose checks and errors it
 -- keeps word for word; 000034's delay check counts the milliseconds task_citus_push
--- adds): on Citus its statement, which notifies from inside, cannot run; this one takes
--- the Go push's path.
+-- adds; 000037's cap counts a replacing push net, on the topic's node): on Citus its
+-- statement, which notifies from inside, cannot run; this one takes the Go push's path.
 CREATE OR REPLACE FUNCTION task_push_batch(
     topic       text,
     identifiers text[],
@@ -984,18 +1001,19 @@ BEGIN
         RAISE EXCEPTION 'unknown topic %', quote_nullable(task_push_batch.topic)
             USING ERRCODE = 'PT001', HINT = 'Register the topic first, e.g. SELECT task_topic_create(''my-topic'').';
     END IF;
-    IF v_cap IS NOT NULL THEN
-        -- As the Go push: the READY or ACTIVE tasks already there (counted no further than the
-        -- cap) plus the live tasks this push adds — all of them with APPEND, one per distinct
-        -- identifier otherwise (earlier occurrences are inserted REDUNDANT or not at all).
-        v_live := CASE WHEN task_push_batch.suspended THEN 0
-                       WHEN v_mode = 0 THEN v_count
-                       ELSE (SELECT count(DISTINCT i) FROM unnest(task_push_batch.identifiers) i) END;
-        IF NOT task_queue_admits(task_push_batch.topic, v_cap, v_live) THEN
-            RAISE EXCEPTION 'topic % is at its queue cap of % READY or ACTIVE tasks: push of % refused, nothing written',
-                quote_literal(task_push_batch.topic), v_cap, v_live
-                USING ERRCODE = 'PT004';
-        END IF;
+    -- As the Go push: the READY or ACTIVE tasks already there (counted no further than the
+    -- cap) plus the live tasks this push adds — all of them with APPEND, one per distinct
+    -- identifier otherwise (earlier occurrences are inserted REDUNDANT or not at all). An
+    -- APPEND beyond the cap is refused here, before it takes sequences; REPLACE,
+    -- SUPERSEDE and DELETE count net of the older READY tasks they end, which
+    -- task_citus_push counts on the topic's node (it inserts nothing when it refuses).
+    v_live := CASE WHEN task_push_batch.suspended THEN 0
+                   WHEN v_mode = 0 THEN v_count
+                   ELSE (SELECT count(DISTINCT i) FROM unnest(task_push_batch.identifiers) i) END;
+    IF v_cap IS NOT NULL AND v_mode = 0 AND NOT task_queue_admits(task_push_batch.topic, v_cap, v_live) THEN
+        RAISE EXCEPTION 'topic % is at its queue cap of % READY or ACTIVE tasks: push of % refused, nothing written',
+            quote_literal(task_push_batch.topic), v_cap, v_live
+            USING ERRCODE = 'PT004';
     END IF;
 
     -- On the coordinator: the sequences, then the push on the topic's node
@@ -1011,6 +1029,12 @@ BEGIN
                          array_fill(0::bigint, ARRAY[v_count]),
                          array_fill(coalesce(ceil(extract(epoch FROM task_push_batch.delay) * 1000)::bigint, 0), ARRAY[v_count]),
                          array_fill(coalesce(task_push_batch.concurrency_key, ''), ARRAY[v_count])) p;
+    IF v_pushed IS NULL THEN
+        -- nothing inserted, by a topic known (read above): its cap refused the push
+        RAISE EXCEPTION 'topic % is at its queue cap of % READY or ACTIVE tasks: push of % refused, nothing written',
+            quote_literal(task_push_batch.topic), v_cap, v_live
+            USING ERRCODE = 'PT004';
+    END IF;
     IF v_notice IS NOT NULL THEN
         PERFORM pg_notify('task_notification', v_notice);
     END IF;

@@ -1,7 +1,8 @@
 -- name: TaskPush :many
 -- Pushes a whole batch in one statement. insertion: 0 APPEND, 1 REPLACE,
 -- 2 SUPERSEDE, 3 DELETE. Writes nothing and returns no row when the topic is unknown or
--- the push would exceed the topic's queue cap; the caller tells the two apart.
+-- the push would take the topic above its queue cap, counted net of the READY tasks it
+-- ends; the caller tells the two apart.
 -- TaskPushAppend (below) is the same for APPEND alone, and what repository.Push runs for it.
 WITH topic AS (
     -- KEY SHARE keeps a concurrent destroy of the topic out until the caller commits.
@@ -42,14 +43,32 @@ creation AS (
         FROM element e WHERE sqlc.arg(insertion)::smallint <> 0
     ) c
 ),
-admitted AS (
-    -- the unfinished tasks there plus the live ones we add must fit under the cap
+live AS (
+    -- the tasks this push inserts READY (the others REDUNDANT or SUSPENDED)
+    SELECT count(*) AS n FROM creation c WHERE NOT c.suspended AND c.last
+),
+fits AS (
+    -- the unfinished tasks there plus the live ones we add fit under the cap
     -- (task_queue_admits, migration 000007: as a function call, not planned here)
-    SELECT true AS ok FROM topic
-    WHERE topic.queue_cap IS NULL
-       OR task_queue_admits(sqlc.arg(topic), topic.queue_cap,
-                            (SELECT count(*) FROM creation c
-                             WHERE NOT c.suspended AND (c.last OR sqlc.arg(insertion)::smallint = 0)))
+    SELECT topic.queue_cap IS NULL OR task_queue_admits(sqlc.arg(topic), topic.queue_cap, (SELECT l.n FROM live l)) AS ok
+    FROM topic
+),
+replaceable AS (
+    -- REPLACE, SUPERSEDE and DELETE end the older READY tasks of their identifiers, so
+    -- that the cap counts them net of those (older_ready, as it reads them, unlocked):
+    -- read only when the push does not fit as it is
+    SELECT count(*) AS n FROM task t
+    WHERE sqlc.arg(insertion)::smallint <> 0
+      AND (t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT sqlc.arg(topic) || E'\n' || i
+                                                         FROM unnest(sqlc.arg(identifiers)::text[]) i))
+      AND t.topic = sqlc.arg(topic) AND t.state = 1
+      AND t.identifier = ANY(sqlc.arg(identifiers)::text[])
+),
+admitted AS (
+    -- it fits, or fits net of the READY tasks it ends; a refused push locks nothing
+    SELECT true AS ok FROM fits f
+    WHERE f.ok OR task_queue_admits(sqlc.arg(topic), (SELECT tp.queue_cap FROM topic tp),
+                                    (SELECT l.n FROM live l) - (SELECT r.n FROM replaceable r))
 ),
 older_ready AS (
     -- Older tasks of the same identifiers that this insertion mode touches, in parts
@@ -69,10 +88,18 @@ older_ready AS (
       AND t.identifier = ANY(sqlc.arg(identifiers)::text[])
     FOR UPDATE SKIP LOCKED
 ),
+confirmed AS (
+    -- admitted net of the READY tasks it locked: one a concurrent transaction holds is
+    -- skipped, and stays live (then nothing is written, but those locks stay until the
+    -- caller's transaction ends)
+    SELECT true AS ok FROM fits f
+    WHERE f.ok OR task_queue_admits(sqlc.arg(topic), (SELECT tp.queue_cap FROM topic tp),
+                                    (SELECT l.n FROM live l) - (SELECT count(*) FROM older_ready))
+),
 older_settled AS (
     -- REPLACE also ends settled tasks up to SUCCEEDED; DELETE removes every one.
     SELECT t.topic, t.sequence FROM task t
-    WHERE sqlc.arg(insertion)::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM admitted)
+    WHERE sqlc.arg(insertion)::smallint IN (1, 3) AND EXISTS (SELECT 1 FROM confirmed)
       AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state BETWEEN 2 AND 7
       AND t.identifier = ANY(sqlc.arg(identifiers)::text[])
       AND (sqlc.arg(insertion)::smallint = 3 OR t.state <= 6)
@@ -80,7 +107,7 @@ older_settled AS (
 ),
 older_redundant AS (
     SELECT t.topic, t.sequence FROM task t
-    WHERE sqlc.arg(insertion)::smallint = 3 AND EXISTS (SELECT 1 FROM admitted)
+    WHERE sqlc.arg(insertion)::smallint = 3 AND EXISTS (SELECT 1 FROM confirmed)
       AND hashtext(t.topic || E'\n' || t.identifier) = ANY (ARRAY(SELECT hashtext(sqlc.arg(topic) || E'\n' || i)
                                                                    FROM unnest(sqlc.arg(identifiers)::text[]) i))
       AND t.topic = sqlc.arg(topic) AND t.state = 8
@@ -88,7 +115,7 @@ older_redundant AS (
     FOR UPDATE SKIP LOCKED
 ),
 older AS (
-    SELECT r.topic, r.sequence FROM older_ready r
+    SELECT r.topic, r.sequence FROM older_ready r WHERE EXISTS (SELECT 1 FROM confirmed)
     UNION ALL
     SELECT s.topic, s.sequence FROM older_settled s
     UNION ALL
@@ -119,7 +146,7 @@ inserted AS (
            1, -- descent: a fresh task was READY before whatever it is
            c.input, c.reference, c.priority, c.not_before, c.concurrency_key
     FROM (SELECT * FROM creation c
-          WHERE EXISTS (SELECT 1 FROM admitted) AND (sqlc.arg(insertion) <> 3 OR c.last)
+          WHERE EXISTS (SELECT 1 FROM confirmed) AND (sqlc.arg(insertion) <> 3 OR c.last)
           ORDER BY c.ord) c
     RETURNING sequence, identifier, state, descent, created, not_before, priority
 ),
