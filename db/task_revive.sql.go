@@ -293,6 +293,10 @@ WITH target AS (
     WHERE t.topic = $1 AND t.sequence = ANY($2::bigint[]) AND t.state BETWEEN 2 AND 6
     FOR UPDATE OF t
 ),
+admitted AS (
+    SELECT true AS ok FROM task_topic tt
+    WHERE tt.topic = $1 AND task_queue_admits(tt.topic, tt.queue_cap, (SELECT count(*) FROM target))
+),
 reset AS (
     UPDATE task t
     SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = now(),
@@ -300,6 +304,7 @@ reset AS (
     FROM target g
     WHERE t.topic = $1 AND t.sequence = g.sequence
       AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
+      AND EXISTS (SELECT 1 FROM admitted)
     RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key
 ),
 notified AS (
@@ -309,7 +314,12 @@ notified AS (
 )
 SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled, r.concurrency_key FROM reset r
 WHERE (SELECT count(*) FROM notified) >= 0
-ORDER BY r.sequence
+UNION ALL
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key FROM task t
+WHERE t.topic = $1 AND t.sequence IN (SELECT g.sequence FROM target g)
+  AND (SELECT count(*) FROM target) = cardinality($2::bigint[])
+  AND NOT EXISTS (SELECT 1 FROM admitted)
+ORDER BY sequence
 `
 
 type TaskResetParams struct {
@@ -342,8 +352,12 @@ type TaskResetRow struct {
 // budget (every lease so far returned; attempt itself never goes down, it fences
 // completions); all or nothing. Notifies the topic. The not-before is the reset's time:
 // a READY task waits from its push or its not-before, whichever is later
-// (task_topic_stats), not from its push a day ago.
+// (task_topic_stats), not from its push a day ago. Refused whole, with nothing written,
+// when the tasks made READY would take the topic above its queue cap: it then returns
+// them as they are (none READY), which tells the caller the refusal. (On Citus,
+// task_citus_reset of sql/citus does the same.)
 // notified runs only when referenced: a scalar subquery in WHERE always runs
+// refused by the cap: the tasks as they are
 func (q *Queries) TaskReset(ctx context.Context, db DBTX, arg TaskResetParams) ([]TaskResetRow, error) {
 	rows, err := db.Query(ctx, taskReset, arg.Topic, arg.Sequences)
 	if err != nil {
@@ -393,12 +407,27 @@ WITH target AS (
     LIMIT $5
     FOR UPDATE OF t SKIP LOCKED
 ),
+admitted AS (
+    -- the READY and ACTIVE tasks there, counted no further than the cap, plus those made
+    -- READY: task_queue_admits (migration 000037) written out, since Citus routes this
+    -- statement whole to the topic's node, where a function that reads task cannot run
+    SELECT true AS ok FROM task_topic tt
+    WHERE tt.topic = $1
+      AND (tt.queue_cap IS NULL OR NOT EXISTS (SELECT 1 FROM target)
+           OR (SELECT count(*) FROM (SELECT 1 FROM task a
+                                     WHERE a.state = 0 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
+                                     LIMIT tt.queue_cap + 1) a)
+              + (SELECT count(*) FROM (SELECT 1 FROM task r
+                                       WHERE hashtext(r.topic) = hashtext($1) AND r.topic = $1 AND r.state = 1
+                                       LIMIT tt.queue_cap + 1) r)
+              + (SELECT count(*) FROM target) <= tt.queue_cap)
+),
 reset AS (
     UPDATE task t
     SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = now(),
         completed = NULL, owner = NULL, cancelled = false
     FROM target g
-    WHERE t.topic = $1 AND t.sequence = g.sequence
+    WHERE t.topic = $1 AND t.sequence = g.sequence AND EXISTS (SELECT 1 FROM admitted)
     RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key
 ),
 notified AS (
@@ -408,7 +437,10 @@ notified AS (
 )
 SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled, r.concurrency_key FROM reset r
 WHERE (SELECT count(*) FROM notified) >= 0
-ORDER BY r.sequence
+UNION ALL
+SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key FROM task t
+WHERE t.topic = $1 AND t.sequence IN (SELECT g.sequence FROM target g) AND NOT EXISTS (SELECT 1 FROM admitted)
+ORDER BY sequence
 `
 
 type TaskResetStateParams struct {
@@ -441,8 +473,11 @@ type TaskResetStateRow struct {
 }
 
 // Flips up to size tasks of state back to READY, oldest first within the sequence range,
-// skipping rows locked by others. Notifies the topic.
+// skipping rows locked by others. Notifies the topic. Refused whole when the tasks made
+// READY would take the topic above its queue cap, as TaskReset: it then returns them as
+// they are (none READY).
 // notified runs only when referenced: a scalar subquery in WHERE always runs
+// refused by the cap: the tasks as they are
 func (q *Queries) TaskResetState(ctx context.Context, db DBTX, arg TaskResetStateParams) ([]TaskResetStateRow, error) {
 	rows, err := db.Query(ctx, taskResetState,
 		arg.Topic,

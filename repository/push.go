@@ -77,13 +77,20 @@ func (r *Repository) pushAs(ctx context.Context, h Handle, op, topic string, ins
 	}
 	if len(rows) == 0 {
 		// Nothing was written: the topic is unknown or the cap refused the batch.
-		t, err := r.Topic(ctx, h, topic)
-		if err != nil {
-			return nil, fmt.Errorf("push: %w", err)
-		}
-		return nil, &QueueFullError{Op: op, Topic: topic, Cap: t.QueueCap, Pushed: livePushed(insertion, creations)}
+		return nil, r.queueFull(ctx, h, op, topic, livePushed(insertion, creations))
 	}
 	return pushedTasks(topic, insertion, creations, rows)
+}
+
+// queueFull returns the *QueueFullError of op, which the queue cap of topic refused with
+// n tasks to make READY; or ErrUnknownTopic when there is no such topic, which refuses
+// the statements of a push too.
+func (r *Repository) queueFull(ctx context.Context, h Handle, op, topic string, n int) error {
+	t, err := r.Topic(ctx, h, topic)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return &QueueFullError{Op: op, Topic: topic, Cap: t.QueueCap, Pushed: n}
 }
 
 // maxNotBefore is the latest not-before time a push accepts.

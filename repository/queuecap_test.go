@@ -90,6 +90,59 @@ func TestQueueCapRecreate(t *testing.T) {
 	}
 }
 
+func TestQueueCapReset(t *testing.T) {
+	shared := setup(t)
+	// a READY x and two FAILED tasks under a cap of 2: one reset fits, two do not
+	arrange := func(f *fixture) (a, b repository.Task) {
+		f.push(repository.Append, "x")
+		return driveTo(f, "a", repository.Failed), driveTo(f, "b", repository.Failed)
+	}
+	t.Run("ByTaskIsRefusedWhole", func(t *testing.T) {
+		f := capped(t, shared, 2)
+		a, b := arrange(f)
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		_, err = f.repo.Recreate(f.ctx, tx, f.topic, repository.Reset, a.Sequence, b.Sequence)
+		wantQueueFull(f, err, "reset", 2, 2)
+		// the caller's transaction is usable, and nothing was reset
+		if got, err := f.repo.Recreate(f.ctx, tx, f.topic, repository.Reset, b.Sequence); err != nil || len(got) != 1 || got[0].New.State != repository.Ready {
+			t.Fatalf("one reset within the cap, in the same transaction: %+v, %v", got, err)
+		}
+		if err := tx.Rollback(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantStates(f, repository.Ready, repository.Failed, repository.Failed)
+	})
+	t.Run("ByStateIsRefusedWhole", func(t *testing.T) {
+		f := capped(t, shared, 2)
+		arrange(f)
+		_, err := f.repo.RecreateState(f.ctx, f.pool, f.topic, repository.Failed, repository.Reset, 0, repository.MaxSequence, 10)
+		wantQueueFull(f, err, "reset", 2, 2)
+		wantStates(f, repository.Ready, repository.Failed, repository.Failed)
+		if got, err := f.repo.RecreateState(f.ctx, f.pool, f.topic, repository.Failed, repository.Reset, 0, repository.MaxSequence, 1); err != nil || len(got) != 1 {
+			t.Fatalf("one reset within the cap: %+v, %v", got, err)
+		}
+		wantStates(f, repository.Ready, repository.Ready, repository.Failed)
+	})
+	t.Run("ActiveTasksCountAndOthersDoNot", func(t *testing.T) {
+		f := capped(t, shared, 2)
+		a, c := driveTo(f, "a", repository.Failed), driveTo(f, "c", repository.Expired)
+		suspended(f, "s")
+		f.push(repository.Append, "x")
+		f.poll(repository.FIFO, repository.None, 1)                            // x
+		onTopic(t, f, f.topic+"/other").push(repository.Append, "a", "b", "c") // another topic's
+		if _, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.Reset, a.Sequence); err != nil {
+			t.Fatalf("reset to the cap: %v", err)
+		}
+		_, err := f.repo.RecreateState(f.ctx, f.pool, f.topic, repository.Expired, repository.Reset, 0, repository.MaxSequence, 10)
+		wantQueueFull(f, err, "reset", 2, 1)
+		wantUnchanged(f, c)
+	})
+}
+
 // lockElsewhere locks task sequence of f's topic FOR UPDATE in a transaction of its own
 // until the test ends: a push then skips it (SKIP LOCKED).
 func lockElsewhere(f *fixture, sequence int64) {

@@ -66,7 +66,8 @@ func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, fr
 // flips the same rows back to READY with a fresh attempt budget. It returns old → new.
 // Copies that would take the topic above its queue cap (counted as a push counts them,
 // net of the READY tasks they replace) refuse the whole call with a *QueueFullError of
-// Op "recreate": no task is marked nor copied.
+// Op "recreate": no task is marked nor copied. So does a Reset of tasks that would (each
+// counts as one more READY task), with Op "reset": no task is reset.
 func (r *Repository) Recreate(ctx context.Context, h Handle, topic string, mode RecreateMode, sequences ...int64) ([]Revival, error) {
 	if len(sequences) == 0 {
 		return nil, nil
@@ -87,7 +88,7 @@ func (r *Repository) Recreate(ctx context.Context, h Handle, topic string, mode 
 		if len(rows) != len(sequences) {
 			return nil, r.explainStates(ctx, h, "reset", topic, sequences, State.Revivable, "EXPIRED..SUCCEEDED")
 		}
-		return resetRevivals(tasksFrom(rows)), nil
+		return r.resetRevivals(ctx, h, topic, tasksFrom(rows))
 	}
 	insertion, err := recreateInsertion(mode)
 	if err != nil {
@@ -132,16 +133,17 @@ func (r *Repository) RecreateState(ctx context.Context, h Handle, topic string, 
 		rows, err := r.q.TaskResetState(ctx, h, db.TaskResetStateParams{
 			Topic: topic, State: int16(state), FromSequence: fromSequence, ToSequence: toSequence, Size: int32(size),
 		})
-		if err == nil && len(rows) > 0 {
-			err = r.notifyOnCitus(ctx, h, "WORK", topic)
-		}
 		if err != nil {
 			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)
 		}
 		if err := r.knownTopic(ctx, h, "reset", topic, int64(len(rows))); err != nil {
 			return nil, err
 		}
-		return resetRevivals(tasksFrom(rows)), nil
+		revivals, err := r.resetRevivals(ctx, h, topic, tasksFrom(rows))
+		if err == nil && len(revivals) > 0 {
+			err = r.notifyOnCitus(ctx, h, "WORK", topic)
+		}
+		return revivals, err
 	}
 	insertion, err := recreateInsertion(mode)
 	if err != nil {
@@ -200,12 +202,17 @@ func (r *Repository) pushCopies(ctx context.Context, h Handle, topic string, ins
 	return revivals, nil
 }
 
-func resetRevivals(tasks []Task) []Revival {
+// resetRevivals pairs each task a reset returned with itself; tasks that are not READY
+// are the ones the queue cap refused to reset, as they are (TaskReset).
+func (r *Repository) resetRevivals(ctx context.Context, h Handle, topic string, tasks []Task) ([]Revival, error) {
+	if len(tasks) > 0 && tasks[0].State != Ready {
+		return nil, r.queueFull(ctx, h, "reset", topic, len(tasks))
+	}
 	revivals := make([]Revival, len(tasks))
 	for i, t := range tasks {
 		revivals[i] = Revival{Old: t, New: t}
 	}
-	return revivals
+	return revivals, nil
 }
 
 // sortedTasks orders tasks like sequences.

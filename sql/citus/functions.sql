@@ -433,7 +433,9 @@ $$;
 
 -- task_citus_reset is TaskReset (sql/queries/task_revive.sql): tasks in EXPIRED..SUCCEEDED
 -- back to READY with a fresh attempt budget, all or nothing, each row with the payload of
--- the notification to send.
+-- the notification to send. Refused whole when the tasks made READY would take the topic
+-- above its queue cap (migration 000037): it then returns them as they are (none READY),
+-- without a notification.
 CREATE FUNCTION task_citus_reset(p_topic text, p_sequences bigint[])
 RETURNS TABLE (topic text, sequence bigint, identifier text, state smallint, descent smallint, owner text,
                created timestamptz, completed timestamptz, input text, output text, reference text,
@@ -446,11 +448,18 @@ DECLARE
     v_rows   task[];
     v_first  record;
     v_notice text;
+    v_cap    bigint;
 BEGIN
     v_target := ARRAY(SELECT t.sequence FROM task t
                       WHERE t.topic = p_topic AND t.sequence = ANY (p_sequences) AND t.state BETWEEN 2 AND 6
                       FOR UPDATE OF t);
     IF cardinality(v_target) <> cardinality(p_sequences) THEN
+        RETURN;
+    END IF;
+    SELECT tt.queue_cap INTO v_cap FROM task_topic tt WHERE tt.topic = p_topic;
+    IF NOT task_queue_admits(p_topic, v_cap, cardinality(v_target)) THEN
+        RETURN QUERY SELECT t.*, NULL::text FROM task t WHERE t.topic = p_topic AND t.sequence = ANY (v_target)
+                     ORDER BY t.sequence;
         RETURN;
     END IF;
     WITH reset AS (

@@ -3,7 +3,9 @@
 -- and task_push_batch as sql/citus/functions.sql now has them: the push on the topic's
 -- node counts a REPLACE, SUPERSEDE or DELETE net of the older READY tasks it ends, and
 -- the SQL API's push refuses on the coordinator only an APPEND beyond the cap (before it
--- takes sequences), then says PT004 when the push on the node refused. Rows are kept.
+-- takes sequences), then says PT004 when the push on the node refused. task_citus_reset
+-- as functions.sql now has it: refused whole beyond the cap, as the Go API's reset
+-- statements are (sql/queries), which need no migration. Rows are kept.
 
 CREATE OR REPLACE FUNCTION task_queue_admits(p_topic text, p_cap bigint, p_live bigint) RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
@@ -289,5 +291,45 @@ BEGIN
         PERFORM pg_notify('task_notification', v_notice);
     END IF;
     RETURN QUERY SELECT unnest(v_pushed);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION task_citus_reset(p_topic text, p_sequences bigint[])
+RETURNS TABLE (topic text, sequence bigint, identifier text, state smallint, descent smallint, owner text,
+               created timestamptz, completed timestamptz, input text, output text, reference text,
+               priority smallint, not_before timestamptz, attempt integer, returned integer, errors text[],
+               cancelled boolean, concurrency_key text, notification text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_target bigint[];
+    v_rows   task[];
+    v_first  record;
+    v_notice text;
+    v_cap    bigint;
+BEGIN
+    v_target := ARRAY(SELECT t.sequence FROM task t
+                      WHERE t.topic = p_topic AND t.sequence = ANY (p_sequences) AND t.state BETWEEN 2 AND 6
+                      FOR UPDATE OF t);
+    IF cardinality(v_target) <> cardinality(p_sequences) THEN
+        RETURN;
+    END IF;
+    SELECT tt.queue_cap INTO v_cap FROM task_topic tt WHERE tt.topic = p_topic;
+    IF NOT task_queue_admits(p_topic, v_cap, cardinality(v_target)) THEN
+        RETURN QUERY SELECT t.*, NULL::text FROM task t WHERE t.topic = p_topic AND t.sequence = ANY (v_target)
+                     ORDER BY t.sequence;
+        RETURN;
+    END IF;
+    WITH reset AS (
+        UPDATE task t
+        SET state = 1, descent = GREATEST(t.state, t.descent), returned = t.attempt, not_before = now(),
+            completed = NULL, owner = NULL, cancelled = false
+        WHERE t.topic = p_topic AND t.sequence = ANY (v_target)
+        RETURNING t.*
+    )
+    SELECT array_agg(c ORDER BY c.sequence) INTO v_rows FROM reset c;
+    SELECT r.priority, r.sequence INTO v_first FROM unnest(v_rows) r ORDER BY r.priority, r.sequence LIMIT 1;
+    v_notice := task_citus_work(p_topic, v_first.priority, v_first.sequence, NULL);
+    RETURN QUERY SELECT r.*, v_notice FROM unnest(v_rows) r;
 END
 $$;
