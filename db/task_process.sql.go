@@ -475,13 +475,35 @@ qualified AS (
 complete_group AS (
     SELECT q.grp FROM qualified q GROUP BY q.grp HAVING bool_and(q.present)
 ),
+releasable AS (
+    -- the tasks the release makes READY, read without a lock: the release can only find
+    -- fewer (those a concurrent transaction changed meanwhile)
+    SELECT count(*) AS n FROM task t
+    WHERE t.state = 4 AND hashtext(t.topic) = hashtext($1) AND t.topic = $1
+      AND t.identifier IN (SELECT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp)
+),
+admitted AS (
+    -- the READY and ACTIVE tasks there, counted no further than the cap, plus those made
+    -- READY: task_queue_admits (migration 000037) written out, since Citus routes this
+    -- statement whole to the topic's node, where a function that reads task cannot run
+    SELECT true AS ok FROM task_topic tt
+    WHERE tt.topic = $1
+      AND (tt.queue_cap IS NULL OR (SELECT r.n FROM releasable r) = 0
+           OR (SELECT count(*) FROM (SELECT 1 FROM task a
+                                     WHERE a.state = 0 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
+                                     LIMIT tt.queue_cap + 1) a)
+              + (SELECT count(*) FROM (SELECT 1 FROM task r
+                                       WHERE hashtext(r.topic) = hashtext($1) AND r.topic = $1 AND r.state = 1
+                                       LIMIT tt.queue_cap + 1) r)
+              + (SELECT r.n FROM releasable r) <= tt.queue_cap)
+),
 released AS (
     -- READY from now, for the wait task_topic_stats counts (a later not-before stays);
     -- no longer completed (a SUSPENSION decision set the time), as a reset
     UPDATE task t SET state = 1, not_before = GREATEST(t.not_before, now()), completed = NULL
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
     WHERE t.state = 4 AND hashtext(t.topic) = hashtext($1) AND t.topic = $1
-      AND t.identifier = r.identifier
+      AND t.identifier = r.identifier AND EXISTS (SELECT 1 FROM admitted)
     RETURNING t.identifier, t.priority, t.sequence
 ),
 notified AS (
@@ -489,15 +511,18 @@ notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence) AS sent
     FROM (SELECT r.priority, r.sequence FROM released r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
-SELECT x.identifier FROM (
-    SELECT DISTINCT r.identifier FROM released r
+SELECT x.identifier, x.refused FROM (
+    SELECT DISTINCT r.identifier, 0::bigint AS refused FROM released r
     -- notified runs only when referenced: a scalar subquery in WHERE always runs
     WHERE (SELECT count(*) FROM notified) >= 0
+    UNION ALL
+    -- refused by the cap
+    SELECT ''::text, r.n FROM releasable r WHERE r.n > 0 AND NOT EXISTS (SELECT 1 FROM admitted)
     UNION ALL
     -- an empty identifier (no task has one) for a topic nobody registered, which
     -- released nothing: said by this statement rather than a second one on the commit
     -- path of follow-ups
-    SELECT ''::text WHERE NOT EXISTS (SELECT FROM task_topic tt WHERE tt.topic = $1)
+    SELECT ''::text, 0 WHERE NOT EXISTS (SELECT FROM task_topic tt WHERE tt.topic = $1)
 ) x
 ORDER BY x.identifier
 `
@@ -509,11 +534,18 @@ type TaskJunctionParams struct {
 	Eternal     bool
 }
 
+type TaskJunctionRow struct {
+	Identifier string
+	Refused    int64
+}
+
 // Releases the SUSPENDED tasks of every group whose identifiers all have a qualifying
 // task in this topic: SUSPENDED (eternal false) or any state but REDUNDANT (eternal
 // true), counting distinct identifiers. Groups come as parallel arrays (group number,
-// identifier). Returns the released tasks' identifiers.
-func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionParams) ([]string, error) {
+// identifier). Returns the released tasks' identifiers (refused 0). Releases nothing
+// when the tasks it would make READY would take the topic above its queue cap: it then
+// returns one row, an empty identifier with the number of those tasks (refused).
+func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionParams) ([]TaskJunctionRow, error) {
 	rows, err := db.Query(ctx, taskJunction,
 		arg.Topic,
 		arg.Groups,
@@ -524,13 +556,13 @@ func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionPar
 		return nil, err
 	}
 	defer rows.Close()
-	var items []string
+	var items []TaskJunctionRow
 	for rows.Next() {
-		var identifier string
-		if err := rows.Scan(&identifier); err != nil {
+		var i TaskJunctionRow
+		if err := rows.Scan(&i.Identifier, &i.Refused); err != nil {
 			return nil, err
 		}
-		items = append(items, identifier)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -697,7 +697,9 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 // identifiers ALL have a task in this topic that is SUSPENDED (Singular) or in any state
 // but REDUNDANT (Eternal), counting distinct identifiers, every SUSPENDED task of the
 // group in this topic becomes READY. It returns the identifiers of the released tasks,
-// sorted, and notifies the topic when anything was released.
+// sorted, and notifies the topic when anything was released. When the tasks released
+// would take the topic above its queue cap, it releases nothing and returns a
+// *QueueFullError of Op "junction".
 func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junction Junction, groups ...[]string) ([]string, error) {
 	if err := validTopic(topic); err != nil {
 		return nil, err
@@ -718,14 +720,25 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	if len(arg.Identifiers) == 0 {
 		return nil, nil
 	}
-	released, err := r.q.TaskJunction(ctx, h, arg)
-	if err == nil && len(released) == 1 && released[0] == "" {
+	rows, err := r.q.TaskJunction(ctx, h, arg)
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
+	}
+	if len(rows) == 1 && rows[0].Identifier == "" {
+		// no identifier has one: the statement's word for a refusal or an unknown topic
+		if rows[0].Refused > 0 {
+			return nil, r.queueFull(ctx, h, "junction", topic, int(rows[0].Refused))
+		}
 		return nil, unknownTopic("junction in", topic)
 	}
-	if err == nil && len(released) > 0 {
-		err = r.junctionWorkOnCitus(ctx, h, topic, released)
+	if len(rows) == 0 {
+		return nil, nil
 	}
-	if err != nil {
+	released := make([]string, len(rows))
+	for i, row := range rows {
+		released[i] = row.Identifier
+	}
+	if err := r.junctionWorkOnCitus(ctx, h, topic, released); err != nil {
 		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
 	}
 	return released, nil

@@ -143,6 +143,52 @@ func TestQueueCapReset(t *testing.T) {
 	})
 }
 
+func TestQueueCapJunction(t *testing.T) {
+	shared := setup(t)
+	t.Run("IsRefusedWhole", func(t *testing.T) {
+		f := capped(t, shared, 2)
+		f.push(repository.Append, "x")
+		suspended(f, "a", "b")
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		_, err = f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{"a", "b"})
+		wantQueueFull(f, err, "junction", 2, 2)
+		// the caller's transaction is usable, and nothing was released
+		if got, err := f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{"b"}); err != nil || !slices.Equal(got, []string{"b"}) {
+			t.Fatalf("one release within the cap, in the same transaction: %v, %v", got, err)
+		}
+		if err := tx.Rollback(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantStates(f, repository.Ready, repository.Suspended, repository.Suspended)
+	})
+	t.Run("EveryGroupAndEveryTaskCounts", func(t *testing.T) {
+		f := capped(t, shared, 3)
+		suspended(f, "a", "b", "b", "c")
+		_, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Singular, []string{"a"}, []string{"b"}, []string{"c"}, []string{"d"})
+		wantQueueFull(f, err, "junction", 3, 4)
+		wantStates(f, repository.Suspended, repository.Suspended, repository.Suspended, repository.Suspended)
+		if got, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Singular, []string{"a"}, []string{"b"}); err != nil || !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("releases within the cap: %v, %v", got, err)
+		}
+	})
+	t.Run("EternalAtTheCap", func(t *testing.T) {
+		f := capped(t, shared, 1)
+		driveTo(f, "done", repository.Succeeded)
+		suspended(f, "a")
+		active := driveTo(f, "x", repository.Active)
+		_, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Eternal, []string{"a", "done"})
+		wantQueueFull(f, err, "junction", 1, 1)
+		f.complete(repository.Succeed("done"), active)
+		if got, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Eternal, []string{"a", "done"}); err != nil || !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("the release once the ACTIVE task completed: %v, %v", got, err)
+		}
+	})
+}
+
 // lockElsewhere locks task sequence of f's topic FOR UPDATE in a transaction of its own
 // until the test ends: a push then skips it (SKIP LOCKED).
 func lockElsewhere(f *fixture, sequence int64) {

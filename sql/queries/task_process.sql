@@ -201,7 +201,9 @@ ORDER BY c.sequence;
 -- Releases the SUSPENDED tasks of every group whose identifiers all have a qualifying
 -- task in this topic: SUSPENDED (eternal false) or any state but REDUNDANT (eternal
 -- true), counting distinct identifiers. Groups come as parallel arrays (group number,
--- identifier). Returns the released tasks' identifiers.
+-- identifier). Returns the released tasks' identifiers (refused 0). Releases nothing
+-- when the tasks it would make READY would take the topic above its queue cap: it then
+-- returns one row, an empty identifier with the number of those tasks (refused).
 WITH member AS (
     SELECT DISTINCT m.grp, m.identifier
     FROM (SELECT unnest(sqlc.arg(groups)::integer[]) AS grp, unnest(sqlc.arg(identifiers)::text[]) AS identifier) m
@@ -225,13 +227,35 @@ qualified AS (
 complete_group AS (
     SELECT q.grp FROM qualified q GROUP BY q.grp HAVING bool_and(q.present)
 ),
+releasable AS (
+    -- the tasks the release makes READY, read without a lock: the release can only find
+    -- fewer (those a concurrent transaction changed meanwhile)
+    SELECT count(*) AS n FROM task t
+    WHERE t.state = 4 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+      AND t.identifier IN (SELECT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp)
+),
+admitted AS (
+    -- the READY and ACTIVE tasks there, counted no further than the cap, plus those made
+    -- READY: task_queue_admits (migration 000037) written out, since Citus routes this
+    -- statement whole to the topic's node, where a function that reads task cannot run
+    SELECT true AS ok FROM task_topic tt
+    WHERE tt.topic = sqlc.arg(topic)
+      AND (tt.queue_cap IS NULL OR (SELECT r.n FROM releasable r) = 0
+           OR (SELECT count(*) FROM (SELECT 1 FROM task a
+                                     WHERE a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
+                                     LIMIT tt.queue_cap + 1) a)
+              + (SELECT count(*) FROM (SELECT 1 FROM task r
+                                       WHERE hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic) AND r.state = 1
+                                       LIMIT tt.queue_cap + 1) r)
+              + (SELECT r.n FROM releasable r) <= tt.queue_cap)
+),
 released AS (
     -- READY from now, for the wait task_topic_stats counts (a later not-before stays);
     -- no longer completed (a SUSPENSION decision set the time), as a reset
     UPDATE task t SET state = 1, not_before = GREATEST(t.not_before, now()), completed = NULL
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
     WHERE t.state = 4 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
-      AND t.identifier = r.identifier
+      AND t.identifier = r.identifier AND EXISTS (SELECT 1 FROM admitted)
     RETURNING t.identifier, t.priority, t.sequence
 ),
 notified AS (
@@ -239,15 +263,18 @@ notified AS (
     SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence) AS sent
     FROM (SELECT r.priority, r.sequence FROM released r ORDER BY r.priority, r.sequence LIMIT 1) f
 )
-SELECT x.identifier FROM (
-    SELECT DISTINCT r.identifier FROM released r
+SELECT x.identifier, x.refused FROM (
+    SELECT DISTINCT r.identifier, 0::bigint AS refused FROM released r
     -- notified runs only when referenced: a scalar subquery in WHERE always runs
     WHERE (SELECT count(*) FROM notified) >= 0
+    UNION ALL
+    -- refused by the cap
+    SELECT ''::text, r.n FROM releasable r WHERE r.n > 0 AND NOT EXISTS (SELECT 1 FROM admitted)
     UNION ALL
     -- an empty identifier (no task has one) for a topic nobody registered, which
     -- released nothing: said by this statement rather than a second one on the commit
     -- path of follow-ups
-    SELECT ''::text WHERE NOT EXISTS (SELECT FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))
+    SELECT ''::text, 0 WHERE NOT EXISTS (SELECT FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))
 ) x
 ORDER BY x.identifier;
 
