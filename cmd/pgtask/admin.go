@@ -23,7 +23,8 @@ exactly one mode:
 
 and either the tasks' SEQUENCEs (all or nothing: one task in another state refuses the
 call) or --state S to revive tasks of that state, oldest first, at most --limit of them
-(not with --reassign, which takes them all), optionally within --from/--to.`
+(not with --reassign, which takes them all), optionally within --from/--to. A reset or
+copies that would take the topic above its queue cap are refused whole, nothing changed.`
 
 func runRevive(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask revive", "--topic T (--reset|--recreate MODE|--reassign RESULT) (SEQUENCE...|--state S) [flags]", reviveAbout)

@@ -434,6 +434,32 @@ func TestRevive(t *testing.T) {
 	})
 }
 
+// TestReviveAtTheQueueCap: a reset or copies that would take the topic above its queue
+// cap exit 1 saying so, and change nothing.
+func TestReviveAtTheQueueCap(t *testing.T) {
+	f := setup(t)
+	failed := f.push("a", "b")
+	f.finish(repository.Fail(nil))
+	f.ok("topic", "set", "t", "--queue-cap", "1")
+	f.push("c")
+	seq := strconv.FormatInt(failed[0], 10)
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--reset", seq}, "reset in topic"},
+		{[]string{"--recreate", "replace", seq}, "recreate in topic"},
+		{[]string{"--reset", "--state", "FAILED"}, "reset in topic"},
+		{[]string{"--recreate", "append", "--state", "FAILED", "--limit", "1"}, "recreate in topic"},
+	} {
+		r := f.cli(append([]string{"revive", "--topic", "t"}, c.args...)...)
+		wantRuntime(t, r, repository.ErrQueueFull)
+		wantContains(t, r.stderr, c.says, "cap of 1")
+	}
+	f.wantState(failed[0], repository.Failed)
+	f.wantState(failed[1], repository.Failed)
+}
+
 func TestCancel(t *testing.T) {
 	f := setup(t)
 	seqs := f.push("a", "b")

@@ -20,8 +20,10 @@ const topicSettingsHelp = `
 Settings (each optional; durations take Go syntax such as 500ms, 30s, 2h, or days: 7d):
 a task is leased at most --max-attempts times; after a FAILURE or an expiry with attempts
 left it waits min(cap, base*2^(attempt-1)) plus a random jitter below --backoff-jitter.
---queue-cap limits the READY and ACTIVE tasks of the topic (0: unlimited); --retention
-is how long finished tasks are kept (0: forever), enforced by 'pgtask purge --retention'.
+--queue-cap limits the READY and ACTIVE tasks of the topic (0: unlimited): a push, a
+revive or a junction beyond it is refused whole (a replacing push counts net of the READY
+tasks it ends); --retention is how long finished tasks are kept (0: forever), enforced
+by 'pgtask purge --retention'.
 
 Limits hold across every process, enforced by the database at each poll (none: no
 limit; a change takes effect at the next poll; leases of a dead processor count until
@@ -56,7 +58,7 @@ func (f *flags) settingFlags() *settingFlags {
 		backoffBase:   f.duration("backoff-base", 0, "first retry delay (`DURATION`)"),
 		backoffCap:    f.duration("backoff-cap", 0, "longest retry delay (`DURATION`)"),
 		backoffJitter: f.duration("backoff-jitter", 0, "random extra delay added to each retry, below this `DURATION`"),
-		queueCap:      f.Int64("queue-cap", 0, "most READY and ACTIVE tasks (`N`); a push beyond it fails (0: unlimited)"),
+		queueCap:      f.Int64("queue-cap", 0, "most READY and ACTIVE tasks (`N`); a push or revive beyond it fails (0: unlimited)"),
 		retention:     f.duration("retention", 0, "how long (`DURATION`) finished tasks are kept before purging (0: forever)"),
 		concurrency:   f.String("concurrency", "", "most tasks ACTIVE at once across every process (`N`; none: no limit)"),
 		keyLimit:      f.String("key-concurrency", "", "most tasks of one concurrency key ACTIVE at once (`K`; none: no limit)"),

@@ -234,8 +234,13 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	for chunk := range slices.Chunk(seqs, bulkChunk) {
 		n, err := apply(chunk)
 		if err != nil {
-			if errors.Is(err, repository.ErrWrongState) {
+			switch {
+			case errors.Is(err, repository.ErrWrongState):
 				err = fmt.Errorf("%w (after %d changed: tasks changed state meanwhile; apply again)", err, changed)
+			case changed > 0:
+				// the statements before this one committed (a queue cap that refuses a
+				// later chunk of resets or copies, say)
+				err = fmt.Errorf("%w (after %d changed)", err, changed)
 			}
 			return nil, err
 		}

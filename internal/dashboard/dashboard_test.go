@@ -389,6 +389,39 @@ func TestBulk(t *testing.T) {
 	})
 }
 
+// TestBulkAtTheQueueCap: a chunk of a bulk revive that the topic's queue cap refuses
+// answers 429 and changes nothing; the answer says what the chunks before it changed.
+func TestBulkAtTheQueueCap(t *testing.T) {
+	f := setup(t, "")
+	const n = 1001 // two chunks (bulkChunk): 1000 resets, then one more
+	creations := make([]repository.Creation, n)
+	for i := range creations {
+		creations[i] = repository.Creation{Identifier: fmt.Sprint("t", i)}
+	}
+	f.push("mail", creations...)
+	leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, n)
+	if err != nil || len(leased) != n {
+		t.Fatalf("poll = %d tasks, %v", len(leased), err)
+	}
+	completions := make([]repository.Completion, n)
+	for i, task := range leased {
+		completions[i] = task.Decide(repository.Fail(fmt.Errorf("boom")))
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, "mail", completions...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 1, QueueCap: n - 1}); err != nil {
+		t.Fatal(err)
+	}
+	status, text := f.post("/ui/topics/mail/bulk", `{"action": "recreate", "mode": "reset", "state": "FAILED"}`)
+	if status != http.StatusTooManyRequests || !strings.Contains(text, "reset in topic") || !strings.Contains(text, "after 1000 changed") {
+		t.Fatalf("bulk reset of %d beyond a cap of %d: %d %s, want 429 saying the reset and the 1000 changed before", n, n-1, status, text)
+	}
+	if stats, err := f.repo.Stats(f.ctx, f.pool, "mail"); err != nil || stats.Ready != n-1 || stats.Failed != 1 {
+		t.Fatalf("stats %+v, %v; want %d READY and 1 FAILED", stats, err, n-1)
+	}
+}
+
 func TestProcesses(t *testing.T) {
 	f := setup(t, "")
 	worker, err := repository.New(repository.Config{Owner: "worker-1", Host: "box", PID: 4242})

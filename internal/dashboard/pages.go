@@ -76,6 +76,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, repository.ErrWrongState):
 		return http.StatusConflict
+	case errors.Is(err, repository.ErrQueueFull):
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }

@@ -572,6 +572,22 @@ func TestRevive(t *testing.T) {
 		f := setup(t)
 		f.call("POST", "/topics/mail/tasks/3/revive", `{"mode":"supersede"}`).wantError(t, http.StatusNotFound, "unknown task")
 	})
+	t.Run("AnswersTooManyRequestsAtTheQueueCapWritingNothing", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		f.finish(repository.Fail(errors.New("boom")))
+		if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 1, QueueCap: 1}); err != nil {
+			t.Fatal(err)
+		}
+		f.enqueue(`{"identifier":"b"}`)
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset"}`).wantError(t, http.StatusTooManyRequests, "reset in topic", "cap of 1")
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"append"}`).wantError(t, http.StatusTooManyRequests, "recreate in topic", "cap of 1")
+		var got task
+		f.call("GET", "/topics/mail/tasks/1", "").want(t, http.StatusOK, &got)
+		if got.State != "FAILED" {
+			t.Errorf("task 1 is %s after the refused revivals, want FAILED", got.State)
+		}
+	})
 	t.Run("RejectsAmbiguousMissingOrUnknownModes", func(t *testing.T) {
 		f := setup(t)
 		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset","result":"success"}`).wantError(t, http.StatusBadRequest, "not both")
