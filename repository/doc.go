@@ -29,11 +29,13 @@
 // [ErrNotOwned], [ErrWrongState], [ErrQueueFull], [ErrNotRegistered] and
 // [ErrSchemaMissing] (and a few more for storage and migrations), or a database error;
 // test them with errors.Is. A batch refused because of some of its tasks returns a
-// [*TaskError] naming each task and why (errors.As gives the detail); a push beyond a
-// topic's cap returns a [*QueueFullError]. A refused call writes nothing. Text is
-// refused, never rewritten, when it is not UTF-8 or beyond its limit (MaxTopicLength and
-// the others); [ValidateTopic], [ValidateIdentifier], [ValidateCanceller],
-// [ValidateFilter] and [Creation.Validate] let a front end apply the same rules first.
+// [*TaskError] naming each task and why (errors.As gives the detail); a push, reset,
+// recreate or junction that would take a topic above its queue cap
+// (TopicSettings.QueueCap) returns a [*QueueFullError]. A refused call writes nothing.
+// Text is refused, never rewritten, when it is not UTF-8 or beyond its limit
+// (MaxTopicLength and the others); [ValidateTopic], [ValidateIdentifier],
+// [ValidateCanceller], [ValidateFilter] and [Creation.Validate] let a front end apply the
+// same rules first.
 //
 // # States
 //

@@ -430,7 +430,12 @@ type TopicSettings struct {
 	// BackoffJitter adds a random delay in [0, BackoffJitter) to each retry, so that
 	// tasks that failed together do not all come back at once.
 	BackoffJitter time.Duration
-	// QueueCap is the most READY+ACTIVE tasks the topic may hold; 0 is unlimited.
+	// QueueCap is the most READY+ACTIVE tasks the topic may hold; 0 is unlimited. Every
+	// operation that makes tasks READY is refused whole, with a *QueueFullError, when it
+	// would take the topic above it: Push (counted net of the READY tasks a Replace,
+	// Supersede or Delete ends, so that one that adds no more than it ends always
+	// passes), Recreate and RecreateState (a Reset, or the copies, counted as a push of
+	// them), Junction. The SQL push functions hold it too (PT004).
 	QueueCap int64
 	// Retention is how long finished tasks are kept; 0 keeps them forever.
 	Retention time.Duration
