@@ -3,9 +3,12 @@ package repository_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -38,6 +41,22 @@ func wantQueueFull(f *fixture, err error, op string, queueCap int64, pushed int)
 	}
 }
 
+// refusedInTx runs refused in a transaction of f's pool and checks its error is a
+// *QueueFullError of op for cap and pushed; then within, in the same transaction, which
+// the refusal left usable. The transaction is rolled back.
+func refusedInTx(f *fixture, op string, queueCap int64, pushed int, refused, within func(tx pgx.Tx) error) {
+	f.t.Helper()
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx)
+	wantQueueFull(f, refused(tx), op, queueCap, pushed)
+	if err := within(tx); err != nil {
+		f.t.Fatalf("%s within the cap, in the transaction of the refused one: %v", op, err)
+	}
+}
+
 // wantStates checks the states of f's tasks, in sequence order.
 func wantStates(f *fixture, want ...repository.State) {
 	f.t.Helper()
@@ -61,21 +80,14 @@ func TestQueueCapRecreate(t *testing.T) {
 		t.Run("ByTaskIsRefusedWhole/"+mode.String(), func(t *testing.T) {
 			f := capped(t, shared, 2)
 			a, b := arrange(f)
-			tx, err := f.pool.Begin(f.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(f.ctx)
-			_, err = f.repo.Recreate(f.ctx, tx, f.topic, mode, a.Sequence, b.Sequence)
-			wantQueueFull(f, err, "recreate", 2, 2)
-			// the caller's transaction is usable, and nothing was marked or pushed
-			if _, err := f.repo.Recreate(f.ctx, tx, f.topic, mode, a.Sequence); err != nil {
-				t.Fatalf("one copy within the cap, in the same transaction: %v", err)
-			}
-			if err := tx.Rollback(f.ctx); err != nil {
-				t.Fatal(err)
-			}
-			wantStates(f, repository.Ready, repository.Failed, repository.Failed)
+			refusedInTx(f, "recreate", 2, 2, func(tx pgx.Tx) error {
+				_, err := f.repo.Recreate(f.ctx, tx, f.topic, mode, a.Sequence, b.Sequence)
+				return err
+			}, func(tx pgx.Tx) error {
+				_, err := f.repo.Recreate(f.ctx, tx, f.topic, mode, a.Sequence)
+				return err
+			})
+			wantStates(f, repository.Ready, repository.Failed, repository.Failed) // nothing marked nor pushed
 		})
 		t.Run("ByStateIsRefusedWhole/"+mode.String(), func(t *testing.T) {
 			f := capped(t, shared, 2)
@@ -100,21 +112,14 @@ func TestQueueCapReset(t *testing.T) {
 	t.Run("ByTaskIsRefusedWhole", func(t *testing.T) {
 		f := capped(t, shared, 2)
 		a, b := arrange(f)
-		tx, err := f.pool.Begin(f.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(f.ctx)
-		_, err = f.repo.Recreate(f.ctx, tx, f.topic, repository.Reset, a.Sequence, b.Sequence)
-		wantQueueFull(f, err, "reset", 2, 2)
-		// the caller's transaction is usable, and nothing was reset
-		if got, err := f.repo.Recreate(f.ctx, tx, f.topic, repository.Reset, b.Sequence); err != nil || len(got) != 1 || got[0].New.State != repository.Ready {
-			t.Fatalf("one reset within the cap, in the same transaction: %+v, %v", got, err)
-		}
-		if err := tx.Rollback(f.ctx); err != nil {
-			t.Fatal(err)
-		}
-		wantStates(f, repository.Ready, repository.Failed, repository.Failed)
+		refusedInTx(f, "reset", 2, 2, func(tx pgx.Tx) error {
+			_, err := f.repo.Recreate(f.ctx, tx, f.topic, repository.Reset, a.Sequence, b.Sequence)
+			return err
+		}, func(tx pgx.Tx) error {
+			_, err := f.repo.Recreate(f.ctx, tx, f.topic, repository.Reset, b.Sequence)
+			return err
+		})
+		wantStates(f, repository.Ready, repository.Failed, repository.Failed) // nothing reset
 	})
 	t.Run("ByStateIsRefusedWhole", func(t *testing.T) {
 		f := capped(t, shared, 2)
@@ -149,21 +154,17 @@ func TestQueueCapJunction(t *testing.T) {
 		f := capped(t, shared, 2)
 		f.push(repository.Append, "x")
 		suspended(f, "a", "b")
-		tx, err := f.pool.Begin(f.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(f.ctx)
-		_, err = f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{"a", "b"})
-		wantQueueFull(f, err, "junction", 2, 2)
-		// the caller's transaction is usable, and nothing was released
-		if got, err := f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{"b"}); err != nil || !slices.Equal(got, []string{"b"}) {
-			t.Fatalf("one release within the cap, in the same transaction: %v, %v", got, err)
-		}
-		if err := tx.Rollback(f.ctx); err != nil {
-			t.Fatal(err)
-		}
-		wantStates(f, repository.Ready, repository.Suspended, repository.Suspended)
+		refusedInTx(f, "junction", 2, 2, func(tx pgx.Tx) error {
+			_, err := f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{"a", "b"})
+			return err
+		}, func(tx pgx.Tx) error {
+			got, err := f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{"b"})
+			if err == nil && !slices.Equal(got, []string{"b"}) {
+				err = fmt.Errorf("released %v, want [b]", got)
+			}
+			return err
+		})
+		wantStates(f, repository.Ready, repository.Suspended, repository.Suspended) // nothing released
 	})
 	t.Run("EveryGroupAndEveryTaskCounts", func(t *testing.T) {
 		f := capped(t, shared, 3)
