@@ -365,6 +365,13 @@ func deref[T any](p *T) T {
 // When the transaction is its own, a failed COMMIT is marked errCommitUnknown (Uncertain)
 // unless the server answered it by rolling back (rolledBack).
 func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
+	return inTxCommitting(ctx, ctx, h, fn)
+}
+
+// inTxCommitting is inTx whose COMMIT goes by commitCtx: a loop stopping (its context
+// cancelled) while its COMMIT is in flight would otherwise interrupt the connection and
+// leave a commit the server may well have made reported as failed (FireSchedules).
+func inTxCommitting(ctx, commitCtx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	own := autocommit(h) // before Begin, which opens a transaction on a connection
 	tx, err := h.Begin(ctx)
 	if err != nil {
@@ -374,7 +381,7 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 		_ = tx.Rollback(ctx)
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.Commit(commitCtx); err != nil {
 		if own && !rolledBack(err) {
 			return fmt.Errorf("%w: %w", errCommitUnknown, err)
 		}

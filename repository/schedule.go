@@ -756,7 +756,10 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 				found bool
 			)
 			fctx, cancel := fireContext(ctx)
-			err := inTx(fctx, h, func(tx pgx.Tx) error {
+			// Once the fire's statements have run, a cancellation no longer stops it:
+			// its COMMIT, interrupted, might still happen, unreported.
+			commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(fctx), fireTimeout)
+			err := inTxCommitting(fctx, commitCtx, h, func(tx pgx.Tx) error {
 				row, err := r.due(ctx, tx, skip, wait)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
@@ -768,6 +771,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 				fired, err = r.fire(fctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.Now)
 				return err
 			})
+			cancelCommit()
 			cancel()
 			if !found && err == nil {
 				break
