@@ -283,6 +283,11 @@ func decodeTopicList(q url.Values) (topicList, error) {
 		if len(values) > 1 {
 			return topicList{}, badRequest("query parameter %q is given %d times", key, len(values))
 		}
+		// an empty after (a next of null pasted in) would start again from the first
+		// page; an empty q is every topic, as a search box left empty says
+		if key != "q" && values[0] == "" {
+			return topicList{}, badRequest("query parameter %q is empty: leave it out for its default", key)
+		}
 	}
 	out.search, out.after = q.Get("q"), q.Get("after")
 	for name, v := range map[string]string{"q": out.search, "after": out.after} {
@@ -312,9 +317,14 @@ func decodeList(q url.Values) (list, error) {
 			return list{}, badRequest("query parameter %q is given %d times", key, len(values))
 		}
 		// An empty filter would list every task (an identifier left empty by the
-		// caller's code, say), not none.
-		if (key == "state" || key == "identifier" || key == "reference") && values[0] == "" {
-			return list{}, badRequest("query parameter %q is empty: leave it out to list tasks whatever their %s", key, key)
+		// caller's code, say), not none; an empty cursor (a next_cursor of null pasted
+		// in) would start again from the first page, and a client looping over pages
+		// would never end.
+		if values[0] == "" {
+			if key == "state" || key == "identifier" || key == "reference" {
+				return list{}, badRequest("query parameter %q is empty: leave it out to list tasks whatever their %s", key, key)
+			}
+			return list{}, badRequest("query parameter %q is empty: leave it out for its default", key)
 		}
 	}
 	if v := q.Get("direction"); v != "" {

@@ -140,7 +140,7 @@ var routes = []route{
 	{http.MethodGet, "/topics/{topic}/tasks/{sequence}", false, (*server).getTask, takesNothing},
 	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/cancel", false, (*server).cancel, takesBody},
 	{http.MethodPost, "/topics/{topic}/tasks/{sequence}/revive", false, (*server).revive, takesBody},
-	{http.MethodGet, "/schedules", false, (*server).listSchedules, takesNothing},
+	{http.MethodGet, "/schedules", false, (*server).listSchedules, takesQuery},
 	{http.MethodPost, "/schedules", false, (*server).createSchedule, takesBody},
 	{http.MethodGet, "/schedules/{name}", false, (*server).getSchedule, takesNothing},
 	{http.MethodPatch, "/schedules/{name}", false, (*server).updateSchedule, takesBody},

@@ -466,6 +466,11 @@ func TestListTasks(t *testing.T) {
 			"cursor=-1":                "cursor",
 			"direction=sideways":       "sideways",
 			"state=READY&state=FAILED": "2 times",
+			// empty: a next_cursor of null pasted in would start again from the first page
+			"cursor=":         `query parameter "cursor" is empty`,
+			"limit=":          `query parameter "limit" is empty`,
+			"direction=":      `query parameter "direction" is empty`,
+			"limit=2&cursor=": `"cursor" is empty`,
 		} {
 			f.call("GET", "/topics/mail/tasks?"+query, "").wantError(t, http.StatusBadRequest, fragment)
 		}
@@ -678,6 +683,12 @@ func TestTopics(t *testing.T) {
 		}
 		f.call("GET", "/topics?limit=501", "").wantError(t, http.StatusBadRequest, `limit "501" is out of range 1..500`)
 		f.call("GET", "/topics?page=2", "").wantError(t, http.StatusBadRequest, `unknown query parameter "page"`)
+		f.call("GET", "/topics?limit=2&after=", "").wantError(t, http.StatusBadRequest, `query parameter "after" is empty`)
+		f.call("GET", "/topics?limit=", "").wantError(t, http.StatusBadRequest, `query parameter "limit" is empty`)
+		f.call("GET", "/topics?q=", "").want(t, http.StatusOK, &search) // a search box left empty: every topic
+		if got := names(search); len(got) != 5 {
+			t.Errorf("search for nothing %v, want every topic", got)
+		}
 	})
 	t.Run("GetsOneTopic", func(t *testing.T) {
 		f := setup(t)

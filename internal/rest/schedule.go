@@ -1,9 +1,12 @@
 package rest
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/pgtask/pgtask/internal/wire"
@@ -102,6 +105,11 @@ func scheduleName(r *http.Request) (string, error) {
 }
 
 func (s *server) listSchedules(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	// a listing refuses what it does not know (?topic=mail would not filter); it knows
+	// nothing
+	if names := slices.Sorted(maps.Keys(r.URL.Query())); len(names) > 0 {
+		return 0, nil, badRequest("unknown query parameter %q: GET /schedules takes none (it lists every schedule)", names[0])
+	}
 	list, err := s.repo.Schedules(r.Context(), s.pool)
 	if err != nil {
 		return 0, nil, err
@@ -176,12 +184,23 @@ func (s *server) updateSchedule(w http.ResponseWriter, r *http.Request) (int, an
 	if _, err := q.insertion(); err != nil {
 		return 0, nil, err
 	}
+	// In a transaction of its own, which a refusal of apply's rolls back: UpdateSchedule
+	// writes what its own validation takes, and apply's is stricter (a zone given is
+	// checked as at creation, even the one stored: pgtask schedule set does the same).
+	tx, err := s.pool.Begin(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(r.Context())) }()
 	var bad error
-	sc, err := s.repo.UpdateSchedule(r.Context(), s.pool, name, func(st *repository.ScheduleSettings) { bad = q.apply(st) })
+	sc, err := s.repo.UpdateSchedule(r.Context(), tx, name, func(st *repository.ScheduleSettings) { bad = q.apply(st) })
 	if bad != nil {
 		return 0, nil, bad
 	}
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := tx.Commit(r.Context()); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, wire.FromSchedule(sc), nil

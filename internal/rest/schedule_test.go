@@ -100,6 +100,8 @@ func TestSchedules(t *testing.T) {
 		} {
 			f.call(c.method, c.path, c.body).wantError(t, c.status, c.says)
 		}
+		// a listing refuses what it does not know: ?topic= would not filter
+		f.call(http.MethodGet, "/schedules?topic=mail", "").wantError(t, http.StatusBadRequest, `unknown query parameter "topic": GET /schedules takes none`)
 		var sc wire.Schedule
 		f.call(http.MethodGet, "/schedules/taken", "").want(t, http.StatusOK, &sc)
 		if sc.Spec != "@hourly" || sc.Topic != "mail" || !sc.Updated.Equal(sc.Created) {
@@ -113,6 +115,30 @@ func TestSchedules(t *testing.T) {
 			t.Errorf("schedules after the refusals: %+v", list.Schedules)
 		}
 	})
+}
+
+// A schedule stored in a leap-second zone before such zones were refused (right/…): a
+// PATCH that gives that zone again is refused as at creation, and writes nothing of the
+// other fields it gives (the refusal came after UpdateSchedule, whose own check keeps a
+// stored zone, had written them); one that leaves the zone out changes the schedule.
+func TestScheduleLegacyZonePatch(t *testing.T) {
+	f := setup(t)
+	f.call(http.MethodPost, "/schedules", `{"name":"legacy","topic":"mail","spec":"@hourly","priority":1}`).want(t, http.StatusCreated, nil)
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task_schedule SET time_zone = 'right/UTC' WHERE name = 'legacy'`); err != nil {
+		t.Fatal(err)
+	}
+	var before, after wire.Schedule
+	f.call(http.MethodGet, "/schedules/legacy", "").want(t, http.StatusOK, &before)
+	f.call(http.MethodPatch, "/schedules/legacy", `{"time_zone":"right/UTC","spec":"@daily","priority":7}`).
+		wantError(t, http.StatusBadRequest, `time zone "right/UTC" counts leap seconds`)
+	f.call(http.MethodGet, "/schedules/legacy", "").want(t, http.StatusOK, &after)
+	if after.Spec != "@hourly" || after.Priority != 1 || !after.Updated.Equal(before.Updated) || !after.NextFire.Equal(*before.NextFire) {
+		t.Errorf("after a refused PATCH %+v, want it unchanged %+v", after, before)
+	}
+	f.call(http.MethodPatch, "/schedules/legacy", `{"priority":7}`).want(t, http.StatusOK, &after)
+	if after.Priority != 7 || after.TimeZone != "right/UTC" {
+		t.Errorf("after a PATCH of the priority %+v, want priority 7 in right/UTC", after)
+	}
 }
 
 func mustZone(t *testing.T, name string) *time.Location {
