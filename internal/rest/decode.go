@@ -73,7 +73,7 @@ type enqueue struct {
 func decodeEnqueue(body []byte) (enqueue, error) {
 	var top taskBody
 	if err := decodeStrict(body, &top); err != nil {
-		return enqueue{}, err
+		return enqueue{}, batchError(body, err)
 	}
 	out := enqueue{insertion: repository.Append}
 	if top.Insertion != nil {
@@ -114,6 +114,26 @@ func decodeEnqueue(body []byte) (enqueue, error) {
 		out.creations[i] = c
 	}
 	return out, nil
+}
+
+// batchError is err, the error of decoding body, naming the task of a batch it is
+// about: encoding/json says neither which task has an unknown field nor which one's
+// field has the wrong type ("tasks.priority"), and in a batch of a thousand the client
+// needs to know.
+func batchError(body []byte, err error) error {
+	var batch struct {
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	if json.Unmarshal(body, &batch) != nil {
+		return err
+	}
+	for i, raw := range batch.Tasks {
+		var t taskBody
+		if terr := wire.DecodeObject(raw, &t); terr != nil {
+			return badRequest("tasks[%d]: %v", i, terr)
+		}
+	}
+	return err
 }
 
 // maxDelayMs keeps delay_ms within time.Duration.
@@ -448,6 +468,12 @@ func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) 
 			return nil, badRequest("%q %d is out of range (0 to %d ms)", d.name, *d.v, maxDurationMs)
 		}
 	}
+	if b.MaxAttempts != nil && *b.MaxAttempts < 1 {
+		return nil, badRequest(`"max_attempts" %d is below 1`, *b.MaxAttempts)
+	}
+	if b.QueueCap != nil && *b.QueueCap < 0 {
+		return nil, badRequest(`"queue_cap" %d is negative (0: no cap)`, *b.QueueCap)
+	}
 	if b.RatePeriodMs.given && b.RatePeriodMs.value == nil && !(b.Rate.given && b.Rate.value == nil) {
 		return nil, badRequest(`"rate_period_ms" is null: a rate needs its period (give "rate": null to remove the rate limit)`)
 	}
@@ -466,6 +492,7 @@ func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) 
 		if !b.Rate.given && (b.RatePeriodMs.given || b.RateBurst.given) && s.Rate == 0 {
 			return badRequest(`the topic has no rate limit: give "rate" with "rate_period_ms" or "rate_burst"`)
 		}
+		old := *s
 		if b.MaxAttempts != nil {
 			s.MaxAttempts = *b.MaxAttempts
 		}
@@ -498,6 +525,17 @@ func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) 
 		}
 		if b.Fair != nil {
 			s.Fair = *b.Fair
+		}
+		// the repository's rule (TopicSettings.checkBackoff), said in the API's names: a
+		// policy that changes may not have retries wait the cap, never the base
+		policy := func(s repository.TopicSettings) [3]int64 {
+			return [3]int64{int64(s.MaxAttempts), int64(s.BackoffBase), int64(s.BackoffCap)}
+		}
+		if policy(*s) != policy(old) && s.MaxAttempts > 1 && s.BackoffCap < s.BackoffBase {
+			err := badRequest(`"backoff_cap_ms" %d is below "backoff_base_ms" %d: retries would wait the cap, never the base`,
+				s.BackoffCap.Milliseconds(), s.BackoffBase.Milliseconds())
+			*s = old // the caller writes what the function leaves: nothing
+			return err
 		}
 		return nil
 	}, nil

@@ -84,12 +84,24 @@ func TestValidation(t *testing.T) {
 			wantError(t, http.StatusBadRequest, `field "priority": got a JSON null, want an integer from -32768 to 32767`)
 		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","insertion":null}`).wantError(t, http.StatusBadRequest, `field "insertion": got a JSON null`)
 		f.call("POST", "/topics/mail/tasks", `{"tasks":[{"identifier":"a"},{"identifier":"b","key":null}]}`).
-			wantError(t, http.StatusBadRequest, `field "tasks[1].key": got a JSON null, want a string`)
+			wantError(t, http.StatusBadRequest, `tasks[1]: field "key": got a JSON null, want a string`)
 		if n := f.count(); n != 0 {
 			t.Errorf("%d tasks written, want none", n)
 		}
 		// an input of null is a value
 		f.call("POST", "/topics/mail/tasks", `{"identifier":"a","input":null}`).want(t, http.StatusCreated, nil)
+		// a body of null is not an object of no fields (a cancel by "rest", a PATCH
+		// changing nothing, both answered 200)
+		for _, c := range []struct{ method, path string }{
+			{"POST", "/topics/mail/tasks/1/cancel"}, {"PATCH", "/topics/mail"}, {"POST", "/topics/mail/tasks"},
+		} {
+			f.call(c.method, c.path, ` null `).wantError(t, http.StatusBadRequest, "the body is a JSON null: want a JSON object")
+		}
+		var got task
+		f.call("GET", "/topics/mail/tasks/1", "").want(t, http.StatusOK, &got)
+		if got.State != "READY" {
+			t.Errorf("task after a cancel with a null body: %+v, want READY", got)
+		}
 	})
 	t.Run("ANULByteIsRefusedNamingTheFieldAndTheTask", func(t *testing.T) {
 		f := setup(t)

@@ -67,6 +67,11 @@ func TestLimits(t *testing.T) {
 			{`{"max_attempts": null}`, `field "max_attempts": got a JSON null, want an integer`},
 			{`{"fair": null}`, `field "fair": got a JSON null, want true or false`},
 			{`{"retention_ms": null}`, `field "retention_ms": got a JSON null`},
+			// the repository's checks, said in the API's names
+			{`{"max_attempts": 0}`, `"max_attempts" 0 is below 1`},
+			{`{"queue_cap": -1}`, `"queue_cap" -1 is negative`},
+			{`{"max_attempts": 3, "backoff_base_ms": 5000, "backoff_cap_ms": 1000}`, `"backoff_cap_ms" 1000 is below "backoff_base_ms" 5000`},
+			{`{"max_attempts": 3, "backoff_base_ms": 5000000}`, `"backoff_cap_ms" 3600000 is below "backoff_base_ms" 5000000`},
 		} {
 			f.call("PATCH", "/topics/mail", c.body).wantError(t, http.StatusBadRequest, c.want)
 		}

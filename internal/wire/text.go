@@ -81,6 +81,10 @@ func DecodeObject(body []byte, v any) error {
 	if err := checkFieldsOnce(body); err != nil {
 		return err
 	}
+	if string(bytes.TrimSpace(body)) == "null" {
+		// encoding/json takes it as an object of no fields
+		return errors.New("the body is a JSON null: want a JSON object")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -322,6 +326,10 @@ func jsonKind(kind string) string {
 	switch {
 	case kind == "int16":
 		return "an integer from -32768 to 32767"
+	case kind == "int32":
+		return "an integer from -2147483648 to 2147483647"
+	case kind == "int64" || kind == "int":
+		return "an integer from -9223372036854775808 to 9223372036854775807"
 	case strings.HasPrefix(kind, "int"):
 		return "an integer"
 	case kind == "string":

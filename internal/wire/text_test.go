@@ -70,6 +70,7 @@ func TestDecodeObject(t *testing.T) {
 		Identifier string          `json:"identifier"`
 		Input      json.RawMessage `json:"input"`
 		Priority   int16           `json:"priority"`
+		Count      int32           `json:"count"`
 		Tasks      []task          `json:"tasks"`
 	}
 	for text, fragment := range map[string]string{
@@ -86,6 +87,8 @@ func TestDecodeObject(t *testing.T) {
 		`{"priority":40000}`:                                                 `field "priority": got a JSON number 40000, want an integer from -32768 to 32767`,
 		``:                                                                   "the body is empty",
 		`[1]`:                                                                "the body is a JSON array",
+		` null `:                                                             "the body is a JSON null: want a JSON object",
+		`{"count":3000000000}`:                                               `field "count": got a JSON number 3000000000, want an integer from -2147483648 to 2147483647`,
 		`{"identifier":`:                                                     "unexpected end",
 		"{\"identifier\":\"\xff\"}":                                          "not valid UTF-8",
 	} {
