@@ -699,3 +699,56 @@ func takeBack(f *fixture, _ int64) {
 		f.t.Fatalf("expire: %v, %v; want the one lease", expired, err)
 	}
 }
+
+// TestLostPollReplyAtShutdown: a poll whose reply is lost after the shutdown began (the
+// server leased the task, the processor never heard) no longer leaves the task ACTIVE
+// under an owner that then keeps its row, for expiry to take it back with its attempt
+// counted (a task on its last attempt would end EXPIRED without having run): the
+// shutdown looks for the leases no manager knows of and hands them back, the attempt
+// unused, and the owner row goes.
+func TestLostPollReplyAtShutdown(t *testing.T) {
+	f := setup(t)
+	if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{MaxAttempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	proxy := f.startProxy()
+	proxied := proxiedPool(t, proxy, f.url)
+	var ran atomic.Int64
+	var logs logbuf.Buffer
+	started := make(chan struct{})
+	p, _ := f.processor("leaver", processor.Config{
+		Pool: proxied, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	}, processor.ManagerConfig{
+		Listener:      processor.Listener{OnStart: func(string) { close(started) }},
+		Handler:       processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { ran.Add(1); return repository.Succeed("") }),
+		PauseInterval: time.Minute, ShutdownTimeout: 10 * time.Second,
+	})
+	stop := f.start(p)
+	<-started
+	time.Sleep(300 * time.Millisecond) // its first poll (empty) done: it waits for a notification
+	// From here every request of the processor reaches the server 0.5 s late, and the
+	// reply to its next poll is lost once the server has leased (and committed).
+	proxy.Delay(500 * time.Millisecond)
+	cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement("TaskPoll"), Times: 1})
+	f.pushN(1)
+	time.Sleep(200 * time.Millisecond) // the poll the push's notification woke is in the proxy
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if cut.Lost() != 1 {
+		t.Fatalf("lost %d poll replies, want the one (the test's timing did not hold)", cut.Lost())
+	}
+	task, err := f.repo.Get(f.ctx, f.pool, f.topic, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.State != repository.Ready || task.Attempt-task.Returned != 0 || ran.Load() != 0 {
+		t.Logf("processor log:\n%s", strings.Join(logs.Lines(), "\n"))
+		t.Errorf("after the shutdown the task is %v under %v with %d attempts used, ran %d times; want READY, no attempt used, not run",
+			task.State, task.Owner, task.Attempt-task.Returned, ran.Load())
+	}
+	var owners int
+	if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task_owner WHERE owner = 'leaver'").Scan(&owners); err != nil || owners != 0 {
+		t.Errorf("owner rows of the processor after its shutdown: %d (%v), want none", owners, err)
+	}
+}

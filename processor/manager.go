@@ -662,6 +662,13 @@ func (m *TaskManager) run(ctx context.Context) error {
 			m.p.logger.Error("batches still not committed after shutdown", slog.String("topic", topic))
 		}
 	}
+	select {
+	case <-pollDone:
+		if m.unsure.Load() {
+			m.handBackStranded()
+		}
+	default: // still running (logged above): what it leases is its own
+	}
 	m.completer.close()
 	select {
 	case <-completerDone:
@@ -975,6 +982,49 @@ func (m *TaskManager) reconcileSoon() {
 func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	m.leases.Lock()
 	defer m.leases.Unlock()
+	stranded, err := m.stranded(m.pollCtx)
+	if err != nil || len(stranded) == 0 {
+		return nil, err
+	}
+	m.p.logger.Warn("running leased tasks no manager knows of (a poll's reply lost, or commits lost in an outage)", slog.String("topic", m.cfg.Topic),
+		slog.Int("tasks", len(stranded)))
+	m.cfg.Listener.dispatch(m.cfg.Topic, stranded, 0)
+	return m.prepare(stranded), nil
+}
+
+// handBackStranded is reconcile at shutdown, once the poll loop has ended: the tasks a
+// poll whose outcome is unknown leased (its reply lost after the shutdown began, or the
+// poll cut off at the deadline) go back READY with their attempt unused, as the tasks
+// of any unstarted batch do. Left, they would stay ACTIVE under this owner, which then
+// keeps its row, until expiry, which counts the attempt (a task on its last one would
+// end EXPIRED without having run).
+func (m *TaskManager) handBackStranded() {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownReconcileTimeout)
+	defer cancel()
+	m.leases.Lock()
+	stranded, err := m.stranded(ctx)
+	m.leases.Unlock()
+	if err != nil {
+		m.p.logger.Warn("leases of a poll whose outcome is unknown not looked for at shutdown: expiry returns them",
+			slog.String("topic", m.cfg.Topic), slog.Any("error", err))
+		return
+	}
+	if len(stranded) == 0 {
+		return
+	}
+	m.p.logger.Info("handing back tasks a poll leased as the shutdown began (its reply was lost)", slog.String("topic", m.cfg.Topic),
+		slog.Int("tasks", len(stranded)))
+	b := m.prepareWaiting(stranded)
+	b.slotless.Store(true) // taken after the loop ended: it holds no limiter slot
+	b.handBack()
+}
+
+// shutdownReconcileTimeout bounds handBackStranded's statement.
+const shutdownReconcileTimeout = 5 * time.Second
+
+// stranded returns the tasks this processor's owner holds in the topic that none of
+// its managers knows of, read under base; m.leases is held.
+func (m *TaskManager) stranded(base context.Context) ([]repository.Task, error) {
 	// What the managers still run or commit, before the statement: a batch committed
 	// meanwhile is then known (and no longer ACTIVE), never taken for a stranded lease.
 	// A task whose decision is committed is not known even while its batch is (its
@@ -995,26 +1045,19 @@ func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 		}
 		other.mu.Unlock()
 	}
-	qctx, cancel := context.WithTimeout(m.pollCtx, pollTimeout)
+	qctx, cancel := context.WithTimeout(base, pollTimeout)
 	defer cancel()
 	leased, err := m.p.repo.Leased(qctx, m.p.pool, m.cfg.Topic)
 	if err != nil {
 		return nil, err
 	}
-	stranded := slices.DeleteFunc(leased, func(t repository.Task) bool {
+	return slices.DeleteFunc(leased, func(t repository.Task) bool {
 		h, ok := held[t.Sequence]
 		if ok && h.attempt != t.Attempt && !h.batch.deferReconcile(t.Sequence) {
 			m.reconcileSoon() // settled since it was read: the next round
 		}
 		return ok
-	})
-	if len(stranded) == 0 {
-		return nil, nil
-	}
-	m.p.logger.Warn("running leased tasks no manager knows of (a poll's reply lost, or commits lost in an outage)", slog.String("topic", m.cfg.Topic),
-		slog.Int("tasks", len(stranded)))
-	m.cfg.Listener.dispatch(m.cfg.Topic, stranded, 0)
-	return m.prepare(stranded), nil
+	}), nil
 }
 
 // retryCap is the longest wait between two tries of a failed start or poll: a try
