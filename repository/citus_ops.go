@@ -289,13 +289,13 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // taken back meanwhile, or the topic is gone
 		}
-		if err == nil {
-			err = notifyReturned(ctx, h, payload)
-		}
 		if err != nil {
 			return out, err
 		}
-		out = append(out, x)
+		out = append(out, x) // committed: reported even if its notification fails
+		if err := notifyReturned(ctx, h, payload); err != nil {
+			return out, err
+		}
 	}
 	return out, nil
 }

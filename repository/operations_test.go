@@ -10,12 +10,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -566,6 +568,39 @@ func TestExpire(t *testing.T) {
 		}
 		if task := f.get(task.Sequence); task.State != repository.Expired || task.Output == "" {
 			t.Errorf("task is %v with output %q, want EXPIRED with an output saying why", task.State, task.Output)
+		}
+	})
+	// On Citus each topic's leases are taken back by a statement of its own, committed
+	// on its own: when a later topic's fails, the expiries already committed come back
+	// with the error (the processor logs them and wakes their managers). On plain
+	// PostgreSQL the expiry is one statement, and the failure injected here never comes.
+	t.Run("ExpiriesCommittedBeforeAFailureAreReported", func(t *testing.T) {
+		f := setup(t)
+		other := f.topic + "-b"
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, other); err != nil {
+			t.Fatal(err)
+		}
+		dead, err := repository.New(repository.Config{Owner: "never-registered"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range []string{f.topic, other} {
+			if _, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, repository.Creation{Identifier: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := dead.Poll(f.ctx, f.pool, topic, repository.FIFO, repository.None, 1); err != nil || len(got) != 1 {
+				t.Fatalf("poll of %s: %v %v", topic, got, err)
+			}
+		}
+		failing := &failNth{Pool: f.pool, match: "task_citus_expire", n: 2}
+		got, err := f.repo.Expire(f.ctx, failing, time.Hour)
+		first := min(f.topic, other) // the topics go in order
+		if pgtest.OnCitus() {
+			if !errors.Is(err, errInjected) || len(got) != 1 || got[0].Topic != first || got[0].Expired != 1 {
+				t.Errorf("expire failing at the second topic = %+v, %v; want the first topic's expiry and the failure", got, err)
+			}
+		} else if err != nil || len(got) != 2 {
+			t.Errorf("expire = %+v, %v; want both topics' expiries", got, err)
 		}
 	})
 	t.Run("StaleOnlyLeavesTasksOfMissingOwnersToExpire", func(t *testing.T) {
@@ -2737,3 +2772,26 @@ func TestResolveAcrossAnOpenTransaction(t *testing.T) {
 	}
 	t.Logf("%d resolutions differ from a scan of the tasks", differ)
 }
+
+// errInjected is the failure failNth injects.
+var errInjected = errors.New("injected failure")
+
+// failNth is a pool whose nth QueryRow of a statement containing match fails with
+// errInjected, without reaching the server.
+type failNth struct {
+	*pgxpool.Pool
+	match string
+	n     int
+	seen  atomic.Int64
+}
+
+func (p *failNth) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.Contains(sql, p.match) && p.seen.Add(1) == int64(p.n) {
+		return failedRow{}
+	}
+	return p.Pool.QueryRow(ctx, sql, args...)
+}
+
+type failedRow struct{}
+
+func (failedRow) Scan(...any) error { return errInjected }

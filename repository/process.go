@@ -617,6 +617,8 @@ func (r *Repository) explain(ctx context.Context, h Handle, op, topic string, se
 // now − timeout (or whose owner row is gone): their ACTIVE tasks become EXPIRED, or READY
 // after backoff when the topic's retry policy grants another attempt; cancelled ones end
 // FAILED. Topics that received READY work are notified. A negative timeout is an error.
+// With an error, the expiries already committed come back with it (on Citus a topic's
+// expiry commits on its own, before the next topic's fails).
 func (r *Repository) Expire(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
 	return r.expire(ctx, h, timeout, true)
 }
@@ -654,7 +656,7 @@ func (r *Repository) expire(ctx context.Context, h Handle, timeout time.Duration
 			return out, err
 		})
 	if err != nil {
-		return nil, mapError("expire", err)
+		return out, mapError("expire", err)
 	}
 	return out, nil
 }
