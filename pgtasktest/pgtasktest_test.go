@@ -372,6 +372,47 @@ func TestStartAndLogger(t *testing.T) {
 	}
 }
 
+// A processor whose Run fails at once (here: a topic nobody created) fails the test at
+// once, naming the error, so that a test waiting on the processor says why instead of
+// timing out; and the error is not reported a second time when the test ends.
+func TestStartReportsARunThatEndsOnItsOwn(t *testing.T) {
+	t.Parallel()
+	pool := pgtasktest.NewPool(t)
+	p, err := processor.New(processor.Config{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Manage(processor.ManagerConfig{Topic: "missing", Handler: processor.TaskFunc(
+		func(ctx context.Context, task repository.Task) repository.Decision { return repository.Succeed("") })}); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	t.Run("inner", func(t *testing.T) {
+		r.TB = t
+		stop := pgtasktest.Start(r, p)
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			r.mu.Lock()
+			n := len(r.failures)
+			r.mu.Unlock()
+			if n > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		r.mu.Lock()
+		early := strings.Join(r.failures, "\n")
+		r.mu.Unlock()
+		mustContain(t, early, "processor run ended before the test stopped it", `"missing"`)
+		if err := stop(); err == nil {
+			t.Errorf("stop after Run failed: nil, want Run's error")
+		}
+	})
+	if len(r.failures) != 1 {
+		t.Errorf("failures %q, want Run's error once", r.failures)
+	}
+}
+
 func TestLoggerWritesToTheTestLogUntilItEnds(t *testing.T) {
 	t.Parallel()
 	var lines []string

@@ -251,11 +251,35 @@ func NewPool(tb testing.TB, templateKey string, migrate Migrator) *pgxpool.Pool 
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
-	tb.Cleanup(pool.Close)
+	tb.Cleanup(func() { closePool(tb, pool, poolCloseWait) })
 	if err := pool.Ping(ctx); err != nil {
 		tb.Fatalf("pgtest: connect to test database: %v", err)
 	}
 	return pool
+}
+
+// poolCloseWait is how long NewPool's cleanup waits for the connections the test
+// still holds.
+const poolCloseWait = 10 * time.Second
+
+// closePool closes pool, waiting at most wait for the connections still acquired:
+// pgxpool.Close waits for them forever, so a test that failed holding a transaction
+// open would hang until go test's -timeout and never print its failure. Past wait the
+// test fails saying so, and the database is dropped under the connections (WITH
+// FORCE); the Close goes on in the background.
+func closePool(tb testing.TB, pool *pgxpool.Pool, wait time.Duration) {
+	closed := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		tb.Errorf("pgtest: %d connections of the test's pool still in use %v after the test ended "+
+			"(a transaction neither committed nor rolled back, rows not closed, a connection not released?)",
+			pool.Stat().AcquiredConns(), wait)
+	}
 }
 
 // templateState makes each template be ensured once per process.

@@ -264,3 +264,35 @@ func TestFallbackToCluster(t *testing.T) {
 	}
 	t.Logf("child output:\n%s", out)
 }
+
+// A test that ends holding a connection of its pool (a transaction left open on a
+// failing path) fails saying so once the wait is over, instead of hanging in
+// pgxpool.Close until go test's -timeout without printing its own failure.
+func TestClosePoolDoesNotWaitForeverForAConnectionHeld(t *testing.T) {
+	t.Parallel()
+	key := uniqueKey(t)
+	migrate := func(context.Context, *pgxpool.Pool) error { return nil }
+	pool := NewPool(t, key, migrate)
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &failures{TB: t}
+	began := time.Now()
+	closePool(r, pool, 200*time.Millisecond)
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("closePool took %v with a connection held, want about its wait", took)
+	}
+	if got := strings.Join(r.got, "\n"); !strings.Contains(got, "1 connections of the test's pool still in use") {
+		t.Errorf("failure %q, want one naming the connection still in use", got)
+	}
+	_ = tx.Rollback(context.WithoutCancel(t.Context())) // the Close in the background ends
+}
+
+// failures is a testing.TB that records Errorf.
+type failures struct {
+	testing.TB
+	got []string
+}
+
+func (f *failures) Errorf(format string, args ...any) { f.got = append(f.got, fmt.Sprintf(format, args...)) }
