@@ -102,9 +102,37 @@ func (s *server) settings(r *http.Request, body []byte) (any, error) {
 		if err != nil {
 			return nil, badRequest("%s %q is not a duration such as 1s, 5m or 1h30m", name, *text)
 		}
+		switch {
+		case d < 0:
+			return nil, badRequest("%s %v is negative", name, d)
+		case d%time.Millisecond != 0:
+			return nil, badRequest("%s %v is not a whole number of milliseconds", name, d)
+		}
 		durations[name] = &d
 	}
+	// The repository's checks, said in the form's names (its own errors name the topic
+	// and the setting in words of their own).
+	if in.MaxAttempts != nil && *in.MaxAttempts < 1 {
+		return nil, badRequest("max_attempts %d is below 1", *in.MaxAttempts)
+	}
+	if in.QueueCap != nil && *in.QueueCap < 0 {
+		return nil, badRequest("queue_cap %d is negative (0: no cap)", *in.QueueCap)
+	}
+	var bad error
 	t, err := s.repo.UpdateSettings(r.Context(), s.pool, r.PathValue("topic"), func(st *repository.TopicSettings) {
+		old := *st
+		defer func() {
+			// a policy that changes may not have retries wait the cap, never the base;
+			// refused, the settings are left as they were, which UpdateSettings does not
+			// write
+			policy := func(s repository.TopicSettings) [3]int64 {
+				return [3]int64{int64(s.MaxAttempts), int64(s.BackoffBase), int64(s.BackoffCap)}
+			}
+			if policy(*st) != policy(old) && st.MaxAttempts > 1 && st.BackoffCap < st.BackoffBase {
+				bad = badRequest("backoff_cap %v is below backoff_base %v: retries would wait the cap, never the base", st.BackoffCap, st.BackoffBase)
+				*st = old
+			}
+		}()
 		if in.MaxAttempts != nil {
 			st.MaxAttempts = *in.MaxAttempts
 		}
@@ -118,6 +146,9 @@ func (s *server) settings(r *http.Request, body []byte) (any, error) {
 			}
 		}
 	})
+	if bad != nil {
+		return nil, bad
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +253,17 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		})
 	default:
 		return nil, badRequest("action %q is unknown: want cancel, reassign, recreate or purge", in.Action)
+	}
+	if st := res.filter.State; st != nil && !keep(*st) {
+		// a filter on a state the action never changes would change nothing, answered
+		// as a success (purge refuses its own such mistake, as REST's revive does)
+		var names []string
+		for _, state := range repository.States() {
+			if keep(state) {
+				names = append(names, state.String())
+			}
+		}
+		return nil, badRequest("%s applies to tasks %s, not %s: change the state filter", in.Action, strings.Join(names, ", "), *st)
 	}
 	if res.from > res.to {
 		return nothing, nil

@@ -251,7 +251,11 @@ func TestSettings(t *testing.T) {
 	t.Run("BadValueNamesTheFieldAndWritesNothing", func(t *testing.T) {
 		before, _ := f.repo.Topic(f.ctx, f.pool, "mail")
 		for body, field := range map[string]string{`{"max_attempts": 7, "backoff_cap": "soon"}`: "backoff_cap",
-			`{"max_attempts": 0}`: "attempts", `{"colour": "red"}`: "colour",
+			`{"max_attempts": 0}`: "max_attempts 0 is below 1", `{"colour": "red"}`: "colour",
+			`{"queue_cap": -1}`:                         "queue_cap -1 is negative",
+			`{"retention": "-1h"}`:                      "retention -1h0m0s is negative",
+			`{"backoff_base": "1.5ms"}`:                 "backoff_base 1.5ms is not a whole number of milliseconds",
+			`{"max_attempts": 3, "backoff_base": "2h"}`: "backoff_cap 1h0m0s is below backoff_base 2h0m0s",
 			// a field given twice, data after the object: refused, not read in part
 			`{"max_attempts": 3, "max_attempts": 0}`:  "is given twice",
 			`{"max_attempts": 3} {"max_attempts": 0}`: "unexpected data after the json object",
@@ -305,6 +309,9 @@ func TestBulk(t *testing.T) {
 			`{"action": "explode", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`:                     "action",
 			`{"action": "purge", "state": "READY", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`:     "finished tasks only",
 			`{"action": "reassign", "result": "MAYBE", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`: "result",
+			// a state the action never changes: it answered 200, 0 tasks
+			`{"action": "reassign", "result": "SUCCESS", "state": "READY"}`: "reassign applies to tasks EXPIRED, FAILED, SUSPENDED, FILTERED, SUCCEEDED, not READY",
+			`{"action": "cancel", "state": "SUCCEEDED"}`:                    "cancel applies to tasks ACTIVE, READY, EXPIRED, SUSPENDED, not SUCCEEDED",
 		} {
 			if status, text := f.post("/ui/topics/mail/bulk", body); status != http.StatusBadRequest || !strings.Contains(text, says) {
 				t.Errorf("%s: %d %s, want 400 naming %s", body, status, text, says)
