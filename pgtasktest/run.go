@@ -49,8 +49,9 @@ func JSON(tb testing.TB, v any) string {
 // handlers that only compute can be tested alone; a handler that reports from other
 // goroutines (Buffer, or one of your own) is waited for. A panic in h fails its batch, as
 // in a processor. Run fails the test when the tasks are not one batch (two of one
-// sequence, or of different topics) or when h has not decided every task by the end of
-// ctx, or RunTimeout when ctx has no deadline.
+// sequence, or of different topics) or when h has not decided every task (or not
+// returned, ignoring its context) by the end of ctx, or RunTimeout when ctx has no
+// deadline.
 func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repository.Task) processor.Outcome {
 	tb.Helper()
 	topic := ""
@@ -86,7 +87,12 @@ func handlerContext(ctx context.Context, timeout time.Duration) (context.Context
 // ends.
 func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, b *processor.Batch) processor.Outcome {
 	tb.Helper()
-	func() {
+	// On a goroutine of its own, so that a handler that ignores its context (blocked on
+	// a channel, say) fails the test at the end of ctx rather than hanging it until go
+	// test's -timeout; such a handler's goroutine is left behind.
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
 		defer func() {
 			if r := recover(); r != nil {
 				_ = b.Fail(fmt.Errorf("handler panicked: %v", r))
@@ -94,6 +100,18 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 		}()
 		h.Handle(ctx, b)
 	}()
+	select {
+	case <-returned:
+	case <-ctx.Done():
+		// a handler that waits on its context returns at once: a moment for it
+		grace := time.NewTimer(time.Second)
+		defer grace.Stop()
+		select {
+		case <-returned:
+		case <-grace.C:
+			tb.Fatalf("pgtasktest.%s: the handler did not return by the end of its context (%v), tasks undecided %v", fn, ctx.Err(), b.Outcome().Undecided)
+		}
+	}
 	select {
 	case <-b.Done():
 	case <-ctx.Done():

@@ -72,3 +72,30 @@ func TestSameInput(t *testing.T) {
 		}
 	}
 }
+
+// TestRunEndsAHandlerIgnoringItsContext: a handler that never returns (blocked on a
+// channel, its context ignored) fails the test soon after the timeout, naming the
+// undecided task. Run used to call it on the test's goroutine and hang until -timeout.
+func TestRunEndsAHandlerIgnoringItsContext(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	defer close(block) // the handler's goroutine ends with the test
+	h := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+		<-block
+		return repository.Succeed("")
+	})
+	tb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(context.Background(), tb, h, 100*time.Millisecond, "t", NewTasks("t", repository.Creation{Identifier: "a"}))
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return 30 s after its 100 ms timeout")
+	}
+	if !strings.Contains(tb.message, "the handler did not return by the end of its context") || !strings.Contains(tb.message, "[1]") {
+		t.Errorf("Run's failure: %q, want it to say the handler did not return, naming task 1", tb.message)
+	}
+}
