@@ -26,7 +26,11 @@
 // state, or RETRIED, SNOOZED), pgtask_poll_duration_seconds, pgtask_handler_duration_seconds,
 // pgtask_complete_duration_seconds, pgtask_batch_size, pgtask_errors_total and
 // pgtask_empty_polls_total, each by topic. From the expiry:
-// pgtask_tasks_expired_total and pgtask_tasks_retried_total by topic. From the queue:
-// pgtask_queue_depth{topic,state}, pgtask_queue_delayed, pgtask_queue_oldest_ready_seconds,
-// pgtask_queue_rows_estimate and pgtask_topic_active by topic, and pgtask_owners_live.
+// pgtask_tasks_expired_total and pgtask_tasks_retried_total by topic. From the schedules
+// this process fires (Metrics.OnFire): pgtask_schedule_fires_total,
+// pgtask_schedule_missed_total and pgtask_schedule_lateness_seconds by schedule. From the
+// queue: pgtask_queue_depth{topic,state}, pgtask_queue_delayed,
+// pgtask_queue_oldest_ready_seconds, pgtask_queue_rows_estimate and pgtask_topic_active by
+// topic; for limited topics pgtask_topic_limit{topic,limit}, pgtask_topic_keys_at_limit,
+// pgtask_topic_keys_waiting and pgtask_topic_rate_tokens; and pgtask_owners_live.
 package metrics
