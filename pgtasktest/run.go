@@ -144,8 +144,9 @@ type WorkResult struct {
 // and then rolls back. The topic's retry policy applies: a failure with attempts left is
 // READY again. The handler runs outside tx: what it reads and writes through a pool of
 // its own does not see the tasks, nor stays after the rollback. Work fails the test when
-// the lease does not get exactly the pushed tasks (the topic holds other READY tasks, or
-// a creation is delayed or suspended), when h does not decide them in time (see Run),
+// the lease does not get exactly the pushed tasks (the topic holds other READY tasks, a
+// creation is delayed or suspended, or a limit of the topic (concurrency, per key, rate)
+// leases fewer), when h does not decide them in time (see Run),
 // or when the decisions or follow-ups are refused.
 func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, topic string, creations ...repository.Creation) WorkResult {
 	tb.Helper()
@@ -164,7 +165,7 @@ func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, to
 	slices.Sort(want)
 	slices.Sort(got)
 	if !slices.Equal(want, got) {
-		tb.Fatalf("pgtasktest.Work: pushed tasks %v but leased %v: the topic holds other READY tasks, or a creation is delayed or suspended", want, got)
+		tb.Fatalf("pgtasktest.Work: pushed tasks %v but leased %v: the topic holds other READY tasks, a creation is delayed or suspended, or a limit of the topic (concurrency, per key, rate) leases fewer", want, got)
 	}
 	hctx, cancel := handlerContext(ctx, RunTimeout)
 	defer cancel()
