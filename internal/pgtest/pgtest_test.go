@@ -295,4 +295,6 @@ type failures struct {
 	got []string
 }
 
-func (f *failures) Errorf(format string, args ...any) { f.got = append(f.got, fmt.Sprintf(format, args...)) }
+func (f *failures) Errorf(format string, args ...any) {
+	f.got = append(f.got, fmt.Sprintf(format, args...))
+}
