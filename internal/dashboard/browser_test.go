@@ -317,6 +317,7 @@ func TestBrowser(t *testing.T) {
 		}
 		run(t, ctx,
 			chromedp.Navigate(base+"/ui/topics/work"),
+			waitFor(`document.body.dataset.ready === "1"`), // the button's handler is bound
 			click("#resume"),
 			waitFor(textIs("#topic-status", "running")),
 			chromedp.Navigate(fmt.Sprintf("%s/ui/topics/work/tasks/%d", base, task.Sequence)),
