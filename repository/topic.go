@@ -138,7 +138,7 @@ func (r *Repository) UpdateSettings(ctx context.Context, h Handle, topic string,
 		}
 		err = s.validate()
 		was := stored.TopicSettings
-		if err == nil && (s.MaxAttempts != was.MaxAttempts || s.BackoffBase != was.BackoffBase || s.BackoffCap != was.BackoffCap) {
+		if err == nil && s.BackoffRefused(was) {
 			err = s.checkBackoff()
 		}
 		if err != nil {
@@ -186,6 +186,15 @@ func (s TopicSettings) validate() error {
 		return invalid("rate period %v and burst %d are given without a rate", s.RatePeriod, s.RateBurst)
 	}
 	return nil
+}
+
+// BackoffRefused reports whether s, changed from was, is a retry policy UpdateSettings
+// refuses: the policy (max attempts, backoff base and cap) changed, and retries would wait
+// the cap, never the base (checkBackoff). Callers that check a change before it is
+// written use it to say so in their own names.
+func (s TopicSettings) BackoffRefused(was TopicSettings) bool {
+	changed := s.MaxAttempts != was.MaxAttempts || s.BackoffBase != was.BackoffBase || s.BackoffCap != was.BackoffCap
+	return changed && s.checkBackoff() != nil
 }
 
 // checkBackoff refuses a retry policy whose cap is below its base: the delay is

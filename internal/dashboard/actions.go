@@ -125,10 +125,7 @@ func (s *server) settings(r *http.Request, body []byte) (any, error) {
 			// a policy that changes may not have retries wait the cap, never the base;
 			// refused, the settings are left as they were, which UpdateSettings does not
 			// write
-			policy := func(s repository.TopicSettings) [3]int64 {
-				return [3]int64{int64(s.MaxAttempts), int64(s.BackoffBase), int64(s.BackoffCap)}
-			}
-			if policy(*st) != policy(old) && st.MaxAttempts > 1 && st.BackoffCap < st.BackoffBase {
+			if st.BackoffRefused(old) {
 				bad = badRequest("backoff_cap %v is below backoff_base %v: retries would wait the cap, never the base", st.BackoffCap, st.BackoffBase)
 				*st = old
 			}

@@ -528,10 +528,7 @@ func decodeSettings(body []byte) (func(*repository.TopicSettings) error, error) 
 		}
 		// the repository's rule (TopicSettings.checkBackoff), said in the API's names: a
 		// policy that changes may not have retries wait the cap, never the base
-		policy := func(s repository.TopicSettings) [3]int64 {
-			return [3]int64{int64(s.MaxAttempts), int64(s.BackoffBase), int64(s.BackoffCap)}
-		}
-		if policy(*s) != policy(old) && s.MaxAttempts > 1 && s.BackoffCap < s.BackoffBase {
+		if s.BackoffRefused(old) {
 			err := badRequest(`"backoff_cap_ms" %d is below "backoff_base_ms" %d: retries would wait the cap, never the base`,
 				s.BackoffCap.Milliseconds(), s.BackoffBase.Milliseconds())
 			*s = old // the caller writes what the function leaves: nothing
