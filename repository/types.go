@@ -336,7 +336,8 @@ type Creation struct {
 	// NotBefore delays polling until this time; zero means at once. Takes precedence
 	// over Delay.
 	NotBefore time.Time
-	// Delay delays polling by this long after the push, by the database clock.
+	// Delay delays polling by this long after the push, by the database clock, in whole
+	// milliseconds: a fraction is dropped, and a positive delay waits at least 1 ms.
 	Delay time.Duration
 	// ConcurrencyKey (at most 250 characters) groups tasks for the topic's per-key limit
 	// and fair scheduling (TopicSettings.KeyConcurrency, Fair): a tenant, a customer, an

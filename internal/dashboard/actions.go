@@ -44,6 +44,12 @@ func (s *server) action(a actionFunc) http.Handler {
 			httpguard.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
+		// The form's fields are the body's; a query string (a state filter, say, put in
+		// the address by hand) would be ignored while the action ran on the body's alone.
+		if r.URL.RawQuery != "" {
+			httpguard.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s takes no query string: give the form's fields in the body", r.URL.Path))
+			return
+		}
 		body, err := httpguard.ReadBody(w, r, actionBodyMax)
 		if err != nil {
 			status := httpguard.BodyStatus(err)

@@ -270,6 +270,17 @@ func TestSettings(t *testing.T) {
 			t.Errorf("settings changed: %+v, was %+v", after.TopicSettings, before.TopicSettings)
 		}
 	})
+	t.Run("AQueryStringIsRefusedAndWritesNothing", func(t *testing.T) {
+		before, _ := f.repo.Topic(f.ctx, f.pool, "mail")
+		status, text := f.post("/ui/topics/mail/settings?max_attempts=9", `{"max_attempts": 8}`)
+		if status != http.StatusBadRequest || !strings.Contains(text, "takes no query string") {
+			t.Errorf("%d %s, want 400 refusing the query string", status, text)
+		}
+		after, _ := f.repo.Topic(f.ctx, f.pool, "mail")
+		if after.TopicSettings != before.TopicSettings {
+			t.Errorf("settings changed: %+v, was %+v", after.TopicSettings, before.TopicSettings)
+		}
+	})
 }
 
 func TestBulk(t *testing.T) {
