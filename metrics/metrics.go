@@ -255,7 +255,8 @@ func (m *Metrics) OnFire(fires []repository.Fire) {
 // Handler serves the metrics gathered by g in the Prometheus exposition format. When a
 // collector fails (say the queue collector cannot reach the database) the scrape fails
 // with status 500 and the error text, so Prometheus marks the target down rather than
-// silently serving a partial picture.
+// silently serving a partial picture. The queue collector's text names what failed but
+// never the database's address, name or user (NewQueueCollector).
 func Handler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
 }

@@ -496,6 +496,28 @@ pgtask_topic_active{topic="b"} 0
 			t.Errorf("scrape with a closed pool: %d %q, want 500 naming the error", rec.Code, rec.Body.String())
 		}
 	})
+	t.Run("AFailureToConnectNamesNeitherTheDatabaseNorItsUser", func(t *testing.T) {
+		f := setup(t)
+		// port 1 on the loopback: refused at once
+		pool, err := pgxpool.New(f.ctx, "postgres://alice:s3cret@127.0.0.1:1/ledger?connect_timeout=5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewQueueCollector(pool, f.repo, time.Hour))
+		rec := httptest.NewRecorder()
+		metrics.Handler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		body := rec.Body.String()
+		if rec.Code != http.StatusInternalServerError || !strings.Contains(body, "could not connect") {
+			t.Errorf("scrape of an unreachable database: %d %q, want 500 saying it could not connect", rec.Code, body)
+		}
+		for _, secret := range []string{"alice", "s3cret", "ledger", "127.0.0.1"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("the scrape's answer names %q: %q", secret, body)
+			}
+		}
+	})
 }
 
 // gauge reads the gauge name with exactly the given labels from g.

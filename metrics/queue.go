@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -70,7 +71,8 @@ type queueCollector struct {
 // only those (a processor reports its own); otherwise every registered topic. A
 // successful read is served for ttl, so frequent scrapes cost one read per ttl; ttl 0
 // reads on every scrape. A failed read is reported to the scrape as an invalid metric
-// carrying the error, and retried at the next scrape.
+// carrying the error, and retried at the next scrape; a failure to connect, or a broken
+// connection, is told without the database's address, name or user.
 func NewQueueCollector(pool *pgxpool.Pool, repo *repository.Repository, ttl time.Duration, topics ...string) prometheus.Collector {
 	return &queueCollector{pool: pool, repo: repo, ttl: ttl, topics: topics, now: time.Now}
 }
@@ -90,7 +92,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.metrics == nil || c.now().Sub(c.read) >= c.ttl {
 		metrics, err := c.collect()
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(depthDesc, err)
+			ch <- prometheus.NewInvalidMetric(depthDesc, scrapeError(err))
 			return
 		}
 		c.metrics, c.read = metrics, c.now()
@@ -98,6 +100,20 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.metrics {
 		ch <- m
 	}
+}
+
+// errCollector marks the collector's own misconfiguration, told to the scrape as it is.
+var errCollector = errors.New("queue collector: pool and repository are required")
+
+// scrapeError is what a failed read tells the scrape (whoever reaches /metrics): the
+// database's own errors with their SQLSTATE, but not what a failure to connect or a
+// broken connection says (the database's address, name and user: repository.ClientText).
+func scrapeError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.Is(err, errCollector) || errors.As(err, &pgErr) {
+		return err
+	}
+	return fmt.Errorf("queue collector: %s", repository.ClientText(err))
 }
 
 // limits reports a limited topic's limits and their use (one statement: its ACTIVE
@@ -128,7 +144,7 @@ func (c *queueCollector) limits(ctx context.Context, t repository.Topic, gauge f
 // collect reads the topics, their stats and the live owners.
 func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	if c.pool == nil || c.repo == nil {
-		return nil, errors.New("queue collector: pool and repository are required")
+		return nil, errCollector
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queueReadTimeout)
 	defer cancel()

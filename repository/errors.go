@@ -1,6 +1,7 @@
 package repository
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -173,6 +174,37 @@ func SQLState(err error) string {
 	}
 	return ""
 }
+
+// ClientText describes err, an operation's failure, to a client of a server built on the
+// repository (an HTTP answer, a failed metrics scrape): what failed and, for an error of
+// PostgreSQL's, its message and SQLSTATE, but never what a failure to connect or a
+// broken connection says (the server's address, the database and user names). Log err
+// itself for the whole story.
+func ClientText(err error) string {
+	var (
+		pgErr      *pgconn.PgError
+		connectErr *pgconn.ConnectError
+	)
+	switch {
+	case errors.As(err, &connectErr):
+		text := "the database is unavailable: could not connect"
+		if code := SQLState(err); code != "" {
+			text += " (SQLSTATE " + code + ")"
+		}
+		return text
+	case errors.As(err, &pgErr):
+		// The repository's context (which operation, which topic) and PostgreSQL's
+		// message, as err.Error() has them: "page topic "t": ERROR: … (SQLSTATE 42P01)".
+		return err.Error()
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "the request was cancelled or timed out before the database answered"
+	}
+	return ClientTextUnknown
+}
+
+// ClientTextUnknown is what ClientText says of a failure it cannot tell more of without
+// naming the database (a broken connection, a network error).
+const ClientTextUnknown = "internal error: the database did not answer"
 
 // invalid builds an ErrInvalid error naming what is wrong.
 func invalid(format string, args ...any) error {
