@@ -65,9 +65,12 @@ func TestSharedBuffer(t *testing.T) {
 		<-running
 		mine := push(f.topic, "queued")
 		theirs := push(other, "queued")
-		f.eventually("both queued tasks leased", func() bool {
+		if !f.within(60*time.Second, func() bool {
 			return state(f.topic, mine.Sequence).State == repository.Active && state(other, theirs.Sequence).State == repository.Active
-		})
+		}) {
+			t.Fatalf("after 60 s the first processor's queued task is %v and the second's %v, want both ACTIVE (%d workers)",
+				state(f.topic, mine.Sequence).State, state(other, theirs.Sequence).State, h.Workers())
+		}
 		if err := stopFirst(); err != nil {
 			t.Fatal(err)
 		}
