@@ -2294,3 +2294,55 @@ func TestQueueCapNetMigration(t *testing.T) {
 		t.Fatalf("after reverting 000037, a REPLACE at the cap: %v, want PT004 again", err)
 	}
 }
+
+// TestScheduleZoneNamesMigration: 000038 makes task_schedule refuse the zones processors
+// do not read alike (localtime, posixrules, posix/…) and trim a spec of the ASCII white
+// space Go trims; schedules stored before it keep their zone and spec and are still
+// read from Go; the revert restores the function.
+func TestScheduleZoneNamesMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository schedule zone names test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(37)
+	create("emails")
+	execEach(t, pool,
+		"SELECT task_schedule('local', 'emails', '0 8 * * *', time_zone => 'localtime')",
+		`SELECT task_schedule('tabbed', 'emails', E'@hourly\t', time_zone => 'Europe/Paris')`)
+	schedules := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT name || ' ' || time_zone || ' ' || length(spec) FROM task_schedule ORDER BY name")
+	}
+	before := schedules()
+	if !slices.Equal(before, []string{"local localtime 9", "tabbed Europe/Paris 8"}) {
+		t.Fatalf("schedules at schema 37: %v (localtime taken, the tab kept)", before)
+	}
+	functions := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = 'task_schedule'`)
+	}
+	fnBefore := functions()
+	steps(1)
+	sameRows(t, "schedules after 000038", schedules(), before)
+	for _, tz := range []string{"localtime", "posixrules", "posix/Europe/Paris"} {
+		_, err := pool.Exec(ctx, "SELECT task_schedule('again', 'emails', '@hourly', time_zone => $1)", tz)
+		if err == nil || SQLState(err) != "22023" || !strings.Contains(err.Error(), "not an IANA zone name") {
+			t.Errorf("time zone %q after 000038: %v, want 22023 refusing it", tz, err)
+		}
+	}
+	execEach(t, pool, `SELECT task_schedule('tabbed2', 'emails', E'@hourly\t\n', time_zone => 'Europe/Paris')`)
+	if got := textRows(t, pool, "SELECT spec FROM task_schedule WHERE name = 'tabbed2'"); !slices.Equal(got, []string{"@hourly"}) {
+		t.Errorf("spec after 000038: %q, want it trimmed as Go trims it", got)
+	}
+	// the schedule stored with localtime is read from Go as before
+	repo, err := New(Config{Owner: "migration"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Schedule(ctx, pool, "local"); err != nil {
+		t.Fatalf("read the schedule stored with localtime: %v", err)
+	}
+	steps(-1)
+	sameRows(t, "task_schedule after reverting 000038", functions(), fnBefore)
+	execEach(t, pool, "SELECT task_schedule('again', 'emails', '@hourly', time_zone => 'localtime')")
+}

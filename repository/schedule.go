@@ -215,13 +215,22 @@ func ValidateScheduleSpec(spec, tz string) error {
 
 // checkZoneName refuses the names of zones Go loads but the database does not list
 // (pg_timezone_names, which task_schedule checks): a name spelt other than clean
-// (Europe//Paris), and the leap-second zones (right/…).
+// (Europe//Paris), and the leap-second zones (right/…); and, as task_schedule does
+// (migration 000038), the names both list from a host's files that processors would not
+// read alike: localtime (the host's own zone), posixrules, and posix/… (copies of the
+// zones, which Go's built-in zone database, used on a host without one, lacks).
 func checkZoneName(tz string) error {
 	if path.Clean(tz) != tz && tz != "" {
 		return invalid("unknown time zone %q (want an IANA name such as UTC or Europe/Paris)", tz)
 	}
 	if name, ok := strings.CutPrefix(tz, "right/"); ok {
 		return invalid("time zone %q counts leap seconds, which schedules do not: give %q", tz, name)
+	}
+	if name, ok := strings.CutPrefix(tz, "posix/"); ok {
+		return invalid("time zone %q is not an IANA zone name that every processor reads alike: give %q", tz, name)
+	}
+	if tz == "localtime" || tz == "posixrules" {
+		return invalid("time zone %q is not an IANA zone name that every processor reads alike (want one such as UTC or Europe/Paris)", tz)
 	}
 	return nil
 }
