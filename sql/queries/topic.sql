@@ -132,19 +132,38 @@ ORDER BY tt.topic;
 -- at their per-key limit, the keys with READY tasks (counted through task_ready_key one
 -- key at a time, up to 10 000) and the tokens left in its rate limit's bucket, refilled
 -- to now (the burst before its first poll, when the bucket is full; 0 without a rate
--- limit). No row for an unknown topic.
+-- limit). No row for an unknown topic. The keys are read only for a topic polled by key
+-- (fair, or with a per-key limit), and each subquery names the topic by the argument, so
+-- that its plan reads the topic's bucket alone: the count of keys waiting is the
+-- statement of task_keys_ready, which as an SQL function was planned at every call over
+-- every bucket (20 ms, where a metrics scrape reads every limited topic); k is read
+-- only when the CASE asks for it.
+WITH RECURSIVE k AS (
+    (SELECT t.priority, t.concurrency_key FROM task t
+     WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state = 1
+       AND t.concurrency_key IS NOT NULL
+     ORDER BY t.priority, t.concurrency_key LIMIT 1)
+    UNION ALL
+    SELECT n.priority, n.concurrency_key FROM k CROSS JOIN LATERAL (
+        SELECT t.priority, t.concurrency_key FROM task t
+        WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state = 1
+          AND t.concurrency_key IS NOT NULL AND (t.priority, t.concurrency_key) > (k.priority, k.concurrency_key)
+        ORDER BY t.priority, t.concurrency_key LIMIT 1) n
+)
 SELECT
     (SELECT count(*) FROM task t
-     WHERE t.state = 0 AND hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic)::bigint AS active,
-    (SELECT count(*) FROM (SELECT 1 FROM task t
-                           WHERE t.state = 0 AND hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic
-                             AND t.concurrency_key IS NOT NULL AND t.concurrency_key <> ''
-                           GROUP BY t.concurrency_key
-                           HAVING count(*) >= tt.key_concurrency) k)::bigint AS keys_at_limit,
-    task_keys_ready(tt.topic, 10000) AS keys_ready,
+     WHERE t.state = 0 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic))::bigint AS active,
+    (CASE WHEN tt.key_concurrency IS NULL THEN 0
+          ELSE (SELECT count(*) FROM (SELECT 1 FROM task t
+                                      WHERE t.state = 0 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+                                        AND t.concurrency_key IS NOT NULL AND t.concurrency_key <> ''
+                                      GROUP BY t.concurrency_key
+                                      HAVING count(*) >= tt.key_concurrency) k) END)::bigint AS keys_at_limit,
+    (CASE WHEN NOT tt.fair AND tt.key_concurrency IS NULL THEN 0
+          ELSE (SELECT count(DISTINCT w.concurrency_key) FROM (SELECT * FROM k LIMIT 10000) w) END)::bigint AS keys_ready,
     coalesce((SELECT least(tt.rate_burst::double precision,
                   l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
-     FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL),
+     FROM task_topic_limit l WHERE l.topic = sqlc.arg(topic) AND tt.rate IS NOT NULL),
              tt.rate_burst, 0)::double precision AS tokens
 FROM task_topic tt
 WHERE tt.topic = sqlc.arg(topic);
