@@ -274,7 +274,10 @@ func (f *flags) setting(name, value, variable, hint string) (string, string, err
 var (
 	reUndefined = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
 	reNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
-	reInvalid   = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for flag -+([^:]+): (.*)$`)
+	// "invalid value V for flag -name: …", or for a boolean flag given a value (--fair=maybe)
+	// "invalid boolean value V for -name: …"
+	reInvalid     = regexp.MustCompile(`^invalid (boolean )?value (".*") for (?:flag )?-+([^:]+): (.*)$`)
+	reInvalidBool = regexp.MustCompile(`^invalid boolean flag -*([^:]+): (.*)$`)
 )
 
 // flagMessage rewrites the flag package's messages into "--name: problem" form.
@@ -287,14 +290,19 @@ func flagMessage(err error) string {
 		return fmt.Sprintf("--%s: missing value", m[1])
 	}
 	if m := reInvalid.FindStringSubmatch(msg); m != nil {
-		problem := m[3]
-		switch problem {
-		case "parse error":
+		problem := m[4]
+		switch {
+		case problem == "parse error" && m[1] != "":
+			problem = "want true or false"
+		case problem == "parse error":
 			problem = "not a valid value"
-		case "value out of range":
+		case problem == "value out of range":
 			problem = "out of range"
 		}
-		return fmt.Sprintf("--%s: invalid value %s: %s", m[2], m[1], problem)
+		return fmt.Sprintf("--%s: invalid value %s: %s", m[3], m[2], problem)
+	}
+	if m := reInvalidBool.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("--%s: %s", m[1], m[2])
 	}
 	return msg
 }

@@ -120,6 +120,27 @@ func TestUsageErrors(t *testing.T) {
 		{"NoDatabaseURL", []string{"stats"}, []string{"stats: --database-url: no database URL: pass --database-url or set DATABASE_URL"}},
 		{"BadDatabaseURL", []string{"stats", "--database-url", "postgres://x:y@host:notaport/db"}, []string{"stats: --database-url:"}},
 		{"ServeNegativeMaxBody", []string{"serve", "--max-body", "-1"}, []string{"serve: --max-body: -1 is below 1"}},
+		// Refused only after the command had connected (and, with --migrate, migrated).
+		{"ServeBadAllowHost", []string{"serve", "--allow-host", "http://x/"}, []string{`serve: --allow-host: allowed host "http://x/" is not a host name or IP address`}},
+		// Skipped, as if not given.
+		{"ServeEmptyAllowHost", []string{"serve", "--allow-host", ""}, []string{`serve: --allow-host: invalid value "": an empty item`}},
+		{"ServeEmptyAllowHostItem", []string{"serve", "--allow-host", "a.internal,,b.internal"}, []string{`serve: --allow-host: invalid value "a.internal,,b.internal": an empty item`}},
+		// The batch was preallocated whole: a panic (makeslice) or the memory exhausted.
+		{"PushBatchSizeOverflowing", []string{"push", "--topic", "t", "--batch-size", "9223372036854775807"}, []string{"push: --batch-size: 9223372036854775807 is above 100000"}},
+		{"PushBatchSizeExhaustingMemory", []string{"push", "--topic", "t", "--batch-size", "2000000000"}, []string{"push: --batch-size: 2000000000 is above 100000"}},
+		{"PushBatchSizeAboveMax", []string{"push", "--topic", "t", "--batch-size", "100001"}, []string{"push: --batch-size: 100001 is above 100000"}},
+		// The repository refused these (exit 1) without naming the argument or the flag.
+		{"CancelSequenceTwice", []string{"cancel", "--topic", "t", "1", "1"}, []string{"cancel: task SEQUENCE 1 is given twice"}},
+		{"CancelSequenceTwiceSpelledApart", []string{"cancel", "--topic", "t", "7", "2", "07"}, []string{`cancel: task SEQUENCE 7 is given twice (as "7" and "07")`}},
+		{"ReviveSequenceTwice", []string{"revive", "--topic", "t", "--reset", "1", "1"}, []string{"revive: task SEQUENCE 1 is given twice"}},
+		{"TopicAddBackoffCapBelowBase", []string{"topic", "add", "x", "--max-attempts", "3", "--backoff-base", "10s", "--backoff-cap", "1s"},
+			[]string{"topic add: --backoff-cap: 1s is below the backoff base 10s: retries would wait the cap, never the base"}},
+		// This said "99999999999" is not a whole number.
+		{"TopicAddConcurrencyOutOfRange", []string{"topic", "add", "x", "--concurrency", "99999999999"},
+			[]string{"topic add: --concurrency: 99999999999 is out of range (want a whole number from 1 to 2147483647, or none: no limit)"}},
+		{"TopicSetRateOutOfRange", []string{"topic", "set", "x", "--rate", "3000000000/s"}, []string{"topic set: --rate: 3000000000 is out of range"}},
+		// The flag package's own message: invalid boolean value "maybe" for -fair: parse error.
+		{"TopicSetFairNotABoolean", []string{"topic", "set", "x", "--fair=maybe"}, []string{`topic set: --fair: invalid value "maybe": want true or false`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

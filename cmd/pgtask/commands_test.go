@@ -191,6 +191,50 @@ func TestTopic(t *testing.T) {
 	})
 }
 
+// TestTopicBackoffCapBelowBase: settings whose retries would wait the backoff cap, never
+// the base, which the repository refuses, are a usage error naming the flag, with
+// nothing written. They exited 1 with the repository's message, naming no flag.
+func TestTopicBackoffCapBelowBase(t *testing.T) {
+	f := setup(t)
+	f.ok("topic", "add", "mail", "--backoff-base", "1s", "--backoff-cap", "1m")
+	wantSettings := func(t *testing.T, base, limit time.Duration) {
+		t.Helper()
+		topic, err := f.repo.Topic(f.ctx, f.pool, "mail")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if topic.BackoffBase != base || topic.BackoffCap != limit {
+			t.Errorf("backoff %v..%v, want %v..%v (unchanged)", topic.BackoffBase, topic.BackoffCap, base, limit)
+		}
+	}
+	t.Run("SetCapBelowTheStoredBase", func(t *testing.T) {
+		wantUsage(t, f.cli("topic", "set", "mail", "--backoff-cap", "1ms"),
+			"topic set: --backoff-cap: 1ms is below the backoff base 1s: retries would wait the cap, never the base")
+		wantSettings(t, time.Second, time.Minute)
+	})
+	t.Run("SetBaseAboveTheStoredCap", func(t *testing.T) {
+		wantUsage(t, f.cli("topic", "set", "mail", "--backoff-base", "2m", "--retention", "1d"),
+			"topic set: --backoff-base: 2m is above the backoff cap 1m")
+		wantSettings(t, time.Second, time.Minute)
+	})
+	t.Run("AddLeavesNoTopic", func(t *testing.T) {
+		for _, dedicated := range []string{"--dedicated=false", "--dedicated"} {
+			wantUsage(t, f.cli("topic", "add", "fresh", "--backoff-base", "10s", "--backoff-cap", "1s", dedicated),
+				"topic add: --backoff-cap: 1s is below the backoff base 10s")
+			if _, err := f.repo.Topic(f.ctx, f.pool, "fresh"); !errors.Is(err, repository.ErrUnknownTopic) {
+				t.Errorf("topic fresh after a refused add %s: %v, want unknown", dedicated, err)
+			}
+		}
+	})
+	t.Run("AddToAnExistingTopic", func(t *testing.T) {
+		wantUsage(t, f.cli("topic", "add", "mail", "--backoff-cap", "500ms"), "topic add: --backoff-cap: 500ms is below the backoff base 1s")
+		wantSettings(t, time.Second, time.Minute)
+	})
+	t.Run("WithoutRetriesTheRuleDoesNotApply", func(t *testing.T) {
+		wantContains(t, f.ok("topic", "set", "mail", "--max-attempts", "1", "--backoff-cap", "1ms"), "backoff 1s..1ms")
+	})
+}
+
 var sequenceRE = regexp.MustCompile(`sequences? (\d+)`)
 
 func TestPush(t *testing.T) {
@@ -266,17 +310,49 @@ func TestPush(t *testing.T) {
 		for _, c := range []struct{ line, want string }{
 			{`{"input": "no id"}`, `"identifier" is missing`},
 			{`{"identifier": "i", "delay": "-1s"}`, `"delay"`},
-			{`{"identifier": "i", "priority": 99999}`, `"priority": 99999 is out of range`},
+			{`{"identifier": "i", "priority": 99999}`, `field "priority": got a JSON number 99999, want an integer from -32768 to 32767`},
+			// These said: want an integer from -9223372036854775808 to 9223372036854775807.
+			{`{"identifier": "i", "priority": 1.5}`, `field "priority": got a JSON number 1.5, want an integer from -32768 to 32767`},
+			// One of them was dropped without a word.
+			{`{"identifier": "i", "delay": "1h", "not_before": "2030-01-01T00:00:00Z"}`, `give at most one of "delay" and "not_before"`},
 			{`{"identifier": "i"} {}`, "unexpected data after the JSON object"},
 			{`{"identifier": "i"}}`, "unexpected data after the JSON object"},
 			{`{"identifier": "i", "identifier": "j"}`, `field "identifier" is given twice`},
-			{`{"identifier": "i", "priority": null}`, `field "priority": got a JSON null`},
+			{`{"identifier": "i", "priority": null}`, `field "priority": got a JSON null, want an integer from -32768 to 32767`},
 			{strings.Repeat("y", 501), "at most 500"},
 		} {
 			r := f.cliIn(c.line, "push", "--topic", "t")
 			wantRuntime(t, r, nil)
 			wantContains(t, r.err.Error(), "line 1", c.want)
 		}
+	})
+	// A line's "not_before" replaces --delay, the zero time too: it is the distant past,
+	// as the REST API takes it. The zero time read as no time, and the task got --delay.
+	t.Run("NotBeforeOverridesDelayEvenTheZeroTime", func(t *testing.T) {
+		stdin := `{"identifier": "zero", "not_before": "0001-01-01T00:00:00Z"}` + "\n" +
+			`{"identifier": "later", "not_before": "2030-01-01T00:00:00Z"}` + "\n" +
+			`{"identifier": "delayed"}` + "\n"
+		r := f.cliIn(stdin, "push", "--topic", "t", "--delay", "1h")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		m := regexp.MustCompile(`sequences (\d+)\.\.`).FindStringSubmatch(r.stdout)
+		if m == nil {
+			t.Fatalf("no sequences in %q", r.stdout)
+		}
+		first, _ := strconv.ParseInt(m[1], 10, 64)
+		if zero := f.get(first); zero.Identifier != "zero" || time.Until(zero.NotBefore) > 0 {
+			t.Errorf("task %q: not before %v, want a time past (due at once, not after --delay)", zero.Identifier, zero.NotBefore)
+		}
+		if later := f.get(first + 1); later.Identifier != "later" || !later.NotBefore.Equal(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) {
+			t.Errorf("task %q: not before %v, want 2030-01-01", later.Identifier, later.NotBefore)
+		}
+		if delayed := f.get(first + 2); delayed.Identifier != "delayed" || time.Until(delayed.NotBefore) < 59*time.Minute {
+			t.Errorf("task %q: not before %v, want --delay 1h from now", delayed.Identifier, delayed.NotBefore)
+		}
+	})
+	t.Run("LargestBatchSize", func(t *testing.T) {
+		wantContains(t, f.cliIn("big-1\nbig-2\n", "push", "--topic", "t", "--batch-size", "100000").stdout, "pushed 2 tasks")
 	})
 	t.Run("EmptyInputPushesNothing", func(t *testing.T) {
 		wantContains(t, f.cliIn("\n\n", "push", "--topic", "t").stdout, "nothing pushed")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgtask/pgtask/internal/conntest"
 	"github.com/pgtask/pgtask/internal/logbuf"
+	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -199,6 +200,40 @@ func TestServeRefusesAnEmptySetting(t *testing.T) {
 }
 
 // TestDevWarnsWhenOpenToTheNetwork runs `pgtask dev --addr 0.0.0.0:0` without a token.
+// TestServeRefusesABadAllowHostBeforeMigrating: a bad or empty --allow-host is a usage
+// error naming it that leaves an empty database as it was. The hosts were checked when
+// the server was about to listen, after `serve --migrate` and `dev` had migrated it, and
+// an empty one was skipped as if not given.
+func TestServeRefusesABadAllowHostBeforeMigrating(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"ServeURL":   {[]string{"serve", "--migrate", "--allow-host", "http://x/"}, `serve: --allow-host: allowed host "http://x/" is not a host name or IP address`},
+		"ServeEmpty": {[]string{"serve", "--migrate", "--allow-host", ""}, `serve: --allow-host: invalid value "": an empty item`},
+		"DevSpace":   {[]string{"dev", "--allow-host", "x y"}, `dev: --allow-host: allowed host "x y" is not a host name or IP address`},
+		"DevEmpty":   {[]string{"dev", "--allow-host", "ok.internal", "--allow-host", " "}, `dev: --allow-host: invalid value " ": an empty item`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewDatabase(t, "pgtask-cli-empty", nil)
+			// A command that went on to serve would return only when this ends.
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			r := runCLI(ctx, "", nil, append(tc.args, "--addr", "127.0.0.1:0", "--ui=false", "--database-url", url)...)
+			wantUsage(t, r, tc.want)
+			if r.stdout != "" {
+				t.Errorf("%s started: stdout %q, want nothing", tc.args[0], r.stdout)
+			}
+			version := runCLI(t.Context(), "", nil, "migrate", "version", "--database-url", url)
+			if version.err != nil || version.stdout != "0\n" {
+				t.Errorf("migrate version after the refusal: %q, %v; want 0 (nothing migrated)", version.stdout, version.err)
+			}
+		})
+	}
+}
+
 func TestDevWarnsWhenOpenToTheNetwork(t *testing.T) {
 	f := setup(t)
 	s := runServer(t, f, nil, "dev", "--addr", "0.0.0.0:0")

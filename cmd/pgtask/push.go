@@ -23,12 +23,13 @@ statement each; every batch commits on its own). A line is either
 
   identifier<TAB>input        (or just: identifier)
   {"identifier": "id", "input": "text or any JSON", "priority": 5, "delay": "5s",
-   "not_before": "2024-05-01T12:00:00Z", "reference": "r", "suspended": false,
-   "key": "tenant-7"}
+   "reference": "r", "suspended": false, "key": "tenant-7"}
 
-Blank lines are skipped. The flags --priority, --delay, --reference, --suspended and
---key are the defaults of every line; a JSON line's fields override them. A JSON "input" that
-is not a string is stored as its JSON text.
+where "identifier" is required and, instead of "delay", "not_before" may give a time
+("2024-05-01T12:00:00Z"; not both). Blank lines are skipped. The flags --priority,
+--delay, --reference, --suspended and --key are the defaults of every line; a JSON
+line's fields override them ("not_before" overrides --delay). A JSON "input" that is not
+a string is stored as its JSON text.
 
 --insertion decides what happens to older tasks of the same identifier:
   append     keep them
@@ -36,11 +37,24 @@ is not a string is stored as its JSON text.
   replace    older READY..SUCCEEDED tasks become REDUNDANT
   delete     older tasks (except ACTIVE ones) are deleted`
 
+const (
+	// pushBatchDefault is the default --batch-size, and the most lines whose room is
+	// reserved before they are read.
+	pushBatchDefault = 1000
+	// pushBatchMax is the largest --batch-size. The repository has no limit of its own
+	// on one push, but a batch is one statement with an array per column, held whole in
+	// memory here and in the server, and one transaction that locks what it replaces:
+	// beyond some tens of thousands of tasks a larger batch saves nothing measurable, and
+	// a mistyped size would exhaust the memory (2000000000) or overflow (a 64-bit
+	// maximum) before it failed.
+	pushBatchMax = 100_000
+)
+
 // pushLine is one JSON line on standard input.
 type pushLine struct {
 	Identifier *string         `json:"identifier"`
 	Input      json.RawMessage `json:"input"`
-	Priority   *int            `json:"priority"`
+	Priority   *int16          `json:"priority"` // the column's range, so that wire names it
 	Delay      *string         `json:"delay"`
 	NotBefore  *time.Time      `json:"not_before"`
 	Reference  *string         `json:"reference"`
@@ -57,7 +71,7 @@ func runPush(ctx context.Context, e *env, args []string) error {
 	priorityFlag := f.Int("priority", 0, "`N` in -32768..32767; lower is polled first")
 	reference := f.String("reference", "", "optional reference `TEXT` (e.g. the sequence of the task that caused this one)")
 	suspended := f.Bool("suspended", false, "push SUSPENDED: the task waits for a junction or revival")
-	batchSize := f.Int("batch-size", 1000, "lines (`N`) per push when reading standard input")
+	batchSize := f.Int("batch-size", pushBatchDefault, fmt.Sprintf("lines (`N`, at most %d) per push when reading standard input", pushBatchMax))
 	key := f.String("key", "", "concurrency `KEY` (a tenant, a customer) for the topic's per-key limit and fair polling")
 	pos, err := f.args(args, 0, 2, "")
 	if err != nil {
@@ -76,6 +90,9 @@ func runPush(ctx context.Context, e *env, args []string) error {
 	}
 	if *batchSize < 1 {
 		return f.usagef("--batch-size: %d is below 1", *batchSize)
+	}
+	if *batchSize > pushBatchMax {
+		return f.usagef("--batch-size: %d is above %d", *batchSize, pushBatchMax)
 	}
 	if err := repository.ValidateFilter(repository.TaskFilter{Reference: *reference}); err != nil {
 		return f.usagef("--reference: %s", stripInvalid(err))
@@ -121,7 +138,7 @@ func runPush(ctx context.Context, e *env, args []string) error {
 	var (
 		pushed      int
 		first, last int64
-		batch       = make([]repository.Creation, 0, *batchSize)
+		batch       = make([]repository.Creation, 0, min(*batchSize, pushBatchDefault))
 	)
 	flush := func() error {
 		if len(batch) == 0 {
@@ -205,10 +222,11 @@ func parseLine(line string, defaults repository.Creation) (repository.Creation, 
 			}
 		}
 		if pl.Priority != nil {
-			if *pl.Priority < -32768 || *pl.Priority > 32767 {
-				return c, fmt.Errorf(`"priority": %d is out of range [-32768, 32767]`, *pl.Priority)
-			}
-			c.Priority = int16(*pl.Priority)
+			c.Priority = *pl.Priority
+		}
+		if pl.Delay != nil && pl.NotBefore != nil {
+			// as the REST API refuses it: which one was meant?
+			return c, errors.New(`give at most one of "delay" and "not_before"`)
 		}
 		if pl.Delay != nil {
 			d, err := parseDuration(*pl.Delay)
@@ -218,7 +236,13 @@ func parseLine(line string, defaults repository.Creation) (repository.Creation, 
 			c.Delay = d
 		}
 		if pl.NotBefore != nil {
-			c.NotBefore = *pl.NotBefore
+			// The line's time replaces --delay. The zero time would mean "no not-before"
+			// to the repository, and so --delay: it is the distant past, at once, as the
+			// REST API takes it.
+			c.NotBefore, c.Delay = *pl.NotBefore, 0
+			if c.NotBefore.IsZero() {
+				c.NotBefore = time.Unix(0, 0)
+			}
 		}
 		if pl.Reference != nil {
 			c.Reference = *pl.Reference

@@ -154,6 +154,11 @@ func (s *securityFlags) check() error {
 	if err := httpguard.CheckToken(token); err != nil {
 		return s.f.usagef("%s: %v", source, err)
 	}
+	// The guard checks the hosts as listen will build it, but before the command
+	// connects or migrates: a bad --allow-host changes nothing.
+	if _, err := httpguard.New(httpguard.Config{AllowHosts: s.allowHosts.values}); err != nil {
+		return s.f.usagef("--allow-host: %v", err)
+	}
 	s.token = token
 	return nil
 }
@@ -172,17 +177,22 @@ func (s *securityFlags) listen(addr string) (net.Listener, *httpguard.Guard, err
 	return ln, g, nil
 }
 
-// listValue is a flag that may be repeated, each value a comma-separated list.
+// listValue is a flag that may be repeated, each value a comma-separated list. An
+// empty item (an empty value, "a,,b", a variable that came out empty) is refused, not
+// skipped.
 type listValue struct{ values []string }
 
 func (l *listValue) String() string { return strings.Join(l.values, ",") }
 
 func (l *listValue) Set(v string) error {
+	var items []string
 	for _, item := range strings.Split(v, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			l.values = append(l.values, item)
+		if item = strings.TrimSpace(item); item == "" {
+			return errors.New("an empty item: give one or more values separated by commas")
 		}
+		items = append(items, item)
 	}
+	l.values = append(l.values, items...)
 	return nil
 }
 

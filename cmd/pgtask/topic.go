@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -47,6 +48,9 @@ type settingFlags struct {
 	fair          *bool
 	// burstWithoutRate is set by apply when --burst meets a topic without a rate.
 	burstWithoutRate bool
+	// backoffRefused is set by update when the settings would have retries wait the
+	// cap, never the base: a usage error naming the flag.
+	backoffRefused error
 }
 
 var settingNames = []string{"max-attempts", "backoff-base", "backoff-cap", "backoff-jitter", "queue-cap", "retention",
@@ -74,6 +78,9 @@ func limitFlag(f *flags, name, v string) (int32, error) {
 		return 0, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 32)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, f.usagef("--%s: %s is out of range (want a whole number from 1 to %d, or none: no limit)", name, v, math.MaxInt32)
+	}
 	if err != nil {
 		return 0, f.usagef("--%s: %q is not a whole number (or none: no limit)", name, v)
 	}
@@ -168,7 +175,30 @@ func (s *settingFlags) check(f *flags) error {
 			return f.usagef("--burst: given with --rate none (a burst needs a rate)")
 		}
 	}
+	// The repository's backoff rule, where the flags alone decide it: a base and a cap
+	// with retries (--max-attempts above 1). Otherwise update checks it against the
+	// topic's stored settings.
+	if f.given("backoff-base") && f.given("backoff-cap") && f.given("max-attempts") && *s.maxAttempts > 1 {
+		t := repository.TopicSettings{MaxAttempts: int32(*s.maxAttempts), BackoffBase: *s.backoffBase, BackoffCap: *s.backoffCap}
+		if t.BackoffRefused(repository.TopicSettings{}) {
+			return s.backoffError(f, t)
+		}
+	}
 	return nil
+}
+
+// backoffError is the usage error of settings t whose retries would wait the cap, never
+// the base (repository.TopicSettings.BackoffRefused), naming the flag that made them so.
+func (s *settingFlags) backoffError(f *flags, t repository.TopicSettings) error {
+	const why = "retries would wait the cap, never the base"
+	switch {
+	case f.given("backoff-cap"):
+		return f.usagef("--backoff-cap: %s is below the backoff base %s: %s", shortDuration(t.BackoffCap), shortDuration(t.BackoffBase), why)
+	case f.given("backoff-base"):
+		return f.usagef("--backoff-base: %s is above the backoff cap %s: %s", shortDuration(t.BackoffBase), shortDuration(t.BackoffCap), why)
+	}
+	return f.usagef("--max-attempts: %d with the backoff cap %s below the base %s: %s (give --backoff-cap too)",
+		t.MaxAttempts, shortDuration(t.BackoffCap), shortDuration(t.BackoffBase), why)
 }
 
 // apply changes the settings named on the command line, keeping the others.
@@ -211,9 +241,26 @@ func (s *settingFlags) apply(f *flags, t *repository.TopicSettings) {
 	}
 }
 
-// refused is the error of settings the repository refused: a usage error naming
-// --burst when the topic has no rate for it (check knows only the flags), err else.
+// update is the change UpdateSettings makes: apply, then the repository's backoff rule
+// (TopicSettings.BackoffRefused) said in the flags' names. Refused, it leaves the
+// settings as they were, which UpdateSettings does not write, and refused reports it.
+func (s *settingFlags) update(f *flags, t *repository.TopicSettings) {
+	was := *t
+	s.apply(f, t)
+	s.backoffRefused = nil
+	if t.BackoffRefused(was) {
+		s.backoffRefused = s.backoffError(f, *t)
+		*t = was
+	}
+}
+
+// refused is the error of an UpdateSettings with update, which returned err: a usage
+// error naming the flag when update refused the backoff, or when the topic has no rate
+// for --burst (check knows only the flags); err else.
 func (s *settingFlags) refused(f *flags, topic string, err error) error {
+	if s.backoffRefused != nil {
+		return s.backoffRefused
+	}
 	if err != nil && s.burstWithoutRate && errors.Is(err, repository.ErrInvalid) {
 		return f.usagef("--burst: topic %q has no rate limit (give --rate N/PERIOD too)", topic)
 	}
@@ -251,7 +298,7 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		if !settings.anyGiven(f) {
 			return nil
 		}
-		topic, err = c.repo.UpdateSettings(ctx, tx, name, func(t *repository.TopicSettings) { settings.apply(f, t) })
+		topic, err = c.repo.UpdateSettings(ctx, tx, name, func(t *repository.TopicSettings) { settings.update(f, t) })
 		return settings.refused(f, name, err)
 	}
 	if *dedicated && settings.anyGiven(f) {
@@ -289,8 +336,9 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if settings.anyGiven(f) {
-			if topic, err = c.repo.UpdateSettings(ctx, c.pool, name, func(t *repository.TopicSettings) { settings.apply(f, t) }); err != nil {
-				return settings.refused(f, name, err)
+			topic, err = c.repo.UpdateSettings(ctx, c.pool, name, func(t *repository.TopicSettings) { settings.update(f, t) })
+			if err := settings.refused(f, name, err); err != nil {
+				return err
 			}
 		}
 	}
@@ -321,9 +369,9 @@ func runTopicSet(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer c.Close()
-	topic, err := c.repo.UpdateSettings(ctx, c.pool, name, func(t *repository.TopicSettings) { settings.apply(f, t) })
-	if err != nil {
-		return settings.refused(f, name, err)
+	topic, err := c.repo.UpdateSettings(ctx, c.pool, name, func(t *repository.TopicSettings) { settings.update(f, t) })
+	if err := settings.refused(f, name, err); err != nil {
+		return err
 	}
 	fmt.Fprintf(e.stdout, "topic %q: %s\n", name, describeSettings(topic.TopicSettings))
 	return nil

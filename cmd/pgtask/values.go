@@ -95,14 +95,24 @@ func (f *flags) checkPriority(p int) (int16, error) {
 	return int16(p), nil
 }
 
-// sequences parses positional task sequences.
+// sequences parses positional task sequences, each given once (as the repository
+// wants them).
 func (f *flags) sequences(args []string) ([]int64, error) {
 	seqs := make([]int64, len(args))
+	seen := make(map[int64]string, len(args))
 	for i, a := range args {
 		n, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || n <= 0 {
 			return nil, f.usagef("sequence %q is not a positive integer", a)
 		}
+		if first, dup := seen[n]; dup {
+			as := ""
+			if first != a {
+				as = fmt.Sprintf(" (as %q and %q)", first, a)
+			}
+			return nil, f.usagef("task SEQUENCE %d is given twice%s: give each task once", n, as)
+		}
+		seen[n] = a
 		seqs[i] = n
 	}
 	return seqs, nil
