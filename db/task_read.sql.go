@@ -121,6 +121,8 @@ LEFT JOIN LATERAL (
         SELECT DISTINCT ON (t.identifier) t.state, t.sequence
         FROM task t
         WHERE t.topic = tt.topic
+          -- the topic's range of the index of references, not every topic's of its table
+          AND hashtext(t.topic) = hashtext(tt.topic)
           AND ($1::text IS NULL OR t.topic = $1)
           AND t.sequence BETWEEN $2::bigint AND $3::bigint
           AND ($4::text IS NULL OR t.identifier = $4)
@@ -538,7 +540,9 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
        t.cancelled
 FROM task t
 WHERE t.topic = $3 AND t.sequence = ANY($4::bigint[])
-ORDER BY t.sequence
+  AND ($5::smallint IS NULL OR t.state = $5)
+ORDER BY CASE WHEN $6::boolean THEN -t.sequence ELSE t.sequence END
+LIMIT $7
 `
 
 type TaskExcerptAtParams struct {
@@ -546,6 +550,9 @@ type TaskExcerptAtParams struct {
 	ErrorCount int32
 	Topic      string
 	Sequences  []int64
+	State      *int16
+	Newest     bool
+	Size       int32
 }
 
 type TaskExcerptAtRow struct {
@@ -578,6 +585,9 @@ func (q *Queries) TaskExcerptAt(ctx context.Context, db DBTX, arg TaskExcerptAtP
 		arg.ErrorCount,
 		arg.Topic,
 		arg.Sequences,
+		arg.State,
+		arg.Newest,
+		arg.Size,
 	)
 	if err != nil {
 		return nil, err
@@ -1119,17 +1129,29 @@ func (q *Queries) TaskLatest(ctx context.Context, db DBTX, arg TaskLatestParams)
 const taskPageAt = `-- name: TaskPageAt :many
 SELECT topic, sequence, identifier, state, descent, owner, created, completed, input, output, reference, priority, not_before, attempt, returned, errors, cancelled, concurrency_key FROM task t
 WHERE t.topic = $1 AND t.sequence = ANY($2::bigint[])
-ORDER BY t.sequence
+  AND ($3::smallint IS NULL OR t.state = $3)
+ORDER BY CASE WHEN $4::boolean THEN -t.sequence ELSE t.sequence END
+LIMIT $5
 `
 
 type TaskPageAtParams struct {
 	Topic     string
 	Sequences []int64
+	State     *int16
+	Newest    bool
+	Size      int32
 }
 
-// The tasks of the topic with these sequences (all columns), in sequence order.
+// The first @size of the tasks of the topic with these sequences (all columns) that are
+// in @state when it is not NULL, in sequence order, or newest first with @newest.
 func (q *Queries) TaskPageAt(ctx context.Context, db DBTX, arg TaskPageAtParams) ([]Task, error) {
-	rows, err := db.Query(ctx, taskPageAt, arg.Topic, arg.Sequences)
+	rows, err := db.Query(ctx, taskPageAt,
+		arg.Topic,
+		arg.Sequences,
+		arg.State,
+		arg.Newest,
+		arg.Size,
+	)
 	if err != nil {
 		return nil, err
 	}

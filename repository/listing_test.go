@@ -467,6 +467,66 @@ func TestPageAmongManyOthers(t *testing.T) {
 		}
 	})
 
+	// A finished state no index of the topic's holds alone: the same pages, filtered.
+	t.Run("EveryTaskInAFinishedStateOnceInOrder", func(t *testing.T) {
+		for _, topic := range []string{"small21", "big"} {
+			for _, state := range []repository.State{repository.Filtered, repository.Succeeded, repository.Recreated, repository.Redundant} {
+				rows, err := f.pool.Query(f.ctx, `SELECT sequence FROM task WHERE topic = $1 AND state = $2 ORDER BY sequence`, topic, state)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, size := range []int{1, 3, 100} {
+					for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
+						if topic == "big" && size < 100 {
+							continue // thousands of pages; big's filtered pages walk, as before
+						}
+						filter := repository.TaskFilter{State: &state}
+						var got, gotExcerpts []int64
+						cursor := repository.MinSequence
+						if direction == repository.Backward {
+							cursor = repository.MaxSequence
+						}
+						excerptCursor := cursor
+						for range 3 {
+							page, err := f.repo.Page(f.ctx, f.pool, topic, filter, cursor, size, direction)
+							if err != nil {
+								t.Fatal(err)
+							}
+							excerpts, err := f.repo.Excerpts(f.ctx, f.pool, topic, filter, excerptCursor, size, direction)
+							if err != nil {
+								t.Fatal(err)
+							}
+							for _, task := range page {
+								if task.State != state {
+									t.Fatalf("%s %v: task %d is %v", topic, state, task.Sequence, task.State)
+								}
+								got = append(got, task.Sequence)
+							}
+							gotExcerpts = append(gotExcerpts, excerptSequences(excerpts)...)
+							if len(page) < size || len(excerpts) < size {
+								break
+							}
+							cursor, excerptCursor = page[len(page)-1].Sequence, excerpts[len(excerpts)-1].Sequence
+						}
+						want := slices.Clone(all)
+						if direction == repository.Backward {
+							slices.Reverse(want)
+						}
+						want = want[:min(len(want), 3*size)]
+						if !slices.Equal(got, want) || !slices.Equal(gotExcerpts, want) {
+							t.Errorf("%s in %v, size %d, direction %v: pages give %v and excerpts %v, want %v",
+								topic, state, size, direction, got, gotExcerpts, want)
+						}
+					}
+				}
+			}
+		}
+	})
+
 	t.Run("ManyBeyondTheWindow", func(t *testing.T) {
 		// Backward from the end of elsewhere's block: 10 500 sequences without a task of
 		// big, then its 25 000 older ones, too many to sort: the page walks on to them.
@@ -514,6 +574,22 @@ func TestPageAmongManyOthers(t *testing.T) {
 			t.Errorf("the page read %d blocks of the shared table and its indexes, want at most 400", blocks)
 		}
 		t.Logf("the page read %d blocks of the shared table and its indexes", blocks)
+
+		// The same page of small21's SUCCEEDED tasks: it read every task of the shared
+		// table (a filtered page walked the primary key from the cursor), a state none of
+		// the table's indexes keyed by the topic holds alone.
+		succeeded := repository.Succeeded
+		before = read()
+		filtered, err := f.repo.Excerpts(f.ctx, tx, "small21", repository.TaskFilter{State: &succeeded}, repository.MaxSequence, 51, repository.Backward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(filtered) == 0 || len(filtered) > 5 {
+			t.Fatalf("%d SUCCEEDED tasks of small21, want its 3 or 4", len(filtered))
+		}
+		if blocks := read() - before; blocks > 400 {
+			t.Errorf("the page of SUCCEEDED tasks read %d blocks of the shared table and its indexes, want at most 400", blocks)
+		}
 
 		// big's last page forward, from its fourth task from the end: the window reaches
 		// past the highest sequence taken, so nothing beyond it is asked for. Asking

@@ -37,8 +37,9 @@ func (r *Repository) Page(ctx context.Context, h Handle, topic string, filter Ta
 			}
 			return r.q.TaskPageBackward(ctx, h, db.TaskPageBackwardParams(p))
 		},
-		at: func(h Handle, sequences []int64) ([]db.Task, error) {
-			return r.q.TaskPageAt(ctx, h, db.TaskPageAtParams{Topic: topic, Sequences: sequences})
+		at: func(h Handle, sequences []int64, size int32) ([]db.Task, error) {
+			return r.q.TaskPageAt(ctx, h, db.TaskPageAtParams{Topic: topic, Sequences: sequences, State: p.State,
+				Newest: direction == Backward, Size: size})
 		},
 	})
 	if err := r.pageError(ctx, h, topic, len(rows), err); err != nil {
@@ -63,10 +64,11 @@ const (
 )
 
 // pageReader reads a page's rows on a handle: walk, the walk through the primary key
-// that the arguments bound (the page queries), and at, the rows of some sequences.
+// that the arguments bound (the page queries), and at, the first size rows of some
+// sequences in the page's state filter, in the page's direction.
 type pageReader[T any] struct {
 	walk func(Handle, db.TaskPageForwardParams) ([]T, error)
-	at   func(Handle, []int64) ([]T, error)
+	at   func(h Handle, sequences []int64, size int32) ([]T, error)
 }
 
 // pageStep, when set (tests), is called with the topic and the name of each statement
@@ -86,7 +88,11 @@ var pageStep atomic.Pointer[func(topic, statement string)]
 // for the walk to find the page soon — unless they all lie beyond millions of others'
 // (a large topic idle since): that walk is the cost left, and so is the oldest page of
 // a topic of more than pageFewFromStart tasks that millions of others' precede.
-// Filtered pages walk as before (see Excerpts).
+// A page filtered by a finished state that no index of the topic's holds (FILTERED,
+// SUCCEEDED, RECREATED, REDUNDANT: windowed) goes the same way, its rows read by
+// sequence keeping those in the state: a walk would read every task of the topic's
+// table for a state few or none of the topic's tasks are in. Other filtered pages walk
+// as before (see Excerpts).
 //
 // Its statements read one snapshot: a transaction of their own, REPEATABLE READ and
 // READ ONLY, when h is not in one (inSnapshot); otherwise the caller's transaction's,
@@ -94,7 +100,7 @@ var pageStep atomic.Pointer[func(topic, statement string)]
 // of them can shorten the page, and one committed between them can be passed over.
 func readPage[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPageForwardParams, filter TaskFilter, direction Direction, rd pageReader[T]) ([]T, error) {
 	p.Ceiling = MaxSequence
-	if filter != (TaskFilter{}) ||
+	if filter != (TaskFilter{}) && !windowed(filter) ||
 		direction == Forward && p.Cursor >= MaxSequence-pageWindow-1 ||
 		direction == Backward && p.Cursor <= pageWindow+1 {
 		return rd.walk(h, p)
@@ -106,6 +112,13 @@ func readPage[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPage
 		return err
 	})
 	return rows, err
+}
+
+// windowed reports whether a filtered page goes through readWindowed: it keeps one
+// finished state that no index keyed by the topic holds alone (task_retention holds
+// them with FAILED, by completion time), and nothing else.
+func windowed(filter TaskFilter) bool {
+	return filter.State != nil && *filter.State > Suspended && filter.Identifier == "" && filter.Reference == "" && filter.Floor == 0
 }
 
 // readWindowed is readPage's walk of a window and what follows, on one snapshot.
@@ -185,18 +198,19 @@ func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.Task
 	if len(sequences) == 0 {
 		return rows, nil
 	}
-	slices.Sort(sequences)
-	want := min(len(sequences), int(p.Size)-len(rows))
-	if direction == Forward {
-		sequences = sequences[:want]
-	} else {
-		sequences = sequences[len(sequences)-want:]
+	want := int(p.Size) - len(rows)
+	if p.State == nil {
+		// every one is the page's: read only those it takes
+		slices.Sort(sequences)
+		want = min(len(sequences), want)
+		if direction == Forward {
+			sequences = sequences[:want]
+		} else {
+			sequences = sequences[len(sequences)-want:]
+		}
 	}
 	step("TaskPageAt")
-	more, err := rd.at(h, sequences)
-	if direction == Backward {
-		slices.Reverse(more)
-	}
+	more, err := rd.at(h, sequences, int32(want))
 	return append(rows, more...), err
 }
 
@@ -259,11 +273,12 @@ func (e Excerpt) OutputCut() bool { return int64(len(e.Output)) < e.OutputBytes 
 //
 // A filter that matches few of many tasks is read through the index that fits it, in
 // either direction (indexPath): the cost follows the tasks that match, not the topic's
-// others. Any other filter, or one with a Floor (which bounds the walk), walks the
-// topic's sequences from the cursor, cheap while the tasks it keeps are common. A page
-// without a filter walks a window of sequences, and reads a topic with few tasks
+// others. A page without a filter, or with a finished state alone that no index holds
+// (FILTERED and after), walks a window of sequences, and reads a topic with few tasks
 // beyond it through the topic's indexes (readPage): its cost does not grow with the
-// other topics of its table.
+// other topics of its table. Any other filter, or one with a Floor (which bounds the
+// walk), walks the topic's sequences from the cursor, cheap while the tasks it keeps
+// are common.
 func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filter TaskFilter, cursor int64, size int, direction Direction) ([]Excerpt, error) {
 	p, err := pageParams(topic, filter, cursor, size, direction)
 	if err != nil || size == 0 {
@@ -290,8 +305,9 @@ func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filte
 			}
 			return rows, err
 		},
-		at: func(h Handle, sequences []int64) ([]db.TaskExcerptForwardRow, error) {
-			got, err := r.q.TaskExcerptAt(ctx, h, db.TaskExcerptAtParams{Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic, Sequences: sequences})
+		at: func(h Handle, sequences []int64, size int32) ([]db.TaskExcerptForwardRow, error) {
+			got, err := r.q.TaskExcerptAt(ctx, h, db.TaskExcerptAtParams{Length: ExcerptLength, ErrorCount: ExcerptErrors, Topic: p.Topic,
+				Sequences: sequences, State: p.State, Newest: direction == Backward, Size: size})
 			rows := make([]db.TaskExcerptForwardRow, len(got))
 			for i, g := range got {
 				rows[i] = db.TaskExcerptForwardRow(g)

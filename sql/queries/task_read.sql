@@ -102,10 +102,13 @@ SELECT s.sequence FROM (
 ) s;
 
 -- name: TaskPageAt :many
--- The tasks of the topic with these sequences (all columns), in sequence order.
+-- The first @size of the tasks of the topic with these sequences (all columns) that are
+-- in @state when it is not NULL, in sequence order, or newest first with @newest.
 SELECT * FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[])
-ORDER BY t.sequence;
+  AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
+ORDER BY CASE WHEN sqlc.arg(newest)::boolean THEN -t.sequence ELSE t.sequence END
+LIMIT sqlc.arg(size);
 
 -- name: TaskExcerptAt :many
 -- TaskPageAt with the columns of TaskExcerptForward.
@@ -124,7 +127,9 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
        t.cancelled
 FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[])
-ORDER BY t.sequence;
+  AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
+ORDER BY CASE WHEN sqlc.arg(newest)::boolean THEN -t.sequence ELSE t.sequence END
+LIMIT sqlc.arg(size);
 
 -- name: TaskCountTotal :many
 -- Per registered topic (all, or only topic) and state: how many tasks match and the
@@ -267,6 +272,8 @@ LEFT JOIN LATERAL (
         SELECT DISTINCT ON (t.identifier) t.state, t.sequence
         FROM task t
         WHERE t.topic = tt.topic
+          -- the topic's range of the index of references, not every topic's of its table
+          AND hashtext(t.topic) = hashtext(tt.topic)
           AND (sqlc.narg('topic')::text IS NULL OR t.topic = sqlc.narg('topic'))
           AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
           AND (sqlc.narg('identifier')::text IS NULL OR t.identifier = sqlc.narg('identifier'))
