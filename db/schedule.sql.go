@@ -352,6 +352,62 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX) ([]TaskSchedule, er
 	return items, nil
 }
 
+const schedulePage = `-- name: SchedulePage :many
+SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated FROM task_schedule
+WHERE name > $1::text
+  AND ($2::text = '' OR strpos(lower(name), lower($2::text)) > 0
+       OR strpos(lower(topic), lower($2::text)) > 0)
+ORDER BY name
+LIMIT $3::int
+`
+
+type SchedulePageParams struct {
+	After  string
+	Search string
+	Size   int32
+}
+
+// Up to size schedules after the name `after` (keyset: ” starts at the first), by name,
+// whose name or topic contains `search` (case-insensitive; ” matches every schedule):
+// the REST API's and the dashboard's listings page through thousands of schedules.
+func (q *Queries) SchedulePage(ctx context.Context, db DBTX, arg SchedulePageParams) ([]TaskSchedule, error) {
+	rows, err := db.Query(ctx, schedulePage, arg.After, arg.Search, arg.Size)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskSchedule
+	for rows.Next() {
+		var i TaskSchedule
+		if err := rows.Scan(
+			&i.Name,
+			&i.Topic,
+			&i.Spec,
+			&i.TimeZone,
+			&i.Identifier,
+			&i.Input,
+			&i.Priority,
+			&i.Insertion,
+			&i.CatchUp,
+			&i.Paused,
+			&i.NextFire,
+			&i.LastFire,
+			&i.LastFiredAt,
+			&i.LastSequence,
+			&i.Fires,
+			&i.Created,
+			&i.Updated,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const scheduleUpdate = `-- name: ScheduleUpdate :one
 UPDATE task_schedule
 SET topic      = $1,

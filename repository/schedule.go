@@ -589,6 +589,35 @@ func (r *Repository) Schedules(ctx context.Context, h Handle) ([]Schedule, error
 	return out, nil
 }
 
+// SchedulePageMax is the most schedules SchedulePage returns at once.
+const SchedulePageMax = 1000
+
+// SchedulePage returns up to size schedules (1..SchedulePageMax) by name after the name
+// after ("" starts at the first), those whose name or topic contains search
+// (case-insensitive; "" keeps every one): a listing's page, read through the
+// schedules' primary key whatever their number. Pass the last name of a page as after
+// for the next.
+func (r *Repository) SchedulePage(ctx context.Context, h Handle, search, after string, size int) ([]Schedule, error) {
+	if size < 1 || size > SchedulePageMax {
+		return nil, fmt.Errorf("%w: schedule page size %d is outside 1..%d", ErrInvalid, size, SchedulePageMax)
+	}
+	if p := unstorable(search); p != "" {
+		return nil, invalid("schedule search %s", p)
+	}
+	if p := unstorable(after); p != "" {
+		return nil, invalid("schedule page position (after) %s", p)
+	}
+	rows, err := r.q.SchedulePage(ctx, h, db.SchedulePageParams{After: after, Search: search, Size: int32(size)})
+	if err != nil {
+		return nil, mapError("page schedules", err)
+	}
+	out := make([]Schedule, len(rows))
+	for i, row := range rows {
+		out[i] = scheduleFrom(row)
+	}
+	return out, nil
+}
+
 // UpdateSchedule changes some settings of a schedule and keeps the others: change
 // receives the settings as stored and modifies what it wants; the result is validated
 // and written back (ErrInvalid naming the field, ErrUnknownTopic for an unregistered

@@ -1290,3 +1290,53 @@ func TestAZoneStoredBeforeTheCheck(t *testing.T) {
 		t.Fatalf("a change to right/Europe/Paris: %v, want ErrInvalid saying it counts leap seconds", err)
 	}
 }
+
+// TestSchedulePage: schedules come a page at a time, by name after a position, searched
+// by name or topic whatever the case.
+func TestSchedulePage(t *testing.T) {
+	s := setupSchedules(t)
+	s.createTopic("Billing")
+	for _, name := range []string{"Digest-EU", "digest-us", "invoice", "zeta"} {
+		settings := repository.ScheduleSettings{Spec: "@hourly"}
+		if name == "invoice" {
+			settings.Topic = "Billing"
+		}
+		s.create(name, settings)
+	}
+	page := func(search, after string, size int) []string {
+		t.Helper()
+		list, err := s.repo.SchedulePage(s.ctx, s.pool, search, after, size)
+		if err != nil {
+			t.Fatalf("SchedulePage(%q, %q, %d): %v", search, after, size, err)
+		}
+		var names []string
+		for _, sc := range list {
+			names = append(names, sc.Name)
+		}
+		return names
+	}
+	first := page("", "", 2)
+	if want := []string{"Digest-EU", "digest-us"}; !slices.Equal(first, want) {
+		t.Fatalf("first page = %q, want %q", first, want)
+	}
+	if got, want := page("", first[1], 10), []string{"invoice", "zeta"}; !slices.Equal(got, want) {
+		t.Fatalf("second page = %q, want %q", got, want)
+	}
+	if got, want := page("DIGEST", "", 10), []string{"Digest-EU", "digest-us"}; !slices.Equal(got, want) {
+		t.Fatalf("search by name = %q, want %q", got, want)
+	}
+	if got, want := page("billing", "", 10), []string{"invoice"}; !slices.Equal(got, want) {
+		t.Fatalf("search by topic = %q, want %q", got, want)
+	}
+	if got := page("%", "", 10); len(got) != 0 {
+		t.Fatalf("search %% = %q, want none (no pattern characters)", got)
+	}
+	for _, size := range []int{0, repository.SchedulePageMax + 1} {
+		if _, err := s.repo.SchedulePage(s.ctx, s.pool, "", "", size); !errors.Is(err, repository.ErrInvalid) {
+			t.Fatalf("size %d: err = %v, want ErrInvalid", size, err)
+		}
+	}
+	if _, err := s.repo.SchedulePage(s.ctx, s.pool, "a\x00b", "", 10); !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "search") {
+		t.Fatalf("a search with a NUL byte: err = %v, want ErrInvalid naming the search", err)
+	}
+}

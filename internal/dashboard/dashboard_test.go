@@ -597,6 +597,29 @@ func TestSchedulesPage(t *testing.T) {
 		}
 		mustContain(t, f.page("/ui/schedules"), "running")
 	})
+	t.Run("APageAtATimeSearchedByNameOrTopic", func(t *testing.T) {
+		for i := range 101 {
+			if _, err := f.repo.CreateSchedule(f.ctx, f.pool, fmt.Sprintf("s%03d", i), repository.ScheduleSettings{Topic: "mail", Spec: "@hourly"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first := f.page("/ui/schedules")
+		mustContain(t, first, "night/ly", "s098", `href="/ui/schedules?after=s098" id="next-schedules"`)
+		if strings.Contains(first, "<code>s099</code>") {
+			t.Errorf("the first page lists s099, the 101st schedule")
+		}
+		second := f.page("/ui/schedules?after=s098")
+		mustContain(t, second, "s099", "s100", `href="/ui/schedules">« First`)
+		if strings.Contains(second, "night/ly") || strings.Contains(second, "next-schedules") {
+			t.Errorf("the second page repeats the first or links to a third")
+		}
+		found := f.page("/ui/schedules?q=S10")
+		mustContain(t, found, "s100")
+		if strings.Contains(found, "<code>s099</code>") {
+			t.Errorf("the search for S10 lists s099")
+		}
+		mustContain(t, f.page("/ui/schedules?q=nothing-like-it"), "No schedule or topic matches")
+	})
 }
 
 // TestRareFinishedState: a page filtered by a finished state reads a window of sequences

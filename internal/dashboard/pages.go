@@ -21,6 +21,8 @@ import (
 const (
 	// topicsPerPage is how many topics the overview lists per page.
 	topicsPerPage = 50
+	// schedulesPerPage is how many schedules the schedules page lists at once.
+	schedulesPerPage = 100
 	// tasksPerPage is how many tasks the topic page lists per page.
 	tasksPerPage = 50
 	// timelineSize is how many tasks of an identifier the task page shows, the latest.
@@ -698,18 +700,33 @@ func (processesView) title() string { return "Processes" }
 type schedulesView struct {
 	Schedules []repository.Schedule
 	Now       time.Time
+	// Search is the text searched in names and topics, After the page's position (the
+	// name before its first), Next the next page's ("" when none follows).
+	Search, After, Next string
 }
 
 func (schedulesView) title() string { return "Schedules" }
 
 // schedules lists the schedules with their next fire times; each can be paused or
 // resumed (POST /schedules/{name}/pause or /resume of the API).
+// schedules lists a page of schedules by name, searched by name or topic (SchedulePage):
+// one read of task_schedule's primary key, whatever their number.
 func (s *server) schedules(r *http.Request) (string, any, error) {
-	list, err := s.repo.Schedules(r.Context(), s.pool)
+	q := r.URL.Query()
+	v := schedulesView{Search: strings.TrimSpace(q.Get("q")), After: q.Get("after"), Now: time.Now()}
+	if len(v.Search) > 250 || len(v.After) > 250 {
+		return "", nil, badRequest("search and after are at most 250 bytes")
+	}
+	list, err := s.repo.SchedulePage(r.Context(), s.pool, v.Search, v.After, schedulesPerPage+1)
 	if err != nil {
 		return "", nil, err
 	}
-	return "schedules", schedulesView{Schedules: list, Now: time.Now()}, nil
+	if len(list) > schedulesPerPage {
+		list = list[:schedulesPerPage]
+		v.Next = list[schedulesPerPage-1].Name
+	}
+	v.Schedules = list
+	return "schedules", v, nil
 }
 
 // processes lists the owners, live and dead, with their leases.
@@ -786,6 +803,19 @@ var funcs = template.FuncMap{
 			return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 		}
 		return fmt.Sprintf("%d B", n)
+	},
+	"schedulesPage": func(search, after string) string {
+		q := url.Values{}
+		if search != "" {
+			q.Set("q", search)
+		}
+		if after != "" {
+			q.Set("after", after)
+		}
+		if len(q) == 0 {
+			return Prefix + "schedules"
+		}
+		return Prefix + "schedules?" + q.Encode()
 	},
 	"overviewPage": func(search, after string) string {
 		q := url.Values{}

@@ -293,26 +293,33 @@ type topicList struct {
 // decodeTopicList decodes the query of GET /topics: q (a part of the name), after (the
 // previous page's next) and limit.
 func decodeTopicList(q url.Values) (topicList, error) {
+	return decodePageQuery(q, "topics", repository.MaxTopicLength)
+}
+
+// decodePageQuery decodes the query of a listing by name (GET /topics, GET /schedules):
+// q, after and limit (1..TopicLimitMax, default ListLimitDefault); q and after are at most
+// maxLength characters, the longest name of what is listed.
+func decodePageQuery(q url.Values, what string, maxLength int) (topicList, error) {
 	out := topicList{limit: ListLimitDefault}
 	for key, values := range q {
 		switch key {
 		case "q", "after", "limit":
 		default:
-			return topicList{}, badRequest("unknown query parameter %q: want q, after or limit", key)
+			return topicList{}, badRequest("unknown query parameter %q: GET /%s takes q, after or limit", key, what)
 		}
 		if len(values) > 1 {
 			return topicList{}, badRequest("query parameter %q is given %d times", key, len(values))
 		}
 		// an empty after (a next of null pasted in) would start again from the first
-		// page; an empty q is every topic, as a search box left empty says
+		// page; an empty q is every one, as a search box left empty says
 		if key != "q" && values[0] == "" {
 			return topicList{}, badRequest("query parameter %q is empty: leave it out for its default", key)
 		}
 	}
 	out.search, out.after = q.Get("q"), q.Get("after")
 	for name, v := range map[string]string{"q": out.search, "after": out.after} {
-		if n := utf8.RuneCountInString(v); n > repository.MaxTopicLength {
-			return topicList{}, badRequest("%s is %d characters long, at most %d allowed", name, n, repository.MaxTopicLength)
+		if n := utf8.RuneCountInString(v); n > maxLength {
+			return topicList{}, badRequest("%s is %d characters long, at most %d allowed", name, n, maxLength)
 		}
 	}
 	if v := q.Get("limit"); v != "" {

@@ -3,10 +3,8 @@ package rest
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/pgtask/pgtask/internal/wire"
@@ -104,21 +102,27 @@ func scheduleName(r *http.Request) (string, error) {
 	return name, nil
 }
 
+// listSchedules answers a page of schedules by name (SchedulePage): q (a part of the
+// name or the topic), after (the previous page's next) and limit, as GET /topics.
 func (s *server) listSchedules(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	// a listing refuses what it does not know (?topic=mail would not filter); it knows
-	// nothing
-	if names := slices.Sorted(maps.Keys(r.URL.Query())); len(names) > 0 {
-		return 0, nil, badRequest("unknown query parameter %q: GET /schedules takes none (it lists every schedule)", names[0])
-	}
-	list, err := s.repo.Schedules(r.Context(), s.pool)
+	q, err := decodePageQuery(r.URL.Query(), "schedules", repository.MaxScheduleNameLength)
 	if err != nil {
 		return 0, nil, err
+	}
+	list, err := s.repo.SchedulePage(r.Context(), s.pool, q.search, q.after, q.limit+1)
+	if err != nil {
+		return 0, nil, err
+	}
+	var next *string
+	if len(list) > q.limit {
+		list = list[:q.limit]
+		next = &list[q.limit-1].Name
 	}
 	out := make([]wire.Schedule, len(list))
 	for i, sc := range list {
 		out[i] = wire.FromSchedule(sc)
 	}
-	return http.StatusOK, map[string]any{"schedules": out}, nil
+	return http.StatusOK, map[string]any{"schedules": out, "next": next}, nil
 }
 
 func (s *server) createSchedule(w http.ResponseWriter, r *http.Request) (int, any, error) {

@@ -2,6 +2,7 @@ package rest_test
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +102,9 @@ func TestSchedules(t *testing.T) {
 			f.call(c.method, c.path, c.body).wantError(t, c.status, c.says)
 		}
 		// a listing refuses what it does not know: ?topic= would not filter
-		f.call(http.MethodGet, "/schedules?topic=mail", "").wantError(t, http.StatusBadRequest, `unknown query parameter "topic": GET /schedules takes none`)
+		f.call(http.MethodGet, "/schedules?topic=mail", "").wantError(t, http.StatusBadRequest, `unknown query parameter "topic": GET /schedules takes q, after or limit`)
+		f.call(http.MethodGet, "/schedules?after=", "").wantError(t, http.StatusBadRequest, `query parameter "after" is empty`)
+		f.call(http.MethodGet, "/schedules?limit=0", "").wantError(t, http.StatusBadRequest, `limit "0" is out of range`)
 		var sc wire.Schedule
 		f.call(http.MethodGet, "/schedules/taken", "").want(t, http.StatusOK, &sc)
 		if sc.Spec != "@hourly" || sc.Topic != "mail" || !sc.Updated.Equal(sc.Created) {
@@ -148,4 +151,37 @@ func mustZone(t *testing.T, name string) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
+}
+
+// TestListSchedulesPages: GET /schedules answers a page by name with the next page's
+// position, searched by name or topic.
+func TestListSchedulesPages(t *testing.T) {
+	f := setup(t)
+	for _, name := range []string{"a-digest", "b-digest", "c-report"} {
+		f.call(http.MethodPost, "/schedules", `{"name":"`+name+`","topic":"mail","spec":"@hourly"}`).want(t, http.StatusCreated, nil)
+	}
+	type page struct {
+		Schedules []wire.Schedule `json:"schedules"`
+		Next      *string         `json:"next"`
+	}
+	names := func(p page) []string {
+		var out []string
+		for _, sc := range p.Schedules {
+			out = append(out, sc.Name)
+		}
+		return out
+	}
+	var first, second, found page
+	f.call(http.MethodGet, "/schedules?limit=2", "").want(t, http.StatusOK, &first)
+	if got := names(first); !slices.Equal(got, []string{"a-digest", "b-digest"}) || first.Next == nil || *first.Next != "b-digest" {
+		t.Fatalf("first page %v, next %v", got, first.Next)
+	}
+	f.call(http.MethodGet, "/schedules?limit=2&after="+*first.Next, "").want(t, http.StatusOK, &second)
+	if got := names(second); !slices.Equal(got, []string{"c-report"}) || second.Next != nil {
+		t.Fatalf("second page %v, next %v", got, second.Next)
+	}
+	f.call(http.MethodGet, "/schedules?q=DIGEST", "").want(t, http.StatusOK, &found)
+	if got := names(found); !slices.Equal(got, []string{"a-digest", "b-digest"}) {
+		t.Fatalf("search %v", got)
+	}
 }

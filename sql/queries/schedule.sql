@@ -23,6 +23,17 @@ SELECT * FROM task_schedule WHERE name = sqlc.arg(name) FOR UPDATE;
 -- name: ScheduleList :many
 SELECT * FROM task_schedule ORDER BY name;
 
+-- name: SchedulePage :many
+-- Up to size schedules after the name `after` (keyset: '' starts at the first), by name,
+-- whose name or topic contains `search` (case-insensitive; '' matches every schedule):
+-- the REST API's and the dashboard's listings page through thousands of schedules.
+SELECT * FROM task_schedule
+WHERE name > sqlc.arg(after)::text
+  AND (sqlc.arg(search)::text = '' OR strpos(lower(name), lower(sqlc.arg(search)::text)) > 0
+       OR strpos(lower(topic), lower(sqlc.arg(search)::text)) > 0)
+ORDER BY name
+LIMIT sqlc.arg(size)::int;
+
 -- name: ScheduleUpdate :one
 -- Writes a schedule's definition and its next fire time (recomputed by the caller when
 -- the spec, the time zone or the pause changed). The topic must be registered (the
