@@ -500,3 +500,49 @@ func TestSQLRatePeriodGoHolds(t *testing.T) {
 		t.Errorf("rate period %v, %v; want %v", got.RatePeriod, err, 9223372036854*time.Millisecond)
 	}
 }
+
+// TestWaitingBehindADelayedBacklog: why a task waits counts the due tasks ahead of it
+// among the first 20 000 READY tasks before it: a backlog of delayed tasks ahead (each
+// read in the table to tell it from a due one) was read whole at each look.
+func TestWaitingBehindADelayedBacklog(t *testing.T) {
+	f := setup(t)
+	early := f.push(repository.Append, "early")[0]
+	if _, err := f.pool.Exec(f.ctx, `SELECT count(*) FROM task_push_batch($1, ARRAY(SELECT 'd' || g FROM generate_series(1, 60000) g),
+		delay => interval '1 hour')`, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	late := f.push(repository.Append, "late")[0]
+	if _, err := f.pool.Exec(f.ctx, `ANALYZE task`); err != nil {
+		t.Fatal(err)
+	}
+	var table string
+	if err := f.pool.QueryRow(f.ctx, `SELECT partition FROM task_topic WHERE topic = $1`, f.topic).Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	tx, read := f.blockCounter(t, table)
+	before := read()
+	why, err := f.repo.Waiting(f.ctx, tx, f.topic, late.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := read() - before
+	if len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, "at least 1 due READY tasks are ahead of it") ||
+		!strings.Contains(why[0].Text, "among the first 20000") {
+		t.Errorf("why the last task waits: %+v, want the one due task ahead among the first 20000 read", why)
+	}
+	if blocks > 700 {
+		t.Errorf("Waiting read %d blocks of the topic's table and indexes behind 60 000 delayed tasks, want at most 700 (reading them all: about 1 100)", blocks)
+	}
+	t.Logf("Waiting read %d blocks", blocks)
+	// the due task first: nothing ahead of it holds it
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task SET not_before = now() + interval '1 hour' WHERE topic = $1 AND sequence = $2`, f.topic, early.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	why, err = f.repo.Waiting(f.ctx, f.pool, f.topic, late.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, "more than 20000 READY tasks are ahead of it in poll order, the first 20000 of them delayed") {
+		t.Errorf("why the last task waits behind delayed ones only: %+v", why)
+	}
+}

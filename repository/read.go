@@ -810,6 +810,10 @@ func (r *Repository) PurgeRetention(ctx context.Context, h Handle, size int) (in
 	return n, nil
 }
 
+// waitingAheadRead is how many READY tasks before a task Waiting reads at most, to
+// count the due ones (TaskWaiting).
+const waitingAheadRead = 20000
+
 // WaitReason is one thing that holds a READY task back (Repository.Waiting).
 type WaitReason struct {
 	// Kind names the reason: "paused", "delayed", "concurrency", "key_concurrency",
@@ -822,7 +826,8 @@ type WaitReason struct {
 // Waiting says what holds a READY task back, one reason per entry, for an operator
 // asking why it has not started: its topic paused, its delay, the topic's concurrency
 // limit reached, its concurrency key at the per-key limit, the rate limit's bucket empty,
-// the due tasks polled before it (up to 10 000 counted). It is empty when the task is
+// the due tasks polled before it (counted among the first 20 000 READY tasks before it,
+// so that a backlog of delayed tasks ahead is not read whole). It is empty when the task is
 // not READY, and says so (Kind "none") when nothing holds it back: the next poll takes
 // it. A poll condition of the processors (ManagerConfig.Condition) is theirs, not the
 // database's, and is not named. One statement; it reads the topic's ACTIVE tasks and
@@ -863,8 +868,12 @@ func (r *Repository) Waiting(ctx context.Context, h Handle, topic string, sequen
 			time.Duration(*w.RatePeriodMs)*time.Millisecond, next.Round(time.Millisecond))
 	}
 	switch {
-	case w.Ahead >= 10000:
-		add("ahead", "at least 10000 due READY tasks are ahead of it in poll order")
+	case w.AheadRead >= waitingAheadRead && w.Ahead > 0:
+		add("ahead", "at least %d due READY tasks are ahead of it in poll order (among the first %d READY tasks before it; those beyond were not read)",
+			w.Ahead, waitingAheadRead)
+	case w.AheadRead >= waitingAheadRead:
+		add("ahead", "more than %d READY tasks are ahead of it in poll order, the first %d of them delayed (those beyond were not read)",
+			waitingAheadRead, waitingAheadRead)
 	case w.Ahead > 0:
 		add("ahead", "%d due READY tasks are ahead of it in poll order", w.Ahead)
 	}

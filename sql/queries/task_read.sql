@@ -367,7 +367,9 @@ WHERE t.topic = old.topic AND t.sequence = old.sequence;
 -- What may hold a READY task back (Repository.Waiting): its topic's activation and
 -- limits, the topic's ACTIVE tasks (counted up to 100 000), those of the task's
 -- concurrency key, and the due READY tasks polled before it (by priority and sequence,
--- counted up to 10 000 through task_ready). No row for an unknown task. The subqueries
+-- through task_ready: among the first 20 000 READY tasks before it, ahead_read of them
+-- read, so that delayed tasks ahead, which each cost a read of the table to tell from
+-- due ones, do not make it read a backlog of millions). No row for an unknown task. The subqueries
 -- name the topic by the argument, not the task's column, so that a planner (Citus's too)
 -- can tell they read one topic.
 SELECT t.state, t.not_before, t.concurrency_key, tt.active AS topic_active,
@@ -378,15 +380,19 @@ SELECT t.state, t.not_before, t.concurrency_key, tt.active AS topic_active,
     (SELECT count(*) FROM task a
      WHERE a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
        AND a.concurrency_key = t.concurrency_key)::bigint AS key_active,
-    (SELECT count(*) FROM (SELECT 1 FROM task a
-                           WHERE a.state = 1 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
-                             AND (a.priority, a.sequence) < (t.priority, t.sequence)
-                             AND (a.not_before IS NULL OR a.not_before <= now())
-                           LIMIT 10000) y)::bigint AS ahead,
+    ah.ahead::bigint AS ahead, ah.ahead_read::bigint AS ahead_read,
     coalesce((SELECT least(tt.rate_burst::double precision,
                   l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
      FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL), -1)::double precision AS tokens
 FROM task t JOIN task_topic tt ON tt.topic = t.topic
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE y.due) AS ahead, count(*) AS ahead_read
+    FROM (SELECT a.not_before IS NULL OR a.not_before <= now() AS due FROM task a
+          WHERE a.state = 1 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
+            AND (a.priority, a.sequence) < (t.priority, t.sequence)
+          ORDER BY a.priority, a.sequence
+          LIMIT 20000) y
+) ah
 WHERE t.topic = sqlc.arg(topic) AND t.sequence = sqlc.arg(sequence);
 
 -- name: TaskLatest :many
