@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -55,6 +56,9 @@ type queueCollector struct {
 	// topic is read.
 	topicsOf func() []string
 	now      func() time.Time // injectable for tests
+	// afterStats, when set (tests), runs between the read of the topics' stats and
+	// that of their limits.
+	afterStats func()
 
 	mu      sync.Mutex // held during a read: concurrent scrapes share it
 	read    time.Time
@@ -102,18 +106,21 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// errCollector marks the collector's own misconfiguration, told to the scrape as it is.
+// errCollector is the collector's own misconfiguration.
 var errCollector = errors.New("queue collector: pool and repository are required")
 
 // scrapeError is what a failed read tells the scrape (whoever reaches /metrics): the
-// database's own errors with their SQLSTATE, but not what a failure to connect or a
-// broken connection says (the database's address, name and user: repository.ClientText).
+// error itself, but for a failure to connect or of the network, which would name the
+// database's address, name and user (repository.ClientText says what failed without).
 func scrapeError(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.Is(err, errCollector) || errors.As(err, &pgErr) {
-		return err
+	var (
+		connectErr *pgconn.ConnectError
+		netErr     net.Error
+	)
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) {
+		return fmt.Errorf("queue collector: %s", repository.ClientText(err))
 	}
-	return fmt.Errorf("queue collector: %s", repository.ClientText(err))
+	return err
 }
 
 // limits reports a limited topic's limits and their use (one statement: its ACTIVE
@@ -158,6 +165,9 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 			return nil, fmt.Errorf("queue collector: %w", err)
 		}
 	}
+	if c.afterStats != nil {
+		c.afterStats()
+	}
 	var out []prometheus.Metric
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		out = append(out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...))
@@ -180,7 +190,8 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 		}
 		gauge(activeDesc, active, t.Name)
 		if t.Limited() {
-			if err := c.limits(ctx, t.Topic, gauge); err != nil {
+			// a topic destroyed since StatsAll read it has no limits left to show
+			if err := c.limits(ctx, t.Topic, gauge); err != nil && !errors.Is(err, repository.ErrUnknownTopic) {
 				return nil, err
 			}
 		}

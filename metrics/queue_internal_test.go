@@ -99,3 +99,47 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 	}
 	return pb.GetGauge().GetValue()
 }
+
+// TestQueueCollectorTopicDestroyedMeanwhile: a limited topic destroyed between the read
+// of the stats and that of its limits is left out of the limits' series; the scrape
+// does not fail for it.
+func TestQueueCollectorTopicDestroyedMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+	repo, err := repository.New(repository.Config{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"gone", "kept"} {
+		if _, err := repo.CreateTopic(ctx, pool, topic); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.UpdateSettings(ctx, pool, topic, func(s *repository.TopicSettings) { s.Concurrency = 3 }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := NewQueueCollector(pool, repo, 0).(*queueCollector)
+	c.afterStats = func() {
+		if _, err := repo.Destroy(ctx, pool, "gone"); err != nil {
+			t.Error(err)
+		}
+	}
+	var limits []string
+	for _, m := range collect(t, c) {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatalf("the scrape failed: %v", err)
+		}
+		if m.Desc() == limitDesc {
+			for _, l := range d.GetLabel() {
+				if l.GetName() == "topic" {
+					limits = append(limits, l.GetValue())
+				}
+			}
+		}
+	}
+	if len(limits) != 1 || limits[0] != "kept" {
+		t.Errorf("limits of %v, want those of kept alone", limits)
+	}
+}
