@@ -126,6 +126,7 @@ type server struct {
 	pages   *pages
 	mux     *http.ServeMux
 	session string // the session cookie's value when a token is configured
+	chart   chartCache
 }
 
 // New validates cfg and returns the handler of the whole server: the dashboard at "/"

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -185,9 +186,15 @@ func (r rates) JSON() string {
 	return string(b)
 }
 
-// rates reads the chart of topic, or of every topic when topic is "".
+// rates reads the chart of topic, or of every topic when topic is "" (through the
+// server's chartCache).
 func (s *server) rates(r *http.Request, topic string) (rates, error) {
-	return s.repo.Tallies(r.Context(), s.pool, topic, chartWindow)
+	if topic != "" {
+		return s.repo.Tallies(r.Context(), s.pool, topic, chartWindow)
+	}
+	return s.chart.tallies(r.Context(), func(ctx context.Context, window time.Duration) ([]repository.Tally, error) {
+		return s.repo.Tallies(ctx, s.pool, "", window)
+	})
 }
 
 // overview lists a page of topics, searched by name, with their stats: one read of
