@@ -93,7 +93,12 @@ func ExampleProcessor_Wait() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := p.Manage(processor.ManagerConfig{Topic: "emails", CreateTopic: true, Handler: processor.TaskFunc(
+	// The topic registered before the push: the manager's CreateTopic does it only once
+	// Run has started, which a push sent right after it can beat.
+	if _, err := p.Repository().CreateTopic(ctx, pool, "emails"); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := p.Manage(processor.ManagerConfig{Topic: "emails", Handler: processor.TaskFunc(
 		func(ctx context.Context, task repository.Task) repository.Decision { return repository.Succeed("sent") })}); err != nil {
 		log.Fatal(err)
 	}

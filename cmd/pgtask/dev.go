@@ -28,7 +28,8 @@ Runs the whole pgtask system on this machine in one process: the database schema
 web dashboard (unless --ui=false), the REST API with /metrics, and demo processors for
 two topics:
 
-  demo   logs each task and succeeds after 50ms (input "fail" makes it fail instead)
+  demo   logs each task and succeeds after 50ms (input "fail" makes it fail instead:
+         registered by dev, the topic retries it twice, 1s then 2s later, then it is FAILED)
   echo   succeeds at once with the task's input as its output
 
 Without a database URL (no --database-url, no DATABASE_URL) it starts a throwaway
@@ -147,8 +148,19 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 		if _, err := proc.Manage(mc); err != nil {
 			return err
 		}
-		if _, err := proc.Repository().CreateTopic(ctx, pool, mc.Topic); err != nil {
+		created, err := proc.Repository().CreateTopic(ctx, pool, mc.Topic)
+		if err != nil {
 			return err
+		}
+		if created && mc.Topic == devTopic {
+			// input "fail" shows a retry, then a FAILED task within seconds, where the
+			// default policy would retry it for hours; a demo topic already there keeps
+			// its settings
+			if _, err := proc.Repository().UpdateSettings(ctx, pool, devTopic, func(t *repository.TopicSettings) {
+				t.MaxAttempts, t.BackoffBase, t.BackoffCap, t.BackoffJitter = 3, time.Second, 5*time.Second, 0
+			}); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -241,7 +253,7 @@ pgtask dev is running.
   metrics       %[1]s/metrics
   health        %[1]s/healthz
   DATABASE_URL  %[2]s
-  topics        demo (logs each task, succeeds after 50ms; input "fail" fails)
+  topics        demo (logs each task, succeeds after 50ms; input "fail" fails, 3 attempts)
                 echo (succeeds with its input as output)
 
 Try, in another terminal:

@@ -394,6 +394,13 @@ func TestDevWithDatabaseURL(t *testing.T) {
 	if _, err := f.repo.Topic(f.ctx, f.pool, "demo"); err != nil {
 		t.Errorf("demo topic: %v", err)
 	}
+	// input "fail" on the demo topic dev registered: retried twice, then FAILED, in
+	// seconds (the default policy would retry it for hours)
+	failing := pushREST(t, base, "demo", "", "f", "fail")
+	eventually(t, 30*time.Second, "the demo task with input fail to end FAILED", func() bool {
+		task, err := f.repo.Get(f.ctx, f.pool, "demo", failing)
+		return err == nil && task.State == repository.Failed && task.Attempt == 3
+	})
 
 	cancel()
 	select {
