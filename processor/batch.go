@@ -517,6 +517,27 @@ func (b *Batch) handBack() bool {
 	return len(completions) > 0
 }
 
+// handBackUnstarted hands back the tasks of the batch its handler has not started
+// (TaskFunc, while it runs one as the shutdown begins), leaving the batch open for the
+// decisions of those it has. It reports whether it handed any back.
+func (b *Batch) handBackUnstarted() bool {
+	b.setup()
+	b.mu.Lock()
+	if b.closed || b.allBegun {
+		b.mu.Unlock()
+		return false
+	}
+	var back []repository.Completion
+	for i := range b.leases {
+		if !b.decided[i] && !b.begun[i] {
+			back = append(back, b.decideLocked(i, repository.SnoozeFor(0)))
+		}
+	}
+	b.mu.Unlock()
+	b.emit(back, nil, reportHandedBack, nil)
+	return len(back) > 0
+}
+
 // abandon relieves the handler of the tasks it has not decided (HandlerTimeout, the
 // shutdown deadline): those it started FAIL with err, the others are handed back. It
 // returns how many of each.

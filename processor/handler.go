@@ -42,13 +42,27 @@ type Stopper interface {
 // context and its own decision, committed in the next flush while the function goes on
 // with the next task (so a slow task holds up the tasks after it, never the commits of
 // those before); a panic fails only that task. Once the manager is stopping, tasks not
-// yet started are handed back (READY, no attempt used). A task counts as started when
-// the function is called on it: relieved of the batch (HandlerTimeout, the shutdown
-// deadline), the manager fails the running task and hands back the rest.
+// yet started are handed back (READY, no attempt used) at once, while the task running
+// then finishes: other processors can take them without waiting for it. A task counts
+// as started when the function is called on it: relieved of the batch (HandlerTimeout,
+// the shutdown deadline), the manager fails the running task and hands back the rest.
 type TaskFunc func(ctx context.Context, task repository.Task) repository.Decision
 
 // Handle runs f over the batch's tasks in order, deciding each as it returns.
 func (f TaskFunc) Handle(_ context.Context, batch *Batch) {
+	if len(batch.Tasks) > 1 && !batch.drained.Load() {
+		// the shutdown hands back the tasks behind the one running, without waiting
+		// for it (a Buffer draining its batches runs them instead)
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-batch.Stopping():
+				batch.handBackUnstarted()
+			case <-done:
+			}
+		}()
+	}
 	for _, t := range batch.Tasks {
 		select {
 		case <-batch.Stopping():

@@ -52,6 +52,45 @@ func TestShutdown(t *testing.T) {
 		}
 	})
 
+	// A TaskFunc running the first task of its batch as the shutdown begins: the tasks
+	// behind it are handed back at once, not when it finishes (another processor can
+	// take them meanwhile, and a kill before it finishes would have them expire with an
+	// attempt used, never run).
+	t.Run("HandsBackTheRestOfARunningBatchAtOnce", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(3)
+		first := tasks[0].Sequence
+		started, release := make(chan struct{}), make(chan struct{})
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			if task.Sequence == first {
+				close(started)
+				<-release
+				return repository.Succeed("finished during shutdown")
+			}
+			return repository.Succeed("")
+		})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 3})
+		stop := f.start(p)
+		<-started
+		stopped := make(chan error, 1)
+		go func() { stopped <- stop() }()
+		if !f.within(10*time.Second, func() bool { return f.count(repository.Ready) == 2 }) {
+			t.Fatalf("the tasks behind the running one: %d READY 10 s into the shutdown, want 2 handed back", f.count(repository.Ready))
+		}
+		for _, task := range tasks[1:] {
+			if got := f.get(task.Sequence); got.State != repository.Ready || got.Attempt-got.Returned != 0 {
+				t.Errorf("unstarted task %d = %v with %d attempts used, want READY with none used", task.Sequence, got.State, got.Attempt-got.Returned)
+			}
+		}
+		close(release)
+		if err := <-stopped; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if got := f.get(first); got.State != repository.Succeeded || got.Output != "finished during shutdown" {
+			t.Fatalf("running task = %v %q, want SUCCEEDED with its message", got.State, got.Output)
+		}
+	})
+
 	t.Run("CleanStopDeletesTheOwnerRow", func(t *testing.T) {
 		f := setup(t)
 		f.pushN(20)

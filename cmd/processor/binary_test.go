@@ -198,6 +198,51 @@ func TestBinary(t *testing.T) {
 		p.stop()
 	})
 
+	// docs/processor.md: a second SIGTERM or SIGINT ends the processor at once. A second
+	// SIGINT to a processor started with SIGINT ignored (a background job of a script)
+	// was ignored: the graceful stop waited for the running task.
+	t.Run("ASecondSignalEndsItAtOnce", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			name     string
+			signal   syscall.Signal
+			ignored  bool // SIGINT ignored when the processor starts
+			wantCode int
+		}{
+			{"TwoSIGTERMs", syscall.SIGTERM, false, -1}, // killed by the signal
+			{"TwoSIGINTsWithSIGINTIgnored", syscall.SIGINT, true, 130},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				f := setup(t)
+				f.push("slow")
+				var p *process
+				if c.ignored {
+					// exec keeps the shell's pid and its ignored SIGINT
+					p = start(t, "/bin/sh", "", "-c", `trap "" INT; exec "$0" "$@"`, bin, "--database-url", f.url,
+						"--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", "60")
+				} else {
+					p = start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", "60")
+				}
+				waitFor(t, 20*time.Second, "the task to run", func() bool {
+					tasks := f.all()
+					return len(tasks) == 1 && tasks[0].State == repository.Active
+				})
+				time.Sleep(200 * time.Millisecond) // the program started
+				// the second once the first was received (two pending at once are one
+				// signal to the kernel)
+				for range 2 {
+					if err := p.cmd.Process.Signal(c.signal); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(300 * time.Millisecond)
+				}
+				if code := p.wait(10 * time.Second); code != c.wantCode {
+					t.Errorf("exit code %d after two signals, want %d", code, c.wantCode)
+				}
+			})
+		}
+	})
+
 	t.Run("SIGTERMLosesNothing", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)

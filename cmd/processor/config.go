@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
@@ -243,6 +245,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 	cfg.databaseURL, origin = lookup("database-url")
 	if cfg.databaseURL == "" {
 		required(origin, "a database URL", "DATABASE_URL")
+	} else if _, err := pgxpool.ParseConfig(cfg.databaseURL); err != nil {
+		bad(origin, "%v", err) // pgx leaves the password out
 	}
 	cfg.topic, origin = lookup("topic")
 	switch n := utf8.RuneCountInString(cfg.topic); {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/pgtask/pgtask/internal/gctune"
 )
@@ -16,9 +17,25 @@ func main() {
 		runGuard() // the guard of a program's process group (guard.go)
 	}
 	gctune.Apply()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	context.AfterFunc(ctx, stop) // a second signal ends the process at once
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 2) // two sent at once are two
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-signals
+		cancel() // the first: a graceful stop
+		endNow((<-signals).(syscall.Signal))
+	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
 	os.Exit(exitCode(err, os.Stderr))
+}
+
+// endNow ends the process at once on a second signal s, as s would without a handler:
+// it dies by s; a SIGINT ignored when the process started (a background job of a
+// script), which Notify had handled, exits 128+s as a shell reports a death by it. The
+// programs it runs die with it (their guards, guard.go).
+func endNow(s syscall.Signal) {
+	signal.Reset(s)
+	_ = syscall.Kill(os.Getpid(), s)
+	time.Sleep(100 * time.Millisecond) // not reached unless s is ignored
+	os.Exit(128 + int(s))
 }
