@@ -811,30 +811,22 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%d B", n)
 	},
-	"schedulesPage": func(search, after string) string {
-		q := url.Values{}
-		if search != "" {
-			q.Set("q", search)
-		}
-		if after != "" {
-			q.Set("after", after)
-		}
-		if len(q) == 0 {
-			return Prefix + "schedules"
-		}
-		return Prefix + "schedules?" + q.Encode()
-	},
-	"overviewPage": func(search, after string) string {
-		q := url.Values{}
-		if search != "" {
-			q.Set("q", search)
-		}
-		if after != "" {
-			q.Set("after", after)
-		}
-		if len(q) == 0 {
-			return "/"
-		}
-		return "/?" + q.Encode()
-	},
+	"schedulesPage": func(search, after string) string { return listingURL(Prefix+"schedules", search, after) },
+	"overviewPage":  func(search, after string) string { return listingURL("/", search, after) },
+}
+
+// listingURL is the address of a listing by name (the overview's topics, the schedules)
+// at page after ("" the first), searched for search.
+func listingURL(path, search, after string) string {
+	q := url.Values{}
+	if search != "" {
+		q.Set("q", search)
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
 }
