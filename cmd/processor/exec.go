@@ -68,6 +68,11 @@ func (h *execHandler) handle(ctx context.Context, task repository.Task) reposito
 	start := time.Now()
 	o := h.run(ctx, task)
 	d := execDecision(o, h.timeout, h.retryDelay)
+	if o.startErr != nil {
+		h.logger.Error("program could not be started: the task is retried after the retry delay, no attempt used",
+			slog.String("program", h.program), slog.Int64("sequence", task.Sequence), slog.Duration("retry_delay", h.retryDelay),
+			slog.Any("error", o.startErr))
+	}
 	logTask(h.logger, task, d, time.Since(start), slog.Int("exit_code", o.exitCode))
 	return d
 }
@@ -148,11 +153,14 @@ func attempt(t repository.Task) int32 { return t.Attempt - t.Returned }
 // execDecision maps how a program ended to the task's decision (docs/processor.md):
 // exit 0 SUCCESS with stdout as message, 1 FAILURE with stderr as error, 2 FILTER,
 // 3 SUSPENSION, 75 retry after retryDelay without using an attempt, anything else
-// FAILURE; a program killed by a timeout, a cancel or a signal FAILS.
+// FAILURE; a program killed by a timeout, a cancel or a signal FAILS; one that could
+// not be started is retried after retryDelay without using an attempt.
 func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.Decision {
 	switch {
 	case o.startErr != nil:
-		return repository.Fail(fmt.Errorf("start program: %w", o.startErr))
+		// the task never ran: the program (or its guard) could not start, a problem of
+		// the deployment (a binary swapped, no process left to fork), not of the task
+		return repository.SnoozeFor(retryDelay)
 	case o.cancelled:
 		return repository.Fail(errors.New("cancelled"))
 	case o.timedOut:

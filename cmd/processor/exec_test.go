@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -37,7 +38,7 @@ func TestExecDecision(t *testing.T) {
 		{"CancelFails", execOutcome{exitCode: -1, signal: "killed", cancelled: true, stderr: "x"}, repository.Fail(errors.New("cancelled"))},
 		{"ShutdownKillFails", execOutcome{exitCode: -1, signal: "killed", shutdown: true}, repository.Fail(errors.New("killed at processor shutdown"))},
 		{"ForeignSignalFails", execOutcome{exitCode: -1, signal: "11 (segmentation fault)", stderr: "core"}, repository.Fail(errors.New("killed by signal 11 (segmentation fault): core"))},
-		{"StartErrorFails", execOutcome{exitCode: -1, startErr: errors.New("permission denied")}, repository.Fail(errors.New("start program: permission denied"))},
+		{"StartErrorRetriesLater", execOutcome{exitCode: -1, startErr: errors.New("permission denied")}, repository.SnoozeFor(retryDelay)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -84,6 +85,30 @@ func TestExecHandler(t *testing.T) {
 		d := runScript(t, t.Context(), `printf '  ok\000\377done  \n'`, time.Minute, task)
 		if want := repository.Succeed("ok\uFFFDdone"); d != want {
 			t.Errorf("decision %+v, want %+v (no NUL, valid UTF-8, trimmed)", d, want)
+		}
+	})
+
+	// A program removed after the processor started (a redeploy swapping it): the task
+	// never ran, so it is retried later without using an attempt, and the log says why.
+	t.Run("AProgramGoneRetriesLaterAndLogs", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "gone.sh")
+		if err := os.WriteFile(path, []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var logs logbuf.Buffer
+		h, err := newExecHandler(path, nil, time.Minute, 30*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if d := h.handle(t.Context(), task); d != repository.SnoozeFor(30*time.Second) {
+			t.Errorf("decision %+v, want a retry after the retry delay, no attempt used", d)
+		}
+		if !strings.Contains(logs.String(), "program could not be started") || !strings.Contains(logs.String(), path) {
+			t.Errorf("log %q, want an ERROR naming the program", logs.String())
 		}
 	})
 
