@@ -83,16 +83,23 @@ func (f TaskFunc) Handle(_ context.Context, batch *Batch) {
 			_ = batch.Decide(t.Sequence, repository.Fail(ErrTaskCancelled))
 			continue
 		}
-		_ = batch.Decide(t.Sequence, f.call(ctx, t))
+		_ = batch.Decide(t.Sequence, f.call(ctx, batch, t))
 	}
 }
 
 func (TaskFunc) tracksStarts() {}
 
-func (f TaskFunc) call(ctx context.Context, t repository.Task) (d repository.Decision) {
+// call runs f on t; a panic fails t alone, reported as any handler's panic is (logged
+// at ERROR with the stack, told to the listener: Batch.onPanic), the stack kept out of
+// the task's output, which the API and the dashboard show.
+func (f TaskFunc) call(ctx context.Context, batch *Batch, t repository.Task) (d repository.Decision) {
 	defer func() {
 		if r := recover(); r != nil {
-			d = repository.Fail(fmt.Errorf("handler panicked on task %d: %v\n%s", t.Sequence, r, debug.Stack()))
+			err := fmt.Errorf("handler panicked on task %d: %v", t.Sequence, r)
+			if batch.onPanic != nil {
+				batch.onPanic(err, r, debug.Stack())
+			}
+			d = repository.Fail(err)
 		}
 	}()
 	return f(ctx, t)

@@ -108,6 +108,39 @@ func TestBadHandler(t *testing.T) {
 		}
 	})
 
+	// A TaskFunc's panic failed its task with the whole stack as the task's output
+	// (shown by the API and the dashboard) and was neither logged as a panic nor told
+	// to the listener.
+	t.Run("APanicInATaskFuncIsReportedAndKeptOutOfTheOutput", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(2)
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			if task.Sequence == tasks[0].Sequence {
+				panic("boom")
+			}
+			return repository.Succeed("fine")
+		})
+		errs := &errorLog{}
+		var logs logbuf.Buffer
+		p, _ := f.processor("worker", processor.Config{Logger: jsonLogger(&logs, slog.LevelInfo)},
+			processor.ManagerConfig{Handler: handler, BatchSize: 2, Listener: errs.listener()})
+		f.start(p)
+		f.eventually("the panicking task failed", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
+		f.eventually("its batch mate succeeded", func() bool { return f.get(tasks[1].Sequence).State == repository.Succeeded })
+		if got := f.get(tasks[0].Sequence).Output; !strings.Contains(got, "handler panicked on task") || !strings.Contains(got, "boom") ||
+			strings.Contains(got, "goroutine ") {
+			t.Errorf("output %q, want the panic without the stack", got)
+		}
+		if !errs.contains("boom") {
+			t.Error("the panic was not reported to the listener")
+		}
+		if lines := logs.Lines(`"level":"ERROR"`, `"msg":"handler panicked"`, "boom"); len(lines) != 1 {
+			t.Errorf("the panic was logged %d times at ERROR, want once; the log:\n%s", len(lines), logs.String())
+		} else if !strings.Contains(lines[0], "handler_test.go") {
+			t.Errorf("the panic's log has no stack down to the handler that panicked: %s", lines[0])
+		}
+	})
+
 	t.Run("SecondCallbackIsRefusedAndReported", func(t *testing.T) {
 		f := setup(t)
 		tasks := f.pushN(1)
