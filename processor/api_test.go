@@ -223,6 +223,22 @@ func TestWait(t *testing.T) {
 			t.Fatal("Wait did not see the cancelled task")
 		}
 	})
+	// EXPIRED (its owner died with no attempt left) waits for a revival as FAILED does:
+	// Wait waited on until its context ended.
+	t.Run("ReturnsAnExpiredTask", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 2 WHERE topic = $1 AND sequence = $2`, f.topic, tasks[0].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := f.processor("worker", processor.Config{HeartbeatInterval: 50 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+		defer cancel()
+		got, err := p.Wait(ctx, f.topic, tasks[0].Sequence)
+		if err != nil || len(got) != 1 || got[0].State != repository.Expired {
+			t.Fatalf("Wait on an EXPIRED task: %v, %v; want it returned", got, err)
+		}
+	})
 }
 
 // jsonLogger logs to buf, one JSON object a line.

@@ -120,8 +120,9 @@ func (s *Subscription) send(tasks []repository.Task) {
 }
 
 // Wait waits until every given task of topic is finished (FAILED, SUSPENDED, FILTERED,
-// SUCCEEDED, RECREATED or REDUNDANT: repository.State.Finished) and returns them as
-// stored, in the order given. It learns of this processor's commits as they happen
+// SUCCEEDED, RECREATED or REDUNDANT: repository.State.Finished) or EXPIRED (its owner
+// died with no attempt left: it waits for a revival, as a FAILED task does) and returns
+// them as stored, in the order given. It learns of this processor's commits as they happen
 // (Subscribe) and reads the tasks again every HeartbeatInterval, so it also sees tasks
 // finished by other processes or by hand. A task retried or snoozed is not finished; an
 // unknown one is an error (repository.ErrUnknownTask), as is an unknown topic
@@ -164,7 +165,7 @@ func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) 
 		found := make(map[int64]bool, len(tasks))
 		for _, t := range tasks {
 			found[t.Sequence] = true
-			if t.State.Finished() {
+			if settled(t.State) {
 				finished[t.Sequence] = t
 			}
 		}
@@ -183,7 +184,7 @@ func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) 
 	for len(remaining()) > 0 {
 		select {
 		case t := <-sub.C:
-			if t.State.Finished() && wanted[t.Sequence] {
+			if settled(t.State) && wanted[t.Sequence] {
 				finished[t.Sequence] = t
 			}
 		case <-ticker.C:
@@ -200,3 +201,7 @@ func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) 
 	}
 	return out, nil
 }
+
+// settled reports whether a task in state s is done with as far as Wait goes: finished,
+// or EXPIRED, which only a revival moves on.
+func settled(s repository.State) bool { return s.Finished() || s == repository.Expired }
