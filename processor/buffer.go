@@ -72,7 +72,7 @@ type queued struct {
 
 // Buffer wraps h with a prefetch queue and a pool of workers.
 func Buffer(h Handler, cfg BufferConfig) (*Buffered, error) {
-	if h == nil {
+	if h == nil || nilValue(h) { // a nil TaskFunc or *Buffered in the interface too
 		return nil, errors.New("processor: buffer: handler is nil")
 	}
 	if cfg.Queue < 0 || cfg.MinWorkers < 0 || cfg.MaxWorkers < 0 || cfg.IdleTimeout < 0 {

@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,4 +132,30 @@ func TestSharedBuffer(t *testing.T) {
 			t.Fatalf("the restarted processor ran %d tasks in 10 s, want 3; the topic's tasks: %s", ran-1, f.states())
 		}
 	})
+}
+
+// TestBufferRefusesBadConfig: a handler that is nil (also a nil TaskFunc, which
+// Manage refuses as well: it failed every task as a panic), negative settings and
+// MaxWorkers below MinWorkers are refused, each saying what is wrong.
+func TestBufferRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	ok := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { return repository.Succeed("") })
+	for _, c := range []struct {
+		name    string
+		handler processor.Handler
+		cfg     processor.BufferConfig
+		says    string
+	}{
+		{"NilHandler", nil, processor.BufferConfig{}, "handler is nil"},
+		{"NilTaskFunc", processor.TaskFunc(nil), processor.BufferConfig{}, "handler is nil"},
+		{"NegativeQueue", ok, processor.BufferConfig{Queue: -1}, "negative setting"},
+		{"MaxBelowMin", ok, processor.BufferConfig{MinWorkers: 3, MaxWorkers: 2}, "MaxWorkers 2 is below MinWorkers 3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := processor.Buffer(c.handler, c.cfg)
+			if err == nil || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("Buffer: %v, %v; want an error saying %q", b, err, c.says)
+			}
+		})
+	}
 }
