@@ -570,6 +570,29 @@ func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionPar
 	return items, nil
 }
 
+const taskJunctionLock = `-- name: TaskJunctionLock :exec
+SELECT count(pg_advisory_xact_lock(1885828202, hashtext($1::text || E'\n' || i.identifier)))
+FROM unnest($2::text[]) AS i(identifier)
+`
+
+type TaskJunctionLockParams struct {
+	Topic       string
+	Identifiers []string
+}
+
+// Takes the transaction's advisory lock of each identifier of a junction's groups in this
+// topic, in the order given (sorted by the caller, so that two junctions of overlapping
+// groups never wait on each other in turn), before TaskJunction reads their states: a
+// junction run by another transaction that suspended one of the group's tasks, and not
+// committed yet, is waited for, and its suspension seen by TaskJunction's snapshot,
+// taken after. Without it, two completions each suspending one task of a group and
+// declaring the junction each saw the other's task not yet SUSPENDED, and the group was
+// never released. The class 1885828202 ('pgtj') is the junctions' own.
+func (q *Queries) TaskJunctionLock(ctx context.Context, db DBTX, arg TaskJunctionLockParams) error {
+	_, err := db.Exec(ctx, taskJunctionLock, arg.Topic, arg.Identifiers)
+	return err
+}
+
 const taskLeased = `-- name: TaskLeased :many
 SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key FROM task t
 WHERE t.topic = $1 AND hashtext(t.topic) = hashtext($1)

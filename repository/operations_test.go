@@ -2795,3 +2795,65 @@ func (p *failNth) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 type failedRow struct{}
 
 func (failedRow) Scan(...any) error { return errInjected }
+
+// TestJunctionConcurrentCompletions: two completions, each suspending one task of a
+// group and declaring its SINGULAR junction, in transactions open at the same time (two
+// processes, or two flushes of one): each saw the other's task not yet SUSPENDED, both
+// released nothing, and the group stayed SUSPENDED for good. The second now waits for
+// the first to commit, and releases the group.
+func TestJunctionConcurrentCompletions(t *testing.T) {
+	f := setup(t)
+	f.push(repository.Append, "a", "b")
+	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("poll: %v %v", leased, err)
+	}
+	suspendAndJoin := func(tx pgx.Tx, task repository.Task) ([]string, error) {
+		if _, err := f.repo.Complete(f.ctx, tx, f.topic, task.Decide(repository.Suspend("waiting for the group"))); err != nil {
+			return nil, err
+		}
+		return f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{"a", "b"})
+	}
+	tx1, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback(f.ctx)
+	tx2, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx2.Rollback(f.ctx)
+	if released, err := suspendAndJoin(tx1, leased[0]); err != nil || len(released) != 0 {
+		t.Fatalf("the first junction: released %v, %v; want nothing (b is ACTIVE)", released, err)
+	}
+	type result struct {
+		released []string
+		err      error
+	}
+	second := make(chan result, 1)
+	go func() {
+		released, err := suspendAndJoin(tx2, leased[1])
+		second <- result{released, err}
+	}()
+	select {
+	case r := <-second:
+		t.Fatalf("the second junction did not wait for the first transaction: released %v, %v", r.released, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx1.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-second
+	if r.err != nil || !slices.Equal(r.released, []string{"a", "b"}) {
+		t.Fatalf("the second junction: released %v, %v; want [a b]", r.released, r.err)
+	}
+	if err := tx2.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range leased {
+		if got := f.get(task.Sequence); got.State != repository.Ready {
+			t.Errorf("task %s is %v, want READY: the group was released", got.Identifier, got.State)
+		}
+	}
+}

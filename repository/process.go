@@ -701,7 +701,11 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 // group in this topic becomes READY. It returns the identifiers of the released tasks,
 // sorted, and notifies the topic when anything was released. When the tasks released
 // would take the topic above its queue cap, it releases nothing and returns a
-// *QueueFullError of Op "junction".
+// *QueueFullError of Op "junction". It locks the groups' identifiers first
+// (transaction-scoped advisory locks), so that junctions of one group declared by
+// concurrent completions, each suspending one of its tasks, release it once both
+// commit: run it in a READ COMMITTED transaction (the default), whose next statement
+// sees what a junction it waited for committed.
 func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junction Junction, groups ...[]string) ([]string, error) {
 	if err := validTopic(topic); err != nil {
 		return nil, err
@@ -721,6 +725,14 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	}
 	if len(arg.Identifiers) == 0 {
 		return nil, nil
+	}
+	// the group's identifiers locked first, in one order for every junction, in a
+	// statement of its own: TaskJunction's snapshot then sees what a junction that held
+	// them committed (TaskJunctionLock)
+	locked := slices.Clone(arg.Identifiers)
+	slices.Sort(locked)
+	if err := r.q.TaskJunctionLock(ctx, h, db.TaskJunctionLockParams{Topic: topic, Identifiers: slices.Compact(locked)}); err != nil {
+		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
 	}
 	rows, err := r.q.TaskJunction(ctx, h, arg)
 	if err != nil {

@@ -197,6 +197,18 @@ FROM cancelled c
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY c.sequence;
 
+-- name: TaskJunctionLock :exec
+-- Takes the transaction's advisory lock of each identifier of a junction's groups in this
+-- topic, in the order given (sorted by the caller, so that two junctions of overlapping
+-- groups never wait on each other in turn), before TaskJunction reads their states: a
+-- junction run by another transaction that suspended one of the group's tasks, and not
+-- committed yet, is waited for, and its suspension seen by TaskJunction's snapshot,
+-- taken after. Without it, two completions each suspending one task of a group and
+-- declaring the junction each saw the other's task not yet SUSPENDED, and the group was
+-- never released. The class 1885828202 ('pgtj') is the junctions' own.
+SELECT count(pg_advisory_xact_lock(1885828202, hashtext(sqlc.arg(topic)::text || E'\n' || i.identifier)))
+FROM unnest(sqlc.arg(identifiers)::text[]) AS i(identifier);
+
 -- name: TaskJunction :many
 -- Releases the SUSPENDED tasks of every group whose identifiers all have a qualifying
 -- task in this topic: SUSPENDED (eternal false) or any state but REDUNDANT (eternal
