@@ -285,6 +285,18 @@ func TestLimits(t *testing.T) {
 		}
 	})
 
+	// A topic limited by concurrency alone still counts the keys of its READY tasks (a
+	// change of the statement counted them only for a topic polled by key).
+	t.Run("UsageCountsTheKeysOfATopicNotPolledByKey", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 5})
+		f.pushKeyed("k1", 1)
+		f.pushKeyed("k2", 2)
+		if u, err := f.repo.LimitUsage(f.ctx, f.pool, f.topic); err != nil || u.KeysWaiting != 2 || u.KeysAtLimit != 0 {
+			t.Errorf("usage = %+v, %v; want 2 keys waiting, none at a limit", u, err)
+		}
+	})
+
 	t.Run("BadSettingsAreRefusedAndNothingIsWritten", func(t *testing.T) {
 		f := setup(t)
 		f.limit(repository.TopicSettings{Concurrency: 2})
@@ -542,7 +554,7 @@ func TestWaitingBehindADelayedBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, "more than 20000 READY tasks are ahead of it in poll order, the first 20000 of them delayed") {
+	if len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, "at least 20000 READY tasks are ahead of it in poll order, the first 20000 of them delayed") {
 		t.Errorf("why the last task waits behind delayed ones only: %+v", why)
 	}
 }

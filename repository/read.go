@@ -872,7 +872,7 @@ func (r *Repository) Waiting(ctx context.Context, h Handle, topic string, sequen
 		add("ahead", "at least %d due READY tasks are ahead of it in poll order (among the first %d READY tasks before it; those beyond were not read)",
 			w.Ahead, waitingAheadRead)
 	case w.AheadRead >= waitingAheadRead:
-		add("ahead", "more than %d READY tasks are ahead of it in poll order, the first %d of them delayed (those beyond were not read)",
+		add("ahead", "at least %d READY tasks are ahead of it in poll order, the first %d of them delayed (those beyond were not read)",
 			waitingAheadRead, waitingAheadRead)
 	case w.Ahead > 0:
 		add("ahead", "%d due READY tasks are ahead of it in poll order", w.Ahead)

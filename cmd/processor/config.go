@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,9 @@ import (
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
+
+// quotedURL is the URL a pgx parse error quotes.
+var quotedURL = regexp.MustCompile("`[^`]*`")
 
 // Defaults of the flags that differ from the processor package's.
 const (
@@ -246,7 +250,9 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 	if cfg.databaseURL == "" {
 		required(origin, "a database URL", "DATABASE_URL")
 	} else if _, err := pgxpool.ParseConfig(cfg.databaseURL); err != nil {
-		bad(origin, "%v", err) // pgx leaves the password out
+		// pgx quotes the URL with its password masked, but not all of a password that
+		// holds an unescaped @: the URL is left out
+		bad(origin, "%s", quotedURL.ReplaceAllString(err.Error(), "the URL"))
 	}
 	cfg.topic, origin = lookup("topic")
 	switch n := utf8.RuneCountInString(cfg.topic); {

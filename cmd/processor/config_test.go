@@ -117,7 +117,7 @@ func TestParseConfig(t *testing.T) {
 		}{
 			{[]string{"--topic", "t", "--exec", "true"}, []string{"DATABASE_URL", ""}, "DATABASE_URL: a database URL is required: the variable is set but empty"},
 			// a URL that does not parse is blamed on where it came from, its password left out
-			{[]string{"--topic", "t", "--exec", "true"}, []string{"DATABASE_URL", "postgres://u:secret@h:port/db"}, "DATABASE_URL: cannot parse `postgres://u:xxxxx@h:port/db`"},
+			{[]string{"--topic", "t", "--exec", "true"}, []string{"DATABASE_URL", "postgres://u:se@cret@h:port/db"}, "DATABASE_URL: cannot parse the URL: invalid port"},
 			{[]string{"--database-url", "x", "--exec", "true"}, []string{"PGTASK_TOPIC", ""}, "PGTASK_TOPIC: a topic is required: the variable is set but empty"},
 			{base, []string{"PGTASK_HTTP", ""}, "a handler is required"},
 			{append(base, "--exec", "true"), []string{"PGTASK_WORKERS", ""}, `PGTASK_WORKERS: invalid value ""`},

@@ -619,6 +619,14 @@ func TestSchedulesPage(t *testing.T) {
 			t.Errorf("the search for S10 lists s099")
 		}
 		mustContain(t, f.page("/ui/schedules?q=nothing-like-it"), "No schedule or topic matches")
+		// a name of 250 characters is longer than 250 bytes in most scripts: the page of
+		// the schedules after it was refused, and its Next link with it
+		long := "s" + strings.Repeat("é", 200)
+		if _, err := f.repo.CreateSchedule(f.ctx, f.pool, long, repository.ScheduleSettings{Topic: "mail", Spec: "@hourly"}); err != nil {
+			t.Fatal(err)
+		}
+		mustContain(t, f.page("/ui/schedules?after="+url.QueryEscape(long)), "<h1>Schedules</h1>")
+		mustContain(t, f.page("/ui/schedules?q="+url.QueryEscape(long)), "<code>"+long+"</code>")
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/repository"
@@ -203,8 +204,9 @@ func (s *server) rates(r *http.Request, topic string) (rates, error) {
 func (s *server) overview(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
 	v := overviewView{Search: strings.TrimSpace(q.Get("q")), After: q.Get("after")}
-	if len(v.Search) > 250 || len(v.After) > 250 {
-		return "", nil, badRequest("search and after are at most 250 bytes")
+	if utf8.RuneCountInString(v.Search) > 250 || utf8.RuneCountInString(v.After) > 250 {
+		// a name is at most 250 characters (MaxTopicLength, MaxScheduleNameLength)
+		return "", nil, badRequest("search and after are at most 250 characters")
 	}
 	topics, err := s.repo.TopicPage(r.Context(), s.pool, v.Search, v.After, topicsPerPage+1)
 	if err != nil {
@@ -721,8 +723,9 @@ func (schedulesView) title() string { return "Schedules" }
 func (s *server) schedules(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
 	v := schedulesView{Search: strings.TrimSpace(q.Get("q")), After: q.Get("after"), Now: time.Now()}
-	if len(v.Search) > 250 || len(v.After) > 250 {
-		return "", nil, badRequest("search and after are at most 250 bytes")
+	if utf8.RuneCountInString(v.Search) > 250 || utf8.RuneCountInString(v.After) > 250 {
+		// a name is at most 250 characters (MaxTopicLength, MaxScheduleNameLength)
+		return "", nil, badRequest("search and after are at most 250 characters")
 	}
 	list, err := s.repo.SchedulePage(r.Context(), s.pool, v.Search, v.After, schedulesPerPage+1)
 	if err != nil {

@@ -132,12 +132,11 @@ ORDER BY tt.topic;
 -- at their per-key limit, the keys with READY tasks (counted through task_ready_key one
 -- key at a time, up to 10 000) and the tokens left in its rate limit's bucket, refilled
 -- to now (the burst before its first poll, when the bucket is full; 0 without a rate
--- limit). No row for an unknown topic. The keys are read only for a topic polled by key
--- (fair, or with a per-key limit), and each subquery names the topic by the argument, so
--- that its plan reads the topic's bucket alone: the count of keys waiting is the
--- statement of task_keys_ready, which as an SQL function was planned at every call over
--- every bucket (20 ms, where a metrics scrape reads every limited topic); k is read
--- only when the CASE asks for it.
+-- limit). No row for an unknown topic. The keys at their limit are read only for a
+-- topic with a per-key limit, and each subquery names the topic by the argument, so that
+-- its plan reads the topic's bucket alone: the count of keys waiting is the statement of
+-- task_keys_ready, which as an SQL function was planned at every call over every bucket
+-- (20 ms, where a metrics scrape reads every limited topic).
 WITH RECURSIVE k AS (
     (SELECT t.priority, t.concurrency_key FROM task t
      WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state = 1
@@ -159,8 +158,7 @@ SELECT
                                         AND t.concurrency_key IS NOT NULL AND t.concurrency_key <> ''
                                       GROUP BY t.concurrency_key
                                       HAVING count(*) >= tt.key_concurrency) k) END)::bigint AS keys_at_limit,
-    (CASE WHEN NOT tt.fair AND tt.key_concurrency IS NULL THEN 0
-          ELSE (SELECT count(DISTINCT w.concurrency_key) FROM (SELECT * FROM k LIMIT 10000) w) END)::bigint AS keys_ready,
+    (SELECT count(DISTINCT w.concurrency_key) FROM (SELECT * FROM k LIMIT 10000) w)::bigint AS keys_ready,
     coalesce((SELECT least(tt.rate_burst::double precision,
                   l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
      FROM task_topic_limit l WHERE l.topic = sqlc.arg(topic) AND tt.rate IS NOT NULL),
