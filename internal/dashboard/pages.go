@@ -202,20 +202,16 @@ func (s *server) rates(r *http.Request, topic string) (rates, error) {
 // task_topic (TopicPage) and one of the page's stats (StatsAll), whatever the number of
 // topics and tasks.
 func (s *server) overview(r *http.Request) (string, any, error) {
-	q := r.URL.Query()
-	v := overviewView{Search: strings.TrimSpace(q.Get("q")), After: q.Get("after")}
-	if utf8.RuneCountInString(v.Search) > 250 || utf8.RuneCountInString(v.After) > 250 {
-		// a name is at most 250 characters (MaxTopicLength, MaxScheduleNameLength)
-		return "", nil, badRequest("search and after are at most 250 characters")
+	var v overviewView
+	var err error
+	if v.Search, v.After, err = listingQuery(r); err != nil {
+		return "", nil, err
 	}
 	topics, err := s.repo.TopicPage(r.Context(), s.pool, v.Search, v.After, topicsPerPage+1)
 	if err != nil {
 		return "", nil, err
 	}
-	if len(topics) > topicsPerPage {
-		topics = topics[:topicsPerPage]
-		v.Next = topics[topicsPerPage-1].Name
-	}
+	topics, v.Next = nextPage(topics, topicsPerPage, func(t repository.Topic) string { return t.Name })
 	names := make([]string, len(topics))
 	for i, t := range topics {
 		names[i] = t.Name
@@ -716,27 +712,45 @@ type schedulesView struct {
 
 func (schedulesView) title() string { return "Schedules" }
 
-// schedules lists the schedules with their next fire times; each can be paused or
-// resumed (POST /schedules/{name}/pause or /resume of the API).
-// schedules lists a page of schedules by name, searched by name or topic (SchedulePage):
-// one read of task_schedule's primary key, whatever their number.
+// schedules lists a page of schedules by name, searched by name or topic (SchedulePage:
+// one read of task_schedule's primary key, whatever their number), with their next fire
+// times; each can be paused or resumed (POST /schedules/{name}/pause or /resume of the
+// API).
 func (s *server) schedules(r *http.Request) (string, any, error) {
-	q := r.URL.Query()
-	v := schedulesView{Search: strings.TrimSpace(q.Get("q")), After: q.Get("after"), Now: time.Now()}
-	if utf8.RuneCountInString(v.Search) > 250 || utf8.RuneCountInString(v.After) > 250 {
-		// a name is at most 250 characters (MaxTopicLength, MaxScheduleNameLength)
-		return "", nil, badRequest("search and after are at most 250 characters")
+	v := schedulesView{Now: time.Now()}
+	var err error
+	if v.Search, v.After, err = listingQuery(r); err != nil {
+		return "", nil, err
 	}
 	list, err := s.repo.SchedulePage(r.Context(), s.pool, v.Search, v.After, schedulesPerPage+1)
 	if err != nil {
 		return "", nil, err
 	}
-	if len(list) > schedulesPerPage {
-		list = list[:schedulesPerPage]
-		v.Next = list[schedulesPerPage-1].Name
-	}
-	v.Schedules = list
+	v.Schedules, v.Next = nextPage(list, schedulesPerPage, func(sc repository.Schedule) string { return sc.Name })
 	return "schedules", v, nil
+}
+
+// listingQuery reads the search and the position of a listing by name (the overview's
+// topics, the schedules), each at most 250 characters, the longest name
+// (MaxTopicLength, MaxScheduleNameLength).
+func listingQuery(r *http.Request) (search, after string, err error) {
+	q := r.URL.Query()
+	search, after = strings.TrimSpace(q.Get("q")), q.Get("after")
+	if utf8.RuneCountInString(search) > 250 || utf8.RuneCountInString(after) > 250 {
+		return "", "", badRequest("search and after are at most 250 characters")
+	}
+	return search, after, nil
+}
+
+// nextPage cuts a listing read with one item more than size (whether more follow) to
+// size items, and returns the next page's position, the name of its last item ("" on
+// the last page).
+func nextPage[T any](items []T, size int, name func(T) string) ([]T, string) {
+	if len(items) <= size {
+		return items, ""
+	}
+	items = items[:size]
+	return items, name(items[size-1])
 }
 
 // processes lists the owners, live and dead, with their leases.

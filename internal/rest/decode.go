@@ -284,48 +284,43 @@ type list struct {
 
 // decodeList decodes the query of GET /topics/{topic}/tasks: state, identifier,
 // reference, cursor, limit and direction, each at most once; others are refused.
-// topicList is a decoded GET /topics query.
-type topicList struct {
+// pageQuery is a decoded query of a listing by name (GET /topics, GET /schedules).
+type pageQuery struct {
 	search, after string
 	limit         int
 }
 
-// decodeTopicList decodes the query of GET /topics: q (a part of the name), after (the
-// previous page's next) and limit.
-func decodeTopicList(q url.Values) (topicList, error) {
-	return decodePageQuery(q, "topics", repository.MaxTopicLength)
-}
-
 // decodePageQuery decodes the query of a listing by name (GET /topics, GET /schedules):
-// q, after and limit (1..TopicLimitMax, default ListLimitDefault); q and after are at most
-// maxLength characters, the longest name of what is listed.
-func decodePageQuery(q url.Values, what string, maxLength int) (topicList, error) {
-	out := topicList{limit: ListLimitDefault}
+// q (a part of the name), after (the previous page's next) and limit (1..TopicLimitMax,
+// default ListLimitDefault); q and after are at most maxLength characters, the longest
+// name of what is listed.
+func decodePageQuery(q url.Values, what string, maxLength int) (pageQuery, error) {
+	out := pageQuery{limit: ListLimitDefault}
 	for key, values := range q {
 		switch key {
 		case "q", "after", "limit":
 		default:
-			return topicList{}, badRequest("unknown query parameter %q: GET /%s takes q, after or limit", key, what)
+			return pageQuery{}, badRequest("unknown query parameter %q: GET /%s takes q, after or limit", key, what)
 		}
 		if len(values) > 1 {
-			return topicList{}, badRequest("query parameter %q is given %d times", key, len(values))
+			return pageQuery{}, badRequest("query parameter %q is given %d times", key, len(values))
 		}
 		// an empty after (a next of null pasted in) would start again from the first
 		// page; an empty q is every one, as a search box left empty says
 		if key != "q" && values[0] == "" {
-			return topicList{}, badRequest("query parameter %q is empty: leave it out for its default", key)
+			return pageQuery{}, badRequest("query parameter %q is empty: leave it out for its default", key)
 		}
 	}
 	out.search, out.after = q.Get("q"), q.Get("after")
 	for name, v := range map[string]string{"q": out.search, "after": out.after} {
 		if n := utf8.RuneCountInString(v); n > maxLength {
-			return topicList{}, badRequest("%s is %d characters long, at most %d allowed", name, n, maxLength)
+			return pageQuery{}, badRequest("%s is %d characters long, at most %d allowed", name, n, maxLength)
 		}
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > TopicLimitMax {
-			return topicList{}, badRequest("limit %q is out of range 1..%d", v, TopicLimitMax)
+			return pageQuery{}, badRequest("limit %q is out of range 1..%d", v, TopicLimitMax)
 		}
 		out.limit = n
 	}
@@ -555,4 +550,16 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// nextPage cuts a listing read with one item more than limit (whether more follow) to
+// limit items, and returns the next page's position, the name of its last item (nil on
+// the last page).
+func nextPage[T any](items []T, limit int, name func(T) string) ([]T, *string) {
+	if len(items) <= limit {
+		return items, nil
+	}
+	items = items[:limit]
+	next := name(items[limit-1])
+	return items, &next
 }

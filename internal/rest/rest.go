@@ -410,7 +410,7 @@ func (st *statements) failing() string {
 // listTopics answers a page of topics by name, with their stats: one read of task_topic
 // (TopicPage) and one of the page's stats (StatsAll), whatever the number of topics.
 func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	q, err := decodeTopicList(r.URL.Query())
+	q, err := decodePageQuery(r.URL.Query(), "topics", repository.MaxTopicLength)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -419,11 +419,7 @@ func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, e
 	if err != nil {
 		return 0, nil, err
 	}
-	var next *string
-	if len(topics) > q.limit {
-		topics = topics[:q.limit]
-		next = &topics[q.limit-1].Name
-	}
+	topics, next := nextPage(topics, q.limit, func(t repository.Topic) string { return t.Name })
 	out := make([]wire.Topic, 0, len(topics))
 	if len(topics) > 0 {
 		names := make([]string, len(topics))

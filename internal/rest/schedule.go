@@ -113,11 +113,7 @@ func (s *server) listSchedules(_ http.ResponseWriter, r *http.Request) (int, any
 	if err != nil {
 		return 0, nil, err
 	}
-	var next *string
-	if len(list) > q.limit {
-		list = list[:q.limit]
-		next = &list[q.limit-1].Name
-	}
+	list, next := nextPage(list, q.limit, func(sc repository.Schedule) string { return sc.Name })
 	out := make([]wire.Schedule, len(list))
 	for i, sc := range list {
 		out[i] = wire.FromSchedule(sc)
