@@ -33,4 +33,7 @@
 // pgtask_queue_oldest_ready_seconds, pgtask_queue_rows_estimate and pgtask_topic_active by
 // topic; for limited topics pgtask_topic_limit{topic,limit}, pgtask_topic_keys_at_limit,
 // pgtask_topic_keys_waiting and pgtask_topic_rate_tokens; and pgtask_owners_live.
+// The depths and pgtask_queue_delayed are repository.Stats' counts, which stop at
+// repository.StatsCap (100 000) so that a scrape's reads stay bounded: a gauge at that
+// value means that many tasks or more.
 package metrics

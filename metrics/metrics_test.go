@@ -394,11 +394,11 @@ func TestQueueCollector(t *testing.T) {
 # HELP pgtask_owners_live Owners (processes) that heart-beat within the default expiry timeout, other than the collector's own repository owner.
 # TYPE pgtask_owners_live gauge
 pgtask_owners_live 1
-# HELP pgtask_queue_delayed READY tasks of a topic whose not-before time has not come yet.
+# HELP pgtask_queue_delayed READY tasks of a topic whose not-before time has not come yet, counted up to 100 000.
 # TYPE pgtask_queue_delayed gauge
 pgtask_queue_delayed{topic="a"} 1
 pgtask_queue_delayed{topic="b"} 0
-# HELP pgtask_queue_depth Tasks of a topic in a state (ACTIVE, READY, EXPIRED, FAILED, SUSPENDED).
+# HELP pgtask_queue_depth Tasks of a topic in a state (ACTIVE, READY, EXPIRED, FAILED, SUSPENDED), counted up to 100 000.
 # TYPE pgtask_queue_depth gauge
 pgtask_queue_depth{state="ACTIVE",topic="a"} 1
 pgtask_queue_depth{state="ACTIVE",topic="b"} 0
@@ -588,7 +588,7 @@ func TestInstrument(t *testing.T) {
 # TYPE pgtask_tasks_completed_total counter
 pgtask_tasks_completed_total{result="FAILED",topic="mail"} 1
 pgtask_tasks_completed_total{result="SUCCEEDED",topic="mail"} 1
-# HELP pgtask_queue_depth Tasks of a topic in a state (ACTIVE, READY, EXPIRED, FAILED, SUSPENDED).
+# HELP pgtask_queue_depth Tasks of a topic in a state (ACTIVE, READY, EXPIRED, FAILED, SUSPENDED), counted up to 100 000.
 # TYPE pgtask_queue_depth gauge
 pgtask_queue_depth{state="ACTIVE",topic="mail"} 0
 pgtask_queue_depth{state="EXPIRED",topic="mail"} 0

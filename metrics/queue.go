@@ -20,14 +20,14 @@ import (
 const queueReadTimeout = 10 * time.Second
 
 // queueStates are the states pgtask_queue_depth reports: the ones repository.Stats
-// counts exactly from its small index of unfinished tasks.
+// counts from its small index of unfinished tasks, exactly up to repository.StatsCap.
 var queueStates = []repository.State{repository.Active, repository.Ready, repository.Expired, repository.Failed, repository.Suspended}
 
 var (
 	depthDesc = prometheus.NewDesc("pgtask_queue_depth",
-		"Tasks of a topic in a state (ACTIVE, READY, EXPIRED, FAILED, SUSPENDED).", []string{"topic", "state"}, nil)
+		"Tasks of a topic in a state (ACTIVE, READY, EXPIRED, FAILED, SUSPENDED), counted up to 100 000.", []string{"topic", "state"}, nil)
 	delayedDesc = prometheus.NewDesc("pgtask_queue_delayed",
-		"READY tasks of a topic whose not-before time has not come yet.", []string{"topic"}, nil)
+		"READY tasks of a topic whose not-before time has not come yet, counted up to 100 000.", []string{"topic"}, nil)
 	oldestDesc = prometheus.NewDesc("pgtask_queue_oldest_ready_seconds",
 		"How long the longest-waiting pollable READY task of a topic has waited (0 when none).", []string{"topic"}, nil)
 	rowsDesc = prometheus.NewDesc("pgtask_queue_rows_estimate",

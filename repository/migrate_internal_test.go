@@ -2346,3 +2346,45 @@ func TestScheduleZoneNamesMigration(t *testing.T) {
 	sameRows(t, "task_schedule after reverting 000038", functions(), fnBefore)
 	execEach(t, pool, "SELECT task_schedule('again', 'emails', '@hourly', time_zone => 'localtime')")
 }
+
+// TestCappedStatsMigration: 000039 makes task_topic_stats count each state up to 100 001
+// through task_topic_counts; the stats of a topic with tasks of every open state, a
+// delayed one among them, are the same before and after, the tasks kept; the revert
+// restores the function and drops task_topic_counts.
+func TestCappedStatsMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository capped stats test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(38)
+	create("emails")
+	create("empty")
+	execEach(t, pool,
+		"SELECT task_push_batch('emails', ARRAY(SELECT 'r' || g FROM generate_series(1, 20) g))",
+		"SELECT task_push('emails', 'later', delay => '1 hour')",
+		"SELECT task_push('emails', 'high', priority => 5)",
+		// a READY task pushed an hour ago at priority 9, and tasks of the other open states
+		"UPDATE task SET created = now() - interval '1 hour', priority = 9 WHERE identifier = 'r20'",
+		"UPDATE task SET state = 0, owner = 'gone' WHERE identifier IN ('r1', 'r2')",
+		"UPDATE task SET state = 2 WHERE identifier = 'r3'",
+		"UPDATE task SET state = 3, completed = now() WHERE identifier IN ('r4', 'r5', 'r6')",
+		"UPDATE task SET state = 4, completed = now() WHERE identifier = 'r7'",
+		"UPDATE task SET state = 5, completed = now() WHERE identifier = 'r8'")
+	stats := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT topic || ' ' || active || ' ' || ready || ' ' || delayed || ' ' || expired || ' ' ||
+			failed || ' ' || suspended || ' ' || (oldest_ready_age_ms / 60000) FROM task_topic_stats('{}') ORDER BY topic`)
+	}
+	before := stats()
+	if !slices.Equal(before, []string{"emails 2 14 1 1 3 1 60", "empty 0 0 0 0 0 0 0"}) {
+		t.Fatalf("stats at schema 38: %v", before)
+	}
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000039", taskRows(t, pool), rows)
+	sameRows(t, "stats after 000039", stats(), before)
+	steps(-1)
+	sameRows(t, "stats after reverting 000039", stats(), before)
+	if got := textRows(t, pool, "SELECT count(*)::text FROM pg_proc WHERE proname = 'task_topic_counts'"); !slices.Equal(got, []string{"0"}) {
+		t.Errorf("task_topic_counts after reverting 000039: %v functions, want none", got)
+	}
+}

@@ -290,14 +290,25 @@ func (r *Repository) Stats(ctx context.Context, h Handle, topic string) (TopicSt
 	return statsOf(row.Active, row.Ready, row.Delayed, row.Expired, row.Failed, row.Suspended, row.OldestReadyAgeMs, row.RowsEstimate), nil
 }
 
-// statsOf builds a TopicStats. The rows estimate is never below the tasks counted: a
-// table whose statistics were never gathered (no ANALYZE yet) estimates nothing.
+// statsOf builds a TopicStats from the database's counts, each of which stops at
+// StatsCap+1 (task_topic_counts: more than StatsCap). The rows estimate is never below
+// the tasks counted: a table whose statistics were never gathered (no ANALYZE yet)
+// estimates nothing.
 func statsOf(active, ready, delayed, expired, failed, suspended, oldestMs, rows int64) TopicStats {
-	return TopicStats{
-		Active: active, Ready: ready, Delayed: delayed, Expired: expired, Failed: failed, Suspended: suspended,
-		OldestReady:  time.Duration(oldestMs) * time.Millisecond,
-		RowsEstimate: max(rows, active+ready+expired+failed+suspended),
+	s := TopicStats{OldestReady: time.Duration(oldestMs) * time.Millisecond}
+	for _, c := range []struct {
+		count  int64
+		field  *int64
+		capped *bool
+	}{
+		{active, &s.Active, &s.Capped.Active}, {ready, &s.Ready, &s.Capped.Ready},
+		{delayed, &s.Delayed, &s.Capped.Delayed}, {expired, &s.Expired, &s.Capped.Expired},
+		{failed, &s.Failed, &s.Capped.Failed}, {suspended, &s.Suspended, &s.Capped.Suspended},
+	} {
+		*c.field, *c.capped = min(c.count, StatsCap), c.count > StatsCap
 	}
+	s.RowsEstimate = max(rows, s.Active+s.Ready+s.Expired+s.Failed+s.Suspended)
+	return s
 }
 
 // Vacuum runs VACUUM on the table that holds the topic's tasks (its bucket's shared

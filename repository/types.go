@@ -534,9 +534,15 @@ type Count struct {
 	Highest int64
 }
 
-// TopicStats is the cheap health summary of a topic (Repository.Stats): exact counts of
-// its unfinished and broken tasks, read from small indexes whatever the number of
-// finished ones, and an estimate of all its rows.
+// StatsCap bounds each count of TopicStats: a state holding more tasks is counted as
+// StatsCap and named in TopicStats.Capped, so that a stats call reads a bounded number of
+// index entries however large a backlog or a dead-letter set grows (CountByState counts
+// without a bound).
+const StatsCap = 100_000
+
+// TopicStats is the cheap health summary of a topic (Repository.Stats): counts of its
+// unfinished and broken tasks, exact up to StatsCap and read from small indexes whatever
+// the number of finished ones, and an estimate of all its rows.
 type TopicStats struct {
 	// Active counts the ACTIVE tasks: leased and being processed.
 	Active int64
@@ -552,16 +558,59 @@ type TopicStats struct {
 	Failed int64
 	// Suspended counts the SUSPENDED tasks, waiting for a junction or a revival.
 	Suspended int64
+	// Capped tells which of the counts above reached StatsCap: each of those holds
+	// StatsCap, and the topic has more such tasks. The zero value: every count is exact.
+	Capped CappedCounts
 	// OldestReady is how long the longest-waiting pollable READY task has waited since it
 	// became pollable (its push, or its not-before time when later: a retry's, a
 	// snooze's, or the time a revive reset it or a junction released it, since schema
-	// 35); 0 when none waits.
+	// 35); 0 when none waits. Since schema 39, when the topic has more than 10 000 open
+	// tasks, it is looked for among the first 100 pollable tasks of each priority and
+	// the 100 delayed tasks that fell due first, not in the whole queue: tasks are
+	// created in about the order of their sequences, so this misses the longest wait
+	// only behind more than 100 retried tasks at the head of a priority, or for a task a
+	// long transaction pushed behind younger ones.
 	OldestReady time.Duration
 	// RowsEstimate estimates all the topic's tasks, finished ones included, from the
 	// planner's statistics of the table that holds them: as fresh as the table's last
 	// ANALYZE (autovacuum's, or a processor's as the topic grows), and never below the
 	// tasks counted above. Use CountByState for exact counts of every state.
 	RowsEstimate int64
+}
+
+// CappedCounts tells which counts of a TopicStats stopped at StatsCap, a field each.
+type CappedCounts struct {
+	// Active is set when TopicStats.Active stopped at StatsCap.
+	Active bool
+	// Ready is set when TopicStats.Ready stopped at StatsCap: Ready − Delayed is then a
+	// lower bound of the tasks due, unless Delayed stopped at StatsCap too.
+	Ready bool
+	// Delayed is set when TopicStats.Delayed stopped at StatsCap.
+	Delayed bool
+	// Expired is set when TopicStats.Expired stopped at StatsCap.
+	Expired bool
+	// Failed is set when TopicStats.Failed stopped at StatsCap.
+	Failed bool
+	// Suspended is set when TopicStats.Suspended stopped at StatsCap.
+	Suspended bool
+}
+
+// Names lists the capped counts by their names in REST's JSON ("active", "ready",
+// "delayed", "expired", "failed", "suspended"), in that order; nil when none is.
+func (c CappedCounts) Names() []string {
+	var names []string
+	for _, n := range []struct {
+		name   string
+		capped bool
+	}{
+		{"active", c.Active}, {"ready", c.Ready}, {"delayed", c.Delayed},
+		{"expired", c.Expired}, {"failed", c.Failed}, {"suspended", c.Suspended},
+	} {
+		if n.capped {
+			names = append(names, n.name)
+		}
+	}
+	return names
 }
 
 // Expiry reports what Expire did to one topic.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -457,6 +458,26 @@ func TestStats(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 	wantRuntime(t, f.cli("stats", "--topic", "nope"), repository.ErrUnknownTopic)
+
+	t.Run("ACountAtTheCapShowsAPlus", func(t *testing.T) {
+		f.ok("topic", "add", "dead")
+		if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, completed)
+			SELECT 'dead', 'f' || g, 3, now() FROM generate_series(1, $1) g`, repository.StatsCap+1); err != nil {
+			t.Fatal(err)
+		}
+		capped := fmt.Sprintf("%d+", repository.StatsCap)
+		row := regexp.MustCompile(`(?m)^dead .*$`).FindString(f.ok("stats", "--topic", "dead"))
+		if fields := strings.Fields(row); len(fields) < 7 || fields[6] != capped || fields[2] != "0" {
+			t.Errorf("stats row %q, want FAILED %s and READY 0", row, capped)
+		}
+		wantContains(t, f.ok("topic", "show", "dead"), "0 READY", capped+" FAILED")
+		if err := json.Unmarshal([]byte(f.ok("stats", "--topic", "dead", "--json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		if s := list.Topics[0].Stats; s.Failed != repository.StatsCap || !slices.Equal(s.Capped, []string{"failed"}) {
+			t.Errorf("JSON stats %+v, want failed %d capped", s, repository.StatsCap)
+		}
+	})
 }
 
 func TestRevive(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -252,8 +253,10 @@ planner's estimate of all rows. Cheap even with millions of finished tasks.`)
 	fmt.Fprintln(tw, "TOPIC\tSTATUS\tREADY\tDELAYED\tACTIVE\tEXPIRED\tFAILED\tSUSPENDED\tOLDEST_READY\tROWS_ESTIMATE")
 	for _, t := range out {
 		s := t.Stats
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", p.cell(t.Name), status(t.Active), s.Ready, s.Delayed,
-			s.Active, s.Expired, s.Failed, s.Suspended,
+		count := func(n int64, name string) string { return atLeast(n, slices.Contains(s.Capped, name)) }
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.cell(t.Name), status(t.Active),
+			count(s.Ready, "ready"), count(s.Delayed, "delayed"), count(s.Active, "active"), count(s.Expired, "expired"),
+			count(s.Failed, "failed"), count(s.Suspended, "suspended"),
 			shortDuration((time.Duration(s.OldestReadyMs) * time.Millisecond).Round(time.Second)), s.RowsEstimate)
 	}
 	return tw.Flush()

@@ -472,8 +472,10 @@ func runTopicShow(ctx context.Context, e *env, args []string) error {
 	if t.Rate > 0 {
 		row("tokens", fmt.Sprintf("%.1f of %d", usage.Tokens, t.RateBurst))
 	}
-	row("tasks", fmt.Sprintf("%d READY (%d of them delayed), %d ACTIVE, %d EXPIRED, %d FAILED, %d SUSPENDED",
-		stats.Ready, stats.Delayed, stats.Active, stats.Expired, stats.Failed, stats.Suspended))
+	capped := stats.Capped
+	row("tasks", fmt.Sprintf("%s READY (%s of them delayed), %s ACTIVE, %s EXPIRED, %s FAILED, %s SUSPENDED",
+		atLeast(stats.Ready, capped.Ready), atLeast(stats.Delayed, capped.Delayed), atLeast(stats.Active, capped.Active),
+		atLeast(stats.Expired, capped.Expired), atLeast(stats.Failed, capped.Failed), atLeast(stats.Suspended, capped.Suspended)))
 	if stats.OldestReady > 0 {
 		row("oldest ready", shortDuration(stats.OldestReady.Round(time.Millisecond)))
 	}
@@ -640,6 +642,15 @@ func orForever(d time.Duration) string {
 }
 
 // shortDuration prints 1h rather than 1h0m0s.
+// atLeast is a count of TopicStats, followed by "+" when it stopped at
+// repository.StatsCap (the topic has more such tasks).
+func atLeast(n int64, capped bool) string {
+	if capped {
+		return fmt.Sprintf("%d+", n)
+	}
+	return fmt.Sprint(n)
+}
+
 func shortDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {

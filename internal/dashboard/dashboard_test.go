@@ -696,3 +696,26 @@ func TestDatabaseUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// TestCappedCounts: a count that stopped at repository.StatsCap shows as "100 000+" on
+// the overview and the topic's page, and REST names it in "capped".
+func TestCappedCounts(t *testing.T) {
+	f := setup(t, "")
+	f.createTopic("dead")
+	f.push("dead", repository.Creation{Identifier: "waiting"})
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, completed)
+		SELECT 'dead', 'f' || g, 3, now() FROM generate_series(1, $1) g`, repository.StatsCap+1); err != nil {
+		t.Fatal(err)
+	}
+	capped := "100\u202f000+"
+	row := regexp.MustCompile(`(?s)href="/ui/topics/dead".*?</tr>`).FindString(f.page("/"))
+	cells := regexp.MustCompile(`<td class="num[^"]*">([^<]*)</td>`).FindAllStringSubmatch(row, -1)
+	if len(cells) < 5 || cells[0][1] != "1" || cells[4][1] != capped {
+		t.Errorf("dead's row = %q, want 1 due and %s failed", row, capped)
+	}
+	mustContain(t, f.page("/ui/topics/dead"), `<span class="label">Failed</span><span class="value bad">`+capped+`</span>`)
+	status, _, body := f.get("/topics/dead")
+	if status != http.StatusOK || !strings.Contains(body, `"failed":100000,`) || !strings.Contains(body, `"capped":["failed"]`) {
+		t.Errorf("GET /topics/dead = %d %s, want failed 100000 and capped [failed]", status, body)
+	}
+}

@@ -175,6 +175,8 @@ type Stats struct {
 	Suspended     int64 `json:"suspended"`
 	OldestReadyMs int64 `json:"oldest_ready_ms"`
 	RowsEstimate  int64 `json:"rows_estimate"`
+	// Capped names the counts that stopped at repository.StatsCap (more tasks than that).
+	Capped []string `json:"capped"`
 }
 
 // FromTopic converts a stored topic; stats, if not nil, are included (otherwise the
@@ -213,6 +215,10 @@ func FromTopic(t repository.Topic, stats *repository.TopicStats) Topic {
 			Suspended:     stats.Suspended,
 			OldestReadyMs: stats.OldestReady.Milliseconds(),
 			RowsEstimate:  stats.RowsEstimate,
+			Capped:        stats.Capped.Names(),
+		}
+		if out.Stats.Capped == nil {
+			out.Stats.Capped = []string{}
 		}
 	}
 	return out

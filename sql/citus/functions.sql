@@ -363,9 +363,9 @@ BEGIN
 END
 $$;
 
--- task_citus_stats is TopicStats (sql/queries/topic.sql) on Citus: the rows estimate
--- comes from the statistics of the shard holding the topic, the table of its tasks on
--- this node.
+-- task_citus_stats is TopicStats (sql/queries/topic.sql) on Citus: the counts of
+-- task_topic_counts (migration 000039) on the topic's node, and the rows estimate from
+-- the statistics of the shard holding the topic, the table of its tasks on this node.
 CREATE FUNCTION task_citus_stats(p_topic text)
 RETURNS TABLE (active bigint, ready bigint, delayed bigint, expired bigint, failed bigint, suspended bigint,
                oldest_ready_age_ms bigint, rows_estimate bigint)
@@ -378,18 +378,8 @@ BEGIN
     SELECT round(s.row_count * COALESCE(s.shares[array_position(s.topics, p_topic)], s.other_share, 0))::bigint
     INTO v_rows FROM task_table_shares(ARRAY[v_shard]) s;
     RETURN QUERY
-    SELECT count(*) FILTER (WHERE t.state = 0), count(*) FILTER (WHERE t.state = 1),
-           count(*) FILTER (WHERE t.state = 1 AND t.not_before > now()),
-           count(*) FILTER (WHERE t.state = 2), count(*) FILTER (WHERE t.state = 3),
-           count(*) FILTER (WHERE t.state = 4),
-           COALESCE((EXTRACT(EPOCH FROM now() - min(GREATEST(t.created, t.not_before))
-                        FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint, 0),
-           COALESCE(v_rows, 0)
-    FROM (SELECT r.state, r.not_before, r.created FROM task r
-          WHERE hashtext(r.topic) = hashtext(p_topic) AND r.topic = p_topic AND r.state = 1
-          UNION ALL
-          SELECT o.state, o.not_before, o.created FROM task o
-          WHERE o.state = ANY ('{0,2,3,4}') AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic) t;
+    SELECT c.active, c.ready, c.delayed, c.expired, c.failed, c.suspended, c.oldest_ready_age_ms, COALESCE(v_rows, 0)
+    FROM task_topic_counts(p_topic) c;
 END
 $$;
 
