@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -185,6 +186,35 @@ func TestHandlersWithoutADatabase(t *testing.T) {
 		o := doneWithin(t, b)
 		if d := o.Decisions[7]; d.Result != repository.Failure || d.Message != "task 7 has no input: want JSON for struct { N int }" {
 			t.Errorf("decision %+v", d)
+		}
+	})
+	// The JSON null is no input for a struct (it would decode into the zero value), and
+	// a value for a pointer.
+	t.Run("TypedTakesNullAsNoInputUnlessTCanHoldIt", func(t *testing.T) {
+		tasks := []repository.Task{{Sequence: 1, Input: "null"}, {Sequence: 2, Input: " null\n"}}
+		b, err := processor.NewBatch(t.Context(), "t", tasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		processor.Typed(func(ctx context.Context, task repository.Task, in struct{ N int }) repository.Decision {
+			return repository.Succeed("")
+		}).Handle(t.Context(), b)
+		o := doneWithin(t, b)
+		for seq := range int64(2) {
+			if d := o.Decisions[seq+1]; d.Result != repository.Failure ||
+				d.Message != fmt.Sprintf("task %d has the input null: want JSON for struct { N int }", seq+1) {
+				t.Errorf("decision %+v", d)
+			}
+		}
+		b, err = processor.NewBatch(t.Context(), "t", tasks[:1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		processor.Typed(func(ctx context.Context, task repository.Task, in *struct{ N int }) repository.Decision {
+			return repository.Succeed(fmt.Sprint(in == nil))
+		}).Handle(t.Context(), b)
+		if d := doneWithin(t, b).Decisions[1]; d.Result != repository.Success || d.Message != "true" {
+			t.Errorf("decision for a pointer %+v, want a nil pointer handled", d)
 		}
 	})
 	t.Run("BufferReportsFromItsWorkers", func(t *testing.T) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"runtime/debug"
+	"strings"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -121,12 +123,22 @@ func (f BatchFunc) Handle(ctx context.Context, batch *Batch) {
 
 // Typed returns a per-task handler that decodes each task's JSON input into a T before
 // calling fn. A task whose input does not decode, or that has none, FAILS with a
-// message naming the task and what is wrong; the rest of the batch proceeds.
+// message naming the task and what is wrong; the rest of the batch proceeds. The JSON
+// null counts as no input unless a T can hold it (a pointer, map, slice or interface):
+// decoded into a struct it would leave every field at its zero value.
 func Typed[T any](fn func(ctx context.Context, task repository.Task, input T) repository.Decision) TaskFunc {
+	nullable := false
+	switch reflect.TypeFor[T]().Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		nullable = true
+	}
 	return func(ctx context.Context, task repository.Task) repository.Decision {
 		var input T
 		if task.Input == "" {
 			return repository.Fail(fmt.Errorf("task %d has no input: want JSON for %T", task.Sequence, input))
+		}
+		if !nullable && strings.TrimSpace(task.Input) == "null" {
+			return repository.Fail(fmt.Errorf("task %d has the input null: want JSON for %T", task.Sequence, input))
 		}
 		if err := json.Unmarshal([]byte(task.Input), &input); err != nil {
 			return repository.Fail(fmt.Errorf("decode input of task %d as %T: %w", task.Sequence, input, err))
