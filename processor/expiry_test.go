@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -70,5 +71,20 @@ func TestOneTimeoutAnOwner(t *testing.T) {
 	}
 	if _, err := processor.New(first); err != nil {
 		t.Errorf("the same timeout again: %v", err)
+	}
+}
+
+// TestHeartbeatIntervalTooShort: a heartbeat below HeartbeatIntervalMin (each one a round
+// trip and an expiry pass) is refused, naming the value and the bound.
+func TestHeartbeatIntervalTooShort(t *testing.T) {
+	f := setup(t)
+	for _, d := range []time.Duration{-time.Second, time.Nanosecond, processor.HeartbeatIntervalMin - 1} {
+		if _, err := processor.New(processor.Config{Pool: f.pool, HeartbeatInterval: d}); err == nil ||
+			!strings.Contains(err.Error(), fmt.Sprintf("HeartbeatInterval %v is too short: at least 10ms", d)) {
+			t.Errorf("HeartbeatInterval %v: %v, want it refused as too short", d, err)
+		}
+	}
+	if _, err := processor.New(processor.Config{Pool: f.pool, HeartbeatInterval: processor.HeartbeatIntervalMin}); err != nil {
+		t.Errorf("HeartbeatInterval %v: %v", processor.HeartbeatIntervalMin, err)
 	}
 }

@@ -19,6 +19,8 @@ import (
 // Defaults of Config.
 const (
 	HeartbeatIntervalDefault = time.Second
+	// HeartbeatIntervalMin is the shortest HeartbeatInterval a Config takes.
+	HeartbeatIntervalMin = 10 * time.Millisecond
 	// ExpiryTimeoutDefault is 5 heartbeat intervals: an owner silent that long is dead.
 	ExpiryTimeoutDefault = 5 * HeartbeatIntervalDefault
 	// VacuumEveryDefault is Config.VacuumEvery's default.
@@ -40,7 +42,8 @@ type Config struct {
 	Logger *slog.Logger
 	// HeartbeatInterval is how often the owner heart-beats and, on the same tick, expires
 	// dead owners' leases, purges dead owners, notices missed cancels and re-reads each
-	// topic's activation and limits.
+	// topic's activation and limits. Default HeartbeatIntervalDefault; at least
+	// HeartbeatIntervalMin.
 	HeartbeatInterval time.Duration
 	// ExpiryTimeout is how long an owner may be silent before its leases are taken back;
 	// it must exceed HeartbeatInterval. Default: 5 heartbeat intervals. The processor
@@ -94,8 +97,9 @@ func (c *Config) validate() error {
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = HeartbeatIntervalDefault
 	}
-	if c.HeartbeatInterval < 0 {
-		return fmt.Errorf("processor: config: HeartbeatInterval %v is negative", c.HeartbeatInterval)
+	if c.HeartbeatInterval < HeartbeatIntervalMin {
+		return fmt.Errorf("processor: config: HeartbeatInterval %v is too short: at least %v (each heartbeat is a round trip to the database and an expiry pass)",
+			c.HeartbeatInterval, HeartbeatIntervalMin)
 	}
 	if c.ExpiryTimeout == 0 {
 		c.ExpiryTimeout = 5 * c.HeartbeatInterval
