@@ -98,6 +98,23 @@ func TestBinary(t *testing.T) {
 		p.stop()
 	})
 
+	// What the processor library logs (a handler relieved of its tasks at the shutdown
+	// deadline, here) is logged once: the binary's Listener repeated each such line as
+	// a "processor error".
+	t.Run("AShutdownThatRelievesTheHandlerLogsItOnce", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		p := start(t, bin, f.url, "--topic", f.topic, "--shutdown-timeout", "300ms", "--addr", "", "--exec", "/bin/sh", script)
+		tasks := f.push("hang")
+		f.waitState(tasks[0].Sequence, repository.Active)
+		p.stop()
+		logs := p.stderr.String()
+		if n := strings.Count(logs, "relieved"); n != 1 || strings.Contains(logs, "processor error") {
+			t.Errorf("the relieved batch is logged %d times (want once), and repeated as a processor error: %v; stderr:\n%s",
+				n, strings.Contains(logs, "processor error"), logs)
+		}
+	})
+
 	t.Run("TimeoutKillsHangingProgram", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)

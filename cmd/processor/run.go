@@ -123,13 +123,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		PauseInterval:   cfg.pauseInterval,
 		ShutdownTimeout: cfg.shutdownTimeout,
 		Listener: processor.Listeners(processor.Listener{
+			// no OnError: every error it reports is in the processor's own log already
+			// (Config.Logger: database failures once per cause, handler misbehaviour,
+			// refused commits), and a second line for each only repeated it
 			OnStart: func(string) { running.Store(true) },
-			OnError: func(topic string, err error) {
-				if errors.Is(err, processor.ErrWillRetry) {
-					return // the processor logs database failures once per cause
-				}
-				logger.Warn("processor error", slog.String("topic", topic), slog.Any("error", err))
-			},
 			OnFatal: func(topic string, err error) {
 				running.Store(false)
 				logger.Error("processor stopped", slog.String("topic", topic), slog.Any("error", err))
