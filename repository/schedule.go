@@ -689,7 +689,10 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 			if err != nil {
 				return fmt.Errorf("%s schedule %q: %w", op, name, err)
 			}
-			t := c.next(now)
+			// never before the last fire time pushed: now is the transaction's start,
+			// and a fire another firer committed since then (the row lock above waited
+			// for it) would be pushed again
+			t := c.next(later(now, old.LastFire))
 			next = &t
 		}
 		updated, err := r.q.ScheduleUpdate(ctx, tx, db.ScheduleUpdateParams{
@@ -1033,4 +1036,12 @@ func scheduleFrom(row db.TaskSchedule) Schedule {
 		s.LastSequence = *row.LastSequence
 	}
 	return s
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -1015,6 +1015,58 @@ func TestScheduleUpdate(t *testing.T) {
 		}
 	})
 
+	// A new spec restarts from the transaction's clock (now()), which can lie before a
+	// fire another firer committed meanwhile: the restart goes from that fire on, not
+	// back to push its time again.
+	t.Run("NewSpecNeverRestartsBeforeTheLastFire", func(t *testing.T) {
+		f := setup(t)
+		repo := f.newRepo("real-clock") // the database's clock
+		if _, err := repo.CreateSchedule(f.ctx, f.pool, "job", repository.ScheduleSettings{Topic: f.topic,
+			Spec: "@every 1s", Identifier: "job-{time}", Insertion: new(repository.Append), CatchUp: 100}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.FireSchedules(f.ctx, f.pool); err != nil { // computes the first fire time
+			t.Fatal(err)
+		}
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		if _, err := tx.Exec(f.ctx, "SELECT now()"); err != nil { // the transaction's clock starts
+			t.Fatal(err)
+		}
+		time.Sleep(2500 * time.Millisecond)
+		if fires, err := repo.FireSchedules(f.ctx, f.pool); err != nil || len(fires) == 0 {
+			t.Fatalf("fire: %v, %v", fires, err)
+		}
+		sc, err := repo.UpdateSchedule(f.ctx, tx, "job", func(c *repository.ScheduleSettings) { c.Spec = "@every 1000ms" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sc.NextFire.After(sc.LastFire) {
+			t.Errorf("after the update: next fire %v, not after the last fire %v", sc.NextFire, sc.LastFire)
+		}
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if _, err := repo.FireSchedules(f.ctx, f.pool); err != nil {
+			t.Fatal(err)
+		}
+		tasks, err := f.repo.Page(f.ctx, f.pool, f.topic, repository.TaskFilter{}, 0, 1000, repository.Forward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, task := range tasks {
+			if seen[task.Identifier] {
+				t.Errorf("fire time %s pushed twice", task.Identifier)
+			}
+			seen[task.Identifier] = true
+		}
+	})
+
 	t.Run("BadChangeWritesNothing", func(t *testing.T) {
 		s := setupSchedules(t)
 		before := s.create("job", repository.ScheduleSettings{Spec: "@daily"})
