@@ -154,14 +154,16 @@ FROM task_schedule s
 WHERE NOT s.paused
   AND (s.next_fire IS NULL OR s.next_fire <= COALESCE($1::timestamptz, now()))
   AND s.name <> ALL ($2::text[])
+  AND s.topic <> ALL ($3::text[])
 ORDER BY s.next_fire NULLS FIRST
 LIMIT 1
 FOR UPDATE OF s SKIP LOCKED
 `
 
 type ScheduleDueParams struct {
-	Now  *time.Time
-	Skip []string
+	Now        *time.Time
+	Skip       []string
+	SkipTopics []string
 }
 
 type ScheduleDueRow struct {
@@ -172,9 +174,10 @@ type ScheduleDueRow struct {
 // The running schedule whose fire time is the oldest past (or not computed yet: NULL
 // first), locked for this transaction; schedules another firer holds are skipped, not
 // waited for (ScheduleDueWait waits), and so are those this firer could not fire in this
-// round (skip). Returns the clock the fire goes by: the injected time, or the database's.
+// round (skip) and those of a topic whose queue cap refused one of them (skip_topics).
+// Returns the clock the fire goes by: the injected time, or the database's.
 func (q *Queries) ScheduleDue(ctx context.Context, db DBTX, arg ScheduleDueParams) (ScheduleDueRow, error) {
-	row := db.QueryRow(ctx, scheduleDue, arg.Now, arg.Skip)
+	row := db.QueryRow(ctx, scheduleDue, arg.Now, arg.Skip, arg.SkipTopics)
 	var i ScheduleDueRow
 	err := row.Scan(
 		&i.TaskSchedule.Name,
@@ -205,14 +208,16 @@ FROM task_schedule s
 WHERE NOT s.paused
   AND (s.next_fire IS NULL OR s.next_fire <= COALESCE($1::timestamptz, now()))
   AND s.name <> ALL ($2::text[])
+  AND s.topic <> ALL ($3::text[])
 ORDER BY s.next_fire NULLS FIRST
 LIMIT 1
 FOR UPDATE OF s
 `
 
 type ScheduleDueWaitParams struct {
-	Now  *time.Time
-	Skip []string
+	Now        *time.Time
+	Skip       []string
+	SkipTopics []string
 }
 
 type ScheduleDueWaitRow struct {
@@ -225,7 +230,7 @@ type ScheduleDueWaitRow struct {
 // due (that firer rolled back, or died), it is returned, so a fire time is never lost to
 // a firer that failed while the others skipped it.
 func (q *Queries) ScheduleDueWait(ctx context.Context, db DBTX, arg ScheduleDueWaitParams) (ScheduleDueWaitRow, error) {
-	row := db.QueryRow(ctx, scheduleDueWait, arg.Now, arg.Skip)
+	row := db.QueryRow(ctx, scheduleDueWait, arg.Now, arg.Skip, arg.SkipTopics)
 	var i ScheduleDueWaitRow
 	err := row.Scan(
 		&i.TaskSchedule.Name,

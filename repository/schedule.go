@@ -767,13 +767,19 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 // not ErrScheduleWait: nothing was waited for.
 //
 // A schedule that cannot fire (its topic's queue is full, say) is left for the next
-// call and its error returned, joined with the others', after the rest have fired.
+// call and its error returned, joined with the others', after the rest have fired; once
+// a topic's queue cap refused one, the other schedules of that topic are left for the
+// next call too, untried.
 // Every processor calls it on its heartbeat (processor.Config.DisableSchedules).
 func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error) {
 	var (
 		fires []Fire
 		errs  []error
 		skip  = []string{}
+		// topics whose queue cap refused a fire: their other schedules wait for the
+		// next round, so that thousands of them on a full topic do not take the round's
+		// every try from the schedules of other topics
+		skipTopics = []string{}
 	)
 	if err := ctx.Err(); err != nil {
 		// done before anything was found or waited for: ctx's error alone, not
@@ -794,6 +800,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 			var (
 				fired *Fire
 				name  string
+				topic string
 				found bool
 			)
 			fctx, cancel := fireContext(ctx)
@@ -801,14 +808,14 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 			// its COMMIT, interrupted, might still happen, unreported.
 			commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(fctx), fireTimeout)
 			err := inTxCommitting(fctx, commitCtx, h, func(tx pgx.Tx) error {
-				row, err := r.due(ctx, tx, skip, wait)
+				row, err := r.due(ctx, tx, skip, skipTopics, wait)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
 				}
 				if err != nil {
 					return mapError("find due schedules", err)
 				}
-				found, name = true, row.TaskSchedule.Name
+				found, name, topic = true, row.TaskSchedule.Name, row.TaskSchedule.Topic
 				fired, err = r.fire(fctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.Now)
 				return err
 			})
@@ -827,6 +834,9 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 				}
 				errs = append(errs, cancelled(ctx, err))
 				skip = append(skip, name)
+				if errors.Is(err, ErrQueueFull) {
+					skipTopics = append(skipTopics, topic)
+				}
 				continue
 			}
 			if fired != nil {
@@ -888,11 +898,11 @@ func cancelled(ctx context.Context, err error) error {
 // five calls read every running schedule in next-fire order, filtering out those not
 // due: the whole table at every round of every processor when none is (6 ms and 163
 // buffers at 10 000 schedules; TestSchedulesDueReadOnlyTheDue).
-func (r *Repository) due(ctx context.Context, tx pgx.Tx, skip []string, wait bool) (db.ScheduleDueRow, error) {
+func (r *Repository) due(ctx context.Context, tx pgx.Tx, skip, skipTopics []string, wait bool) (db.ScheduleDueRow, error) {
 	if !wait {
-		return r.q.ScheduleDue(ctx, customPlans{tx}, db.ScheduleDueParams{Now: r.clock(), Skip: skip})
+		return r.q.ScheduleDue(ctx, customPlans{tx}, db.ScheduleDueParams{Now: r.clock(), Skip: skip, SkipTopics: skipTopics})
 	}
-	row, err := r.q.ScheduleDueWait(ctx, customPlans{tx}, db.ScheduleDueWaitParams{Now: r.clock(), Skip: skip})
+	row, err := r.q.ScheduleDueWait(ctx, customPlans{tx}, db.ScheduleDueWaitParams{Now: r.clock(), Skip: skip, SkipTopics: skipTopics})
 	return db.ScheduleDueRow(row), err
 }
 

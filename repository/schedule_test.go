@@ -1392,3 +1392,42 @@ func TestSchedulePage(t *testing.T) {
 		t.Fatalf("a search with a NUL byte: err = %v, want ErrInvalid naming the search", err)
 	}
 }
+
+// TestScheduleFullTopicDoesNotStarveOthers: once a topic's queue cap refuses one of its
+// schedules, a round leaves its other schedules for the next round untried: thousands
+// of them, due the longest, took every try of every round, and the schedules of other
+// topics never fired while the queue stayed full.
+func TestScheduleFullTopicDoesNotStarveOthers(t *testing.T) {
+	f := setup(t)
+	f.createTopic("full")
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "full", func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.repo.Push(f.ctx, f.pool, "full", repository.Append, repository.Creation{Identifier: "filler"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		// one schedule by the function (which checks its zone: 25 ms a call), and 2 000
+		// copies of its row
+		`SELECT task_schedule('full-0', 'full', '@every 1s', identifier => 'f{time}')`,
+		`INSERT INTO task_schedule SELECT (jsonb_populate_record(c, jsonb_build_object('name', 'full-' || g))).*
+		 FROM task_schedule c, generate_series(1, 2000) g WHERE c.name = 'full-0'`,
+		`SELECT task_schedule('healthy', 'topic', '@every 1s', identifier => 'h{time}')`,
+		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '10 minutes' WHERE topic = 'full'`,
+		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '1 minute' WHERE name = 'healthy'`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	fires, err := f.repo.FireSchedules(f.ctx, f.pool)
+	if !errors.Is(err, repository.ErrQueueFull) {
+		t.Errorf("fire: %v, want the full queue reported", err)
+	}
+	if len(fires) != 1 || fires[0].Schedule != "healthy" {
+		t.Errorf("fired %+v, want the healthy schedule", fires)
+	}
+	if n := strings.Count(fmt.Sprint(err), "queue length cap reached"); n != 1 {
+		t.Errorf("the error names the full queue %d times, want once (one schedule tried)", n)
+	}
+}

@@ -69,12 +69,14 @@ SELECT EXISTS (
 -- The running schedule whose fire time is the oldest past (or not computed yet: NULL
 -- first), locked for this transaction; schedules another firer holds are skipped, not
 -- waited for (ScheduleDueWait waits), and so are those this firer could not fire in this
--- round (skip). Returns the clock the fire goes by: the injected time, or the database's.
+-- round (skip) and those of a topic whose queue cap refused one of them (skip_topics).
+-- Returns the clock the fire goes by: the injected time, or the database's.
 SELECT sqlc.embed(s), COALESCE(sqlc.narg('now')::timestamptz, now())::timestamptz AS now
 FROM task_schedule s
 WHERE NOT s.paused
   AND (s.next_fire IS NULL OR s.next_fire <= COALESCE(sqlc.narg('now')::timestamptz, now()))
   AND s.name <> ALL (sqlc.arg(skip)::text[])
+  AND s.topic <> ALL (sqlc.arg(skip_topics)::text[])
 ORDER BY s.next_fire NULLS FIRST
 LIMIT 1
 FOR UPDATE OF s SKIP LOCKED;
@@ -89,6 +91,7 @@ FROM task_schedule s
 WHERE NOT s.paused
   AND (s.next_fire IS NULL OR s.next_fire <= COALESCE(sqlc.narg('now')::timestamptz, now()))
   AND s.name <> ALL (sqlc.arg(skip)::text[])
+  AND s.topic <> ALL (sqlc.arg(skip_topics)::text[])
 ORDER BY s.next_fire NULLS FIRST
 LIMIT 1
 FOR UPDATE OF s;
