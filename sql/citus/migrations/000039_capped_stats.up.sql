@@ -2,8 +2,10 @@
 -- task_topic_stats, and task_citus_stats (TopicStats on Citus) as sql/citus/functions.sql
 -- now has it, reading the counts through task_topic_counts on the topic's node. Citus
 -- passes the new function and the new body of the distributed one on to every node.
+-- (CREATE OR REPLACE: a form may run again on a database that has it, as
+-- TestDistribute checks.)
 
-CREATE FUNCTION task_topic_counts(p_topic text)
+CREATE OR REPLACE FUNCTION task_topic_counts(p_topic text)
 RETURNS TABLE (active bigint, ready bigint, delayed bigint, expired bigint, failed bigint, suspended bigint,
                oldest_ready_age_ms bigint)
 LANGUAGE plpgsql STABLE
