@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -251,13 +250,12 @@ planner's estimate of all rows. Cheap even with millions of finished tasks.`)
 	}
 	tw := table(e.stdout)
 	fmt.Fprintln(tw, "TOPIC\tSTATUS\tREADY\tDELAYED\tACTIVE\tEXPIRED\tFAILED\tSUSPENDED\tOLDEST_READY\tROWS_ESTIMATE")
-	for _, t := range out {
-		s := t.Stats
-		count := func(n int64, name string) string { return atLeast(n, slices.Contains(s.Capped, name)) }
+	for _, t := range topics {
+		s, c := t.Stats, t.Stats.Capped
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.cell(t.Name), status(t.Active),
-			count(s.Ready, "ready"), count(s.Delayed, "delayed"), count(s.Active, "active"), count(s.Expired, "expired"),
-			count(s.Failed, "failed"), count(s.Suspended, "suspended"),
-			shortDuration((time.Duration(s.OldestReadyMs) * time.Millisecond).Round(time.Second)), s.RowsEstimate)
+			atLeast(s.Ready, c.Ready), atLeast(s.Delayed, c.Delayed), atLeast(s.Active, c.Active),
+			atLeast(s.Expired, c.Expired), atLeast(s.Failed, c.Failed), atLeast(s.Suspended, c.Suspended),
+			shortDuration(s.OldestReady.Round(time.Second)), s.RowsEstimate)
 	}
 	return tw.Flush()
 }

@@ -641,7 +641,6 @@ func orForever(d time.Duration) string {
 	return shortDuration(d)
 }
 
-// shortDuration prints 1h rather than 1h0m0s.
 // atLeast is a count of TopicStats, followed by "+" when it stopped at
 // repository.StatsCap (the topic has more such tasks).
 func atLeast(n int64, capped bool) string {
@@ -651,6 +650,7 @@ func atLeast(n int64, capped bool) string {
 	return fmt.Sprint(n)
 }
 
+// shortDuration prints 1h rather than 1h0m0s.
 func shortDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
