@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -192,12 +191,37 @@ func probe(ctx context.Context, connString string) error {
 	return nil
 }
 
-// redact hides the password of a URL connection string.
+// redact hides the password of a connection string: in a URL's user
+// information or password parameter, whether or not the URL parses (a
+// multi-host URL or a bad port does not), and the whole of a keyword/value
+// string that sets one.
 func redact(connString string) string {
-	if u, err := url.Parse(connString); err == nil && u.Scheme != "" {
-		return u.Redacted()
+	for _, scheme := range []string{"postgres://", "postgresql://"} {
+		rest, ok := strings.CutPrefix(connString, scheme)
+		if !ok {
+			continue
+		}
+		authority, tail := rest, ""
+		if i := strings.IndexAny(rest, "/?"); i >= 0 {
+			authority, tail = rest[:i], rest[i:]
+		}
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			if user, _, hasPassword := strings.Cut(authority[:at], ":"); hasPassword {
+				authority = user + ":xxxxx" + authority[at:]
+			}
+		}
+		if path, query, ok := strings.Cut(tail, "?"); ok {
+			params := strings.Split(query, "&")
+			for i, p := range params {
+				if key, _, _ := strings.Cut(p, "="); strings.EqualFold(key, "password") {
+					params[i] = key + "=xxxxx"
+				}
+			}
+			tail = path + "?" + strings.Join(params, "&")
+		}
+		return scheme + authority + tail
 	}
-	if strings.Contains(connString, "password") {
+	if strings.Contains(strings.ToLower(connString), "password") {
 		return "(connection string with password)"
 	}
 	return connString

@@ -177,14 +177,40 @@ func TestTemplateNotPublishedWhenMigrationFails(t *testing.T) {
 
 func TestDiscoverBadTestDatabaseURL(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{envDatabaseURL: "postgres://someone:secret@127.0.0.1:1/postgres?sslmode=disable"}
-	s, err := discover(t.Context(), func(k string) string { return env[k] })
-	if err == nil {
-		t.Fatalf("discover succeeded with %+v", s)
+	for _, u := range []string{
+		"postgres://someone:secret@127.0.0.1:1/postgres?sslmode=disable",
+		"postgres://someone:secret@127.0.0.1:notaport/postgres",        // does not parse as a URL
+		"postgresql://someone:secret@127.0.0.1:1,127.0.0.1:2/postgres", // multi-host: neither
+		"postgres://someone@127.0.0.1:notaport/postgres?password=secret",
+		"host=127.0.0.1 port=1 user=someone password=secret connect_timeout=2",
+	} {
+		env := map[string]string{envDatabaseURL: u}
+		s, err := discover(t.Context(), func(k string) string { return env[k] })
+		if err == nil {
+			t.Fatalf("discover(%s) succeeded with %+v", u, s)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, envDatabaseURL) || !strings.Contains(msg, "Fix") || strings.Contains(msg, "secret") {
+			t.Errorf("unhelpful or leaky error for %s: %s", u, msg)
+		}
 	}
-	msg := err.Error()
-	if !strings.Contains(msg, envDatabaseURL) || !strings.Contains(msg, "Fix") || strings.Contains(msg, "secret") {
-		t.Errorf("unhelpful or leaky error: %s", msg)
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://u:secret@h:5432/db?sslmode=disable", "postgres://u:xxxxx@h:5432/db?sslmode=disable"},
+		{"postgres://u:secret@h:port/db", "postgres://u:xxxxx@h:port/db"},
+		{"postgresql://u:se@cret@h1:1,h2:2/db", "postgresql://u:xxxxx@h1:1,h2:2/db"},
+		{"postgres://u@h/db?sslmode=disable&password=secret", "postgres://u@h/db?sslmode=disable&password=xxxxx"},
+		{"postgres://u@h/db", "postgres://u@h/db"},
+		{"postgres://h?PASSWORD=secret", "postgres://h?PASSWORD=xxxxx"},
+		{"host=h user=u password=secret", "(connection string with password)"},
+		{"host=h user=u", "host=h user=u"},
+	} {
+		if got := redact(tc.in); got != tc.want {
+			t.Errorf("redact(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
 
