@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -216,6 +217,17 @@ func TestHandlersWithoutADatabase(t *testing.T) {
 		if d := doneWithin(t, b).Decisions[1]; d.Result != repository.Success || d.Message != "true" {
 			t.Errorf("decision for a pointer %+v, want a nil pointer handled", d)
 		}
+		// A type that decodes itself is given the null to decide.
+		b, err = processor.NewBatch(t.Context(), "t", tasks[:1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		processor.Typed(func(ctx context.Context, task repository.Task, in optionalInt) repository.Decision {
+			return repository.Succeed(fmt.Sprint(in.null))
+		}).Handle(t.Context(), b)
+		if d := doneWithin(t, b).Decisions[1]; d.Result != repository.Success || d.Message != "true" {
+			t.Errorf("decision for a json.Unmarshaler %+v, want its UnmarshalJSON given the null", d)
+		}
 	})
 	t.Run("BufferReportsFromItsWorkers", func(t *testing.T) {
 		buffered, err := processor.Buffer(processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
@@ -278,4 +290,18 @@ func TestHandlersWithoutADatabase(t *testing.T) {
 			t.Errorf("decisions %+v", o.Decisions)
 		}
 	})
+}
+
+// optionalInt decodes the JSON null itself, as a json.Unmarshaler may.
+type optionalInt struct {
+	null bool
+	n    int
+}
+
+func (o *optionalInt) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		o.null = true
+		return nil
+	}
+	return json.Unmarshal(b, &o.n)
 }

@@ -124,11 +124,15 @@ func (f BatchFunc) Handle(ctx context.Context, batch *Batch) {
 // Typed returns a per-task handler that decodes each task's JSON input into a T before
 // calling fn. A task whose input does not decode, or that has none, FAILS with a
 // message naming the task and what is wrong; the rest of the batch proceeds. The JSON
-// null counts as no input unless a T can hold it (a pointer, map, slice or interface):
-// decoded into a struct it would leave every field at its zero value.
+// null counts as no input unless a T can hold it (a pointer, map, slice or interface,
+// or a type that decodes JSON itself: T or *T implements json.Unmarshaler, which is
+// given the null to decide): decoded into a plain struct it would leave every field at
+// its zero value.
 func Typed[T any](fn func(ctx context.Context, task repository.Task, input T) repository.Decision) TaskFunc {
-	nullable := false
-	switch reflect.TypeFor[T]().Kind() {
+	t := reflect.TypeFor[T]()
+	unmarshaler := reflect.TypeFor[json.Unmarshaler]()
+	nullable := t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler)
+	switch t.Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
 		nullable = true
 	}
