@@ -718,4 +718,18 @@ func TestCappedCounts(t *testing.T) {
 	if status != http.StatusOK || !strings.Contains(body, `"failed":100000,`) || !strings.Contains(body, `"capped":["failed"]`) {
 		t.Errorf("GET /topics/dead = %d %s, want failed 100000 and capped [failed]", status, body)
 	}
+
+	// READY and delayed both capped: their difference (0) says nothing of the due
+	// tasks, shown as unknown rather than "0+"
+	f.createTopic("later")
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, not_before)
+		SELECT 'later', 'l' || g, now() + interval '1 hour' FROM generate_series(1, $1) g`, repository.StatsCap+1); err != nil {
+		t.Fatal(err)
+	}
+	row = regexp.MustCompile(`(?s)href="/ui/topics/later".*?</tr>`).FindString(f.page("/"))
+	due := regexp.MustCompile(`<td class="num[^"]*">(.*?)</td>`).FindStringSubmatch(row)
+	if due == nil || !strings.Contains(due[1], ">?</span>") || strings.Contains(due[1], "0+") {
+		t.Errorf("later's row = %q, want its due count unknown (?)", row)
+	}
+	mustContain(t, f.page("/ui/topics/later"), `<span class="label">Ready (due)</span><span class="value"><span title=`)
 }

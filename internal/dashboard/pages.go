@@ -138,8 +138,13 @@ type topicRow struct {
 	Stats repository.TopicStats
 }
 
-// Due counts the READY tasks that can be polled now.
+// Due counts the READY tasks that can be polled now: at least that many when the READY
+// count stopped at its cap (Stats.Capped.Ready).
 func (t topicRow) Due() int64 { return t.Stats.Ready - t.Stats.Delayed }
+
+// DueUnknown tells that both the READY and the delayed counts stopped at their cap, so
+// that their difference says nothing of the due tasks.
+func (t topicRow) DueUnknown() bool { return t.Stats.Capped.Ready && t.Stats.Capped.Delayed }
 
 type overviewView struct {
 	Search string
