@@ -2388,3 +2388,54 @@ func TestCappedStatsMigration(t *testing.T) {
 		t.Errorf("task_topic_counts after reverting 000039: %v functions, want none", got)
 	}
 }
+
+// TestStatsBoundMigration: 000040 bounds the oldest wait's search and writes the first
+// pass once (task_topic_open_pass, task_topic_capped_counts); the stats of a small topic
+// and of one past 10 000 open tasks are the same before and after, through
+// task_topic_stats and task_topic_counts, the tasks kept; the revert restores both
+// functions and drops the new ones.
+func TestStatsBoundMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository stats bound test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(39)
+	create("emails")
+	create("big")
+	execEach(t, pool,
+		"SELECT task_push_batch('emails', ARRAY(SELECT 'r' || g FROM generate_series(1, 20) g))",
+		"SELECT task_push('emails', 'later', delay => '1 hour')",
+		"UPDATE task SET created = now() - interval '1 hour', priority = 9 WHERE identifier = 'r20'",
+		"UPDATE task SET state = 0, owner = 'gone' WHERE identifier IN ('r1', 'r2')",
+		"UPDATE task SET state = 3, completed = now() WHERE identifier IN ('r4', 'r5', 'r6')",
+		// past 10 000 open tasks: READY at two priorities, the oldest waiting two hours,
+		// FAILED and delayed ones
+		`INSERT INTO task (sequence, topic, identifier, priority, created)
+		 SELECT nextval('task_sequence'), 'big', 'b' || g, g % 2, now() - interval '1 minute'
+		 FROM generate_series(1, 11000) g`,
+		"UPDATE task SET created = now() - interval '2 hours' WHERE topic = 'big' AND identifier = 'b7'",
+		`INSERT INTO task (sequence, topic, identifier, state, completed)
+		 SELECT nextval('task_sequence'), 'big', 'f' || g, 3, now() FROM generate_series(1, 500) g`,
+		`INSERT INTO task (sequence, topic, identifier, not_before)
+		 SELECT nextval('task_sequence'), 'big', 'd' || g, now() + interval '1 day' FROM generate_series(1, 30) g`)
+	const counts = `active || ' ' || ready || ' ' || delayed || ' ' || expired || ' ' || failed || ' ' || suspended ||
+		' ' || (oldest_ready_age_ms / 60000)`
+	stats := func() []string {
+		t.Helper()
+		return append(textRows(t, pool, `SELECT topic || ' ' || `+counts+` FROM task_topic_stats('{}') ORDER BY topic`),
+			textRows(t, pool, `SELECT 'counts ' || `+counts+` FROM task_topic_counts('big')`)...)
+	}
+	before := stats()
+	if want := []string{"big 0 11030 30 0 500 0 120", "emails 2 16 1 0 3 0 60", "counts 0 11030 30 0 500 0 120"}; !slices.Equal(before, want) {
+		t.Fatalf("stats at schema 39: %v, want %v", before, want)
+	}
+	rows := taskRows(t, pool)
+	steps(1)
+	sameRows(t, "tasks after 000040", taskRows(t, pool), rows)
+	sameRows(t, "stats after 000040", stats(), before)
+	steps(-1)
+	sameRows(t, "stats after reverting 000040", stats(), before)
+	if got := textRows(t, pool, `SELECT string_agg(proname, ' ' ORDER BY proname) FROM pg_proc
+		WHERE proname IN ('task_topic_open_pass', 'task_topic_capped_counts', 'task_topic_counts')`); !slices.Equal(got, []string{"task_topic_counts"}) {
+		t.Errorf("functions after reverting 000040: %v, want task_topic_counts only", got)
+	}
+}

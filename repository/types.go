@@ -565,11 +565,13 @@ type TopicStats struct {
 	// became pollable (its push, or its not-before time when later: a retry's, a
 	// snooze's, or the time a revive reset it or a junction released it, since schema
 	// 35); 0 when none waits. Since schema 39, when the topic has more than 10 000 open
-	// tasks, it is looked for among the first 100 pollable tasks of each priority and
-	// the 100 delayed tasks that fell due first, not in the whole queue: tasks are
+	// tasks, it is looked for among the heads of its priorities and the 100 delayed tasks
+	// that fell due first, not in the whole queue (since schema 40 a bounded read: the
+	// first 10 000 READY tasks in sequence order shared among at most 1 000 priorities,
+	// the 500 polled first and the 500 polled last, never fewer than 10 each): tasks are
 	// created in about the order of their sequences, so this misses the longest wait
-	// only behind more than 100 retried tasks at the head of a priority, or for a task a
-	// long transaction pushed behind younger ones.
+	// only for a task behind more than its priority's share of tasks not yet due
+	// (retries backing off), or one a long transaction pushed behind younger ones.
 	OldestReady time.Duration
 	// RowsEstimate estimates all the topic's tasks, finished ones included, from the
 	// planner's statistics of the table that holds them: as fresh as the table's last

@@ -363,6 +363,33 @@ BEGIN
 END
 $$;
 
+-- task_topic_open_pass (migration 000040), the first pass of task_topic_counts, in
+-- plpgsql: Citus does not inline the plain migration's SQL function, and runs no SQL
+-- function that reads a distributed table with a parameter.
+CREATE OR REPLACE FUNCTION task_topic_open_pass(p_topic text)
+RETURNS TABLE (active bigint, ready bigint, delayed bigint, expired bigint, failed bigint, suspended bigint,
+               oldest_ready_age_ms bigint, seen bigint)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY EXECUTE $q$
+    SELECT count(*) FILTER (WHERE t.state = 0), count(*) FILTER (WHERE t.state = 1),
+           count(*) FILTER (WHERE t.state = 1 AND t.not_before > now()),
+           count(*) FILTER (WHERE t.state = 2), count(*) FILTER (WHERE t.state = 3),
+           count(*) FILTER (WHERE t.state = 4),
+           COALESCE((EXTRACT(EPOCH FROM now() - min(GREATEST(t.created, t.not_before))
+                        FILTER (WHERE t.state = 1 AND (t.not_before IS NULL OR t.not_before <= now()))) * 1000)::bigint,
+                    0)::bigint,
+           count(*)
+    FROM (SELECT r.state, r.not_before, r.created FROM task r
+          WHERE hashtext(r.topic) = hashtext($1) AND r.topic = $1 AND r.state = 1
+          UNION ALL
+          SELECT o.state, o.not_before, o.created FROM task o
+          WHERE o.state = ANY ('{0,2,3,4}') AND hashtext(o.topic) = hashtext($1) AND o.topic = $1
+          LIMIT 10001) t
+    $q$ USING p_topic;
+END
+$$;
+
 -- task_citus_stats is TopicStats (sql/queries/topic.sql) on Citus: the counts of
 -- task_topic_counts (migration 000039) on the topic's node, and the rows estimate from
 -- the statistics of the shard holding the topic, the table of its tasks on this node.
