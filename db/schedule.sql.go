@@ -10,6 +10,18 @@ import (
 	"time"
 )
 
+const lockTimeout = `-- name: LockTimeout :one
+SELECT current_setting('lock_timeout')::text AS lock_timeout
+`
+
+// The lock_timeout in force, to put back after a wait bounded by SetLockTimeout.
+func (q *Queries) LockTimeout(ctx context.Context, db DBTX) (string, error) {
+	row := db.QueryRow(ctx, lockTimeout)
+	var lock_timeout string
+	err := row.Scan(&lock_timeout)
+	return lock_timeout, err
+}
+
 const scheduleAdvance = `-- name: ScheduleAdvance :execrows
 UPDATE task_schedule
 SET next_fire     = $1::timestamptz,
@@ -202,8 +214,8 @@ func (q *Queries) ScheduleDue(ctx context.Context, db DBTX, arg ScheduleDueParam
 	return i, err
 }
 
-const scheduleDueWait = `-- name: ScheduleDueWait :one
-SELECT s.name, s.topic, s.spec, s.time_zone, s.identifier, s.input, s.priority, s.insertion, s.catch_up, s.paused, s.next_fire, s.last_fire, s.last_fired_at, s.last_sequence, s.fires, s.created, s.updated, COALESCE($1::timestamptz, now())::timestamptz AS now
+const scheduleDueNext = `-- name: ScheduleDueNext :one
+SELECT s.name
 FROM task_schedule s
 WHERE NOT s.paused
   AND (s.next_fire IS NULL OR s.next_fire <= COALESCE($1::timestamptz, now()))
@@ -211,48 +223,22 @@ WHERE NOT s.paused
   AND s.topic <> ALL ($3::text[])
 ORDER BY s.next_fire NULLS FIRST
 LIMIT 1
-FOR UPDATE OF s
 `
 
-type ScheduleDueWaitParams struct {
+type ScheduleDueNextParams struct {
 	Now        *time.Time
 	Skip       []string
 	SkipTopics []string
 }
 
-type ScheduleDueWaitRow struct {
-	TaskSchedule TaskSchedule
-	Now          time.Time
-}
-
-// ScheduleDue that waits for a schedule another firer holds. Once that firer commits,
-// the row is read again: no longer due (it fired), it is passed over for the next; still
-// due (that firer rolled back, or died), it is returned, so a fire time is never lost to
-// a firer that failed while the others skipped it.
-func (q *Queries) ScheduleDueWait(ctx context.Context, db DBTX, arg ScheduleDueWaitParams) (ScheduleDueWaitRow, error) {
-	row := db.QueryRow(ctx, scheduleDueWait, arg.Now, arg.Skip, arg.SkipTopics)
-	var i ScheduleDueWaitRow
-	err := row.Scan(
-		&i.TaskSchedule.Name,
-		&i.TaskSchedule.Topic,
-		&i.TaskSchedule.Spec,
-		&i.TaskSchedule.TimeZone,
-		&i.TaskSchedule.Identifier,
-		&i.TaskSchedule.Input,
-		&i.TaskSchedule.Priority,
-		&i.TaskSchedule.Insertion,
-		&i.TaskSchedule.CatchUp,
-		&i.TaskSchedule.Paused,
-		&i.TaskSchedule.NextFire,
-		&i.TaskSchedule.LastFire,
-		&i.TaskSchedule.LastFiredAt,
-		&i.TaskSchedule.LastSequence,
-		&i.TaskSchedule.Fires,
-		&i.TaskSchedule.Created,
-		&i.TaskSchedule.Updated,
-		&i.Now,
-	)
-	return i, err
+// The name of the running schedule ScheduleDue would return, locked or not, read without
+// a lock: the one a firer then waits for (ScheduleLockDue), those another firer held in
+// its first pass being the only ones left.
+func (q *Queries) ScheduleDueNext(ctx context.Context, db DBTX, arg ScheduleDueNextParams) (string, error) {
+	row := db.QueryRow(ctx, scheduleDueNext, arg.Now, arg.Skip, arg.SkipTopics)
+	var name string
+	err := row.Scan(&name)
+	return name, err
 }
 
 const scheduleGet = `-- name: ScheduleGet :one
@@ -355,6 +341,56 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX) ([]TaskSchedule, er
 		return nil, err
 	}
 	return items, nil
+}
+
+const scheduleLockDue = `-- name: ScheduleLockDue :one
+SELECT s.name, s.topic, s.spec, s.time_zone, s.identifier, s.input, s.priority, s.insertion, s.catch_up, s.paused, s.next_fire, s.last_fire, s.last_fired_at, s.last_sequence, s.fires, s.created, s.updated, COALESCE($1::timestamptz, now())::timestamptz AS now
+FROM task_schedule s
+WHERE s.name = $2
+  AND NOT s.paused
+  AND (s.next_fire IS NULL OR s.next_fire <= COALESCE($1::timestamptz, now()))
+FOR UPDATE OF s
+`
+
+type ScheduleLockDueParams struct {
+	Now  *time.Time
+	Name string
+}
+
+type ScheduleLockDueRow struct {
+	TaskSchedule TaskSchedule
+	Now          time.Time
+}
+
+// One schedule by name, locked for this transaction, waiting for another holder (up to
+// the transaction's lock_timeout). Once that holder commits the row is read again: no
+// longer due (it fired, or was paused), no row; still due (the holder rolled back, or
+// died), it is returned, so a fire time is never lost to a firer that failed while the
+// others skipped it.
+func (q *Queries) ScheduleLockDue(ctx context.Context, db DBTX, arg ScheduleLockDueParams) (ScheduleLockDueRow, error) {
+	row := db.QueryRow(ctx, scheduleLockDue, arg.Now, arg.Name)
+	var i ScheduleLockDueRow
+	err := row.Scan(
+		&i.TaskSchedule.Name,
+		&i.TaskSchedule.Topic,
+		&i.TaskSchedule.Spec,
+		&i.TaskSchedule.TimeZone,
+		&i.TaskSchedule.Identifier,
+		&i.TaskSchedule.Input,
+		&i.TaskSchedule.Priority,
+		&i.TaskSchedule.Insertion,
+		&i.TaskSchedule.CatchUp,
+		&i.TaskSchedule.Paused,
+		&i.TaskSchedule.NextFire,
+		&i.TaskSchedule.LastFire,
+		&i.TaskSchedule.LastFiredAt,
+		&i.TaskSchedule.LastSequence,
+		&i.TaskSchedule.Fires,
+		&i.TaskSchedule.Created,
+		&i.TaskSchedule.Updated,
+		&i.Now,
+	)
+	return i, err
 }
 
 const schedulePage = `-- name: SchedulePage :many
@@ -484,4 +520,14 @@ func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdat
 		&i.Updated,
 	)
 	return i, err
+}
+
+const setLockTimeout = `-- name: SetLockTimeout :exec
+SELECT set_config('lock_timeout', $1::text, true)
+`
+
+// Sets lock_timeout for the rest of the transaction.
+func (q *Queries) SetLockTimeout(ctx context.Context, db DBTX, lockTimeout string) error {
+	_, err := db.Exec(ctx, setLockTimeout, lockTimeout)
+	return err
 }

@@ -123,11 +123,12 @@ func (s *scheduler) fire(ctx context.Context) {
 	switch {
 	case ctx.Err() != nil:
 	case errors.Is(err, repository.ErrScheduleWait):
-		// The round waited its whole timeout for a schedule another session holds (a
-		// transaction left open on task_schedule, say): that session's problem, not the
-		// database's. The next round tries again. (A fire's own failure, even after the
+		// A schedule another session holds (a transaction left open on task_schedule,
+		// say) past the repository's short wait, or the round's timeout run out while
+		// waiting: that session's problem, not the database's. The round fired the
+		// others; the next one tries again. (A fire's own failure, even after the
 		// timeout, is reported as what it is.)
-		s.warn(fmt.Sprintf("schedules not fired: waited %v for a schedule another session holds", s.timeout), err)
+		s.warn("schedules not fired: held by another session", err)
 		s.outcome(ctx, nil)
 	case refused(err):
 		// A schedule the repository refused to fire (its topic's queue is full, a spec

@@ -345,8 +345,8 @@ func TestScheduleHeldBySession(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.start(p)
-	f.eventually("the warning of a round that waited", func() bool {
-		return len(logs.Lines("schedules not fired: waited")) > 0
+	f.eventually("the warning of a round that found it held", func() bool {
+		return len(logs.Lines("schedules not fired: held by another session")) > 0
 	})
 	if err := p.Health(); err != nil {
 		t.Errorf("health while a session holds a schedule: %v", err)

@@ -52,11 +52,11 @@ var (
 	ErrUnknownSchedule = errors.New("unknown schedule")
 	// ErrScheduleExists means a schedule of that name exists already.
 	ErrScheduleExists = errors.New("schedule exists")
-	// ErrScheduleWait means FireSchedules ran out of time finding or waiting for the
-	// due schedules (one another session holds, say), not in a fire: the schedules left
-	// are fired by the next call. Its context's deadline passed during that search or
-	// wait: not before the call (context.DeadlineExceeded alone), nor a cancellation
-	// (context.Canceled).
+	// ErrScheduleWait means FireSchedules left due schedules unfired for want of time,
+	// not for a fault of their fire: another session held one longer than the call waits
+	// for each (half a second), or its context's deadline passed while it searched or
+	// waited (not before the call: context.DeadlineExceeded alone; nor a cancellation:
+	// context.Canceled). The schedules left are fired by the next call.
 	ErrScheduleWait = errors.New("time ran out waiting for due schedules")
 )
 

@@ -829,7 +829,7 @@ func TestSchedulesDueReadOnlyTheDue(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"ScheduleAnyDue", "ScheduleDue", "ScheduleDueWait"} {
+	for _, want := range []string{"ScheduleAnyDue", "ScheduleDue", "ScheduleDueNext"} {
 		if !seen[want] {
 			t.Errorf("no plan of %s reported: the capture is broken (saw %v)", want, seen)
 		}

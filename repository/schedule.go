@@ -750,7 +750,9 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 // commit together, so each fire time is pushed exactly once however many processes call
 // FireSchedules at once, and a process that dies mid-way leaves nothing behind (the
 // next caller fires it). Schedules another caller holds are fired last, once that caller
-// is done with them: bound the wait with ctx. A schedule found late pushes its latest missed fire time, or up to CatchUp of
+// is done with them: the wait for each is bounded by half a second (a schedule still
+// held then is left for the next call, its name in an error wrapping ErrScheduleWait),
+// and all of them by ctx. A schedule found late pushes its latest missed fire time, or up to CatchUp of
 // them. Time is the injected clock (Config.Now) or the database's.
 //
 // ctx's deadline bounds the waits, not a fire begun: once a schedule is found and
@@ -802,15 +804,20 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 				name  string
 				topic string
 				found bool
+				held  string // the schedule another session held past scheduleLockWait
 			)
 			fctx, cancel := fireContext(ctx)
 			// Once the fire's statements have run, a cancellation no longer stops it:
 			// its COMMIT, interrupted, might still happen, unreported.
 			commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(fctx), fireTimeout)
 			err := inTxCommitting(fctx, commitCtx, h, func(tx pgx.Tx) error {
-				row, err := r.due(ctx, tx, skip, skipTopics, wait)
+				row, err := r.due(ctx, tx, skip, skipTopics, wait, &held)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
+				}
+				if errors.Is(err, errFiredElsewhere) {
+					name = held // waited for: its holder fired it
+					return err
 				}
 				if err != nil {
 					return mapError("find due schedules", err)
@@ -827,6 +834,14 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 			if errors.Is(err, errFiredElsewhere) {
 				skip = append(skip, name)
 				continue // another caller fired it: nothing to report
+			}
+			if held != "" && SQLState(err) == sqlstateLockNotAvailable {
+				// held by another session (a transaction left open on it, or a firer
+				// whose push waits): left due for the next call, the rest go on
+				errs = append(errs, fmt.Errorf("%w: schedule %q is held by another session for more than %v; left for the next call",
+					ErrScheduleWait, held, scheduleLockWait))
+				skip = append(skip, held)
+				continue
 			}
 			if err != nil {
 				if !found {
@@ -890,21 +905,55 @@ func cancelled(ctx context.Context, err error) error {
 }
 
 // due locks the oldest due schedule not in skip: skipping those others hold, or
-// waiting for them.
+// waiting for them. A wait is for the oldest due schedule left (all others were fired
+// or skipped by the first pass), bounded by scheduleLockWait: past it the statement
+// fails with lock_timeout's SQLSTATE and *held names the schedule, which the caller
+// leaves for its next call. (Unbounded, a schedule an application's transaction held
+// made every round wait out its deadline, and schedules due every second lost fire
+// times meanwhile.)
 //
-// It and ScheduleAnyDue are planned at each call (customPlans): a due schedule is one
-// whose next fire time is NULL or past, which a custom plan reads as two ranges of
+// Its statements are planned at each call (customPlans): a due schedule is one whose
+// next fire time is NULL or past, which a custom plan reads as two ranges of
 // task_schedule_due (a BitmapOr), but the generic plan a cached statement gets after
 // five calls read every running schedule in next-fire order, filtering out those not
 // due: the whole table at every round of every processor when none is (6 ms and 163
 // buffers at 10 000 schedules; TestSchedulesDueReadOnlyTheDue).
-func (r *Repository) due(ctx context.Context, tx pgx.Tx, skip, skipTopics []string, wait bool) (db.ScheduleDueRow, error) {
+func (r *Repository) due(ctx context.Context, tx pgx.Tx, skip, skipTopics []string, wait bool, held *string) (db.ScheduleDueRow, error) {
 	if !wait {
 		return r.q.ScheduleDue(ctx, customPlans{tx}, db.ScheduleDueParams{Now: r.clock(), Skip: skip, SkipTopics: skipTopics})
 	}
-	row, err := r.q.ScheduleDueWait(ctx, customPlans{tx}, db.ScheduleDueWaitParams{Now: r.clock(), Skip: skip, SkipTopics: skipTopics})
-	return db.ScheduleDueRow(row), err
+	name, err := r.q.ScheduleDueNext(ctx, customPlans{tx}, db.ScheduleDueNextParams{Now: r.clock(), Skip: skip, SkipTopics: skipTopics})
+	if err != nil {
+		return db.ScheduleDueRow{}, err
+	}
+	previous, err := r.q.LockTimeout(ctx, tx)
+	if err != nil {
+		return db.ScheduleDueRow{}, err
+	}
+	if err := r.q.SetLockTimeout(ctx, tx, fmt.Sprintf("%dms", scheduleLockWait.Milliseconds())); err != nil {
+		return db.ScheduleDueRow{}, err
+	}
+	*held = name
+	row, err := r.q.ScheduleLockDue(ctx, tx, db.ScheduleLockDueParams{Now: r.clock(), Name: name})
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			// fired (or paused) by its holder meanwhile: passed over
+			return db.ScheduleDueRow{}, errFiredElsewhere
+		}
+		return db.ScheduleDueRow{}, err
+	}
+	*held = ""
+	// the fire's own statements wait as long as the session lets them
+	if err := r.q.SetLockTimeout(ctx, tx, previous); err != nil {
+		return db.ScheduleDueRow{}, err
+	}
+	return db.ScheduleDueRow(row), nil
 }
+
+// scheduleLockWait bounds FireSchedules' wait for a due schedule another session holds:
+// long enough for another firer's fire to commit, short enough that a transaction left
+// open on a schedule costs each round no more.
+const scheduleLockWait = 500 * time.Millisecond
 
 // fire pushes the due fire times of one locked schedule and advances its next fire
 // time, in tx; nil when there was nothing to push (a first fire time computed).

@@ -313,6 +313,45 @@ func TestScheduleFire(t *testing.T) {
 			}
 		}
 	})
+	// A schedule an application's transaction holds (a pause or an update left open)
+	// costs a call a short wait, not its whole deadline: the call fires the others,
+	// names the held one (ErrScheduleWait) and returns; once released, it fires.
+	t.Run("AScheduleHeldByAnotherSessionIsLeftForTheNextCall", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("held", appendEach("@every 1s"))
+		s.create("free", appendEach("@every 1s"))
+		holder, err := s.pool.Begin(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = holder.Rollback(context.WithoutCancel(s.ctx)) }()
+		if _, err := holder.Exec(s.ctx, "SELECT 1 FROM task_schedule WHERE name = 'held' FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			s.clock.advance(time.Second)
+			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+			fires, err := s.sched.FireSchedules(ctx, s.pool)
+			waitedOut := ctx.Err() != nil
+			cancel()
+			if waitedOut {
+				t.Fatalf("FireSchedules waited out its deadline for the held schedule: %d fires, %v", len(fires), err)
+			}
+			if len(fires) != 1 || fires[0].Schedule != "free" {
+				t.Errorf("fires %+v, want free's", fires)
+			}
+			if !errors.Is(err, repository.ErrScheduleWait) || !strings.Contains(err.Error(), `schedule "held" is held by another session`) {
+				t.Errorf("err = %v, want ErrScheduleWait naming held", err)
+			}
+		}
+		if err := holder.Rollback(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+		fires, err := s.sched.FireSchedules(s.ctx, s.pool)
+		if err != nil || len(fires) != 1 || fires[0].Schedule != "held" {
+			t.Errorf("after the holder rolled back: fires %+v, %v; want held's", fires, err)
+		}
+	})
 	// The same wait cancelled (a shutdown) is a cancellation, not time run out: a caller
 	// tells it by context.Canceled, and the processor does not log it as another
 	// session's doing.

@@ -81,19 +81,30 @@ ORDER BY s.next_fire NULLS FIRST
 LIMIT 1
 FOR UPDATE OF s SKIP LOCKED;
 
--- name: ScheduleDueWait :one
--- ScheduleDue that waits for a schedule another firer holds. Once that firer commits,
--- the row is read again: no longer due (it fired), it is passed over for the next; still
--- due (that firer rolled back, or died), it is returned, so a fire time is never lost to
--- a firer that failed while the others skipped it.
-SELECT sqlc.embed(s), COALESCE(sqlc.narg('now')::timestamptz, now())::timestamptz AS now
+-- name: ScheduleDueNext :one
+-- The name of the running schedule ScheduleDue would return, locked or not, read without
+-- a lock: the one a firer then waits for (ScheduleLockDue), those another firer held in
+-- its first pass being the only ones left.
+SELECT s.name
 FROM task_schedule s
 WHERE NOT s.paused
   AND (s.next_fire IS NULL OR s.next_fire <= COALESCE(sqlc.narg('now')::timestamptz, now()))
   AND s.name <> ALL (sqlc.arg(skip)::text[])
   AND s.topic <> ALL (sqlc.arg(skip_topics)::text[])
 ORDER BY s.next_fire NULLS FIRST
-LIMIT 1
+LIMIT 1;
+
+-- name: ScheduleLockDue :one
+-- One schedule by name, locked for this transaction, waiting for another holder (up to
+-- the transaction's lock_timeout). Once that holder commits the row is read again: no
+-- longer due (it fired, or was paused), no row; still due (the holder rolled back, or
+-- died), it is returned, so a fire time is never lost to a firer that failed while the
+-- others skipped it.
+SELECT sqlc.embed(s), COALESCE(sqlc.narg('now')::timestamptz, now())::timestamptz AS now
+FROM task_schedule s
+WHERE s.name = sqlc.arg(name)
+  AND NOT s.paused
+  AND (s.next_fire IS NULL OR s.next_fire <= COALESCE(sqlc.narg('now')::timestamptz, now()))
 FOR UPDATE OF s;
 
 -- name: ScheduleAdvance :execrows
@@ -109,3 +120,11 @@ SET next_fire     = sqlc.arg(next_fire)::timestamptz,
     fires         = fires + sqlc.arg(fired)::bigint
 WHERE name = sqlc.arg(name)
   AND next_fire IS NOT DISTINCT FROM sqlc.narg('expected')::timestamptz;
+
+-- name: LockTimeout :one
+-- The lock_timeout in force, to put back after a wait bounded by SetLockTimeout.
+SELECT current_setting('lock_timeout')::text AS lock_timeout;
+
+-- name: SetLockTimeout :exec
+-- Sets lock_timeout for the rest of the transaction.
+SELECT set_config('lock_timeout', sqlc.arg(lock_timeout)::text, true);
