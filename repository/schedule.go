@@ -7,6 +7,7 @@ import (
 	"math"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -342,8 +343,11 @@ const asciiSpace = " \t\n\v\f\r"
 // (numbers or names), then an optional step.
 var cronPart = regexp.MustCompile(`^(?:[*?]|[0-9a-z]+(?:-[0-9a-z]+)?)(?:/[0-9]+)?$`)
 
-// cronKinds names a spec's fields, seconds first.
-var cronKinds = [...]string{"second", "minute", "hour", "day of month", "month", "day of week"}
+// cronKinds names a spec's fields, seconds first; cronBounds are their values' ranges.
+var (
+	cronKinds  = [...]string{"second", "minute", "hour", "day of month", "month", "day of week"}
+	cronBounds = [...][2]int{{0, 59}, {0, 59}, {0, 23}, {1, 31}, {1, 12}, {0, 6}}
+)
 
 // checkCronFields refuses a part of a field that the library would read without a
 // word though it is not a value, a range or a step: "*-5" (the library reads *), "+5"
@@ -362,8 +366,17 @@ func checkCronFields(spec, trimmed string) error {
 			}
 			// a step of ten digits or more, which the library takes (to step past the
 			// field's end), as task_schedule_spec_problem refuses it
-			if _, step, ok := strings.Cut(part, "/"); ok && len(strings.TrimLeft(step, "0")) > 9 {
+			values, step, ok := strings.Cut(part, "/")
+			if ok && len(strings.TrimLeft(step, "0")) > 9 {
 				return invalid("spec %q: %s step %s is not a positive number", spec, cronKinds[first+i], step)
+			}
+			// a value out of its field's range, named as task_schedule_spec_problem
+			// names it (the library's "above maximum (6)" left Sunday as 7 a riddle)
+			for _, v := range strings.Split(values, "-") {
+				n, err := strconv.Atoi(v)
+				if bounds := cronBounds[first+i]; err == nil && (n < bounds[0] || n > bounds[1]) {
+					return invalid("spec %q: %s %s is out of range %d-%d", spec, cronKinds[first+i], v, bounds[0], bounds[1])
+				}
 			}
 		}
 	}

@@ -1242,6 +1242,31 @@ func TestScheduleSQL(t *testing.T) {
 		}
 	})
 
+	// A value out of its field's range is named alike by Go and SQL: Go gave the cron
+	// library's "above maximum (6)" for a Sunday written 7.
+	t.Run("OutOfRangeNamedAlike", func(t *testing.T) {
+		s := setupSchedules(t)
+		for spec, want := range map[string]string{
+			"0 0 * * 7": "day of week 7 is out of range 0-6", "0 0 * * 1-7": "day of week 7 is out of range 0-6",
+			"61 * * * *": "minute 61 is out of range 0-59", "0 24 * * *": "hour 24 is out of range 0-23",
+			"0 0 0 * *": "day of month 0 is out of range 1-31", "0 0 32 * *": "day of month 32 is out of range 1-31",
+			"0 0 * 13 *": "month 13 is out of range 1-12", "60 0 0 * * *": "second 60 is out of range 0-59",
+			"0 0 * 0/2 *": "month 0 is out of range 1-12",
+		} {
+			var problem *string
+			if err := s.pool.QueryRow(s.ctx, "SELECT task_schedule_spec_problem($1)", spec).Scan(&problem); err != nil {
+				t.Fatal(err)
+			}
+			goErr := repository.ValidateScheduleSpec(spec, "UTC")
+			if problem == nil || !strings.HasSuffix(*problem, ": "+want) {
+				t.Errorf("spec %q: SQL says %v, want %q", spec, deref(problem), want)
+			}
+			if goErr == nil || !strings.HasSuffix(goErr.Error(), ": "+want) {
+				t.Errorf("spec %q: Go says %v, want %q", spec, goErr, want)
+			}
+		}
+	})
+
 	// A time zone Go loads but the database does not list (the leap-second zones,
 	// right/…) was taken from Go and REST and refused by task_schedule; one both list
 	// from the host's files that processors do not read alike (localtime, the host's own
