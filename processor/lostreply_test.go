@@ -731,12 +731,18 @@ func TestLostPollReplyAtShutdown(t *testing.T) {
 	proxy.Delay(500 * time.Millisecond)
 	cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement("TaskPoll"), Times: 1})
 	f.pushN(1)
-	time.Sleep(200 * time.Millisecond) // the poll the push's notification woke is in the proxy
+	// Stop once the poll the push's notification woke is in the proxy (its reply
+	// claimed by the cut, the request itself still held by the delay).
+	for deadline := time.Now().Add(20 * time.Second); cut.Lost() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the push's notification woke no poll within 20 s")
+		}
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if cut.Lost() != 1 {
-		t.Fatalf("lost %d poll replies, want the one (the test's timing did not hold)", cut.Lost())
+		t.Fatalf("lost %d poll replies, want the one", cut.Lost())
 	}
 	task, err := f.repo.Get(f.ctx, f.pool, f.topic, 1)
 	if err != nil {
