@@ -36,4 +36,13 @@
 // The depths and pgtask_queue_delayed are repository.Stats' counts, which stop at
 // repository.StatsCap (100 000) so that a scrape's reads stay bounded: a gauge at that
 // value means that many tasks or more.
+//
+// # Cost
+//
+// The queue collector reads every topic in two statements (repository.StatsAll, then
+// repository.LimitUsageAll for the limited ones), whatever their number; 10 000 topics
+// are read in under a second. Each topic has nine series of the queue (five depths,
+// delayed, oldest, rows estimate, active), a limited one up to six more, and each topic a
+// manager polled about ten more from the managers: with thousands of topics, give
+// NewQueueCollector the topics worth watching, or drop series at the scrape.
 package metrics

@@ -3,14 +3,17 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -655,6 +658,80 @@ pgtask_topic_limit{limit="rate_burst",topic="api"} 5
 			t.Errorf("lint: %v %v", problems, err)
 		}
 	})
+}
+
+// statementCounter counts the statements a pool sends.
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func TestQueueCollectorLimitsOfManyTopics(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t, schema.Hash(), repository.Migrate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &statementCounter{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	f := &fixture{t: t, ctx: ctx, pool: pool}
+	if f.repo, err = repository.New(repository.Config{Owner: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewQueueCollector(pool, f.repo, 0))
+	scrape := func() int64 {
+		t.Helper()
+		before := counter.n.Load()
+		if _, err := reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+		return counter.n.Load() - before
+	}
+	// Each topic its own use: topic i has i+1 keys waiting and, with a per-key limit of
+	// 1, one key at it after one poll.
+	limited := func(from, to int) {
+		for i := from; i < to; i++ {
+			name := fmt.Sprintf("t%02d", i)
+			f.topic(name, repository.TopicSettings{Concurrency: int32(10 + i), KeyConcurrency: 1})
+			var creations []repository.Creation
+			for k := 0; k <= i; k++ {
+				creations = append(creations, repository.Creation{Identifier: fmt.Sprint(k), ConcurrencyKey: fmt.Sprintf("k%d", k)})
+			}
+			f.push(name, creations...)
+			if leased, err := f.repo.Poll(ctx, pool, name, repository.FIFO, repository.None, 1); err != nil || len(leased) != 1 {
+				t.Fatalf("poll %s: %v %v", name, leased, err)
+			}
+		}
+	}
+	limited(0, 2)
+	few := scrape()
+	limited(2, 30)
+	if many := scrape(); many != few {
+		t.Errorf("a scrape of 30 limited topics sent %d statements, of 2 %d: want as many", many, few)
+	}
+	for i := range 30 {
+		name := fmt.Sprintf("t%02d", i)
+		if v := gauge(t, reg, "pgtask_topic_keys_waiting", map[string]string{"topic": name}); v != float64(i) {
+			t.Errorf("%s: keys waiting %v, want %d", name, v, i)
+		}
+		if v := gauge(t, reg, "pgtask_topic_keys_at_limit", map[string]string{"topic": name}); v != 1 {
+			t.Errorf("%s: keys at limit %v, want 1", name, v)
+		}
+		if v := gauge(t, reg, "pgtask_topic_limit", map[string]string{"topic": name, "limit": "concurrency"}); v != float64(10+i) {
+			t.Errorf("%s: concurrency %v, want %d", name, v, 10+i)
+		}
+	}
 }
 
 func TestOnFire(t *testing.T) {

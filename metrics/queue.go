@@ -70,7 +70,7 @@ type queueCollector struct {
 // statement over the small indexes of unfinished tasks, so it stays cheap at millions of
 // rows and thousands of topics), whether each topic runs, the limits of a limited topic
 // with their use (repository.LimitUsage: keys at their limit, keys waiting, rate tokens
-// left; one more statement per limited topic), and the number of live owners
+// left; one more statement for all the limited topics), and the number of live owners
 // (repository.LiveOwners with processor.ExpiryTimeoutDefault). Given topics, it reports
 // only those (a processor reports its own); otherwise every registered topic. A
 // successful read is served for ttl, so frequent scrapes cost one read per ttl; ttl 0
@@ -123,13 +123,8 @@ func scrapeError(err error) error {
 	return err
 }
 
-// limits reports a limited topic's limits and their use (one statement: its ACTIVE
-// tasks and one index entry per key waiting).
-func (c *queueCollector) limits(ctx context.Context, t repository.Topic, gauge func(*prometheus.Desc, float64, ...string)) error {
-	u, err := c.repo.LimitUsage(ctx, c.pool, t.Name)
-	if err != nil {
-		return fmt.Errorf("queue collector: %w", err)
-	}
+// limits reports a limited topic's limits and their use u.
+func limits(t repository.Topic, u repository.LimitUsage, gauge func(*prometheus.Desc, float64, ...string)) {
 	if t.Concurrency > 0 {
 		gauge(limitDesc, float64(t.Concurrency), t.Name, "concurrency")
 	}
@@ -145,7 +140,6 @@ func (c *queueCollector) limits(ctx context.Context, t repository.Topic, gauge f
 		gauge(limitDesc, float64(t.RateBurst), t.Name, "rate_burst")
 		gauge(tokensDesc, u.Tokens, t.Name)
 	}
-	return nil
 }
 
 // collect reads the topics, their stats and the live owners.
@@ -168,6 +162,16 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	if c.afterStats != nil {
 		c.afterStats()
 	}
+	var limited []string
+	for _, t := range topics {
+		if t.Limited() {
+			limited = append(limited, t.Name)
+		}
+	}
+	usage, err := c.repo.LimitUsageAll(ctx, c.pool, limited...)
+	if err != nil {
+		return nil, fmt.Errorf("queue collector: %w", err)
+	}
 	var out []prometheus.Metric
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		out = append(out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...))
@@ -189,11 +193,9 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 			active = 1
 		}
 		gauge(activeDesc, active, t.Name)
-		if t.Limited() {
-			// a topic destroyed since StatsAll read it has no limits left to show
-			if err := c.limits(ctx, t.Topic, gauge); err != nil && !errors.Is(err, repository.ErrUnknownTopic) {
-				return nil, err
-			}
+		// a topic destroyed since StatsAll read it has no limits left to show
+		if u, ok := usage[t.Name]; ok && t.Limited() {
+			limits(t.Topic, u, gauge)
 		}
 	}
 	owners, err := c.repo.LiveOwners(ctx, c.pool, processor.ExpiryTimeoutDefault)

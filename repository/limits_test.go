@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -282,6 +283,43 @@ func TestLimits(t *testing.T) {
 		}
 		if _, err := f.repo.LimitUsage(f.ctx, f.pool, "nope"); !errors.Is(err, repository.ErrUnknownTopic) {
 			t.Errorf("usage of an unknown topic: %v, want ErrUnknownTopic", err)
+		}
+	})
+
+	t.Run("UsageOfManyTopicsInOneCall", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 10, KeyConcurrency: 1})
+		f.pushKeyed("a", 3)
+		f.pushKeyed("b", 1)
+		f.pollKeys(10)
+		other := f.topic + "-other"
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, other); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.repo.Push(f.ctx, f.pool, other, repository.Append, repository.Creation{Identifier: "x", ConcurrencyKey: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		usage, err := f.repo.LimitUsageAll(f.ctx, f.pool, other, "nope", f.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]repository.LimitUsage{
+			f.topic: {Active: 2, KeysAtLimit: 2, KeysWaiting: 1},
+			other:   {KeysWaiting: 1},
+		}
+		if !reflect.DeepEqual(usage, want) {
+			t.Errorf("usage = %+v, want %+v (the unknown topic left out)", usage, want)
+		}
+		for topic, u := range usage {
+			if one, err := f.repo.LimitUsage(f.ctx, f.pool, topic); err != nil || one != u {
+				t.Errorf("LimitUsage(%q) = %+v, %v; want %+v as LimitUsageAll", topic, one, err, u)
+			}
+		}
+		if _, err := f.repo.LimitUsageAll(f.ctx, f.pool, f.topic, ""); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("usage with an empty topic name: %v, want ErrInvalid", err)
+		}
+		if usage, err := f.repo.LimitUsageAll(f.ctx, f.pool); err != nil || len(usage) != 0 {
+			t.Errorf("usage of no topics = %v, %v; want none", usage, err)
 		}
 	})
 

@@ -788,20 +788,8 @@ func (r *Repository) PurgeRetention(ctx context.Context, h Handle, size int) (in
 	// of them its estimated cost is above jit_above_cost, so that each pass (every minute
 	// in every processor) would compile it again, three times as long as it runs.
 	var n int64
-	err := inTx(ctx, h, func(tx pgx.Tx) error {
-		var jit string
-		if err := tx.QueryRow(ctx, "SELECT current_setting('jit')").Scan(&jit); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
-			return err
-		}
-		var err error
-		if n, err = r.q.TaskPurgeRetention(ctx, tx, int32(min(size, 1<<31-1))); err != nil {
-			return err
-		}
-		// as it was for the rest of a caller's transaction
-		_, err = tx.Exec(ctx, "SELECT set_config('jit', $1, true)", jit)
+	err := withoutJIT(ctx, h, func(tx pgx.Tx) (err error) {
+		n, err = r.q.TaskPurgeRetention(ctx, tx, int32(min(size, 1<<31-1)))
 		return err
 	})
 	if err != nil {

