@@ -90,6 +90,24 @@ func (q *Queries) OwnerClaim(ctx context.Context, db DBTX, arg OwnerClaimParams)
 	return result.RowsAffected(), nil
 }
 
+const ownerCountLive = `-- name: OwnerCountLive :one
+SELECT count(*) FROM task_owner
+WHERE heartbeat > COALESCE($1::timestamptz, now()) - GREATEST($2::bigint, expiry_ms) * interval '1 millisecond'
+`
+
+type OwnerCountLiveParams struct {
+	Now       *time.Time
+	TimeoutMs int64
+}
+
+// How many owners, the caller's own included, heart-beat within OwnerLive's terms.
+func (q *Queries) OwnerCountLive(ctx context.Context, db DBTX, arg OwnerCountLiveParams) (int64, error) {
+	row := db.QueryRow(ctx, ownerCountLive, arg.Now, arg.TimeoutMs)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const ownerDeregister = `-- name: OwnerDeregister :execrows
 DELETE FROM task_owner o
 WHERE o.owner = $1

@@ -394,7 +394,7 @@ func TestQueueCollector(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(metrics.NewQueueCollector(f.pool, collectorRepo, time.Minute))
 		want := `
-# HELP pgtask_owners_live Owners (processes) that heart-beat within the default expiry timeout, other than the collector's own repository owner.
+# HELP pgtask_owners_live Owners (processes) that heart-beat within the default expiry timeout, the collector's own process included.
 # TYPE pgtask_owners_live gauge
 pgtask_owners_live 1
 # HELP pgtask_queue_delayed READY tasks of a topic whose not-before time has not come yet, counted up to 100 000.
@@ -612,6 +612,10 @@ pgtask_queue_depth{state="SUSPENDED",topic="mail"} 0
 		if n, err := testutil.GatherAndCount(reg, "pgtask_poll_duration_seconds", "pgtask_handler_duration_seconds",
 			"pgtask_complete_duration_seconds", "pgtask_batch_size"); err != nil || n != 4 {
 			t.Errorf("latency and batch series = %d, %v; want one each for topic mail", n, err)
+		}
+		// the processor is a live owner like every other (it used to leave itself out)
+		if v := gauge(t, reg, "pgtask_owners_live", nil); v != 1 {
+			t.Errorf("pgtask_owners_live = %v, want 1: the processor itself", v)
 		}
 		if _, err := metrics.Instrument(prometheus.NewRegistry(), p); err == nil {
 			t.Error("Instrument of a running processor was accepted")

@@ -43,7 +43,7 @@ var (
 	tokensDesc = prometheus.NewDesc("pgtask_topic_rate_tokens",
 		"How many task starts a topic's rate limit allows now (whole or not), up to its burst.", []string{"topic"}, nil)
 	ownersDesc = prometheus.NewDesc("pgtask_owners_live",
-		"Owners (processes) that heart-beat within the default expiry timeout, other than the collector's own repository owner.", nil, nil)
+		"Owners (processes) that heart-beat within the default expiry timeout, the collector's own process included.", nil, nil)
 )
 
 // queueCollector reads the queue's state from the database at scrape time.
@@ -71,7 +71,8 @@ type queueCollector struct {
 // rows and thousands of topics), whether each topic runs, the limits of a limited topic
 // with their use (repository.LimitUsage: keys at their limit, keys waiting, rate tokens
 // left; one more statement for all the limited topics), and the number of live owners
-// (repository.LiveOwners with processor.ExpiryTimeoutDefault). Given topics, it reports
+// (repository.CountLiveOwners with processor.ExpiryTimeoutDefault: a processor's own
+// owner included, so that every process of a fleet reports the same number). Given topics, it reports
 // only those (a processor reports its own); otherwise every registered topic. A
 // successful read is served for ttl, so frequent scrapes cost one read per ttl; ttl 0
 // reads on every scrape. A failed read is reported to the scrape as an invalid metric
@@ -198,10 +199,10 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 			limits(t.Topic, u, gauge)
 		}
 	}
-	owners, err := c.repo.LiveOwners(ctx, c.pool, processor.ExpiryTimeoutDefault)
+	owners, err := c.repo.CountLiveOwners(ctx, c.pool, processor.ExpiryTimeoutDefault)
 	if err != nil {
 		return nil, fmt.Errorf("queue collector: %w", err)
 	}
-	gauge(ownersDesc, float64(len(owners)))
+	gauge(ownersDesc, float64(owners))
 	return out, nil
 }

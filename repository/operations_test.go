@@ -2501,6 +2501,10 @@ func TestDeclaredExpiryTimeout(t *testing.T) {
 	if got := live(at5); !slices.Equal(got, []string{"idle", "slow"}) {
 		t.Errorf("5 s on, live owners %v, want idle and slow (plain's 1 s is over)", got)
 	}
+	// counted on the same terms, the caller's own owner included
+	if n, err := at5.CountLiveOwners(f.ctx, f.pool, time.Second); err != nil || n != 3 {
+		t.Errorf("5 s on, live owners counted = %d, %v; want 3: idle, slow and the caller", n, err)
+	}
 	if got, err := at5.ExpireStale(f.ctx, f.pool, time.Second); err != nil || len(got) != 1 || got[0].Expired != 1 {
 		t.Fatalf("5 s on, expire stale = %+v, %v; want plain's task alone", got, err)
 	}

@@ -185,6 +185,19 @@ func (r *Repository) LiveOwners(ctx context.Context, h Handle, timeout time.Dura
 	return owners, nil
 }
 
+// CountLiveOwners returns how many owners, this repository's own included, heart-beat
+// within timeout (as LiveOwners decides): the live processes, for a gauge.
+func (r *Repository) CountLiveOwners(ctx context.Context, h Handle, timeout time.Duration) (int64, error) {
+	if err := validTimeout("timeout", timeout); err != nil {
+		return 0, err
+	}
+	n, err := r.q.OwnerCountLive(ctx, h, db.OwnerCountLiveParams{Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	if err != nil {
+		return 0, mapError("count live owners", err)
+	}
+	return n, nil
+}
+
 // PurgeOwners deletes the OTHER owners whose heartbeat is older than now − timeout, and
 // than twice the expiry timeout an owner declares (SetExpiryTimeout), and that lease no
 // ACTIVE task; it returns how many. It never deletes this repository's own

@@ -25,6 +25,11 @@ WHERE owner <> sqlc.arg(owner)
   AND heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, expiry_ms) * interval '1 millisecond'
 ORDER BY owner;
 
+-- name: OwnerCountLive :one
+-- How many owners, the caller's own included, heart-beat within OwnerLive's terms.
+SELECT count(*) FROM task_owner
+WHERE heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, expiry_ms) * interval '1 millisecond';
+
 -- name: OwnerPurge :execrows
 -- Deletes the OTHER owners that are dead and lease no task (silent for timeout, and for
 -- twice the expiry timeout an owner declares, as a processor purges at twice its own):
