@@ -2,6 +2,7 @@ package pgtasktest
 
 import (
 	"context"
+	"os"
 	"sync/atomic"
 	"testing"
 
@@ -15,12 +16,25 @@ import (
 var mainCalled atomic.Bool
 
 // Main runs the tests of a package that uses pgtasktest's databases, then stops the
-// throwaway PostgreSQL cluster it may have started, and exits. Call it from TestMain:
+// throwaway PostgreSQL cluster it may have started, and exits the process (os.Exit) with
+// the tests' code: nothing after it in TestMain runs. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtasktest.Main(m) }
-func Main(m *testing.M) {
+//
+// A TestMain with work of its own after the tests (a teardown, a report) calls RunTests.
+func Main(m *testing.M) { os.Exit(RunTests(m)) }
+
+// RunTests is Main without the exit: it runs the tests, stops the throwaway cluster,
+// and returns the code to exit with:
+//
+//	func TestMain(m *testing.M) {
+//		code := pgtasktest.RunTests(m)
+//		teardown()
+//		os.Exit(code)
+//	}
+func RunTests(m *testing.M) int {
 	mainCalled.Store(true)
-	pgtest.Main(m)
+	return pgtest.RunTests(m)
 }
 
 // Template describes the template a test database is cloned from: pgtask's schema,

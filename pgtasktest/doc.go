@@ -10,6 +10,8 @@
 //
 //	func TestMain(m *testing.M) { pgtasktest.Main(m) }
 //
+// (Main exits the process; a TestMain with a teardown of its own calls RunTests.)
+//
 //	func TestSignUp(t *testing.T) {
 //		pool := pgtasktest.NewPool(t) // pgtask's schema, migrated; dropped when t ends
 //		...

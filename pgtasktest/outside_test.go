@@ -56,6 +56,9 @@ func TestAProgramOutsideTheModule(t *testing.T) {
 		}
 	}
 	out := run("test", "-count=1", "-v", "./...")
+	if !strings.Contains(out, "app: TestMain's teardown ran after the tests") {
+		t.Errorf("testdata/app's TestMain did not go on after pgtasktest.RunTests:\n%s", out)
+	}
 	for _, test := range []string{"TestSignUpPushesAWelcome", "TestSendDecides", "TestWorkerSendsAndCounts"} {
 		if !strings.Contains(out, "--- PASS: "+test) {
 			t.Errorf("testdata/app's %s did not pass:\n%s", test, out)

@@ -3,6 +3,7 @@ package pgtasktest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -48,10 +49,11 @@ func JSON(tb testing.TB, v any) string {
 // failed the batch with, the follow-ups it declared. Nothing touches a database, so
 // handlers that only compute can be tested alone; a handler that reports from other
 // goroutines (Buffer, or one of your own) is waited for. A panic in h fails its batch, as
-// in a processor. Run fails the test when the tasks are not one batch (two of one
-// sequence, or of different topics) or when h has not decided every task (or not
-// returned, ignoring its context) by the end of ctx, or RunTimeout when ctx has no
-// deadline.
+// in a processor; a handler that calls t.FailNow or t.Fatal (which end the handler's
+// goroutine, not the test's) fails the test at once. Run fails the test when the tasks
+// are not one batch (two of one sequence, or of different topics) or when h has not
+// decided every task (or not returned, ignoring its context) by the end of ctx, or
+// RunTimeout when ctx has no deadline.
 func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repository.Task) processor.Outcome {
 	tb.Helper()
 	topic := ""
@@ -90,24 +92,47 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 	// On a goroutine of its own, so that a handler that ignores its context (blocked on
 	// a channel, say) fails the test at the end of ctx rather than hanging it until go
 	// test's -timeout; such a handler's goroutine is left behind.
+	// A handler that calls t.FailNow, t.Fatal or t.SkipNow ends its own goroutine
+	// (runtime.Goexit) with tasks undecided: said at once, not at the end of ctx.
 	returned := make(chan struct{})
+	var exited []int64 // the tasks undecided when the handler's goroutine exited
 	go func() {
 		defer close(returned)
+		normal := false
 		defer func() {
 			if r := recover(); r != nil {
 				_ = b.Fail(fmt.Errorf("handler panicked: %v", r))
+			} else if !normal {
+				exited = append([]int64{}, b.Outcome().Undecided...)
+				_ = b.Fail(errors.New("the handler's goroutine exited (runtime.Goexit)"))
 			}
 		}()
 		h.Handle(ctx, b)
+		normal = true
 	}()
+	goexited := func() { // once returned is closed
+		if exited == nil {
+			return
+		}
+		if tb.Skipped() {
+			tb.SkipNow()
+		}
+		undecided := fmt.Sprintf("with tasks undecided %v", exited)
+		if len(exited) == 0 {
+			undecided = "after deciding every task"
+		}
+		tb.Fatalf("pgtasktest.%s: the handler ended its goroutine (t.FailNow, t.Fatal, runtime.Goexit: they end the goroutine that calls them, here the handler's) %s", fn, undecided)
+	}
 	select {
 	case <-returned:
+		goexited()
 	case <-ctx.Done():
 		// a handler that waits on its context returns at once: a moment for it
 		grace := time.NewTimer(time.Second)
 		defer grace.Stop()
 		select {
 		case <-returned:
+			goexited()
 		case <-grace.C:
 			tb.Fatalf("pgtasktest.%s: the handler did not return by the end of its context (%v), tasks undecided %v", fn, ctx.Err(), b.Outcome().Undecided)
 		}

@@ -99,3 +99,43 @@ func TestRunEndsAHandlerIgnoringItsContext(t *testing.T) {
 		t.Errorf("Run's failure: %q, want it to say the handler did not return, naming task 1", tb.message)
 	}
 }
+
+// TestRunSaysAHandlerEndedItsGoroutine: a handler that calls t.FailNow or t.Fatal (or
+// runtime.Goexit) ends its goroutine with its task undecided; Run says so at once. It
+// waited for the end of the handler's context (RunTimeout: a minute), then said the
+// handler had not decided its task.
+func TestRunSaysAHandlerEndedItsGoroutine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		decide  bool
+		message string
+	}{
+		{"Undecided", false, "with tasks undecided [1]"},
+		{"AfterDeciding", true, "after deciding every task"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := processor.HandlerFunc(func(_ context.Context, b *processor.Batch) {
+				if tc.decide {
+					_ = b.Decide(1, repository.Succeed(""))
+				}
+				runtime.Goexit() // what t.FailNow does on the goroutine that calls it
+			})
+			tb := &fatalTB{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				run(context.Background(), tb, h, time.Minute, "t", NewTasks("t", repository.Creation{Identifier: "a"}))
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return 30 s after the handler ended its goroutine (its timeout is a minute)")
+			}
+			if !strings.Contains(tb.message, "the handler ended its goroutine") || !strings.Contains(tb.message, tc.message) {
+				t.Errorf("Run's failure: %q, want it to say the handler ended its goroutine %s", tb.message, tc.message)
+			}
+		})
+	}
+}

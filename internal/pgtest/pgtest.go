@@ -51,11 +51,15 @@ var (
 )
 
 // Main wraps testing.M: it runs the tests, then stops a throwaway cluster this
-// process started (if any) and exits. Every test package using pgtest calls it
-// from TestMain:
+// process started (if any) and exits (os.Exit) with the tests' code. Every test
+// package using pgtest calls it, or RunTests, from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(RunTests(m)) }
+
+// RunTests is Main without the exit: it returns the code to exit with, for a TestMain
+// that has more to do after the tests.
+func RunTests(m *testing.M) int {
 	mainCalled.Store(true)
 	code := m.Run()
 	if err := errors.Join(stopCluster(), stopCitus()); err != nil {
@@ -64,7 +68,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // stopCluster stops the cluster this process started, if any.

@@ -2,7 +2,9 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -15,7 +17,11 @@ import (
 	"github.com/pgtask/pgtask/repository"
 )
 
-func TestMain(m *testing.M) { pgtasktest.Main(m) }
+func TestMain(m *testing.M) {
+	code := pgtasktest.RunTests(m)
+	fmt.Println("app: TestMain's teardown ran after the tests") // pgtasktest's outside_test looks for it
+	os.Exit(code)
+}
 
 var template = pgtasktest.Template{Key: "example.com/app v1", Migrate: app.Schema}
 
