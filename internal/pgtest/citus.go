@@ -82,7 +82,7 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 	if err := buildOnce(ctx, tpl, func(ctx context.Context) error { return citusTemplate(ctx, c, tpl, migrate) }); err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
-	name := testDBPrefix + randomHex(8)
+	name := newTestDBName(time.Now())
 	tb.Cleanup(func() {
 		// A DROP DATABASE waits for a checkpoint of its node, which many tests' copies
 		// and drops at once, on a loaded machine, have held past a minute (a CI run).

@@ -52,9 +52,16 @@
 // database named pgtask_tplbuild_<hash> that is renamed to its final name
 // only once migration succeeded, so a half-built template is never used.
 // Templates do not allow connections and are left on the server for later
-// runs; drop them with DROP DATABASE after ALTER DATABASE ... IS_TEMPLATE
-// false if they pile up.
+// runs. Each process that clones one writes the time in the template's
+// comment ("pgtest: last used at <unix seconds>").
 //
-// Test databases are named pgtask_test_<random hex> and dropped (WITH
-// (FORCE)) when the test that created them ends.
+// Test databases are named pgtask_test_<unix seconds>_<random hex> and
+// dropped (WITH (FORCE)) when the test that created them ends.
+//
+// At the end of its tests, [Main] (or [RunTests]) sweeps the server: it drops
+// the test databases older than six hours that nobody is connected to (left
+// by a test process killed before its cleanup) and the templates not used for
+// a week (their migrations changed), never by force, one process at a time.
+// A template without a recorded use is given the sweep's time, and a test
+// database whose name carries no time (named by an earlier version) is left.
 package pgtest

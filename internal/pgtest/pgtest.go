@@ -58,10 +58,13 @@ var (
 func Main(m *testing.M) { os.Exit(RunTests(m)) }
 
 // RunTests is Main without the exit: it returns the code to exit with, for a TestMain
-// that has more to do after the tests.
+// that has more to do after the tests. Before stopping the cluster it sweeps the server
+// of test databases that killed processes left and of templates unused for a week
+// (sweep).
 func RunTests(m *testing.M) int {
 	mainCalled.Store(true)
 	code := m.Run()
+	sweepServer()
 	if err := errors.Join(stopCluster(), stopCitus()); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		if code == 0 {
@@ -327,7 +330,13 @@ var (
 func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (string, error) {
 	tpl := templateName(key)
 
-	if err := buildOnce(ctx, tpl, func(ctx context.Context) error { return ensureTemplate(ctx, admin, key, migrate) }); err != nil {
+	if err := buildOnce(ctx, tpl, func(ctx context.Context) error {
+		if err := ensureTemplate(ctx, admin, key, migrate); err != nil {
+			return err
+		}
+		markTemplateUsed(ctx, admin, tpl) // kept from the sweep of unused templates
+		return nil
+	}); err != nil {
 		return "", err
 	}
 
@@ -337,7 +346,7 @@ func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (s
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	name := testDBPrefix + randomHex(8)
+	name := newTestDBName(time.Now())
 	stmt := "CREATE DATABASE " + ident(name) + " TEMPLATE " + ident(tpl)
 	for attempt := 0; ; attempt++ {
 		_, err = conn.Exec(ctx, stmt)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -323,4 +324,113 @@ type failures struct {
 
 func (f *failures) Errorf(format string, args ...any) {
 	f.got = append(f.got, fmt.Sprintf(format, args...))
+}
+
+// TestSweep: the sweep drops the test databases a killed process left (old enough,
+// nobody connected) and the templates unused for a week, and leaves the rest: a recent
+// test database, an old one in use, a template used lately, a template with no record
+// of its use (which it stamps).
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	admin := AdminURL(t)
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	now := time.Now()
+	create := func(name, comment string, template bool) string {
+		t.Helper()
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE template0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = dropDatabase(context.Background(), admin, name) })
+		if comment != "" {
+			if _, err := conn.Exec(ctx, "COMMENT ON DATABASE "+ident(name)+" IS '"+comment+"'"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if template {
+			if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return name
+	}
+	used := func(ago time.Duration) string { return fmt.Sprintf("%s%d", usedComment, now.Add(-ago).Unix()) }
+	abandoned := create(newTestDBName(now.Add(-testDBAbandoned-time.Hour)), "", false)
+	inUse := create(newTestDBName(now.Add(-testDBAbandoned-time.Hour)), "", false)
+	recent := create(newTestDBName(now.Add(-time.Hour)), "", false)
+	unnamed := create(testDBPrefix+randomHex(8), "", false) // an earlier checkout's name
+	stale := create(templatePrefix+"sweep"+randomHex(4), used(templateUnused+time.Hour), true)
+	lately := create(templatePrefix+"sweep"+randomHex(4), used(24*time.Hour), true)
+	unstamped := create(templatePrefix+"sweep"+randomHex(4), "", true)
+	user, err := pgx.Connect(ctx, withDatabase(admin, inUse))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer user.Close(context.Background())
+
+	var dropped []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if dropped, err = sweep(ctx, admin, now); !errors.Is(err, errSweeping) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func(name string) bool {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	for _, name := range []string{abandoned, stale} {
+		if exists(name) || !slices.Contains(dropped, name) {
+			t.Errorf("%s is still there (dropped %v)", name, dropped)
+		}
+	}
+	for _, name := range []string{inUse, recent, unnamed, lately, unstamped} {
+		if !exists(name) {
+			t.Errorf("%s was dropped", name)
+		}
+	}
+	var comment string
+	if err := conn.QueryRow(ctx, "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1", unstamped).Scan(&comment); err != nil {
+		t.Fatal(err)
+	}
+	if comment != used(0) {
+		t.Errorf("the unstamped template's comment: %q, want %q", comment, used(0))
+	}
+	var template bool
+	if err := conn.QueryRow(ctx, "SELECT datistemplate FROM pg_database WHERE datname = $1", lately).Scan(&template); err != nil || !template {
+		t.Errorf("the template used lately is a template: %v, %v", template, err)
+	}
+}
+
+// TestTemplateMarkedUsed: a process that clones a template stamps its use, so that the
+// sweep of other processes keeps it.
+func TestTemplateMarkedUsed(t *testing.T) {
+	t.Parallel()
+	key := "pgtest mark " + randomHex(4)
+	before := time.Now().Add(-time.Second)
+	NewDatabase(t, key, nil)
+	admin := AdminURL(t)
+	t.Cleanup(func() { _ = dropDatabase(context.Background(), admin, templateName(key)) })
+	conn, err := pgx.Connect(t.Context(), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var comment string
+	if err := conn.QueryRow(t.Context(), "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1", templateName(key)).Scan(&comment); err != nil {
+		t.Fatal(err)
+	}
+	secs, err := strconv.ParseInt(strings.TrimPrefix(comment, usedComment), 10, 64)
+	if err != nil || !strings.HasPrefix(comment, usedComment) || time.Unix(secs, 0).Before(before.Truncate(time.Second)) {
+		t.Errorf("the template's comment: %q, want %s<now>", comment, usedComment)
+	}
 }
