@@ -25,9 +25,15 @@ const (
 )
 
 // maxTrackedSnoozes bounds the snoozes remembered between a handler's report and the
-// commit. Entries only linger when a completion is never committed; past the bound new
-// snoozes are counted as RETRIED rather than growing memory.
+// commit. Entries only linger when a completion is never committed (its lease lost);
+// when the bound is reached, those older than snoozeForgotten are forgotten, and if
+// that frees nothing new snoozes are counted as RETRIED rather than growing memory.
 const maxTrackedSnoozes = 10000
+
+// snoozeForgotten is how long a snooze is remembered uncommitted before it may be
+// forgotten: a completion commits within moments, or within its retries while the
+// database is unreachable, well within it.
+const snoozeForgotten = 15 * time.Minute
 
 // Metrics holds the collectors fed by task managers and by expiry. Create it with New;
 // it is safe for concurrent use.
@@ -46,7 +52,9 @@ type Metrics struct {
 	lateness  *prometheus.HistogramVec
 
 	mu      sync.Mutex
-	snoozed map[lease]struct{} // snooze decisions reported but not yet committed
+	snoozed map[lease]time.Time // snooze decisions reported but not yet committed, and when
+	swept   time.Time           // the last time snoozed was full and its old entries dropped
+	now     func() time.Time    // time.Now; injectable for tests
 }
 
 // lease names one attempt of a task.
@@ -167,7 +175,8 @@ func newMetrics() *Metrics {
 			Help:    "How long after its latest fire time a schedule's fire was pushed, by schedule.",
 			Buckets: latencyBuckets,
 		}, []string{"schedule"}),
-		snoozed: make(map[lease]struct{}),
+		snoozed: make(map[lease]time.Time),
+		now:     time.Now,
 	}
 }
 
@@ -211,9 +220,26 @@ func (m *Metrics) Listener() processor.Listener {
 func (m *Metrics) rememberSnoozes(topic string, tasks []repository.Task, decisions map[int64]repository.Decision) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var now time.Time
 	for _, t := range tasks {
-		if d, ok := decisions[t.Sequence]; ok && d.Snooze && len(m.snoozed) < maxTrackedSnoozes {
-			m.snoozed[lease{topic, t.Sequence, t.Attempt}] = struct{}{}
+		if d, ok := decisions[t.Sequence]; !ok || !d.Snooze {
+			continue
+		}
+		if now.IsZero() {
+			now = m.now()
+		}
+		if len(m.snoozed) >= maxTrackedSnoozes && now.Sub(m.swept) >= time.Second {
+			// full: forget the snoozes whose completion was never committed (at most a
+			// sweep a second, when the entries are all recent)
+			m.swept = now
+			for l, at := range m.snoozed {
+				if now.Sub(at) >= snoozeForgotten {
+					delete(m.snoozed, l)
+				}
+			}
+		}
+		if len(m.snoozed) < maxTrackedSnoozes {
+			m.snoozed[lease{topic, t.Sequence, t.Attempt}] = now
 		}
 	}
 }

@@ -1,0 +1,49 @@
+package metrics
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// TestSnoozesNeverCommittedAreForgotten: snoozes whose completion never commits (the
+// lease lost) are forgotten once old, when the memory of snoozes is full, so that
+// later snoozes are still told from retries. They used to stay for the life of the
+// process: past 10 000 of them, every snooze was counted as RETRIED.
+func TestSnoozesNeverCommittedAreForgotten(t *testing.T) {
+	t.Parallel()
+	m := newMetrics()
+	clock := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	m.now = func() time.Time { return clock }
+	snooze := func(seq int64) repository.Task {
+		t := repository.Task{Topic: "t", Sequence: seq, Attempt: 1}
+		m.rememberSnoozes("t", []repository.Task{t}, map[int64]repository.Decision{seq: repository.SnoozeFor(0)})
+		return t
+	}
+	// lost leases: never committed
+	for i := range maxTrackedSnoozes {
+		snooze(int64(i + 1))
+	}
+	committed := func(task repository.Task) string {
+		task.State = repository.Ready
+		return m.result("t", task)
+	}
+	if got := committed(snooze(maxTrackedSnoozes + 1)); got != ResultRetried {
+		t.Errorf("a snooze while the memory is full of recent snoozes: %s, want %s (bounded memory)", got, ResultRetried)
+	}
+	clock = clock.Add(snoozeForgotten)
+	task := snooze(maxTrackedSnoozes + 2)
+	if got := committed(task); got != ResultSnoozed {
+		t.Errorf("a snooze once the uncommitted ones are old: %s, want %s", got, ResultSnoozed)
+	}
+	if n := len(m.snoozed); n != 0 {
+		t.Errorf("%d snoozes remembered, want none: the old ones forgotten, the last one committed", n)
+	}
+	for i := range 10 {
+		task := snooze(int64(100000 + i))
+		if got := committed(task); got != ResultSnoozed {
+			t.Fatalf("snooze %d after the sweep: %s, want %s", i, got, ResultSnoozed)
+		}
+	}
+}
