@@ -581,12 +581,21 @@ func (b *Batch) isClosed() bool {
 	return b.closed || b.undecided == 0
 }
 
+// cancelTask cancels the context of the batch's task of sequence with ErrTaskCancelled;
+// false if the batch has no such task or its context has already ended (cancelled by
+// an earlier notice: each heartbeat lists the cancelled leases again, settled).
 func (b *Batch) cancelTask(sequence int64) bool {
 	i, ok := b.index[sequence]
-	if ok {
-		b.cancels[i](ErrTaskCancelled)
+	if !ok {
+		return false
 	}
-	return ok
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.taskCtx[i].Err() != nil {
+		return false
+	}
+	b.cancels[i](ErrTaskCancelled)
+	return true
 }
 
 // settle books completions' tasks as settled: their decisions are committed, or given up
