@@ -241,6 +241,31 @@ func (q *Queries) ScheduleDueNext(ctx context.Context, db DBTX, arg ScheduleDueN
 	return name, err
 }
 
+const scheduleExisting = `-- name: ScheduleExisting :many
+SELECT name FROM task_schedule WHERE name = ANY($1::text[]) ORDER BY name
+`
+
+// Which of the named schedules exist, by name.
+func (q *Queries) ScheduleExisting(ctx context.Context, db DBTX, names []string) ([]string, error) {
+	rows, err := db.Query(ctx, scheduleExisting, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const scheduleGet = `-- name: ScheduleGet :one
 SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated FROM task_schedule WHERE name = $1
 `

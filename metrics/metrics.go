@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,10 +53,11 @@ type Metrics struct {
 	missed    *prometheus.CounterVec
 	lateness  *prometheus.HistogramVec
 
-	mu      sync.Mutex
-	snoozed map[lease]time.Time // snooze decisions reported but not yet committed, and when
-	swept   time.Time           // the last time snoozed was full and its old entries dropped
-	now     func() time.Time    // time.Now; injectable for tests
+	mu        sync.Mutex
+	schedules map[string]struct{} // the schedules with series
+	snoozed   map[lease]time.Time // snooze decisions reported but not yet committed, and when
+	swept     time.Time           // the last time snoozed was full and its old entries dropped
+	now       func() time.Time    // time.Now; injectable for tests
 }
 
 // lease names one attempt of a task.
@@ -86,16 +89,27 @@ const QueueTTLDefault = 5 * time.Second
 // Instrument wires every series the pgtask binaries export into a Go program's
 // processor: it registers on reg the collectors of New, observes every manager and the
 // expiries of p with them (Processor.Observe), and registers a queue collector
-// (NewQueueCollector) of the topics p manages, read at most every QueueTTLDefault. Call
+// (NewQueueCollector) of the topics p manages, read at most every QueueTTLDefault, which
+// also drops the series of the schedules removed since they fired. Call
 // it before p.Run, and serve reg (promhttp, or Handler):
 //
 //	m, err := metrics.Instrument(prometheus.DefaultRegisterer, p)
 //
 // It fails, registering nothing, when the series are already registered on reg or p
-// is running.
+// is running. A program with more than one processor instruments each on reg wrapped
+// with a label of its own (every one of them: a series has the same labels
+// throughout a registry), so that their series stay apart:
+//
+//	metrics.Instrument(prometheus.WrapRegistererWith(prometheus.Labels{"processor": "mail"}, reg), mail)
+//	metrics.Instrument(prometheus.WrapRegistererWith(prometheus.Labels{"processor": "bulk"}, reg), bulk)
 func Instrument(reg prometheus.Registerer, p *processor.Processor) (*Metrics, error) {
 	m := newMetrics()
 	queue := &queueCollector{pool: p.Pool(), repo: p.Repository(), ttl: QueueTTLDefault, topicsOf: p.Topics, now: time.Now}
+	queue.afterRead = func(ctx context.Context) error {
+		return m.forgetRemovedSchedules(func(names []string) ([]string, error) {
+			return queue.repo.ExistingSchedules(ctx, queue.pool, names...)
+		})
+	}
 	var registered []prometheus.Collector
 	undo := func() {
 		for _, c := range registered {
@@ -175,8 +189,9 @@ func newMetrics() *Metrics {
 			Help:    "How long after its latest fire time a schedule's fire was pushed, by schedule.",
 			Buckets: latencyBuckets,
 		}, []string{"schedule"}),
-		snoozed: make(map[lease]time.Time),
-		now:     time.Now,
+		schedules: make(map[string]struct{}),
+		snoozed:   make(map[lease]time.Time),
+		now:       time.Now,
 	}
 }
 
@@ -198,6 +213,15 @@ func (m *Metrics) Listener() processor.Listener {
 		OnCallback: func(topic string, tasks []repository.Task, decisions map[int64]repository.Decision, handling time.Duration) {
 			m.handler.WithLabelValues(topic).Observe(handling.Seconds())
 			m.rememberSnoozes(topic, tasks, decisions)
+		},
+		// Tasks handed back unstarted are no handler's work: not timed, but counted as
+		// SNOOZED once committed (READY, no attempt used).
+		OnHandBack: func(topic string, tasks []repository.Task) {
+			back := make(map[int64]repository.Decision, len(tasks))
+			for _, t := range tasks {
+				back[t.Sequence] = repository.SnoozeFor(0)
+			}
+			m.rememberSnoozes(topic, tasks, back)
 		},
 		OnComplete: func(topic string, tasks []repository.Task, flush time.Duration) {
 			m.complete.WithLabelValues(topic).Observe(flush.Seconds())
@@ -271,11 +295,53 @@ func (m *Metrics) OnExpire(expired []repository.Expiry) {
 // OnFire records what a round of firing schedules pushed; it matches
 // processor.Config.OnFire.
 func (m *Metrics) OnFire(fires []repository.Fire) {
+	m.mu.Lock()
+	for _, f := range fires {
+		m.schedules[f.Schedule] = struct{}{}
+	}
+	m.mu.Unlock()
 	for _, f := range fires {
 		m.fires.WithLabelValues(f.Schedule).Add(float64(len(f.Times)))
 		m.missed.WithLabelValues(f.Schedule).Add(float64(f.Missed))
 		m.lateness.WithLabelValues(f.Schedule).Observe(f.Lateness().Seconds())
 	}
+}
+
+// ForgetSchedule removes the series of a schedule (pgtask_schedule_fires_total,
+// pgtask_schedule_missed_total, pgtask_schedule_lateness_seconds): call it when the
+// schedule is removed, or its series stay for the life of the process. Instrument's
+// queue collector does it for the schedules it finds removed.
+func (m *Metrics) ForgetSchedule(name string) {
+	m.mu.Lock()
+	delete(m.schedules, name)
+	m.mu.Unlock()
+	m.fires.DeleteLabelValues(name)
+	m.missed.DeleteLabelValues(name)
+	m.lateness.DeleteLabelValues(name)
+}
+
+// forgetRemovedSchedules forgets the series of the schedules with series that are not
+// among the existing ones that exist returns (one read of those names).
+func (m *Metrics) forgetRemovedSchedules(exist func(names []string) ([]string, error)) error {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.schedules))
+	for name := range m.schedules {
+		names = append(names, name)
+	}
+	m.mu.Unlock()
+	if len(names) == 0 {
+		return nil
+	}
+	existing, err := exist(names)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if !slices.Contains(existing, name) {
+			m.ForgetSchedule(name)
+		}
+	}
+	return nil
 }
 
 // Handler serves the metrics gathered by g in the Prometheus exposition format. When a

@@ -261,6 +261,59 @@ pgtask_tasks_completed_total{result="SUSPENDED",topic="work"} 1
 	})
 }
 
+// TestListenerHandBacks: the tasks a shutdown hands back unstarted are counted SNOOZED
+// once committed and are not timed as the handler's: the handler ran one task of three.
+// They were timed (from the dispatch to the shutdown) as one more handler duration.
+func TestListenerHandBacks(t *testing.T) {
+	f := setup(t)
+	f.topic("work", repository.TopicSettings{})
+	f.push("work", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"}, repository.Creation{Identifier: "c"})
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	handler := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+		once.Do(func() { close(started) })
+		<-release
+		return repository.Succeed("")
+	})
+	var completed atomic.Int64
+	p, err := processor.New(processor.Config{Pool: f.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Manage(processor.ManagerConfig{Topic: "work", Handler: handler, BatchSize: 3,
+		Listener: processor.Listeners(m.Listener(), processor.Listener{OnComplete: func(_ string, tasks []repository.Task, _ time.Duration) {
+			completed.Add(int64(len(tasks)))
+		}})}); err != nil {
+		t.Fatal(err)
+	}
+	stop := f.run(p)
+	wait(t, started, "the first task to start")
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	// the shutdown hands the two unstarted tasks back, then the first one finishes
+	for deadline := time.Now().Add(30 * time.Second); completed.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tasks handed back, want 2", completed.Load())
+		}
+	}
+	close(release)
+	wait(t, stopped, "the processor to stop")
+	want := `
+# HELP pgtask_tasks_completed_total Tasks whose decision was committed, by topic and result (the stored state; RETRIED: a failure going back to READY for another attempt; SNOOZED: back to READY without using an attempt).
+# TYPE pgtask_tasks_completed_total counter
+pgtask_tasks_completed_total{result="SNOOZED",topic="work"} 2
+pgtask_tasks_completed_total{result="SUCCEEDED",topic="work"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgtask_tasks_completed_total"); err != nil {
+		t.Error(err)
+	}
+	if got := observations(t, reg, "pgtask_handler_duration_seconds", "work"); got != 1 {
+		t.Errorf("handler observations = %d, want 1: the task it ran", got)
+	}
+}
+
 func TestListenerErrors(t *testing.T) {
 	t.Parallel()
 	t.Run("CountsRecoverableAndFatalErrorsPerTopic", func(t *testing.T) {
@@ -582,6 +635,20 @@ func TestInstrument(t *testing.T) {
 		if _, err := metrics.Instrument(reg, p); err == nil {
 			t.Error("a second Instrument on the same registry was accepted")
 		}
+		// two processors of a program on one registry, each under a label of its own
+		shared := prometheus.NewRegistry()
+		for _, name := range []string{"mail", "other"} {
+			q, err := processor.New(processor.Config{Pool: f.pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := metrics.Instrument(prometheus.WrapRegistererWith(prometheus.Labels{"processor": name}, shared), q); err != nil {
+				t.Errorf("processor %s on a registry wrapped with its label: %v", name, err)
+			}
+		}
+		if _, err := shared.Gather(); err != nil {
+			t.Errorf("gather of two processors' series: %v", err)
+		}
 		f.push("mail", repository.Creation{Identifier: "good"}, repository.Creation{Identifier: "bad"})
 		stop := f.run(p)
 		wait(t, done, "the first task")
@@ -763,6 +830,54 @@ pgtask_schedule_missed_total{schedule="tick"} 0
 		}
 		if n := testutil.CollectAndCount(reg, "pgtask_schedule_lateness_seconds"); n != 2 {
 			t.Errorf("%d lateness series, want 2", n)
+		}
+		m.ForgetSchedule("tick")
+		for _, name := range []string{"pgtask_schedule_fires_total", "pgtask_schedule_missed_total", "pgtask_schedule_lateness_seconds"} {
+			if n := testutil.CollectAndCount(reg, name); n != 1 {
+				t.Errorf("%d series of %s once tick is forgotten, want nightly's", n, name)
+			}
+		}
+	})
+
+	// Instrument's queue collector drops the series of the schedules removed since they
+	// fired: they used to stay for the life of the process.
+	t.Run("InstrumentForgetsRemovedSchedules", func(t *testing.T) {
+		f := setup(t)
+		f.topic("reports", repository.TopicSettings{})
+		for _, name := range []string{"kept", "removed"} {
+			if _, err := f.repo.CreateSchedule(f.ctx, f.pool, name, repository.ScheduleSettings{Topic: "reports", Spec: "@hourly"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, err := processor.New(processor.Config{Pool: f.pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		m, err := metrics.Instrument(reg, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now()
+		m.OnFire([]repository.Fire{{Schedule: "kept", Times: []time.Time{at}, At: at}, {Schedule: "removed", Times: []time.Time{at}, At: at}})
+		if n := testutil.CollectAndCount(reg, "pgtask_schedule_fires_total"); n != 2 {
+			t.Fatalf("%d fires series, want 2", n)
+		}
+		if removed, err := f.repo.RemoveSchedule(f.ctx, f.pool, "removed"); err != nil || !removed {
+			t.Fatalf("remove: %v %v", removed, err)
+		}
+		for deadline := time.Now().Add(2 * metrics.QueueTTLDefault); ; time.Sleep(100 * time.Millisecond) {
+			// each gather past the queue's TTL reads the queue again, and prunes
+			if testutil.CollectAndCount(reg, "pgtask_schedule_fires_total") == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the removed schedule's series are still there after %v", 2*metrics.QueueTTLDefault)
+			}
+		}
+		fires := find(t, reg, "pgtask_schedule_fires_total", map[string]string{"schedule": "kept"})
+		if fires.GetCounter().GetValue() != 1 {
+			t.Errorf("kept's fires: %v, want 1", fires.GetCounter().GetValue())
 		}
 	})
 }

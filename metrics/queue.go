@@ -59,6 +59,9 @@ type queueCollector struct {
 	// afterStats, when set (tests), runs between the read of the topics' stats and
 	// that of their limits.
 	afterStats func()
+	// afterRead, when set (Instrument), runs at the end of each read of the database:
+	// the series of removed schedules are dropped.
+	afterRead func(ctx context.Context) error
 
 	mu      sync.Mutex // held during a read: concurrent scrapes share it
 	read    time.Time
@@ -204,5 +207,10 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 		return nil, fmt.Errorf("queue collector: %w", err)
 	}
 	gauge(ownersDesc, float64(owners))
+	if c.afterRead != nil {
+		if err := c.afterRead(ctx); err != nil {
+			return nil, fmt.Errorf("queue collector: %w", err)
+		}
+	}
 	return out, nil
 }

@@ -36,12 +36,8 @@ func TestSharedBuffer(t *testing.T) {
 		var handedBack atomic.Int64 // tasks of the other topic handed back while its processor runs
 		first, _ := f.processor("first", processor.Config{}, processor.ManagerConfig{Handler: h, BatchSize: 1})
 		second, _ := f.processor("second", processor.Config{}, processor.ManagerConfig{Topic: other, Handler: h, BatchSize: 1,
-			Listener: processor.Listener{OnCallback: func(_ string, _ []repository.Task, decisions map[int64]repository.Decision, _ time.Duration) {
-				for _, d := range decisions {
-					if d.Snooze && d.Delay == 0 {
-						handedBack.Add(1)
-					}
-				}
+			Listener: processor.Listener{OnHandBack: func(_ string, tasks []repository.Task) {
+				handedBack.Add(int64(len(tasks)))
 			}}})
 		stopFirst := f.start(first)
 		stopSecond := f.start(second)

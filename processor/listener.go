@@ -23,8 +23,15 @@ type Listener struct {
 	OnDispatch func(topic string, tasks []repository.Task, poll time.Duration)
 	// OnCallback: the handler reported decisions for these tasks of a batch, the given
 	// time after the batch was handed to it. A batch whose tasks are decided one at a
-	// time (Batch.Decide, TaskFunc) calls it for each report.
+	// time (Batch.Decide, TaskFunc) calls it for each report. The manager's own
+	// decisions (a handler relieved after HandlerTimeout or the shutdown deadline) come
+	// here too; unstarted tasks handed back come to OnHandBack instead.
 	OnCallback func(topic string, tasks []repository.Task, decisions map[int64]repository.Decision, handling time.Duration)
+	// OnHandBack: leased tasks the handler never started are handed back, READY again
+	// with no attempt used (at shutdown, a paused topic, a Buffer's full queue, a
+	// relieved handler's unstarted tasks). Their completion is committed like any
+	// other and comes to OnComplete, READY.
+	OnHandBack func(topic string, tasks []repository.Task)
 	// OnComplete: decisions were committed; tasks are the rows as stored.
 	OnComplete func(topic string, tasks []repository.Task, flush time.Duration)
 	// OnError: a recoverable error (database, handler misbehaviour); the manager goes on.
@@ -72,6 +79,13 @@ func Listeners(ls ...Listener) Listener {
 		out.OnCallback = func(topic string, tasks []repository.Task, d map[int64]repository.Decision, handling time.Duration) {
 			for _, l := range ls {
 				l.callback(topic, tasks, d, handling)
+			}
+		}
+	}
+	if has(func(l Listener) bool { return l.OnHandBack != nil }) {
+		out.OnHandBack = func(topic string, tasks []repository.Task) {
+			for _, l := range ls {
+				l.handBack(topic, tasks)
 			}
 		}
 	}
@@ -139,6 +153,12 @@ func (l Listener) dispatch(topic string, tasks []repository.Task, poll time.Dura
 func (l Listener) callback(topic string, tasks []repository.Task, d map[int64]repository.Decision, handling time.Duration) {
 	if l.OnCallback != nil {
 		l.OnCallback(topic, tasks, d, handling)
+	}
+}
+
+func (l Listener) handBack(topic string, tasks []repository.Task) {
+	if l.OnHandBack != nil {
+		l.OnHandBack(topic, tasks)
 	}
 }
 

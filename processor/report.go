@@ -41,14 +41,21 @@ func (m *TaskManager) relieve(b *Batch, err error) {
 // what a report itself says (the decisions are logged once committed: logCommitted).
 func (m *TaskManager) noteReport(b *Batch, completions []repository.Completion, kind reportKind, err error) {
 	topic := m.cfg.Topic
-	if m.cfg.Listener.OnCallback != nil {
+	switch l := m.cfg.Listener; {
+	case kind == reportHandedBack && l.OnHandBack != nil:
+		tasks := make([]repository.Task, len(completions))
+		for i, c := range completions {
+			tasks[i] = b.task(c)
+		}
+		l.handBack(topic, tasks)
+	case kind != reportHandedBack && l.OnCallback != nil:
 		tasks := make([]repository.Task, len(completions))
 		decisions := make(map[int64]repository.Decision, len(completions))
 		for i, c := range completions {
 			tasks[i] = b.task(c)
 			decisions[c.Sequence] = c.Decision
 		}
-		m.cfg.Listener.callback(topic, tasks, decisions, time.Since(b.started))
+		l.callback(topic, tasks, decisions, time.Since(b.started))
 	}
 	switch kind {
 	case reportForeign:

@@ -602,6 +602,20 @@ func (r *Repository) Schedules(ctx context.Context, h Handle) ([]Schedule, error
 	return out, nil
 }
 
+// ExistingSchedules returns which of names are schedules now, by name: for a process
+// that keeps something per schedule (metrics series) to drop what removed schedules
+// left. Unknown and invalid names are simply left out.
+func (r *Repository) ExistingSchedules(ctx context.Context, h Handle, names ...string) ([]string, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	existing, err := r.q.ScheduleExisting(ctx, h, names)
+	if err != nil {
+		return nil, mapError("read schedules", err)
+	}
+	return existing, nil
+}
+
 // SchedulePageMax is the most schedules SchedulePage returns at once.
 const SchedulePageMax = 1000
 

@@ -20,6 +20,10 @@ SELECT * FROM task_schedule WHERE name = sqlc.arg(name);
 -- and writes it back without losing a concurrent one (or a fire).
 SELECT * FROM task_schedule WHERE name = sqlc.arg(name) FOR UPDATE;
 
+-- name: ScheduleExisting :many
+-- Which of the named schedules exist, by name.
+SELECT name FROM task_schedule WHERE name = ANY(sqlc.arg(names)::text[]) ORDER BY name;
+
 -- name: ScheduleList :many
 SELECT * FROM task_schedule ORDER BY name;
 
