@@ -881,3 +881,42 @@ pgtask_schedule_missed_total{schedule="tick"} 0
 		}
 	})
 }
+
+// BenchmarkQueueCollector10000Topics: one read of the queue (a scrape past the cache) of
+// 10 000 topics, every one limited (2 000 by key, 2 000 fair, 2 000 by rate), 20 000
+// tasks over the first 100 with 7 keys: the stats, the limits' use and the owners.
+func BenchmarkQueueCollector10000Topics(b *testing.B) {
+	ctx := b.Context()
+	pool := pgtest.NewPool(b, schema.Hash(), repository.Migrate)
+	for _, stmt := range []string{
+		"SELECT count(task_topic_create('t' || g)) FROM generate_series(1, 10000) g",
+		`UPDATE task_topic SET concurrency = 5,
+		        key_concurrency = CASE WHEN topic LIKE '%1' OR topic LIKE '%6' THEN 2 END,
+		        fair = topic LIKE '%2' OR topic LIKE '%7',
+		        rate = CASE WHEN topic LIKE '%3' OR topic LIKE '%8' THEN 10 END,
+		        rate_period_ms = CASE WHEN topic LIKE '%3' OR topic LIKE '%8' THEN 1000 END,
+		        rate_burst = CASE WHEN topic LIKE '%3' OR topic LIKE '%8' THEN 10 END`,
+		"SELECT count(task_push('t' || (g % 100 + 1), 'id' || g, NULL, concurrency_key => 'k' || (g % 7))) FROM generate_series(1, 20000) g",
+		"ANALYZE",
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	repo, err := repository.New(repository.Config{Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewQueueCollector(pool, repo, 0))
+	b.ResetTimer()
+	for b.Loop() {
+		families, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(families) == 0 {
+			b.Fatal("no series")
+		}
+	}
+}
