@@ -330,13 +330,19 @@ var (
 func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (string, error) {
 	tpl := templateName(key)
 
-	if err := buildOnce(ctx, tpl, func(ctx context.Context) error {
-		if err := ensureTemplate(ctx, admin, key, migrate); err != nil {
-			return err
+	// Built if missing, then stamped as used (kept from the sweep of unused templates:
+	// a sweep that dropped it meanwhile makes it built again).
+	ready := func(ctx context.Context) error {
+		for {
+			if err := ensureTemplate(ctx, admin, key, migrate); err != nil {
+				return err
+			}
+			if kept, err := markTemplateUsed(ctx, admin, tpl); err != nil || kept {
+				return err
+			}
 		}
-		markTemplateUsed(ctx, admin, tpl) // kept from the sweep of unused templates
-		return nil
-	}); err != nil {
+	}
+	if err := buildOnce(ctx, tpl, ready); err != nil {
 		return "", err
 	}
 
@@ -346,15 +352,30 @@ func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (s
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	name := newTestDBName(time.Now())
+	// named after the server's clock, which the sweep reads too
+	var now time.Time
+	if err := conn.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return "", err
+	}
+	name := newTestDBName(now)
 	stmt := "CREATE DATABASE " + ident(name) + " TEMPLATE " + ident(tpl)
+	rebuilt := false
 	for attempt := 0; ; attempt++ {
 		_, err = conn.Exec(ctx, stmt)
 		if err == nil {
 			return name, nil
 		}
-		// 55006 object_in_use: someone is connected to the template.
 		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "3D000" && !rebuilt {
+			// the template was dropped (by hand, or by a sweep of a process with a
+			// clock far ahead): build it again, once
+			rebuilt = true
+			if err := ready(ctx); err != nil {
+				return "", err
+			}
+			continue
+		}
+		// 55006 object_in_use: someone is connected to the template.
 		if !errors.As(err, &pgErr) || pgErr.Code != "55006" || attempt >= 10 {
 			return "", fmt.Errorf("%s: %w", stmt, err)
 		}

@@ -372,15 +372,36 @@ func TestSweep(t *testing.T) {
 	}
 	defer user.Close(context.Background())
 
-	var dropped []string
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if dropped, err = sweep(ctx, admin, now); !errors.Is(err, errSweeping) || time.Now().After(deadline) {
-			break
+	sweepNow := func() []string {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			dropped, err := sweep(ctx, admin, now)
+			if errors.Is(err, errSweeping) && time.Now().Before(deadline) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return dropped
 		}
 	}
+	// a process stamping the stale template's use holds its lock shared: left
+	stamper, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer stamper.Close(context.Background())
+	if _, err := stamper.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", templateLock(stale)); err != nil {
+		t.Fatal(err)
+	}
+	dropped := sweepNow()
+	if slices.Contains(dropped, stale) {
+		t.Errorf("the stale template was dropped while a process stamped its use")
+	}
+	if _, err := stamper.Exec(ctx, "SELECT pg_advisory_unlock_shared($1)", templateLock(stale)); err != nil {
+		t.Fatal(err)
+	}
+	dropped = append(dropped, sweepNow()...)
 	exists := func(name string) bool {
 		var ok bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok); err != nil {
@@ -408,6 +429,37 @@ func TestSweep(t *testing.T) {
 	var template bool
 	if err := conn.QueryRow(ctx, "SELECT datistemplate FROM pg_database WHERE datname = $1", lately).Scan(&template); err != nil || !template {
 		t.Errorf("the template used lately is a template: %v, %v", template, err)
+	}
+}
+
+// TestTemplateDroppedIsBuiltAgain: a template dropped after this process built it (by
+// hand, or by a sweep) is built again at the next clone, rather than every later test
+// of the process failing on a template that does not exist.
+func TestTemplateDroppedIsBuiltAgain(t *testing.T) {
+	t.Parallel()
+	key := "pgtest rebuilt " + randomHex(4)
+	migrations := 0
+	migrate := func(ctx context.Context, pool *pgxpool.Pool) error {
+		migrations++
+		_, err := pool.Exec(ctx, "CREATE TABLE marker (id int)")
+		return err
+	}
+	NewDatabase(t, key, migrate)
+	admin := AdminURL(t)
+	t.Cleanup(func() { _ = dropDatabase(context.Background(), admin, templateName(key)) })
+	if err := dropDatabase(t.Context(), admin, templateName(key)); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(t.Context(), NewDatabase(t, key, migrate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(t.Context(), "SELECT * FROM marker"); err != nil {
+		t.Errorf("the database cloned from the template built again: %v", err)
+	}
+	if migrations != 2 {
+		t.Errorf("%d migrations, want 2: the template built again", migrations)
 	}
 }
 

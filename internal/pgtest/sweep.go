@@ -2,6 +2,8 @@ package pgtest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -51,10 +53,49 @@ func testDBCreated(name string) (time.Time, bool) {
 	return time.Unix(n, 0), true
 }
 
-// markUsed records in the template's comment that this process uses it now.
-func markUsed(ctx context.Context, conn *pgx.Conn, tpl string, now time.Time) error {
-	_, err := conn.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS '%s%d'", ident(tpl), usedComment, now.Unix()))
-	return err
+// templateLock is the advisory lock of template tpl's use: held shared while a process
+// stamps its use, exclusive while the sweep decides to drop it and drops it, so that a
+// sweep never drops a template whose use was stamped after the sweep read its comment.
+func templateLock(tpl string) int64 {
+	sum := sha256.Sum256([]byte("pgtest template use " + tpl))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// markUsed records in the template's comment that it was used at the time at, under
+// the template's shared lock; false if the template is gone.
+func markUsed(ctx context.Context, conn *pgx.Conn, tpl string, at time.Time) (bool, error) {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", templateLock(tpl)); err != nil {
+		return false, err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock_shared($1)", templateLock(tpl))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", tpl).Scan(&exists); err != nil || !exists {
+		return false, err
+	}
+	_, err := conn.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS '%s%d'", ident(tpl), usedComment, at.Unix()))
+	return true, err
+}
+
+// markTemplateUsed is markUsed on a connection of its own, for a process about to clone
+// tpl: false if the template is gone (swept meanwhile). A failure to comment is
+// ignored: a user that may not comment on the template only lets it be swept (and
+// built again when next needed) a week after its last recorded use.
+func markTemplateUsed(ctx context.Context, admin, tpl string) (bool, error) {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return false, fmt.Errorf("connect to %s: %w", redact(admin), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var now time.Time // the server's clock, which the sweep reads too
+	if err := conn.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return false, err
+	}
+	kept, err := markUsed(ctx, conn, tpl, now)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient privilege
+		return true, nil
+	}
+	return kept, err
 }
 
 // errSweeping is sweep's answer when another process sweeps the server.
@@ -72,18 +113,20 @@ func sweepServer() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := sweep(ctx, s.url, time.Now()); err != nil && !errors.Is(err, errSweeping) {
+	if _, err := sweep(ctx, s.url, time.Time{}); err != nil && !errors.Is(err, errSweeping) {
 		fmt.Fprintf(os.Stderr, "pgtest: sweeping abandoned test databases: %v\n", err)
 	}
 }
 
 // sweep drops, on the server of admin, the test databases created before now −
 // testDBAbandoned that nobody is connected to, and the templates last used before now
-// − templateUnused. A template without a comment (built before templates carried
+// − templateUnused (now zero: the server's clock, by which test databases are named
+// and uses stamped). A template without a comment (built before templates carried
 // one) is given now as its last use, so that a process of an earlier checkout that
-// still clones it is not robbed of it. One process sweeps at a time (an advisory
-// lock; the others skip with errSweeping), and nothing is dropped by force: a database in use stays.
-// It returns the names it dropped.
+// still clones it is not robbed of it. A template is dropped under its lock
+// (templateLock), its comment read again there. One process sweeps at a time (an
+// advisory lock; the others skip with errSweeping), and nothing is dropped by force:
+// a database in use stays. It returns the names it dropped.
 func sweep(ctx context.Context, admin string, now time.Time) ([]string, error) {
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
@@ -97,6 +140,11 @@ func sweep(ctx context.Context, admin string, now time.Time) ([]string, error) {
 	}
 	if !locked {
 		return nil, errSweeping
+	}
+	if now.IsZero() {
+		if err := conn.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := conn.Query(ctx, `
 		SELECT d.datname, COALESCE(shobj_description(d.oid, 'pg_database'), ''),
@@ -123,62 +171,90 @@ func sweep(ctx context.Context, admin string, now time.Time) ([]string, error) {
 		switch {
 		case d.connected:
 		case strings.HasPrefix(d.name, templatePrefix):
-			used, ok := strings.CutPrefix(d.comment, usedComment)
-			secs, perr := strconv.ParseInt(used, 10, 64)
-			if !ok || perr != nil {
-				errs = append(errs, markUsed(ctx, conn, d.name, now))
-				continue
-			}
-			if now.Sub(time.Unix(secs, 0)) < templateUnused {
-				continue
-			}
-			if err := dropUnused(ctx, conn, d.name, true); err != nil {
+			if _, ok := lastUsed(d.comment); !ok {
+				_, err := markUsed(ctx, conn, d.name, now)
 				errs = append(errs, err)
 				continue
 			}
-			dropped = append(dropped, d.name)
+			drop, err := dropStaleTemplate(ctx, conn, d.name, now)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if drop {
+				dropped = append(dropped, d.name)
+			}
 		default:
 			if created, ok := testDBCreated(d.name); !ok || now.Sub(created) < testDBAbandoned {
 				continue // a name without a time: perhaps an earlier checkout's test in progress
 			}
-			if err := dropUnused(ctx, conn, d.name, false); err != nil {
+			drop, err := dropUnused(ctx, conn, d.name, false)
+			if err != nil {
 				errs = append(errs, err)
-				continue
 			}
-			dropped = append(dropped, d.name)
+			if drop {
+				dropped = append(dropped, d.name)
+			}
 		}
 	}
 	return dropped, errors.Join(errs...)
 }
 
+// lastUsed returns the time of last use a template's comment records.
+func lastUsed(comment string) (time.Time, bool) {
+	used, ok := strings.CutPrefix(comment, usedComment)
+	if !ok {
+		return time.Time{}, false
+	}
+	secs, err := strconv.ParseInt(used, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(secs, 0), true
+}
+
+// dropStaleTemplate drops template tpl if, under its lock, its comment says it was last
+// used before now − templateUnused; it reports whether it dropped it. A process
+// stamping its use holds the lock shared: the template is then left for a later sweep.
+func dropStaleTemplate(ctx context.Context, conn *pgx.Conn, tpl string, now time.Time) (bool, error) {
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", templateLock(tpl)).Scan(&locked); err != nil || !locked {
+		return false, err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", templateLock(tpl))
+	var comment string
+	err := conn.QueryRow(ctx, "SELECT COALESCE(shobj_description(oid, 'pg_database'), '') FROM pg_database WHERE datname = $1", tpl).Scan(&comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if used, ok := lastUsed(comment); !ok || now.Sub(used) < templateUnused {
+		return false, nil
+	}
+	return dropUnused(ctx, conn, tpl, true)
+}
+
 // dropUnused drops the database name unless someone is connected to it (or clones it),
-// which leaves it as it was.
-func dropUnused(ctx context.Context, conn *pgx.Conn, name string, template bool) error {
+// which leaves it as it was; it reports whether it dropped it. A template that could
+// not be dropped, whatever the error, is a template again.
+func dropUnused(ctx context.Context, conn *pgx.Conn, name string, template bool) (bool, error) {
 	if template {
 		if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE false"); err != nil {
-			return err
+			return false, err
 		}
 	}
 	_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name))
+	if err == nil {
+		return true, nil
+	}
+	if template {
+		_, rerr := conn.Exec(context.WithoutCancel(ctx), "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE true")
+		err = errors.Join(err, rerr)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55006" { // in use
-		if template {
-			_, err := conn.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE true")
-			return err
-		}
-		return nil
+		return false, nil
 	}
-	return err
-}
-
-// markTemplateUsed is markUsed on a connection of its own, for a process about to clone
-// tpl. A failure is ignored: a user that may not comment on the template only lets it
-// be swept (and built again when next needed) a week after its last recorded use.
-func markTemplateUsed(ctx context.Context, admin, tpl string) {
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	_ = markUsed(ctx, conn, tpl, time.Now())
+	return false, err
 }
