@@ -216,7 +216,9 @@ func (q *Queries) TopicGetMany(ctx context.Context, db DBTX, topics []string) ([
 
 const topicLimitUsage = `-- name: TopicLimitUsage :many
 WITH RECURSIVE tt AS (
-    SELECT tt.topic, tt.partition, tt.created, tt.max_attempts, tt.backoff_base_ms, tt.backoff_cap_ms, tt.backoff_jitter_ms, tt.queue_cap, tt.retention_ms, tt.active, tt.dedicated, tt.concurrency, tt.key_concurrency, tt.rate, tt.rate_period_ms, tt.rate_burst, tt.fair, n.ord FROM unnest($1::text[]) WITH ORDINALITY AS n(topic, ord)
+    SELECT tt.topic, tt.partition, tt.created, tt.max_attempts, tt.backoff_base_ms, tt.backoff_cap_ms, tt.backoff_jitter_ms, tt.queue_cap, tt.retention_ms, tt.active, tt.dedicated, tt.concurrency, tt.key_concurrency, tt.rate, tt.rate_period_ms, tt.rate_burst, tt.fair, n.ord FROM (SELECT n.topic, min(n.ord) AS ord
+                             FROM unnest($1::text[]) WITH ORDINALITY AS n(topic, ord)
+                             GROUP BY n.topic) n
     JOIN task_topic tt ON tt.topic = n.topic
 ), k AS (
     SELECT tt.topic, f.priority, f.concurrency_key, 1 AS n FROM tt CROSS JOIN LATERAL (

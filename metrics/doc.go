@@ -42,8 +42,9 @@
 // # Cost
 //
 // The queue collector reads every topic in two statements (repository.StatsAll, then
-// repository.LimitUsageAll for the limited ones), whatever their number; 10 000 topics
-// are read in under a second. Each topic has nine series of the queue (five depths,
+// repository.LimitUsageAll for the limited ones, in a transaction of its own without
+// JIT), whatever their number, then counts the live owners; 10 000 topics are read in
+// under a second (BENCHMARKS.md). Each topic has nine series of the queue (five depths,
 // delayed, oldest, rows estimate, active), a limited one up to six more, and each topic a
 // manager polled about ten more from the managers: with thousands of topics, give
 // NewQueueCollector the topics worth watching, or drop series at the scrape.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -295,12 +294,12 @@ func (m *Metrics) OnExpire(expired []repository.Expiry) {
 // OnFire records what a round of firing schedules pushed; it matches
 // processor.Config.OnFire.
 func (m *Metrics) OnFire(fires []repository.Fire) {
+	// under the lock, so that a concurrent ForgetSchedule of a name cannot leave series
+	// it no longer tracks
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, f := range fires {
 		m.schedules[f.Schedule] = struct{}{}
-	}
-	m.mu.Unlock()
-	for _, f := range fires {
 		m.fires.WithLabelValues(f.Schedule).Add(float64(len(f.Times)))
 		m.missed.WithLabelValues(f.Schedule).Add(float64(f.Missed))
 		m.lateness.WithLabelValues(f.Schedule).Observe(f.Lateness().Seconds())
@@ -313,8 +312,8 @@ func (m *Metrics) OnFire(fires []repository.Fire) {
 // queue collector does it for the schedules it finds removed.
 func (m *Metrics) ForgetSchedule(name string) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	delete(m.schedules, name)
-	m.mu.Unlock()
 	m.fires.DeleteLabelValues(name)
 	m.missed.DeleteLabelValues(name)
 	m.lateness.DeleteLabelValues(name)
@@ -336,8 +335,12 @@ func (m *Metrics) forgetRemovedSchedules(exist func(names []string) ([]string, e
 	if err != nil {
 		return err
 	}
+	kept := make(map[string]bool, len(existing))
+	for _, name := range existing {
+		kept[name] = true
+	}
 	for _, name := range names {
-		if !slices.Contains(existing, name) {
+		if !kept[name] {
 			m.ForgetSchedule(name)
 		}
 	}

@@ -447,7 +447,7 @@ func TestQueueCollector(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(metrics.NewQueueCollector(f.pool, collectorRepo, time.Minute))
 		want := `
-# HELP pgtask_owners_live Owners (processes) that heart-beat within the default expiry timeout, the collector's own process included.
+# HELP pgtask_owners_live Owners (processes) that heart-beat within the default expiry timeout, the collector's own processor among them.
 # TYPE pgtask_owners_live gauge
 pgtask_owners_live 1
 # HELP pgtask_queue_delayed READY tasks of a topic whose not-before time has not come yet, counted up to 100 000.

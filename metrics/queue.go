@@ -43,7 +43,7 @@ var (
 	tokensDesc = prometheus.NewDesc("pgtask_topic_rate_tokens",
 		"How many task starts a topic's rate limit allows now (whole or not), up to its burst.", []string{"topic"}, nil)
 	ownersDesc = prometheus.NewDesc("pgtask_owners_live",
-		"Owners (processes) that heart-beat within the default expiry timeout, the collector's own process included.", nil, nil)
+		"Owners (processes) that heart-beat within the default expiry timeout, the collector's own processor among them.", nil, nil)
 )
 
 // queueCollector reads the queue's state from the database at scrape time.
@@ -59,8 +59,8 @@ type queueCollector struct {
 	// afterStats, when set (tests), runs between the read of the topics' stats and
 	// that of their limits.
 	afterStats func()
-	// afterRead, when set (Instrument), runs at the end of each read of the database:
-	// the series of removed schedules are dropped.
+	// afterRead, when set (Instrument), runs at the end of each successful read of the
+	// database: the series of removed schedules are dropped (a failure is ignored).
 	afterRead func(ctx context.Context) error
 
 	mu      sync.Mutex // held during a read: concurrent scrapes share it
@@ -72,7 +72,7 @@ type queueCollector struct {
 // delayed tasks, the age of its oldest pollable task (all from repository.StatsAll, one
 // statement over the small indexes of unfinished tasks, so it stays cheap at millions of
 // rows and thousands of topics), whether each topic runs, the limits of a limited topic
-// with their use (repository.LimitUsage: keys at their limit, keys waiting, rate tokens
+// with their use (repository.LimitUsageAll: keys at their limit, keys waiting, rate tokens
 // left; one more statement for all the limited topics), and the number of live owners
 // (repository.CountLiveOwners with processor.ExpiryTimeoutDefault: a processor's own
 // owner included, so that every process of a fleet reports the same number). Given topics, it reports
@@ -208,9 +208,9 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	}
 	gauge(ownersDesc, float64(owners))
 	if c.afterRead != nil {
-		if err := c.afterRead(ctx); err != nil {
-			return nil, fmt.Errorf("queue collector: %w", err)
-		}
+		// housekeeping: a failure leaves the removed schedules' series to the next read,
+		// and takes nothing from this one
+		_ = c.afterRead(ctx)
 	}
 	return out, nil
 }

@@ -131,7 +131,9 @@ ORDER BY tt.topic;
 -- topics: the estimated cost grows with their number past jit_above_cost, and compiling
 -- the plan takes ten times as long as running it (Repository.LimitUsageAll).
 WITH RECURSIVE tt AS (
-    SELECT tt.*, n.ord FROM unnest(sqlc.arg(topics)::text[]) WITH ORDINALITY AS n(topic, ord)
+    SELECT tt.*, n.ord FROM (SELECT n.topic, min(n.ord) AS ord
+                             FROM unnest(sqlc.arg(topics)::text[]) WITH ORDINALITY AS n(topic, ord)
+                             GROUP BY n.topic) n
     JOIN task_topic tt ON tt.topic = n.topic
 ), k AS (
     SELECT tt.topic, f.priority, f.concurrency_key, 1 AS n FROM tt CROSS JOIN LATERAL (
