@@ -10,10 +10,10 @@ import (
 // must be quick, from the goroutine where the event happens: the manager's for most,
 // the handler's own for OnCallback (the goroutine that calls Batch.Decide, Complete or
 // Fail, or a Buffer's worker), and for OnHandBack whichever hands the tasks back (the
-// manager's, a Buffer's, or a TaskFunc's at a shutdown). Callbacks of one manager may run at once (a Buffer's
-// workers reporting together, a flush committing meanwhile): they must be safe for
-// concurrent use, and must not panic (a panic in OnCallback unwinds the handler that
-// reported). Metrics and logs hang off it. Give one to a manager
+// manager's, a Buffer's, or a TaskFunc's at a shutdown). Callbacks of one manager may
+// run at once (a Buffer's workers reporting together, a flush committing meanwhile):
+// they must be safe for concurrent use, and must not panic (a panic in OnCallback
+// unwinds the handler that reported). Metrics and logs hang off it. Give one to a manager
 // (ManagerConfig.Listener), or to every manager of a processor (Processor.Observe).
 type Listener struct {
 	// OnStart: the manager started polling its topic.
