@@ -211,16 +211,12 @@ func (m *Metrics) Listener() processor.Listener {
 		},
 		OnCallback: func(topic string, tasks []repository.Task, decisions map[int64]repository.Decision, handling time.Duration) {
 			m.handler.WithLabelValues(topic).Observe(handling.Seconds())
-			m.rememberSnoozes(topic, tasks, decisions)
+			m.rememberSnoozes(topic, tasks, func(t repository.Task) bool { return decisions[t.Sequence].Snooze })
 		},
 		// Tasks handed back unstarted are no handler's work: not timed, but counted as
 		// SNOOZED once committed (READY, no attempt used).
 		OnHandBack: func(topic string, tasks []repository.Task) {
-			back := make(map[int64]repository.Decision, len(tasks))
-			for _, t := range tasks {
-				back[t.Sequence] = repository.SnoozeFor(0)
-			}
-			m.rememberSnoozes(topic, tasks, back)
+			m.rememberSnoozes(topic, tasks, func(repository.Task) bool { return true })
 		},
 		OnComplete: func(topic string, tasks []repository.Task, flush time.Duration) {
 			m.complete.WithLabelValues(topic).Observe(flush.Seconds())
@@ -237,15 +233,15 @@ func (m *Metrics) Listener() processor.Listener {
 	}
 }
 
-// rememberSnoozes notes the snooze decisions of a reported batch: once committed, a
-// snoozed task is READY just like a failure granted a retry, and only the decision tells
-// them apart.
-func (m *Metrics) rememberSnoozes(topic string, tasks []repository.Task, decisions map[int64]repository.Decision) {
+// rememberSnoozes notes the tasks of a report that snoozed tells are snoozed (or handed
+// back): once committed, a snoozed task is READY just like a failure granted a retry,
+// and only the decision tells them apart.
+func (m *Metrics) rememberSnoozes(topic string, tasks []repository.Task, snoozed func(repository.Task) bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var now time.Time
 	for _, t := range tasks {
-		if d, ok := decisions[t.Sequence]; !ok || !d.Snooze {
+		if !snoozed(t) {
 			continue
 		}
 		if now.IsZero() {

@@ -18,7 +18,7 @@ func TestSnoozesNeverCommittedAreForgotten(t *testing.T) {
 	m.now = func() time.Time { return clock }
 	snooze := func(seq int64) repository.Task {
 		t := repository.Task{Topic: "t", Sequence: seq, Attempt: 1}
-		m.rememberSnoozes("t", []repository.Task{t}, map[int64]repository.Decision{seq: repository.SnoozeFor(0)})
+		m.rememberSnoozes("t", []repository.Task{t}, func(repository.Task) bool { return true })
 		return t
 	}
 	// lost leases: never committed

@@ -198,7 +198,7 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 		}
 		gauge(activeDesc, active, t.Name)
 		// a topic destroyed since StatsAll read it has no limits left to show
-		if u, ok := usage[t.Name]; ok && t.Limited() {
+		if u, ok := usage[t.Name]; ok {
 			limits(t.Topic, u, gauge)
 		}
 	}

@@ -41,21 +41,21 @@ func (m *TaskManager) relieve(b *Batch, err error) {
 // what a report itself says (the decisions are logged once committed: logCommitted).
 func (m *TaskManager) noteReport(b *Batch, completions []repository.Completion, kind reportKind, err error) {
 	topic := m.cfg.Topic
-	switch l := m.cfg.Listener; {
-	case kind == reportHandedBack && l.OnHandBack != nil:
+	l, handedBack := m.cfg.Listener, kind == reportHandedBack
+	if handedBack && l.OnHandBack != nil || !handedBack && l.OnCallback != nil {
 		tasks := make([]repository.Task, len(completions))
 		for i, c := range completions {
 			tasks[i] = b.task(c)
 		}
-		l.handBack(topic, tasks)
-	case kind != reportHandedBack && l.OnCallback != nil:
-		tasks := make([]repository.Task, len(completions))
-		decisions := make(map[int64]repository.Decision, len(completions))
-		for i, c := range completions {
-			tasks[i] = b.task(c)
-			decisions[c.Sequence] = c.Decision
+		if handedBack {
+			l.handBack(topic, tasks)
+		} else {
+			decisions := make(map[int64]repository.Decision, len(completions))
+			for _, c := range completions {
+				decisions[c.Sequence] = c.Decision
+			}
+			l.callback(topic, tasks, decisions, time.Since(b.started))
 		}
-		l.callback(topic, tasks, decisions, time.Since(b.started))
 	}
 	switch kind {
 	case reportForeign:

@@ -577,9 +577,7 @@ func (r *Repository) LimitUsage(ctx context.Context, h Handle, topic string) (Li
 	if err := validTopic(topic); err != nil {
 		return LimitUsage{}, err
 	}
-	usage, err := r.limitUsage(ctx, h, []string{topic}, func() ([]db.TopicLimitUsageRow, error) {
-		return r.q.TopicLimitUsage(ctx, h, []string{topic})
-	})
+	usage, err := r.limitUsage(ctx, h, []string{topic})
 	if err != nil {
 		return LimitUsage{}, mapError(fmt.Sprintf("limit usage of topic %q", topic), err)
 	}
@@ -603,23 +601,27 @@ func (r *Repository) LimitUsageAll(ctx context.Context, h Handle, topics ...stri
 	if len(topics) == 0 {
 		return map[string]LimitUsage{}, nil
 	}
-	usage, err := r.limitUsage(ctx, h, topics, func() ([]db.TopicLimitUsageRow, error) {
-		var rows []db.TopicLimitUsageRow
-		err := withoutJIT(ctx, h, func(tx pgx.Tx) (err error) {
-			rows, err = r.q.TopicLimitUsage(ctx, tx, topics)
-			return err
-		})
-		return rows, err
-	})
+	usage, err := r.limitUsage(ctx, h, topics)
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("limit usage of %d topics", len(topics)), err)
 	}
 	return usage, nil
 }
 
-// limitUsage reads the limit usage of topics by plain (the statement on PostgreSQL),
-// or topic by topic on Citus.
-func (r *Repository) limitUsage(ctx context.Context, h Handle, topics []string, plain func() ([]db.TopicLimitUsageRow, error)) (map[string]LimitUsage, error) {
+// limitUsage reads the limit usage of topics: in one statement on PostgreSQL (for more
+// than one topic without JIT, whose estimated cost grows with them), topic by topic on
+// Citus.
+func (r *Repository) limitUsage(ctx context.Context, h Handle, topics []string) (map[string]LimitUsage, error) {
+	plain := func() (rows []db.TopicLimitUsageRow, err error) {
+		if len(topics) == 1 {
+			return r.q.TopicLimitUsage(ctx, h, topics)
+		}
+		err = withoutJIT(ctx, h, func(tx pgx.Tx) (err error) {
+			rows, err = r.q.TopicLimitUsage(ctx, tx, topics)
+			return err
+		})
+		return rows, err
+	}
 	rows, err := either(ctx, r, h, func() ([]db.TopicLimitUsageRow, error) {
 		var rows []db.TopicLimitUsageRow
 		for _, topic := range topics {
