@@ -321,8 +321,9 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 	topic := c.m.cfg.Topic
 	start := time.Now()
 	unsure := false
-	if !c.hurried() && c.m.wantsLease() {
+	if !c.hurried() && c.m.wantsLease() && c.m.beginLease() {
 		tasks, leased, batches, err := c.commitLeasing(ctx, reports)
+		c.m.endLease()
 		if err == nil {
 			took := time.Since(start)
 			c.finish(reports, tasks, took)

@@ -41,6 +41,61 @@ func TestPause(t *testing.T) {
 		finished.wait(t, tasks[0].Sequence, 10*time.Second)
 	})
 
+	// A poll that had seen the topic running when the pause came goes on; Active reports
+	// the pause once it has returned, so that a task pushed after Active said so is not
+	// leased. Before, Active said paused at once, and the poll, held up after the loop's
+	// look (here by the leases lock; under load by the scheduler), leased a task pushed
+	// after it (the flake of the subtest above).
+	t.Run("ActiveReportsThePauseOncePollsBegunBeforeItReturned", func(t *testing.T) {
+		f := setup(t)
+		finished := make(done, 10)
+		started := make(chan struct{})
+		p, managers := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0),
+			Listener: processor.Listener{OnStart: func(string) { close(started) }}})
+		m := managers[0]
+		f.start(p)
+		<-started
+		release := processor.HoldLeases(m)
+		released := false
+		defer func() {
+			if !released {
+				release()
+			}
+		}()
+		m.Resume()
+		f.eventually("a poll waits for the leases lock", func() bool { return processor.Leasing(m) })
+		if err := f.repo.SetActive(f.ctx, f.newPool(), f.topic, false); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("manager read the pause", func() bool { return !processor.Running(m) })
+		reported := make(chan bool, 1)
+		go func() { reported <- m.Active() }()
+		select {
+		case active := <-reported:
+			t.Fatalf("Active() = %v while a poll begun before the pause is out", active)
+		case <-time.After(200 * time.Millisecond):
+		}
+		release()
+		released = true
+		select {
+		case active := <-reported:
+			if active {
+				t.Fatal("Active() = true after the pause")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Active() did not return after the poll did")
+		}
+		tasks := f.pushN(1)
+		select {
+		case seq := <-finished:
+			t.Fatalf("task %d handled after Active reported the pause", seq)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if got := f.get(tasks[0].Sequence); got.State != repository.Ready {
+			t.Fatalf("task is %v while paused, want READY", got.State)
+		}
+	})
+
 	t.Run("PauseSurvivesARestart", func(t *testing.T) {
 		f := setup(t)
 		if err := f.repo.SetActive(f.ctx, f.pool, f.topic, false); err != nil {

@@ -13,3 +13,23 @@ func Quiet(p *Processor) bool { return p.quiet() }
 // SetReconcileEvery sets, for a test and before p runs, how often p's managers reconcile
 // their leases when no fault asked them to (a minute otherwise).
 func SetReconcileEvery(p *Processor, d time.Duration) { p.reconcileEvery = d }
+
+// HoldLeases holds m's leases lock as a reconcile does, so that the poll loop's next
+// poll waits for the returned release before its statement.
+func HoldLeases(m *TaskManager) (release func()) {
+	m.leases.Lock()
+	return m.leases.Unlock
+}
+
+// Leasing reports whether a statement that leases m's tasks is under way (beginLease).
+func Leasing(m *TaskManager) bool {
+	if m.leaseGate.TryLock() {
+		m.leaseGate.Unlock()
+		return false
+	}
+	return true
+}
+
+// Running reports m's view of its topic without waiting, as Active does, for a lease
+// begun before a pause.
+func Running(m *TaskManager) bool { return m.active.Load() }

@@ -156,6 +156,10 @@ type TaskManager struct {
 
 	wake   chan struct{} // capacity 1: a wake-up is never lost
 	active atomic.Bool
+	// leaseGate is held shared by each statement that leases tasks (a poll, a flush's
+	// lease) from the moment it has seen the topic running until it returns: Active
+	// reports a pause once none begun before the pause is still out (beginLease).
+	leaseGate sync.RWMutex
 	// limited and rated say whether the topic has limits a poll enforces, and a rate
 	// limit among them, as last read (refreshActive, Processor.tick): a commit then
 	// wakes the manager (capacity was freed), and an empty poll asks when the rate
@@ -445,8 +449,33 @@ func (m *TaskManager) watchFloor(ctx context.Context) {
 const watchTimeout = 2 * time.Minute
 
 // Active reports whether the topic is running (not paused) as last seen: true until the
-// manager has first read its topic, as it does before it polls (Listener.OnStart).
-func (m *TaskManager) Active() bool { return m.active.Load() }
+// manager has first read its topic, as it does before it polls (Listener.OnStart). Once
+// it reports a pause, the manager leases no task until the topic is resumed: it waits
+// for a poll begun before the pause to return.
+func (m *TaskManager) Active() bool {
+	if m.active.Load() {
+		return true
+	}
+	m.leaseGate.Lock()
+	// empty: it waits for the leases under way
+	m.leaseGate.Unlock()
+	return false
+}
+
+// beginLease is called before a statement that leases tasks of the topic: it reports
+// whether the topic is running and, when it is, holds off Active's report of a pause
+// until endLease. It is taken before m.leases.
+func (m *TaskManager) beginLease() bool {
+	m.leaseGate.RLock()
+	if !m.active.Load() {
+		m.leaseGate.RUnlock()
+		return false
+	}
+	return true
+}
+
+// endLease ends what beginLease began.
+func (m *TaskManager) endLease() { m.leaseGate.RUnlock() }
 
 func (m *TaskManager) setActive(active bool) {
 	if m.active.Swap(active) != active && active {
@@ -782,6 +811,10 @@ func (m *TaskManager) poll(ctx context.Context) {
 		// The poll is not cancelled by the shutdown: a poll cancelled after the server
 		// committed it would leave leases nobody knows of until expiry. Its tasks, if
 		// any, are handed back by the shutdown like any unstarted batch.
+		if !m.beginLease() {
+			m.cfg.Limiter.Release() // paused since the loop looked: it hibernates
+			continue
+		}
 		pollCtx, cancelPoll := context.WithTimeout(m.pollCtx, pollTimeout)
 		from := m.floor.next()
 		if from.IsZero() {
@@ -790,6 +823,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 		m.leases.RLock()
 		tasks, err := m.p.repo.PollFrom(pollCtx, m.p.pool, topic, m.cfg.Order, m.cfg.Condition, m.cfg.BatchSize, from)
 		cancelPoll()
+		m.endLease()
 		elapsed := time.Since(start)
 		var b *Batch
 		var more []*Batch // the rest of the poll's tasks, for the handler's other workers
