@@ -161,7 +161,13 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// prompt reports whether s began within 100 ms of due; a start before the task's
+// promptWithin is how late after its due time a start still counts as woken: far below
+// the pause interval of a minute that a missing wake-up waits for, and far above what a
+// busy machine adds. How late a start is on a quiet machine is BenchmarkLateness's to
+// measure, not a test's (p50 1–2 ms).
+const promptWithin = 2 * time.Second
+
+// prompt reports whether s began within promptWithin of due; a start before the task's
 // not-before time fails the test.
 func prompt(t *testing.T, s start, due time.Time) bool {
 	t.Helper()
@@ -170,11 +176,11 @@ func prompt(t *testing.T, s start, due time.Time) bool {
 	if !s.notBefore.IsZero() && s.at.Before(s.notBefore) {
 		t.Errorf("started at %v, before its not-before time %v", s.at, s.notBefore)
 	}
-	return late <= 100*time.Millisecond
+	return late <= promptWithin
 }
 
 // promptly runs one case of TestDueWakeups, in a database of its own each time, until
-// run reports the task started within 100 ms of its due time, at most five times: a
+// run reports the task started within promptWithin of its due time, at most five times: a
 // start that is late because the machine was busy with something else is not what the
 // test is after (on two cores saturated by other test binaries under the race detector,
 // a wake-up took more than 100 ms three times in a row), a mechanism that waits for the
@@ -191,11 +197,12 @@ func promptly(t *testing.T, run func(f *fixture) bool) {
 			return
 		}
 	}
-	t.Errorf("started more than 100 ms after it was due in %d of %d attempts", attempts, attempts)
+	t.Errorf("started more than %v after it was due in %d of %d attempts", promptWithin, attempts, attempts)
 }
 
 // TestDueWakeups: whatever makes a task runnable, a processor that was idle, with a pause
-// interval of a minute, starts it within 100 ms of the moment it became due. The test
+// interval of a minute, starts it within promptWithin of the moment it became due (not a
+// minute later). The test
 // and its subtests run alone (not in parallel with each other or the package's other
 // tests), so that nothing else of the package loads the machine while they measure.
 func TestDueWakeups(t *testing.T) {

@@ -33,3 +33,6 @@ func Leasing(m *TaskManager) bool {
 // Running reports m's view of its topic without waiting, as Active does, for a lease
 // begun before a pause.
 func Running(m *TaskManager) bool { return m.active.Load() }
+
+// StoppingOf returns the channel closed when m begins a graceful shutdown.
+func StoppingOf(m *TaskManager) <-chan struct{} { return m.stopping }

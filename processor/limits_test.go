@@ -236,7 +236,8 @@ func TestLimits(t *testing.T) {
 		f.pushN(n)
 		var mu sync.Mutex
 		var sizes, dispatches []int // the batches the workers got; the leases dispatched
-		run := f.recorder(150*time.Millisecond, nil)
+		// long enough that a worker started late by a loaded machine still overlaps
+		run := f.recorder(500*time.Millisecond, nil)
 		buffered, err := processor.Buffer(processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
 			mu.Lock()
 			sizes = append(sizes, len(b.Tasks))
@@ -345,7 +346,10 @@ func TestLimits(t *testing.T) {
 		}
 		// a token bucket of 10 refilled at 50/s lets at most 10 + 50 start in any
 		// second, and 10 + 500 in ten
-		if total < 450 || total > 510 {
+		// (the lower bound leaves 20 % for wake-ups made late by a loaded machine: a
+		// processor waiting for its next token that wakes more than a burst late loses
+		// the tokens beyond the burst)
+		if total < 400 || total > 510 {
 			t.Errorf("%d tasks started in the first 10 s; want about 500 (10 + 50/s)", total)
 		}
 		if most > 60 {

@@ -606,11 +606,24 @@ func TestHungHeartbeatFails(t *testing.T) {
 			return repository.Succeed("")
 		})})
 	f.start(p)
-	time.Sleep(300 * time.Millisecond) // started, heart-beating
-	proxy.Delay(3 * time.Second)       // each request held that long: a silent connection
+	// started and heart-beating: its heartbeat moved since it registered
+	var first time.Time
+	f.eventually("a heartbeat after the registration", func() bool {
+		var at time.Time
+		if err := f.pool.QueryRow(f.ctx, "SELECT heartbeat FROM task_owner WHERE owner = 'p'").Scan(&at); err != nil {
+			return false
+		}
+		if first.IsZero() {
+			first = at
+		}
+		return at.After(first)
+	})
+	proxy.Delay(3 * time.Second) // each request held that long: a silent connection
 	defer proxy.Delay(0)
-	if !f.within(5*time.Second, func() bool { err := p.Health(); return err != nil && strings.Contains(err.Error(), "heartbeat") }) {
-		t.Fatalf("health 5 s into a hung connection: %v, want the heartbeat failing", p.Health())
+	// A hang that waits for the kernel lasts minutes; the failure comes after the
+	// expiry timeout (500 ms), and the bound leaves room for a loaded machine.
+	if !f.within(30*time.Second, func() bool { err := p.Health(); return err != nil && strings.Contains(err.Error(), "heartbeat") }) {
+		t.Fatalf("health 30 s into a hung connection: %v, want the heartbeat failing", p.Health())
 	}
 }
 

@@ -230,14 +230,21 @@ func TestShutdownHandsBackAPollThatReturnsAfterIt(t *testing.T) {
 		}
 		return out, nil
 	})
-	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 5})
+	started := make(chan struct{}) // after which the manager's stopping channel is set
+	p, managers := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 5,
+		Listener: processor.Listener{OnStart: func(string) { close(started) }}})
 	stop := f.start(p)
+	<-started
 	f.eventually("the processor idle", func() bool { return f.count(repository.Ready) == 0 })
 	time.Sleep(200 * time.Millisecond) // its first, empty poll done
 	tx, tasks := f.pollWaitingOnTheTopicLock(3)
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	time.Sleep(200 * time.Millisecond) // the shutdown under way
+	select {
+	case <-processor.StoppingOf(managers[0]): // the shutdown under way
+	case <-time.After(30 * time.Second):
+		t.Fatal("the manager did not begin its shutdown within 30 s")
+	}
 	if err := tx.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestThroughput(t *testing.T) {
 		}
 		// Small batches, and a flush interval that lets several workers' decisions meet.
 		p, _ := f.processor("worker", processor.Config{Pool: pool, DisableNotifications: true}, processor.ManagerConfig{
-			Handler: buffered, BatchSize: 5, FlushInterval: 20 * time.Millisecond,
+			Handler: buffered, BatchSize: 5, FlushInterval: 200 * time.Millisecond,
 		})
 		f.start(p)
 		f.eventually("all succeeded", func() bool { return f.count(repository.Succeeded) == n })

@@ -158,8 +158,8 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 }
 
 // worker runs a processor on topic "work" until the test ends: input "fail" fails, input
-// "wait" waits for release, anything else succeeds.
-func worker(t *testing.T, f *fixture, release <-chan struct{}) {
+// "wait" waits for release, anything else succeeds. It returns the topic's manager.
+func worker(t *testing.T, f *fixture, release <-chan struct{}) *processor.TaskManager {
 	t.Helper()
 	f.createTopic("work")
 	proc, err := processor.New(processor.Config{Pool: f.pool})
@@ -179,7 +179,8 @@ func worker(t *testing.T, f *fixture, release <-chan struct{}) {
 		}
 		return repository.Succeed("done: " + task.Input)
 	})
-	if _, err := proc.Manage(processor.ManagerConfig{Topic: "work", Handler: handler, ShutdownTimeout: 5 * time.Second}); err != nil {
+	m, err := proc.Manage(processor.ManagerConfig{Topic: "work", Handler: handler, ShutdownTimeout: 5 * time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(f.ctx))
@@ -191,6 +192,7 @@ func worker(t *testing.T, f *fixture, release <-chan struct{}) {
 			t.Errorf("processor: %v", err)
 		}
 	})
+	return m
 }
 
 // state reads a task's state from the database.
@@ -206,7 +208,7 @@ func (f *fixture) state(topic string, sequence int64) repository.State {
 func TestBrowser(t *testing.T) {
 	f := setup(t, "")
 	release := make(chan struct{})
-	worker(t, f, release)
+	manager := worker(t, f, release)
 	f.createTopic("idle") // no processor: its tasks stay where the test puts them
 	ctx := browser(t)
 	base := f.srv.URL
@@ -303,9 +305,15 @@ func TestBrowser(t *testing.T) {
 		if err != nil || topic.Active {
 			t.Fatalf("topic = %+v, %v; want paused", topic, err)
 		}
-		// Processors stop polling within a second of the pause; a task
-		// pushed after that stays READY, and its page says why.
-		time.Sleep(1500 * time.Millisecond)
+		// Processors stop polling within a second of the pause (this one once it says
+		// so); a task pushed after that stays READY, and its page says why.
+		deadline := time.Now().Add(30 * time.Second)
+		for manager.Active() {
+			if time.Now().After(deadline) {
+				t.Fatal("the processor did not see the pause within 30 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		task := f.push("work", repository.Creation{Identifier: "while-paused"})[0]
 		run(t, ctx,
 			chromedp.Navigate(fmt.Sprintf("%s/ui/topics/work/tasks/%d", base, task.Sequence)),
