@@ -808,13 +808,13 @@ func (m *TaskManager) poll(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		// The poll is not cancelled by the shutdown: a poll cancelled after the server
-		// committed it would leave leases nobody knows of until expiry. Its tasks, if
-		// any, are handed back by the shutdown like any unstarted batch.
 		if !m.beginLease() {
 			m.cfg.Limiter.Release() // paused since the loop looked: it hibernates
 			continue
 		}
+		// The poll is not cancelled by the shutdown: a poll cancelled after the server
+		// committed it would leave leases nobody knows of until expiry. Its tasks, if
+		// any, are handed back by the shutdown like any unstarted batch.
 		pollCtx, cancelPoll := context.WithTimeout(m.pollCtx, pollTimeout)
 		from := m.floor.next()
 		if from.IsZero() {
