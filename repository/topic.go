@@ -16,10 +16,16 @@ import (
 // and reports whether the topic was new; an existing topic keeps its settings and tasks.
 // A topic is one row of task_topic: its tasks go to the shared table of its bucket (see
 // Dedicate for a table of its own), so creating one takes the same time whatever the
-// number of topics. SQL's task_topic_create and `pgtask topic add` do the same.
+// number of topics. SQL's task_topic_create and `pgtask topic add` do the same. The
+// names "." and ".." are refused (ErrInvalid): no URL could name them.
 func (r *Repository) CreateTopic(ctx context.Context, h Handle, topic string) (bool, error) {
 	if err := validTopic(topic); err != nil {
 		return false, err
+	}
+	if topic == "." || topic == ".." {
+		// a URL's path segment "." or ".." is resolved away by clients and servers, so
+		// the REST API and the dashboard could never address such a topic
+		return false, invalid("topic %q is a path segment of its own: choose another name", topic)
 	}
 	created, err := r.q.TopicCreate(ctx, h, topic)
 	if err != nil {

@@ -280,13 +280,17 @@ $$;
 -- repository looks for it (to_regprocedure) to take the functions above.
 CREATE FUNCTION task_distributed() RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
 
--- task_topic_create registers a topic (migration 000009's, without the bucket: on Citus
+-- task_topic_create registers a topic (migration 000042's, without the bucket: on Citus
 -- the shard is the topic's table).
 CREATE OR REPLACE FUNCTION task_topic_create(p_topic text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     IF p_topic IS NULL OR length(p_topic) NOT BETWEEN 1 AND 250 THEN
         RAISE EXCEPTION 'topic % is invalid: want 1 to 250 characters', coalesce(quote_literal(left(p_topic, 40)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_topic IN ('.', '..') THEN
+        RAISE EXCEPTION 'topic % is a path segment of its own: choose another name', quote_literal(p_topic)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO task_topic (topic, partition) VALUES (p_topic, 'task') ON CONFLICT (topic) DO NOTHING;

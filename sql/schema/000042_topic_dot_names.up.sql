@@ -1,0 +1,20 @@
+-- task_topic_create refuses the names "." and "..": a URL's path segment of either is
+-- resolved away by HTTP clients and servers, so the REST API and the dashboard could
+-- never address such a topic (/topics/./tasks is /topics/tasks). A topic of either name
+-- created before this migration stays, with its tasks.
+CREATE OR REPLACE FUNCTION task_topic_create(p_topic text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_topic IS NULL OR length(p_topic) NOT BETWEEN 1 AND 250 THEN
+        RAISE EXCEPTION 'topic % is invalid: want 1 to 250 characters', coalesce(quote_literal(left(p_topic, 40)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_topic IN ('.', '..') THEN
+        RAISE EXCEPTION 'topic % is a path segment of its own: choose another name', quote_literal(p_topic)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO task_topic (topic, partition) VALUES (p_topic, task_bucket(p_topic) || '_shared')
+    ON CONFLICT (topic) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
