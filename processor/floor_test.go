@@ -63,10 +63,12 @@ func TestPollPosition(t *testing.T) {
 
 	t.Run("AMoreUrgentPushRunsNext", func(t *testing.T) {
 		f := setup(t)
-		const n = 200 // 20 ms each, batches of 5: 100 ms a batch
+		// 80 ms each, batches of 5: 400 ms a batch, so that the two batches the urgent
+		// task may wait for leave the notification 800 ms on a loaded machine
+		const n = 200
 		f.pushN(n)
 		var o order
-		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: o.handler(20 * time.Millisecond), BatchSize: 5})
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: o.handler(80 * time.Millisecond), BatchSize: 5})
 		connected := p.Notifier().Connected()
 		f.start(p)
 		<-connected

@@ -171,14 +171,14 @@ func TestBinary(t *testing.T) {
 		if err := p.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(time.Second)
+		deadline := time.Now().Add(10 * time.Second) // at once, but the machine may be loaded
 		left := living(procs)
 		for len(left) > 0 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 			left = living(procs)
 		}
 		if len(left) > 0 {
-			t.Errorf("1 s after kill -9 of the processor, %v still run (program %d, its child %d, process group %d)",
+			t.Errorf("10 s after kill -9 of the processor, %v still run (program %d, its child %d, process group %d)",
 				left, pids[0], pids[1], group)
 		}
 	})
@@ -415,8 +415,8 @@ func TestBinary(t *testing.T) {
 		}
 		select {
 		case <-gone:
-		case <-time.After(time.Second):
-			t.Error("1 s after kill -9 of the processor, the endpoint's request is not cancelled")
+		case <-time.After(10 * time.Second): // at once, but the machine may be loaded
+			t.Error("10 s after kill -9 of the processor, the endpoint's request is not cancelled")
 		}
 	})
 
