@@ -223,6 +223,19 @@ func TestRun(t *testing.T) {
 	tasks := pgtasktest.NewTasks("emails",
 		repository.Creation{Identifier: "a", Input: pgtasktest.JSON(t, email{To: "a@example.com"})},
 		repository.Creation{Identifier: "b", Input: `not json`})
+	t.Run("NewTasksCarriesTheCreations", func(t *testing.T) {
+		at := time.Now().Add(time.Hour).Round(0)
+		got := pgtasktest.NewTasks("t",
+			repository.Creation{Identifier: "k", Input: "i", Reference: "r", Priority: -2, ConcurrencyKey: "tenant-1", NotBefore: at},
+			repository.Creation{Identifier: "d", Delay: time.Minute})
+		k, d := got[0], got[1]
+		if k.Identifier != "k" || k.Input != "i" || k.Reference != "r" || k.Priority != -2 || k.ConcurrencyKey != "tenant-1" || !k.NotBefore.Equal(at) {
+			t.Errorf("task of a full creation: %+v", k)
+		}
+		if wait := d.NotBefore.Sub(d.Created); wait != time.Minute {
+			t.Errorf("task of a creation delayed a minute: not before %v after its creation, want 1m", wait)
+		}
+	})
 	t.Run("Typed", func(t *testing.T) {
 		o := pgtasktest.Run(ctx, t, processor.Typed(func(ctx context.Context, task repository.Task, e email) repository.Decision {
 			return repository.Succeed("sent to " + e.To)

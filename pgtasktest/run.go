@@ -20,15 +20,20 @@ import (
 const RunTimeout = time.Minute
 
 // NewTasks makes tasks of topic from creations as a poll would lease them, without a
-// database: ACTIVE, attempt 1, sequences 1, 2, 3… in order, created now. Give them to
-// Run.
+// database: ACTIVE, attempt 1, sequences 1, 2, 3… in order, created now, with the
+// creation's identifier, input, reference, priority and concurrency key, and its
+// NotBefore (or now plus its Delay) when it has one. Give them to Run.
 func NewTasks(topic string, creations ...repository.Creation) []repository.Task {
 	now := time.Now()
 	tasks := make([]repository.Task, len(creations))
 	for i, c := range creations {
+		notBefore := c.NotBefore
+		if notBefore.IsZero() && c.Delay > 0 {
+			notBefore = now.Add(c.Delay)
+		}
 		tasks[i] = repository.Task{Topic: topic, Sequence: int64(i + 1), Identifier: c.Identifier, State: repository.Active,
 			Descent: repository.Ready, Owner: "pgtasktest", Created: now, Input: c.Input, Reference: c.Reference,
-			Priority: c.Priority, Attempt: 1}
+			Priority: c.Priority, ConcurrencyKey: c.ConcurrencyKey, NotBefore: notBefore, Attempt: 1}
 	}
 	return tasks
 }

@@ -135,8 +135,24 @@ func (r *Repository) clock() *time.Time {
 // MaxTopicLength characters of valid UTF-8 without a NUL byte. Otherwise its error wraps ErrInvalid and says
 // what is wrong without repeating the name. Front ends (the REST API, the CLI) check their
 // input with it and the other Validate functions before they call the repository, so
-// that every route refuses the same values with the same message.
+// that every route refuses the same values with the same message. A new topic is
+// checked by ValidateNewTopic.
 func ValidateTopic(topic string) error { return validTopic(topic) }
+
+// ValidateNewTopic returns nil when CreateTopic accepts topic: a name ValidateTopic
+// accepts, neither "." nor ".." (which no URL could name: the REST API and the dashboard
+// could not address such a topic). Otherwise its error wraps ErrInvalid. A topic of
+// either name created before migration 000042 stays usable.
+func ValidateNewTopic(topic string) error {
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	if topic == "." || topic == ".." {
+		// a URL's path segment "." or ".." is resolved away by clients and servers
+		return invalid("topic %q is a path segment of its own: choose another name", topic)
+	}
+	return nil
+}
 
 // ValidateIdentifier returns nil when identifier is one a task may have: 1 to
 // MaxIdentifierLength characters of valid UTF-8 without a NUL byte; otherwise an error wrapping ErrInvalid.

@@ -19,13 +19,8 @@ import (
 // number of topics. SQL's task_topic_create and `pgtask topic add` do the same. The
 // names "." and ".." are refused (ErrInvalid): no URL could name them.
 func (r *Repository) CreateTopic(ctx context.Context, h Handle, topic string) (bool, error) {
-	if err := validTopic(topic); err != nil {
+	if err := ValidateNewTopic(topic); err != nil {
 		return false, err
-	}
-	if topic == "." || topic == ".." {
-		// a URL's path segment "." or ".." is resolved away by clients and servers, so
-		// the REST API and the dashboard could never address such a topic
-		return false, invalid("topic %q is a path segment of its own: choose another name", topic)
 	}
 	created, err := r.q.TopicCreate(ctx, h, topic)
 	if err != nil {

@@ -45,6 +45,12 @@ func TestTopicDotNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{".", ".."} {
+		if err := ValidateNewTopic(name); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "path segment") {
+			t.Errorf("ValidateNewTopic(%q): %v, want ErrInvalid", name, err)
+		}
+		if err := ValidateTopic(name); err != nil {
+			t.Errorf("ValidateTopic(%q) (a topic made before 000042): %v, want nil", name, err)
+		}
 		_, err := repo.CreateTopic(ctx, pool, name)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `topic "`+name+`"`) || !strings.Contains(err.Error(), "path segment") {
 			t.Errorf("CreateTopic(%q): %v, want ErrInvalid naming the topic as a path segment", name, err)

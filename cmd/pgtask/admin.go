@@ -227,11 +227,13 @@ a second, in whichever process runs it) and the task ends FAILED "cancelled", ne
 func runPurge(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask purge", "--topic T [--state S] [--from F --to T] | --topic T --all | --retention", `
 Deletes finished tasks (FAILED, SUSPENDED, FILTERED, SUCCEEDED, RECREATED, REDUNDANT) of a
-topic, or only those of --state, optionally within --from/--to. ACTIVE, READY and EXPIRED
-tasks are never purged. --all instead deletes EVERY task of the topic, whatever its state
-(10 000 per transaction, or by TRUNCATE of its table when dedicated). --retention (without --topic) deletes, in every
-topic that has a retention setting, the finished tasks completed longer ago than it; run
-it periodically (e.g. from cron).`)
+topic, or only those of --state, optionally within --from/--to (a flag given empty is an
+error, never "all"). ACTIVE, READY and EXPIRED tasks are never purged. --all instead
+deletes EVERY task of the topic, whatever its state (10 000 per transaction, or by
+TRUNCATE of its table when dedicated). --retention (without --topic) deletes, in every
+topic that has a retention setting, the finished tasks completed longer ago than it:
+running processors do so once a minute already; this is for deployments without one, or
+to catch up at once.`)
 	url := f.databaseURL()
 	topic := f.String("topic", "", "`TOPIC` to purge (required unless --retention)")
 	stateName := f.String("state", "", "only tasks of this finished `STATE`")

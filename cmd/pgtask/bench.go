@@ -224,13 +224,17 @@ func benchChildCommand(url string) func(bench.Child) (*exec.Cmd, error) {
 			return nil, fmt.Errorf("find this binary for --processes: %w", err)
 		}
 		p := c.Processing
-		return exec.Command(exe, "bench", benchChildFlag, "--database-url", url,
+		// the URL, which may hold a password, goes through the environment, where ps
+		// does not show it to the machine's other users
+		cmd := exec.Command(exe, "bench", benchChildFlag,
 			"--workers", strconv.Itoa(p.Workers), "--queue", strconv.Itoa(p.Queue),
 			"--batch-size", strconv.Itoa(p.BatchSize), "--flush-size", strconv.Itoa(p.FlushSize),
 			"--flush-interval", p.FlushInterval.String(), "--handler-delay", p.HandlerDelay.String(),
 			"--managers", strconv.Itoa(p.Managers), "--vacuum-every", strconv.FormatInt(p.VacuumEvery, 10),
 			"--condition", strings.ToLower(p.Condition.String()), "--order", p.Order.String(),
-			"--topic", c.Topic, "--record="+strconv.FormatBool(c.Record)), nil
+			"--topic", c.Topic, "--record="+strconv.FormatBool(c.Record))
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+url) // the last of a name wins
+		return cmd, nil
 	}
 }
 

@@ -182,7 +182,22 @@ func TestTopic(t *testing.T) {
 		wantContains(t, f.ok("topic", "destroy", "heavy"), `topic "heavy" destroyed`)
 	})
 	t.Run("DestroyRemovesTopic", func(t *testing.T) {
-		wantContains(t, f.ok("topic", "destroy", "mail"), `topic "mail" destroyed`)
+		// its schedules go with it, and the command names them; another topic's stay
+		f.ok("schedule", "add", "digest", "--topic", "mail", "--spec", "@daily")
+		f.ok("schedule", "add", "weekly", "--topic", "mail", "--spec", "@weekly")
+		f.ok("topic", "add", "other")
+		f.ok("schedule", "add", "other-daily", "--topic", "other", "--spec", "@daily")
+		out := f.ok("topic", "destroy", "mail")
+		wantContains(t, out, `topic "mail" destroyed`, `removed with it: schedule "digest", schedule "weekly"`)
+		if strings.Contains(out, "other-daily") {
+			t.Errorf("topic destroy named another topic's schedule: %s", out)
+		}
+		if _, err := f.repo.Schedule(f.ctx, f.pool, "digest"); !errors.Is(err, repository.ErrUnknownSchedule) {
+			t.Errorf("schedule digest after its topic's destroy: %v, want unknown", err)
+		}
+		if _, err := f.repo.Schedule(f.ctx, f.pool, "other-daily"); err != nil {
+			t.Errorf("another topic's schedule after the destroy: %v", err)
+		}
 		if _, err := f.repo.Topic(f.ctx, f.pool, "mail"); err == nil {
 			t.Fatal("topic survived destroy")
 		}

@@ -40,6 +40,9 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := repository.ValidateFilter(repository.TaskFilter{Identifier: *identifier, Reference: *reference}); err != nil {
+		return f.usagef("%s", stripInvalid(err))
+	}
 	if *limit < 1 {
 		return f.usagef("--limit: %d is below 1", *limit)
 	}
@@ -211,15 +214,24 @@ func printTask(w io.Writer, p *printer, t repository.Task) {
 
 func runStats(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask stats", "[--topic T] [flags]", `
-Shows, per topic, the exact number of READY (and of them, still delayed), ACTIVE, EXPIRED,
-FAILED and SUSPENDED tasks, how long the oldest pollable READY task has waited, and the
-planner's estimate of all rows. Cheap even with millions of finished tasks.`)
+Shows, per topic, the number of READY (and of them, still delayed), ACTIVE, EXPIRED,
+FAILED and SUSPENDED tasks, exact up to 100 000 (a larger count shows as 100000+), how
+long the oldest pollable READY task has waited, and the planner's estimate of all rows.
+Cheap even with millions of finished tasks.`)
 	url := f.databaseURL()
 	topic := f.String("topic", "", "only this `TOPIC`")
 	asJSON := f.Bool("json", false, `print {"topics": [...]} with each topic's "stats" instead of a table`)
 	p := f.rawFlag()
 	if err := f.noArgs(args); err != nil {
 		return err
+	}
+	if f.given("topic") {
+		if *topic == "" {
+			return f.usagef("--topic is empty: name a topic, or leave the flag out for every topic")
+		}
+		if err := f.need("topic"); err != nil {
+			return err
+		}
 	}
 	c, err := f.connect(ctx, *url)
 	if err != nil {

@@ -23,8 +23,8 @@ a task is leased at most --max-attempts times; after a FAILURE or an expiry with
 left it waits min(cap, base*2^(attempt-1)) plus a random jitter below --backoff-jitter.
 --queue-cap limits the READY and ACTIVE tasks of the topic (0: unlimited): a push, a
 revive or a junction beyond it is refused whole (a replacing push counts net of the READY
-tasks it ends); --retention is how long finished tasks are kept (0: forever), enforced
-by 'pgtask purge --retention'.
+tasks it ends); --retention is how long finished tasks are kept (0: forever): every
+running processor applies it once a minute, 'pgtask purge --retention' at once.
 
 Limits hold across every process, enforced by the database at each poll (none: no
 limit; a change takes effect at the next poll; leases of a dead processor count until
@@ -276,6 +276,9 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 	pos, err := f.topicArg(args, "topic NAME")
 	if err != nil {
 		return err
+	}
+	if err := repository.ValidateNewTopic(pos[0]); err != nil {
+		return f.usagef("topic NAME: %s", stripInvalid(err))
 	}
 	if err := settings.check(f); err != nil {
 		return err
@@ -531,7 +534,7 @@ func dedicate(ctx context.Context, e *env, c *conn, topic string) error {
 
 func runTopicDestroy(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask topic destroy", "NAME [flags]",
-		"Removes topic NAME with ALL its tasks (drops its table when dedicated). There is no undo.")
+		"Removes topic NAME with ALL its tasks (drops its table when dedicated) and its schedules,\nwhich it names. There is no undo.")
 	url := f.databaseURL()
 	pos, err := f.topicArg(args, "topic NAME")
 	if err != nil {
@@ -542,6 +545,17 @@ func runTopicDestroy(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer c.Close()
+	// the schedules go with the topic (ON DELETE CASCADE): read before, to name them
+	all, err := c.repo.Schedules(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	var schedules []string
+	for _, s := range all {
+		if s.Topic == pos[0] {
+			schedules = append(schedules, strconv.Quote(s.Name))
+		}
+	}
 	destroyed, err := c.repo.Destroy(ctx, c.pool, pos[0])
 	if err != nil {
 		return err
@@ -550,6 +564,9 @@ func runTopicDestroy(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("topic destroy: topic %q: %w", pos[0], repository.ErrUnknownTopic)
 	}
 	fmt.Fprintf(e.stdout, "topic %q destroyed\n", pos[0])
+	if len(schedules) > 0 {
+		fmt.Fprintf(e.stdout, "removed with it: schedule %s\n", strings.Join(schedules, ", schedule "))
+	}
 	return nil
 }
 

@@ -67,9 +67,14 @@ func stripInvalid(err error) string {
 	return strings.TrimPrefix(err.Error(), repository.ErrInvalid.Error()+": ")
 }
 
-// parseState parses an optional --state flag value.
+// parseState parses an optional --state flag value. The flag given empty is a usage
+// error, never "any state": `purge --state "$S"` with $S come out empty would otherwise
+// purge every finished task.
 func (f *flags) parseState(name, value string) (*repository.State, error) {
 	if value == "" {
+		if f.given(name) {
+			return nil, f.usagef("--%s is empty: give a state, or leave the flag out for every state", name)
+		}
 		return nil, nil
 	}
 	s, err := repository.ParseState(value)
@@ -206,9 +211,14 @@ func (f *flags) checkRange(from, to string) error {
 	return nil
 }
 
-// parseBound checks a --from/--to value without a database.
+// parseBound checks a --from/--to value without a database. The flag given empty is a
+// usage error, never "no bound" (a cut-off that came out empty would widen a purge to
+// the whole topic).
 func (f *flags) parseBound(name, value string) error {
 	if value == "" {
+		if f.given(name) {
+			return f.usagef("--%s is empty: give a sequence or an RFC 3339 time, or leave the flag out for no bound", name)
+		}
 		return nil
 	}
 	if n, err := strconv.ParseInt(value, 10, 64); err == nil {
