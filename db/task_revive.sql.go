@@ -77,6 +77,7 @@ WITH target AS (
     WHERE hashtext(t.topic) = hashtext($2) AND t.topic = $2
       AND t.state = $3::smallint
       AND t.sequence BETWEEN $4::bigint AND $5::bigint
+    LIMIT $6::bigint
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE task t
@@ -91,10 +92,11 @@ type TaskReassignAllParams struct {
 	FromState    int16
 	FromSequence int64
 	ToSequence   int64
+	Size         int64
 }
 
-// Gives every task of from_state (EXPIRED..SUCCEEDED) in the sequence range the state of
-// result; rows locked by others are skipped.
+// Gives at most size tasks of from_state (EXPIRED..SUCCEEDED) in the sequence range the
+// state of result; rows locked by others are skipped.
 func (q *Queries) TaskReassignAll(ctx context.Context, db DBTX, arg TaskReassignAllParams) (int64, error) {
 	result, err := db.Exec(ctx, taskReassignAll,
 		arg.Result,
@@ -102,6 +104,7 @@ func (q *Queries) TaskReassignAll(ctx context.Context, db DBTX, arg TaskReassign
 		arg.FromState,
 		arg.FromSequence,
 		arg.ToSequence,
+		arg.Size,
 	)
 	if err != nil {
 		return 0, err

@@ -100,6 +100,9 @@ type Repository struct {
 	citus atomic.Int32
 	// expiryMs is the expiry timeout this owner declares (SetExpiryTimeout), 0 none.
 	expiryMs atomic.Int64
+	// reassignBatch is how many tasks a statement of ReassignAll changes:
+	// ReassignBatchSize but in tests.
+	reassignBatch int64
 }
 
 // New validates cfg and returns a Repository.
@@ -116,7 +119,7 @@ func New(cfg Config) (*Repository, error) {
 	if cfg.PID == 0 {
 		cfg.PID = os.Getpid()
 	}
-	return &Repository{owner: cfg.Owner, host: cfg.Host, pid: cfg.PID, now: cfg.Now, q: db.New()}, nil
+	return &Repository{owner: cfg.Owner, host: cfg.Host, pid: cfg.PID, now: cfg.Now, q: db.New(), reassignBatch: ReassignBatchSize}, nil
 }
 
 // Owner returns this instance's owner name.

@@ -35,9 +35,16 @@ func (r *Repository) Reassign(ctx context.Context, h Handle, topic string, resul
 	return sortedTasks(tasksFrom(rows), sequences), nil
 }
 
+// ReassignBatchSize is how many tasks one statement of ReassignAll changes.
+const ReassignBatchSize = 10000
+
 // ReassignAll gives every task of state from (EXPIRED..SUCCEEDED) within the inclusive
 // sequence range the state of result, skipping rows locked by others, and returns how
-// many tasks changed.
+// many tasks changed. State from may not be the one result leads to (ErrInvalid: those
+// tasks have that result already). It changes at most ReassignBatchSize tasks a statement, so
+// that no transaction of its own grows with the topic: on a pool each statement commits
+// alone, and an error or a cancelled ctx keeps those before it, whose number it returns
+// with the error; in a transaction (h a pgx.Tx) they commit or roll back with it.
 func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, from State, result Result, fromSequence, toSequence int64) (int64, error) {
 	if err := validTopic(topic); err != nil {
 		return 0, err
@@ -48,16 +55,31 @@ func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, fr
 	if !result.Valid() {
 		return 0, invalid("unknown result %d", result)
 	}
+	if result.State() == from {
+		return 0, invalid("reassign %v tasks to %v: they have that result already", from, result)
+	}
 	if err := validRange(fromSequence, toSequence); err != nil {
 		return 0, err
 	}
-	n, err := r.q.TaskReassignAll(ctx, h, db.TaskReassignAllParams{
-		Topic: topic, FromState: int16(from), Result: int16(result), FromSequence: fromSequence, ToSequence: toSequence,
-	})
-	if err != nil {
-		return 0, mapError(fmt.Sprintf("reassign all in topic %q", topic), err)
+	var total int64
+	for {
+		n, err := r.q.TaskReassignAll(ctx, h, db.TaskReassignAllParams{
+			Topic: topic, FromState: int16(from), Result: int16(result), FromSequence: fromSequence, ToSequence: toSequence,
+			Size: r.reassignBatch,
+		})
+		if err != nil {
+			op := fmt.Sprintf("reassign all in topic %q", topic)
+			if total > 0 {
+				op += fmt.Sprintf(" (after %d reassigned)", total)
+			}
+			return total, mapError(op, err)
+		}
+		total += n
+		if n < r.reassignBatch {
+			break
+		}
 	}
-	return n, r.knownTopic(ctx, h, "reassign all", topic, n)
+	return total, r.knownTopic(ctx, h, "reassign all", topic, total)
 }
 
 // Recreate revives tasks in EXPIRED..SUCCEEDED, all or nothing. Modes

@@ -97,6 +97,9 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 		if f.given("reassign") && f.given("limit") {
 			return f.usagef("--limit does not apply to --reassign, which reassigns every task of the state")
 		}
+		if f.given("reassign") && result.State() == *state {
+			return f.usagef("--reassign %v: %v tasks have that result already", result, *state)
+		}
 		if *limit < 1 {
 			return f.usagef("--limit: %d is below 1", *limit)
 		}
@@ -132,6 +135,10 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 		}
 		n, err := c.repo.ReassignAll(ctx, c.pool, *topic, *state, result, lo, hi)
 		if err != nil {
+			if n > 0 {
+				// 10 000 a transaction: those before the error or the interruption stay
+				fmt.Fprintf(e.stdout, "reassigned %d %v tasks of topic %q to %v before stopping\n", n, *state, *topic, result)
+			}
 			return err
 		}
 		fmt.Fprintf(e.stdout, "reassigned %d %v tasks of topic %q to %v (state %v)\n", n, *state, *topic, result, result.State())

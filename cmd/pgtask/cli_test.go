@@ -90,6 +90,7 @@ func TestUsageErrors(t *testing.T) {
 		{"ReviveBadResult", []string{"revive", "--topic", "t", "--reassign", "yes", "1"}, []string{`--reassign: unknown result "yes"`}},
 		{"ReviveSequencesAndState", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "1"}, []string{"either task SEQUENCEs or --state"}},
 		{"ReviveNeither", []string{"revive", "--topic", "t", "--reset"}, []string{"either task SEQUENCEs or --state"}},
+		{"ReviveReassignToTheSameState", []string{"revive", "--topic", "t", "--reassign", "success", "--state", "SUCCEEDED"}, []string{"revive: --reassign SUCCESS: SUCCEEDED tasks have that result already"}},
 		{"ReviveUnrevivableState", []string{"revive", "--topic", "t", "--reset", "--state", "READY"}, []string{"--state: READY tasks cannot be revived"}},
 		{"ReviveLimitWithSequences", []string{"revive", "--topic", "t", "--reset", "--limit", "5", "1"}, []string{"--limit applies only with --state"}},
 		{"ReviveBadFrom", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "--from", "yesterday"}, []string{`--from: "yesterday" is neither a sequence nor an RFC 3339 time`}},

@@ -14,13 +14,14 @@ WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
 RETURNING t.*;
 
 -- name: TaskReassignAll :execrows
--- Gives every task of from_state (EXPIRED..SUCCEEDED) in the sequence range the state of
--- result; rows locked by others are skipped.
+-- Gives at most size tasks of from_state (EXPIRED..SUCCEEDED) in the sequence range the
+-- state of result; rows locked by others are skipped.
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t
     WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
       AND t.state = sqlc.arg(from_state)::smallint
       AND t.sequence BETWEEN sqlc.arg(from_sequence)::bigint AND sqlc.arg(to_sequence)::bigint
+    LIMIT sqlc.arg(size)::bigint
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE task t
