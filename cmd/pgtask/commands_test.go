@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"regexp"
 	"slices"
@@ -319,10 +322,60 @@ func TestPush(t *testing.T) {
 			t.Errorf("task d %+v", d)
 		}
 	})
+	// A signal while the input is quiet (tail -f | pgtask push under a service manager)
+	// stops the push at once; the lines read are pushed, and the message says where the
+	// input stopped. The push waited for the end of the input, then dropped its batch
+	// without naming a line.
+	t.Run("InterruptedWhileWaitingPushesWhatItRead", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(f.ctx)
+		in, feed := io.Pipe()
+		defer feed.Close()
+		var stdout, stderr bytes.Buffer
+		e := &env{stdin: in, stdout: &stdout, stderr: &stderr, lookupenv: lookupIn(nil)}
+		done := make(chan error, 1)
+		go func() {
+			done <- runEnv(ctx, e, []string{"push", "--topic", "t", "--batch-size", "100", "--database-url", f.url, "--reference", "interrupted"})
+		}()
+		if _, err := io.WriteString(feed, "i1\n\ni2\n"); err != nil { // taken by the reader
+			t.Fatal(err)
+		}
+		cancel()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("push still waiting for its input 20 s after its context ended")
+		}
+		if err == nil {
+			t.Fatal("an interrupted push succeeded")
+		}
+		// the lines taken from the pipe before the signal may not all have reached the
+		// batch yet: what was pushed and what the message says agree
+		tasks, lerr := f.repo.Excerpts(f.ctx, f.pool, "t", repository.TaskFilter{Reference: "interrupted"}, repository.MinSequence, 10, repository.Forward)
+		if lerr != nil {
+			t.Fatal(lerr)
+		}
+		switch len(tasks) {
+		case 0:
+			wantContains(t, err.Error(), "push: interrupted", "nothing pushed: resume at standard input line 1")
+		case 1:
+			wantContains(t, err.Error(), "push: interrupted", "1 tasks pushed before it", "lines 1..1: resume at line 2")
+		case 2:
+			wantContains(t, err.Error(), "push: interrupted", "2 tasks pushed before it", "lines 1..3: resume at line 4")
+		default:
+			t.Errorf("%d tasks pushed from 2 lines", len(tasks))
+		}
+		for i, task := range tasks {
+			if want := fmt.Sprintf("i%d", i+1); task.Identifier != want {
+				t.Errorf("task %d of the interrupted push: %q, want %q", i, task.Identifier, want)
+			}
+		}
+		t.Logf("%d of 2 lines pushed: %v", len(tasks), err)
+	})
 	t.Run("BadLineIsNamedAndEarlierBatchesStay", func(t *testing.T) {
 		r := f.cliIn("x1\nx2\n{\"identifier\": \"x3\", \"colour\": 1}\n", "push", "--topic", "t", "--batch-size", "2")
 		wantRuntime(t, r, nil)
-		wantContains(t, r.err.Error(), "standard input line 3", `unknown field "colour"`, "2 tasks pushed before it")
+		wantContains(t, r.err.Error(), "standard input line 3", `unknown field "colour"`, "2 tasks pushed before it", "lines 1..2: resume at line 3")
 		for _, c := range []struct{ line, want string }{
 			{`{"input": "no id"}`, `"identifier" is missing`},
 			{`{"identifier": "i", "delay": "-1s"}`, `"delay"`},

@@ -139,16 +139,26 @@ func runPush(ctx context.Context, e *env, args []string) error {
 		pushed      int
 		first, last int64
 		batch       = make([]repository.Creation, 0, min(*batchSize, pushBatchDefault))
+		batchEnd    int // the input line of the batch's last task
+		through     int // the input line of the last task pushed
 	)
+	// A signal stops the reading, never a push under way: the batch read so far is
+	// pushed, and the message says where the input stopped. A push that has not
+	// answered pushFlushGrace after the signal is cancelled.
+	pushCtx, cancelPush := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelPush()
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(pushFlushGrace, cancelPush) })
+	defer stopGrace()
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		tasks, err := conn.repo.Push(ctx, conn.pool, *topic, insertion, batch...)
+		tasks, err := conn.repo.Push(pushCtx, conn.pool, *topic, insertion, batch...)
 		if err != nil {
 			return err
 		}
 		batch = batch[:0]
+		through = batchEnd
 		if len(tasks) > 0 {
 			if first == 0 {
 				first = tasks[0].Sequence
@@ -160,30 +170,53 @@ func runPush(ctx context.Context, e *env, args []string) error {
 	}
 	partial := func(err error) error {
 		if pushed == 0 {
-			return err
+			return fmt.Errorf("%w (nothing pushed: resume at standard input line 1)", err)
 		}
-		return fmt.Errorf("%w (%d tasks pushed before it, sequences %d..%d)", err, pushed, first, last)
+		return fmt.Errorf("%w (%d tasks pushed before it, sequences %d..%d, standard input lines 1..%d: resume at line %d)",
+			err, pushed, first, last, through, through+1)
 	}
-	r := bufio.NewReader(e.stdin)
-	for number := 1; ; number++ {
-		line, readErr := r.ReadString('\n')
-		if readErr != nil && !errors.Is(readErr, io.EOF) {
-			return partial(fmt.Errorf("push: read standard input: %w", readErr))
-		}
-		if strings.TrimSpace(line) != "" {
-			c, err := parseLine(line, defaults)
-			if err != nil {
-				return partial(fmt.Errorf("push: standard input line %d: %w", number, err))
+	stopReading := make(chan struct{})
+	defer close(stopReading)
+	lines := readLines(stopReading, e.stdin)
+	var (
+		signalled = ctx.Done()
+		drained   <-chan time.Time // after a signal: the end of the lines already read
+	)
+read:
+	for {
+		var in inputLine
+		select {
+		case <-signalled:
+			// the lines the reader has taken from the input come first
+			signalled, drained = nil, time.After(pushDrain)
+			continue
+		case <-drained:
+			if err := flush(); err != nil {
+				return partial(fmt.Errorf("push: interrupted, and the batch read so far failed: %w", err))
 			}
-			batch = append(batch, c)
-			if len(batch) == *batchSize {
-				if err := flush(); err != nil {
-					return partial(fmt.Errorf("push: batch ending at standard input line %d: %w", number, err))
-				}
+			return partial(fmt.Errorf("push: interrupted: %w", ctx.Err()))
+		case l, ok := <-lines:
+			if !ok {
+				break read
 			}
+			in = l
 		}
-		if readErr != nil { // EOF
-			break
+		if in.err != nil {
+			return partial(fmt.Errorf("push: read standard input: %w", in.err))
+		}
+		if strings.TrimSpace(in.text) == "" {
+			continue
+		}
+		c, err := parseLine(in.text, defaults)
+		if err != nil {
+			return partial(fmt.Errorf("push: standard input line %d: %w", in.number, err))
+		}
+		batch = append(batch, c)
+		batchEnd = in.number
+		if len(batch) == *batchSize {
+			if err := flush(); err != nil {
+				return partial(fmt.Errorf("push: batch ending at standard input line %d: %w", in.number, err))
+			}
 		}
 	}
 	if err := flush(); err != nil {
@@ -198,6 +231,52 @@ func runPush(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "pushed %d tasks to topic %q: sequences %d..%d\n", pushed, *topic, first, last)
 	}
 	return nil
+}
+
+// pushFlushGrace is how long a push under way when a signal comes, or the batch read
+// before it, may take before it is cancelled.
+const pushFlushGrace = 10 * time.Second
+
+// pushDrain is how long after a signal the lines already read from the input are taken
+// (they come at once; the input itself is not waited for).
+const pushDrain = 200 * time.Millisecond
+
+// inputLine is a line of standard input (text with its newline, if any), numbered from
+// 1, or the error that ended the reading (never io.EOF).
+type inputLine struct {
+	text   string
+	number int
+	err    error
+}
+
+// readLines reads r's lines on a goroutine of their own, so that a signal can stop a
+// push waiting for input; the channel closes at the end of the input. The goroutine
+// stops once stop is closed and its pending line is not taken (a read blocked on a
+// terminal or a pipe ends with the process).
+func readLines(stop <-chan struct{}, r io.Reader) <-chan inputLine {
+	lines := make(chan inputLine)
+	go func() {
+		defer close(lines)
+		br := bufio.NewReader(r)
+		for number := 1; ; number++ {
+			text, err := br.ReadString('\n')
+			if errors.Is(err, io.EOF) {
+				err = nil
+				if text == "" {
+					return
+				}
+			}
+			select {
+			case lines <- inputLine{text: text, number: number, err: err}:
+			case <-stop:
+				return
+			}
+			if err != nil || !strings.HasSuffix(text, "\n") {
+				return
+			}
+		}
+	}()
+	return lines
 }
 
 // parseLine parses one line of standard input into a creation based on defaults.
