@@ -29,8 +29,8 @@
 // pgtask_tasks_expired_total and pgtask_tasks_retried_total by topic. From the schedules
 // this process fires (Metrics.OnFire): pgtask_schedule_fires_total,
 // pgtask_schedule_missed_total and pgtask_schedule_lateness_seconds by schedule (a
-// removed schedule's series are dropped by Instrument's queue collector, or by
-// Metrics.ForgetSchedule). From the
+// removed schedule's series are dropped by Instrument's queue collector, by one made
+// with Metrics.NewQueueCollector, or by Metrics.ForgetSchedule). From the
 // queue: pgtask_queue_depth{topic,state}, pgtask_queue_delayed,
 // pgtask_queue_oldest_ready_seconds, pgtask_queue_rows_estimate and pgtask_topic_active by
 // topic; for limited topics pgtask_topic_limit{topic,limit}, pgtask_topic_keys_at_limit,

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -104,11 +105,7 @@ const QueueTTLDefault = 5 * time.Second
 func Instrument(reg prometheus.Registerer, p *processor.Processor) (*Metrics, error) {
 	m := newMetrics()
 	queue := &queueCollector{pool: p.Pool(), repo: p.Repository(), ttl: QueueTTLDefault, topicsOf: p.Topics, now: time.Now}
-	queue.afterRead = func(ctx context.Context) error {
-		return m.forgetRemovedSchedules(func(names []string) ([]string, error) {
-			return queue.repo.ExistingSchedules(ctx, queue.pool, names...)
-		})
-	}
+	m.pruneAfterReads(queue)
 	var registered []prometheus.Collector
 	undo := func() {
 		for _, c := range registered {
@@ -305,7 +302,8 @@ func (m *Metrics) OnFire(fires []repository.Fire) {
 // ForgetSchedule removes the series of a schedule (pgtask_schedule_fires_total,
 // pgtask_schedule_missed_total, pgtask_schedule_lateness_seconds): call it when the
 // schedule is removed, or its series stay for the life of the process. Instrument's
-// queue collector does it for the schedules it finds removed.
+// queue collector, and Metrics.NewQueueCollector's, do it for the schedules they find
+// removed.
 func (m *Metrics) ForgetSchedule(name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -313,6 +311,25 @@ func (m *Metrics) ForgetSchedule(name string) {
 	m.fires.DeleteLabelValues(name)
 	m.missed.DeleteLabelValues(name)
 	m.lateness.DeleteLabelValues(name)
+}
+
+// NewQueueCollector is the package's NewQueueCollector whose reads also drop m's series
+// of the schedules removed since they fired, as Instrument's queue collector does: for a
+// program that fires schedules (processor.RunSchedules with m.OnFire) without a
+// processor to instrument, such as `pgtask serve`.
+func (m *Metrics) NewQueueCollector(pool *pgxpool.Pool, repo *repository.Repository, ttl time.Duration, topics ...string) prometheus.Collector {
+	queue := &queueCollector{pool: pool, repo: repo, ttl: ttl, topics: topics, now: time.Now}
+	m.pruneAfterReads(queue)
+	return queue
+}
+
+// pruneAfterReads makes each read of queue forget the series of removed schedules.
+func (m *Metrics) pruneAfterReads(queue *queueCollector) {
+	queue.afterRead = func(ctx context.Context) error {
+		return m.forgetRemovedSchedules(func(names []string) ([]string, error) {
+			return queue.repo.ExistingSchedules(ctx, queue.pool, names...)
+		})
+	}
 }
 
 // forgetRemovedSchedules forgets the series of the schedules with series that are not

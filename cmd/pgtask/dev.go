@@ -121,7 +121,7 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 	defer ln.Close()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	api, err := newAPI(pool, guard, 0, logger, reg)
+	api, err := newAPI(pool, guard, 0, logger, reg, m)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	defer ln.Close()
 	reg := prometheus.NewRegistry()
-	api, err := newAPI(pool, guard, *maxBody, logger, reg)
+	var m *metrics.Metrics // the fired schedules' series
+	if !*noSchedules {
+		m = metrics.New(reg)
+	}
+	api, err := newAPI(pool, guard, *maxBody, logger, reg, m)
 	if err != nil {
 		return err
 	}
@@ -106,7 +110,6 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if !*noSchedules {
-		m := metrics.New(reg)
 		schedulesCtx, stopSchedules := context.WithCancel(ctx)
 		schedulesDone := make(chan struct{})
 		go func() {
@@ -214,16 +217,21 @@ func warnOpen(w io.Writer, name string, addr net.Addr, guard *httpguard.Guard, l
 
 // newAPI builds the REST handler with /metrics served from reg, on which it registers
 // the queue collector and the Go runtime's collectors. It uses its own repository (and
-// so its own owner name).
-func newAPI(pool *pgxpool.Pool, guard *httpguard.Guard, maxBody int64, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
+// so its own owner name). With m (the metrics of the schedules the process fires), the
+// queue collector's reads drop the series of removed schedules.
+func newAPI(pool *pgxpool.Pool, guard *httpguard.Guard, maxBody int64, logger *slog.Logger, reg *prometheus.Registry, m *metrics.Metrics) (http.Handler, error) {
 	repo, err := repository.New(repository.Config{})
 	if err != nil {
 		return nil, err
 	}
+	queue := metrics.NewQueueCollector(pool, repo, queueCacheTTL)
+	if m != nil {
+		queue = m.NewQueueCollector(pool, repo, queueCacheTTL)
+	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		metrics.NewQueueCollector(pool, repo, queueCacheTTL),
+		queue,
 	)
 	h, err := rest.New(rest.Config{
 		Pool:         pool,
