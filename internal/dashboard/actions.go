@@ -183,10 +183,12 @@ type bulkResult struct {
 }
 
 // bulk applies an action to every task of a filter: cancel (the READY, SUSPENDED,
-// EXPIRED and ACTIVE ones), reassign or recreate (the revivable ones: EXPIRED to
-// SUCCEEDED), up to bulkMax tasks, read page by page; or purge (the finished ones,
-// deleted by sequence range in the database: the identifier and reference filters do not
-// apply to it). The by-task operations are the repository's, all or nothing per chunk.
+// EXPIRED and ACTIVE ones), reassign or recreate (the broken ones, EXPIRED, FAILED and
+// SUSPENDED, unless the filter names a state: then any revivable state, EXPIRED to
+// SUCCEEDED, but never the one a reassign leads to), up to bulkMax tasks, read page by
+// page; or purge (the finished ones, deleted by sequence range in the database: the
+// identifier and reference filters do not apply to it). The by-task operations are the
+// repository's, all or nothing per chunk.
 func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	var in bulkBody
 	if err := decode(body, &in); err != nil {
@@ -203,9 +205,12 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	}
 	// a time range in which no task was created: nothing to do, once the action is checked
 	nothing := bulkResult{Message: "no task was created in that time range: nothing to do"}
+	what := in.Action // the action, as its errors name it
+	// keep is the states the action applies to when the filter names one; without a
+	// state, it applies to those of them that fallback keeps as well
 	var (
-		keep  func(repository.State) bool
-		apply func(seqs []int64) (int, error)
+		keep, fallback func(repository.State) bool
+		apply          func(seqs []int64) (int, error)
 	)
 	switch in.Action {
 	case "purge":
@@ -235,6 +240,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		keep = func(st repository.State) bool {
 			return st == repository.Ready || st == repository.Suspended || st == repository.Expired || st == repository.Active
 		}
+		fallback = keep
 		apply = counted(func(seqs []int64) ([]repository.Task, error) {
 			return s.repo.Cancel(ctx, s.pool, topic, cancelledBy, seqs...)
 		})
@@ -243,7 +249,11 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		if err != nil {
 			return nil, badRequest("result %q is unknown: want SUCCESS, FAILURE, SUSPENSION or FILTER", in.Result)
 		}
-		keep, apply = repository.State.Revivable, counted(func(seqs []int64) ([]repository.Task, error) {
+		// a task already in the state the result leads to would only have its completion
+		// rewritten, at every "apply again"
+		keep = func(st repository.State) bool { return st.Revivable() && st != result.State() }
+		what += " to " + result.String()
+		fallback, apply = broken, counted(func(seqs []int64) ([]repository.Task, error) {
 			return s.repo.Reassign(ctx, s.pool, topic, result, seqs...)
 		})
 	case "recreate":
@@ -251,7 +261,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		if err != nil {
 			return nil, badRequest("mode %q is unknown: want reset, append, replace or supersede", in.Mode)
 		}
-		keep, apply = repository.State.Revivable, counted(func(seqs []int64) ([]repository.Revival, error) {
+		keep, fallback, apply = repository.State.Revivable, broken, counted(func(seqs []int64) ([]repository.Revival, error) {
 			return s.repo.Recreate(ctx, s.pool, topic, mode, seqs...)
 		})
 	default:
@@ -266,7 +276,13 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 				names = append(names, state.String())
 			}
 		}
-		return nil, badRequest("%s applies to tasks %s, not %s: change the state filter", in.Action, strings.Join(names, ", "), *st)
+		return nil, badRequest("%s applies to tasks %s, not %s: change the state filter", what, strings.Join(names, ", "), *st)
+	}
+	if res.filter.State == nil {
+		// without a state, a revival touches the broken tasks only: the finished ones
+		// (FILTERED, SUCCEEDED) need the filter to name their state
+		applies := keep
+		keep = func(st repository.State) bool { return applies(st) && fallback(st) }
 	}
 	if res.from > res.to {
 		return nothing, nil
@@ -296,6 +312,12 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		msg += fmt.Sprintf(" (at most %d at once: apply again for more)", bulkMax)
 	}
 	return bulkResult{Changed: changed, Message: msg}, nil
+}
+
+// broken reports whether a task of state st went wrong: EXPIRED, FAILED or SUSPENDED,
+// what a bulk revival applies to when the filter names no state.
+func broken(st repository.State) bool {
+	return st == repository.Expired || st == repository.Failed || st == repository.Suspended
 }
 
 // counted adapts a by-task operation to report how many tasks it changed.

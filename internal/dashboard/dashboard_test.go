@@ -321,7 +321,7 @@ func TestBulk(t *testing.T) {
 			`{"action": "purge", "state": "READY", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`:     "finished tasks only",
 			`{"action": "reassign", "result": "MAYBE", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`: "result",
 			// a state the action never changes: it answered 200, 0 tasks
-			`{"action": "reassign", "result": "SUCCESS", "state": "READY"}`: "reassign applies to tasks EXPIRED, FAILED, SUSPENDED, FILTERED, SUCCEEDED, not READY",
+			`{"action": "reassign", "result": "SUCCESS", "state": "READY"}`: "reassign to SUCCESS applies to tasks EXPIRED, FAILED, SUSPENDED, FILTERED, not READY",
 			`{"action": "cancel", "state": "SUCCEEDED"}`:                    "cancel applies to tasks ACTIVE, READY, EXPIRED, SUSPENDED, not SUCCEEDED",
 		} {
 			if status, text := f.post("/ui/topics/mail/bulk", body); status != http.StatusBadRequest || !strings.Contains(text, says) {
@@ -404,6 +404,113 @@ func TestBulk(t *testing.T) {
 		if status, text := f.post("/ui/topics/mail/bulk", huge); status != http.StatusRequestEntityTooLarge || !strings.Contains(text, "too large") {
 			t.Errorf("a body of 70 KiB: %d %s, want 413", status, text)
 		}
+	})
+}
+
+// TestBulkRevival: a bulk revival without a state filter revives the broken tasks
+// (EXPIRED, FAILED, SUSPENDED) only, never the finished ones, which it touches when the
+// filter names their state; a reassign never rewrites tasks already in the state its
+// result leads to.
+func TestBulkRevival(t *testing.T) {
+	f := setup(t, "")
+	// finished gives topic two SUCCEEDED tasks (output "done") and two FAILED ones
+	finished := func(topic string) (succeeded, failed []repository.Task) {
+		t.Helper()
+		f.createTopic(topic)
+		f.push(topic, repository.Creation{Identifier: "s1"}, repository.Creation{Identifier: "s2"},
+			repository.Creation{Identifier: "f1"}, repository.Creation{Identifier: "f2"})
+		leased, err := f.repo.Poll(f.ctx, f.pool, topic, repository.FIFO, repository.None, 4)
+		if err != nil || len(leased) != 4 {
+			t.Fatalf("poll = %v, %v", leased, err)
+		}
+		if _, err := f.repo.Complete(f.ctx, f.pool, topic, leased[0].Decide(repository.Succeed("done")), leased[1].Decide(repository.Succeed("done")),
+			leased[2].Decide(repository.Fail(fmt.Errorf("boom"))), leased[3].Decide(repository.Fail(fmt.Errorf("boom")))); err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range leased {
+			got, err := f.repo.Get(f.ctx, f.pool, topic, task.Sequence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State == repository.Succeeded {
+				succeeded = append(succeeded, got)
+			} else {
+				failed = append(failed, got)
+			}
+		}
+		return succeeded, failed
+	}
+	bulk := func(topic, body string) int64 {
+		t.Helper()
+		status, text := f.post("/ui/topics/"+topic+"/bulk", body)
+		var out struct{ Changed int64 }
+		if status != http.StatusOK || json.Unmarshal([]byte(text), &out) != nil {
+			t.Fatalf("bulk %s: %d %s", body, status, text)
+		}
+		return out.Changed
+	}
+	// unchanged fails unless the tasks are as they were, each the only one of its identifier
+	unchanged := func(topic string, tasks []repository.Task) {
+		t.Helper()
+		for _, was := range tasks {
+			got, err := f.repo.Get(f.ctx, f.pool, topic, was.Sequence)
+			if err != nil || got.State != was.State || !got.Completed.Equal(was.Completed) || got.Output != was.Output {
+				t.Errorf("task %s = %s completed %v output %q (%v), want %s completed %v output %q as before",
+					was.Identifier, got.State, got.Completed, got.Output, err, was.State, was.Completed, was.Output)
+			}
+			if line, err := f.repo.Timeline(f.ctx, f.pool, topic, was.Identifier, repository.MaxSequence, 10); err != nil || len(line) != 1 {
+				t.Errorf("identifier %s has %d tasks (%v), want no new one", was.Identifier, len(line), err)
+			}
+		}
+	}
+	t.Run("ReassignWithoutAStateLeavesTheSucceeded", func(t *testing.T) {
+		succeeded, failed := finished("reassign")
+		if n := bulk("reassign", `{"action": "reassign", "result": "SUCCESS"}`); n != 2 {
+			t.Fatalf("reassigned %d, want the 2 FAILED", n)
+		}
+		unchanged("reassign", succeeded)
+		for _, was := range failed {
+			if got, err := f.repo.Get(f.ctx, f.pool, "reassign", was.Sequence); err != nil || got.State != repository.Succeeded {
+				t.Errorf("task %s = %s (%v), want SUCCEEDED", was.Identifier, got.State, err)
+			}
+		}
+		again, _ := f.repo.Get(f.ctx, f.pool, "reassign", failed[0].Sequence)
+		if n := bulk("reassign", `{"action": "reassign", "result": "SUCCESS"}`); n != 0 {
+			t.Fatalf("applied again: reassigned %d, want none", n)
+		}
+		unchanged("reassign", append(succeeded, again))
+	})
+	t.Run("RecreateWithoutAStateLeavesTheSucceeded", func(t *testing.T) {
+		succeeded, failed := finished("recreate")
+		if n := bulk("recreate", `{"action": "recreate", "mode": "append"}`); n != 2 {
+			t.Fatalf("recreated %d, want the 2 FAILED", n)
+		}
+		unchanged("recreate", succeeded)
+		for _, was := range failed {
+			if got, err := f.repo.Get(f.ctx, f.pool, "recreate", was.Sequence); err != nil || got.State != repository.Recreated {
+				t.Errorf("task %s = %s (%v), want RECREATED", was.Identifier, got.State, err)
+			}
+		}
+	})
+	t.Run("RecreateOfANamedSucceededStateRecreatesThem", func(t *testing.T) {
+		succeeded, failed := finished("named")
+		if n := bulk("named", `{"action": "recreate", "mode": "append", "state": "SUCCEEDED"}`); n != 2 {
+			t.Fatalf("recreated %d, want the 2 SUCCEEDED", n)
+		}
+		for _, was := range succeeded {
+			if got, err := f.repo.Get(f.ctx, f.pool, "named", was.Sequence); err != nil || got.State != repository.Recreated {
+				t.Errorf("task %s = %s (%v), want RECREATED", was.Identifier, got.State, err)
+			}
+		}
+		unchanged("named", failed)
+	})
+	t.Run("ReassignToTheStateFilteredIsRefused", func(t *testing.T) {
+		succeeded, _ := finished("refused")
+		status, text := f.post("/ui/topics/refused/bulk", `{"action": "reassign", "result": "SUCCESS", "state": "SUCCEEDED"}`)
+		if status != http.StatusBadRequest || !strings.Contains(text, "reassign to SUCCESS applies to tasks EXPIRED, FAILED, SUSPENDED, FILTERED, not SUCCEEDED") {
+			t.Fatalf("reassign SUCCEEDED to SUCCESS: %d %s, want 400 saying it applies to the other revivable states", status, text)
+		}
+		unchanged("refused", succeeded)
 	})
 }
 

@@ -16,7 +16,8 @@
 //     with Repository.Resolve), the task page reads one task whole and the latest tasks
 //     of its identifier.
 //   - actions.go: what the REST API does not do: edit a topic's settings and bulk
-//     actions on a filter (cancel, revive, purge). Pushing, cancelling and reviving one
+//     actions on a filter (cancel, revive, purge; a revival without a state filter
+//     revives the broken tasks only, EXPIRED to SUSPENDED). Pushing, cancelling and reviving one
 //     task and pausing or resuming a topic go to the REST API itself, so the dashboard
 //     and the API share their handlers.
 //   - templates/: the pages; static/: app.css (light and dark, following the system
