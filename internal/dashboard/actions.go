@@ -171,6 +171,10 @@ type bulkBody struct {
 	Reference  string `json:"reference"`
 	From       string `json:"from"`
 	To         string `json:"to"`
+	// Before, when above 0, is where the search of a finished state (FILTERED,
+	// SUCCEEDED) goes on: the tasks below this sequence, as the last answer said
+	// (bulkResult.Before).
+	Before int64 `json:"before"`
 }
 
 // bulkResult says what a bulk action did.
@@ -178,8 +182,12 @@ type bulkResult struct {
 	Changed int64  `json:"changed"`
 	Message string `json:"message"`
 	// More is true when the action stopped before the end of its tasks (a purge whose
-	// time was up): the same action again goes on.
+	// time was up, bulkMax tasks changed, a window of sequences searched): the same
+	// action again goes on.
 	More bool `json:"more,omitempty"`
+	// Before, when above 0, is where the search of a finished state stopped: the same
+	// action with this Before searches the older tasks.
+	Before int64 `json:"before,omitempty"`
 }
 
 // bulk applies an action to every task of a filter: cancel (the READY, SUSPENDED,
@@ -193,6 +201,9 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	var in bulkBody
 	if err := decode(body, &in); err != nil {
 		return nil, err
+	}
+	if in.Before < 0 {
+		return nil, badRequest("before %d is not a sequence", in.Before)
 	}
 	f := taskFilter{State: in.State, Identifier: in.Identifier, Reference: in.Reference, From: in.From, To: in.To}
 	res, err := s.resolve(r, f)
@@ -287,7 +298,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if res.from > res.to {
 		return nothing, nil
 	}
-	seqs, err := s.matching(r, topic, res, keep)
+	seqs, before, err := s.matching(r, topic, res, keep, in.Before)
 	if err != nil {
 		return nil, err
 	}
@@ -307,11 +318,17 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		}
 		changed += int64(n)
 	}
-	msg := fmt.Sprintf("%s: %d tasks", in.Action, changed)
-	if len(seqs) == bulkMax {
-		msg += fmt.Sprintf(" (at most %d at once: apply again for more)", bulkMax)
+	out := bulkResult{Changed: changed, Message: fmt.Sprintf("%s: %d tasks", in.Action, changed), Before: before}
+	switch {
+	case len(seqs) == bulkMax:
+		out.More = true
+		out.Message += fmt.Sprintf(" (at most %d at once: apply again for more)", bulkMax)
+	case before > 0:
+		out.More = true
+		out.Message += fmt.Sprintf(" (the newest %d sequences searched at most at once): older tasks may match, apply again to search before %d, or narrow the time range",
+			scanWindow, before)
 	}
-	return bulkResult{Changed: changed, Message: msg}, nil
+	return out, nil
 }
 
 // broken reports whether a task of state st went wrong: EXPIRED, FAILED or SUSPENDED,
@@ -329,20 +346,26 @@ func counted[T any](op func(seqs []int64) ([]T, error)) func(seqs []int64) (int,
 }
 
 // matching reads the sequences of up to bulkMax tasks of the filter whose state keep
-// accepts, oldest first, a page at a time (keyset). Without a state in the filter it
-// reads each state keep accepts in turn, as if the filter named it: an unfinished or
-// broken state (ACTIVE to SUSPENDED) is then read through its own index
-// (Repository.Excerpts), so a cancel of "any" state costs what the tasks it cancels
-// cost, not a walk through the topic's millions of finished tasks. A finished state
-// (FILTERED, SUCCEEDED) walks the topic's sequences in the time range, as its page does.
-func (s *server) matching(r *http.Request, topic string, res resolved, keep func(repository.State) bool) ([]int64, error) {
+// accepts, a page at a time (keyset). Without a state in the filter it reads each state
+// keep accepts in turn, as if the filter named it. An unfinished or broken state
+// (ACTIVE to SUSPENDED), an identifier or a reference is read through its own index
+// (Repository.Excerpts), oldest first, so that a cancel of "any" state costs what the
+// tasks it cancels cost, not a walk through the topic's millions of finished tasks.
+//
+// A finished state alone (FILTERED, SUCCEEDED) has no index: as on the topic page, it
+// is looked for in the scanWindow sequences below the end of the time range (or below
+// before, when above 0) at most, newest first. next, when above 0, is where the search
+// stopped with older tasks unsearched: the same action with before = next goes on.
+func (s *server) matching(r *http.Request, topic string, res resolved, keep func(repository.State) bool, before int64) (seqs []int64, next int64, err error) {
 	var states []repository.State
 	if res.filter.State != nil {
 		states = append(states, *res.filter.State)
 	} else {
 		states = repository.States()
 	}
-	var seqs []int64
+	if len(states) == 1 && !narrow(res.filter) && keep(states[0]) {
+		return s.matchingWindow(r, topic, res, before)
+	}
 	for _, state := range states {
 		if !keep(state) {
 			continue
@@ -354,7 +377,7 @@ func (s *server) matching(r *http.Request, topic string, res resolved, keep func
 		for len(seqs) < bulkMax {
 			page, err := s.repo.Excerpts(r.Context(), s.pool, topic, filter, cursor, bulkChunk, repository.Forward)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			for _, t := range page {
 				if t.Sequence > res.to || len(seqs) == bulkMax {
@@ -368,5 +391,47 @@ func (s *server) matching(r *http.Request, topic string, res resolved, keep func
 			cursor = page[len(page)-1].Sequence
 		}
 	}
-	return seqs, nil
+	return seqs, 0, nil
+}
+
+// matchingWindow is matching of a finished state alone: up to bulkMax tasks of the
+// scanWindow sequences below the end of the range (or below before), newest first.
+func (s *server) matchingWindow(r *http.Request, topic string, res resolved, before int64) (seqs []int64, next int64, err error) {
+	cursor := res.end()
+	if before > 0 {
+		cursor = min(cursor, before)
+	}
+	if cursor == repository.MaxSequence {
+		last, err := s.repo.LastSequence(r.Context(), s.pool)
+		if err != nil {
+			return nil, 0, err
+		}
+		cursor = last + 1
+	}
+	bottom := max(res.from-1, 0) // the range's floor
+	filter := res.filter
+	filter.Floor = max(bottom, cursor-scanWindow)
+	floor := filter.Floor
+	for len(seqs) < bulkMax {
+		size := min(bulkChunk, bulkMax-len(seqs))
+		page, err := s.repo.Excerpts(r.Context(), s.pool, topic, filter, cursor, size, repository.Backward)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, t := range page {
+			seqs = append(seqs, t.Sequence)
+		}
+		if len(page) < size {
+			break
+		}
+		cursor = page[len(page)-1].Sequence
+	}
+	switch {
+	case len(seqs) == bulkMax:
+		// the window's tasks below the last one taken are not read yet
+		return seqs, seqs[len(seqs)-1], nil
+	case floor > bottom:
+		return seqs, floor + 1, nil
+	}
+	return seqs, 0, nil
 }

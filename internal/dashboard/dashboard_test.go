@@ -514,6 +514,55 @@ func TestBulkRevival(t *testing.T) {
 	})
 }
 
+// TestBulkFinishedStateWindow: a bulk action on a finished state, which has no index,
+// searches a window of sequences below the end of the range at a time, as the topic
+// page does; when older tasks remain unsearched it says so and where the next search
+// starts, which finds them.
+func TestBulkFinishedStateWindow(t *testing.T) {
+	f := setup(t, "")
+	f.createTopic("work")
+	var rare int64
+	if err := f.pool.QueryRow(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed, output)
+		VALUES ('work', 'rare', 5, 1, now(), 'skipped') RETURNING sequence`).Scan(&rare); err != nil {
+		t.Fatal(err)
+	}
+	// more SUCCEEDED tasks after it than one search reads
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed)
+		SELECT 'work', 'common-' || g, 6, 1, now() FROM generate_series(1, 120000) g`); err != nil {
+		t.Fatal(err)
+	}
+	bulk := func(body string) (out struct {
+		Changed int64
+		Message string
+		More    bool
+		Before  int64
+	}) {
+		t.Helper()
+		status, text := f.post("/ui/topics/work/bulk", body)
+		if status != http.StatusOK || json.Unmarshal([]byte(text), &out) != nil {
+			t.Fatalf("bulk %s: %d %s", body, status, text)
+		}
+		return out
+	}
+	first := bulk(`{"action": "reassign", "result": "FAILURE", "state": "FILTERED"}`)
+	if first.Changed != 0 || !first.More || first.Before <= rare || !strings.Contains(first.Message, fmt.Sprintf("apply again to search before %d", first.Before)) {
+		t.Fatalf("first search = %+v; want nothing changed, more, and where to search on (above %d)", first, rare)
+	}
+	if got, err := f.repo.Get(f.ctx, f.pool, "work", rare); err != nil || got.State != repository.Filtered {
+		t.Fatalf("rare task after the first search = %s (%v), want FILTERED still", got.State, err)
+	}
+	next := bulk(fmt.Sprintf(`{"action": "reassign", "result": "FAILURE", "state": "FILTERED", "before": %d}`, first.Before))
+	if next.Changed != 1 || next.More || next.Before != 0 {
+		t.Fatalf("search before %d = %+v; want the rare task changed, and no more", first.Before, next)
+	}
+	if got, err := f.repo.Get(f.ctx, f.pool, "work", rare); err != nil || got.State != repository.Failed {
+		t.Fatalf("rare task = %s (%v), want FAILED", got.State, err)
+	}
+	if status, text := f.post("/ui/topics/work/bulk", `{"action": "reassign", "result": "FAILURE", "state": "FILTERED", "before": -1}`); status != http.StatusBadRequest || !strings.Contains(text, "before -1") {
+		t.Errorf("before -1: %d %s, want 400 naming before", status, text)
+	}
+}
+
 // TestBulkAtTheQueueCap: a chunk of a bulk revive that the topic's queue cap refuses
 // answers 429 and changes nothing; the answer says what the chunks before it changed.
 func TestBulkAtTheQueueCap(t *testing.T) {
