@@ -62,13 +62,35 @@ func (s *server) action(a actionFunc) http.Handler {
 			if status == http.StatusInternalServerError {
 				s.cfg.Logger.Error("dashboard action failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
-			httpguard.WriteError(w, status, httpguard.ErrorText(err, status)) // the log has the whole error
+			text := httpguard.ErrorText(err, status) // the log has the whole error
+			if p := (*partialError)(nil); errors.As(err, &p) {
+				// what committed before the failure, said whatever the failure
+				text = httpguard.ErrorText(p.err, status) + p.note()
+			}
+			httpguard.WriteError(w, status, text)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_ = json.NewEncoder(w).Encode(out)
 	})
+}
+
+// partialError is the failure of a bulk action after some of its statements committed.
+type partialError struct {
+	err     error
+	changed int64
+}
+
+func (e *partialError) Error() string { return e.err.Error() + e.note() }
+func (e *partialError) Unwrap() error { return e.err }
+
+// note says what was changed before the failure, and what to do.
+func (e *partialError) note() string {
+	if errors.Is(e.err, repository.ErrWrongState) {
+		return fmt.Sprintf(" (after %d changed: tasks changed state meanwhile; apply again)", e.changed)
+	}
+	return fmt.Sprintf(" (after %d changed)", e.changed)
 }
 
 // decode reads a JSON body into v as the REST API does (wire.DecodeObject): no unknown
@@ -210,10 +232,13 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, topic := r.Context(), r.PathValue("topic")
+	start, ctx, topic := time.Now(), r.Context(), r.PathValue("topic")
 	if _, err := s.repo.Topic(ctx, s.pool, topic); err != nil {
 		return nil, err
 	}
+	// the by-task statements: none begins after BulkFor, none runs past PurgeFor
+	wctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.PurgeFor))
+	defer cancel()
 	// a time range in which no task was created: nothing to do, once the action is checked
 	nothing := bulkResult{Message: "no task was created in that time range: nothing to do"}
 	what := in.Action // the action, as its errors name it
@@ -253,7 +278,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		}
 		fallback = keep
 		apply = counted(func(seqs []int64) ([]repository.Task, error) {
-			return s.repo.Cancel(ctx, s.pool, topic, cancelledBy, seqs...)
+			return s.repo.Cancel(wctx, s.pool, topic, cancelledBy, seqs...)
 		})
 	case "reassign":
 		result, err := repository.ParseResult(in.Result)
@@ -265,7 +290,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		keep = func(st repository.State) bool { return st.Revivable() && st != result.State() }
 		what += " to " + result.String()
 		fallback, apply = broken, counted(func(seqs []int64) ([]repository.Task, error) {
-			return s.repo.Reassign(ctx, s.pool, topic, result, seqs...)
+			return s.repo.Reassign(wctx, s.pool, topic, result, seqs...)
 		})
 	case "recreate":
 		mode, err := repository.ParseRecreateMode(in.Mode)
@@ -273,7 +298,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 			return nil, badRequest("mode %q is unknown: want reset, append, replace or supersede", in.Mode)
 		}
 		keep, fallback, apply = repository.State.Revivable, broken, counted(func(seqs []int64) ([]repository.Revival, error) {
-			return s.repo.Recreate(ctx, s.pool, topic, mode, seqs...)
+			return s.repo.Recreate(wctx, s.pool, topic, mode, seqs...)
 		})
 	default:
 		return nil, badRequest("action %q is unknown: want cancel, reassign, recreate or purge", in.Action)
@@ -302,17 +327,25 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var changed int64
+	var (
+		changed int64
+		late    bool // the time was up before the last statement
+	)
 	for chunk := range slices.Chunk(seqs, bulkChunk) {
+		if changed > 0 && time.Since(start) >= s.cfg.BulkFor {
+			late = true
+			break
+		}
 		n, err := apply(chunk)
+		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+			late = true // cancelled, the statement changed nothing
+			break
+		}
 		if err != nil {
-			switch {
-			case errors.Is(err, repository.ErrWrongState):
-				err = fmt.Errorf("%w (after %d changed: tasks changed state meanwhile; apply again)", err, changed)
-			case changed > 0:
+			if errors.Is(err, repository.ErrWrongState) || changed > 0 {
 				// the statements before this one committed (a queue cap that refuses a
 				// later chunk of resets or copies, say)
-				err = fmt.Errorf("%w (after %d changed)", err, changed)
+				err = &partialError{err: err, changed: changed}
 			}
 			return nil, err
 		}
@@ -320,6 +353,10 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	}
 	out := bulkResult{Changed: changed, Message: fmt.Sprintf("%s: %d tasks", in.Action, changed), Before: before}
 	switch {
+	case late:
+		// the next search starts from the newest again: the tasks left match still
+		out.More, out.Before = true, 0
+		out.Message += fmt.Sprintf(" in %v, the time one action has: apply again for more", time.Since(start).Round(time.Millisecond))
 	case len(seqs) == bulkMax:
 		out.More = true
 		out.Message += fmt.Sprintf(" (at most %d at once: apply again for more)", bulkMax)

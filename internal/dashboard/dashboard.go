@@ -30,6 +30,8 @@ const (
 	// PurgeForDefault is Config.PurgeFor's default, under the server's read timeout
 	// (httpguard.ReadTimeoutDefault), which cancels a request still running.
 	PurgeForDefault = 20 * time.Second
+	// BulkForDefault is Config.BulkFor's default.
+	BulkForDefault = 5 * time.Second
 )
 
 // Prefix is the path under which the dashboard serves everything but its overview,
@@ -69,6 +71,12 @@ type Config struct {
 	// PurgeFor is how long one purge action deletes (in batches, each committed) before it
 	// answers with what it deleted so far and asks for another to go on.
 	PurgeFor time.Duration
+	// BulkFor is how long one bulk cancel, reassign or recreate changes tasks (in
+	// statements of 1 000, each committed) before it answers with what it changed and
+	// asks for another to go on: it starts no statement after that time. A statement
+	// still running when PurgeFor has passed since the action began is cancelled (and
+	// undone). At most PurgeFor.
+	BulkFor time.Duration
 	// Logger receives the errors answered with status 500; nil discards them.
 	Logger *slog.Logger
 }
@@ -80,12 +88,16 @@ func (c *Config) validate() error {
 	if c.API == nil {
 		return errors.New("dashboard: config: API is required")
 	}
-	if c.OwnerTimeout < 0 || c.Refresh < 0 || c.PurgeFor < 0 {
-		return errors.New("dashboard: config: OwnerTimeout, Refresh and PurgeFor must not be negative")
+	if c.OwnerTimeout < 0 || c.Refresh < 0 || c.PurgeFor < 0 || c.BulkFor < 0 {
+		return errors.New("dashboard: config: OwnerTimeout, Refresh, PurgeFor and BulkFor must not be negative")
 	}
 	if c.PurgeFor == 0 {
 		c.PurgeFor = PurgeForDefault
 	}
+	if c.BulkFor == 0 {
+		c.BulkFor = BulkForDefault
+	}
+	c.BulkFor = min(c.BulkFor, c.PurgeFor)
 	if c.OwnerTimeout == 0 {
 		c.OwnerTimeout = OwnerTimeoutDefault
 	}

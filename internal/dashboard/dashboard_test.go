@@ -568,22 +568,7 @@ func TestBulkFinishedStateWindow(t *testing.T) {
 func TestBulkAtTheQueueCap(t *testing.T) {
 	f := setup(t, "")
 	const n = 1001 // two chunks (bulkChunk): 1000 resets, then one more
-	creations := make([]repository.Creation, n)
-	for i := range creations {
-		creations[i] = repository.Creation{Identifier: fmt.Sprint("t", i)}
-	}
-	f.push("mail", creations...)
-	leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, n)
-	if err != nil || len(leased) != n {
-		t.Fatalf("poll = %d tasks, %v", len(leased), err)
-	}
-	completions := make([]repository.Completion, n)
-	for i, task := range leased {
-		completions[i] = task.Decide(repository.Fail(fmt.Errorf("boom")))
-	}
-	if _, err := f.repo.Complete(f.ctx, f.pool, "mail", completions...); err != nil {
-		t.Fatal(err)
-	}
+	f.failed("mail", n)
 	if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 1, QueueCap: n - 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -594,6 +579,85 @@ func TestBulkAtTheQueueCap(t *testing.T) {
 	if stats, err := f.repo.Stats(f.ctx, f.pool, "mail"); err != nil || stats.Ready != n-1 || stats.Failed != 1 {
 		t.Fatalf("stats %+v, %v; want %d READY and 1 FAILED", stats, err, n-1)
 	}
+}
+
+// failed pushes n tasks to topic, identifiers t0 to t{n-1}, and fails them: n FAILED
+// tasks, in the order of their identifiers.
+func (f *fixture) failed(topic string, n int) []repository.Task {
+	f.t.Helper()
+	creations := make([]repository.Creation, n)
+	for i := range creations {
+		creations[i] = repository.Creation{Identifier: fmt.Sprint("t", i)}
+	}
+	f.push(topic, creations...)
+	leased, err := f.repo.Poll(f.ctx, f.pool, topic, repository.FIFO, repository.None, n)
+	if err != nil || len(leased) != n {
+		f.t.Fatalf("poll = %d tasks, %v", len(leased), err)
+	}
+	completions := make([]repository.Completion, n)
+	for i, task := range leased {
+		completions[i] = task.Decide(repository.Fail(fmt.Errorf("boom")))
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, topic, completions...); err != nil {
+		f.t.Fatal(err)
+	}
+	return leased
+}
+
+// poison makes the database fail or stall (how) the update of the task of identifier
+// "t1000" of any topic: the second statement of a bulk action on tasks t0 to t1000.
+func (f *fixture) poison(how string) {
+	f.t.Helper()
+	if _, err := f.pool.Exec(f.ctx, `CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.identifier = 't1000' THEN `+how+`; END IF; RETURN NEW; END $$`); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, `CREATE TRIGGER poison BEFORE UPDATE ON task FOR EACH ROW EXECUTE FUNCTION poison()`); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestBulkTime: a bulk action starts no statement once its time (Config.BulkFor) is up,
+// and cancels one still running when Config.PurgeFor is: it answers with what it
+// changed, asking for another.
+func TestBulkTime(t *testing.T) {
+	const n = 1001 // two statements (bulkChunk): 1000 tasks, then one more
+	reset := `{"action": "recreate", "mode": "reset", "state": "FAILED"}`
+	answer := func(t *testing.T, f *fixture, body string) (out struct {
+		Changed int64
+		Message string
+		More    bool
+	}) {
+		t.Helper()
+		status, text := f.post("/ui/topics/mail/bulk", body)
+		if status != http.StatusOK || json.Unmarshal([]byte(text), &out) != nil {
+			t.Fatalf("bulk %s: %d %s", body, status, text)
+		}
+		return out
+	}
+	t.Run("NoStatementBeginsOnceTheTimeIsUp", func(t *testing.T) {
+		f := setup(t, "")
+		f.srv = serve(t, f.pool, f.repo, "", func(c *dashboard.Config) { c.BulkFor = time.Nanosecond })
+		f.failed("mail", n)
+		if out := answer(t, f, reset); out.Changed != 1000 || !out.More || !strings.Contains(out.Message, "apply again for more") {
+			t.Fatalf("reset out of time = %+v, want the first 1000 and more", out)
+		}
+		if out := answer(t, f, reset); out.Changed != 1 || out.More {
+			t.Fatalf("reset again = %+v, want the last one", out)
+		}
+	})
+	t.Run("AStatementPastTheLimitIsCancelled", func(t *testing.T) {
+		f := setup(t, "")
+		f.srv = serve(t, f.pool, f.repo, "", func(c *dashboard.Config) { c.PurgeFor = time.Second })
+		last := f.failed("mail", n)[n-1]
+		f.poison("PERFORM pg_sleep(30)")
+		if out := answer(t, f, reset); out.Changed != 1000 || !out.More || !strings.Contains(out.Message, "apply again for more") {
+			t.Fatalf("reset with a stalled statement = %+v, want the first 1000 and more", out)
+		}
+		if got, err := f.repo.Get(f.ctx, f.pool, "mail", last.Sequence); err != nil || got.State != repository.Failed {
+			t.Fatalf("the stalled statement's task = %s (%v), want FAILED still", got.State, err)
+		}
+	})
 }
 
 func TestProcesses(t *testing.T) {

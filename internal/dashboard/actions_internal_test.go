@@ -1,0 +1,56 @@
+package dashboard
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// TestPartialFailure: an action that fails after some of its statements committed says
+// how many tasks they changed, whatever the failure, even one whose text a 500 hides
+// (a connection lost: the server's log has it); a failure that is not partial says
+// only what failed.
+func TestPartialFailure(t *testing.T) {
+	t.Parallel()
+	s := &server{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}
+	for _, c := range []struct {
+		name   string
+		err    error
+		status int
+		want   []string
+	}{
+		{"Lost", &partialError{err: io.ErrUnexpectedEOF, changed: 3000}, http.StatusInternalServerError,
+			[]string{repository.ClientTextUnknown, "(after 3000 changed)"}},
+		{"QueueFull", &partialError{err: repository.ErrQueueFull, changed: 1000}, http.StatusTooManyRequests,
+			[]string{"queue", "(after 1000 changed)"}},
+		{"WrongState", &partialError{err: repository.ErrWrongState}, http.StatusConflict,
+			[]string{"(after 0 changed: tasks changed state meanwhile; apply again)"}},
+		{"NotPartial", errors.New("lost"), http.StatusInternalServerError, []string{repository.ClientTextUnknown}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := s.action(func(*http.Request, []byte) (any, error) { return nil, c.err })
+			r := httptest.NewRequest(http.MethodPost, Prefix+"topics/mail/bulk", strings.NewReader(`{}`))
+			r.Header.Set("Content-Type", "application/json")
+			r.SetPathValue("topic", "mail")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != c.status {
+				t.Errorf("status %d, want %d: %s", w.Code, c.status, w.Body)
+			}
+			for _, want := range c.want {
+				if !strings.Contains(w.Body.String(), want) {
+					t.Errorf("answer %s lacks %q", w.Body, want)
+				}
+			}
+			if c.name == "NotPartial" && strings.Contains(w.Body.String(), "changed") {
+				t.Errorf("answer %s says something changed", w.Body)
+			}
+		})
+	}
+}
