@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -52,5 +53,30 @@ func TestPartialFailure(t *testing.T) {
 				t.Errorf("answer %s says something changed", w.Body)
 			}
 		})
+	}
+}
+
+// TestSessionsExpire: a session signs in until sessionLifetime after its login, and a
+// login forgets the expired ones.
+func TestSessionsExpire(t *testing.T) {
+	t.Parallel()
+	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := newSessions()
+	s.now = func() time.Time { return clock }
+	old := s.start()
+	if !s.valid(old) || s.valid(old+"x") || s.valid("") {
+		t.Fatal("a new session is not valid, or another id is")
+	}
+	clock = clock.Add(sessionLifetime - time.Second)
+	if !s.valid(old) {
+		t.Fatal("a session expired before its lifetime")
+	}
+	clock = clock.Add(time.Second)
+	if s.valid(old) {
+		t.Fatal("a session is valid after its lifetime")
+	}
+	s.start()
+	if len(s.ids) != 1 {
+		t.Fatalf("%d sessions kept, want the new one only", len(s.ids))
 	}
 }

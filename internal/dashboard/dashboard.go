@@ -1,10 +1,7 @@
 package dashboard
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -132,13 +129,13 @@ func (c *Config) validate() error {
 
 // server serves the dashboard.
 type server struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	repo    *repository.Repository
-	pages   *pages
-	mux     *http.ServeMux
-	session string // the session cookie's value when a token is configured
-	chart   chartCache
+	cfg      Config
+	pool     *pgxpool.Pool
+	repo     *repository.Repository
+	pages    *pages
+	mux      *http.ServeMux
+	sessions *sessions // the logins, when a token is configured (nil without)
+	chart    chartCache
 }
 
 // New validates cfg and returns the handler of the whole server: the dashboard at "/"
@@ -153,9 +150,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	s := &server{cfg: cfg, pool: cfg.Pool, repo: cfg.Repository, pages: p, mux: http.NewServeMux()}
 	if cfg.Token != "" {
-		mac := hmac.New(sha256.New, []byte(cfg.Token))
-		mac.Write([]byte("pgtask dashboard session v1"))
-		s.session = hex.EncodeToString(mac.Sum(nil))
+		s.sessions = newSessions()
 	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
@@ -195,10 +190,10 @@ func staticHandler(h http.Handler) http.Handler {
 // signedIn reports whether r may use the dashboard: no token is configured, or r carries
 // the session cookie or the bearer token.
 func (s *server) signedIn(r *http.Request) bool {
-	if s.session == "" {
+	if s.sessions == nil {
 		return true
 	}
-	if c, err := r.Cookie(sessionCookie); err == nil && hmac.Equal([]byte(c.Value), []byte(s.session)) {
+	if c, err := r.Cookie(sessionCookie); err == nil && s.sessions.valid(c.Value) {
 		return true
 	}
 	return r.Header.Get("Authorization") != "" && s.cfg.Guard.Authorized(r)
@@ -211,7 +206,7 @@ func (s *server) signedIn(r *http.Request) bool {
 func (s *server) apiProxy() http.Handler {
 	strip := http.StripPrefix(strings.TrimSuffix(Prefix, "/")+"/api", s.cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.session != "" && r.Header.Get("Authorization") == "" && s.signedIn(r) {
+		if s.sessions != nil && r.Header.Get("Authorization") == "" && s.signedIn(r) {
 			r = r.Clone(r.Context())
 			r.Header.Set("Authorization", "Bearer "+s.cfg.Token)
 		}
@@ -231,17 +226,18 @@ func secureHeaders(w http.ResponseWriter) {
 }
 
 func (s *server) loginForm(w http.ResponseWriter, r *http.Request) {
-	if s.session == "" {
+	if s.sessions == nil {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
 	s.render(w, r, http.StatusOK, "login", loginView{Next: safeNext(r.URL.Query().Get("next"))})
 }
 
-// login checks the token of the form and sets the session cookie: HttpOnly (scripts
-// cannot read it), SameSite=Strict (no other site's page sends it), Secure over TLS.
+// login checks the token of the form, starts a session and sets its cookie: HttpOnly
+// (scripts cannot read it), SameSite=Strict (no other site's page sends it), Secure
+// over TLS.
 func (s *server) login(w http.ResponseWriter, r *http.Request) {
-	if s.session == "" {
+	if s.sessions == nil {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
@@ -256,7 +252,7 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusUnauthorized, "login", loginView{Next: next, Error: "wrong token"})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.session, Path: "/", HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.sessions.start(), Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: overHTTPS(r)})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -268,7 +264,12 @@ func overHTTPS(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
 }
 
+// logout ends the session of the request's cookie, so that no copy of it signs in
+// again, and clears the cookie.
 func (s *server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil && s.sessions != nil {
+		s.sessions.end(c.Value)
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }

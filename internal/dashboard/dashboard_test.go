@@ -742,6 +742,30 @@ func TestLogin(t *testing.T) {
 			t.Errorf("cookie behind a TLS proxy %q is not Secure", h.Get("Set-Cookie"))
 		}
 	})
+	t.Run("LogoutRevokesTheCookie", func(t *testing.T) {
+		session := func() string {
+			t.Helper()
+			_, h, _ := login(token)
+			return strings.SplitN(h.Get("Set-Cookie"), ";", 2)[0]
+		}
+		mine, other := session(), session()
+		if mine == other {
+			t.Fatalf("two logins got the same cookie %q", mine)
+		}
+		f.page("/", "Cookie", mine)
+		status, h, _ := f.do(http.MethodPost, "/ui/logout", "", "Cookie", mine)
+		if status != http.StatusSeeOther || !strings.Contains(h.Get("Set-Cookie"), "Max-Age=0") {
+			t.Fatalf("logout = %d, cookie %q; want 303 clearing the cookie", status, h.Get("Set-Cookie"))
+		}
+		// a copy of the cookie kept after the logout
+		if status, h, _ := f.get("/", "Cookie", mine); status != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/ui/login") {
+			t.Errorf("page with the cookie of a logout = %d to %q, want 303 to the login", status, h.Get("Location"))
+		}
+		if status, _ := f.post("/ui/api/topics/mail/pause", `{}`, "Cookie", mine); status != http.StatusUnauthorized {
+			t.Errorf("API with the cookie of a logout = %d, want 401", status)
+		}
+		f.page("/", "Cookie", other) // another login's session goes on
+	})
 	t.Run("BearerTokenWorksToo", func(t *testing.T) {
 		f.page("/", "Authorization", "Bearer "+token)
 	})

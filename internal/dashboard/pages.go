@@ -97,7 +97,7 @@ type layout struct {
 
 func (s *server) render(w http.ResponseWriter, r *http.Request, status int, name string, view any) {
 	var buf bytes.Buffer
-	l := layout{Title: titleOf(view), Nav: name, RefreshMs: s.cfg.Refresh.Milliseconds(), SignedIn: s.session != "" && s.signedIn(r), View: view}
+	l := layout{Title: titleOf(view), Nav: name, RefreshMs: s.cfg.Refresh.Milliseconds(), SignedIn: s.sessions != nil && s.signedIn(r), View: view}
 	if err := s.pages.execute(&buf, name, l); err != nil {
 		s.cfg.Logger.Error("dashboard render failed", slog.String("page", name), slog.Any("error", err))
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
