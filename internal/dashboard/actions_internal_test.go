@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -78,5 +80,28 @@ func TestSessionsExpire(t *testing.T) {
 	s.start()
 	if len(s.ids) != 1 {
 		t.Fatalf("%d sessions kept, want the new one only", len(s.ids))
+	}
+}
+
+// TestIndentStart: the start of a large JSON text, read in part, is indented as
+// json.Indent indents the whole; a text that is not JSON is not taken for it.
+func TestIndentStart(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{`{"a":1,"b":[1, 2,{}],"c":{"d":"x\"]}{,:y"},"e":[],"f":null}`, `[ {"k" : "v\\"} , true ]`, `{}`} {
+		var want bytes.Buffer
+		if err := json.Indent(&want, []byte(doc), "", "  "); err != nil {
+			t.Fatal(err)
+		}
+		if got := indentStart(doc); got != want.String() {
+			t.Errorf("indentStart(%s) = %q, want %q", doc, got, want.String())
+		}
+		if !jsonStart(doc[:len(doc)/2]) {
+			t.Errorf("%q is not taken for the start of JSON", doc[:len(doc)/2])
+		}
+	}
+	for _, s := range []string{`{not json`, `{"a":1}}`, `[1,,`} {
+		if jsonStart(s) {
+			t.Errorf("%q is taken for the start of JSON", s)
+		}
 	}
 }

@@ -1,12 +1,16 @@
 package dashboard_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,6 +114,66 @@ func TestTaskPage(t *testing.T) {
 			t.Errorf("bad sequence: status = %d, want 400 naming the sequence: %s", status, body)
 		}
 	})
+}
+
+// TestTaskPageReadsLargeTextsInPart: the task page, and each of its live refreshes,
+// reads from the database the start of a task's input, output and errors, never
+// megabytes of them; ?full=1 reads them whole.
+func TestTaskPageReadsLargeTextsInPart(t *testing.T) {
+	f := setup(t, "")
+	big := strings.Repeat("x", 3<<20)
+	task := f.push("mail", repository.Creation{Identifier: "big", Input: big})[0]
+	leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 1)
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("poll = %v, %v", leased, err)
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, "mail", leased[0].Decide(repository.Fail(errors.New(big)))); err != nil {
+		t.Fatal(err)
+	}
+	// the dashboard on a pool that counts the bytes it reads from the database
+	var read atomic.Int64
+	cfg := f.pool.Config()
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := new(net.Dialer).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, read: &read}, nil
+	}
+	counted, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(counted.Close)
+	g := *f
+	g.srv = serve(t, counted, f.repo, "")
+	path := fmt.Sprintf("/ui/topics/mail/tasks/%d", task.Sequence)
+	g.page(path) // connects, prepares the statements
+	before := read.Load()
+	body := g.page(path, "HX-Request", "true") // a live refresh
+	if n := read.Load() - before; n > 256<<10 {
+		t.Errorf("a refresh of the page of a task of 6 MiB of texts read %d bytes from the database, want at most 256 KiB", n)
+	}
+	mustContain(t, body, "Shown: the start of 3.0 MiB", "Show all")
+	if len(body) > 256<<10 {
+		t.Errorf("the page is %d bytes, want at most 256 KiB", len(body))
+	}
+	before = read.Load()
+	if whole := g.page(path + "?full=1"); strings.Count(whole, "x") < 2*len(big) || read.Load()-before < 2*int64(len(big)) {
+		t.Errorf("?full=1 shows %d x and read %d bytes, want the whole input and error", strings.Count(whole, "x"), read.Load()-before)
+	}
+}
+
+// countingConn counts the bytes read from a connection.
+type countingConn struct {
+	net.Conn
+	read *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
 }
 
 func TestTaskPageTimeline(t *testing.T) {

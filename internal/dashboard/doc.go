@@ -15,8 +15,9 @@
 //     topics by name (Repository.TopicPage, then StatsAll of the page: the stats path,
 //     never a count over the tasks), the topic page lists tasks by keyset
 //     (Repository.Excerpts after or before a sequence, a time range resolved to sequences
-//     with Repository.Resolve), the task page reads one task whole and the latest tasks
-//     of its identifier.
+//     with Repository.Resolve), the task page reads one task, its texts cut in the
+//     database to what it shows (Repository.GetExcerpt; ?full=1 reads them whole), and
+//     the latest tasks of its identifier.
 //   - actions.go: what the REST API does not do: edit a topic's settings and bulk
 //     actions on a filter (cancel, revive, purge; a revival without a state filter
 //     revives the broken tasks only, EXPIRED to SUSPENDED). Pushing, cancelling and reviving one
