@@ -20,9 +20,11 @@
 //     the latest tasks of its identifier.
 //   - actions.go: what the REST API does not do: edit a topic's settings and bulk
 //     actions on a filter (cancel, revive, purge; a revival without a state filter
-//     revives the broken tasks only, EXPIRED to SUSPENDED). Pushing, cancelling and reviving one
-//     task and pausing or resuming a topic go to the REST API itself, so the dashboard
-//     and the API share their handlers.
+//     revives the broken tasks only, EXPIRED to SUSPENDED; a finished state is searched
+//     a window of sequences per request; each request works for Config.BulkFor at
+//     most, then answers "apply again"). Pushing, cancelling and reviving one task and
+//     pausing or resuming a topic go to the REST API itself, so the dashboard and the
+//     API share their handlers.
 //   - templates/: the pages; static/: app.css (light and dark, following the system
 //     setting), app.js (live refresh of the parts marked data-live, the charts, the
 //     actions as JSON POSTs) and vendor/ (below).
