@@ -330,6 +330,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	var (
 		changed int64
 		late    bool // the time was up before the last statement
+		unknown int  // how many tasks a statement cancelled as it ran may have changed
 	)
 	for chunk := range slices.Chunk(seqs, bulkChunk) {
 		if changed > 0 && time.Since(start) >= s.cfg.BulkFor {
@@ -338,7 +339,10 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		}
 		n, err := apply(chunk)
 		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-			late = true // cancelled, the statement changed nothing
+			late = true // cancelled: the statement changed nothing, unless it was committing
+			if repository.Uncertain(err) {
+				unknown = len(chunk)
+			}
 			break
 		}
 		if err != nil {
@@ -357,6 +361,9 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		// the next search starts from the newest again: the tasks left match still
 		out.More, out.Before = true, 0
 		out.Message += fmt.Sprintf(" in %v, the time one action has: apply again for more", time.Since(start).Round(time.Millisecond))
+		if unknown > 0 {
+			out.Message += fmt.Sprintf(" (the last statement, of %d tasks, was cancelled before its answer came: they may have changed too)", unknown)
+		}
 	case len(seqs) == bulkMax:
 		out.More = true
 		out.Message += fmt.Sprintf(" (at most %d at once: apply again for more)", bulkMax)
