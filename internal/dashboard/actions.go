@@ -218,7 +218,10 @@ type bulkResult struct {
 // SUCCEEDED, but never the one a reassign leads to), up to bulkMax tasks, read page by
 // page; or purge (the finished ones, deleted by sequence range in the database: the
 // identifier and reference filters do not apply to it). The by-task operations are the
-// repository's, all or nothing per chunk.
+// repository's, all or nothing per chunk, each committed: none begins once
+// Config.BulkFor has passed, and one still running at Config.PurgeFor is cancelled;
+// the answer then says what changed and asks for another (More). A failure after
+// chunks committed says how many tasks they changed (partialError).
 func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	var in bulkBody
 	if err := decode(body, &in); err != nil {
