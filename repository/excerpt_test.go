@@ -211,3 +211,36 @@ func TestValidatedEverywhere(t *testing.T) {
 		}
 	})
 }
+
+func TestGetExcerpt(t *testing.T) {
+	shared := setup(t)
+	t.Run("CutsEveryTextToTheLengthAskedKeepingEveryError", func(t *testing.T) {
+		f := isolated(t, shared)
+		configure(f, repository.TopicSettings{MaxAttempts: repository.ExcerptErrors + 3})
+		long := strings.Repeat("é", 100) // two bytes each
+		task := pushOne(f, repository.Creation{Identifier: "a", Input: long, Reference: "r"})
+		for range repository.ExcerptErrors + 2 {
+			f.complete(repository.Fail(errors.New(long)), pollOne(f, f.repo, task.Sequence))
+		}
+		got, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Input != long[:20] || got.InputBytes != int64(len(long)) || !got.InputCut() || got.Reference != "r" || got.State != repository.Ready {
+			t.Errorf("excerpt %+v, want the input's first 10 characters of %d bytes", got, len(long))
+		}
+		if len(got.Errors) != repository.ExcerptErrors+2 || !got.ErrorsCut || got.Errors[0] != long[:20] {
+			t.Errorf("errors %q (cut %v), want all %d, each its first 10 characters", got.Errors, got.ErrorsCut, repository.ExcerptErrors+2)
+		}
+	})
+	t.Run("RefusesALengthBelowOneAndAnswersErrUnknownTask", func(t *testing.T) {
+		f := isolated(t, shared)
+		task := pushOne(f, repository.Creation{Identifier: "a"})
+		if _, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence, 0); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("length 0: %v, want ErrInvalid", err)
+		}
+		if _, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence+1000, 10); !errors.Is(err, repository.ErrUnknownTask) {
+			t.Errorf("unknown task: %v, want ErrUnknownTask", err)
+		}
+	})
+}

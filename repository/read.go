@@ -492,6 +492,29 @@ func (r *Repository) Get(ctx context.Context, h Handle, topic string, sequence i
 	return taskFrom(row), nil
 }
 
+// GetExcerpt returns one task of a topic as Get does, but with its input, output and
+// each of its errors (all of them) cut in the database to their first length characters
+// (at least 1), so that a task of megabytes costs its reader no more than length per
+// text; InputBytes and OutputBytes are the whole lengths. The Excerpt's ConcurrencyKey
+// is not read. An unknown task returns ErrUnknownTask.
+func (r *Repository) GetExcerpt(ctx context.Context, h Handle, topic string, sequence int64, length int) (Excerpt, error) {
+	if err := validTopic(topic); err != nil {
+		return Excerpt{}, err
+	}
+	if length < 1 {
+		return Excerpt{}, invalid("excerpt length %d is below 1", length)
+	}
+	rows, err := r.q.TaskExcerptAt(ctx, h, db.TaskExcerptAtParams{Length: int32(min(length, 1<<31-1)), ErrorCount: 1<<31 - 1,
+		Topic: topic, Sequences: []int64{sequence}, Size: 1})
+	if err != nil {
+		return Excerpt{}, mapError(fmt.Sprintf("get task %d of topic %q", sequence, topic), err)
+	}
+	if len(rows) == 0 {
+		return Excerpt{}, fmt.Errorf("get task %d of topic %q: %w", sequence, topic, ErrUnknownTask)
+	}
+	return excerptsFrom([]db.TaskExcerptForwardRow{db.TaskExcerptForwardRow(rows[0])})[0], nil
+}
+
 // GetMany returns the tasks of a topic with the given sequences, by sequence, in one
 // statement; sequences no task of the topic has are left out. An unknown topic returns
 // ErrUnknownTopic, as the other calls that name a topic do, and leaves the caller's

@@ -62,13 +62,35 @@ func (s *server) action(a actionFunc) http.Handler {
 			if status == http.StatusInternalServerError {
 				s.cfg.Logger.Error("dashboard action failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
-			httpguard.WriteError(w, status, httpguard.ErrorText(err, status)) // the log has the whole error
+			text := httpguard.ErrorText(err, status) // the log has the whole error
+			if p := (*partialError)(nil); errors.As(err, &p) {
+				// what committed before the failure, said whatever the failure
+				text = httpguard.ErrorText(p.err, status) + p.note()
+			}
+			httpguard.WriteError(w, status, text)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_ = json.NewEncoder(w).Encode(out)
 	})
+}
+
+// partialError is the failure of a bulk action after some of its statements committed.
+type partialError struct {
+	err     error
+	changed int64
+}
+
+func (e *partialError) Error() string { return e.err.Error() + e.note() }
+func (e *partialError) Unwrap() error { return e.err }
+
+// note says what was changed before the failure, and what to do.
+func (e *partialError) note() string {
+	if errors.Is(e.err, repository.ErrWrongState) {
+		return fmt.Sprintf(" (after %d changed: tasks changed state meanwhile; apply again)", e.changed)
+	}
+	return fmt.Sprintf(" (after %d changed)", e.changed)
 }
 
 // decode reads a JSON body into v as the REST API does (wire.DecodeObject): no unknown
@@ -171,6 +193,10 @@ type bulkBody struct {
 	Reference  string `json:"reference"`
 	From       string `json:"from"`
 	To         string `json:"to"`
+	// Before, when above 0, is where the search of a finished state (FILTERED,
+	// SUCCEEDED) goes on: the tasks below this sequence, as the last answer said
+	// (bulkResult.Before).
+	Before int64 `json:"before"`
 }
 
 // bulkResult says what a bulk action did.
@@ -178,34 +204,52 @@ type bulkResult struct {
 	Changed int64  `json:"changed"`
 	Message string `json:"message"`
 	// More is true when the action stopped before the end of its tasks (a purge whose
-	// time was up): the same action again goes on.
+	// time was up, bulkMax tasks changed, a window of sequences searched): the same
+	// action again goes on.
 	More bool `json:"more,omitempty"`
+	// Before, when above 0, is where the search of a finished state stopped: the same
+	// action with this Before searches the older tasks.
+	Before int64 `json:"before,omitempty"`
 }
 
 // bulk applies an action to every task of a filter: cancel (the READY, SUSPENDED,
-// EXPIRED and ACTIVE ones), reassign or recreate (the revivable ones: EXPIRED to
-// SUCCEEDED), up to bulkMax tasks, read page by page; or purge (the finished ones,
-// deleted by sequence range in the database: the identifier and reference filters do not
-// apply to it). The by-task operations are the repository's, all or nothing per chunk.
+// EXPIRED and ACTIVE ones), reassign or recreate (the broken ones, EXPIRED, FAILED and
+// SUSPENDED, unless the filter names a state: then any revivable state, EXPIRED to
+// SUCCEEDED, but never the one a reassign leads to), up to bulkMax tasks, read page by
+// page; or purge (the finished ones, deleted by sequence range in the database: the
+// identifier and reference filters do not apply to it). The by-task operations are the
+// repository's, all or nothing per chunk, each committed: none begins once
+// Config.BulkFor has passed, and one still running at Config.PurgeFor is cancelled;
+// the answer then says what changed and asks for another (More). A failure after
+// chunks committed says how many tasks they changed (partialError).
 func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	var in bulkBody
 	if err := decode(body, &in); err != nil {
 		return nil, err
+	}
+	if in.Before < 0 {
+		return nil, badRequest("before %d is not a sequence", in.Before)
 	}
 	f := taskFilter{State: in.State, Identifier: in.Identifier, Reference: in.Reference, From: in.From, To: in.To}
 	res, err := s.resolve(r, f)
 	if err != nil {
 		return nil, err
 	}
-	ctx, topic := r.Context(), r.PathValue("topic")
+	start, ctx, topic := time.Now(), r.Context(), r.PathValue("topic")
 	if _, err := s.repo.Topic(ctx, s.pool, topic); err != nil {
 		return nil, err
 	}
+	// the by-task statements: none begins after BulkFor, none runs past PurgeFor
+	wctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.PurgeFor))
+	defer cancel()
 	// a time range in which no task was created: nothing to do, once the action is checked
 	nothing := bulkResult{Message: "no task was created in that time range: nothing to do"}
+	what := in.Action // the action, as its errors name it
+	// keep is the states the action applies to when the filter names one; without a
+	// state, it applies to those of them that fallback keeps as well
 	var (
-		keep  func(repository.State) bool
-		apply func(seqs []int64) (int, error)
+		keep, fallback func(repository.State) bool
+		apply          func(seqs []int64) (int, error)
 	)
 	switch in.Action {
 	case "purge":
@@ -235,24 +279,29 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		keep = func(st repository.State) bool {
 			return st == repository.Ready || st == repository.Suspended || st == repository.Expired || st == repository.Active
 		}
+		fallback = keep
 		apply = counted(func(seqs []int64) ([]repository.Task, error) {
-			return s.repo.Cancel(ctx, s.pool, topic, cancelledBy, seqs...)
+			return s.repo.Cancel(wctx, s.pool, topic, cancelledBy, seqs...)
 		})
 	case "reassign":
 		result, err := repository.ParseResult(in.Result)
 		if err != nil {
 			return nil, badRequest("result %q is unknown: want SUCCESS, FAILURE, SUSPENSION or FILTER", in.Result)
 		}
-		keep, apply = repository.State.Revivable, counted(func(seqs []int64) ([]repository.Task, error) {
-			return s.repo.Reassign(ctx, s.pool, topic, result, seqs...)
+		// a task already in the state the result leads to would only have its completion
+		// rewritten, at every "apply again"
+		keep = func(st repository.State) bool { return st.Revivable() && st != result.State() }
+		what += " to " + result.String()
+		fallback, apply = broken, counted(func(seqs []int64) ([]repository.Task, error) {
+			return s.repo.Reassign(wctx, s.pool, topic, result, seqs...)
 		})
 	case "recreate":
 		mode, err := repository.ParseRecreateMode(in.Mode)
 		if err != nil {
 			return nil, badRequest("mode %q is unknown: want reset, append, replace or supersede", in.Mode)
 		}
-		keep, apply = repository.State.Revivable, counted(func(seqs []int64) ([]repository.Revival, error) {
-			return s.repo.Recreate(ctx, s.pool, topic, mode, seqs...)
+		keep, fallback, apply = repository.State.Revivable, broken, counted(func(seqs []int64) ([]repository.Revival, error) {
+			return s.repo.Recreate(wctx, s.pool, topic, mode, seqs...)
 		})
 	default:
 		return nil, badRequest("action %q is unknown: want cancel, reassign, recreate or purge", in.Action)
@@ -266,36 +315,73 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 				names = append(names, state.String())
 			}
 		}
-		return nil, badRequest("%s applies to tasks %s, not %s: change the state filter", in.Action, strings.Join(names, ", "), *st)
+		return nil, badRequest("%s applies to tasks %s, not %s: change the state filter", what, strings.Join(names, ", "), *st)
+	}
+	if res.filter.State == nil {
+		// without a state, a revival touches the broken tasks only: the finished ones
+		// (FILTERED, SUCCEEDED) need the filter to name their state
+		applies := keep
+		keep = func(st repository.State) bool { return applies(st) && fallback(st) }
 	}
 	if res.from > res.to {
 		return nothing, nil
 	}
-	seqs, err := s.matching(r, topic, res, keep)
+	seqs, before, err := s.matching(r, topic, res, keep, in.Before)
 	if err != nil {
 		return nil, err
 	}
-	var changed int64
+	var (
+		changed int64
+		late    bool // the time was up before the last statement
+		unknown int  // how many tasks a statement cancelled as it ran may have changed
+	)
 	for chunk := range slices.Chunk(seqs, bulkChunk) {
+		if changed > 0 && time.Since(start) >= s.cfg.BulkFor {
+			late = true
+			break
+		}
 		n, err := apply(chunk)
+		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+			late = true // cancelled: the statement changed nothing, unless it was committing
+			if repository.Uncertain(err) {
+				unknown = len(chunk)
+			}
+			break
+		}
 		if err != nil {
-			switch {
-			case errors.Is(err, repository.ErrWrongState):
-				err = fmt.Errorf("%w (after %d changed: tasks changed state meanwhile; apply again)", err, changed)
-			case changed > 0:
+			if errors.Is(err, repository.ErrWrongState) || changed > 0 {
 				// the statements before this one committed (a queue cap that refuses a
 				// later chunk of resets or copies, say)
-				err = fmt.Errorf("%w (after %d changed)", err, changed)
+				err = &partialError{err: err, changed: changed}
 			}
 			return nil, err
 		}
 		changed += int64(n)
 	}
-	msg := fmt.Sprintf("%s: %d tasks", in.Action, changed)
-	if len(seqs) == bulkMax {
-		msg += fmt.Sprintf(" (at most %d at once: apply again for more)", bulkMax)
+	out := bulkResult{Changed: changed, Message: fmt.Sprintf("%s: %d tasks", in.Action, changed), Before: before}
+	switch {
+	case late:
+		// the next search starts from the newest again: the tasks left match still
+		out.More, out.Before = true, 0
+		out.Message += fmt.Sprintf(" in %v, the time one action has: apply again for more", time.Since(start).Round(time.Millisecond))
+		if unknown > 0 {
+			out.Message += fmt.Sprintf(" (the last statement, of %d tasks, was cancelled before its answer came: they may have changed too)", unknown)
+		}
+	case len(seqs) == bulkMax:
+		out.More = true
+		out.Message += fmt.Sprintf(" (at most %d at once: apply again for more)", bulkMax)
+	case before > 0:
+		out.More = true
+		out.Message += fmt.Sprintf(" (the newest %d sequences searched at most at once): older tasks may match, apply again to search before %d, or narrow the time range",
+			scanWindow, before)
 	}
-	return bulkResult{Changed: changed, Message: msg}, nil
+	return out, nil
+}
+
+// broken reports whether a task of state st went wrong: EXPIRED, FAILED or SUSPENDED,
+// what a bulk revival applies to when the filter names no state.
+func broken(st repository.State) bool {
+	return st == repository.Expired || st == repository.Failed || st == repository.Suspended
 }
 
 // counted adapts a by-task operation to report how many tasks it changed.
@@ -307,20 +393,26 @@ func counted[T any](op func(seqs []int64) ([]T, error)) func(seqs []int64) (int,
 }
 
 // matching reads the sequences of up to bulkMax tasks of the filter whose state keep
-// accepts, oldest first, a page at a time (keyset). Without a state in the filter it
-// reads each state keep accepts in turn, as if the filter named it: an unfinished or
-// broken state (ACTIVE to SUSPENDED) is then read through its own index
-// (Repository.Excerpts), so a cancel of "any" state costs what the tasks it cancels
-// cost, not a walk through the topic's millions of finished tasks. A finished state
-// (FILTERED, SUCCEEDED) walks the topic's sequences in the time range, as its page does.
-func (s *server) matching(r *http.Request, topic string, res resolved, keep func(repository.State) bool) ([]int64, error) {
+// accepts, a page at a time (keyset). Without a state in the filter it reads each state
+// keep accepts in turn, as if the filter named it. An unfinished or broken state
+// (ACTIVE to SUSPENDED), an identifier or a reference is read through its own index
+// (Repository.Excerpts), oldest first, so that a cancel of "any" state costs what the
+// tasks it cancels cost, not a walk through the topic's millions of finished tasks.
+//
+// A finished state alone (FILTERED, SUCCEEDED) has no index: as on the topic page, it
+// is looked for in the scanWindow sequences below the end of the time range (or below
+// before, when above 0) at most, newest first. next, when above 0, is where the search
+// stopped with older tasks unsearched: the same action with before = next goes on.
+func (s *server) matching(r *http.Request, topic string, res resolved, keep func(repository.State) bool, before int64) (seqs []int64, next int64, err error) {
 	var states []repository.State
 	if res.filter.State != nil {
 		states = append(states, *res.filter.State)
 	} else {
 		states = repository.States()
 	}
-	var seqs []int64
+	if len(states) == 1 && !narrow(res.filter) && keep(states[0]) {
+		return s.matchingWindow(r, topic, res, before)
+	}
 	for _, state := range states {
 		if !keep(state) {
 			continue
@@ -332,7 +424,7 @@ func (s *server) matching(r *http.Request, topic string, res resolved, keep func
 		for len(seqs) < bulkMax {
 			page, err := s.repo.Excerpts(r.Context(), s.pool, topic, filter, cursor, bulkChunk, repository.Forward)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			for _, t := range page {
 				if t.Sequence > res.to || len(seqs) == bulkMax {
@@ -346,5 +438,47 @@ func (s *server) matching(r *http.Request, topic string, res resolved, keep func
 			cursor = page[len(page)-1].Sequence
 		}
 	}
-	return seqs, nil
+	return seqs, 0, nil
+}
+
+// matchingWindow is matching of a finished state alone: up to bulkMax tasks of the
+// scanWindow sequences below the end of the range (or below before), newest first.
+func (s *server) matchingWindow(r *http.Request, topic string, res resolved, before int64) (seqs []int64, next int64, err error) {
+	cursor := res.end()
+	if before > 0 {
+		cursor = min(cursor, before)
+	}
+	if cursor == repository.MaxSequence {
+		last, err := s.repo.LastSequence(r.Context(), s.pool)
+		if err != nil {
+			return nil, 0, err
+		}
+		cursor = last + 1
+	}
+	bottom := max(res.from-1, 0) // the range's floor
+	filter := res.filter
+	filter.Floor = max(bottom, cursor-scanWindow)
+	floor := filter.Floor
+	for len(seqs) < bulkMax {
+		size := min(bulkChunk, bulkMax-len(seqs))
+		page, err := s.repo.Excerpts(r.Context(), s.pool, topic, filter, cursor, size, repository.Backward)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, t := range page {
+			seqs = append(seqs, t.Sequence)
+		}
+		if len(page) < size {
+			break
+		}
+		cursor = page[len(page)-1].Sequence
+	}
+	switch {
+	case len(seqs) == bulkMax:
+		// the window's tasks below the last one taken are not read yet
+		return seqs, seqs[len(seqs)-1], nil
+	case floor > bottom:
+		return seqs, floor + 1, nil
+	}
+	return seqs, 0, nil
 }

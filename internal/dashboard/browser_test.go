@@ -294,6 +294,35 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("ABulkRevivalOfARareStateSearchesOnWhenAppliedAgain", func(t *testing.T) {
+		// a FILTERED task below more SUCCEEDED ones than one search reads: the first
+		// click says older tasks may match, the second searches them
+		f.createTopic("rare")
+		var rare int64
+		if err := f.pool.QueryRow(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed)
+			VALUES ('rare', 'rare', 5, 1, now()) RETURNING sequence`).Scan(&rare); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed)
+			SELECT 'rare', 'common-' || g, 6, 1, now() FROM generate_series(1, 120000) g`); err != nil {
+			t.Fatal(err)
+		}
+		apply := []chromedp.Action[chromedp.Void]{click("#bulk"), waitFor(textIs("#bulk", "Click again to confirm")), click("#bulk")}
+		run(t, ctx, append([]chromedp.Action[chromedp.Void]{
+			chromedp.Navigate(base + "/ui/topics/rare?state=FILTERED"),
+			waitFor(`document.body.dataset.ready === "1"`),
+			act(chromedp.SetValue(chromedp.CSS("#bulk-action"), "reassign")),
+			act(chromedp.SetValue(chromedp.CSS(`#bulk-form select[name=result]`), "FAILURE")),
+		}, append(apply, waitFor(`document.querySelector("#toast").textContent.includes("apply again to search before")`))...)...)
+		if st := f.state("rare", rare); st != repository.Filtered {
+			t.Fatalf("state after the first search = %s, want FILTERED", st)
+		}
+		run(t, ctx, append(apply, waitFor(`document.querySelector("#toast").textContent === "reassign: 1 tasks"`))...)
+		if st := f.state("rare", rare); st != repository.Failed {
+			t.Fatalf("state after the second search = %s, want FAILED", st)
+		}
+	})
+
 	t.Run("PauseATopicAndPollingStops", func(t *testing.T) {
 		run(t, ctx,
 			chromedp.Navigate(base+"/ui/topics/work"),

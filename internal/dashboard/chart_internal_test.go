@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,5 +66,74 @@ func TestChartCache(t *testing.T) {
 	clock = clock.Add(chartFullEvery)
 	if n := pushed(); n != 13 || reads[len(reads)-1] != chartWindow {
 		t.Fatalf("a minute later: %d pushed, reads %v; want 13 from a read of the whole window", n, reads)
+	}
+}
+
+// TestChartCacheReadsWithoutTheLock: while a read of the every-topic chart is under way,
+// another page is not held by the cache's lock: it waits for that read, which it
+// shares, or returns as soon as its own context ends.
+func TestChartCacheReadsWithoutTheLock(t *testing.T) {
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+	repo, err := repository.New(repository.Config{Owner: "chart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO task_tally (topic, second, writer, pushed)
+		VALUES ('a', date_trunc('second', now()) - interval '10 seconds', 1, 3)`); err != nil {
+		t.Fatal(err)
+	}
+	entered, held := make(chan struct{}), make(chan struct{})
+	enter, release := sync.OnceFunc(func() { close(entered) }), sync.OnceFunc(func() { close(held) })
+	t.Cleanup(release)
+	slow := func(ctx context.Context, window time.Duration) ([]repository.Tally, error) {
+		enter()
+		<-held
+		return repo.Tallies(ctx, pool, "", window)
+	}
+	c := &chartCache{}
+	type answer struct {
+		rows []repository.Tally
+		err  error
+	}
+	first, shared := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		rows, err := c.tallies(ctx, slow)
+		first <- answer{rows, err}
+	}()
+	<-entered
+	// a page whose request ended while the read is held up returns at once
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	left := make(chan error, 1)
+	go func() {
+		_, err := c.tallies(gone, func(context.Context, time.Duration) ([]repository.Tally, error) {
+			t.Error("a second read began while one was under way")
+			return nil, nil
+		})
+		left <- err
+	}()
+	select {
+	case err := <-left:
+		if err == nil {
+			t.Error("a page whose context ended got the chart")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a page waited for the cache's lock while another page's read was under way")
+	}
+	go func() {
+		rows, err := c.tallies(ctx, slow) // waits for the read under way, or reads after it
+		shared <- answer{rows, err}
+	}()
+	release()
+	for _, ch := range []chan answer{first, shared} {
+		a := <-ch
+		var pushed int64
+		for _, r := range a.rows {
+			pushed += r.Pushed
+		}
+		if a.err != nil || pushed != 3 {
+			t.Errorf("chart = %d pushed, %v; want 3", pushed, a.err)
+		}
 	}
 }

@@ -1,10 +1,7 @@
 package dashboard
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,6 +27,8 @@ const (
 	// PurgeForDefault is Config.PurgeFor's default, under the server's read timeout
 	// (httpguard.ReadTimeoutDefault), which cancels a request still running.
 	PurgeForDefault = 20 * time.Second
+	// BulkForDefault is Config.BulkFor's default.
+	BulkForDefault = 5 * time.Second
 )
 
 // Prefix is the path under which the dashboard serves everything but its overview,
@@ -69,6 +68,12 @@ type Config struct {
 	// PurgeFor is how long one purge action deletes (in batches, each committed) before it
 	// answers with what it deleted so far and asks for another to go on.
 	PurgeFor time.Duration
+	// BulkFor is how long one bulk cancel, reassign or recreate changes tasks (in
+	// statements of 1 000, each committed) before it answers with what it changed and
+	// asks for another to go on: it starts no statement after that time. A statement
+	// still running when PurgeFor has passed since the action began is cancelled (and
+	// undone). At most PurgeFor.
+	BulkFor time.Duration
 	// Logger receives the errors answered with status 500; nil discards them.
 	Logger *slog.Logger
 }
@@ -80,12 +85,16 @@ func (c *Config) validate() error {
 	if c.API == nil {
 		return errors.New("dashboard: config: API is required")
 	}
-	if c.OwnerTimeout < 0 || c.Refresh < 0 || c.PurgeFor < 0 {
-		return errors.New("dashboard: config: OwnerTimeout, Refresh and PurgeFor must not be negative")
+	if c.OwnerTimeout < 0 || c.Refresh < 0 || c.PurgeFor < 0 || c.BulkFor < 0 {
+		return errors.New("dashboard: config: OwnerTimeout, Refresh, PurgeFor and BulkFor must not be negative")
 	}
 	if c.PurgeFor == 0 {
 		c.PurgeFor = PurgeForDefault
 	}
+	if c.BulkFor == 0 {
+		c.BulkFor = BulkForDefault
+	}
+	c.BulkFor = min(c.BulkFor, c.PurgeFor)
 	if c.OwnerTimeout == 0 {
 		c.OwnerTimeout = OwnerTimeoutDefault
 	}
@@ -120,13 +129,13 @@ func (c *Config) validate() error {
 
 // server serves the dashboard.
 type server struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	repo    *repository.Repository
-	pages   *pages
-	mux     *http.ServeMux
-	session string // the session cookie's value when a token is configured
-	chart   chartCache
+	cfg      Config
+	pool     *pgxpool.Pool
+	repo     *repository.Repository
+	pages    *pages
+	mux      *http.ServeMux
+	sessions *sessions // the logins, when a token is configured (nil without)
+	chart    chartCache
 }
 
 // New validates cfg and returns the handler of the whole server: the dashboard at "/"
@@ -141,9 +150,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	s := &server{cfg: cfg, pool: cfg.Pool, repo: cfg.Repository, pages: p, mux: http.NewServeMux()}
 	if cfg.Token != "" {
-		mac := hmac.New(sha256.New, []byte(cfg.Token))
-		mac.Write([]byte("pgtask dashboard session v1"))
-		s.session = hex.EncodeToString(mac.Sum(nil))
+		s.sessions = newSessions()
 	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
@@ -183,10 +190,10 @@ func staticHandler(h http.Handler) http.Handler {
 // signedIn reports whether r may use the dashboard: no token is configured, or r carries
 // the session cookie or the bearer token.
 func (s *server) signedIn(r *http.Request) bool {
-	if s.session == "" {
+	if s.sessions == nil {
 		return true
 	}
-	if c, err := r.Cookie(sessionCookie); err == nil && hmac.Equal([]byte(c.Value), []byte(s.session)) {
+	if c, err := r.Cookie(sessionCookie); err == nil && s.sessions.valid(c.Value) {
 		return true
 	}
 	return r.Header.Get("Authorization") != "" && s.cfg.Guard.Authorized(r)
@@ -199,7 +206,7 @@ func (s *server) signedIn(r *http.Request) bool {
 func (s *server) apiProxy() http.Handler {
 	strip := http.StripPrefix(strings.TrimSuffix(Prefix, "/")+"/api", s.cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.session != "" && r.Header.Get("Authorization") == "" && s.signedIn(r) {
+		if s.sessions != nil && r.Header.Get("Authorization") == "" && s.signedIn(r) {
 			r = r.Clone(r.Context())
 			r.Header.Set("Authorization", "Bearer "+s.cfg.Token)
 		}
@@ -219,17 +226,18 @@ func secureHeaders(w http.ResponseWriter) {
 }
 
 func (s *server) loginForm(w http.ResponseWriter, r *http.Request) {
-	if s.session == "" {
+	if s.sessions == nil {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
 	s.render(w, r, http.StatusOK, "login", loginView{Next: safeNext(r.URL.Query().Get("next"))})
 }
 
-// login checks the token of the form and sets the session cookie: HttpOnly (scripts
-// cannot read it), SameSite=Strict (no other site's page sends it), Secure over TLS.
+// login checks the token of the form, starts a session and sets its cookie: HttpOnly
+// (scripts cannot read it), SameSite=Strict (no other site's page sends it), Secure
+// over TLS.
 func (s *server) login(w http.ResponseWriter, r *http.Request) {
-	if s.session == "" {
+	if s.sessions == nil {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
@@ -244,7 +252,7 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusUnauthorized, "login", loginView{Next: next, Error: "wrong token"})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.session, Path: "/", HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.sessions.start(), Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: overHTTPS(r)})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -256,7 +264,12 @@ func overHTTPS(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
 }
 
+// logout ends the session of the request's cookie, so that no copy of it signs in
+// again, and clears the cookie.
 func (s *server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil && s.sessions != nil {
+		s.sessions.end(c.Value)
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }

@@ -1,12 +1,16 @@
 package dashboard_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,6 +114,66 @@ func TestTaskPage(t *testing.T) {
 			t.Errorf("bad sequence: status = %d, want 400 naming the sequence: %s", status, body)
 		}
 	})
+}
+
+// TestTaskPageReadsLargeTextsInPart: the task page, and each of its live refreshes,
+// reads from the database the start of a task's input, output and errors, never
+// megabytes of them; ?full=1 reads them whole.
+func TestTaskPageReadsLargeTextsInPart(t *testing.T) {
+	f := setup(t, "")
+	big := strings.Repeat("x", 3<<20)
+	task := f.push("mail", repository.Creation{Identifier: "big", Input: big})[0]
+	leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 1)
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("poll = %v, %v", leased, err)
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, "mail", leased[0].Decide(repository.Fail(errors.New(big)))); err != nil {
+		t.Fatal(err)
+	}
+	// the dashboard on a pool that counts the bytes it reads from the database
+	var read atomic.Int64
+	cfg := f.pool.Config()
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := new(net.Dialer).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, read: &read}, nil
+	}
+	counted, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(counted.Close)
+	g := *f
+	g.srv = serve(t, counted, f.repo, "")
+	path := fmt.Sprintf("/ui/topics/mail/tasks/%d", task.Sequence)
+	g.page(path) // connects, prepares the statements
+	before := read.Load()
+	body := g.page(path, "HX-Request", "true") // a live refresh
+	if n := read.Load() - before; n > 256<<10 {
+		t.Errorf("a refresh of the page of a task of 6 MiB of texts read %d bytes from the database, want at most 256 KiB", n)
+	}
+	mustContain(t, body, "Shown: the start of 3.0 MiB", "Show all")
+	if len(body) > 256<<10 {
+		t.Errorf("the page is %d bytes, want at most 256 KiB", len(body))
+	}
+	before = read.Load()
+	if whole := g.page(path + "?full=1"); strings.Count(whole, "x") < 2*len(big) || read.Load()-before < 2*int64(len(big)) {
+		t.Errorf("?full=1 shows %d x and read %d bytes, want the whole input and error", strings.Count(whole, "x"), read.Load()-before)
+	}
+}
+
+// countingConn counts the bytes read from a connection.
+type countingConn struct {
+	net.Conn
+	read *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
 }
 
 func TestTaskPageTimeline(t *testing.T) {
@@ -321,7 +385,7 @@ func TestBulk(t *testing.T) {
 			`{"action": "purge", "state": "READY", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`:     "finished tasks only",
 			`{"action": "reassign", "result": "MAYBE", "from": "2020-01-01T00:00", "to": "2020-01-02T00:00"}`: "result",
 			// a state the action never changes: it answered 200, 0 tasks
-			`{"action": "reassign", "result": "SUCCESS", "state": "READY"}`: "reassign applies to tasks EXPIRED, FAILED, SUSPENDED, FILTERED, SUCCEEDED, not READY",
+			`{"action": "reassign", "result": "SUCCESS", "state": "READY"}`: "reassign to SUCCESS applies to tasks EXPIRED, FAILED, SUSPENDED, FILTERED, not READY",
 			`{"action": "cancel", "state": "SUCCEEDED"}`:                    "cancel applies to tasks ACTIVE, READY, EXPIRED, SUSPENDED, not SUCCEEDED",
 		} {
 			if status, text := f.post("/ui/topics/mail/bulk", body); status != http.StatusBadRequest || !strings.Contains(text, says) {
@@ -407,27 +471,168 @@ func TestBulk(t *testing.T) {
 	})
 }
 
+// TestBulkRevival: a bulk revival without a state filter revives the broken tasks
+// (EXPIRED, FAILED, SUSPENDED) only, never the finished ones, which it touches when the
+// filter names their state; a reassign never rewrites tasks already in the state its
+// result leads to.
+func TestBulkRevival(t *testing.T) {
+	f := setup(t, "")
+	// finished gives topic two SUCCEEDED tasks (output "done") and two FAILED ones
+	finished := func(topic string) (succeeded, failed []repository.Task) {
+		t.Helper()
+		f.createTopic(topic)
+		f.push(topic, repository.Creation{Identifier: "s1"}, repository.Creation{Identifier: "s2"},
+			repository.Creation{Identifier: "f1"}, repository.Creation{Identifier: "f2"})
+		leased, err := f.repo.Poll(f.ctx, f.pool, topic, repository.FIFO, repository.None, 4)
+		if err != nil || len(leased) != 4 {
+			t.Fatalf("poll = %v, %v", leased, err)
+		}
+		if _, err := f.repo.Complete(f.ctx, f.pool, topic, leased[0].Decide(repository.Succeed("done")), leased[1].Decide(repository.Succeed("done")),
+			leased[2].Decide(repository.Fail(fmt.Errorf("boom"))), leased[3].Decide(repository.Fail(fmt.Errorf("boom")))); err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range leased {
+			got, err := f.repo.Get(f.ctx, f.pool, topic, task.Sequence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State == repository.Succeeded {
+				succeeded = append(succeeded, got)
+			} else {
+				failed = append(failed, got)
+			}
+		}
+		return succeeded, failed
+	}
+	bulk := func(topic, body string) int64 {
+		t.Helper()
+		status, text := f.post("/ui/topics/"+topic+"/bulk", body)
+		var out struct{ Changed int64 }
+		if status != http.StatusOK || json.Unmarshal([]byte(text), &out) != nil {
+			t.Fatalf("bulk %s: %d %s", body, status, text)
+		}
+		return out.Changed
+	}
+	// unchanged fails unless the tasks are as they were, each the only one of its identifier
+	unchanged := func(topic string, tasks []repository.Task) {
+		t.Helper()
+		for _, was := range tasks {
+			got, err := f.repo.Get(f.ctx, f.pool, topic, was.Sequence)
+			if err != nil || got.State != was.State || !got.Completed.Equal(was.Completed) || got.Output != was.Output {
+				t.Errorf("task %s = %s completed %v output %q (%v), want %s completed %v output %q as before",
+					was.Identifier, got.State, got.Completed, got.Output, err, was.State, was.Completed, was.Output)
+			}
+			if line, err := f.repo.Timeline(f.ctx, f.pool, topic, was.Identifier, repository.MaxSequence, 10); err != nil || len(line) != 1 {
+				t.Errorf("identifier %s has %d tasks (%v), want no new one", was.Identifier, len(line), err)
+			}
+		}
+	}
+	t.Run("ReassignWithoutAStateLeavesTheSucceeded", func(t *testing.T) {
+		succeeded, failed := finished("reassign")
+		if n := bulk("reassign", `{"action": "reassign", "result": "SUCCESS"}`); n != 2 {
+			t.Fatalf("reassigned %d, want the 2 FAILED", n)
+		}
+		unchanged("reassign", succeeded)
+		for _, was := range failed {
+			if got, err := f.repo.Get(f.ctx, f.pool, "reassign", was.Sequence); err != nil || got.State != repository.Succeeded {
+				t.Errorf("task %s = %s (%v), want SUCCEEDED", was.Identifier, got.State, err)
+			}
+		}
+		again, _ := f.repo.Get(f.ctx, f.pool, "reassign", failed[0].Sequence)
+		if n := bulk("reassign", `{"action": "reassign", "result": "SUCCESS"}`); n != 0 {
+			t.Fatalf("applied again: reassigned %d, want none", n)
+		}
+		unchanged("reassign", append(succeeded, again))
+	})
+	t.Run("RecreateWithoutAStateLeavesTheSucceeded", func(t *testing.T) {
+		succeeded, failed := finished("recreate")
+		if n := bulk("recreate", `{"action": "recreate", "mode": "append"}`); n != 2 {
+			t.Fatalf("recreated %d, want the 2 FAILED", n)
+		}
+		unchanged("recreate", succeeded)
+		for _, was := range failed {
+			if got, err := f.repo.Get(f.ctx, f.pool, "recreate", was.Sequence); err != nil || got.State != repository.Recreated {
+				t.Errorf("task %s = %s (%v), want RECREATED", was.Identifier, got.State, err)
+			}
+		}
+	})
+	t.Run("RecreateOfANamedSucceededStateRecreatesThem", func(t *testing.T) {
+		succeeded, failed := finished("named")
+		if n := bulk("named", `{"action": "recreate", "mode": "append", "state": "SUCCEEDED"}`); n != 2 {
+			t.Fatalf("recreated %d, want the 2 SUCCEEDED", n)
+		}
+		for _, was := range succeeded {
+			if got, err := f.repo.Get(f.ctx, f.pool, "named", was.Sequence); err != nil || got.State != repository.Recreated {
+				t.Errorf("task %s = %s (%v), want RECREATED", was.Identifier, got.State, err)
+			}
+		}
+		unchanged("named", failed)
+	})
+	t.Run("ReassignToTheStateFilteredIsRefused", func(t *testing.T) {
+		succeeded, _ := finished("refused")
+		status, text := f.post("/ui/topics/refused/bulk", `{"action": "reassign", "result": "SUCCESS", "state": "SUCCEEDED"}`)
+		if status != http.StatusBadRequest || !strings.Contains(text, "reassign to SUCCESS applies to tasks EXPIRED, FAILED, SUSPENDED, FILTERED, not SUCCEEDED") {
+			t.Fatalf("reassign SUCCEEDED to SUCCESS: %d %s, want 400 saying it applies to the other revivable states", status, text)
+		}
+		unchanged("refused", succeeded)
+	})
+}
+
+// TestBulkFinishedStateWindow: a bulk action on a finished state, which has no index,
+// searches a window of sequences below the end of the range at a time, as the topic
+// page does; when older tasks remain unsearched it says so and where the next search
+// starts, which finds them.
+func TestBulkFinishedStateWindow(t *testing.T) {
+	f := setup(t, "")
+	f.createTopic("work")
+	var rare int64
+	if err := f.pool.QueryRow(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed, output)
+		VALUES ('work', 'rare', 5, 1, now(), 'skipped') RETURNING sequence`).Scan(&rare); err != nil {
+		t.Fatal(err)
+	}
+	// more SUCCEEDED tasks after it than one search reads
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed)
+		SELECT 'work', 'common-' || g, 6, 1, now() FROM generate_series(1, 120000) g`); err != nil {
+		t.Fatal(err)
+	}
+	bulk := func(body string) (out struct {
+		Changed int64
+		Message string
+		More    bool
+		Before  int64
+	}) {
+		t.Helper()
+		status, text := f.post("/ui/topics/work/bulk", body)
+		if status != http.StatusOK || json.Unmarshal([]byte(text), &out) != nil {
+			t.Fatalf("bulk %s: %d %s", body, status, text)
+		}
+		return out
+	}
+	first := bulk(`{"action": "reassign", "result": "FAILURE", "state": "FILTERED"}`)
+	if first.Changed != 0 || !first.More || first.Before <= rare || !strings.Contains(first.Message, fmt.Sprintf("apply again to search before %d", first.Before)) {
+		t.Fatalf("first search = %+v; want nothing changed, more, and where to search on (above %d)", first, rare)
+	}
+	if got, err := f.repo.Get(f.ctx, f.pool, "work", rare); err != nil || got.State != repository.Filtered {
+		t.Fatalf("rare task after the first search = %s (%v), want FILTERED still", got.State, err)
+	}
+	next := bulk(fmt.Sprintf(`{"action": "reassign", "result": "FAILURE", "state": "FILTERED", "before": %d}`, first.Before))
+	if next.Changed != 1 || next.More || next.Before != 0 {
+		t.Fatalf("search before %d = %+v; want the rare task changed, and no more", first.Before, next)
+	}
+	if got, err := f.repo.Get(f.ctx, f.pool, "work", rare); err != nil || got.State != repository.Failed {
+		t.Fatalf("rare task = %s (%v), want FAILED", got.State, err)
+	}
+	if status, text := f.post("/ui/topics/work/bulk", `{"action": "reassign", "result": "FAILURE", "state": "FILTERED", "before": -1}`); status != http.StatusBadRequest || !strings.Contains(text, "before -1") {
+		t.Errorf("before -1: %d %s, want 400 naming before", status, text)
+	}
+}
+
 // TestBulkAtTheQueueCap: a chunk of a bulk revive that the topic's queue cap refuses
 // answers 429 and changes nothing; the answer says what the chunks before it changed.
 func TestBulkAtTheQueueCap(t *testing.T) {
 	f := setup(t, "")
 	const n = 1001 // two chunks (bulkChunk): 1000 resets, then one more
-	creations := make([]repository.Creation, n)
-	for i := range creations {
-		creations[i] = repository.Creation{Identifier: fmt.Sprint("t", i)}
-	}
-	f.push("mail", creations...)
-	leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, n)
-	if err != nil || len(leased) != n {
-		t.Fatalf("poll = %d tasks, %v", len(leased), err)
-	}
-	completions := make([]repository.Completion, n)
-	for i, task := range leased {
-		completions[i] = task.Decide(repository.Fail(fmt.Errorf("boom")))
-	}
-	if _, err := f.repo.Complete(f.ctx, f.pool, "mail", completions...); err != nil {
-		t.Fatal(err)
-	}
+	f.failed("mail", n)
 	if _, err := f.repo.Configure(f.ctx, f.pool, "mail", repository.TopicSettings{MaxAttempts: 1, QueueCap: n - 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -438,6 +643,90 @@ func TestBulkAtTheQueueCap(t *testing.T) {
 	if stats, err := f.repo.Stats(f.ctx, f.pool, "mail"); err != nil || stats.Ready != n-1 || stats.Failed != 1 {
 		t.Fatalf("stats %+v, %v; want %d READY and 1 FAILED", stats, err, n-1)
 	}
+}
+
+// failed pushes n tasks to topic, identifiers t0 to t{n-1}, and fails them: n FAILED
+// tasks, in the order of their identifiers.
+func (f *fixture) failed(topic string, n int) []repository.Task {
+	f.t.Helper()
+	creations := make([]repository.Creation, n)
+	for i := range creations {
+		creations[i] = repository.Creation{Identifier: fmt.Sprint("t", i)}
+	}
+	f.push(topic, creations...)
+	leased, err := f.repo.Poll(f.ctx, f.pool, topic, repository.FIFO, repository.None, n)
+	if err != nil || len(leased) != n {
+		f.t.Fatalf("poll = %d tasks, %v", len(leased), err)
+	}
+	completions := make([]repository.Completion, n)
+	for i, task := range leased {
+		completions[i] = task.Decide(repository.Fail(fmt.Errorf("boom")))
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, topic, completions...); err != nil {
+		f.t.Fatal(err)
+	}
+	return leased
+}
+
+// poison makes the database fail or stall (how) the update of the task of identifier
+// "t1000" of any topic: the second statement of a bulk action on tasks t0 to t1000.
+func (f *fixture) poison(how string) {
+	f.t.Helper()
+	if _, err := f.pool.Exec(f.ctx, `CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.identifier = 't1000' THEN `+how+`; END IF; RETURN NEW; END $$`); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, `CREATE TRIGGER poison BEFORE UPDATE ON task FOR EACH ROW EXECUTE FUNCTION poison()`); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestBulkTime: a bulk action starts no statement once its time (Config.BulkFor) is up,
+// and cancels one still running when Config.PurgeFor is: it answers with what it
+// changed, asking for another.
+func TestBulkTime(t *testing.T) {
+	const n = 1001 // two statements (bulkChunk): 1000 tasks, then one more
+	reset := `{"action": "recreate", "mode": "reset", "state": "FAILED"}`
+	answer := func(t *testing.T, f *fixture, body string) (out struct {
+		Changed int64
+		Message string
+		More    bool
+	}) {
+		t.Helper()
+		status, text := f.post("/ui/topics/mail/bulk", body)
+		if status != http.StatusOK || json.Unmarshal([]byte(text), &out) != nil {
+			t.Fatalf("bulk %s: %d %s", body, status, text)
+		}
+		return out
+	}
+	t.Run("NoStatementBeginsOnceTheTimeIsUp", func(t *testing.T) {
+		f := setup(t, "")
+		f.srv = serve(t, f.pool, f.repo, "", func(c *dashboard.Config) { c.BulkFor = time.Nanosecond })
+		f.failed("mail", n)
+		if out := answer(t, f, reset); out.Changed != 1000 || !out.More || !strings.Contains(out.Message, "apply again for more") {
+			t.Fatalf("reset out of time = %+v, want the first 1000 and more", out)
+		}
+		if out := answer(t, f, reset); out.Changed != 1 || out.More {
+			t.Fatalf("reset again = %+v, want the last one", out)
+		}
+	})
+	t.Run("AStatementPastTheLimitIsCancelled", func(t *testing.T) {
+		f := setup(t, "")
+		f.srv = serve(t, f.pool, f.repo, "", func(c *dashboard.Config) { c.PurgeFor = time.Second })
+		last := f.failed("mail", n)[n-1]
+		f.poison("PERFORM pg_sleep(30)")
+		out := answer(t, f, reset)
+		if out.Changed != 1000 || !out.More || !strings.Contains(out.Message, "apply again for more") {
+			t.Fatalf("reset with a stalled statement = %+v, want the first 1000 and more", out)
+		}
+		// the statement's outcome is not known to the server that cancelled it: it says so
+		if !strings.Contains(out.Message, "of 1 tasks, was cancelled before its answer came: they may have changed too") {
+			t.Errorf("message %q does not say the cancelled statement's task may have changed", out.Message)
+		}
+		if got, err := f.repo.Get(f.ctx, f.pool, "mail", last.Sequence); err != nil || got.State != repository.Failed {
+			t.Fatalf("the stalled statement's task = %s (%v), want FAILED still", got.State, err)
+		}
+	})
 }
 
 func TestProcesses(t *testing.T) {
@@ -521,6 +810,30 @@ func TestLogin(t *testing.T) {
 		if !strings.Contains(h.Get("Set-Cookie"), "Secure") {
 			t.Errorf("cookie behind a TLS proxy %q is not Secure", h.Get("Set-Cookie"))
 		}
+	})
+	t.Run("LogoutRevokesTheCookie", func(t *testing.T) {
+		session := func() string {
+			t.Helper()
+			_, h, _ := login(token)
+			return strings.SplitN(h.Get("Set-Cookie"), ";", 2)[0]
+		}
+		mine, other := session(), session()
+		if mine == other {
+			t.Fatalf("two logins got the same cookie %q", mine)
+		}
+		f.page("/", "Cookie", mine)
+		status, h, _ := f.do(http.MethodPost, "/ui/logout", "", "Cookie", mine)
+		if status != http.StatusSeeOther || !strings.Contains(h.Get("Set-Cookie"), "Max-Age=0") {
+			t.Fatalf("logout = %d, cookie %q; want 303 clearing the cookie", status, h.Get("Set-Cookie"))
+		}
+		// a copy of the cookie kept after the logout
+		if status, h, _ := f.get("/", "Cookie", mine); status != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/ui/login") {
+			t.Errorf("page with the cookie of a logout = %d to %q, want 303 to the login", status, h.Get("Location"))
+		}
+		if status, _ := f.post("/ui/api/topics/mail/pause", `{}`, "Cookie", mine); status != http.StatusUnauthorized {
+			t.Errorf("API with the cookie of a logout = %d, want 401", status)
+		}
+		f.page("/", "Cookie", other) // another login's session goes on
 	})
 	t.Run("BearerTokenWorksToo", func(t *testing.T) {
 		f.page("/", "Authorization", "Bearer "+token)

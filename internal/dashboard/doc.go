@@ -7,18 +7,24 @@
 //
 //   - dashboard.go: [Config], [New] and the routes: pages under [Prefix], the REST API
 //     under Prefix+"api/" for the pages' scripts, the login form and its session cookie
-//     (HttpOnly, SameSite=Strict, an HMAC of the token: the token itself is never in it).
+//     (HttpOnly, SameSite=Strict, a random session id: the token itself is never in
+//     it). session.go: the sessions, in the server's memory: a logout ends its own, a
+//     restart all of them.
 //   - pages.go: the pages, server-rendered with html/template (which escapes every value
 //     from the database), each reading through repository: the overview pages through the
 //     topics by name (Repository.TopicPage, then StatsAll of the page: the stats path,
 //     never a count over the tasks), the topic page lists tasks by keyset
 //     (Repository.Excerpts after or before a sequence, a time range resolved to sequences
-//     with Repository.Resolve), the task page reads one task whole and the latest tasks
-//     of its identifier.
+//     with Repository.Resolve), the task page reads one task, its texts cut in the
+//     database to what it shows (Repository.GetExcerpt; ?full=1 reads them whole), and
+//     the latest tasks of its identifier.
 //   - actions.go: what the REST API does not do: edit a topic's settings and bulk
-//     actions on a filter (cancel, revive, purge). Pushing, cancelling and reviving one
-//     task and pausing or resuming a topic go to the REST API itself, so the dashboard
-//     and the API share their handlers.
+//     actions on a filter (cancel, revive, purge; a revival without a state filter
+//     revives the broken tasks only, EXPIRED to SUSPENDED; a finished state is searched
+//     a window of sequences per request; each request works for Config.BulkFor at
+//     most, then answers "apply again"). Pushing, cancelling and reviving one task and
+//     pausing or resuming a topic go to the REST API itself, so the dashboard and the
+//     API share their handlers.
 //   - templates/: the pages; static/: app.css (light and dark, following the system
 //     setting), app.js (live refresh of the parts marked data-live, the charts, the
 //     actions as JSON POSTs) and vendor/ (below).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -97,7 +98,7 @@ type layout struct {
 
 func (s *server) render(w http.ResponseWriter, r *http.Request, status int, name string, view any) {
 	var buf bytes.Buffer
-	l := layout{Title: titleOf(view), Nav: name, RefreshMs: s.cfg.Refresh.Milliseconds(), SignedIn: s.session != "" && s.signedIn(r), View: view}
+	l := layout{Title: titleOf(view), Nav: name, RefreshMs: s.cfg.Refresh.Milliseconds(), SignedIn: s.sessions != nil && s.signedIn(r), View: view}
 	if err := s.pages.execute(&buf, name, l); err != nil {
 		s.cfg.Logger.Error("dashboard render failed", slog.String("page", name), slog.Any("error", err))
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
@@ -561,15 +562,20 @@ type text struct {
 	Length int
 }
 
-// showText prepares a text: pretty-printed when it is JSON, cut beyond textShown
-// unless full. html/template escapes it when it is rendered.
-func showText(s string, full bool) text {
-	out := text{Text: s, Length: len(s)}
-	if len(s) > 0 && (s[0] == '{' || s[0] == '[') && json.Valid([]byte(s)) {
+// showText prepares a text of whole bytes read whole or (when shorter) only its start:
+// pretty-printed when it is JSON (or, read in part, the start of JSON), cut beyond
+// textShown unless full. html/template escapes it when it is rendered.
+func showText(s string, whole int64, full bool) text {
+	out := text{Text: s, Length: int(whole), Cut: int64(len(s)) < whole}
+	switch {
+	case len(s) == 0 || s[0] != '{' && s[0] != '[':
+	case !out.Cut && json.Valid([]byte(s)):
 		var b bytes.Buffer
 		if json.Indent(&b, []byte(s), "", "  ") == nil {
 			out.Text, out.JSON = b.String(), true
 		}
+	case out.Cut && jsonStart(s):
+		out.Text, out.JSON = indentStart(s), true
 	}
 	if !full && len(out.Text) > textShown {
 		cut := textShown
@@ -579,6 +585,74 @@ func showText(s string, full bool) text {
 		out.Text, out.Cut = out.Text[:cut], true
 	}
 	return out
+}
+
+// jsonStart reports whether s is the start of a JSON text: its tokens are JSON's until
+// s ends.
+func jsonStart(s string) bool {
+	dec := json.NewDecoder(strings.NewReader(s))
+	for {
+		if _, err := dec.Token(); err != nil {
+			return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		}
+	}
+}
+
+// indentStart indents the start of a JSON text (jsonStart) as json.Indent indents a
+// whole one, with two spaces.
+func indentStart(s string) string {
+	var b strings.Builder
+	depth, inString, escaped := 0, false, false
+	newline := func() {
+		b.WriteByte('\n')
+		b.WriteString(strings.Repeat("  ", depth))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if inString {
+			b.WriteByte(c)
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			inString = true
+			b.WriteByte(c)
+		case '{', '[':
+			b.WriteByte(c)
+			j := i + 1
+			for j < len(s) && strings.IndexByte(" \t\n\r", s[j]) >= 0 {
+				j++
+			}
+			if j < len(s) && (s[j] == '}' || s[j] == ']') { // empty: {} or []
+				b.WriteByte(s[j])
+				i = j
+				continue
+			}
+			depth++
+			newline()
+		case '}', ']':
+			depth--
+			newline()
+			b.WriteByte(c)
+		case ',':
+			b.WriteByte(c)
+			newline()
+		case ':':
+			b.WriteString(": ")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
@@ -610,8 +684,11 @@ func (v taskView) title() string {
 // TopicURL is the path of the task's topic page.
 func (v taskView) TopicURL() string { return topicURL(v.Task.Topic) }
 
-// task shows one task whole: its columns, texts, errors, owner, the timeline of its
-// identifier and, for a READY task, why polls skip it.
+// task shows one task: its columns, texts, errors, owner, the timeline of its
+// identifier and, for a READY task, why polls skip it. Its texts are read cut to
+// textShown characters in the database (Repository.GetExcerpt), so that the page and
+// each of its live refreshes cost that much whatever their size; full=1 reads and shows
+// them whole (Repository.Get).
 func (s *server) task(r *http.Request) (string, any, error) {
 	ctx, topic := r.Context(), r.PathValue("topic")
 	seq, err := strconv.ParseInt(r.PathValue("sequence"), 10, 64)
@@ -622,15 +699,26 @@ func (s *server) task(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	task, err := s.repo.Get(ctx, s.pool, topic, seq)
+	full := r.URL.Query().Get("full") == "1"
+	var ex repository.Excerpt
+	if full {
+		ex.Task, err = s.repo.Get(ctx, s.pool, topic, seq)
+		ex.InputBytes, ex.OutputBytes = int64(len(ex.Input)), int64(len(ex.Output))
+	} else {
+		ex, err = s.repo.GetExcerpt(ctx, s.pool, topic, seq, textShown)
+	}
 	if err != nil {
 		return "", nil, err
 	}
-	full := r.URL.Query().Get("full") == "1"
-	v := taskView{Task: task, Input: showText(task.Input, full), Output: showText(task.Output, full), Paused: !t.Active,
-		FullURL: taskURL(topic, seq) + "?full=1", Now: time.Now()}
+	task := ex.Task
+	v := taskView{Task: task, Input: showText(task.Input, ex.InputBytes, full), Output: showText(task.Output, ex.OutputBytes, full),
+		Paused: !t.Active, FullURL: taskURL(topic, seq) + "?full=1", Now: time.Now()}
 	for _, e := range task.Errors {
-		v.Errors = append(v.Errors, showText(e, full))
+		whole := int64(len(e))
+		if ex.ErrorsCut && utf8.RuneCountInString(e) == textShown {
+			whole++ // cut in the database (or exactly that long): offer to see it all
+		}
+		v.Errors = append(v.Errors, showText(e, whole, full))
 	}
 	if task.Owner != "" {
 		live, err := s.repo.LiveOwners(ctx, s.pool, s.cfg.OwnerTimeout)

@@ -168,6 +168,8 @@
           button.dataset.armed = "";
           button.textContent = button.dataset.label;
           const data = await post(form.dataset.url, body);
+          // a search of a finished state goes on where this one stopped (data.before)
+          if (form.elements.before) form.elements.before.value = data.before ? String(data.before) : "";
           toast(data.message);
           await refresh();
           return;
@@ -181,6 +183,12 @@
     } catch (e) {
       toast(e.message, true);
     }
+  });
+
+  // a bulk form changed (another action, result or mode) searches again from the newest
+  document.addEventListener("change", (ev) => {
+    const form = ev.target.closest("form[data-action=bulk]");
+    if (form && form.elements.before) form.elements.before.value = "";
   });
 
   document.body.dataset.refreshes = "0";

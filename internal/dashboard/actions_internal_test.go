@@ -1,0 +1,107 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// TestPartialFailure: an action that fails after some of its statements committed says
+// how many tasks they changed, whatever the failure, even one whose text a 500 hides
+// (a connection lost: the server's log has it); a failure that is not partial says
+// only what failed.
+func TestPartialFailure(t *testing.T) {
+	t.Parallel()
+	s := &server{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}
+	for _, c := range []struct {
+		name   string
+		err    error
+		status int
+		want   []string
+	}{
+		{"Lost", &partialError{err: io.ErrUnexpectedEOF, changed: 3000}, http.StatusInternalServerError,
+			[]string{repository.ClientTextUnknown, "(after 3000 changed)"}},
+		{"QueueFull", &partialError{err: repository.ErrQueueFull, changed: 1000}, http.StatusTooManyRequests,
+			[]string{"queue", "(after 1000 changed)"}},
+		{"WrongState", &partialError{err: repository.ErrWrongState}, http.StatusConflict,
+			[]string{"(after 0 changed: tasks changed state meanwhile; apply again)"}},
+		{"NotPartial", errors.New("lost"), http.StatusInternalServerError, []string{repository.ClientTextUnknown}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := s.action(func(*http.Request, []byte) (any, error) { return nil, c.err })
+			r := httptest.NewRequest(http.MethodPost, Prefix+"topics/mail/bulk", strings.NewReader(`{}`))
+			r.Header.Set("Content-Type", "application/json")
+			r.SetPathValue("topic", "mail")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != c.status {
+				t.Errorf("status %d, want %d: %s", w.Code, c.status, w.Body)
+			}
+			for _, want := range c.want {
+				if !strings.Contains(w.Body.String(), want) {
+					t.Errorf("answer %s lacks %q", w.Body, want)
+				}
+			}
+			if c.name == "NotPartial" && strings.Contains(w.Body.String(), "changed") {
+				t.Errorf("answer %s says something changed", w.Body)
+			}
+		})
+	}
+}
+
+// TestSessionsExpire: a session signs in until sessionLifetime after its login, and a
+// login forgets the expired ones.
+func TestSessionsExpire(t *testing.T) {
+	t.Parallel()
+	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := newSessions()
+	s.now = func() time.Time { return clock }
+	old := s.start()
+	if !s.valid(old) || s.valid(old+"x") || s.valid("") {
+		t.Fatal("a new session is not valid, or another id is")
+	}
+	clock = clock.Add(sessionLifetime - time.Second)
+	if !s.valid(old) {
+		t.Fatal("a session expired before its lifetime")
+	}
+	clock = clock.Add(time.Second)
+	if s.valid(old) {
+		t.Fatal("a session is valid after its lifetime")
+	}
+	s.start()
+	if len(s.ids) != 1 {
+		t.Fatalf("%d sessions kept, want the new one only", len(s.ids))
+	}
+}
+
+// TestIndentStart: the start of a large JSON text, read in part, is indented as
+// json.Indent indents the whole; a text that is not JSON is not taken for it.
+func TestIndentStart(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{`{"a":1,"b":[1, 2,{}],"c":{"d":"x\"]}{,:y"},"e":[],"f":null}`, `[ {"k" : "v\\"} , true ]`, `{}`} {
+		var want bytes.Buffer
+		if err := json.Indent(&want, []byte(doc), "", "  "); err != nil {
+			t.Fatal(err)
+		}
+		if got := indentStart(doc); got != want.String() {
+			t.Errorf("indentStart(%s) = %q, want %q", doc, got, want.String())
+		}
+		if !jsonStart(doc[:len(doc)/2]) {
+			t.Errorf("%q is not taken for the start of JSON", doc[:len(doc)/2])
+		}
+	}
+	for _, s := range []string{`{not json`, `{"a":1}}`, `[1,,`} {
+		if jsonStart(s) {
+			t.Errorf("%q is taken for the start of JSON", s)
+		}
+	}
+}
