@@ -58,16 +58,26 @@ func TestPartialFailure(t *testing.T) {
 	}
 }
 
-// TestSessionsExpire: a session signs in until sessionLifetime after its login, and a
-// login forgets the expired ones.
-func TestSessionsExpire(t *testing.T) {
+// TestSessions: a session signs in until sessionLifetime after its login; a cookie
+// altered anywhere, or signed for another token, signs nothing in; a logout revokes its
+// session, not another, and its revocation is dropped once the session has expired.
+func TestSessions(t *testing.T) {
 	t.Parallel()
 	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	s := newSessions()
+	s := newSessions("s3cret")
 	s.now = func() time.Time { return clock }
 	old := s.start()
-	if !s.valid(old) || s.valid(old+"x") || s.valid("") {
-		t.Fatal("a new session is not valid, or another id is")
+	if !s.valid(old) {
+		t.Fatal("a new session is not valid")
+	}
+	other := newSessions("another")
+	other.now = s.now
+	at, rest, _ := strings.Cut(old, ".")
+	for _, forged := range []string{"", old + "x", "x" + old, old[:len(old)-1], "9" + at + "." + rest, other.start(),
+		strings.Replace(old, ".", "..", 1), at + ".." + rest} {
+		if s.valid(forged) {
+			t.Errorf("cookie %q signs in", forged)
+		}
 	}
 	clock = clock.Add(sessionLifetime - time.Second)
 	if !s.valid(old) {
@@ -77,9 +87,22 @@ func TestSessionsExpire(t *testing.T) {
 	if s.valid(old) {
 		t.Fatal("a session is valid after its lifetime")
 	}
-	s.start()
-	if len(s.ids) != 1 {
-		t.Fatalf("%d sessions kept, want the new one only", len(s.ids))
+
+	mine, yours := s.start(), s.start()
+	if mine == yours {
+		t.Fatal("two logins got the same cookie")
+	}
+	s.end(mine)
+	if s.valid(mine) || !s.valid(yours) {
+		t.Fatalf("after a logout: its session valid %v, another's %v; want false, true", s.valid(mine), s.valid(yours))
+	}
+	s.end("forged")
+	clock = clock.Add(sessionLifetime)
+	s.end(s.start())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.revoked) != 1 {
+		t.Fatalf("%d revocations kept, want the live one only", len(s.revoked))
 	}
 }
 

@@ -150,7 +150,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	s := &server{cfg: cfg, pool: cfg.Pool, repo: cfg.Repository, pages: p, mux: http.NewServeMux()}
 	if cfg.Token != "" {
-		s.sessions = newSessions()
+		s.sessions = newSessions(cfg.Token)
 	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {

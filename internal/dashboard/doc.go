@@ -8,8 +8,8 @@
 //   - dashboard.go: [Config], [New] and the routes: pages under [Prefix], the REST API
 //     under Prefix+"api/" for the pages' scripts, the login form and its session cookie
 //     (HttpOnly, SameSite=Strict, a random session id: the token itself is never in
-//     it). session.go: the sessions, in the server's memory: a logout ends its own, a
-//     restart all of them.
+//     it). session.go: the sessions, signed cookies with a 12-hour expiry that every
+//     server of the token accepts; a logout revokes its own on its server.
 //   - pages.go: the pages, server-rendered with html/template (which escapes every value
 //     from the database), each reading through repository: the overview pages through the
 //     topics by name (Repository.TopicPage, then StatsAll of the page: the stats path,

@@ -1,8 +1,12 @@
 package dashboard
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -11,49 +15,80 @@ import (
 // does with its cookie.
 const sessionLifetime = 12 * time.Hour
 
-// sessions are the logins of a server with a token: a random id per login, which the
-// cookie holds, with its expiry, kept in the server's memory only. A logout forgets its
-// id, so a copy of the cookie stops working with it; a restart forgets them all (every
-// browser signs in again). Only a login with the token adds one, and each login drops
-// the expired ones, so they are as many as the logins of the last sessionLifetime.
+// sessions are the logins of a server with a token. A session is its cookie's value:
+// its expiry and a random id, signed with a key derived from the token
+// ("expiry.id.mac"), so that every server of the same token (replicas behind a load
+// balancer) accepts it without shared state, and a changed token ends every session. A
+// logout revokes its id on the server that served it, until the session would have
+// expired: a copy of the cookie no longer signs in there (the browser drops its own);
+// the other replicas, or this one once restarted, accept a copy until its expiry, at
+// most sessionLifetime after its login.
 type sessions struct {
-	mu  sync.Mutex
-	ids map[[sha256.Size]byte]time.Time // by the SHA-256 of the id: a lookup's timing says nothing of the ids
-	now func() time.Time                // injectable for tests
+	key     [sha256.Size]byte
+	now     func() time.Time // injectable for tests
+	mu      sync.Mutex
+	revoked map[string]time.Time // id → the session's expiry, dropped once passed
 }
 
-func newSessions() *sessions {
-	return &sessions{ids: map[[sha256.Size]byte]time.Time{}, now: time.Now}
+func newSessions(token string) *sessions {
+	// the token itself never signs: a key derived from it, for this use only
+	return &sessions{key: sha256.Sum256([]byte("pgtask dashboard session\x00" + token)), now: time.Now, revoked: map[string]time.Time{}}
 }
 
-// start records a new session and returns its id, the cookie's value.
+// start returns the cookie's value of a new session.
 func (s *sessions) start() string {
-	id := rand.Text() // 26 characters of base32, 130 bits of crypto/rand
+	payload := strconv.FormatInt(s.now().Add(sessionLifetime).Unix(), 10) + "." + rand.Text() // 130 random bits
+	return payload + "." + s.mac(payload)
+}
+
+func (s *sessions) mac(payload string) string {
+	m := hmac.New(sha256.New, s.key[:])
+	m.Write([]byte(payload))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// open checks value's signature and expiry and returns its id and expiry.
+func (s *sessions) open(value string) (id string, expiry time.Time, ok bool) {
+	cut := strings.LastIndexByte(value, '.')
+	if cut < 0 || !hmac.Equal([]byte(value[cut+1:]), []byte(s.mac(value[:cut]))) {
+		return "", time.Time{}, false
+	}
+	at, id, found := strings.Cut(value[:cut], ".")
+	unix, err := strconv.ParseInt(at, 10, 64)
+	if !found || err != nil {
+		return "", time.Time{}, false
+	}
+	expiry = time.Unix(unix, 0)
+	return id, expiry, s.now().Before(expiry)
+}
+
+// valid reports whether value is the cookie of a session that has not expired nor been
+// revoked here.
+func (s *sessions) valid(value string) bool {
+	id, _, ok := s.open(value)
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, revoked := s.revoked[id]
+	return !revoked
+}
+
+// end revokes the session of value (nothing for a value that signs nothing in): its
+// cookie no longer signs in here. The revocations of expired sessions are dropped.
+func (s *sessions) end(value string) {
+	id, expiry, ok := s.open(value)
+	if !ok {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	for k, expiry := range s.ids {
-		if !now.Before(expiry) {
-			delete(s.ids, k)
+	for other, at := range s.revoked {
+		if !now.Before(at) {
+			delete(s.revoked, other)
 		}
 	}
-	s.ids[sha256.Sum256([]byte(id))] = now.Add(sessionLifetime)
-	return id
-}
-
-// valid reports whether id is a session's that has not expired nor ended.
-func (s *sessions) valid(id string) bool {
-	key := sha256.Sum256([]byte(id))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	expiry, ok := s.ids[key]
-	return ok && s.now().Before(expiry)
-}
-
-// end forgets the session of id: its cookie no longer signs in.
-func (s *sessions) end(id string) {
-	key := sha256.Sum256([]byte(id))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.ids, key)
+	s.revoked[id] = expiry
 }
