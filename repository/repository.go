@@ -144,8 +144,10 @@ func ValidateTopic(topic string) error { return validTopic(topic) }
 
 // ValidateNewTopic returns nil when CreateTopic accepts topic: a name ValidateTopic
 // accepts, neither "." nor ".." (which no URL could name: the REST API and the dashboard
-// could not address such a topic). Otherwise its error wraps ErrInvalid. A topic of
-// either name created before migration 000042 stays usable.
+// could not address such a topic), without control characters (U+0001–U+001F,
+// U+007F–U+009F: a tab, a newline or a terminal's escape in a name would reach logs,
+// metrics' labels and terminals as they are). Otherwise its error wraps ErrInvalid. A
+// topic of such a name created before migration 000042 stays usable.
 func ValidateNewTopic(topic string) error {
 	if err := validTopic(topic); err != nil {
 		return err
@@ -153,6 +155,11 @@ func ValidateNewTopic(topic string) error {
 	if topic == "." || topic == ".." {
 		// a URL's path segment "." or ".." is resolved away by clients and servers
 		return invalid("topic %q is a path segment of its own: choose another name", topic)
+	}
+	for i, r := range topic {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			return invalid("topic has a control character (%U) at byte %d: choose a name without", r, i)
+		}
 	}
 	return nil
 }

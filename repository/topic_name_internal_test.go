@@ -12,10 +12,11 @@ import (
 	"github.com/pgtask/pgtask/sql/schema"
 )
 
-// TestTopicDotNames: the names "." and ".." are refused when a topic is created, from Go
-// (ErrInvalid, naming the topic) and from SQL (task_topic_create, SQLSTATE 22023), and
-// nothing is written; a topic of either name made before migration 000042 keeps its
-// row and tasks through the upgrade, and a name merely holding dots is accepted.
+// TestTopicDotNames: the names "." and ".." and names with a control character are
+// refused when a topic is created, from Go (ErrInvalid, saying why) and from SQL
+// (task_topic_create, SQLSTATE 22023), and nothing is written; a topic of such a name
+// made before migration 000042 keeps its row and tasks through the upgrade, and a name
+// merely holding dots, or other characters beyond ASCII, is accepted.
 func TestTopicDotNames(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -65,7 +66,17 @@ func TestTopicDotNames(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM task_topic WHERE topic IN ('.', '..')").Scan(&n); err != nil || n != 1 {
 		t.Errorf("topics named . or ..: %d, %v; want 1 (the one made before 000042)", n, err)
 	}
-	for _, name := range []string{"...", ".hidden", "a.b", "v1."} {
+	for _, name := range []string{"tab\there", "esc\x1b[2J", "nl\n", "del\x7f", "csi\u009b"} {
+		if _, err := repo.CreateTopic(ctx, pool, name); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "control character") {
+			t.Errorf("CreateTopic(%q): %v, want ErrInvalid naming the control character", name, err)
+		}
+		_, err := pool.Exec(ctx, "SELECT task_topic_create($1)", name)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22023" || !strings.Contains(pgErr.Message, "control character") {
+			t.Errorf("task_topic_create(%q): %v, want SQLSTATE 22023 naming the control character", name, err)
+		}
+	}
+	for _, name := range []string{"...", ".hidden", "a.b", "v1.", "é-ü", "\u00a0nbsp", "emoji-\U0001F600"} {
 		if created, err := repo.CreateTopic(ctx, pool, name); err != nil || !created {
 			t.Errorf("CreateTopic(%q): %v, %v; want created", name, created, err)
 		}

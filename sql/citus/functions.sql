@@ -293,6 +293,10 @@ BEGIN
         RAISE EXCEPTION 'topic % is a path segment of its own: choose another name', quote_literal(p_topic)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF p_topic ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION 'topic % has a control character: choose a name without', quote_literal(p_topic)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     INSERT INTO task_topic (topic, partition) VALUES (p_topic, 'task') ON CONFLICT (topic) DO NOTHING;
     RETURN FOUND;
 END

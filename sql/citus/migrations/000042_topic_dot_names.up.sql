@@ -1,6 +1,6 @@
 -- 000042 on a distributed database: task_topic_create of sql/citus/functions.sql (no
--- bucket: the shard is the topic's table), refusing the names "." and ".." as the plain
--- migration does.
+-- bucket: the shard is the topic's table), refusing the names "." and ".." and names
+-- with a control character as the plain migration does.
 CREATE OR REPLACE FUNCTION task_topic_create(p_topic text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -10,6 +10,10 @@ BEGIN
     END IF;
     IF p_topic IN ('.', '..') THEN
         RAISE EXCEPTION 'topic % is a path segment of its own: choose another name', quote_literal(p_topic)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_topic ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION 'topic % has a control character: choose a name without', quote_literal(p_topic)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO task_topic (topic, partition) VALUES (p_topic, 'task') ON CONFLICT (topic) DO NOTHING;
