@@ -253,5 +253,9 @@ func runBenchChild(ctx context.Context, e *env, args []string, stderr io.Writer)
 	if err := shared.check(f, &c.Processing); err != nil {
 		return err
 	}
-	return bench.RunChild(ctx, c, benchConnect(*shared.url), e.stdin, e.stdout, stderr)
+	url, err := f.requireURL(*shared.url) // DATABASE_URL, as the parent sets it
+	if err != nil {
+		return err
+	}
+	return bench.RunChild(ctx, c, benchConnect(url), e.stdin, e.stdout, stderr)
 }
