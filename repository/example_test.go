@@ -39,7 +39,7 @@ func ExampleRepository_RegisterOwner() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	if err := repository.Migrate(ctx, pool); err != nil { // every process may: one migrates
+	if err := repository.Migrate(ctx, pool); err != nil { // ErrMigrationInProgress while another migrates
 		log.Fatal(err)
 	}
 

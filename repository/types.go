@@ -465,7 +465,7 @@ type TopicSettings struct {
 
 // Defaults of a freshly created topic: 25 attempts, the first retry after a second, each
 // later one after twice the delay of the one before, up to an hour: a failing task is
-// retried for about 14 hours before it lands in FAILED, the dead-letter set. A topic
+// retried for about 13 hours before it lands in FAILED, the dead-letter set. A topic
 // created before schema version 14 keeps the settings it had (one attempt, unless
 // configured); see docs/library.md.
 const (
