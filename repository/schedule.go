@@ -53,7 +53,8 @@ type ScheduleSettings struct {
 	// (*/15), lists (1,15) and names (jan, mon-fri) of github.com/robfig/cron/v3; or one
 	// of @yearly (@annually), @monthly, @weekly, @daily (@midnight), @hourly; or
 	// "@every D" with D a Go duration of whole seconds, at least 1s ("@every 90s": fires
-	// every D from the time the schedule was created or its spec last changed). A spec
+	// every D from the time the schedule was created or its spec last changed, a resume
+	// keeping that phase). A spec
 	// is ASCII; what the library would read without a word though it is not a value,
 	// a range or a step ("*-5", "+5") is refused, and so is a spec that never fires
 	// ("0 0 30 2 *"). SQL's task_schedule accepts the same specs (migration 000029).
@@ -141,11 +142,16 @@ func (f Fire) Lateness() time.Duration {
 }
 
 // ValidateScheduleName returns nil when name may name a schedule: 1 to
-// MaxScheduleNameLength characters of valid UTF-8 without a NUL byte; otherwise an error wrapping
-// ErrInvalid.
+// MaxScheduleNameLength characters of valid UTF-8 without a NUL byte, other than "." and
+// ".." (the REST API's /schedules/{name} would resolve them to other resources);
+// otherwise an error wrapping ErrInvalid. task_schedule_check refuses them in SQL too
+// (migration 000041).
 func ValidateScheduleName(name string) error {
 	if name == "" {
 		return invalid("schedule name is empty")
+	}
+	if name == "." || name == ".." {
+		return invalid("schedule name %q is not allowed (the REST API's /schedules/%s would name another resource)", name, name)
 	}
 	if n := utf8.RuneCountInString(name); n > MaxScheduleNameLength {
 		return invalid("schedule name is %d characters long, at most %d allowed", n, MaxScheduleNameLength)
@@ -422,6 +428,24 @@ func (c *cronSchedule) next(t time.Time) time.Time {
 	return time.Time{}
 }
 
+// after returns the first fire time strictly after floor, from start, a fire time at
+// or before floor: for @every the next point of start's grid (start + k·every), so
+// that a schedule resumed or re-zoned keeps its phase; for a cron spec the first fire
+// time after floor.
+func (c *cronSchedule) after(start, floor time.Time) time.Time {
+	if c.spec != nil || start.IsZero() {
+		return c.next(floor)
+	}
+	if start.After(floor) {
+		return start
+	}
+	d := floor.Sub(start)
+	if d > math.MaxInt64/2 { // centuries apart: a new grid from floor
+		return c.next(floor)
+	}
+	return start.Add((d/c.every + 1) * c.every).UTC()
+}
+
 // stretchEnd returns the first instant after local whose offset from UTC is not offset
 // (local's own), or zero when there is none. It is time.Time.ZoneBounds's end, except
 // where that is not after local: on the last day of a leap year in a zone's future
@@ -538,6 +562,23 @@ func (r *Repository) databaseNow(ctx context.Context, h Handle) (time.Time, erro
 	return now, nil
 }
 
+// checkZone asks the database whether it lists the time zone tz (empty is UTC) as
+// task_schedule_check reads it (pg_timezone_names, exactly spelt): a zone Go loaded
+// may still be one the database does not list, such as europe/paris on a
+// case-insensitive file system, which processors on Linux would not load. A refusal
+// wraps ErrInvalid and names the zone; asked before writing, it leaves the caller's
+// transaction usable.
+func (r *Repository) checkZone(ctx context.Context, h Handle, tz string) error {
+	problem, err := r.q.ScheduleZoneProblem(ctx, h, zoneName(tz))
+	if err != nil {
+		return mapError("check the time zone", err)
+	}
+	if problem != "" {
+		return invalid("%s", problem)
+	}
+	return nil
+}
+
 // CreateSchedule stores a new schedule, in the caller's transaction when h is one, and
 // returns it with its first fire time (the first after now, by the database's clock). A
 // bad name or setting returns ErrInvalid naming it, an unregistered topic
@@ -548,6 +589,9 @@ func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, 
 		return Schedule{}, fmt.Errorf("create schedule: %w", err)
 	}
 	if err := s.Validate(); err != nil {
+		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
+	}
+	if err := r.checkZone(ctx, h, s.TimeZone); err != nil {
 		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
 	}
 	c, _ := parseSchedule(s.Spec, s.TimeZone)
@@ -649,10 +693,14 @@ func (r *Repository) SchedulePage(ctx context.Context, h Handle, search, after s
 // receives the settings as stored and modifies what it wants; the result is validated
 // and written back (ErrInvalid naming the field, ErrUnknownTopic for an unregistered
 // topic, nothing written), and the schedule returned as stored. The row is locked from
-// the read to the write, in a nested transaction of h. A new spec or time zone restarts
-// the fire times from now; pausing keeps the next fire time and resuming moves it to the
-// first after now, so the fires skipped while paused are not replayed (ResumeSchedule
-// can replay them).
+// the read to the write, in a nested transaction of h. A new spec, or a new time zone of
+// a cron spec, restarts the fire times from now (an @every spec counts real time: a
+// change of its zone alone does not move it); pausing keeps the next fire time and
+// resuming moves it to the first after now, so the fires skipped while paused are not
+// replayed (ResumeSchedule can replay them); an @every schedule keeps its phase. The
+// database checks the spec and the zone too (task_schedule_check, migration 000041): a
+// zone Go loads but the database does not list (europe/paris, which a case-insensitive
+// file system lets Go load) returns ErrInvalid naming the time zone.
 func (r *Repository) UpdateSchedule(ctx context.Context, h Handle, name string, change func(*ScheduleSettings)) (Schedule, error) {
 	return r.updateSchedule(ctx, h, name, "update", false, change)
 }
@@ -664,7 +712,10 @@ func (r *Repository) PauseSchedule(ctx context.Context, h Handle, name string) (
 }
 
 // ResumeSchedule lets a paused schedule fire again. Without replay its next fire time
-// is the first after now: the fire times it skipped while paused are not pushed. With
+// is the first after now: the fire times it skipped while paused are not pushed; for
+// @every the next point of its grid (the time it was created or its spec last changed
+// plus whole periods), so a schedule resumed before it skipped anything keeps its next
+// fire time. With
 // replay it keeps the next fire time it had, so the next FireSchedules pushes the skipped
 // times as for any late schedule: the latest one, or up to CatchUp of them. Resuming a
 // running schedule changes nothing.
@@ -690,7 +741,12 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		change(&s)
 		validate := s.validate
 		if zoneName(s.TimeZone) != old.TimeZone {
-			validate = s.Validate // a new zone is checked as at creation
+			validate = func() error { // a new zone is checked as at creation
+				if err := s.Validate(); err != nil {
+					return err
+				}
+				return r.checkZone(ctx, tx, s.TimeZone)
+			}
 		}
 		if err := validate(); err != nil {
 			return fmt.Errorf("%s schedule %q: %w", op, name, err)
@@ -707,32 +763,49 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 				}
 			}
 		}
-		next := row.NextFire
-		restart := strings.TrimSpace(s.Spec) != old.Spec || zoneName(s.TimeZone) != old.TimeZone ||
-			(old.Paused && !s.Paused && !replay)
-		if restart {
-			c, _ := parseSchedule(s.Spec, s.TimeZone)
-			now, err := r.databaseNow(ctx, tx)
-			if err != nil {
-				return fmt.Errorf("%s schedule %q: %w", op, name, err)
-			}
-			// never before the last fire time pushed: now is the transaction's start,
-			// and a fire another firer committed since then (the row lock above waited
-			// for it) would be pushed again
-			t := c.next(later(now, old.LastFire))
-			next = &t
-		}
+		c, _ := parseSchedule(s.Spec, s.TimeZone)
+		// A new spec, or a new zone of a cron spec, restarts the fire times from now; an
+		// @every spec counts real time, so its zone changes nothing. A resume without
+		// replay passes over the fire times skipped while paused, an @every schedule
+		// keeping its phase: its next fire time is the next point of its grid.
+		restart := strings.TrimSpace(s.Spec) != old.Spec || (zoneName(s.TimeZone) != old.TimeZone && c.spec != nil)
+		resume := old.Paused && !s.Paused
 		updated, err := r.q.ScheduleUpdate(ctx, tx, db.ScheduleUpdateParams{
 			Name: name, Topic: s.Topic, Spec: strings.TrimSpace(s.Spec), TimeZone: zoneName(s.TimeZone),
 			Identifier: ptr(s.Identifier), Input: ptr(s.Input), Priority: s.Priority,
 			Insertion: int16(insertionOf(s)), CatchUp: int32(s.CatchUp), Paused: s.Paused,
-			NextFire: next, Now: r.clock(),
+			Now: r.clock(),
 		})
 		if err != nil {
 			if SQLState(err) == sqlstateFKViolation {
 				return fmt.Errorf("%s schedule %q: topic %q: %w", op, name, s.Topic, ErrUnknownTopic)
 			}
 			return mapError(fmt.Sprintf("%s schedule %q", op, name), err)
+		}
+		// task_schedule_check marked the next fire time for recomputing (restart,
+		// resume): it is computed here, by the firers' clock, and written in the same
+		// transaction.
+		if restart || resume {
+			next, from := row.NextFire, row.FireFrom // a replay keeps them
+			if restart || !replay {
+				now, err := r.databaseNow(ctx, tx)
+				if err != nil {
+					return fmt.Errorf("%s schedule %q: %w", op, name, err)
+				}
+				// never before the last fire time pushed: now is the transaction's
+				// start, and a fire another firer committed since then (the row lock
+				// above waited for it) would be pushed again
+				floor := later(now, old.LastFire)
+				t := c.next(floor)
+				if !restart {
+					t = c.after(old.NextFire, floor)
+				}
+				next, from = &t, nil
+			}
+			updated, err = r.q.ScheduleSetNextFire(ctx, tx, db.ScheduleSetNextFireParams{Name: name, NextFire: next, FireFrom: from})
+			if err != nil {
+				return mapError(fmt.Sprintf("%s schedule %q", op, name), err)
+			}
 		}
 		out = scheduleFrom(updated)
 		return nil
@@ -850,7 +923,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 					return mapError("find due schedules", err)
 				}
 				found, name, topic = true, row.TaskSchedule.Name, row.TaskSchedule.Topic
-				fired, err = r.fire(fctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.Now)
+				fired, err = r.fire(fctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.TaskSchedule.FireFrom, row.Now)
 				return err
 			})
 			cancelCommit()
@@ -983,15 +1056,25 @@ func (r *Repository) due(ctx context.Context, tx pgx.Tx, skip, skipTopics []stri
 const scheduleLockWait = 500 * time.Millisecond
 
 // fire pushes the due fire times of one locked schedule and advances its next fire
-// time, in tx; nil when there was nothing to push (a first fire time computed).
-func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected *time.Time, now time.Time) (*Fire, error) {
+// time, in tx; nil when there was nothing to push (a first fire time computed). Fire
+// times at or before fireFrom (task_schedule_check's mark: a schedule changed or
+// resumed in SQL) are not pushed; a NULL next fire time (expected) is the first after
+// fireFrom, or after the schedule's creation.
+func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected, fireFrom *time.Time, now time.Time) (*Fire, error) {
 	c, err := parseSchedule(s.Spec, s.TimeZone)
 	if err != nil {
 		return nil, fmt.Errorf("fire schedule %q: %w", s.Name, err)
 	}
 	start := s.NextFire
-	if expected == nil {
+	switch {
+	case expected == nil && fireFrom != nil:
+		start = c.next(*fireFrom)
+	case expected == nil:
 		start = c.next(s.Created)
+	case fireFrom != nil && !start.After(*fireFrom):
+		// resumed in SQL: the times skipped while paused are passed over, an @every
+		// schedule keeping its phase
+		start = c.after(start, *fireFrom)
 	}
 	if start.IsZero() {
 		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, s.Created)

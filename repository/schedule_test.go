@@ -1386,9 +1386,24 @@ func TestAZoneStoredBeforeTheCheck(t *testing.T) {
 	s := setupSchedules(t)
 	appendMode := repository.Append
 	s.create("legacy", repository.ScheduleSettings{Spec: "@every 1s", Identifier: "legacy-{time}", Insertion: &appendMode})
-	if _, err := s.pool.Exec(s.ctx, `UPDATE task_schedule SET time_zone = 'right/UTC' WHERE name = 'legacy'`); err != nil {
+	// stored before the check: written past task_schedule_check (migration 000041),
+	// which refuses the zone now
+	legacy := []string{
+		"BEGIN",
+		"SET LOCAL session_replication_role = replica",
+		"UPDATE task_schedule SET time_zone = 'right/UTC' WHERE name = 'legacy'",
+		"COMMIT",
+	}
+	conn, err := s.pool.Acquire(s.ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, q := range legacy {
+		if _, err := conn.Exec(s.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Release()
 	s.fire() // a first fire time
 	s.clock.advance(2 * time.Second)
 	if fires := s.fire(); len(fires) != 1 || len(fires[0].Tasks) == 0 {
