@@ -612,6 +612,18 @@ func (q *Queries) ScheduleZoneProblem(ctx context.Context, db DBTX, timeZone str
 	return problem, err
 }
 
+const setIdleTimeout = `-- name: SetIdleTimeout :exec
+SELECT set_config('idle_in_transaction_session_timeout', $1::text, true)
+`
+
+// Sets idle_in_transaction_session_timeout for the rest of the transaction: the server
+// ends a session that holds a fire's transaction open, idle, for longer (a firer whose
+// host died), which frees the schedule's row lock for the other firers.
+func (q *Queries) SetIdleTimeout(ctx context.Context, db DBTX, idleTimeout string) error {
+	_, err := db.Exec(ctx, setIdleTimeout, idleTimeout)
+	return err
+}
+
 const setLockTimeout = `-- name: SetLockTimeout :exec
 SELECT set_config('lock_timeout', $1::text, true)
 `

@@ -891,6 +891,11 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 	if due, err := r.q.ScheduleAnyDue(ctx, customPlans{h}, r.clock()); err != nil || !due {
 		return nil, waitError(ctx, mapError("find due schedules", err))
 	}
+	// A fire in a transaction of its own bounds how long it may sit idle in it (a firer
+	// whose host died holds the schedule's row lock until the server ends its session:
+	// without a bound, until TCP keepalive notices, two hours by default). In the caller's
+	// transaction the setting would outlive the fire: that transaction is the caller's.
+	own := autocommit(h)
 	// First the schedules no one else holds; then, waiting for them, those another
 	// caller held: fired by it meanwhile, they are passed over; left due (it rolled back
 	// or died), they are fired here.
@@ -911,6 +916,11 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 			// its COMMIT, interrupted, might still happen, unreported.
 			commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(fctx), fireTimeout)
 			err := inTxCommitting(fctx, commitCtx, h, func(tx pgx.Tx) error {
+				if own {
+					if err := r.q.SetIdleTimeout(ctx, tx, fmt.Sprintf("%dms", fireIdleTimeout.Milliseconds())); err != nil {
+						return mapError("find due schedules", err)
+					}
+				}
 				row, err := r.due(ctx, tx, skip, skipTopics, wait, &held)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
@@ -961,6 +971,14 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 	}
 	return fires, errors.Join(errs...)
 }
+
+// fireIdleTimeout is the idle_in_transaction_session_timeout of a fire's own
+// transaction: the server ends the session of a firer that leaves it idle longer (its
+// host died, or hangs), which frees the schedule's row lock, so that another firer fires
+// it within about fireIdleTimeout plus a heartbeat. A live firer's fire sends its
+// statements back to back: the gaps are round trips and Go's computing of the fire
+// times, milliseconds.
+const fireIdleTimeout = 10 * time.Second
 
 // fireTimeout bounds the fire of one schedule found due, which the caller's deadline
 // does not cut short (FireSchedules), when the deadline leaves it less.

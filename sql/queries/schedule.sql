@@ -150,3 +150,9 @@ SELECT current_setting('lock_timeout')::text AS lock_timeout;
 -- name: SetLockTimeout :exec
 -- Sets lock_timeout for the rest of the transaction.
 SELECT set_config('lock_timeout', sqlc.arg(lock_timeout)::text, true);
+
+-- name: SetIdleTimeout :exec
+-- Sets idle_in_transaction_session_timeout for the rest of the transaction: the server
+-- ends a session that holds a fire's transaction open, idle, for longer (a firer whose
+-- host died), which frees the schedule's row lock for the other firers.
+SELECT set_config('idle_in_transaction_session_timeout', sqlc.arg(idle_timeout)::text, true);
