@@ -22,7 +22,9 @@ type SchedulesConfig struct {
 	// Logger receives what fires late and what fails; nil discards it.
 	Logger *slog.Logger
 	// Interval is how often the due schedules are fired: a fire is late by at most
-	// this. Default HeartbeatIntervalDefault.
+	// this (and the round's own time). Fire times due within twice this before a round
+	// are on time, each pushed whatever the schedule's CatchUp
+	// (Repository.SetScheduleGrace). Default HeartbeatIntervalDefault.
 	Interval time.Duration
 	// Timeout bounds one round's waits for a schedule another process holds; a fire
 	// begun finishes (Repository.FireSchedules), and the schedules not reached are
@@ -66,6 +68,10 @@ func RunSchedules(ctx context.Context, cfg SchedulesConfig) error {
 			return fmt.Errorf("processor: schedules config: %w", err)
 		}
 		cfg.Repository = repo
+	}
+	// a fire time due within two intervals of a round is on time, not missed
+	if err := cfg.Repository.SetScheduleGrace(2 * cfg.Interval); err != nil {
+		return fmt.Errorf("processor: schedules config: %w", err)
 	}
 	fs := newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.Interval))
 	s := &scheduler{

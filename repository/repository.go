@@ -100,6 +100,8 @@ type Repository struct {
 	citus atomic.Int32
 	// expiryMs is the expiry timeout this owner declares (SetExpiryTimeout), 0 none.
 	expiryMs atomic.Int64
+	// graceNs is FireSchedules' grace (SetScheduleGrace), 0 ScheduleGraceDefault.
+	graceNs atomic.Int64
 }
 
 // New validates cfg and returns a Repository.

@@ -43,6 +43,33 @@ const (
 // fireRound bounds how many schedules one FireSchedules call fires.
 const fireRound = 1000
 
+// ScheduleGraceDefault is FireSchedules' grace until SetScheduleGrace: two of the
+// processors' default heartbeat intervals.
+const ScheduleGraceDefault = 2 * time.Second
+
+// SetScheduleGrace sets FireSchedules' grace: a fire time due less than grace before
+// the fire is on time, not missed, and is pushed whatever the schedule's CatchUp. The
+// firers call FireSchedules once per interval, and a schedule whose spec fires more
+// often finds several fire times due at each call: with CatchUp 0 (the latest missed
+// time only) all but the latest were dropped while processors ran. A processor sets
+// twice its HeartbeatInterval (RunSchedules twice its Interval), which covers a round
+// that starts late; zero restores ScheduleGraceDefault; negative is an error.
+func (r *Repository) SetScheduleGrace(grace time.Duration) error {
+	if grace < 0 {
+		return invalid("schedule grace %v is negative", grace)
+	}
+	r.graceNs.Store(int64(grace))
+	return nil
+}
+
+// scheduleGrace returns the grace SetScheduleGrace set, or ScheduleGraceDefault.
+func (r *Repository) scheduleGrace() time.Duration {
+	if g := time.Duration(r.graceNs.Load()); g > 0 {
+		return g
+	}
+	return ScheduleGraceDefault
+}
+
 // ScheduleSettings define a schedule: when it fires, and the task each fire pushes.
 type ScheduleSettings struct {
 	// Topic receives the tasks; it must be registered. Removing the topic removes its
@@ -84,7 +111,10 @@ type ScheduleSettings struct {
 	// CatchUp is how many missed fire times are pushed when the schedule is found late
 	// (nothing fired it while processes were down, or it was resumed with replay): 0
 	// pushes the latest missed time only, n > 0 the n latest, oldest first (at most
-	// MaxCatchUp).
+	// MaxCatchUp); or, when more fell due within the grace before the fire
+	// (SetScheduleGrace: two heartbeats of the processors), every one of those: they
+	// are on time, not missed, so a spec that fires more often than the processors'
+	// heartbeat loses nothing while they run.
 	CatchUp int
 	// Paused stops the schedule firing (PauseSchedule, ResumeSchedule).
 	Paused bool
@@ -527,6 +557,27 @@ func (c *cronSchedule) due(start, now time.Time, n int) (times []time.Time, miss
 			return times, missed, c.next(now)
 		}
 	}
+}
+
+// countAfter counts the fire times after from up to now (inclusive), from start (a fire
+// time: an @every schedule's grid), at most limit.
+func (c *cronSchedule) countAfter(start, from, now time.Time, limit int) int {
+	if c.spec == nil {
+		if now.Before(start) || now.Sub(start) > math.MaxInt64/2 {
+			return 0
+		}
+		last := int64(now.Sub(start) / c.every) // start + last·every is the latest due
+		first := int64(0)
+		if !from.Before(start) {
+			first = int64(from.Sub(start)/c.every) + 1
+		}
+		return int(min(int64(limit), max(0, last-first+1)))
+	}
+	n := 0
+	for t := c.next(later(from, start.Add(-time.Nanosecond))); !t.IsZero() && !t.After(now) && n < limit; t = c.next(t) {
+		n++
+	}
+	return n
 }
 
 // countLimit bounds how many missed fire times count walks; beyond it the count says
@@ -1101,7 +1152,10 @@ func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected, 
 		// Declared in SQL: its first fire time is still to come.
 		return nil, r.advance(ctx, tx, s.Name, expected, db.ScheduleAdvanceParams{NextFire: start})
 	}
-	times, missed, next := c.due(start, now, max(1, s.CatchUp))
+	// the latest CatchUp times (at least one), or more when more fell due within the
+	// grace: those are on time, not missed
+	n := max(1, s.CatchUp, c.countAfter(start, now.Add(-r.scheduleGrace()), now, MaxCatchUp))
+	times, missed, next := c.due(start, now, n)
 	if next.IsZero() {
 		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, now)
 	}

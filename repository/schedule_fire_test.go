@@ -1,8 +1,12 @@
 package repository_test
 
 import (
+	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/pgtask/pgtask/repository"
 )
 
 // TestScheduleFireIdleTimeout: a fire in a transaction of its own runs with
@@ -41,4 +45,50 @@ func TestScheduleFireIdleTimeout(t *testing.T) {
 	if err := tx.QueryRow(s.ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&setting); err != nil || setting != "0" {
 		t.Errorf("the caller's transaction after the fire: idle_in_transaction_session_timeout %q (%v), want its own 0", setting, err)
 	}
+}
+
+// TestScheduleGrace: a fire time due within the grace (SetScheduleGrace; processors set
+// twice their heartbeat) before a fire is on time, not missed: a spec faster than the
+// firers' interval loses no fire time while they run, whatever its CatchUp. Before, a
+// catch-up of 0 pushed the latest due time of each call only. Times older than the grace
+// are missed as before: after a downtime, catch-up 0 pushes those within the grace.
+func TestScheduleGrace(t *testing.T) {
+	for _, spec := range []string{"@every 1s", "* * * * * *"} {
+		t.Run("FiredEveryThreeSeconds/"+spec, func(t *testing.T) {
+			s := setupSchedules(t)
+			if err := s.sched.SetScheduleGrace(3 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			s.create("fast", appendEach(spec))
+			var got []string
+			var missed int64
+			for range 4 {
+				s.clock.advance(3 * time.Second)
+				for _, f := range s.fire() {
+					got = append(got, stamps(f.Times...)...)
+					missed += f.Missed
+				}
+			}
+			if want := stamps(every(start.Add(time.Second), time.Second, 12)...); !slices.Equal(got, want) || missed != 0 {
+				t.Errorf("pushed %v (missed %d), want every second %v", got, missed, want)
+			}
+		})
+	}
+
+	t.Run("ADowntimePushesTheTimesWithinTheGrace", func(t *testing.T) {
+		s := setupSchedules(t) // ScheduleGraceDefault: 2s
+		s.create("fast", appendEach("@every 1s"))
+		s.clock.advance(time.Hour)
+		fires := s.fire()
+		if got, want := stampsOf(fires), stamps(start.Add(time.Hour-time.Second), start.Add(time.Hour)); !slices.Equal(got, want) || fires[0].Missed != 3598 {
+			t.Errorf("after an hour: %v (missed %d), want %v (3598 missed)", got, fires[0].Missed, want)
+		}
+	})
+
+	t.Run("NegativeIsRefused", func(t *testing.T) {
+		s := setupSchedules(t)
+		if err := s.sched.SetScheduleGrace(-time.Second); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("SetScheduleGrace(-1s) = %v, want ErrInvalid", err)
+		}
+	})
 }

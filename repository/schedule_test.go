@@ -654,23 +654,24 @@ CREATE CONSTRAINT TRIGGER test_hold_commit AFTER UPDATE ON task_schedule
 }
 
 func TestScheduleMissedFires(t *testing.T) {
+	// (every 10 s: only the latest time is within the grace, 2 s; TestScheduleGrace)
 	t.Run("LatestOnlyByDefault", func(t *testing.T) {
 		s := setupSchedules(t)
-		s.create("tick", appendEach("@every 1s"))
-		s.clock.advance(10*time.Second + 300*time.Millisecond)
+		s.create("tick", appendEach("@every 10s"))
+		s.clock.advance(100*time.Second + 300*time.Millisecond)
 		fires := s.fire()
 		if len(fires) != 1 || len(fires[0].Times) != 1 || fires[0].Missed != 9 {
 			t.Fatalf("fires %+v, want the latest of 10 times, 9 missed", fires)
 		}
-		if got, want := s.identifiers(), stamps(start.Add(10*time.Second)); !slices.Equal(got, want) {
+		if got, want := s.identifiers(), stamps(start.Add(100*time.Second)); !slices.Equal(got, want) {
 			t.Errorf("tasks %v, want %v", got, want)
 		}
 		if late := fires[0].Lateness(); late != 300*time.Millisecond {
 			t.Errorf("lateness %v, want 300ms", late)
 		}
 		sc, _ := s.sched.Schedule(s.ctx, s.pool, "tick")
-		if !sc.NextFire.Equal(start.Add(11*time.Second)) || sc.Fires != 1 {
-			t.Errorf("next fire %v fires %d, want %v and 1", sc.NextFire, sc.Fires, start.Add(11*time.Second))
+		if !sc.NextFire.Equal(start.Add(110*time.Second)) || sc.Fires != 1 {
+			t.Errorf("next fire %v fires %d, want %v and 1", sc.NextFire, sc.Fires, start.Add(110*time.Second))
 		}
 	})
 
