@@ -87,13 +87,19 @@ type ScheduleSettings struct {
 	// ("0 0 30 2 *"). SQL's task_schedule accepts the same specs (migration 000029).
 	Spec string
 	// TimeZone is the IANA zone the spec is read in, such as "Europe/Paris"; empty is
-	// UTC. A fire time is an instant whose wall-clock time in the zone matches the spec:
-	// a wall-clock time the clocks skip (02:30 when they jump from 02:00 to 03:00) does
-	// not fire that day, and one they pass twice (02:30 when they fall back from 03:00 to
-	// 02:00) fires both times, whatever the size of the change and its hour (half-hour
-	// changes as in Australia/Lord_Howe, changes at midnight). Specs that step through
-	// the hours ("*/30 * * * *") fire at each real half hour. @every counts real time and
-	// ignores the zone.
+	// UTC. A fire time is an instant whose wall-clock time in the zone matches the spec,
+	// and across a daylight-saving change Vixie cron's rule holds. A fixed-time spec (its
+	// seconds, when given, minute and hour fields start with neither * nor ?: @daily,
+	// @weekly, "30 2 * * *", "0 9-17 * * *") fires once a day as on any other: a
+	// wall-clock time the clocks skip (02:30 when they jump from 02:00 to 03:00) fires
+	// at the first instant after the gap (03:00), once however many of its times the gap
+	// holds, and one they pass twice (02:30 when they fall back from 03:00 to 02:00)
+	// fires the first time only; whatever the size of the change and its hour
+	// (half-hour changes as in Australia/Lord_Howe, changes at midnight as in
+	// America/Havana, whose @daily fires at 01:00 on the day it has no midnight). The
+	// others (@hourly, "*/30 * * * *", "0 */2 * * *") fire at each real instant whose
+	// wall-clock time matches: not in the skipped hour, twice in the repeated one. @every
+	// counts real time and ignores the zone.
 	TimeZone string
 	// Identifier is the identifier of each task pushed; empty is the schedule's name.
 	// ScheduleTimePlaceholder in it is replaced by the fire time, giving each fire a task
@@ -126,8 +132,9 @@ type Schedule struct {
 	Name string
 	ScheduleSettings
 	// NextFire is the next fire time; zero when not computed yet (a schedule declared in
-	// SQL: the first FireSchedules that sees it computes it). A paused schedule keeps the
-	// one it had.
+	// SQL, or whose spec or cron zone was changed by hand: the first FireSchedules that
+	// sees it computes it). A paused schedule keeps the one it had; one resumed by hand
+	// may show an earlier one until FireSchedules moves it past the resume.
 	NextFire time.Time
 	// LastFire is the latest fire time pushed (zero before the first).
 	LastFire time.Time
@@ -301,6 +308,13 @@ type cronSchedule struct {
 	spec  *cron.SpecSchedule
 	every time.Duration
 	loc   *time.Location
+	// fixed marks a fixed-time spec, as Vixie cron tells them: neither its seconds (when
+	// given), minute nor hour field starts with * or ? (@daily, "30 2 * * *", "0 9-17 * *
+	// *"). Across a daylight-saving change it fires once a day: a wall-clock time the
+	// clocks skip fires right after the gap, one they pass twice fires the first time
+	// only (next). The others (@hourly, "*/15 * * * *", "0 */2 * * *") fire at each
+	// real instant whose wall-clock time matches.
+	fixed bool
 }
 
 // parseSchedule parses spec in the zone tz, refusing what the library would take in a
@@ -365,10 +379,31 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	utc := *wall
 	utc.Location = time.UTC
 	c.spec = &utc
+	c.fixed = fixedTime(trimmed)
 	if c.next(time.Now()).IsZero() {
 		return nil, invalid("spec %q never fires", spec)
 	}
 	return c, nil
+}
+
+// fixedTime reports whether a cron spec (trimmed; a descriptor in lower case) is a
+// fixed-time one, as Vixie cron tells them: its seconds (with 6 fields), minute and hour
+// fields start with neither * nor ?. Of the descriptors, all but @hourly are.
+func fixedTime(spec string) bool {
+	if strings.HasPrefix(spec, "@") {
+		return spec != "@hourly"
+	}
+	fields := strings.FieldsFunc(spec, func(r rune) bool { return strings.ContainsRune(asciiSpace, r) })
+	if len(fields) < 5 {
+		return false
+	}
+	// the seconds (when given), minute and hour fields: those before the last three
+	for _, f := range fields[:len(fields)-3] {
+		if strings.HasPrefix(f, "*") || strings.HasPrefix(f, "?") {
+			return false
+		}
+	}
+	return true
 }
 
 // asciiSpace is the white space that separates a spec's fields: ASCII's alone, as
@@ -425,7 +460,10 @@ const nextHorizon = 5*366*24*time.Hour + 24*time.Hour
 
 // next returns the first fire time strictly after t, or zero when there is none within
 // nextHorizon. A fire time is an instant whose wall-clock time in the zone matches the
-// spec: a wall-clock time the clocks skip has none, one they pass twice has two.
+// spec; for a fixed-time spec (Vixie cron's rule), a wall-clock time the clocks skip
+// fires at the instant the gap ends (once, however many of its times fall in the gap),
+// and one they pass twice fires the first time only. For the others, a wall-clock time
+// the clocks skip has none, one they pass twice has two.
 //
 // The library's own stepping through a zone's days and hours assumes whole-hour
 // changes at other times than midnight: it skipped or moved fire times in zones whose
@@ -445,6 +483,21 @@ func (c *cronSchedule) next(t time.Time) time.Time {
 		_, offset := local.Zone()
 		end := stretchEnd(local, offset)
 		wall := time.Date(local.Year(), local.Month(), local.Day(), local.Hour(), local.Minute(), local.Second(), 0, time.UTC)
+		if c.fixed {
+			if begin, change := stretchBegin(local, offset); change > 0 && at.Equal(begin) {
+				// sprung forward at begin: the wall-clock times [wall - change, wall)
+				// were skipped; one the spec names fires now, right after the gap
+				if m := c.spec.Next(wall.Add(-change - time.Second)); !m.IsZero() && m.Before(wall) {
+					return begin.UTC()
+				}
+			} else if change < 0 {
+				// fell back at begin: the wall-clock times [begin's, begin's - change)
+				// were passed before it, and fired then
+				if repeated := begin.Add(time.Duration(offset)*time.Second - change).UTC(); wall.Before(wallOf(repeated)) {
+					wall = wallOf(repeated)
+				}
+			}
+		}
 		match := c.spec.Next(wall.Add(-time.Second)) // the first at or after wall
 		if match.IsZero() {
 			return match
@@ -474,6 +527,25 @@ func (c *cronSchedule) after(start, floor time.Time) time.Time {
 		return c.next(floor)
 	}
 	return start.Add((d/c.every + 1) * c.every).UTC()
+}
+
+// wallOf reads an instant's UTC fields as wall-clock time (for instants already shifted
+// by an offset).
+func wallOf(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
+
+// stretchBegin returns the first instant of local's stretch of constant offset (offset,
+// local's own) and how far the clocks moved then (the offset minus the one before; 0
+// when unknown or none).
+func stretchBegin(local time.Time, offset int) (time.Time, time.Duration) {
+	begin, _ := local.ZoneBounds()
+	if begin.IsZero() || begin.After(local) {
+		return time.Time{}, 0
+	}
+	_, before := begin.Add(-time.Second).In(local.Location()).Zone()
+	if _, own := begin.In(local.Location()).Zone(); own != offset {
+		return time.Time{}, 0 // Go's bounds astray (stretchEnd): treated as no change
+	}
+	return begin, time.Duration(offset-before) * time.Second
 }
 
 // stretchEnd returns the first instant after local whose offset from UTC is not offset
