@@ -2509,8 +2509,11 @@ func TestScheduleEditsMigration(t *testing.T) {
 	if want := []string{"declared true true", "fired false false", "legacy false false", "paused false true"}; !slices.Equal(marks, want) {
 		t.Errorf("next_fire NULL, fire_from set after the edits: %v, want %v", marks, want)
 	}
-	var declaredFrom time.Time
+	var declaredFrom, pausedFrom time.Time
 	if err := pool.QueryRow(ctx, "SELECT fire_from FROM task_schedule WHERE name = 'declared'").Scan(&declaredFrom); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT fire_from FROM task_schedule WHERE name = 'paused'").Scan(&pausedFrom); err != nil {
 		t.Fatal(err)
 	}
 
@@ -2522,6 +2525,10 @@ func TestScheduleEditsMigration(t *testing.T) {
 	var next time.Time
 	if err := pool.QueryRow(ctx, "SELECT next_fire FROM task_schedule WHERE name = 'declared'").Scan(&next); err != nil || !next.Equal(declaredFrom) {
 		t.Errorf("after reverting 000041 the respecified schedule's next_fire is %v (%v), want its fire_from %v", next, err, declaredFrom)
+	}
+	// resumed with a next_fire before the resume: moved to it, not replayed
+	if err := pool.QueryRow(ctx, "SELECT next_fire FROM task_schedule WHERE name = 'paused'").Scan(&next); err != nil || !next.Equal(pausedFrom) {
+		t.Errorf("after reverting 000041 the resumed schedule's next_fire is %v (%v), want its fire_from %v", next, err, pausedFrom)
 	}
 	if got := textRows(t, pool, "SELECT name || ' ' || priority || ' ' || time_zone FROM task_schedule WHERE name = 'legacy'"); !slices.Equal(got, []string{"legacy 4 right/UTC"}) {
 		t.Errorf("legacy schedule after reverting 000041: %v", got)

@@ -1,10 +1,11 @@
--- 000041 reverted: no trigger on task_schedule, no fire_from. A schedule whose next_fire
--- the trigger had cleared (NULL) is computed from its created time again, as before
--- 000041; its next_fire is set to its fire_from first so that it is not replayed from
--- there.
+-- 000041 reverted: no trigger on task_schedule, no fire_from. A schedule the trigger
+-- marked (fire_from set: its next_fire cleared, or left before fire_from by a resume)
+-- gets fire_from as its next_fire first, so that the firers before 000041 neither
+-- compute it from its created time nor replay the times skipped while it was paused.
 
 DROP TRIGGER task_schedule_check ON task_schedule;
 DROP FUNCTION task_schedule_check();
 DROP FUNCTION task_schedule_zone_problem(text);
-UPDATE task_schedule SET next_fire = fire_from WHERE next_fire IS NULL AND fire_from IS NOT NULL;
+UPDATE task_schedule SET next_fire = fire_from
+WHERE fire_from IS NOT NULL AND (next_fire IS NULL OR next_fire <= fire_from);
 ALTER TABLE task_schedule DROP COLUMN fire_from;
