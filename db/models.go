@@ -76,6 +76,8 @@ type TaskSchedule struct {
 	Fires        int64
 	Created      time.Time
 	Updated      time.Time
+	// Fire times at or before this are not pushed: set by task_schedule_check when the spec, a cron spec's zone or the pause changes, or next_fire is set NULL; cleared by the next fire. NULL next_fire and NULL fire_from: the first fire time after created.
+	FireFrom *time.Time
 }
 
 type TaskTally struct {

@@ -28,7 +28,8 @@ SET next_fire     = $1::timestamptz,
     last_fire     = COALESCE($2::timestamptz, last_fire),
     last_fired_at = COALESCE($3::timestamptz, last_fired_at),
     last_sequence = COALESCE($4::bigint, last_sequence),
-    fires         = fires + $5::bigint
+    fires         = fires + $5::bigint,
+    fire_from     = NULL -- the floor task_schedule_check set is passed
 WHERE name = $6
   AND next_fire IS NOT DISTINCT FROM $7::timestamptz
 `
@@ -89,7 +90,7 @@ SELECT $1, tt.topic, $2, $3, $4, $5,
 FROM task_topic tt
 WHERE tt.topic = $12
 ON CONFLICT (name) DO NOTHING
-RETURNING name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated
+RETURNING name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated, fire_from
 `
 
 type ScheduleCreateParams struct {
@@ -144,6 +145,7 @@ func (q *Queries) ScheduleCreate(ctx context.Context, db DBTX, arg ScheduleCreat
 		&i.Fires,
 		&i.Created,
 		&i.Updated,
+		&i.FireFrom,
 	)
 	return i, err
 }
@@ -161,7 +163,7 @@ func (q *Queries) ScheduleDelete(ctx context.Context, db DBTX, name string) (int
 }
 
 const scheduleDue = `-- name: ScheduleDue :one
-SELECT s.name, s.topic, s.spec, s.time_zone, s.identifier, s.input, s.priority, s.insertion, s.catch_up, s.paused, s.next_fire, s.last_fire, s.last_fired_at, s.last_sequence, s.fires, s.created, s.updated, COALESCE($1::timestamptz, now())::timestamptz AS now
+SELECT s.name, s.topic, s.spec, s.time_zone, s.identifier, s.input, s.priority, s.insertion, s.catch_up, s.paused, s.next_fire, s.last_fire, s.last_fired_at, s.last_sequence, s.fires, s.created, s.updated, s.fire_from, COALESCE($1::timestamptz, now())::timestamptz AS now
 FROM task_schedule s
 WHERE NOT s.paused
   AND (s.next_fire IS NULL OR s.next_fire <= COALESCE($1::timestamptz, now()))
@@ -209,6 +211,7 @@ func (q *Queries) ScheduleDue(ctx context.Context, db DBTX, arg ScheduleDueParam
 		&i.TaskSchedule.Fires,
 		&i.TaskSchedule.Created,
 		&i.TaskSchedule.Updated,
+		&i.TaskSchedule.FireFrom,
 		&i.Now,
 	)
 	return i, err
@@ -267,7 +270,7 @@ func (q *Queries) ScheduleExisting(ctx context.Context, db DBTX, names []string)
 }
 
 const scheduleGet = `-- name: ScheduleGet :one
-SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated FROM task_schedule WHERE name = $1
+SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated, fire_from FROM task_schedule WHERE name = $1
 `
 
 func (q *Queries) ScheduleGet(ctx context.Context, db DBTX, name string) (TaskSchedule, error) {
@@ -291,12 +294,13 @@ func (q *Queries) ScheduleGet(ctx context.Context, db DBTX, name string) (TaskSc
 		&i.Fires,
 		&i.Created,
 		&i.Updated,
+		&i.FireFrom,
 	)
 	return i, err
 }
 
 const scheduleGetForUpdate = `-- name: ScheduleGetForUpdate :one
-SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated FROM task_schedule WHERE name = $1 FOR UPDATE
+SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated, fire_from FROM task_schedule WHERE name = $1 FOR UPDATE
 `
 
 // The schedule's row, locked until the end of the transaction: a change reads, modifies
@@ -322,12 +326,13 @@ func (q *Queries) ScheduleGetForUpdate(ctx context.Context, db DBTX, name string
 		&i.Fires,
 		&i.Created,
 		&i.Updated,
+		&i.FireFrom,
 	)
 	return i, err
 }
 
 const scheduleList = `-- name: ScheduleList :many
-SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated FROM task_schedule ORDER BY name
+SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated, fire_from FROM task_schedule ORDER BY name
 `
 
 func (q *Queries) ScheduleList(ctx context.Context, db DBTX) ([]TaskSchedule, error) {
@@ -357,6 +362,7 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX) ([]TaskSchedule, er
 			&i.Fires,
 			&i.Created,
 			&i.Updated,
+			&i.FireFrom,
 		); err != nil {
 			return nil, err
 		}
@@ -369,7 +375,7 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX) ([]TaskSchedule, er
 }
 
 const scheduleLockDue = `-- name: ScheduleLockDue :one
-SELECT s.name, s.topic, s.spec, s.time_zone, s.identifier, s.input, s.priority, s.insertion, s.catch_up, s.paused, s.next_fire, s.last_fire, s.last_fired_at, s.last_sequence, s.fires, s.created, s.updated, COALESCE($1::timestamptz, now())::timestamptz AS now
+SELECT s.name, s.topic, s.spec, s.time_zone, s.identifier, s.input, s.priority, s.insertion, s.catch_up, s.paused, s.next_fire, s.last_fire, s.last_fired_at, s.last_sequence, s.fires, s.created, s.updated, s.fire_from, COALESCE($1::timestamptz, now())::timestamptz AS now
 FROM task_schedule s
 WHERE s.name = $2
   AND NOT s.paused
@@ -413,13 +419,14 @@ func (q *Queries) ScheduleLockDue(ctx context.Context, db DBTX, arg ScheduleLock
 		&i.TaskSchedule.Fires,
 		&i.TaskSchedule.Created,
 		&i.TaskSchedule.Updated,
+		&i.TaskSchedule.FireFrom,
 		&i.Now,
 	)
 	return i, err
 }
 
 const schedulePage = `-- name: SchedulePage :many
-SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated FROM task_schedule
+SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated, fire_from FROM task_schedule
 WHERE name > $1::text
   AND ($2::text = '' OR strpos(lower(name), lower($2::text)) > 0
        OR strpos(lower(topic), lower($2::text)) > 0)
@@ -463,6 +470,7 @@ func (q *Queries) SchedulePage(ctx context.Context, db DBTX, arg SchedulePagePar
 			&i.Fires,
 			&i.Created,
 			&i.Updated,
+			&i.FireFrom,
 		); err != nil {
 			return nil, err
 		}
@@ -472,6 +480,49 @@ func (q *Queries) SchedulePage(ctx context.Context, db DBTX, arg SchedulePagePar
 		return nil, err
 	}
 	return items, nil
+}
+
+const scheduleSetNextFire = `-- name: ScheduleSetNextFire :one
+UPDATE task_schedule
+SET next_fire = $1::timestamptz,
+    fire_from = $2::timestamptz
+WHERE name = $3
+RETURNING name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated, fire_from
+`
+
+type ScheduleSetNextFireParams struct {
+	NextFire *time.Time
+	FireFrom *time.Time
+	Name     string
+}
+
+// Writes a schedule's next fire time and fire_from as the caller computed them (its
+// next fire time, NULL; or, for a replay, those the schedule had): an UPDATE of these
+// alone, which task_schedule_check takes as it is.
+func (q *Queries) ScheduleSetNextFire(ctx context.Context, db DBTX, arg ScheduleSetNextFireParams) (TaskSchedule, error) {
+	row := db.QueryRow(ctx, scheduleSetNextFire, arg.NextFire, arg.FireFrom, arg.Name)
+	var i TaskSchedule
+	err := row.Scan(
+		&i.Name,
+		&i.Topic,
+		&i.Spec,
+		&i.TimeZone,
+		&i.Identifier,
+		&i.Input,
+		&i.Priority,
+		&i.Insertion,
+		&i.CatchUp,
+		&i.Paused,
+		&i.NextFire,
+		&i.LastFire,
+		&i.LastFiredAt,
+		&i.LastSequence,
+		&i.Fires,
+		&i.Created,
+		&i.Updated,
+		&i.FireFrom,
+	)
+	return i, err
 }
 
 const scheduleUpdate = `-- name: ScheduleUpdate :one
@@ -485,10 +536,9 @@ SET topic      = $1,
     insertion  = $7,
     catch_up   = $8,
     paused     = $9,
-    next_fire  = $10,
-    updated    = COALESCE($11::timestamptz, now())
-WHERE name = $12
-RETURNING name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated
+    updated    = COALESCE($10::timestamptz, now())
+WHERE name = $11
+RETURNING name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated, fire_from
 `
 
 type ScheduleUpdateParams struct {
@@ -501,14 +551,15 @@ type ScheduleUpdateParams struct {
 	Insertion  int16
 	CatchUp    int32
 	Paused     bool
-	NextFire   *time.Time
 	Now        *time.Time
 	Name       string
 }
 
-// Writes a schedule's definition and its next fire time (recomputed by the caller when
-// the spec, the time zone or the pause changed). The topic must be registered (the
-// foreign key).
+// Writes a schedule's definition. The topic must be registered (the foreign key).
+// task_schedule_check (migration 000041) checks the spec and the zone when they change,
+// and marks the next fire time for recomputing (next_fire NULL, or fire_from set) when
+// the spec, a cron spec's zone or the pause changed: the caller then writes the one it
+// computed with ScheduleSetNextFire.
 func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdateParams) (TaskSchedule, error) {
 	row := db.QueryRow(ctx, scheduleUpdate,
 		arg.Topic,
@@ -520,7 +571,6 @@ func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdat
 		arg.Insertion,
 		arg.CatchUp,
 		arg.Paused,
-		arg.NextFire,
 		arg.Now,
 		arg.Name,
 	)
@@ -543,8 +593,35 @@ func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdat
 		&i.Fires,
 		&i.Created,
 		&i.Updated,
+		&i.FireFrom,
 	)
 	return i, err
+}
+
+const scheduleZoneProblem = `-- name: ScheduleZoneProblem :one
+SELECT COALESCE(task_schedule_zone_problem($1::text), '')::text AS problem
+`
+
+// What is wrong with a time zone (” when nothing is), as task_schedule_check reads it
+// (migration 000041): asked before a write, whose refusal by the trigger would abort the
+// caller's transaction.
+func (q *Queries) ScheduleZoneProblem(ctx context.Context, db DBTX, timeZone string) (string, error) {
+	row := db.QueryRow(ctx, scheduleZoneProblem, timeZone)
+	var problem string
+	err := row.Scan(&problem)
+	return problem, err
+}
+
+const setIdleTimeout = `-- name: SetIdleTimeout :exec
+SELECT set_config('idle_in_transaction_session_timeout', $1::text, true)
+`
+
+// Sets idle_in_transaction_session_timeout for the rest of the transaction: the server
+// ends a session that holds a fire's transaction open, idle, for longer (a firer whose
+// host died), which frees the schedule's row lock for the other firers.
+func (q *Queries) SetIdleTimeout(ctx context.Context, db DBTX, idleTimeout string) error {
+	_, err := db.Exec(ctx, setIdleTimeout, idleTimeout)
+	return err
 }
 
 const setLockTimeout = `-- name: SetLockTimeout :exec

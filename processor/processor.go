@@ -137,6 +137,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("processor: config: ExpiryTimeout %v differs from the %v its Repository (owner %q) declares already: give each processor a Repository of its own",
 			c.ExpiryTimeout, declared, c.Repository.Owner())
 	}
+	// a fire time due within two heartbeats of a round is on time, not missed
+	if err := c.Repository.SetScheduleGrace(2 * c.HeartbeatInterval); err != nil {
+		return fmt.Errorf("processor: config: %w", err)
+	}
 	return c.Repository.SetExpiryTimeout(c.ExpiryTimeout)
 }
 

@@ -22,7 +22,9 @@ type SchedulesConfig struct {
 	// Logger receives what fires late and what fails; nil discards it.
 	Logger *slog.Logger
 	// Interval is how often the due schedules are fired: a fire is late by at most
-	// this. Default HeartbeatIntervalDefault.
+	// this (and the round's own time). Fire times due within twice this before a round
+	// are on time, each pushed whatever the schedule's CatchUp
+	// (Repository.SetScheduleGrace). Default HeartbeatIntervalDefault.
 	Interval time.Duration
 	// Timeout bounds one round's waits for a schedule another process holds; a fire
 	// begun finishes (Repository.FireSchedules), and the schedules not reached are
@@ -66,6 +68,10 @@ func RunSchedules(ctx context.Context, cfg SchedulesConfig) error {
 			return fmt.Errorf("processor: schedules config: %w", err)
 		}
 		cfg.Repository = repo
+	}
+	// a fire time due within two intervals of a round is on time, not missed
+	if err := cfg.Repository.SetScheduleGrace(2 * cfg.Interval); err != nil {
+		return fmt.Errorf("processor: schedules config: %w", err)
 	}
 	fs := newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.Interval))
 	s := &scheduler{
@@ -120,24 +126,36 @@ func (s *scheduler) fire(ctx context.Context) {
 	roundCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	fires, err := s.repo.FireSchedules(roundCtx, s.pool)
-	switch {
-	case ctx.Err() != nil:
-	case errors.Is(err, repository.ErrScheduleWait):
-		// A schedule another session holds (a transaction left open on task_schedule,
-		// say) past the repository's short wait, or the round's timeout run out while
-		// waiting: that session's problem, not the database's. The round fired the
-		// others; the next one tries again. (A fire's own failure, even after the
-		// timeout, is reported as what it is.)
-		s.warn("schedules not fired: held by another session", err)
-		s.outcome(ctx, nil)
-	case refused(err):
-		// A schedule the repository refused to fire (its topic's queue is full, a spec
-		// declared in SQL that does not parse) is the schedule's problem, not the
-		// database's: logged once per error log interval; the process stays healthy.
-		s.warn("schedules not fired", err)
-		s.outcome(ctx, nil)
-	default:
-		s.outcome(ctx, err)
+	if ctx.Err() == nil {
+		// FireSchedules joins the errors of the schedules it could not fire: each is
+		// judged by itself, so that one schedule merely held does not hide another's
+		// failure of the database from the health reports.
+		var held, refusals, failures []error
+		for _, e := range parts(err) {
+			switch {
+			case errors.Is(e, repository.ErrScheduleWait):
+				// A schedule another session holds (a transaction left open on
+				// task_schedule, say) past the repository's short wait, or the round's
+				// timeout run out while waiting: that session's problem, not the
+				// database's. The next round tries again. (A fire's own failure, even
+				// after the timeout, is reported as what it is.)
+				held = append(held, e)
+			case refused(e):
+				// A schedule the repository refused to fire (its topic's queue is full, a
+				// spec declared in SQL that does not parse) is the schedule's problem,
+				// not the database's: logged once per error log interval.
+				refusals = append(refusals, e)
+			default:
+				failures = append(failures, e)
+			}
+		}
+		if len(held) > 0 {
+			s.warn("schedules not fired: held by another session", errors.Join(held...))
+		}
+		if len(refusals) > 0 {
+			s.warn("schedules not fired", errors.Join(refusals...))
+		}
+		s.outcome(ctx, errors.Join(failures...))
 	}
 	var topics []string
 	for _, f := range fires {
@@ -182,6 +200,17 @@ func (p *Processor) schedules(ctx context.Context) {
 		outcome: func(ctx context.Context, err error) { p.outcome(ctx, "fire schedules", err) },
 	}
 	s.run(ctx)
+}
+
+// parts returns the errors errors.Join joined into err, or err alone; none for nil.
+func parts(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		return joined.Unwrap()
+	}
+	return []error{err}
 }
 
 // refused reports whether err is only refusals of the repository, not a failure of the

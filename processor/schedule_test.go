@@ -360,6 +360,67 @@ func TestScheduleHeldBySession(t *testing.T) {
 	f.eventually("the fire once released", func() bool { return len(f.scheduled("tick")) == 1 })
 }
 
+// TestScheduleHeldDoesNotHideFailures: in a round where one schedule is held by another
+// session (ErrScheduleWait, not a failure) and another's fire fails in the database (a
+// trigger on task raises for its task), the failure is reported: the processor is
+// unhealthy, naming it. Before, the held schedule's error made the whole round's error
+// count as held, and the processor stayed healthy.
+func TestScheduleHeldDoesNotHideFailures(t *testing.T) {
+	f := setup(t)
+	clock := &scheduleClock{}
+	clock.ns.Store(scheduleStart.UnixNano())
+	admin, err := repository.New(repository.Config{Owner: "admin", Now: clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"held", "boom"} {
+		if _, err := admin.CreateSchedule(f.ctx, f.pool, name, repository.ScheduleSettings{Topic: f.topic, Spec: "@every 1s"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.pool.Exec(f.ctx, `
+		CREATE FUNCTION test_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.identifier = 'boom' THEN
+				RAISE EXCEPTION 'disk on fire' USING ERRCODE = 'XX000';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_boom BEFORE INSERT ON task FOR EACH ROW EXECUTE FUNCTION test_boom();`); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(time.Second)
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if _, err := tx.Exec(f.ctx, "SELECT FROM task_schedule WHERE name = 'held' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	var logs logbuf.Buffer
+	repo, err := repository.New(repository.Config{Owner: "firer", Now: clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := processor.New(processor.Config{Pool: f.newPool(), Repository: repo, Logger: jsonLogger(&logs, slog.LevelWarn),
+		HeartbeatInterval: 20 * time.Millisecond, ExpiryTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.start(p)
+	f.eventually("a round that found a schedule held", func() bool {
+		return len(logs.Lines("schedules not fired: held by another session")) > 0
+	})
+	f.eventually("the failure in the health report", func() bool {
+		err := p.Health()
+		return err != nil && strings.Contains(err.Error(), "fire schedules")
+	})
+	if err := p.Health(); !strings.Contains(fmt.Sprint(err), "disk on fire") && !strings.Contains(fmt.Sprint(err), "XX000") {
+		t.Errorf("health %v, want the failure of the schedule boom", err)
+	}
+}
+
 // TestScheduleDisabled: a processor with DisableSchedules heart-beats past a due fire
 // time and pushes nothing.
 func TestScheduleDisabled(t *testing.T) {

@@ -951,6 +951,8 @@ func TestSchedulesMigration(t *testing.T) {
 	}
 	sameRows(t, "topic settings after 000016", topicSettings(t, pool), settingsBefore)
 	sameRows(t, "tasks after 000016", taskRows(t, pool), rowsBefore)
+	// the Go API reads task_schedule as the newest schema has it (fire_from, 000041)
+	migrateTo(t, pool, 0)
 	if _, err := repo.CreateSchedule(ctx, pool, "hourly", ScheduleSettings{Topic: "reports", Spec: "@hourly", Identifier: "report-{time}"}); err != nil {
 		t.Fatal(err)
 	}
@@ -968,7 +970,7 @@ func TestSchedulesMigration(t *testing.T) {
 	}
 	rowsWithSchedules := taskRows(t, pool)
 
-	steps(-1)
+	migrateTo(t, pool, 15)
 	if err := pool.QueryRow(ctx, "SELECT version FROM "+migrationsTable).Scan(&version); err != nil || version != 15 {
 		t.Fatalf("schema version %d (%v), want 15", version, err)
 	}
@@ -978,7 +980,7 @@ func TestSchedulesMigration(t *testing.T) {
 	}
 	sameRows(t, "tasks after reverting 000016", taskRows(t, pool), rowsWithSchedules)
 	// And up again.
-	steps(1)
+	migrateTo(t, pool, 0)
 	if list, err := repo.Schedules(ctx, pool); err != nil || len(list) != 0 {
 		t.Fatalf("schedules after up, down, up: %+v, %v", list, err)
 	}
@@ -2334,7 +2336,12 @@ func TestScheduleZoneNamesMigration(t *testing.T) {
 	if got := textRows(t, pool, "SELECT spec FROM task_schedule WHERE name = 'tabbed2'"); !slices.Equal(got, []string{"@hourly"}) {
 		t.Errorf("spec after 000038: %q, want it trimmed as Go trims it", got)
 	}
-	// the schedule stored with localtime is read from Go as before
+	steps(-1)
+	sameRows(t, "task_schedule after reverting 000038", functions(), fnBefore)
+	execEach(t, pool, "SELECT task_schedule('again', 'emails', '@hourly', time_zone => 'localtime')")
+	// the schedule stored with localtime is read from Go as before (at the newest
+	// schema, which the Go API reads: 000041 kept the row)
+	migrateTo(t, pool, 0)
 	repo, err := New(Config{Owner: "migration"})
 	if err != nil {
 		t.Fatal(err)
@@ -2342,9 +2349,6 @@ func TestScheduleZoneNamesMigration(t *testing.T) {
 	if _, err := repo.Schedule(ctx, pool, "local"); err != nil {
 		t.Fatalf("read the schedule stored with localtime: %v", err)
 	}
-	steps(-1)
-	sameRows(t, "task_schedule after reverting 000038", functions(), fnBefore)
-	execEach(t, pool, "SELECT task_schedule('again', 'emails', '@hourly', time_zone => 'localtime')")
 }
 
 // TestCappedStatsMigration: 000039 makes task_topic_stats count each state up to 100 001
@@ -2438,4 +2442,96 @@ func TestStatsBoundMigration(t *testing.T) {
 		WHERE proname IN ('task_topic_open_pass', 'task_topic_capped_counts', 'task_topic_counts')`); !slices.Equal(got, []string{"task_topic_counts"}) {
 		t.Errorf("functions after reverting 000040: %v, want task_topic_counts only", got)
 	}
+}
+
+// TestScheduleEditsMigration: 000041 adds task_schedule_check and fire_from to a database
+// of version 40 with schedules of every kind (declared in SQL and not yet computed, fired,
+// paused, one stored with a zone the check refuses now): every row is kept as it was and
+// fires as before; the trigger acts on the upgraded rows (a resume marks fire_from, a
+// bad spec is refused, a change of another setting of the legacy row is taken). The
+// revert drops them and keeps the rows, a next_fire the trigger cleared set to its
+// fire_from so that the schedule is not replayed from its creation.
+func TestScheduleEditsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository schedule edits test: empty database", nil)
+	steps, create := stepper(t, pool)
+	steps(40)
+	create("emails")
+	execEach(t, pool,
+		"SELECT task_schedule('declared', 'emails', '0 8 * * *', time_zone => 'Europe/Paris')",
+		"SELECT task_schedule('paused', 'emails', '@every 1h', paused => true)",
+		`INSERT INTO task_schedule (name, topic, spec, time_zone, next_fire, last_fire, last_fired_at, last_sequence, fires)
+		 VALUES ('fired', 'emails', '*/5 * * * *', 'UTC', '2026-03-01 12:05:00Z', '2026-03-01 12:00:00Z', '2026-03-01 12:00:01Z', 7, 3),
+		        ('legacy', 'emails', '@hourly', 'right/UTC', '2026-03-01 13:00:00Z', NULL, NULL, NULL, 0)`,
+		"UPDATE task_schedule SET next_fire = '2026-03-01 13:00:00Z' WHERE name = 'paused'")
+	const columns = `name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire,
+		last_fire, last_fired_at, last_sequence, fires, created, updated`
+	rows := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT r::text FROM (SELECT "+columns+" FROM task_schedule ORDER BY name) r")
+	}
+	before := rows()
+
+	steps(1)
+	sameRows(t, "schedules after 000041", rows(), before)
+	if got := textRows(t, pool, "SELECT count(*)::text FROM task_schedule WHERE fire_from IS NOT NULL"); !slices.Equal(got, []string{"0"}) {
+		t.Errorf("schedules with a fire_from after 000041: %v, want none", got)
+	}
+	// the upgraded rows fire as before: the declared one from its creation, the fired
+	// one from its next_fire, the legacy zone kept
+	clock := time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC)
+	repo, err := New(Config{Owner: "upgrader", Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fires, err := repo.FireSchedules(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := map[string]string{}
+	for _, f := range fires {
+		fired[f.Schedule] = f.Times[len(f.Times)-1].Format(time.RFC3339)
+	}
+	if len(fired) != 1 || fired["fired"] != "2026-03-01T12:05:00Z" {
+		t.Errorf("fires after 000041: %v, want the fired schedule's 12:05", fired)
+	}
+	// the trigger on upgraded rows
+	execEach(t, pool,
+		"UPDATE task_schedule SET priority = 4 WHERE name = 'legacy'",
+		"UPDATE task_schedule SET paused = false WHERE name = 'paused'",
+		"UPDATE task_schedule SET spec = '0 9 * * *' WHERE name = 'declared'")
+	if _, err := pool.Exec(ctx, "UPDATE task_schedule SET spec = '0 0 30 2 *' WHERE name = 'fired'"); SQLState(err) != "22023" {
+		t.Errorf("a spec that never fires after 000041: %v, want 22023", err)
+	}
+	marks := textRows(t, pool, `SELECT name || ' ' || (next_fire IS NULL) || ' ' || (fire_from IS NOT NULL)
+		FROM task_schedule ORDER BY name`)
+	if want := []string{"declared true true", "fired false false", "legacy false false", "paused false true"}; !slices.Equal(marks, want) {
+		t.Errorf("next_fire NULL, fire_from set after the edits: %v, want %v", marks, want)
+	}
+	var declaredFrom, pausedFrom time.Time
+	if err := pool.QueryRow(ctx, "SELECT fire_from FROM task_schedule WHERE name = 'declared'").Scan(&declaredFrom); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT fire_from FROM task_schedule WHERE name = 'paused'").Scan(&pausedFrom); err != nil {
+		t.Fatal(err)
+	}
+
+	steps(-1)
+	if got := textRows(t, pool, `SELECT count(*)::text FROM pg_trigger WHERE tgname = 'task_schedule_check'
+		UNION ALL SELECT count(*)::text FROM information_schema.columns WHERE table_name = 'task_schedule' AND column_name = 'fire_from'`); !slices.Equal(got, []string{"0", "0"}) {
+		t.Errorf("trigger and column after reverting 000041: %v, want none", got)
+	}
+	var next time.Time
+	if err := pool.QueryRow(ctx, "SELECT next_fire FROM task_schedule WHERE name = 'declared'").Scan(&next); err != nil || !next.Equal(declaredFrom) {
+		t.Errorf("after reverting 000041 the respecified schedule's next_fire is %v (%v), want its fire_from %v", next, err, declaredFrom)
+	}
+	// resumed with a next_fire before the resume: moved to it, not replayed
+	if err := pool.QueryRow(ctx, "SELECT next_fire FROM task_schedule WHERE name = 'paused'").Scan(&next); err != nil || !next.Equal(pausedFrom) {
+		t.Errorf("after reverting 000041 the resumed schedule's next_fire is %v (%v), want its fire_from %v", next, err, pausedFrom)
+	}
+	if got := textRows(t, pool, "SELECT name || ' ' || priority || ' ' || time_zone FROM task_schedule WHERE name = 'legacy'"); !slices.Equal(got, []string{"legacy 4 right/UTC"}) {
+		t.Errorf("legacy schedule after reverting 000041: %v", got)
+	}
+	steps(1)
 }

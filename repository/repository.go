@@ -103,6 +103,8 @@ type Repository struct {
 	// reassignBatch is how many tasks a statement of ReassignAll changes:
 	// ReassignBatchSize but in tests.
 	reassignBatch int64
+	// graceNs is FireSchedules' grace (SetScheduleGrace), 0 ScheduleGraceDefault.
+	graceNs atomic.Int64
 }
 
 // New validates cfg and returns a Repository.

@@ -43,6 +43,33 @@ const (
 // fireRound bounds how many schedules one FireSchedules call fires.
 const fireRound = 1000
 
+// ScheduleGraceDefault is FireSchedules' grace until SetScheduleGrace: two of the
+// processors' default heartbeat intervals.
+const ScheduleGraceDefault = 2 * time.Second
+
+// SetScheduleGrace sets FireSchedules' grace: a fire time due less than grace before
+// the fire is on time, not missed, and is pushed whatever the schedule's CatchUp. The
+// firers call FireSchedules once per interval, and a schedule whose spec fires more
+// often finds several fire times due at each call: with CatchUp 0 (the latest missed
+// time only) all but the latest were dropped while processors ran. A processor sets
+// twice its HeartbeatInterval (RunSchedules twice its Interval), which covers a round
+// that starts late; zero restores ScheduleGraceDefault; negative is an error.
+func (r *Repository) SetScheduleGrace(grace time.Duration) error {
+	if grace < 0 {
+		return invalid("schedule grace %v is negative", grace)
+	}
+	r.graceNs.Store(int64(grace))
+	return nil
+}
+
+// scheduleGrace returns the grace SetScheduleGrace set, or ScheduleGraceDefault.
+func (r *Repository) scheduleGrace() time.Duration {
+	if g := time.Duration(r.graceNs.Load()); g > 0 {
+		return g
+	}
+	return ScheduleGraceDefault
+}
+
 // ScheduleSettings define a schedule: when it fires, and the task each fire pushes.
 type ScheduleSettings struct {
 	// Topic receives the tasks; it must be registered. Removing the topic removes its
@@ -53,19 +80,26 @@ type ScheduleSettings struct {
 	// (*/15), lists (1,15) and names (jan, mon-fri) of github.com/robfig/cron/v3; or one
 	// of @yearly (@annually), @monthly, @weekly, @daily (@midnight), @hourly; or
 	// "@every D" with D a Go duration of whole seconds, at least 1s ("@every 90s": fires
-	// every D from the time the schedule was created or its spec last changed). A spec
+	// every D from the time the schedule was created or its spec last changed, a resume
+	// keeping that phase). A spec
 	// is ASCII; what the library would read without a word though it is not a value,
 	// a range or a step ("*-5", "+5") is refused, and so is a spec that never fires
 	// ("0 0 30 2 *"). SQL's task_schedule accepts the same specs (migration 000029).
 	Spec string
 	// TimeZone is the IANA zone the spec is read in, such as "Europe/Paris"; empty is
-	// UTC. A fire time is an instant whose wall-clock time in the zone matches the spec:
-	// a wall-clock time the clocks skip (02:30 when they jump from 02:00 to 03:00) does
-	// not fire that day, and one they pass twice (02:30 when they fall back from 03:00 to
-	// 02:00) fires both times, whatever the size of the change and its hour (half-hour
-	// changes as in Australia/Lord_Howe, changes at midnight). Specs that step through
-	// the hours ("*/30 * * * *") fire at each real half hour. @every counts real time and
-	// ignores the zone.
+	// UTC. A fire time is an instant whose wall-clock time in the zone matches the spec,
+	// and across a daylight-saving change Vixie cron's rule holds. A fixed-time spec (its
+	// seconds, when given, minute and hour fields start with neither * nor ?: @daily,
+	// @weekly, "30 2 * * *", "0 9-17 * * *") fires once a day as on any other: a
+	// wall-clock time the clocks skip (02:30 when they jump from 02:00 to 03:00) fires
+	// at the first instant after the gap (03:00), once however many of its times the gap
+	// holds, and one they pass twice (02:30 when they fall back from 03:00 to 02:00)
+	// fires the first time only; whatever the size of the change and its hour
+	// (half-hour changes as in Australia/Lord_Howe, changes at midnight as in
+	// America/Havana, whose @daily fires at 01:00 on the day it has no midnight). The
+	// others (@hourly, "*/30 * * * *", "0 */2 * * *") fire at each real instant whose
+	// wall-clock time matches: not in the skipped hour, twice in the repeated one. @every
+	// counts real time and ignores the zone.
 	TimeZone string
 	// Identifier is the identifier of each task pushed; empty is the schedule's name.
 	// ScheduleTimePlaceholder in it is replaced by the fire time, giving each fire a task
@@ -83,7 +117,10 @@ type ScheduleSettings struct {
 	// CatchUp is how many missed fire times are pushed when the schedule is found late
 	// (nothing fired it while processes were down, or it was resumed with replay): 0
 	// pushes the latest missed time only, n > 0 the n latest, oldest first (at most
-	// MaxCatchUp).
+	// MaxCatchUp); or, when more fell due within the grace before the fire
+	// (SetScheduleGrace: two heartbeats of the processors), every one of those: they
+	// are on time, not missed, so a spec that fires more often than the processors'
+	// heartbeat loses nothing while they run.
 	CatchUp int
 	// Paused stops the schedule firing (PauseSchedule, ResumeSchedule).
 	Paused bool
@@ -95,8 +132,9 @@ type Schedule struct {
 	Name string
 	ScheduleSettings
 	// NextFire is the next fire time; zero when not computed yet (a schedule declared in
-	// SQL: the first FireSchedules that sees it computes it). A paused schedule keeps the
-	// one it had.
+	// SQL, or whose spec or cron zone was changed by hand: the first FireSchedules that
+	// sees it computes it). A paused schedule keeps the one it had; one resumed by hand
+	// may show an earlier one until FireSchedules moves it past the resume.
 	NextFire time.Time
 	// LastFire is the latest fire time pushed (zero before the first).
 	LastFire time.Time
@@ -141,11 +179,16 @@ func (f Fire) Lateness() time.Duration {
 }
 
 // ValidateScheduleName returns nil when name may name a schedule: 1 to
-// MaxScheduleNameLength characters of valid UTF-8 without a NUL byte; otherwise an error wrapping
-// ErrInvalid.
+// MaxScheduleNameLength characters of valid UTF-8 without a NUL byte, other than "." and
+// ".." (the REST API's /schedules/{name} would resolve them to other resources);
+// otherwise an error wrapping ErrInvalid. task_schedule_check refuses them in SQL too
+// (migration 000041).
 func ValidateScheduleName(name string) error {
 	if name == "" {
 		return invalid("schedule name is empty")
+	}
+	if name == "." || name == ".." {
+		return invalid("schedule name %q is not allowed (the REST API's /schedules/%s would name another resource)", name, name)
 	}
 	if n := utf8.RuneCountInString(name); n > MaxScheduleNameLength {
 		return invalid("schedule name is %d characters long, at most %d allowed", n, MaxScheduleNameLength)
@@ -265,6 +308,13 @@ type cronSchedule struct {
 	spec  *cron.SpecSchedule
 	every time.Duration
 	loc   *time.Location
+	// fixed marks a fixed-time spec, as Vixie cron tells them: neither its seconds (when
+	// given), minute nor hour field starts with * or ? (@daily, "30 2 * * *", "0 9-17 * *
+	// *"). Across a daylight-saving change it fires once a day: a wall-clock time the
+	// clocks skip fires right after the gap, one they pass twice fires the first time
+	// only (next). The others (@hourly, "*/15 * * * *", "0 */2 * * *") fire at each
+	// real instant whose wall-clock time matches.
+	fixed bool
 }
 
 // parseSchedule parses spec in the zone tz, refusing what the library would take in a
@@ -329,10 +379,31 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	utc := *wall
 	utc.Location = time.UTC
 	c.spec = &utc
+	c.fixed = fixedTime(trimmed)
 	if c.next(time.Now()).IsZero() {
 		return nil, invalid("spec %q never fires", spec)
 	}
 	return c, nil
+}
+
+// fixedTime reports whether a cron spec (trimmed; a descriptor in lower case) is a
+// fixed-time one, as Vixie cron tells them: its seconds (with 6 fields), minute and hour
+// fields start with neither * nor ?. Of the descriptors, all but @hourly are.
+func fixedTime(spec string) bool {
+	if strings.HasPrefix(spec, "@") {
+		return spec != "@hourly"
+	}
+	fields := strings.FieldsFunc(spec, func(r rune) bool { return strings.ContainsRune(asciiSpace, r) })
+	if len(fields) < 5 {
+		return false
+	}
+	// the seconds (when given), minute and hour fields: those before the last three
+	for _, f := range fields[:len(fields)-3] {
+		if strings.HasPrefix(f, "*") || strings.HasPrefix(f, "?") {
+			return false
+		}
+	}
+	return true
 }
 
 // asciiSpace is the white space that separates a spec's fields: ASCII's alone, as
@@ -389,7 +460,10 @@ const nextHorizon = 5*366*24*time.Hour + 24*time.Hour
 
 // next returns the first fire time strictly after t, or zero when there is none within
 // nextHorizon. A fire time is an instant whose wall-clock time in the zone matches the
-// spec: a wall-clock time the clocks skip has none, one they pass twice has two.
+// spec; for a fixed-time spec (Vixie cron's rule), a wall-clock time the clocks skip
+// fires at the instant the gap ends (once, however many of its times fall in the gap),
+// and one they pass twice fires the first time only. For the others, a wall-clock time
+// the clocks skip has none, one they pass twice has two.
 //
 // The library's own stepping through a zone's days and hours assumes whole-hour
 // changes at other times than midnight: it skipped or moved fire times in zones whose
@@ -409,6 +483,21 @@ func (c *cronSchedule) next(t time.Time) time.Time {
 		_, offset := local.Zone()
 		end := stretchEnd(local, offset)
 		wall := time.Date(local.Year(), local.Month(), local.Day(), local.Hour(), local.Minute(), local.Second(), 0, time.UTC)
+		if c.fixed {
+			if begin, change := stretchBegin(local, offset); change > 0 && at.Equal(begin) {
+				// sprung forward at begin: the wall-clock times [wall - change, wall)
+				// were skipped; one the spec names fires now, right after the gap
+				if m := c.spec.Next(wall.Add(-change - time.Second)); !m.IsZero() && m.Before(wall) {
+					return begin.UTC()
+				}
+			} else if change < 0 {
+				// fell back at begin: the wall-clock times [begin's, begin's - change)
+				// were passed before it, and fired then
+				if repeated := begin.Add(time.Duration(offset)*time.Second - change).UTC(); wall.Before(wallOf(repeated)) {
+					wall = wallOf(repeated)
+				}
+			}
+		}
 		match := c.spec.Next(wall.Add(-time.Second)) // the first at or after wall
 		if match.IsZero() {
 			return match
@@ -420,6 +509,43 @@ func (c *cronSchedule) next(t time.Time) time.Time {
 		at = end // none before the offset changes: go on from there
 	}
 	return time.Time{}
+}
+
+// after returns the first fire time strictly after floor, from start, a fire time at
+// or before floor: for @every the next point of start's grid (start + k·every), so
+// that a schedule resumed or re-zoned keeps its phase; for a cron spec the first fire
+// time after floor.
+func (c *cronSchedule) after(start, floor time.Time) time.Time {
+	if c.spec != nil || start.IsZero() {
+		return c.next(floor)
+	}
+	if start.After(floor) {
+		return start
+	}
+	d := floor.Sub(start)
+	if d > math.MaxInt64/2 { // centuries apart: a new grid from floor
+		return c.next(floor)
+	}
+	return start.Add((d/c.every + 1) * c.every).UTC()
+}
+
+// wallOf reads an instant's UTC fields as wall-clock time (for instants already shifted
+// by an offset).
+func wallOf(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
+
+// stretchBegin returns the first instant of local's stretch of constant offset (offset,
+// local's own) and how far the clocks moved then (the offset minus the one before; 0
+// when unknown or none).
+func stretchBegin(local time.Time, offset int) (time.Time, time.Duration) {
+	begin, _ := local.ZoneBounds()
+	if begin.IsZero() || begin.After(local) {
+		return time.Time{}, 0
+	}
+	_, before := begin.Add(-time.Second).In(local.Location()).Zone()
+	if _, own := begin.In(local.Location()).Zone(); own != offset {
+		return time.Time{}, 0 // Go's bounds astray (stretchEnd): treated as no change
+	}
+	return begin, time.Duration(offset-before) * time.Second
 }
 
 // stretchEnd returns the first instant after local whose offset from UTC is not offset
@@ -505,6 +631,27 @@ func (c *cronSchedule) due(start, now time.Time, n int) (times []time.Time, miss
 	}
 }
 
+// countAfter counts the fire times after from up to now (inclusive), from start (a fire
+// time: an @every schedule's grid), at most limit.
+func (c *cronSchedule) countAfter(start, from, now time.Time, limit int) int {
+	if c.spec == nil {
+		if now.Before(start) || now.Sub(start) > math.MaxInt64/2 {
+			return 0
+		}
+		last := int64(now.Sub(start) / c.every) // start + last·every is the latest due
+		first := int64(0)
+		if !from.Before(start) {
+			first = int64(from.Sub(start)/c.every) + 1
+		}
+		return int(min(int64(limit), max(0, last-first+1)))
+	}
+	n := 0
+	for t := c.next(later(from, start.Add(-time.Nanosecond))); !t.IsZero() && !t.After(now) && n < limit; t = c.next(t) {
+		n++
+	}
+	return n
+}
+
 // countLimit bounds how many missed fire times count walks; beyond it the count says
 // "at least".
 const countLimit = 100_000
@@ -538,6 +685,23 @@ func (r *Repository) databaseNow(ctx context.Context, h Handle) (time.Time, erro
 	return now, nil
 }
 
+// checkZone asks the database whether it lists the time zone tz (empty is UTC) as
+// task_schedule_check reads it (pg_timezone_names, exactly spelt): a zone Go loaded
+// may still be one the database does not list, such as europe/paris on a
+// case-insensitive file system, which processors on Linux would not load. A refusal
+// wraps ErrInvalid and names the zone; asked before writing, it leaves the caller's
+// transaction usable.
+func (r *Repository) checkZone(ctx context.Context, h Handle, tz string) error {
+	problem, err := r.q.ScheduleZoneProblem(ctx, h, zoneName(tz))
+	if err != nil {
+		return mapError("check the time zone", err)
+	}
+	if problem != "" {
+		return invalid("%s", problem)
+	}
+	return nil
+}
+
 // CreateSchedule stores a new schedule, in the caller's transaction when h is one, and
 // returns it with its first fire time (the first after now, by the database's clock). A
 // bad name or setting returns ErrInvalid naming it, an unregistered topic
@@ -548,6 +712,9 @@ func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, 
 		return Schedule{}, fmt.Errorf("create schedule: %w", err)
 	}
 	if err := s.Validate(); err != nil {
+		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
+	}
+	if err := r.checkZone(ctx, h, s.TimeZone); err != nil {
 		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
 	}
 	c, _ := parseSchedule(s.Spec, s.TimeZone)
@@ -649,10 +816,14 @@ func (r *Repository) SchedulePage(ctx context.Context, h Handle, search, after s
 // receives the settings as stored and modifies what it wants; the result is validated
 // and written back (ErrInvalid naming the field, ErrUnknownTopic for an unregistered
 // topic, nothing written), and the schedule returned as stored. The row is locked from
-// the read to the write, in a nested transaction of h. A new spec or time zone restarts
-// the fire times from now; pausing keeps the next fire time and resuming moves it to the
-// first after now, so the fires skipped while paused are not replayed (ResumeSchedule
-// can replay them).
+// the read to the write, in a nested transaction of h. A new spec, or a new time zone of
+// a cron spec, restarts the fire times from now (an @every spec counts real time: a
+// change of its zone alone does not move it); pausing keeps the next fire time and
+// resuming moves it to the first after now, so the fires skipped while paused are not
+// replayed (ResumeSchedule can replay them); an @every schedule keeps its phase. The
+// database checks the spec and the zone too (task_schedule_check, migration 000041): a
+// zone Go loads but the database does not list (europe/paris, which a case-insensitive
+// file system lets Go load) returns ErrInvalid naming the time zone.
 func (r *Repository) UpdateSchedule(ctx context.Context, h Handle, name string, change func(*ScheduleSettings)) (Schedule, error) {
 	return r.updateSchedule(ctx, h, name, "update", false, change)
 }
@@ -664,7 +835,10 @@ func (r *Repository) PauseSchedule(ctx context.Context, h Handle, name string) (
 }
 
 // ResumeSchedule lets a paused schedule fire again. Without replay its next fire time
-// is the first after now: the fire times it skipped while paused are not pushed. With
+// is the first after now: the fire times it skipped while paused are not pushed; for
+// @every the next point of its grid (the time it was created or its spec last changed
+// plus whole periods), so a schedule resumed before it skipped anything keeps its next
+// fire time. With
 // replay it keeps the next fire time it had, so the next FireSchedules pushes the skipped
 // times as for any late schedule: the latest one, or up to CatchUp of them. Resuming a
 // running schedule changes nothing.
@@ -690,7 +864,12 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		change(&s)
 		validate := s.validate
 		if zoneName(s.TimeZone) != old.TimeZone {
-			validate = s.Validate // a new zone is checked as at creation
+			validate = func() error { // a new zone is checked as at creation
+				if err := s.Validate(); err != nil {
+					return err
+				}
+				return r.checkZone(ctx, tx, s.TimeZone)
+			}
 		}
 		if err := validate(); err != nil {
 			return fmt.Errorf("%s schedule %q: %w", op, name, err)
@@ -707,32 +886,49 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 				}
 			}
 		}
-		next := row.NextFire
-		restart := strings.TrimSpace(s.Spec) != old.Spec || zoneName(s.TimeZone) != old.TimeZone ||
-			(old.Paused && !s.Paused && !replay)
-		if restart {
-			c, _ := parseSchedule(s.Spec, s.TimeZone)
-			now, err := r.databaseNow(ctx, tx)
-			if err != nil {
-				return fmt.Errorf("%s schedule %q: %w", op, name, err)
-			}
-			// never before the last fire time pushed: now is the transaction's start,
-			// and a fire another firer committed since then (the row lock above waited
-			// for it) would be pushed again
-			t := c.next(later(now, old.LastFire))
-			next = &t
-		}
+		c, _ := parseSchedule(s.Spec, s.TimeZone)
+		// A new spec, or a new zone of a cron spec, restarts the fire times from now; an
+		// @every spec counts real time, so its zone changes nothing. A resume without
+		// replay passes over the fire times skipped while paused, an @every schedule
+		// keeping its phase: its next fire time is the next point of its grid.
+		restart := strings.TrimSpace(s.Spec) != old.Spec || (zoneName(s.TimeZone) != old.TimeZone && c.spec != nil)
+		resume := old.Paused && !s.Paused
 		updated, err := r.q.ScheduleUpdate(ctx, tx, db.ScheduleUpdateParams{
 			Name: name, Topic: s.Topic, Spec: strings.TrimSpace(s.Spec), TimeZone: zoneName(s.TimeZone),
 			Identifier: ptr(s.Identifier), Input: ptr(s.Input), Priority: s.Priority,
 			Insertion: int16(insertionOf(s)), CatchUp: int32(s.CatchUp), Paused: s.Paused,
-			NextFire: next, Now: r.clock(),
+			Now: r.clock(),
 		})
 		if err != nil {
 			if SQLState(err) == sqlstateFKViolation {
 				return fmt.Errorf("%s schedule %q: topic %q: %w", op, name, s.Topic, ErrUnknownTopic)
 			}
 			return mapError(fmt.Sprintf("%s schedule %q", op, name), err)
+		}
+		// task_schedule_check marked the next fire time for recomputing (restart,
+		// resume): it is computed here, by the firers' clock, and written in the same
+		// transaction.
+		if restart || resume {
+			next, from := row.NextFire, row.FireFrom // a replay keeps them
+			if restart || !replay {
+				now, err := r.databaseNow(ctx, tx)
+				if err != nil {
+					return fmt.Errorf("%s schedule %q: %w", op, name, err)
+				}
+				// never before the last fire time pushed: now is the transaction's
+				// start, and a fire another firer committed since then (the row lock
+				// above waited for it) would be pushed again
+				floor := later(now, old.LastFire)
+				t := c.next(floor)
+				if !restart {
+					t = c.after(old.NextFire, floor)
+				}
+				next, from = &t, nil
+			}
+			updated, err = r.q.ScheduleSetNextFire(ctx, tx, db.ScheduleSetNextFireParams{Name: name, NextFire: next, FireFrom: from})
+			if err != nil {
+				return mapError(fmt.Sprintf("%s schedule %q", op, name), err)
+			}
 		}
 		out = scheduleFrom(updated)
 		return nil
@@ -818,6 +1014,11 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 	if due, err := r.q.ScheduleAnyDue(ctx, customPlans{h}, r.clock()); err != nil || !due {
 		return nil, waitError(ctx, mapError("find due schedules", err))
 	}
+	// A fire in a transaction of its own bounds how long it may sit idle in it (a firer
+	// whose host died holds the schedule's row lock until the server ends its session:
+	// without a bound, until TCP keepalive notices, two hours by default). In the caller's
+	// transaction the setting would outlive the fire: that transaction is the caller's.
+	own := autocommit(h)
 	// First the schedules no one else holds; then, waiting for them, those another
 	// caller held: fired by it meanwhile, they are passed over; left due (it rolled back
 	// or died), they are fired here.
@@ -838,6 +1039,11 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 			// its COMMIT, interrupted, might still happen, unreported.
 			commitCtx, cancelCommit := context.WithTimeout(context.WithoutCancel(fctx), fireTimeout)
 			err := inTxCommitting(fctx, commitCtx, h, func(tx pgx.Tx) error {
+				if own {
+					if err := r.q.SetIdleTimeout(ctx, tx, fmt.Sprintf("%dms", fireIdleTimeout.Milliseconds())); err != nil {
+						return mapError("find due schedules", err)
+					}
+				}
 				row, err := r.due(ctx, tx, skip, skipTopics, wait, &held)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
@@ -850,7 +1056,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 					return mapError("find due schedules", err)
 				}
 				found, name, topic = true, row.TaskSchedule.Name, row.TaskSchedule.Topic
-				fired, err = r.fire(fctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.Now)
+				fired, err = r.fire(fctx, tx, scheduleFrom(row.TaskSchedule), row.TaskSchedule.NextFire, row.TaskSchedule.FireFrom, row.Now)
 				return err
 			})
 			cancelCommit()
@@ -888,6 +1094,14 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 	}
 	return fires, errors.Join(errs...)
 }
+
+// fireIdleTimeout is the idle_in_transaction_session_timeout of a fire's own
+// transaction: the server ends the session of a firer that leaves it idle longer (its
+// host died, or hangs), which frees the schedule's row lock, so that another firer fires
+// it within about fireIdleTimeout plus a heartbeat. A live firer's fire sends its
+// statements back to back: the gaps are round trips and Go's computing of the fire
+// times, milliseconds.
+const fireIdleTimeout = 10 * time.Second
 
 // fireTimeout bounds the fire of one schedule found due, which the caller's deadline
 // does not cut short (FireSchedules), when the deadline leaves it less.
@@ -983,15 +1197,25 @@ func (r *Repository) due(ctx context.Context, tx pgx.Tx, skip, skipTopics []stri
 const scheduleLockWait = 500 * time.Millisecond
 
 // fire pushes the due fire times of one locked schedule and advances its next fire
-// time, in tx; nil when there was nothing to push (a first fire time computed).
-func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected *time.Time, now time.Time) (*Fire, error) {
+// time, in tx; nil when there was nothing to push (a first fire time computed). Fire
+// times at or before fireFrom (task_schedule_check's mark: a schedule changed or
+// resumed in SQL) are not pushed; a NULL next fire time (expected) is the first after
+// fireFrom, or after the schedule's creation.
+func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected, fireFrom *time.Time, now time.Time) (*Fire, error) {
 	c, err := parseSchedule(s.Spec, s.TimeZone)
 	if err != nil {
 		return nil, fmt.Errorf("fire schedule %q: %w", s.Name, err)
 	}
 	start := s.NextFire
-	if expected == nil {
+	switch {
+	case expected == nil && fireFrom != nil:
+		start = c.next(*fireFrom)
+	case expected == nil:
 		start = c.next(s.Created)
+	case fireFrom != nil && !start.After(*fireFrom):
+		// resumed in SQL: the times skipped while paused are passed over, an @every
+		// schedule keeping its phase
+		start = c.after(start, *fireFrom)
 	}
 	if start.IsZero() {
 		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, s.Created)
@@ -1000,7 +1224,10 @@ func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected *
 		// Declared in SQL: its first fire time is still to come.
 		return nil, r.advance(ctx, tx, s.Name, expected, db.ScheduleAdvanceParams{NextFire: start})
 	}
-	times, missed, next := c.due(start, now, max(1, s.CatchUp))
+	// the latest CatchUp times (at least one), or more when more fell due within the
+	// grace: those are on time, not missed
+	n := max(1, s.CatchUp, c.countAfter(start, now.Add(-r.scheduleGrace()), now, MaxCatchUp))
+	times, missed, next := c.due(start, now, n)
 	if next.IsZero() {
 		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, now)
 	}

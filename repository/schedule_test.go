@@ -654,23 +654,24 @@ CREATE CONSTRAINT TRIGGER test_hold_commit AFTER UPDATE ON task_schedule
 }
 
 func TestScheduleMissedFires(t *testing.T) {
+	// (every 10 s: only the latest time is within the grace, 2 s; TestScheduleGrace)
 	t.Run("LatestOnlyByDefault", func(t *testing.T) {
 		s := setupSchedules(t)
-		s.create("tick", appendEach("@every 1s"))
-		s.clock.advance(10*time.Second + 300*time.Millisecond)
+		s.create("tick", appendEach("@every 10s"))
+		s.clock.advance(100*time.Second + 300*time.Millisecond)
 		fires := s.fire()
 		if len(fires) != 1 || len(fires[0].Times) != 1 || fires[0].Missed != 9 {
 			t.Fatalf("fires %+v, want the latest of 10 times, 9 missed", fires)
 		}
-		if got, want := s.identifiers(), stamps(start.Add(10*time.Second)); !slices.Equal(got, want) {
+		if got, want := s.identifiers(), stamps(start.Add(100*time.Second)); !slices.Equal(got, want) {
 			t.Errorf("tasks %v, want %v", got, want)
 		}
 		if late := fires[0].Lateness(); late != 300*time.Millisecond {
 			t.Errorf("lateness %v, want 300ms", late)
 		}
 		sc, _ := s.sched.Schedule(s.ctx, s.pool, "tick")
-		if !sc.NextFire.Equal(start.Add(11*time.Second)) || sc.Fires != 1 {
-			t.Errorf("next fire %v fires %d, want %v and 1", sc.NextFire, sc.Fires, start.Add(11*time.Second))
+		if !sc.NextFire.Equal(start.Add(110*time.Second)) || sc.Fires != 1 {
+			t.Errorf("next fire %v fires %d, want %v and 1", sc.NextFire, sc.Fires, start.Add(110*time.Second))
 		}
 	})
 
@@ -787,24 +788,44 @@ func TestScheduleStrayNextFire(t *testing.T) {
 // TestNextFiresWallClockRule checks the documented rule in every zone with unusual
 // changes, around each of their changes in two stretches of years (2005–2012 from the
 // zone database's table, 2037–2040 from its rule for the future): a fire time is an
-// instant whose wall-clock time matches the spec, so a time the clocks skip does not
-// fire and one they pass twice fires twice. The reference steps through real time and
-// matches each instant's wall clock; NextFires must give exactly its instants.
+// instant whose wall-clock time matches the spec; for a fixed-time spec (Vixie cron's
+// rule: no * or ? starting its seconds, minute or hour field) a time the clocks skip
+// fires at the first instant after the gap and one they pass twice fires the first time
+// only; for the others a time the clocks skip does not fire and one they pass twice
+// fires twice. The reference steps through real time and matches each instant's wall
+// clock (and, for fixed-time specs, the wall-clock times a step skipped, and the times
+// passed before); NextFires must give exactly its instants.
 func TestNextFiresWallClockRule(t *testing.T) {
 	specs := []struct {
 		spec  string
 		step  time.Duration
+		fixed bool // a fixed-time spec: Vixie cron's rule
 		match func(l time.Time) bool
 	}{
-		{"30 2 * * *", time.Minute, func(l time.Time) bool { return l.Hour() == 2 && l.Minute() == 30 }},
-		{"45 1 * * *", time.Minute, func(l time.Time) bool { return l.Hour() == 1 && l.Minute() == 45 }},
-		{"0 2 * * *", time.Minute, func(l time.Time) bool { return l.Hour() == 2 && l.Minute() == 0 }},
-		{"@daily", time.Minute, func(l time.Time) bool { return l.Hour() == 0 && l.Minute() == 0 }},
-		{"59 23 * * *", time.Minute, func(l time.Time) bool { return l.Hour() == 23 && l.Minute() == 59 }},
-		{"@hourly", time.Minute, func(l time.Time) bool { return l.Minute() == 0 }},
-		{"*/15 * * * *", time.Minute, func(l time.Time) bool { return l.Minute()%15 == 0 }},
-		{"30 */20 * * * *", 10 * time.Second, func(l time.Time) bool { return l.Second() == 30 && l.Minute()%20 == 0 }},
-		{"0 1 * * sun", time.Minute, func(l time.Time) bool { return l.Weekday() == time.Sunday && l.Hour() == 1 && l.Minute() == 0 }},
+		{"30 2 * * *", time.Minute, true, func(l time.Time) bool { return l.Hour() == 2 && l.Minute() == 30 }},
+		{"45 1 * * *", time.Minute, true, func(l time.Time) bool { return l.Hour() == 1 && l.Minute() == 45 }},
+		{"0 2 * * *", time.Minute, true, func(l time.Time) bool { return l.Hour() == 2 && l.Minute() == 0 }},
+		{"@daily", time.Minute, true, func(l time.Time) bool { return l.Hour() == 0 && l.Minute() == 0 }},
+		{"59 23 * * *", time.Minute, true, func(l time.Time) bool { return l.Hour() == 23 && l.Minute() == 59 }},
+		{"@hourly", time.Minute, false, func(l time.Time) bool { return l.Minute() == 0 }},
+		{"*/15 * * * *", time.Minute, false, func(l time.Time) bool { return l.Minute()%15 == 0 }},
+		{"30 */20 * * * *", 10 * time.Second, false, func(l time.Time) bool { return l.Second() == 30 && l.Minute()%20 == 0 }},
+		{"0 1 * * sun", time.Minute, true, func(l time.Time) bool { return l.Weekday() == time.Sunday && l.Hour() == 1 && l.Minute() == 0 }},
+	}
+	// wall is an instant's wall-clock time in loc, as a UTC time of the same fields
+	wall := func(x time.Time, loc *time.Location) time.Time {
+		l := x.In(loc)
+		return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), 0, time.UTC)
+	}
+	// repeated reports whether x's wall-clock time was passed before, the clocks having
+	// fallen back since (by up to three hours)
+	repeated := func(x time.Time, loc *time.Location) bool {
+		for d := 15 * time.Minute; d <= 3*time.Hour; d += 15 * time.Minute {
+			if wall(x.Add(-d), loc).Equal(wall(x, loc)) {
+				return true
+			}
+		}
+		return false
 	}
 	zones := []string{
 		"Europe/Paris", "America/New_York", // whole hours
@@ -846,7 +867,13 @@ func TestNextFiresWallClockRule(t *testing.T) {
 			for _, sp := range specs {
 				var want []string
 				for x := from.Truncate(sp.step).Add(sp.step); !x.After(to); x = x.Add(sp.step) {
-					if sp.match(x.In(loc)) {
+					gap := false // a fixed-time spec's skipped times fire as the gap ends
+					if before := wall(x.Add(-sp.step), loc); sp.fixed && wall(x, loc).Sub(before) > sp.step {
+						for w := before.Add(sp.step); w.Before(wall(x, loc)); w = w.Add(sp.step) {
+							gap = gap || sp.match(w)
+						}
+					}
+					if gap || sp.match(x.In(loc)) && !(sp.fixed && repeated(x, loc)) {
 						want = append(want, x.In(loc).Format(time.RFC3339))
 					}
 				}
@@ -900,17 +927,31 @@ func TestScheduleCronTimes(t *testing.T) {
 		},
 		{
 			// Europe/Paris springs forward on 2026-03-29 at 02:00 CET: 02:30 does not exist
-			// that day and does not fire.
-			name: "SpringForwardSkips", spec: "30 2 * * *", zone: "Europe/Paris",
+			// that day; a fixed-time spec fires right after the gap, at 03:00 CEST.
+			name: "SpringForwardFiresAfterTheGap", spec: "30 2 * * *", zone: "Europe/Paris",
 			from: utc("2026-03-27T12:00:00Z"), to: utc("2026-03-30T12:00:00Z"), step: time.Minute,
-			want: []string{"2026-03-28T01:30:00Z", "2026-03-30T00:30:00Z"},
+			want: []string{"2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"},
 		},
 		{
-			// Europe/Paris falls back on 2026-10-25 at 03:00 CEST: 02:30 happens twice and
-			// fires twice.
-			name: "FallBackRepeats", spec: "30 2 * * *", zone: "Europe/Paris",
+			// Europe/Paris falls back on 2026-10-25 at 03:00 CEST: 02:30 happens twice; a
+			// fixed-time spec fires the first time only (the README's nightly report).
+			name: "FallBackFiresOnce", spec: "0 30 2 * * *", zone: "Europe/Paris",
 			from: utc("2026-10-24T12:00:00Z"), to: utc("2026-10-26T12:00:00Z"), step: time.Minute,
-			want: []string{"2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z", "2026-10-26T01:30:00Z"},
+			want: []string{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"},
+		},
+		{
+			// A spec whose minute field is * is no fixed-time spec: every minute of the
+			// hour from 02:00 fires by real time, twice in the hour passed twice.
+			name: "WildcardMinutesAcrossFallBack", spec: "*/30 2 * * *", zone: "Europe/Paris",
+			from: utc("2026-10-24T23:00:00Z"), to: utc("2026-10-25T02:00:00Z"), step: time.Minute,
+			want: []string{"2026-10-25T00:00:00Z", "2026-10-25T00:30:00Z", "2026-10-25T01:00:00Z", "2026-10-25T01:30:00Z"},
+		},
+		{
+			// America/Havana springs forward at midnight (2026-03-08, 00:00 to 01:00):
+			// @daily's midnight does not exist that day and fires at 01:00.
+			name: "SpringForwardAtMidnight", spec: "@daily", zone: "America/Havana",
+			from: utc("2026-03-07T00:00:00Z"), to: utc("2026-03-09T12:00:00Z"), step: time.Minute,
+			want: []string{"2026-03-07T05:00:00Z", "2026-03-08T05:00:00Z", "2026-03-09T04:00:00Z"},
 		},
 		{
 			// The same day, hourly at minute 0 in New York (falls back 2026-11-01 02:00
@@ -928,10 +969,10 @@ func TestScheduleCronTimes(t *testing.T) {
 		},
 		{
 			// It falls back by half an hour on 2026-04-05 at 02:00 (+1100 to +1030):
-			// 01:45 happens twice, 02:00 once, after the change.
+			// 01:45 happens twice and fires the first time, 02:00 once, after the change.
 			name: "HalfHourFallBack", spec: "0,45 1,2 * * *", zone: "Australia/Lord_Howe",
 			from: utc("2026-04-04T14:00:00Z"), to: utc("2026-04-04T16:00:00Z"), step: time.Minute,
-			want: []string{"2026-04-04T14:45:00Z", "2026-04-04T15:15:00Z", "2026-04-04T15:30:00Z"},
+			want: []string{"2026-04-04T14:45:00Z", "2026-04-04T15:30:00Z"},
 		},
 		{
 			// America/St_Johns changed its clocks at 00:01 until 2011 (2008-03-09,
@@ -1386,9 +1427,24 @@ func TestAZoneStoredBeforeTheCheck(t *testing.T) {
 	s := setupSchedules(t)
 	appendMode := repository.Append
 	s.create("legacy", repository.ScheduleSettings{Spec: "@every 1s", Identifier: "legacy-{time}", Insertion: &appendMode})
-	if _, err := s.pool.Exec(s.ctx, `UPDATE task_schedule SET time_zone = 'right/UTC' WHERE name = 'legacy'`); err != nil {
+	// stored before the check: written past task_schedule_check (migration 000041),
+	// which refuses the zone now
+	legacy := []string{
+		"BEGIN",
+		"SET LOCAL session_replication_role = replica",
+		"UPDATE task_schedule SET time_zone = 'right/UTC' WHERE name = 'legacy'",
+		"COMMIT",
+	}
+	conn, err := s.pool.Acquire(s.ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, q := range legacy {
+		if _, err := conn.Exec(s.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Release()
 	s.fire() // a first fire time
 	s.clock.advance(2 * time.Second)
 	if fires := s.fire(); len(fires) != 1 || len(fires[0].Tasks) == 0 {

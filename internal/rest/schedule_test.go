@@ -127,7 +127,17 @@ func TestSchedules(t *testing.T) {
 func TestScheduleLegacyZonePatch(t *testing.T) {
 	f := setup(t)
 	f.call(http.MethodPost, "/schedules", `{"name":"legacy","topic":"mail","spec":"@hourly","priority":1}`).want(t, http.StatusCreated, nil)
-	if _, err := f.pool.Exec(f.ctx, `UPDATE task_schedule SET time_zone = 'right/UTC' WHERE name = 'legacy'`); err != nil {
+	// written past task_schedule_check (migration 000041), which refuses the zone now
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"SET LOCAL session_replication_role = replica", "UPDATE task_schedule SET time_zone = 'right/UTC' WHERE name = 'legacy'"} {
+		if _, err := tx.Exec(f.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := tx.Commit(f.ctx); err != nil {
 		t.Fatal(err)
 	}
 	var before, after wire.Schedule

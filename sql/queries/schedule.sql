@@ -38,10 +38,18 @@ WHERE name > sqlc.arg(after)::text
 ORDER BY name
 LIMIT sqlc.arg(size)::int;
 
+-- name: ScheduleZoneProblem :one
+-- What is wrong with a time zone ('' when nothing is), as task_schedule_check reads it
+-- (migration 000041): asked before a write, whose refusal by the trigger would abort the
+-- caller's transaction.
+SELECT COALESCE(task_schedule_zone_problem(sqlc.arg(time_zone)::text), '')::text AS problem;
+
 -- name: ScheduleUpdate :one
--- Writes a schedule's definition and its next fire time (recomputed by the caller when
--- the spec, the time zone or the pause changed). The topic must be registered (the
--- foreign key).
+-- Writes a schedule's definition. The topic must be registered (the foreign key).
+-- task_schedule_check (migration 000041) checks the spec and the zone when they change,
+-- and marks the next fire time for recomputing (next_fire NULL, or fire_from set) when
+-- the spec, a cron spec's zone or the pause changed: the caller then writes the one it
+-- computed with ScheduleSetNextFire.
 UPDATE task_schedule
 SET topic      = sqlc.arg(topic),
     spec       = sqlc.arg(spec),
@@ -52,8 +60,17 @@ SET topic      = sqlc.arg(topic),
     insertion  = sqlc.arg(insertion),
     catch_up   = sqlc.arg(catch_up),
     paused     = sqlc.arg(paused),
-    next_fire  = sqlc.narg('next_fire'),
     updated    = COALESCE(sqlc.narg('now')::timestamptz, now())
+WHERE name = sqlc.arg(name)
+RETURNING *;
+
+-- name: ScheduleSetNextFire :one
+-- Writes a schedule's next fire time and fire_from as the caller computed them (its
+-- next fire time, NULL; or, for a replay, those the schedule had): an UPDATE of these
+-- alone, which task_schedule_check takes as it is.
+UPDATE task_schedule
+SET next_fire = sqlc.narg('next_fire')::timestamptz,
+    fire_from = sqlc.narg('fire_from')::timestamptz
 WHERE name = sqlc.arg(name)
 RETURNING *;
 
@@ -121,7 +138,8 @@ SET next_fire     = sqlc.arg(next_fire)::timestamptz,
     last_fire     = COALESCE(sqlc.narg('last_fire')::timestamptz, last_fire),
     last_fired_at = COALESCE(sqlc.narg('fired_at')::timestamptz, last_fired_at),
     last_sequence = COALESCE(sqlc.narg('last_sequence')::bigint, last_sequence),
-    fires         = fires + sqlc.arg(fired)::bigint
+    fires         = fires + sqlc.arg(fired)::bigint,
+    fire_from     = NULL -- the floor task_schedule_check set is passed
 WHERE name = sqlc.arg(name)
   AND next_fire IS NOT DISTINCT FROM sqlc.narg('expected')::timestamptz;
 
@@ -132,3 +150,9 @@ SELECT current_setting('lock_timeout')::text AS lock_timeout;
 -- name: SetLockTimeout :exec
 -- Sets lock_timeout for the rest of the transaction.
 SELECT set_config('lock_timeout', sqlc.arg(lock_timeout)::text, true);
+
+-- name: SetIdleTimeout :exec
+-- Sets idle_in_transaction_session_timeout for the rest of the transaction: the server
+-- ends a session that holds a fire's transaction open, idle, for longer (a firer whose
+-- host died), which frees the schedule's row lock for the other firers.
+SELECT set_config('idle_in_transaction_session_timeout', sqlc.arg(idle_timeout)::text, true);

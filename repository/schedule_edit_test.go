@@ -1,0 +1,353 @@
+package repository_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// sqlNow returns the database's clock, truncated to the second.
+func (s *scheduleFixture) sqlNow() time.Time {
+	s.t.Helper()
+	var now time.Time
+	if err := s.pool.QueryRow(s.ctx, "SELECT date_trunc('second', clock_timestamp())").Scan(&now); err != nil {
+		s.t.Fatal(err)
+	}
+	return now.UTC()
+}
+
+// exec runs statements on the pool and fails the test on error.
+func (s *scheduleFixture) exec(queries ...string) {
+	s.t.Helper()
+	for _, q := range queries {
+		if _, err := s.pool.Exec(s.ctx, q); err != nil {
+			s.t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// times reads a schedule's next_fire and fire_from (zero for NULL).
+func (s *scheduleFixture) times(name string) (next, from time.Time) {
+	s.t.Helper()
+	var n, f *time.Time
+	if err := s.pool.QueryRow(s.ctx, "SELECT next_fire, fire_from FROM task_schedule WHERE name = $1", name).Scan(&n, &f); err != nil {
+		s.t.Fatal(err)
+	}
+	if n != nil {
+		next = n.UTC()
+	}
+	if f != nil {
+		from = f.UTC()
+	}
+	return next, from
+}
+
+// TestScheduleEditedInSQL: a schedule changed by hand with UPDATE task_schedule (as the
+// PT016 hint and docs/sql.md suggest) fires as one changed through Go: task_schedule_check
+// (migration 000041) refuses a bad spec, zone or name, and marks the next fire time for
+// recomputing from now when the spec, a cron spec's zone or the pause changes, or
+// next_fire is cleared. The firer's clock is set from the database's, whose now() the
+// trigger reads.
+func TestScheduleEditedInSQL(t *testing.T) {
+	t.Run("ANewSpecFiresFromNowNotAtTheOldTime", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.clock.set(s.sqlNow())
+		s.create("job", appendEach("@daily"))
+		s.exec("UPDATE task_schedule SET spec = '@every 2s' WHERE name = 'job'")
+		next, from := s.times("job")
+		if !next.IsZero() || from.IsZero() {
+			t.Fatalf("after the new spec: next_fire %v, fire_from %v; want NULL and now", next, from)
+		}
+		first := from.Truncate(time.Second).Add(2 * time.Second)
+		s.clock.set(first.Add(-time.Second))
+		if fires := s.fire(); len(fires) != 0 {
+			t.Errorf("fired before the new spec's first time: %+v", fires)
+		}
+		if next, _ := s.times("job"); !next.Equal(first) {
+			t.Errorf("next fire %v, want %v: 2s after the change", next, first)
+		}
+		s.clock.set(first)
+		if got, want := stampsOf(s.fire()), stamps(first); !slices.Equal(got, want) {
+			t.Errorf("fired %v, want %v", got, want)
+		}
+	})
+
+	t.Run("AResumeDoesNotReplayAndKeepsThePhase", func(t *testing.T) {
+		s := setupSchedules(t)
+		now := s.sqlNow()
+		s.clock.set(now.Add(-time.Hour))
+		s.create("tick", appendEach("@every 10s")) // grid: now - 1h + 10s·k
+		s.exec("UPDATE task_schedule SET paused = true WHERE name = 'tick'",
+			"UPDATE task_schedule SET paused = false WHERE name = 'tick'")
+		_, from := s.times("tick")
+		if from.Before(now) {
+			t.Fatalf("fire_from %v after the resume, want the database's now (%v or later)", from, now)
+		}
+		s.clock.set(from)
+		if fires := s.fire(); len(fires) != 0 {
+			t.Errorf("the resume replayed %+v", fires)
+		}
+		grid := now.Add(-time.Hour)
+		want := grid.Add((from.Sub(grid)/(10*time.Second) + 1) * 10 * time.Second)
+		if next, _ := s.times("tick"); !next.Equal(want) {
+			t.Errorf("next fire after the resume %v, want %v: the next point of the grid", next, want)
+		}
+		s.clock.set(want)
+		if got := stampsOf(s.fire()); !slices.Equal(got, stamps(want)) {
+			t.Errorf("fired %v, want %v", got, stamps(want))
+		}
+	})
+
+	t.Run("ReplayIsAskedByClearingFireFrom", func(t *testing.T) {
+		s := setupSchedules(t)
+		now := s.sqlNow()
+		s.clock.set(now.Add(-time.Minute))
+		s.create("tick", appendEach("@every 10s"))
+		s.exec("UPDATE task_schedule SET paused = true WHERE name = 'tick'",
+			"UPDATE task_schedule SET paused = false WHERE name = 'tick'",
+			"UPDATE task_schedule SET fire_from = NULL WHERE name = 'tick'")
+		s.clock.set(now)
+		if fires := s.fire(); len(fires) != 1 || !fires[0].Times[0].Equal(now) {
+			t.Errorf("replay fired %+v, want the latest missed time %v", fires, now)
+		}
+	})
+
+	t.Run("NullNextFireIsRecomputedFromNowNotFromCreation", func(t *testing.T) {
+		s := setupSchedules(t)
+		now := s.sqlNow()
+		s.clock.set(now.Add(-time.Hour))
+		s.create("tick", appendEach("@every 10m"))
+		s.exec("UPDATE task_schedule SET next_fire = NULL WHERE name = 'tick'")
+		_, from := s.times("tick")
+		s.clock.set(now.Add(time.Second))
+		if fires := s.fire(); len(fires) != 0 {
+			t.Errorf("a cleared next_fire replayed from the creation: %+v", fires)
+		}
+		if next, _ := s.times("tick"); !next.Equal(from.Truncate(time.Second).Add(10 * time.Minute)) {
+			t.Errorf("next fire %v, want 10m after %v", next, from)
+		}
+	})
+
+	t.Run("AZoneChangeRestartsACronSpecNotAnEverySpec", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.clock.set(s.sqlNow())
+		s.create("cron", repository.ScheduleSettings{Spec: "0 8 * * *"})
+		s.create("every", repository.ScheduleSettings{Spec: "@every 1h"})
+		everyNext, _ := s.times("every")
+		s.exec("UPDATE task_schedule SET time_zone = 'Asia/Tokyo' WHERE name IN ('cron', 'every')")
+		if next, _ := s.times("every"); !next.Equal(everyNext) {
+			t.Errorf("@every next fire %v after a zone change, want %v kept", next, everyNext)
+		}
+		if next, from := s.times("cron"); !next.IsZero() || from.IsZero() {
+			t.Errorf("cron after a zone change: next_fire %v, fire_from %v; want NULL and now", next, from)
+		}
+		s.fire()
+		next, _ := s.times("cron")
+		if local := next.In(mustZone(t, "Asia/Tokyo")); local.Hour() != 8 || local.Minute() != 0 {
+			t.Errorf("cron next fire %v, want 08:00 in Asia/Tokyo", local)
+		}
+	})
+
+	t.Run("BadEditsAreRefusedAndNothingWritten", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("job", repository.ScheduleSettings{Spec: "@hourly"})
+		before := s.times
+		next, _ := before("job")
+		for _, c := range []struct{ statement, says string }{
+			{"UPDATE task_schedule SET spec = '61 * * * *' WHERE name = 'job'", "minute 61 is out of range 0-59"},
+			{"UPDATE task_schedule SET spec = '0 0 30 2 *' WHERE name = 'job'", "never fires"},
+			{"UPDATE task_schedule SET spec = '@every -5s' WHERE name = 'job'", "interval -5s is negative"},
+			{"UPDATE task_schedule SET time_zone = 'europe/paris' WHERE name = 'job'", "time_zone: unknown time zone 'europe/paris'"},
+			{"UPDATE task_schedule SET time_zone = 'posix/Europe/Paris' WHERE name = 'job'", "give 'Europe/Paris'"},
+			{"UPDATE task_schedule SET name = '..' WHERE name = 'job'", "schedule name '..' is not allowed"},
+			{"INSERT INTO task_schedule (name, topic, spec) VALUES ('x', 'topic', '* * *')", "has 3 fields"},
+			{"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('x', 'topic', '@hourly', 'Mars/Olympus')", "unknown time zone 'Mars/Olympus'"},
+			{"INSERT INTO task_schedule (name, topic, spec) VALUES ('.', 'topic', '@hourly')", "schedule name '.' is not allowed"},
+			{"SELECT task_schedule('..', 'topic', '@hourly')", "schedule name '..' is not allowed"},
+		} {
+			_, err := s.pool.Exec(s.ctx, c.statement)
+			if repository.SQLState(err) != "22023" || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s: %v, want SQLSTATE 22023 saying %q", c.statement, err, c.says)
+			}
+		}
+		got := textRowsOf(t, s, "SELECT name || ' ' || spec || ' ' || time_zone FROM task_schedule ORDER BY name")
+		if !slices.Equal(got, []string{"job @hourly UTC"}) {
+			t.Errorf("schedules after the refusals: %v", got)
+		}
+		if n, _ := before("job"); !n.Equal(next) {
+			t.Errorf("next fire %v after the refusals, want %v", n, next)
+		}
+	})
+}
+
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
+func textRowsOf(t *testing.T, s *scheduleFixture, query string) []string {
+	t.Helper()
+	rows, err := s.pool.Query(s.ctx, query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestScheduleEveryKeepsItsPhase: an @every schedule fires on its grid, the time it was
+// created (or its spec last changed) plus whole periods: a resume without replay moves
+// its next fire time to the next point of the grid after now, not to now plus a period
+// (a weekly fire never skipped moved by up to a week), and a change of its zone alone
+// does not move it.
+func TestScheduleEveryKeepsItsPhase(t *testing.T) {
+	t.Run("AResumeGoesOnTheGrid", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("hourly", appendEach("@every 1h"))
+		s.clock.advance(10 * time.Minute)
+		if _, err := s.sched.PauseSchedule(s.ctx, s.pool, "hourly"); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.advance(3*time.Hour + 10*time.Minute)
+		sc, err := s.sched.ResumeSchedule(s.ctx, s.pool, "hourly", false)
+		if err != nil || !sc.NextFire.Equal(start.Add(4*time.Hour)) {
+			t.Fatalf("resume at %v: next fire %v (%v), want %v", s.clock.now(), sc.NextFire, err, start.Add(4*time.Hour))
+		}
+		if fires := s.fire(); len(fires) != 0 {
+			t.Errorf("the resume replayed %+v", fires)
+		}
+	})
+
+	t.Run("AWeeklyFireNeverSkippedDoesNotMove", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("weekly", appendEach("@every 168h"))
+		s.clock.advance(time.Hour)
+		if _, err := s.sched.PauseSchedule(s.ctx, s.pool, "weekly"); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.advance(time.Minute)
+		sc, err := s.sched.ResumeSchedule(s.ctx, s.pool, "weekly", false)
+		if err != nil || !sc.NextFire.Equal(start.Add(168*time.Hour)) {
+			t.Errorf("resumed a minute later: next fire %v (%v), want %v kept", sc.NextFire, err, start.Add(168*time.Hour))
+		}
+	})
+
+	t.Run("AZoneChangeDoesNotMoveIt", func(t *testing.T) {
+		s := setupSchedules(t)
+		created := s.create("weekly", appendEach("@every 168h"))
+		s.clock.advance(time.Hour)
+		sc, err := s.sched.UpdateSchedule(s.ctx, s.pool, "weekly", func(c *repository.ScheduleSettings) { c.TimeZone = "Europe/Paris" })
+		if err != nil || !sc.NextFire.Equal(created.NextFire) || sc.TimeZone != "Europe/Paris" {
+			t.Errorf("zone changed: %+v, %v; want next fire %v kept", sc, err, created.NextFire)
+		}
+	})
+
+	t.Run("ACronZoneChangeStillRestarts", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("daily", repository.ScheduleSettings{Spec: "0 8 * * *"})
+		sc, err := s.sched.UpdateSchedule(s.ctx, s.pool, "daily", func(c *repository.ScheduleSettings) { c.TimeZone = "Asia/Tokyo" })
+		// start is 21:00 in Tokyo: the next 08:00 there is 23:00 UTC
+		if want := start.Add(11 * time.Hour); err != nil || !sc.NextFire.Equal(want) {
+			t.Errorf("zone changed: next fire %v (%v), want %v", sc.NextFire, err, want)
+		}
+	})
+}
+
+// TestScheduleNameDotSegments: "." and ".." are refused as schedule names, by Go and by
+// SQL: the REST API's /schedules/{name} would resolve them to other resources.
+func TestScheduleNameDotSegments(t *testing.T) {
+	s := setupSchedules(t)
+	for _, name := range []string{".", ".."} {
+		if err := repository.ValidateScheduleName(name); !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "schedule name") {
+			t.Errorf("ValidateScheduleName(%q) = %v, want ErrInvalid naming the schedule name", name, err)
+		}
+		if _, err := s.sched.CreateSchedule(s.ctx, s.pool, name, repository.ScheduleSettings{Topic: s.topic, Spec: "@hourly"}); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("CreateSchedule(%q) = %v, want ErrInvalid", name, err)
+		}
+	}
+	for _, name := range []string{"...", ".hidden", "a.b"} {
+		if err := repository.ValidateScheduleName(name); err != nil {
+			t.Errorf("ValidateScheduleName(%q) = %v, want nil", name, err)
+		}
+	}
+}
+
+// TestScheduleZoneTheDatabaseLists: a time zone is checked against the zones the
+// database lists (pg_timezone_names), not only against what Go loads: on a
+// case-insensitive file system (macOS) Go loads europe/paris, which the database does not
+// list and processors on Linux do not load, so the schedule never fired. The test runs
+// itself again with ZONEINFO set to a directory holding europe/paris, so that Go loads it
+// here too: CreateSchedule and UpdateSchedule refuse it with ErrInvalid naming the zone,
+// write nothing, and leave the caller's transaction usable.
+func TestScheduleZoneTheDatabaseLists(t *testing.T) {
+	if os.Getenv("PGTASK_TEST_ZONEINFO_CHILD") == "" {
+		t.Parallel()
+		paris, err := os.ReadFile("/usr/share/zoneinfo/Europe/Paris")
+		if err != nil {
+			t.Skipf("no zone file to copy: %v", err)
+		}
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "europe"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "europe", "paris"), paris, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestScheduleZoneTheDatabaseLists$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "ZONEINFO="+dir, "PGTASK_TEST_ZONEINFO_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestScheduleZoneTheDatabaseLists") {
+			t.Fatalf("the test with ZONEINFO=%s: %v\n%s", dir, err, out)
+		}
+		return
+	}
+	if _, err := time.LoadLocation("europe/paris"); err != nil {
+		t.Fatalf("Go does not load europe/paris from ZONEINFO: %v", err)
+	}
+	s := setupSchedules(t)
+	tx, err := s.pool.Begin(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(s.ctx) }()
+	_, err = s.sched.CreateSchedule(s.ctx, tx, "paris", repository.ScheduleSettings{Topic: s.topic, Spec: "0 8 * * *", TimeZone: "europe/paris"})
+	if !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "unknown time zone 'europe/paris'") {
+		t.Errorf("create in europe/paris: %v, want ErrInvalid naming the time zone", err)
+	}
+	if _, err := s.sched.CreateSchedule(s.ctx, tx, "utc", repository.ScheduleSettings{Topic: s.topic, Spec: "0 8 * * *"}); err != nil {
+		t.Fatalf("the caller's transaction after the refusal: %v", err)
+	}
+	_, err = s.sched.UpdateSchedule(s.ctx, tx, "utc", func(c *repository.ScheduleSettings) { c.TimeZone = "europe/paris"; c.Priority = 5 })
+	if !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "unknown time zone 'europe/paris'") {
+		t.Errorf("update to europe/paris: %v, want ErrInvalid naming the time zone", err)
+	}
+	sc, err := s.sched.Schedule(s.ctx, tx, "utc")
+	if err != nil || sc.TimeZone != "UTC" || sc.Priority != 0 {
+		t.Errorf("after the refused update: %+v, %v; want it unchanged", sc, err)
+	}
+	if _, err := s.sched.Schedule(s.ctx, tx, "paris"); !errors.Is(err, repository.ErrUnknownSchedule) {
+		t.Errorf("the refused schedule: %v, want ErrUnknownSchedule", err)
+	}
+}
