@@ -2526,9 +2526,13 @@ func TestScheduleEditsMigration(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT next_fire FROM task_schedule WHERE name = 'declared'").Scan(&next); err != nil || !next.Equal(declaredFrom) {
 		t.Errorf("after reverting 000041 the respecified schedule's next_fire is %v (%v), want its fire_from %v", next, err, declaredFrom)
 	}
-	// resumed with a next_fire before the resume: moved to it, not replayed
-	if err := pool.QueryRow(ctx, "SELECT next_fire FROM task_schedule WHERE name = 'paused'").Scan(&next); err != nil || !next.Equal(pausedFrom) {
-		t.Errorf("after reverting 000041 the resumed schedule's next_fire is %v (%v), want its fire_from %v", next, err, pausedFrom)
+	// resumed with a next_fire before the resume (@every 1h, 13:00): moved past it, not
+	// replayed, to the next point of its grid (fire_from itself would be pushed at
+	// once by the firers before 000041, and the hours counted from it)
+	anchor := time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC)
+	if err := pool.QueryRow(ctx, "SELECT next_fire FROM task_schedule WHERE name = 'paused'").Scan(&next); err != nil ||
+		!next.After(pausedFrom) || next.Sub(pausedFrom) > time.Hour || next.Sub(anchor)%time.Hour != 0 {
+		t.Errorf("after reverting 000041 the resumed schedule's next_fire is %v (%v), want the first whole hour after its fire_from %v", next, err, pausedFrom)
 	}
 	if got := textRows(t, pool, "SELECT name || ' ' || priority || ' ' || time_zone FROM task_schedule WHERE name = 'legacy'"); !slices.Equal(got, []string{"legacy 4 right/UTC"}) {
 		t.Errorf("legacy schedule after reverting 000041: %v", got)

@@ -93,7 +93,8 @@ type ScheduleSettings struct {
 	// @weekly, "30 2 * * *", "0 9-17 * * *") fires once a day as on any other: a
 	// wall-clock time the clocks skip (02:30 when they jump from 02:00 to 03:00) fires
 	// at the first instant after the gap (03:00), once however many of its times the gap
-	// holds, and one they pass twice (02:30 when they fall back from 03:00 to 02:00)
+	// holds (and in place of a fire time at that instant: "0 2,3 * * *" fires once at
+	// 03:00 that day), and one they pass twice (02:30 when they fall back from 03:00 to 02:00)
 	// fires the first time only; whatever the size of the change and its hour
 	// (half-hour changes as in Australia/Lord_Howe, changes at midnight as in
 	// America/Havana, whose @daily fires at 01:00 on the day it has no midnight). The
@@ -179,22 +180,32 @@ func (f Fire) Lateness() time.Duration {
 }
 
 // ValidateScheduleName returns nil when name may name a schedule: 1 to
-// MaxScheduleNameLength characters of valid UTF-8 without a NUL byte, other than "." and
-// ".." (the REST API's /schedules/{name} would resolve them to other resources);
-// otherwise an error wrapping ErrInvalid. task_schedule_check refuses them in SQL too
-// (migration 000041).
+// MaxScheduleNameLength characters of valid UTF-8 without a NUL byte; otherwise an error
+// wrapping ErrInvalid. A new schedule's name is checked by ValidateNewScheduleName.
 func ValidateScheduleName(name string) error {
 	if name == "" {
 		return invalid("schedule name is empty")
-	}
-	if name == "." || name == ".." {
-		return invalid("schedule name %q is not allowed (the REST API's /schedules/%s would name another resource)", name, name)
 	}
 	if n := utf8.RuneCountInString(name); n > MaxScheduleNameLength {
 		return invalid("schedule name is %d characters long, at most %d allowed", n, MaxScheduleNameLength)
 	}
 	if p := unstorable(name); p != "" {
 		return invalid("schedule name %s", p)
+	}
+	return nil
+}
+
+// ValidateNewScheduleName returns nil when CreateSchedule accepts name: a name
+// ValidateScheduleName accepts, other than "." and ".." (the REST API's
+// /schedules/{name} would resolve them to other resources); otherwise an error wrapping
+// ErrInvalid. task_schedule_check refuses them in SQL too (migration 000041); a schedule
+// of either name stored before stays usable.
+func ValidateNewScheduleName(name string) error {
+	if err := ValidateScheduleName(name); err != nil {
+		return err
+	}
+	if name == "." || name == ".." {
+		return invalid("schedule name %q is not allowed (the REST API's /schedules/%s would name another resource)", name, name)
 	}
 	return nil
 }
@@ -708,7 +719,7 @@ func (r *Repository) checkZone(ctx context.Context, h Handle, tz string) error {
 // ErrUnknownTopic, a name taken ErrScheduleExists; nothing is written then. SQL's
 // task_schedule and `pgtask schedule add` do the same.
 func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, s ScheduleSettings) (Schedule, error) {
-	if err := ValidateScheduleName(name); err != nil {
+	if err := ValidateNewScheduleName(name); err != nil {
 		return Schedule{}, fmt.Errorf("create schedule: %w", err)
 	}
 	if err := s.Validate(); err != nil {

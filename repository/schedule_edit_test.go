@@ -79,6 +79,62 @@ func TestScheduleEditedInSQL(t *testing.T) {
 		}
 	})
 
+	// A process of the release before 000041 changes a spec and writes the next_fire it
+	// computed in the same statement: the trigger keeps it (clearing it made that
+	// release's firers compute it from the schedule's creation and push at once).
+	t.Run("ANextFireWrittenWithTheSpecIsKept", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("job", appendEach("@daily"))
+		s.exec("UPDATE task_schedule SET spec = '0 9 * * *', next_fire = '2030-01-01 09:00:00Z' WHERE name = 'job'")
+		next, from := s.times("job")
+		if want := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC); !next.Equal(want) || from.IsZero() {
+			t.Errorf("after a new spec with its next_fire: next_fire %v, fire_from %v; want %v and set", next, from, want)
+		}
+	})
+
+	// A spec written with white space around it is stored trimmed, so that writing it
+	// again untrimmed changes nothing (Go took the stored spec for a new one).
+	t.Run("ASpecWrittenByHandIsTrimmed", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("job", appendEach("@daily"))
+		s.exec("UPDATE task_schedule SET spec = E' 0 9 * * *\\n' WHERE name = 'job'")
+		var spec string
+		if err := s.pool.QueryRow(s.ctx, "SELECT spec FROM task_schedule WHERE name = 'job'").Scan(&spec); err != nil || spec != "0 9 * * *" {
+			t.Fatalf("spec stored %q (%v), want it trimmed", spec, err)
+		}
+		s.exec("UPDATE task_schedule SET next_fire = '2030-01-01 09:00:00Z', fire_from = NULL WHERE name = 'job'",
+			"UPDATE task_schedule SET spec = ' 0 9 * * * ' WHERE name = 'job'")
+		if next, from := s.times("job"); !next.Equal(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)) || !from.IsZero() {
+			t.Errorf("the same spec written again untrimmed: next_fire %v, fire_from %v; want both kept", next, from)
+		}
+	})
+
+	// The fire times restart from the statement that edits, not from the start of its
+	// transaction: a resume committed late does not replay the time since BEGIN.
+	t.Run("AnEditCountsFromItsStatement", func(t *testing.T) {
+		s := setupSchedules(t)
+		s.create("tick", appendEach("@every 10s"))
+		s.exec("UPDATE task_schedule SET paused = true WHERE name = 'tick'")
+		tx, err := s.pool.Begin(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(s.ctx)
+		var began time.Time
+		if err := tx.QueryRow(s.ctx, "SELECT now() FROM pg_sleep(0.3)").Scan(&began); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(s.ctx, "UPDATE task_schedule SET paused = false WHERE name = 'tick'"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(s.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, from := s.times("tick"); from.Sub(began) < 300*time.Millisecond {
+			t.Errorf("fire_from %v after a resume 0.3 s into a transaction begun at %v: want the statement's time", from, began.UTC())
+		}
+	})
+
 	t.Run("AResumeDoesNotReplayAndKeepsThePhase", func(t *testing.T) {
 		s := setupSchedules(t)
 		now := s.sqlNow()
@@ -275,13 +331,17 @@ func TestScheduleEveryKeepsItsPhase(t *testing.T) {
 	})
 }
 
-// TestScheduleNameDotSegments: "." and ".." are refused as schedule names, by Go and by
-// SQL: the REST API's /schedules/{name} would resolve them to other resources.
+// TestScheduleNameDotSegments: "." and ".." are refused as new schedule names, by Go
+// and by SQL: the REST API's /schedules/{name} would resolve them to other resources. A
+// schedule of either name stored before stays usable from Go.
 func TestScheduleNameDotSegments(t *testing.T) {
 	s := setupSchedules(t)
 	for _, name := range []string{".", ".."} {
-		if err := repository.ValidateScheduleName(name); !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "schedule name") {
-			t.Errorf("ValidateScheduleName(%q) = %v, want ErrInvalid naming the schedule name", name, err)
+		if err := repository.ValidateNewScheduleName(name); !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "schedule name") {
+			t.Errorf("ValidateNewScheduleName(%q) = %v, want ErrInvalid naming the schedule name", name, err)
+		}
+		if err := repository.ValidateScheduleName(name); err != nil {
+			t.Errorf("ValidateScheduleName(%q) (a schedule stored before) = %v, want nil", name, err)
 		}
 		if _, err := s.sched.CreateSchedule(s.ctx, s.pool, name, repository.ScheduleSettings{Topic: s.topic, Spec: "@hourly"}); !errors.Is(err, repository.ErrInvalid) {
 			t.Errorf("CreateSchedule(%q) = %v, want ErrInvalid", name, err)

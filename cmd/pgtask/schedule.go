@@ -115,6 +115,9 @@ func runScheduleAdd(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := repository.ValidateNewScheduleName(name); err != nil {
+		return f.usagef("%s", stripInvalid(err))
+	}
 	if err := f.need("topic", "spec"); err != nil {
 		return err
 	}

@@ -133,7 +133,7 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request) (int, an
 	if q.Name == nil {
 		return 0, nil, badRequest("field \"name\" is required")
 	}
-	if err := repository.ValidateScheduleName(*q.Name); err != nil {
+	if err := repository.ValidateNewScheduleName(*q.Name); err != nil {
 		return 0, nil, invalid(err)
 	}
 	if q.Topic == nil || q.Spec == nil {

@@ -87,6 +87,11 @@ BEGIN
         END IF;
     END IF;
     IF TG_OP = 'INSERT' OR NEW.spec IS DISTINCT FROM OLD.spec THEN
+        -- stored trimmed, as task_schedule() and Go store it: ' 0 9 * * *' written over
+        -- '0 9 * * *' changes nothing, and Go never takes a stored spec for a new one
+        NEW.spec := btrim(NEW.spec, E' \t\n\x0B\f\r');
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.spec IS DISTINCT FROM OLD.spec THEN
         v_problem := task_schedule_spec_problem(NEW.spec);
         IF v_problem IS NOT NULL THEN
             RAISE EXCEPTION 'schedule %: %', quote_literal(NEW.name), v_problem
@@ -104,16 +109,21 @@ BEGIN
         IF NEW.spec IS DISTINCT FROM OLD.spec
            OR (NEW.time_zone IS DISTINCT FROM OLD.time_zone AND lower(NEW.spec) !~ '^[ \t\n\v\f\r]*@every[ \t]') THEN
             -- a new spec, or the zone a cron spec is read in: the fire times restart
-            -- from now (never before a fire already pushed: now() is the transaction's
-            -- start, and a fire committed since would be pushed again)
-            NEW.next_fire := NULL;
-            NEW.fire_from := greatest(now(), NEW.last_fire);
+            -- from this statement (not the transaction's start: an edit committed late
+            -- would replay the times since; and never before a fire already pushed),
+            -- from the next_fire the writer gave with it if it gave one (a process of
+            -- the release before 000041 computes it, and its processors compute a
+            -- cleared one from the schedule's creation)
+            IF NEW.next_fire IS NOT DISTINCT FROM OLD.next_fire THEN
+                NEW.next_fire := NULL;
+            END IF;
+            NEW.fire_from := greatest(statement_timestamp(), NEW.last_fire);
         ELSIF OLD.paused AND NOT NEW.paused THEN
             -- resumed: the fire times skipped while paused are not replayed
-            NEW.fire_from := greatest(now(), NEW.last_fire);
+            NEW.fire_from := greatest(statement_timestamp(), NEW.last_fire);
         ELSIF NEW.next_fire IS NULL AND OLD.next_fire IS NOT NULL THEN
             -- next_fire cleared by hand: recomputed from now, not from created
-            NEW.fire_from := greatest(now(), NEW.last_fire);
+            NEW.fire_from := greatest(statement_timestamp(), NEW.last_fire);
         END IF;
         IF NEW.updated IS NOT DISTINCT FROM OLD.updated
            AND (NEW.topic, NEW.spec, NEW.time_zone, NEW.identifier, NEW.input, NEW.priority, NEW.insertion, NEW.catch_up, NEW.paused)
