@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/logbuf"
@@ -324,30 +325,7 @@ func TestScheduleHeldBySession(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.advance(time.Second)
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(f.ctx) }()
-	if _, err := tx.Exec(f.ctx, "SELECT FROM task_schedule WHERE name = 'tick' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	var logs logbuf.Buffer
-	repo, err := repository.New(repository.Config{Owner: "waiter", Now: clock.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A round may take its expiry timeout: 1 s, so that a loaded machine (a CI run under
-	// the race detector) still fires within one once the schedule is released
-	p, err := processor.New(processor.Config{Pool: f.newPool(), Repository: repo, Logger: jsonLogger(&logs, slog.LevelWarn),
-		HeartbeatInterval: 20 * time.Millisecond, ExpiryTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.start(p)
-	f.eventually("the warning of a round that found it held", func() bool {
-		return len(logs.Lines("schedules not fired: held by another session")) > 0
-	})
+	p, tx := f.startWithScheduleHeld(clock, "tick", "waiter")
 	if err := p.Health(); err != nil {
 		t.Errorf("health while a session holds a schedule: %v", err)
 	}
@@ -390,28 +368,7 @@ func TestScheduleHeldDoesNotHideFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.advance(time.Second)
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(f.ctx) }()
-	if _, err := tx.Exec(f.ctx, "SELECT FROM task_schedule WHERE name = 'held' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	var logs logbuf.Buffer
-	repo, err := repository.New(repository.Config{Owner: "firer", Now: clock.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := processor.New(processor.Config{Pool: f.newPool(), Repository: repo, Logger: jsonLogger(&logs, slog.LevelWarn),
-		HeartbeatInterval: 20 * time.Millisecond, ExpiryTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.start(p)
-	f.eventually("a round that found a schedule held", func() bool {
-		return len(logs.Lines("schedules not fired: held by another session")) > 0
-	})
+	p, _ := f.startWithScheduleHeld(clock, "held", "firer")
 	f.eventually("the failure in the health report", func() bool {
 		err := p.Health()
 		return err != nil && strings.Contains(err.Error(), "fire schedules")
@@ -419,6 +376,38 @@ func TestScheduleHeldDoesNotHideFailures(t *testing.T) {
 	if err := p.Health(); !strings.Contains(fmt.Sprint(err), "disk on fire") && !strings.Contains(fmt.Sprint(err), "XX000") {
 		t.Errorf("health %v, want the failure of the schedule boom", err)
 	}
+}
+
+// startWithScheduleHeld holds schedule held in a transaction of its own (rolled back when
+// the test ends, or by the caller), starts a processor of owner firing on clock, and
+// waits for its first round that found the schedule held. Its heartbeat is 20 ms and a
+// round may take its expiry timeout, 1 s, so that a loaded machine (a CI run under the
+// race detector) still fires within one once the schedule is released.
+func (f *fixture) startWithScheduleHeld(clock *scheduleClock, held, owner string) (*processor.Processor, pgx.Tx) {
+	f.t.Helper()
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(f.ctx, "SELECT FROM task_schedule WHERE name = $1 FOR UPDATE", held); err != nil {
+		f.t.Fatal(err)
+	}
+	logs := &logbuf.Buffer{}
+	repo, err := repository.New(repository.Config{Owner: owner, Now: clock.now})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	p, err := processor.New(processor.Config{Pool: f.newPool(), Repository: repo, Logger: jsonLogger(logs, slog.LevelWarn),
+		HeartbeatInterval: 20 * time.Millisecond, ExpiryTimeout: time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.start(p)
+	f.eventually("the warning of a round that found the schedule held", func() bool {
+		return len(logs.Lines("schedules not fired: held by another session")) > 0
+	})
+	return p, tx
 }
 
 // TestScheduleDisabled: a processor with DisableSchedules heart-beats past a due fire
