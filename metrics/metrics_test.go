@@ -840,77 +840,62 @@ pgtask_schedule_missed_total{schedule="tick"} 0
 	})
 
 	// Instrument's queue collector drops the series of the schedules removed since they
-	// fired: they used to stay for the life of the process.
-	t.Run("InstrumentForgetsRemovedSchedules", func(t *testing.T) {
-		f := setup(t)
-		f.topic("reports", repository.TopicSettings{})
-		for _, name := range []string{"kept", "removed"} {
-			if _, err := f.repo.CreateSchedule(f.ctx, f.pool, name, repository.ScheduleSettings{Topic: "reports", Spec: "@hourly"}); err != nil {
+	// fired: they used to stay for the life of the process. So does one of
+	// Metrics.NewQueueCollector, as `pgtask serve` and `pgtask dev` register beside the
+	// schedules they fire: there too the series stayed.
+	for _, tc := range []struct {
+		name    string
+		metrics func(t *testing.T, f *fixture, reg *prometheus.Registry) *metrics.Metrics
+	}{
+		{"InstrumentForgetsRemovedSchedules", func(t *testing.T, f *fixture, reg *prometheus.Registry) *metrics.Metrics {
+			p, err := processor.New(processor.Config{Pool: f.pool})
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		p, err := processor.New(processor.Config{Pool: f.pool})
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg := prometheus.NewRegistry()
-		m, err := metrics.Instrument(reg, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at := time.Now()
-		m.OnFire([]repository.Fire{{Schedule: "kept", Times: []time.Time{at}, At: at}, {Schedule: "removed", Times: []time.Time{at}, At: at}})
-		if n := testutil.CollectAndCount(reg, "pgtask_schedule_fires_total"); n != 2 {
-			t.Fatalf("%d fires series, want 2", n)
-		}
-		if removed, err := f.repo.RemoveSchedule(f.ctx, f.pool, "removed"); err != nil || !removed {
-			t.Fatalf("remove: %v %v", removed, err)
-		}
-		for deadline := time.Now().Add(2 * metrics.QueueTTLDefault); ; time.Sleep(100 * time.Millisecond) {
-			// each gather past the queue's TTL reads the queue again, and prunes
-			if testutil.CollectAndCount(reg, "pgtask_schedule_fires_total") == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the removed schedule's series are still there after %v", 2*metrics.QueueTTLDefault)
-			}
-		}
-		fires := find(t, reg, "pgtask_schedule_fires_total", map[string]string{"schedule": "kept"})
-		if fires.GetCounter().GetValue() != 1 {
-			t.Errorf("kept's fires: %v, want 1", fires.GetCounter().GetValue())
-		}
-	})
-
-	// So does a queue collector of Metrics.NewQueueCollector, as `pgtask serve` and
-	// `pgtask dev` register beside the schedules they fire: their series stayed.
-	t.Run("ItsQueueCollectorForgetsRemovedSchedules", func(t *testing.T) {
-		f := setup(t)
-		f.topic("reports", repository.TopicSettings{})
-		for _, name := range []string{"kept", "removed"} {
-			if _, err := f.repo.CreateSchedule(f.ctx, f.pool, name, repository.ScheduleSettings{Topic: "reports", Spec: "@hourly"}); err != nil {
+			m, err := metrics.Instrument(reg, p)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		reg := prometheus.NewRegistry()
-		m := metrics.New(reg)
-		reg.MustRegister(m.NewQueueCollector(f.pool, f.repo, 0))
-		at := time.Now()
-		m.OnFire([]repository.Fire{{Schedule: "kept", Times: []time.Time{at}, At: at}, {Schedule: "removed", Times: []time.Time{at}, At: at}})
-		if n := testutil.CollectAndCount(reg, "pgtask_schedule_fires_total"); n != 2 {
-			t.Fatalf("%d fires series, want 2", n)
-		}
-		if removed, err := f.repo.RemoveSchedule(f.ctx, f.pool, "removed"); err != nil || !removed {
-			t.Fatalf("remove: %v %v", removed, err)
-		}
-		// a gather reads the queue (ttl 0), then prunes: the next one no longer has it
-		testutil.CollectAndCount(reg, "pgtask_queue_depth")
-		if n := testutil.CollectAndCount(reg, "pgtask_schedule_fires_total"); n != 1 {
-			t.Errorf("%d fires series after the schedule's removal and a read of the queue, want kept's", n)
-		}
-		if v := find(t, reg, "pgtask_schedule_fires_total", map[string]string{"schedule": "kept"}).GetCounter().GetValue(); v != 1 {
-			t.Errorf("kept's fires: %v, want 1", v)
-		}
-	})
+			return m
+		}},
+		{"ItsQueueCollectorForgetsRemovedSchedules", func(t *testing.T, f *fixture, reg *prometheus.Registry) *metrics.Metrics {
+			m := metrics.New(reg)
+			reg.MustRegister(m.NewQueueCollector(f.pool, f.repo, 0))
+			return m
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			f.topic("reports", repository.TopicSettings{})
+			for _, name := range []string{"kept", "removed"} {
+				if _, err := f.repo.CreateSchedule(f.ctx, f.pool, name, repository.ScheduleSettings{Topic: "reports", Spec: "@hourly"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reg := prometheus.NewRegistry()
+			m := tc.metrics(t, f, reg)
+			at := time.Now()
+			m.OnFire([]repository.Fire{{Schedule: "kept", Times: []time.Time{at}, At: at}, {Schedule: "removed", Times: []time.Time{at}, At: at}})
+			if n := testutil.CollectAndCount(reg, "pgtask_schedule_fires_total"); n != 2 {
+				t.Fatalf("%d fires series, want 2", n)
+			}
+			if removed, err := f.repo.RemoveSchedule(f.ctx, f.pool, "removed"); err != nil || !removed {
+				t.Fatalf("remove: %v %v", removed, err)
+			}
+			for deadline := time.Now().Add(2 * metrics.QueueTTLDefault); ; time.Sleep(100 * time.Millisecond) {
+				// each gather past the queue's TTL reads the queue again, and prunes
+				if testutil.CollectAndCount(reg, "pgtask_schedule_fires_total") == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the removed schedule's series are still there after %v", 2*metrics.QueueTTLDefault)
+				}
+			}
+			if v := find(t, reg, "pgtask_schedule_fires_total", map[string]string{"schedule": "kept"}).GetCounter().GetValue(); v != 1 {
+				t.Errorf("kept's fires: %v, want 1", v)
+			}
+		})
+	}
 }
 
 // BenchmarkQueueCollector10000Topics: one read of the queue (a scrape past the cache) of
