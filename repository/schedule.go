@@ -930,9 +930,11 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 				// start, and a fire another firer committed since then (the row lock
 				// above waited for it) would be pushed again
 				floor := later(now, old.LastFire)
-				t := c.next(floor)
-				if !restart {
-					t = c.after(old.NextFire, floor)
+				var t time.Time
+				if restart {
+					t = c.next(floor) // a new grid
+				} else {
+					t = c.after(old.NextFire, floor) // the grid it had
 				}
 				next, from = &t, nil
 			}
