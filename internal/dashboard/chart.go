@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -24,53 +26,50 @@ const (
 // every topic's rows of task_tally in it (busy topics × seconds × writers; 600 000 rows
 // and 0.4 s for 1 000 busy topics), read whole at most every chartFullEvery. A refresh
 // in between reads only the seconds since the last read (and chartOverlap before it),
-// and keeps the older seconds it has. One read is under way at a time, without the
-// lock: the pages that want the chart meanwhile wait for it (or for their own
+// and keeps the older seconds it has. One read is under way at a time (flight), without
+// the lock: the pages that want the chart meanwhile wait for it (or for their own
 // context) and share what it read.
 type chartCache struct {
 	mu     sync.Mutex
 	rows   []repository.Tally // the window as last read, oldest first, one per second
 	full   time.Time          // when the whole window was last read
 	read   time.Time          // when the window was last read, whole or in part
-	flight *chartFlight       // the read under way, nil when none
+	flight singleflight.Group // the read under way
 	now    func() time.Time   // injectable for tests
-}
-
-// chartFlight is a read of the every-topic chart under way: done is closed when rows or
-// err are set.
-type chartFlight struct {
-	done chan struct{}
-	rows []repository.Tally
-	err  error
 }
 
 // tallies returns the every-topic chart's window, reading with fetch (Tallies of every
 // topic over the window given) what it does not keep. A read under way when it is
-// called is waited for and shared; one that failed is tried again.
+// called is waited for and shared; one that failed is tried again, unless ctx has ended.
 func (c *chartCache) tallies(ctx context.Context, fetch func(context.Context, time.Duration) ([]repository.Tally, error)) ([]repository.Tally, error) {
 	for {
-		c.mu.Lock()
-		f := c.flight
-		if f == nil {
-			break // with the lock held
-		}
-		c.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		if f.err == nil {
-			return slices.Clone(f.rows), nil
-		}
-		// the read failed (its page's context ended, say): try again, unless this one's
-		// context ended too
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		led := false // whether this call made the read, or shared another's
+		read := c.flight.DoChan("chart", func() (any, error) {
+			led = true
+			return c.refresh(ctx, fetch)
+		})
+		select {
+		case res := <-read:
+			if res.Err == nil {
+				return slices.Clone(res.Val.([]repository.Tally)), nil
+			}
+			if led || ctx.Err() != nil {
+				return nil, res.Err
+			}
+			// another page's read failed (its request ended, say): try again
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	f := &chartFlight{done: make(chan struct{})}
-	c.flight = f
+}
+
+// refresh reads what the cache does not keep and returns the window. The read is made
+// without the lock: only the flight under way changes the cache until it lands.
+func (c *chartCache) refresh(ctx context.Context, fetch func(context.Context, time.Duration) ([]repository.Tally, error)) ([]repository.Tally, error) {
+	c.mu.Lock()
 	now := time.Now()
 	if c.now != nil {
 		now = c.now()
@@ -82,17 +81,13 @@ func (c *chartCache) tallies(ctx context.Context, fetch func(context.Context, ti
 	}
 	c.mu.Unlock()
 
-	// the read, without the lock: only this flight changes the cache until it lands
 	fresh, err := fetch(ctx, window)
+	if err != nil {
+		return nil, err
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer close(f.done)
-	c.flight = nil
-	if err != nil {
-		f.err = err
-		return nil, err
-	}
 	switch {
 	case whole:
 		c.rows, c.full, c.read = fresh, now, now
@@ -109,6 +104,5 @@ func (c *chartCache) tallies(ctx context.Context, fetch func(context.Context, ti
 		}
 		c.rows = rows
 	}
-	f.rows = c.rows
-	return slices.Clone(c.rows), nil
+	return c.rows, nil
 }
