@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -219,9 +220,11 @@ type bulkResult struct {
 // page; or purge (the finished ones, deleted by sequence range in the database: the
 // identifier and reference filters do not apply to it). The by-task operations are the
 // repository's, all or nothing per chunk, each committed: none begins once
-// Config.BulkFor has passed, and one still running at Config.PurgeFor is cancelled;
-// the answer then says what changed and asks for another (More). A failure after
-// chunks committed says how many tasks they changed (partialError).
+// Config.BulkFor has passed, and the database stops one still running at
+// Config.PurgeFor (runChunk); the answer then says what changed and asks for another
+// (More), or fails (503) when the first chunk was stopped, since another would meet
+// the same. A failure after chunks committed says how many tasks they changed
+// (partialError).
 func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	var in bulkBody
 	if err := decode(body, &in); err != nil {
@@ -239,8 +242,11 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if _, err := s.repo.Topic(ctx, s.pool, topic); err != nil {
 		return nil, err
 	}
-	// the by-task statements: none begins after BulkFor, none runs past PurgeFor
-	wctx, cancel := context.WithDeadline(ctx, start.Add(s.cfg.PurgeFor))
+	// the by-task statements: none begins after BulkFor, none runs past PurgeFor (the
+	// database's statement_timeout, runChunk); the context ends a little later, for a
+	// database that no longer answers
+	deadline := start.Add(s.cfg.PurgeFor)
+	wctx, cancel := context.WithDeadline(ctx, deadline.Add(bulkGrace))
 	defer cancel()
 	// a time range in which no task was created: nothing to do, once the action is checked
 	nothing := bulkResult{Message: "no task was created in that time range: nothing to do"}
@@ -249,7 +255,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	// state, it applies to those of them that fallback keeps as well
 	var (
 		keep, fallback func(repository.State) bool
-		apply          func(seqs []int64) (int, error)
+		apply          func(h repository.Handle, seqs []int64) (int, error)
 	)
 	switch in.Action {
 	case "purge":
@@ -280,8 +286,8 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 			return st == repository.Ready || st == repository.Suspended || st == repository.Expired || st == repository.Active
 		}
 		fallback = keep
-		apply = counted(func(seqs []int64) ([]repository.Task, error) {
-			return s.repo.Cancel(wctx, s.pool, topic, cancelledBy, seqs...)
+		apply = counted(func(h repository.Handle, seqs []int64) ([]repository.Task, error) {
+			return s.repo.Cancel(wctx, h, topic, cancelledBy, seqs...)
 		})
 	case "reassign":
 		result, err := repository.ParseResult(in.Result)
@@ -292,16 +298,16 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		// rewritten, at every "apply again"
 		keep = func(st repository.State) bool { return st.Revivable() && st != result.State() }
 		what += " to " + result.String()
-		fallback, apply = broken, counted(func(seqs []int64) ([]repository.Task, error) {
-			return s.repo.Reassign(wctx, s.pool, topic, result, seqs...)
+		fallback, apply = broken, counted(func(h repository.Handle, seqs []int64) ([]repository.Task, error) {
+			return s.repo.Reassign(wctx, h, topic, result, seqs...)
 		})
 	case "recreate":
 		mode, err := repository.ParseRecreateMode(in.Mode)
 		if err != nil {
 			return nil, badRequest("mode %q is unknown: want reset, append, replace or supersede", in.Mode)
 		}
-		keep, fallback, apply = repository.State.Revivable, broken, counted(func(seqs []int64) ([]repository.Revival, error) {
-			return s.repo.Recreate(wctx, s.pool, topic, mode, seqs...)
+		keep, fallback, apply = repository.State.Revivable, broken, counted(func(h repository.Handle, seqs []int64) ([]repository.Revival, error) {
+			return s.repo.Recreate(wctx, h, topic, mode, seqs...)
 		})
 	default:
 		return nil, badRequest("action %q is unknown: want cancel, reassign, recreate or purge", in.Action)
@@ -340,7 +346,11 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 			late = true
 			break
 		}
-		n, err := apply(chunk)
+		n, err := s.runChunk(wctx, deadline, apply, chunk)
+		if errors.Is(err, errStatementTimeout) {
+			late = true // stopped by the database: its transaction changed nothing
+			break
+		}
 		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 			late = true // cancelled: the statement changed nothing, unless it was committing
 			if repository.Uncertain(err) {
@@ -357,6 +367,16 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 			return nil, err
 		}
 		changed += int64(n)
+	}
+	if late && changed == 0 {
+		// the first statement did not finish in time: "apply again" would meet the same
+		// rows, or the same slowness, and answer the same at every try
+		outcome := "nothing changed"
+		if unknown > 0 {
+			outcome = fmt.Sprintf("it was cancelled before its answer came, so its %d tasks may have changed", unknown)
+		}
+		return nil, fmt.Errorf("%w: %s: the first statement, of %d tasks, did not finish in %v (the time one action has), and %s: another transaction may hold these tasks' rows, or the database is slow; try again later",
+			errTooSlow, what, min(len(seqs), bulkChunk), s.cfg.PurgeFor, outcome)
 	}
 	out := bulkResult{Changed: changed, Message: fmt.Sprintf("%s: %d tasks", in.Action, changed), Before: before}
 	switch {
@@ -385,12 +405,53 @@ func broken(st repository.State) bool {
 }
 
 // counted adapts a by-task operation to report how many tasks it changed.
-func counted[T any](op func(seqs []int64) ([]T, error)) func(seqs []int64) (int, error) {
-	return func(seqs []int64) (int, error) {
-		out, err := op(seqs)
+func counted[T any](op func(h repository.Handle, seqs []int64) ([]T, error)) func(h repository.Handle, seqs []int64) (int, error) {
+	return func(h repository.Handle, seqs []int64) (int, error) {
+		out, err := op(h, seqs)
 		return len(out), err
 	}
 }
+
+// bulkGrace is how long after its deadline a bulk action's context ends: the database
+// stops the statements itself at the deadline, and answers so.
+const bulkGrace = time.Second
+
+// errStatementTimeout marks a chunk the database stopped at the action's deadline.
+var errStatementTimeout = errors.New("statement timeout")
+
+// runChunk applies a bulk action to one chunk in a transaction whose statement_timeout
+// ends at deadline, so that the database stops a statement still running then (a row
+// lock another transaction holds, say) and undoes it: a context's end alone only makes
+// pgx drop its connection, and the server would go on with the statement and commit it
+// unseen. A chunk the database stopped returns errStatementTimeout.
+func (s *server) runChunk(ctx context.Context, deadline time.Time, apply func(repository.Handle, []int64) (int, error), chunk []int64) (int, error) {
+	left := time.Until(deadline).Milliseconds()
+	if left < 1 {
+		return 0, errStatementTimeout
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", strconv.FormatInt(left, 10)); err != nil {
+		return 0, err
+	}
+	n, err := apply(tx, chunk)
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		if repository.SQLState(err) == sqlstateQueryCanceled && ctx.Err() == nil {
+			return 0, fmt.Errorf("%w: %w", errStatementTimeout, err)
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+// sqlstateQueryCanceled is the SQLSTATE of a statement stopped by statement_timeout.
+const sqlstateQueryCanceled = "57014"
 
 // matching reads the sequences of up to bulkMax tasks of the filter whose state keep
 // accepts, a page at a time (keyset). Without a state in the filter it reads each state

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/dashboard"
@@ -681,6 +682,31 @@ func (f *fixture) poison(how string) {
 	}
 }
 
+// noStatementLeft fails the test when a statement of another session still runs in the
+// test's database 5 seconds on: one an action answered for, which its context's end
+// did not stop in the database.
+func (f *fixture) noStatementLeft() {
+	f.t.Helper()
+	var running []string
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		running = nil
+		rows, err := f.pool.Query(f.ctx, `SELECT query FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'`)
+		if err == nil {
+			running, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if len(running) == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			f.t.Fatalf("statements still running in the database after the action answered: %q", running)
+		}
+	}
+}
+
 // TestBulkTime: a bulk action starts no statement once its time (Config.BulkFor) is up,
 // and cancels one still running when Config.PurgeFor is: it answers with what it
 // changed, asking for another.
@@ -719,12 +745,45 @@ func TestBulkTime(t *testing.T) {
 		if out.Changed != 1000 || !out.More || !strings.Contains(out.Message, "apply again for more") {
 			t.Fatalf("reset with a stalled statement = %+v, want the first 1000 and more", out)
 		}
-		// the statement's outcome is not known to the server that cancelled it: it says so
-		if !strings.Contains(out.Message, "of 1 tasks, was cancelled before its answer came: they may have changed too") {
-			t.Errorf("message %q does not say the cancelled statement's task may have changed", out.Message)
+		// the database stopped the statement (statement_timeout) and undid it: the answer
+		// does not say it may have changed
+		if strings.Contains(out.Message, "may have changed") {
+			t.Errorf("message %q says the stopped statement's task may have changed", out.Message)
 		}
+		f.noStatementLeft()
 		if got, err := f.repo.Get(f.ctx, f.pool, "mail", last.Sequence); err != nil || got.State != repository.Failed {
 			t.Fatalf("the stalled statement's task = %s (%v), want FAILED still", got.State, err)
+		}
+	})
+	// a first statement past the limit changed nothing: "apply again" would answer the
+	// same at every try, so the answer is a failure that says why
+	t.Run("AFirstStatementPastTheLimitFails", func(t *testing.T) {
+		f := setup(t, "")
+		f.srv = serve(t, f.pool, f.repo, "", func(c *dashboard.Config) { c.PurgeFor = time.Second })
+		failed := f.failed("mail", 2)
+		first := failed[0]
+		// another transaction holds the first task's row
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(f.ctx)
+		if _, err := tx.Exec(f.ctx, `SELECT 1 FROM task WHERE sequence = $1 FOR UPDATE`, first.Sequence); err != nil {
+			t.Fatal(err)
+		}
+		status, text := f.post("/ui/topics/mail/bulk", reset)
+		if status != http.StatusServiceUnavailable || !strings.Contains(text, "the first statement, of 2 tasks, did not finish in 1s") ||
+			!strings.Contains(text, "and nothing changed: another transaction may hold these tasks' rows") {
+			t.Fatalf("reset with the first statement stalled = %d %s, want 503 saying why", status, text)
+		}
+		if err := tx.Rollback(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.noStatementLeft()
+		for _, task := range failed {
+			if got, err := f.repo.Get(f.ctx, f.pool, "mail", task.Sequence); err != nil || got.State != repository.Failed {
+				t.Errorf("task %d = %s (%v) after the failed reset, want FAILED still", task.Sequence, got.State, err)
+			}
 		}
 	})
 }

@@ -72,6 +72,9 @@ func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
 }
 
+// errTooSlow marks an action that changed nothing in the time it has.
+var errTooSlow = errors.New("out of time")
+
 // statusOf maps an error to the status of its page or answer.
 func statusOf(err error) int {
 	switch {
@@ -83,6 +86,8 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, repository.ErrQueueFull):
 		return http.StatusTooManyRequests
+	case errors.Is(err, errTooSlow):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
