@@ -1,10 +1,14 @@
 package repository_test
 
 import (
+	"archive/zip"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -364,9 +368,9 @@ func TestScheduleNameDotSegments(t *testing.T) {
 func TestScheduleZoneTheDatabaseLists(t *testing.T) {
 	if os.Getenv("PGTASK_TEST_ZONEINFO_CHILD") == "" {
 		t.Parallel()
-		paris, err := os.ReadFile("/usr/share/zoneinfo/Europe/Paris")
+		paris, err := zoneFile("Europe/Paris")
 		if err != nil {
-			t.Skipf("no zone file to copy: %v", err)
+			t.Fatalf("no zone file to copy: %v (install the system's time zone data: apt-get install tzdata)", err)
 		}
 		dir := t.TempDir()
 		if err := os.Mkdir(filepath.Join(dir, "europe"), 0o755); err != nil {
@@ -410,4 +414,25 @@ func TestScheduleZoneTheDatabaseLists(t *testing.T) {
 	if _, err := s.sched.Schedule(s.ctx, tx, "paris"); !errors.Is(err, repository.ErrUnknownSchedule) {
 		t.Errorf("the refused schedule: %v, want ErrUnknownSchedule", err)
 	}
+}
+
+// zoneFile reads the zone file of name from the system's time zone data, else from the
+// copy that comes with Go ($GOROOT/lib/time/zoneinfo.zip).
+func zoneFile(name string) ([]byte, error) {
+	data, sysErr := os.ReadFile(filepath.Join("/usr/share/zoneinfo", name))
+	if sysErr == nil {
+		return data, nil
+	}
+	zipped := filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip")
+	r, err := zip.OpenReader(zipped)
+	if err != nil {
+		return nil, errors.Join(sysErr, err)
+	}
+	defer r.Close()
+	f, err := r.Open(name)
+	if err != nil {
+		return nil, errors.Join(sysErr, fmt.Errorf("%s: %w", zipped, err))
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
