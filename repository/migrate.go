@@ -202,6 +202,15 @@ func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, 
 	if err != nil {
 		return fmt.Errorf("migrate: read embedded migrations: %w", err)
 	}
+	if up {
+		var version int
+		if err := pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+			return mapError("migrate: read the server's version", err)
+		}
+		if err := supportedServer(version); err != nil {
+			return err
+		}
+	}
 	if done, err := noOtherMigrator(ctx, pool, src, up, forms); done || err != nil {
 		return err
 	}
@@ -392,4 +401,18 @@ func upToDate(ctx context.Context, conn *pgxpool.Conn, src source.Driver) bool {
 	latest := newest(src)
 	version, dirty, err := migrationVersion(ctx, conn)
 	return latest > 0 && err == nil && !dirty && version == latest
+}
+
+// MinServerVersion is the oldest PostgreSQL release pgtask's schema is written for, as
+// server_version_num counts it (14.0). PostgreSQL 13's extract() returns float8, where
+// the functions compare whole milliseconds in numeric.
+const MinServerVersion = 140000
+
+// supportedServer refuses a server older than MinServerVersion (server_version_num).
+func supportedServer(version int) error {
+	if version < MinServerVersion {
+		return fmt.Errorf("migrate: %w", invalid("PostgreSQL %d.%d: pgtask needs PostgreSQL %d or later; nothing was changed",
+			version/10000, version%10000, MinServerVersion/10000))
+	}
+	return nil
 }

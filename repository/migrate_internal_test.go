@@ -2539,3 +2539,20 @@ func TestScheduleEditsMigration(t *testing.T) {
 	}
 	steps(1)
 }
+
+// TestSupportedServer: Migrate refuses a server older than PostgreSQL 14, naming its
+// version and the one needed, before any statement changes the schema.
+func TestSupportedServer(t *testing.T) {
+	for _, version := range []int{130012, 120000, 139999} {
+		err := supportedServer(version)
+		want := fmt.Sprintf("PostgreSQL %d.%d: pgtask needs PostgreSQL 14 or later; nothing was changed", version/10000, version%10000)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("supportedServer(%d) = %v, want ErrInvalid saying %q", version, err, want)
+		}
+	}
+	for _, version := range []int{140000, 150019, 180001} {
+		if err := supportedServer(version); err != nil {
+			t.Errorf("supportedServer(%d) = %v, want nil", version, err)
+		}
+	}
+}

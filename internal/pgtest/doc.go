@@ -39,7 +39,7 @@
 //     SIGTERM); a cluster left behind by a killed test process is removed by
 //     the next one.
 //
-// A server is usable if a connection succeeds, its version is 13 or later
+// A server is usable if a connection succeeds, its version is 14 or later
 // and the user may create databases. If none of these works, tests fail
 // (never skip) with a message saying how to fix it: start a local server,
 // set TEST_DATABASE_URL, or install PostgreSQL (apt-get install postgresql).

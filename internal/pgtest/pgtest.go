@@ -133,7 +133,7 @@ func discover(ctx context.Context, getenv func(string) string) (*server, error) 
 	if u := getenv(envDatabaseURL); u != "" {
 		if err := probe(ctx, u); err != nil {
 			return nil, fmt.Errorf("pgtest: %s=%s is not usable: %w\n"+
-				"Fix: point %s at a reachable PostgreSQL (13+) server whose user may create databases, "+
+				"Fix: point %s at a reachable PostgreSQL (14+) server whose user may create databases, "+
 				"or unset it to use a server on 127.0.0.1:5432 or a throwaway cluster.",
 				envDatabaseURL, redact(u), err, envDatabaseURL)
 		}
@@ -190,8 +190,8 @@ func probe(ctx context.Context, connString string) error {
 	switch {
 	case err != nil:
 		return err
-	case version < 130000:
-		return fmt.Errorf("server version %d is too old; need PostgreSQL 13 or later", version)
+	case version < 140000: // repository.MinServerVersion (this package cannot import it)
+		return fmt.Errorf("server version %d is too old; need PostgreSQL 14 or later", version)
 	case !createdb:
 		return fmt.Errorf("user %s may not create databases (needs CREATEDB or superuser)", cfg.User)
 	}
