@@ -2861,3 +2861,58 @@ func TestJunctionConcurrentCompletions(t *testing.T) {
 		}
 	}
 }
+
+// TestPurgeRetentionSparesRevived: a finished task past its topic's retention that a
+// revival holds (a reset not yet committed) is not deleted once the revival commits,
+// whether the reset leaves it READY or it finishes again within the retention.
+func TestPurgeRetentionSparesRevived(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after func(f *fixture, tx pgx.Tx, seq int64)
+	}{
+		{"Reset", func(*fixture, pgx.Tx, int64) {}},
+		{"ResetAndFinishedAgain", func(f *fixture, tx pgx.Tx, seq int64) {
+			if _, err := tx.Exec(f.ctx, `UPDATE task SET state = 6, completed = now() WHERE topic = $1 AND sequence = $2`, f.topic, seq); err != nil {
+				f.t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			old := finishedTasks(f, 2, "2 hours")
+			if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Retention = time.Hour }); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := f.pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.WithoutCancel(f.ctx))
+			if _, err := f.repo.Recreate(f.ctx, tx, f.topic, repository.Reset, old[0].Sequence); err != nil {
+				t.Fatal(err)
+			}
+			tc.after(f, tx, old[0].Sequence)
+			purged := make(chan int64, 1)
+			go func() {
+				n, err := f.repo.PurgeRetention(f.ctx, f.pool, 100)
+				if err != nil {
+					t.Error(err)
+				}
+				purged <- n
+			}()
+			waitForLock(t, f.pool, "DELETE FROM task")
+			if err := tx.Commit(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := <-purged; n != 1 {
+				t.Errorf("PurgeRetention = %d, want 1 (the task no revival held)", n)
+			}
+			if _, err := f.repo.Get(f.ctx, f.pool, f.topic, old[1].Sequence); !errors.Is(err, repository.ErrUnknownTask) {
+				t.Errorf("the old task no revival held: %v, want it purged", err)
+			}
+			if _, err := f.repo.Get(f.ctx, f.pool, f.topic, old[0].Sequence); err != nil {
+				t.Errorf("the revived task: %v, want it kept", err)
+			}
+		})
+	}
+}

@@ -347,13 +347,16 @@ WHERE t.topic = sqlc.arg(topic)
 -- Deletes up to size finished tasks whose completion is older than their topic's
 -- retention; topics without retention keep everything. Each topic with a retention
 -- reads its own finished tasks older than its cutoff (task_retention, migration
--- 000030), not all of them.
+-- 000030), not all of them. The outer WHERE states the state and the cutoff again: a
+-- row that a revival (a reset, a reassign, a junction's release) holds is waited for,
+-- and once that commits, PostgreSQL checks the DELETE's own WHERE against the row's new
+-- version, not the subquery's, which would delete a task just made READY.
 DELETE FROM task t
 USING (
-    SELECT f.topic, f.sequence
+    SELECT f.topic, f.sequence, f.cutoff
     FROM task_topic tt
     CROSS JOIN LATERAL (
-        SELECT f.topic, f.sequence FROM task f
+        SELECT f.topic, f.sequence, now() - tt.retention_ms * interval '1 millisecond' AS cutoff FROM task f
         WHERE hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic AND f.state >= 3
           AND COALESCE(f.completed, f.created) < now() - tt.retention_ms * interval '1 millisecond'
         LIMIT sqlc.arg(size)
@@ -361,7 +364,8 @@ USING (
     WHERE tt.retention_ms IS NOT NULL
     LIMIT sqlc.arg(size)
 ) old
-WHERE t.topic = old.topic AND t.sequence = old.sequence;
+WHERE t.topic = old.topic AND t.sequence = old.sequence
+  AND t.state >= 3 AND COALESCE(t.completed, t.created) < old.cutoff;
 
 -- name: TaskWaiting :one
 -- What may hold a READY task back (Repository.Waiting): its topic's activation and
