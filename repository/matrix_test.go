@@ -241,10 +241,11 @@ func (c conditionCase) name() string {
 }
 
 var conditionMatrix = []conditionCase{
-	// ACTIVE or READY: excluded by any SINGULAR condition when older (FIFO) / newer (LIFO).
-	{other: repository.Active, newer: false, fifo: [4]bool{true, false, false, false}, lifo: [4]bool{true, true, true, true}},
+	// ACTIVE: excluded by any SINGULAR condition wherever it is (at most one task per
+	// identifier in flight: migration 000043). READY: when older (FIFO) / newer (LIFO).
+	{other: repository.Active, newer: false, fifo: [4]bool{true, false, false, false}, lifo: [4]bool{true, false, false, false}},
 	{other: repository.Ready, newer: false, fifo: [4]bool{true, false, false, false}, lifo: [4]bool{true, true, true, true}},
-	{other: repository.Active, newer: true, fifo: [4]bool{true, true, true, true}, lifo: [4]bool{true, false, false, false}},
+	{other: repository.Active, newer: true, fifo: [4]bool{true, false, false, false}, lifo: [4]bool{true, false, false, false}},
 	{other: repository.Ready, newer: true, fifo: [4]bool{true, true, true, true}, lifo: [4]bool{true, false, false, false}},
 	// EXPIRED or FAILED anywhere: excluded by SUSPEND_ON_FAILURE and SUSPEND_UNTIL_SUCCESS.
 	{other: repository.Expired, newer: false, fifo: [4]bool{true, true, false, false}, lifo: [4]bool{true, true, false, false}},
@@ -369,6 +370,43 @@ func TestConditionSingularExample(t *testing.T) {
 		f.complete(repository.Succeed(""), polled[0])
 		if next := f.poll(repository.FIFO, repository.SingularByIdentifier, 10); !slices.Equal(sequences(next), []int64{3}) {
 			t.Fatalf("poll after foo@1 completed = %v, want [3]", sequences(next))
+		}
+	})
+	// Under LIFO an ACTIVE task is older than the foo pushed after it: it holds that one
+	// back all the same (before 000043, LIFO looked at newer tasks only).
+	t.Run("LIFOPushedWhileOneRuns", func(t *testing.T) {
+		f := setup(t)
+		first := f.push(repository.Append, "foo")[0]
+		if polled := f.poll(repository.LIFO, repository.SingularByIdentifier, 10); !slices.Equal(sequences(polled), []int64{first.Sequence}) {
+			t.Fatalf("first poll = %v, want [%d]", sequences(polled), first.Sequence)
+		}
+		second := f.push(repository.Append, "foo")[0]
+		if again := f.poll(repository.LIFO, repository.SingularByIdentifier, 10); len(again) != 0 {
+			t.Fatalf("poll with foo@%d ACTIVE = %v, want nothing", first.Sequence, sequences(again))
+		}
+		f.complete(repository.Succeed(""), f.get(first.Sequence))
+		if next := f.poll(repository.LIFO, repository.SingularByIdentifier, 10); !slices.Equal(sequences(next), []int64{second.Sequence}) {
+			t.Fatalf("poll after foo@%d completed = %v, want [%d]", first.Sequence, sequences(next), second.Sequence)
+		}
+	})
+	// Under FIFO an older task revived while a newer one of its identifier runs waits for it.
+	t.Run("FIFORevivedWhileANewerOneRuns", func(t *testing.T) {
+		f := setup(t)
+		old := f.push(repository.Append, "foo")[0]
+		f.complete(repository.Suspend("later"), f.poll(repository.FIFO, repository.SingularByIdentifier, 10)...)
+		newer := f.push(repository.Append, "foo")[0]
+		if polled := f.poll(repository.FIFO, repository.SingularByIdentifier, 10); !slices.Equal(sequences(polled), []int64{newer.Sequence}) {
+			t.Fatalf("poll = %v, want the newer foo [%d]", sequences(polled), newer.Sequence)
+		}
+		if _, err := f.repo.Recreate(f.ctx, f.pool, f.topic, repository.Reset, old.Sequence); err != nil {
+			t.Fatal(err)
+		}
+		if again := f.poll(repository.FIFO, repository.SingularByIdentifier, 10); len(again) != 0 {
+			t.Fatalf("poll with foo@%d ACTIVE = %v, want nothing", newer.Sequence, sequences(again))
+		}
+		f.complete(repository.Succeed(""), f.get(newer.Sequence))
+		if next := f.poll(repository.FIFO, repository.SingularByIdentifier, 10); !slices.Equal(sequences(next), []int64{old.Sequence}) {
+			t.Fatalf("poll after foo@%d completed = %v, want the revived [%d]", newer.Sequence, sequences(next), old.Sequence)
 		}
 	})
 }

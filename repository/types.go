@@ -172,8 +172,9 @@ type Condition int16
 const (
 	// None polls every READY task.
 	None Condition = 0
-	// SingularByIdentifier excludes a task while an older (FIFO) or newer (LIFO) task of
-	// its identifier is ACTIVE or READY: at most one task per identifier in flight, in order.
+	// SingularByIdentifier excludes a task while any task of its identifier is ACTIVE, or
+	// an older (FIFO) or newer (LIFO) one is READY: at most one task per identifier in
+	// flight, in order.
 	SingularByIdentifier Condition = 1
 	// SingularByIdentifierSuspendOnFailure also excludes it while a task of its identifier
 	// is EXPIRED or FAILED.

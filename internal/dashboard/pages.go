@@ -781,8 +781,10 @@ func skipReasons(task repository.Task, paused bool, timeline []repository.Excerp
 		}
 		link := taskURL(o.Topic, o.Sequence)
 		switch {
-		case (o.State == repository.Active || o.State == repository.Ready) && o.Sequence < task.Sequence:
-			out = append(out, reason{Text: fmt.Sprintf("with a SINGULAR condition (FIFO), it waits for the older task #%d of its identifier (%s)", o.Sequence, o.State), Link: link})
+		case o.State == repository.Active:
+			out = append(out, reason{Text: fmt.Sprintf("with a SINGULAR condition, it waits for task #%d of its identifier (ACTIVE) to finish", o.Sequence), Link: link})
+		case o.State == repository.Ready && o.Sequence < task.Sequence:
+			out = append(out, reason{Text: fmt.Sprintf("with a SINGULAR condition (FIFO), it waits for the older task #%d of its identifier (READY)", o.Sequence), Link: link})
 		case o.State == repository.Expired || o.State == repository.Failed:
 			out = append(out, reason{Text: fmt.Sprintf("with …_SUSPEND_ON_FAILURE or …_SUSPEND_UNTIL_SUCCESS, task #%d of its identifier (%s) holds it back", o.Sequence, o.State), Link: link})
 		case o.State == repository.Suspended:

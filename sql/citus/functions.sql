@@ -846,8 +846,7 @@ BEGIN
                 EXIT WHEN v_seq IS NULL OR p_condition = 0;
                 SELECT NOT EXISTS (SELECT 1 FROM task o
                                    WHERE o.state = 0 AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic
-                                     AND o.identifier = v_identifier
-                                     AND CASE WHEN p_lifo THEN o.sequence > v_seq ELSE o.sequence < v_seq END)
+                                     AND o.identifier = v_identifier)
                        AND NOT EXISTS (SELECT 1 FROM task o
                                        WHERE (o.topic || E'\n' || o.identifier) = (p_topic || E'\n' || v_identifier)
                                          AND o.state = 1 AND o.topic = p_topic AND o.identifier = v_identifier
