@@ -555,6 +555,13 @@ func raced(err error, reports []*report) bool {
 	return true
 }
 
+// defaultCommitTimeout bounds one attempt to commit decisions (with or without the next
+// lease): a connection gone silent (a server that vanished without a reset, an address
+// moved by a failover) would otherwise hold the topic's decisions, and its leases, until
+// the kernel gives the connection up, some 15 minutes on. The attempt cut short is
+// retried as any whose outcome is unknown (committedBefore).
+const defaultCommitTimeout = 30 * time.Second
+
 // errCommitted is what commitRetrying returns when the decisions were refused because
 // an earlier attempt, whose reply was lost, had committed them.
 var errCommitted = errors.New("decisions already committed")
@@ -565,7 +572,9 @@ var errCommitted = errors.New("decisions already committed")
 func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsure bool) ([]repository.Task, error) {
 	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
 	for races := 0; ; {
-		tasks, err := c.commit(ctx, reports)
+		cctx, cancel := context.WithTimeout(ctx, c.m.p.commitTimeout)
+		tasks, err := c.commit(cctx, reports)
+		cancel()
 		if races < racedRetries && raced(err, reports) && ctx.Err() == nil {
 			// The statement did not see the leases that the re-read then found: a
 			// commit became visible in between (seen on Citus after a worker crash).
@@ -587,7 +596,11 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 			return tasks, err
 		}
 		unsure = unsure || repository.Uncertain(err)
-		c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff)
+		if c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff) {
+			// the wake-up was the poll loop's too (a notification of work, the
+			// notifier's reconnection): passed on, not taken from it
+			c.m.Resume()
+		}
 	}
 }
 
@@ -625,6 +638,8 @@ func (c *completer) commit(ctx context.Context, reports []*report) ([]repository
 // poll, with the slots idle between them.
 func (c *completer) commitLeasing(ctx context.Context, reports []*report) (tasks, leased []repository.Task, batches []*Batch, err error) {
 	m := c.m
+	ctx, cancel := context.WithTimeout(ctx, m.p.commitTimeout)
+	defer cancel()
 	// As a poll does, from its statement until its batch is tracked (reconcile).
 	m.leases.RLock()
 	defer m.leases.RUnlock()
@@ -711,7 +726,9 @@ func (c *completer) finish(reports []*report, tasks []repository.Task, took time
 	}
 	for _, r := range reports {
 		for _, f := range r.followups {
-			if f.Topic != c.m.cfg.Topic {
+			// the topic's own manager hears of its follow-ups by notification; without
+			// notifications, it is woken like the others
+			if f.Topic != c.m.cfg.Topic || c.m.p.cfg.DisableNotifications {
 				c.m.p.Resume(f.Topic)
 			}
 		}

@@ -36,3 +36,7 @@ func Running(m *TaskManager) bool { return m.active.Load() }
 
 // StoppingOf returns the channel closed when m begins a graceful shutdown.
 func StoppingOf(m *TaskManager) <-chan struct{} { return m.stopping }
+
+// SetCommitTimeout sets, for a test and before p runs, how long one attempt to commit
+// decisions may take (30 s otherwise).
+func SetCommitTimeout(p *Processor, d time.Duration) { p.commitTimeout = d }

@@ -381,6 +381,32 @@ func TestHandlers(t *testing.T) {
 		}
 	})
 
+	t.Run("FollowUpsToTheirOwnTopicWakeItWithoutNotifications", func(t *testing.T) {
+		f := setup(t)
+		childDone := make(chan struct{})
+		handler := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			for _, task := range b.Tasks {
+				if task.Identifier == "child" {
+					close(childDone)
+				} else {
+					b.Push(f.topic, repository.Append, repository.Creation{Identifier: "child"})
+				}
+				_ = b.Decide(task.Sequence, repository.Succeed(""))
+			}
+		})
+		p, _ := f.processor("worker", processor.Config{DisableNotifications: true}, processor.ManagerConfig{Handler: handler})
+		f.start(p)
+		// pushed once the manager has gone to sleep, and woken by hand (no NOTIFY)
+		time.Sleep(500 * time.Millisecond)
+		f.pushN(1)
+		p.Resume(f.topic)
+		select {
+		case <-childDone: // woken after the commit, not by NOTIFY (off) or its hour-long pause
+		case <-time.After(10 * time.Second):
+			t.Fatal("follow-up task to the handler's own topic not processed")
+		}
+	})
+
 	t.Run("FailedFollowUpFailsTheBatchAndWritesNothing", func(t *testing.T) {
 		f := setup(t)
 		tasks := f.pushN(1)

@@ -838,6 +838,9 @@ func (m *TaskManager) poll(ctx context.Context) {
 			if repository.Uncertain(err) {
 				m.unsure.Store(true)
 			}
+			// whatever the position had taken in (a notification's, the head after a
+			// reconnection) went with this poll: the next reads from the head
+			m.floor.restart()
 			m.cfg.Limiter.Release()
 			if ctx.Err() != nil {
 				return
@@ -1102,8 +1105,9 @@ const retryCap = 2 * time.Second
 // retry reports a database operation that failed and will be retried (what names it to
 // the Listener, op in Processor.Health), then waits out the next delay of backoff, or
 // less when the manager is woken: the notifier wakes it once it has reconnected, so the
-// database answers again.
-func (m *TaskManager) retry(ctx context.Context, what, op string, err error, backoff *backoff) {
+// database answers again. It reports whether a wake-up ended the wait (taken from the
+// manager's channel: a caller other than the poll loop passes it on).
+func (m *TaskManager) retry(ctx context.Context, what, op string, err error, backoff *backoff) (woken bool) {
 	delay := backoff.next()
 	m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("%s (%w in %v): %w", what, ErrWillRetry, delay, err))
 	m.p.faults.fail(ctx, op, err)
@@ -1113,7 +1117,9 @@ func (m *TaskManager) retry(ctx context.Context, what, op string, err error, bac
 	case <-ctx.Done():
 	case <-t.C:
 	case <-m.wake:
+		return true
 	}
+	return false
 }
 
 // defaultReconcileEvery is how often a manager reconciles its leases when no fault

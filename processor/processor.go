@@ -58,7 +58,10 @@ type Config struct {
 	DisableNotifications bool
 	// RetentionInterval is how often the processor deletes finished tasks older than
 	// their topic's retention (a topic without retention keeps everything). Default 1
-	// minute; negative disables it.
+	// minute; negative disables it. A pass deletes for about a second (half a heartbeat
+	// interval when that is longer) and, when tasks past their retention remain (a
+	// backlog of millions), goes on at the next heartbeat, so that the expiry of dead
+	// owners' leases on the same goroutine never waits long for it.
 	RetentionInterval time.Duration
 	// OnExpire, when set, is called after every expiry that took leases back (for
 	// metrics); it runs on the heartbeat goroutine and must be quick. The OnExpire of the
@@ -155,11 +158,14 @@ type Processor struct {
 	// heldSnapshot is how long a transaction must have been open for its snapshot to
 	// hold back the VACUUM (see vacuum): defaultHeldSnapshot, shorter in tests.
 	heldSnapshot time.Duration
-	pool         *pgxpool.Pool
-	repo         *repository.Repository
-	logger       *slog.Logger
-	notifier     *Notifier
-	faults       *faults
+	// commitTimeout bounds one attempt to commit decisions: defaultCommitTimeout, or a
+	// test's.
+	commitTimeout time.Duration
+	pool          *pgxpool.Pool
+	repo          *repository.Repository
+	logger        *slog.Logger
+	notifier      *Notifier
+	faults        *faults
 	// outageWoke is when suspectLostCommits last woke the managers, outageTimedOut
 	// when a timeout last made them reconcile (Unix nanoseconds).
 	outageWoke, outageTimedOut atomic.Int64
@@ -249,6 +255,7 @@ func New(cfg Config) (*Processor, error) {
 		cfg:            cfg,
 		heldSnapshot:   defaultHeldSnapshot,
 		reconcileEvery: defaultReconcileEvery,
+		commitTimeout:  defaultCommitTimeout,
 		epoch:          time.Now(),
 		pool:           cfg.Pool,
 		repo:           cfg.Repository,
@@ -793,6 +800,7 @@ func (p *Processor) liveness(ctx context.Context) {
 	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
 	defer ticker.Stop()
 	lastRetention := time.Now()
+	retentionMore := false    // the last retention pass left tasks past their retention
 	var lastOrphans time.Time // the first tick looks for orphaned leases too
 	// orphansTook is how long the last look for orphaned leases took: the next waits
 	// orphanShare times as long at least, so that a look that reads for seconds (the
@@ -814,9 +822,9 @@ func (p *Processor) liveness(ctx context.Context) {
 		if orphans {
 			orphansTook = took
 		}
-		if p.cfg.RetentionInterval > 0 && time.Since(lastRetention) >= p.cfg.RetentionInterval {
+		if p.cfg.RetentionInterval > 0 && (retentionMore || time.Since(lastRetention) >= p.cfg.RetentionInterval) {
 			lastRetention = time.Now()
-			p.retain(ctx)
+			retentionMore = p.retain(ctx, max(p.cfg.HeartbeatInterval/2, time.Second))
 		}
 	}
 }
@@ -964,26 +972,35 @@ const defaultHeldSnapshot = 30 * time.Second
 const retentionBatch = 10000
 
 // retain deletes finished tasks older than their topic's retention, in batches, and the
-// tallies older than repository.TallyKept.
-func (p *Processor) retain(ctx context.Context) {
+// tallies older than repository.TallyKept. It starts no batch once budget has passed, so
+// that a backlog of millions (a retention just set, a processor back after days) does
+// not hold the maintenance tick, whose expiry of dead owners' leases waits for it; it
+// reports whether tasks past their retention may remain, for the next tick to go on.
+func (p *Processor) retain(ctx context.Context, budget time.Duration) (more bool) {
+	start := time.Now()
 	var total int64
 	for ctx.Err() == nil {
 		n, err := p.repo.PurgeRetention(ctx, p.pool, retentionBatch)
 		p.outcome(ctx, "purge by retention", err)
 		if err != nil {
-			return
+			return false
 		}
 		total += n
 		if n < retentionBatch {
 			break
 		}
+		if time.Since(start) >= budget {
+			more = true
+			break
+		}
 	}
 	if total > 0 {
-		p.logger.Debug("purged finished tasks past their retention", slog.Int64("tasks", total))
+		p.logger.Debug("purged finished tasks past their retention", slog.Int64("tasks", total), slog.Bool("more", more))
 	}
 	// the charts' counts (repository.Tally) are kept for an hour
 	_, err := p.repo.PruneTallies(ctx, p.pool)
 	p.outcome(ctx, "prune tallies", err)
+	return more
 }
 
 // logUnlessStopping logs a failed step of the heartbeat or the periodic maintenance,
@@ -1000,6 +1017,13 @@ func (p *Processor) logUnlessStopping(ctx context.Context, level slog.Level, msg
 // orphans (once per ExpiryTimeout, less often when slow: orphansDue) it also looks for
 // leases whose owner row is gone. It returns how long the expiry took.
 func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duration) {
+	// Its statements end within an expiry timeout: a connection gone silent would
+	// otherwise hold the next ticks, whose expiry of dead owners' leases, cancels and
+	// pause state wait for it, until the kernel gives the connection up. The VACUUM it
+	// starts runs under ctx, on a goroutine of its own.
+	vacuumCtx := ctx
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ExpiryTimeout)
+	defer cancel()
 	expire := p.repo.ExpireStale
 	if orphans {
 		expire = p.repo.Expire
@@ -1026,7 +1050,7 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 	}
 	if !p.quiet() {
 		p.analyze(ctx)
-		p.vacuum(ctx)
+		p.vacuum(vacuumCtx)
 	}
 	p.refreshTopics(ctx, topics)
 	return expiry
