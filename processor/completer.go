@@ -555,12 +555,17 @@ func raced(err error, reports []*report) bool {
 	return true
 }
 
-// defaultCommitTimeout bounds one attempt to commit decisions (with or without the next
-// lease): a connection gone silent (a server that vanished without a reset, an address
-// moved by a failover) would otherwise hold the topic's decisions, and its leases, until
-// the kernel gives the connection up, some 15 minutes on. The attempt cut short is
-// retried as any whose outcome is unknown (committedBefore).
-const defaultCommitTimeout = 30 * time.Second
+// defaultCommitTimeout bounds the first attempt to commit decisions (with or without the
+// next lease): a connection gone silent (a server that vanished without a reset, an
+// address moved by a failover) would otherwise hold the topic's decisions, and its
+// leases, until the kernel gives the connection up, some 15 minutes on. The attempt cut
+// short is retried as any whose outcome is unknown (committedBefore), each time with
+// twice the time, up to maxCommitTimeout: a commit that is merely long (a transaction of
+// many follow-ups) still ends.
+const (
+	defaultCommitTimeout = 30 * time.Second
+	maxCommitTimeout     = 10 * time.Minute
+)
 
 // errCommitted is what commitRetrying returns when the decisions were refused because
 // an earlier attempt, whose reply was lost, had committed them.
@@ -571,9 +576,20 @@ var errCommitted = errors.New("decisions already committed")
 // becomes true once an attempt here fails after its statement was sent.
 func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsure bool) ([]repository.Task, error) {
 	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
+	// A wake-up that ended a wait was the poll loop's too (a notification of work, the
+	// notifier's reconnection): passed on once the commit is done, not at once, where
+	// this loop's next wait would take it back and retry without a pause.
+	woken := false
+	defer func() {
+		if woken {
+			c.m.Resume()
+		}
+	}()
+	timeout := c.m.p.commitTimeout
 	for races := 0; ; {
-		cctx, cancel := context.WithTimeout(ctx, c.m.p.commitTimeout)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		tasks, err := c.commit(cctx, reports)
+		cut := cctx.Err() != nil && ctx.Err() == nil // the attempt's own time ran out
 		cancel()
 		if races < racedRetries && raced(err, reports) && ctx.Err() == nil {
 			// The statement did not see the leases that the re-read then found: a
@@ -596,11 +612,13 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 			return tasks, err
 		}
 		unsure = unsure || repository.Uncertain(err)
-		if c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff) {
-			// the wake-up was the poll loop's too (a notification of work, the
-			// notifier's reconnection): passed on, not taken from it
-			c.m.Resume()
+		if cut {
+			// cut short: a silent connection, or a commit that takes that long (many
+			// follow-ups on a loaded server), which the next attempt is given twice the
+			// time to finish
+			timeout = min(2*timeout, maxCommitTimeout)
 		}
+		woken = c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff) || woken
 	}
 }
 

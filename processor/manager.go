@@ -838,9 +838,13 @@ func (m *TaskManager) poll(ctx context.Context) {
 			if repository.Uncertain(err) {
 				m.unsure.Store(true)
 			}
-			// whatever the position had taken in (a notification's, the head after a
-			// reconnection) went with this poll: the next reads from the head
-			m.floor.restart()
+			// what the position had taken in (a notification's, the head after a
+			// reconnection) went with this poll: the next starts where it did
+			if from.IsZero() {
+				m.floor.restart()
+			} else {
+				m.floor.notified(from)
+			}
 			m.cfg.Limiter.Release()
 			if ctx.Err() != nil {
 				return

@@ -218,7 +218,9 @@ const maxQuiet = 30 * time.Minute
 // watchHeld follows the oldest long-held transaction (Repository.OldestTransaction) and
 // keeps the processor quiet while one is open and after it (see quiet).
 func (p *Processor) watchHeld(ctx context.Context) {
-	age, ok, err := p.repo.OldestTransaction(ctx, p.pool, p.heldSnapshot)
+	sctx, cancel := p.maintenance(ctx)
+	age, ok, err := p.repo.OldestTransaction(sctx, p.pool, p.heldSnapshot)
+	cancel()
 	p.outcome(ctx, "read the oldest transaction", err)
 	if err != nil {
 		return
@@ -869,7 +871,9 @@ func (p *Processor) analyze(ctx context.Context) {
 		if !analyzeDue(m.leased.Load(), m.analyzeAt.Load(), m.analyzeSoonAt.Load(), elapsed) {
 			continue
 		}
-		rows, err := p.repo.Analyze(ctx, p.pool, m.cfg.Topic)
+		sctx, cancel := p.maintenance(ctx)
+		rows, err := p.repo.Analyze(sctx, p.pool, m.cfg.Topic)
+		cancel()
 		p.outcome(ctx, fmt.Sprintf("analyze topic %q", m.cfg.Topic), err)
 		if err != nil {
 			continue
@@ -980,7 +984,9 @@ func (p *Processor) retain(ctx context.Context, budget time.Duration) (more bool
 	start := time.Now()
 	var total int64
 	for ctx.Err() == nil {
-		n, err := p.repo.PurgeRetention(ctx, p.pool, retentionBatch)
+		sctx, cancel := p.maintenance(ctx)
+		n, err := p.repo.PurgeRetention(sctx, p.pool, retentionBatch)
+		cancel()
 		p.outcome(ctx, "purge by retention", err)
 		if err != nil {
 			return false
@@ -998,7 +1004,9 @@ func (p *Processor) retain(ctx context.Context, budget time.Duration) (more bool
 		p.logger.Debug("purged finished tasks past their retention", slog.Int64("tasks", total), slog.Bool("more", more))
 	}
 	// the charts' counts (repository.Tally) are kept for an hour
-	_, err := p.repo.PruneTallies(ctx, p.pool)
+	sctx, cancel := p.maintenance(ctx)
+	_, err := p.repo.PruneTallies(sctx, p.pool)
+	cancel()
 	p.outcome(ctx, "prune tallies", err)
 	return more
 }
@@ -1017,23 +1025,20 @@ func (p *Processor) logUnlessStopping(ctx context.Context, level slog.Level, msg
 // orphans (once per ExpiryTimeout, less often when slow: orphansDue) it also looks for
 // leases whose owner row is gone. It returns how long the expiry took.
 func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duration) {
-	// Its statements end within an expiry timeout: a connection gone silent would
-	// otherwise hold the next ticks, whose expiry of dead owners' leases, cancels and
-	// pause state wait for it, until the kernel gives the connection up. The VACUUM it
-	// starts runs under ctx, on a goroutine of its own.
-	vacuumCtx := ctx
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.ExpiryTimeout)
-	defer cancel()
 	expire := p.repo.ExpireStale
 	if orphans {
 		expire = p.repo.Expire
 	}
 	start := time.Now()
-	expired, err := expire(ctx, p.pool, p.cfg.ExpiryTimeout)
+	sctx, cancel := p.maintenance(ctx)
+	expired, err := expire(sctx, p.pool, p.cfg.ExpiryTimeout)
+	cancel()
 	expiry = time.Since(start)
 	p.outcome(ctx, "expire dead owners' leases", err)
 	p.tookBack(expired)
-	_, err = p.repo.PurgeOwners(ctx, p.pool, 2*p.cfg.ExpiryTimeout)
+	sctx, cancel = p.maintenance(ctx)
+	_, err = p.repo.PurgeOwners(sctx, p.pool, 2*p.cfg.ExpiryTimeout)
+	cancel()
 	p.outcome(ctx, "purge dead owners", err)
 	topics := p.topics()
 	if len(topics) == 0 {
@@ -1041,7 +1046,9 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 	}
 	// Only this processor's topics: their tables, and their rows of task_topic, whatever
 	// the number of other topics.
-	cancelled, err := p.repo.CancelledLeases(ctx, p.pool, topics...)
+	sctx, cancel = p.maintenance(ctx)
+	cancelled, err := p.repo.CancelledLeases(sctx, p.pool, topics...)
+	cancel()
 	p.outcome(ctx, "list cancelled leases", err)
 	for _, l := range cancelled {
 		for _, m := range p.managersOf(l.Topic) {
@@ -1050,11 +1057,24 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 	}
 	if !p.quiet() {
 		p.analyze(ctx)
-		p.vacuum(vacuumCtx)
+		p.vacuum(ctx)
 	}
 	p.refreshTopics(ctx, topics)
 	return expiry
 }
+
+// maintenance returns the context of one statement of the periodic maintenance, which
+// ends after the longer of the expiry timeout and maintenanceTimeout: a connection gone
+// silent would otherwise hold the ticks after it, and with them the expiry of dead
+// owners' leases, cancels and pause state, until the kernel gives the connection up,
+// some 15 minutes on. Its failure is reported under the tick's own context.
+func (p *Processor) maintenance(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(p.cfg.ExpiryTimeout, maintenanceTimeout))
+}
+
+// maintenanceTimeout is the least time one statement of the maintenance has: a look for
+// orphaned leases under a long-held snapshot reads for seconds (1-8 s seen).
+const maintenanceTimeout = 30 * time.Second
 
 // refreshTopics reads the state of topics (activation and limits) in one statement and
 // gives it to their managers (TaskManager.setTopic).
@@ -1065,7 +1085,9 @@ func (p *Processor) refreshTopics(ctx context.Context, topics []string) {
 			reads[m] = m.readingTopic()
 		}
 	}
-	states, err := p.repo.TopicsNamed(ctx, p.pool, topics...)
+	sctx, cancel := p.maintenance(ctx)
+	states, err := p.repo.TopicsNamed(sctx, p.pool, topics...)
+	cancel()
 	p.outcome(ctx, "read topic activation", err)
 	for _, t := range states {
 		for _, m := range p.managersOf(t.Name) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -423,7 +422,15 @@ func zoneFile(name string) ([]byte, error) {
 	if sysErr == nil {
 		return data, nil
 	}
-	zipped := filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip")
+	goroot := os.Getenv("GOROOT")
+	if goroot == "" {
+		out, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			return nil, errors.Join(sysErr, fmt.Errorf("go env GOROOT: %w", err))
+		}
+		goroot = strings.TrimSpace(string(out))
+	}
+	zipped := filepath.Join(goroot, "lib", "time", "zoneinfo.zip")
 	r, err := zip.OpenReader(zipped)
 	if err != nil {
 		return nil, errors.Join(sysErr, err)

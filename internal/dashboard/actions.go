@@ -375,7 +375,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		if unknown > 0 {
 			outcome = fmt.Sprintf("it was cancelled before its answer came, so its %d tasks may have changed", unknown)
 		}
-		return nil, fmt.Errorf("%w: %s: the first statement, of %d tasks, did not finish in %v (the time one action has), and %s: another transaction may hold these tasks' rows, or the database is slow; try again later",
+		return nil, fmt.Errorf("%w: %s: the first statement, of %d tasks, did not finish in %v (the time one action has, the search for the tasks included), and %s: another transaction may hold these tasks' rows, or the database is slow; try again later",
 			errTooSlow, what, min(len(seqs), bulkChunk), s.cfg.PurgeFor, outcome)
 	}
 	out := bulkResult{Changed: changed, Message: fmt.Sprintf("%s: %d tasks", in.Action, changed), Before: before}
@@ -438,13 +438,15 @@ func (s *server) runChunk(ctx context.Context, deadline time.Time, apply func(re
 		return 0, err
 	}
 	n, err := apply(tx, chunk)
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
 	if err != nil {
 		if repository.SQLState(err) == sqlstateQueryCanceled && ctx.Err() == nil {
 			return 0, fmt.Errorf("%w: %w", errStatementTimeout, err)
 		}
+		return 0, err
+	}
+	// a COMMIT that fails is not the statement stopped in time: its outcome is the
+	// caller's to tell (repository.Uncertain)
+	if err := tx.Commit(ctx); err != nil {
 		return 0, err
 	}
 	return n, nil

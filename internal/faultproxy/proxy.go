@@ -51,11 +51,15 @@ type Proxy struct {
 
 // Cut is a rule that loses replies: each request whose statements include one that
 // Match accepts loses its reply with probability Probability (1 when 0), until Times
-// replies have been lost (unlimited when 0).
+// replies have been lost (unlimited when 0). With Hold, the rule holds the end of such a
+// request's reply (its ReadyForQuery) for Hold before passing it on instead, or until
+// the connection is closed: the server has done the request, and the client hears
+// nothing and sees no reset, as from a server gone silent.
 type Cut struct {
 	Match       func(sql string) bool
 	Probability float64
 	Times       int64
+	Hold        time.Duration
 
 	lost atomic.Int64
 }
@@ -199,7 +203,7 @@ func (p *Proxy) accept() {
 			client.Close()
 			continue
 		}
-		s := &session{p: p, client: client}
+		s := &session{p: p, client: client, closed: make(chan struct{})}
 		p.conns[s] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
@@ -212,6 +216,7 @@ type session struct {
 	p              *Proxy
 	client, server net.Conn
 	once           sync.Once
+	closed         chan struct{} // closed by close
 
 	mu       sync.Mutex
 	requests []*request // sent to the server, reply not yet complete
@@ -221,10 +226,12 @@ type session struct {
 type request struct {
 	sqls []string
 	lose bool
+	hold time.Duration
 }
 
 func (s *session) close() {
 	s.once.Do(func() {
+		close(s.closed)
 		s.client.Close()
 		if s.server != nil {
 			s.server.Close()
@@ -353,7 +360,11 @@ func (p *Proxy) judge(sqls []string) *request {
 	p.mu.Unlock()
 	for _, c := range cuts {
 		if c.claim(sqls) {
-			req.lose = true
+			if c.Hold > 0 {
+				req.hold = c.Hold
+			} else {
+				req.lose = true
+			}
 			break
 		}
 	}
@@ -402,6 +413,18 @@ func (s *session) fromServer() {
 		}
 		if typ == 'Z' && req != nil {
 			s.pop()
+		}
+		if req != nil && req.hold > 0 && typ == 'Z' {
+			// The server has finished the request: its reply goes on after the hold, or
+			// never if the connection closes first.
+			if err := w.Flush(); err != nil {
+				return
+			}
+			select {
+			case <-time.After(req.hold):
+			case <-s.closed:
+				return
+			}
 		}
 		if _, err := w.Write(msg); err != nil {
 			return
