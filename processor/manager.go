@@ -839,12 +839,9 @@ func (m *TaskManager) poll(ctx context.Context) {
 				m.unsure.Store(true)
 			}
 			// what the position had taken in (a notification's, the head after a
-			// reconnection) went with this poll: the next starts where it did
-			if from.IsZero() {
-				m.floor.restart()
-			} else {
-				m.floor.notified(from)
-			}
+			// reconnection) went with this poll: the next starts where it did (the
+			// head, for a zero position)
+			m.floor.notified(from)
 			m.cfg.Limiter.Release()
 			if ctx.Err() != nil {
 				return

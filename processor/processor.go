@@ -218,10 +218,12 @@ const maxQuiet = 30 * time.Minute
 // watchHeld follows the oldest long-held transaction (Repository.OldestTransaction) and
 // keeps the processor quiet while one is open and after it (see quiet).
 func (p *Processor) watchHeld(ctx context.Context) {
-	sctx, cancel := p.maintenance(ctx)
-	age, ok, err := p.repo.OldestTransaction(sctx, p.pool, p.heldSnapshot)
-	cancel()
-	p.outcome(ctx, "read the oldest transaction", err)
+	var ok bool
+	age, err := maintain(ctx, p, "read the oldest transaction", func(c context.Context) (time.Duration, error) {
+		age, held, err := p.repo.OldestTransaction(c, p.pool, p.heldSnapshot)
+		ok = held
+		return age, err
+	})
 	if err != nil {
 		return
 	}
@@ -871,10 +873,9 @@ func (p *Processor) analyze(ctx context.Context) {
 		if !analyzeDue(m.leased.Load(), m.analyzeAt.Load(), m.analyzeSoonAt.Load(), elapsed) {
 			continue
 		}
-		sctx, cancel := p.maintenance(ctx)
-		rows, err := p.repo.Analyze(sctx, p.pool, m.cfg.Topic)
-		cancel()
-		p.outcome(ctx, fmt.Sprintf("analyze topic %q", m.cfg.Topic), err)
+		rows, err := maintain(ctx, p, fmt.Sprintf("analyze topic %q", m.cfg.Topic), func(c context.Context) (int64, error) {
+			return p.repo.Analyze(c, p.pool, m.cfg.Topic)
+		})
 		if err != nil {
 			continue
 		}
@@ -984,10 +985,9 @@ func (p *Processor) retain(ctx context.Context, budget time.Duration) (more bool
 	start := time.Now()
 	var total int64
 	for ctx.Err() == nil {
-		sctx, cancel := p.maintenance(ctx)
-		n, err := p.repo.PurgeRetention(sctx, p.pool, retentionBatch)
-		cancel()
-		p.outcome(ctx, "purge by retention", err)
+		n, err := maintain(ctx, p, "purge by retention", func(c context.Context) (int64, error) {
+			return p.repo.PurgeRetention(c, p.pool, retentionBatch)
+		})
 		if err != nil {
 			return false
 		}
@@ -1004,10 +1004,7 @@ func (p *Processor) retain(ctx context.Context, budget time.Duration) (more bool
 		p.logger.Debug("purged finished tasks past their retention", slog.Int64("tasks", total), slog.Bool("more", more))
 	}
 	// the charts' counts (repository.Tally) are kept for an hour
-	sctx, cancel := p.maintenance(ctx)
-	_, err := p.repo.PruneTallies(sctx, p.pool)
-	cancel()
-	p.outcome(ctx, "prune tallies", err)
+	_, _ = maintain(ctx, p, "prune tallies", func(c context.Context) (int64, error) { return p.repo.PruneTallies(c, p.pool) })
 	return more
 }
 
@@ -1030,26 +1027,23 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 		expire = p.repo.Expire
 	}
 	start := time.Now()
-	sctx, cancel := p.maintenance(ctx)
-	expired, err := expire(sctx, p.pool, p.cfg.ExpiryTimeout)
-	cancel()
+	expired, _ := maintain(ctx, p, "expire dead owners' leases", func(c context.Context) ([]repository.Expiry, error) {
+		return expire(c, p.pool, p.cfg.ExpiryTimeout)
+	})
 	expiry = time.Since(start)
-	p.outcome(ctx, "expire dead owners' leases", err)
 	p.tookBack(expired)
-	sctx, cancel = p.maintenance(ctx)
-	_, err = p.repo.PurgeOwners(sctx, p.pool, 2*p.cfg.ExpiryTimeout)
-	cancel()
-	p.outcome(ctx, "purge dead owners", err)
+	_, _ = maintain(ctx, p, "purge dead owners", func(c context.Context) (int64, error) {
+		return p.repo.PurgeOwners(c, p.pool, 2*p.cfg.ExpiryTimeout)
+	})
 	topics := p.topics()
 	if len(topics) == 0 {
 		return expiry // nothing leased, nothing to refresh
 	}
 	// Only this processor's topics: their tables, and their rows of task_topic, whatever
 	// the number of other topics.
-	sctx, cancel = p.maintenance(ctx)
-	cancelled, err := p.repo.CancelledLeases(sctx, p.pool, topics...)
-	cancel()
-	p.outcome(ctx, "list cancelled leases", err)
+	cancelled, _ := maintain(ctx, p, "list cancelled leases", func(c context.Context) ([]repository.Lease, error) {
+		return p.repo.CancelledLeases(c, p.pool, topics...)
+	})
 	for _, l := range cancelled {
 		for _, m := range p.managersOf(l.Topic) {
 			m.cancelTask(l.Sequence)
@@ -1063,13 +1057,17 @@ func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duratio
 	return expiry
 }
 
-// maintenance returns the context of one statement of the periodic maintenance, which
-// ends after the longer of the expiry timeout and maintenanceTimeout: a connection gone
+// maintain runs f, one statement of the periodic maintenance, under a context that
+// ends after the longer of the expiry timeout and maintenanceTimeout (a connection gone
 // silent would otherwise hold the ticks after it, and with them the expiry of dead
 // owners' leases, cancels and pause state, until the kernel gives the connection up,
-// some 15 minutes on. Its failure is reported under the tick's own context.
-func (p *Processor) maintenance(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, max(p.cfg.ExpiryTimeout, maintenanceTimeout))
+// some 15 minutes on), and reports its outcome as what under ctx, the tick's own.
+func maintain[T any](ctx context.Context, p *Processor, what string, f func(context.Context) (T, error)) (T, error) {
+	sctx, cancel := context.WithTimeout(ctx, max(p.cfg.ExpiryTimeout, maintenanceTimeout))
+	defer cancel()
+	v, err := f(sctx)
+	p.outcome(ctx, what, err)
+	return v, err
 }
 
 // maintenanceTimeout is the least time one statement of the maintenance has: a look for
@@ -1085,10 +1083,9 @@ func (p *Processor) refreshTopics(ctx context.Context, topics []string) {
 			reads[m] = m.readingTopic()
 		}
 	}
-	sctx, cancel := p.maintenance(ctx)
-	states, err := p.repo.TopicsNamed(sctx, p.pool, topics...)
-	cancel()
-	p.outcome(ctx, "read topic activation", err)
+	states, _ := maintain(ctx, p, "read topic activation", func(c context.Context) ([]repository.Topic, error) {
+		return p.repo.TopicsNamed(c, p.pool, topics...)
+	})
 	for _, t := range states {
 		for _, m := range p.managersOf(t.Name) {
 			m.setTopic(reads[m], t)
