@@ -162,6 +162,29 @@ func TestHandlersWithoutADatabase(t *testing.T) {
 			t.Errorf("decisions %+v", o.Decisions)
 		}
 	})
+	// A panic in a TaskStep failed every task of the step, those decided before it too
+	// (their work re-ran), and wrote the stack into each task's output.
+	t.Run("TaskStepContainsPanicsToTheirTask", func(t *testing.T) {
+		b := batchOf(t, 3)
+		c := processor.NewComposite()
+		if err := c.Step("s", processor.TaskStep(func(ctx context.Context, task repository.Task, _ *processor.Supplement) repository.Decision {
+			if task.Sequence == 2 {
+				panic("boom")
+			}
+			return repository.Succeed(task.Identifier)
+		})); err != nil {
+			t.Fatal(err)
+		}
+		c.Handle(t.Context(), b)
+		o := doneWithin(t, b)
+		if o.Decisions[1].Result != repository.Success || o.Decisions[3].Result != repository.Success ||
+			o.Decisions[2].Result != repository.Failure || !strings.Contains(o.Decisions[2].Message, "step panicked on task 2: boom") {
+			t.Errorf("decisions %+v", o.Decisions)
+		}
+		if strings.Contains(o.Decisions[2].Message, "goroutine") {
+			t.Errorf("the task's output holds the stack: %q", o.Decisions[2].Message)
+		}
+	})
 	t.Run("TypedFailsUndecodableInputOnly", func(t *testing.T) {
 		b, err := processor.NewBatch(t.Context(), "t", []repository.Task{{Sequence: 1, Input: `{"n":2}`}, {Sequence: 2, Input: `{`}})
 		if err != nil {

@@ -26,26 +26,43 @@ type Step func(ctx context.Context, tasks []repository.Task, supplement *Supplem
 // TaskStep adapts a per-task function to a Step. In a Composite, fn's ctx is also done
 // when its task's context (Batch.Context) is, so a cancelled task is cancelled for the
 // function working on it; a task cancelled before its turn is not started: it FAILS
-// with ErrTaskCancelled.
+// with ErrTaskCancelled. A panic of fn fails its task alone, as a TaskFunc's does.
 func TaskStep(fn func(ctx context.Context, task repository.Task, supplement *Supplement) repository.Decision) Step {
 	return func(ctx context.Context, tasks []repository.Task, s *Supplement) (map[int64]repository.Decision, error) {
 		batch, _ := ctx.Value(compositeBatchKey{}).(*Batch)
 		out := make(map[int64]repository.Decision, len(tasks))
 		for _, t := range tasks {
 			if batch == nil {
-				out[t.Sequence] = fn(ctx, t, s)
+				out[t.Sequence] = callStep(ctx, nil, fn, t, s)
 				continue
 			}
 			tctx, stop := doneWithAll(ctx, []context.Context{batch.Context(t.Sequence)})
 			if context.Cause(tctx) == ErrTaskCancelled {
 				out[t.Sequence] = repository.Fail(ErrTaskCancelled)
 			} else {
-				out[t.Sequence] = fn(tctx, t, s)
+				out[t.Sequence] = callStep(tctx, batch, fn, t, s)
 			}
 			stop()
 		}
 		return out, nil
 	}
+}
+
+// callStep runs fn on t; a panic fails t alone (the decisions of the tasks before it
+// stand), reported as any handler's panic is (Batch.onPanic, when batch is known), the
+// stack kept out of the task's output, as TaskFunc.call does.
+func callStep(ctx context.Context, batch *Batch, fn func(context.Context, repository.Task, *Supplement) repository.Decision,
+	t repository.Task, s *Supplement) (d repository.Decision) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("step panicked on task %d: %v", t.Sequence, r)
+			if batch != nil && batch.onPanic != nil {
+				batch.onPanic(err, r, debug.Stack())
+			}
+			d = repository.Fail(err)
+		}
+	}()
+	return fn(ctx, t, s)
 }
 
 // compositeBatchKey keys the batch in a step's context, for TaskStep.
@@ -243,7 +260,11 @@ func (r *compositeRun) step(ctx context.Context, s *compositeStep) {
 func (r *compositeRun) call(ctx context.Context, s *compositeStep, tasks []repository.Task) (out map[int64]repository.Decision, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("panicked: %v\n%s", p, debug.Stack())
+			// reported as any handler's panic is; the stack stays out of the tasks' output
+			err = fmt.Errorf("panicked: %v", p)
+			if r.batch.onPanic != nil {
+				r.batch.onPanic(fmt.Errorf("step %s %w", s.name, err), p, debug.Stack())
+			}
 		}
 	}()
 	// The step's context ends once every task it got is cancelled; TaskStep finds the

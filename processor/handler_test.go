@@ -73,6 +73,36 @@ func TestBadHandler(t *testing.T) {
 	// A Buffer's worker caught the panic and failed the batch, but neither logged it nor
 	// told the listener, as the manager does for a handler without a Buffer: the
 	// library's usual set-up hid a panicking handler from its operators.
+	// A Composite's step that panicked wrote its stack into its tasks' outputs and was
+	// neither logged nor told to the listener.
+	t.Run("APanicInACompositeStepIsReported", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		c := processor.NewComposite()
+		if err := c.Step("only", func(context.Context, []repository.Task, *processor.Supplement) (map[int64]repository.Decision, error) {
+			panic("boom")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		errs := &errorLog{}
+		var logs logbuf.Buffer
+		p, _ := f.processor("worker", processor.Config{Logger: jsonLogger(&logs, slog.LevelInfo)},
+			processor.ManagerConfig{Handler: c, Listener: errs.listener()})
+		f.start(p)
+		f.eventually("panicking step failed", func() bool { return f.get(tasks[0].Sequence).State == repository.Failed })
+		if got := f.get(tasks[0].Sequence).Output; !strings.Contains(got, "panicked: boom") || strings.Contains(got, "goroutine") {
+			t.Errorf("output %q, want the panic without its stack", got)
+		}
+		if !errs.contains("step only panicked: boom") {
+			t.Error("the panic was not reported to the listener")
+		}
+		if lines := logs.Lines(`"level":"ERROR"`, `"msg":"handler panicked"`, "boom"); len(lines) != 1 {
+			t.Errorf("the panic was logged %d times at ERROR, want once; the log:\n%s", len(lines), logs.String())
+		} else if !strings.Contains(lines[0], "handler_test.go") {
+			t.Errorf("the panic's log has no stack down to the step that panicked: %s", lines[0])
+		}
+	})
+
 	t.Run("APanicInABufferIsReportedAsWithout", func(t *testing.T) {
 		panicking := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) { panic("boom") })
 		buffered, err := processor.Buffer(panicking, processor.BufferConfig{})
@@ -494,5 +524,43 @@ func TestCompletionReportsTheStoredTasks(t *testing.T) {
 		if stored.State != repository.Succeeded || stored.Output != "ok "+stored.Identifier {
 			t.Errorf("task %d is %v with output %q", stored.Sequence, stored.State, stored.Output)
 		}
+	}
+}
+
+// A report reaches OnCallback before its decisions are queued, so before OnComplete: the
+// decisions were queued first, and a commit could reach OnComplete while OnCallback had
+// not yet run, which made the metrics count a snooze as a retry (both READY once
+// committed) and keep its entry.
+func TestCallbackBeforeComplete(t *testing.T) {
+	f := setup(t)
+	tasks := f.pushN(1)
+	var (
+		completed = make(chan struct{}, 1)
+		early     atomic.Bool
+	)
+	listener := processor.Listener{
+		OnCallback: func(string, []repository.Task, map[int64]repository.Decision, time.Duration) {
+			// long enough for a queued decision to be committed
+			select {
+			case <-completed:
+				early.Store(true)
+			case <-time.After(500 * time.Millisecond):
+			}
+		},
+		OnComplete: func(string, []repository.Task, time.Duration) {
+			select {
+			case completed <- struct{}{}:
+			default:
+			}
+		},
+	}
+	handler := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+		return repository.SnoozeFor(time.Hour)
+	})
+	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, Listener: listener})
+	f.start(p)
+	f.eventually("the snooze committed", func() bool { return f.get(tasks[0].Sequence).Returned == 1 })
+	if early.Load() {
+		t.Fatal("OnComplete ran while OnCallback of the same decisions had not returned")
 	}
 }

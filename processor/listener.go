@@ -26,12 +26,13 @@ type Listener struct {
 	// time after the batch was handed to it. A batch whose tasks are decided one at a
 	// time (Batch.Decide, TaskFunc) calls it for each report. The manager's own
 	// decisions (a handler relieved after HandlerTimeout or the shutdown deadline) come
-	// here too; unstarted tasks handed back come to OnHandBack instead.
+	// here too; unstarted tasks handed back come to OnHandBack instead. It returns
+	// before the decisions are queued for their commit, so before their OnComplete.
 	OnCallback func(topic string, tasks []repository.Task, decisions map[int64]repository.Decision, handling time.Duration)
 	// OnHandBack: leased tasks the handler never started are handed back, READY again
 	// with no attempt used (at shutdown, a paused topic, a Buffer's full queue, a
 	// relieved handler's unstarted tasks). Their completion is committed like any
-	// other and comes to OnComplete, READY.
+	// other and comes to OnComplete, READY, after OnHandBack has returned.
 	OnHandBack func(topic string, tasks []repository.Task)
 	// OnComplete: decisions were committed; tasks are the rows as stored.
 	OnComplete func(topic string, tasks []repository.Task, flush time.Duration)

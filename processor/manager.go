@@ -1219,8 +1219,10 @@ func (m *TaskManager) handlerPanicked(b *Batch, err error, r any, stack []byte) 
 // reported receives decisions of a batch's tasks from Batch (each task's once), for
 // the next flush; report.go says what it logs.
 func (m *TaskManager) reported(b *Batch, completions []repository.Completion, followups []FollowUp, kind reportKind, err error) {
-	// Queue the decisions first: a listener that panics must not lose them.
-	m.completer.add(b, completions, followups)
+	// The listener hears of the decisions before they are queued, so before their
+	// commit reaches OnComplete (a snooze and a retry are both READY once committed: the
+	// metrics tell them apart by the report); a listener that panics must not lose them.
+	defer m.completer.add(b, completions, followups)
 	m.noteReport(b, completions, kind, err)
 }
 
