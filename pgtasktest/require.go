@@ -111,7 +111,9 @@ func RequireManyPushedTx(ctx context.Context, tb testing.TB, tx pgx.Tx, wants ..
 }
 
 // RequireNotPushed fails the test if a task matches want (a pushed task that was rolled
-// back with its transaction does not).
+// back with its transaction does not), and when want's topic does not exist: a topic
+// misspelt would otherwise hold no task and pass whatever the code under test pushed.
+// Create the topic in the test's set-up when the code creates it lazily.
 func RequireNotPushed(ctx context.Context, tb testing.TB, h repository.Handle, want Want) {
 	tb.Helper()
 	matches := want.filter(readTopic(ctx, tb, h, "RequireNotPushed", want))
