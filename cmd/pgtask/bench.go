@@ -211,7 +211,7 @@ func parseBench(e *env, args []string) (bench.Config, error) {
 // benchConnect opens the benchmark's pools on url.
 func benchConnect(url string) bench.Connect {
 	return func(ctx context.Context, application string, maxConns int32) (*pgxpool.Pool, error) {
-		return openPool(ctx, url, application, maxConns)
+		return openPool(ctx, url, application, poolOptions{maxConns: maxConns})
 	}
 }
 

@@ -110,7 +110,10 @@ func TestUsageErrors(t *testing.T) {
 		{"TopicAddDotDot", []string{"topic", "add", ".."}, []string{`topic add: topic NAME: topic ".." is a path segment of its own`}},
 		{"PurgeFromAfterTo", []string{"purge", "--topic", "t", "--from", "2030-01-01T00:00:00Z", "--to", "2020-01-01T00:00:00Z"}, []string{"purge: --from 2030-01-01T00:00:00Z is after --to 2020-01-01T00:00:00Z"}},
 		{"ReviveFromAfterTo", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "--from", "9", "--to", "3"}, []string{"--from 9 is after --to 3"}},
-		{"ListLimitTooLarge", []string{"list", "--topic", "t", "--limit", "99999999999"}, []string{"--limit: 99999999999 is above 2147483647"}},
+		{"ListLimitTooLarge", []string{"list", "--topic", "t", "--limit", "99999999999"}, []string{"--limit: 99999999999 is above 1000, a page's most"}},
+		{"ListLimitAboveAPage", []string{"list", "--topic", "t", "--limit", "1001"}, []string{"--limit: 1001 is above 1000, a page's most"}},
+		{"ListEmptyIdentifier", []string{"list", "--topic", "t", "--identifier", ""}, []string{"list: --identifier is empty: give one, or leave the flag out"}},
+		{"ListEmptyReference", []string{"list", "--topic", "t", "--reference", ""}, []string{"list: --reference is empty"}},
 		{"ReviveLimitTooLarge", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "--limit", "99999999999"}, []string{"--limit: 99999999999 is above 2147483647"}},
 		{"ExpireNegativeTimeout", []string{"expire", "--timeout", "-1s"}, []string{"--timeout", "must not be negative"}},
 		{"TopicAddWithoutName", []string{"topic", "add"}, []string{"topic add: missing topic NAME"}},
@@ -132,6 +135,7 @@ func TestUsageErrors(t *testing.T) {
 		{"NoDatabaseURL", []string{"stats"}, []string{"stats: --database-url: no database URL: pass --database-url or set DATABASE_URL"}},
 		{"BadDatabaseURL", []string{"stats", "--database-url", "postgres://x:y@host:notaport/db"}, []string{"stats: --database-url:"}},
 		{"ServeNegativeMaxBody", []string{"serve", "--max-body", "-1"}, []string{"serve: --max-body: -1 is below 1"}},
+		{"ServeReadPastWrite", []string{"serve", "--read-timeout", "2m"}, []string{"serve: read timeout 2m0s is longer than the write timeout 1m0s"}},
 		// Refused only after the command had connected (and, with --migrate, migrated).
 		{"ServeBadAllowHost", []string{"serve", "--allow-host", "http://x/"}, []string{`serve: --allow-host: allowed host "http://x/" is not a host name or IP address`}},
 		// Skipped, as if not given.

@@ -461,6 +461,19 @@ func TestListAndShow(t *testing.T) {
 		if strings.Contains(out, "next page") {
 			t.Fatalf("last page offers a next page:\n%s", out)
 		}
+		// a last page as long as the limit: nothing follows it, so no cursor either
+		out = f.ok("list", "--topic", "t", "--limit", "2", "--cursor", strconv.FormatInt(seqs[3], 10))
+		wantContains(t, out, "in-e", "in-f")
+		if strings.Contains(out, "next page") {
+			t.Fatalf("a full last page offers a next page:\n%s", out)
+		}
+		var page struct {
+			NextCursor *int64 `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(f.ok("list", "--topic", "t", "--limit", "2", "--json",
+			"--cursor", strconv.FormatInt(seqs[3], 10))), &page); err != nil || page.NextCursor != nil {
+			t.Fatalf("a full last page: next_cursor %v, %v", page.NextCursor, err)
+		}
 	})
 	t.Run("Backward", func(t *testing.T) {
 		out := f.ok("list", "--topic", "t", "--backward", "--limit", "1")

@@ -105,7 +105,7 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 		dbURL = cluster.ConnString(devDatabase)
 	}
 
-	pool, err := f.openPool(ctx, dbURL, 0)
+	pool, err := f.openPool(ctx, dbURL, poolOptions{})
 	if err != nil {
 		return err
 	}

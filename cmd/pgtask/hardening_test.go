@@ -379,3 +379,48 @@ func TestListingMemory(t *testing.T) {
 		t.Errorf("GET one task: status %d, %d bytes, want the whole input", status, len(one))
 	}
 }
+
+// The pools of commands and of serve stop a statement in the database when its context
+// ends: pgx's default closes the connection only, and the server went on with the
+// statement (a purge interrupted by ^C committed later, unseen). A processor's pool
+// (dev) keeps the default.
+func TestPoolCancelsInServer(t *testing.T) {
+	f := setup(t)
+	for _, tc := range []struct {
+		name    string
+		options poolOptions
+		left    bool // the statement still runs in the database after its context ended
+	}{
+		{"Commands", poolOptions{maxConns: 4, cancelInServer: true}, false},
+		{"Processors", poolOptions{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			application := "cancel-" + strings.ToLower(tc.name)
+			pool, err := openPool(f.ctx, f.url, application, tc.options)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			ctx, cancel := context.WithTimeout(f.ctx, 200*time.Millisecond)
+			defer cancel()
+			if _, err := pool.Exec(ctx, "SELECT pg_sleep(3)"); err == nil {
+				t.Fatal("a statement of 3 s ended within its 200 ms")
+			}
+			running := func() bool {
+				var n int
+				if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE application_name = $1 AND state = 'active' AND query LIKE '%pg_sleep%'`, application).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n > 0
+			}
+			if tc.left {
+				if !running() {
+					t.Fatal("pgx's default stopped the statement in the database: this test no longer tells the two apart")
+				}
+				return
+			}
+			eventually(t, 2*time.Second, "the statement stopped in the database", func() bool { return !running() })
+		})
+	}
+}

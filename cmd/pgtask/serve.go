@@ -43,6 +43,11 @@ to the processors.`
 // queueCacheTTL is how long the queue collector serves one read of the database.
 const queueCacheTTL = 5 * time.Second
 
+// serveConns is the least pool a server opens (pgx's default is the larger of 4 and the
+// number of CPUs): the API, the dashboard, /metrics, /healthz and the schedules share it,
+// and four slow pages would hold every connection. A URL's pool_max_conns overrides it.
+const serveConns = 10
+
 func runServe(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask serve", "[--addr HOST:PORT] [flags]", serveAbout)
 	url := f.databaseURL()
@@ -81,7 +86,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	pool, err := f.openPool(ctx, dbURL, 0)
+	pool, err := f.openPool(ctx, dbURL, poolOptions{atLeast: serveConns, cancelInServer: true})
 	if err != nil {
 		return err
 	}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/pgtask/pgtask/internal/rest"
 	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -40,14 +40,21 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// An empty filter would list every task (a variable that came out empty), and a
+	// script that takes the first task listed would act on an unrelated one.
+	for name, value := range map[string]string{"identifier": *identifier, "reference": *reference} {
+		if value == "" && f.given(name) {
+			return f.usagef("--%s is empty: give one, or leave the flag out to list tasks whatever their %s", name, name)
+		}
+	}
 	if err := repository.ValidateFilter(repository.TaskFilter{Identifier: *identifier, Reference: *reference}); err != nil {
 		return f.usagef("%s", stripInvalid(err))
 	}
 	if *limit < 1 {
 		return f.usagef("--limit: %d is below 1", *limit)
 	}
-	if *limit > math.MaxInt32 {
-		return f.usagef("--limit: %d is above %d", *limit, math.MaxInt32)
+	if *limit > rest.ListLimitMax {
+		return f.usagef("--limit: %d is above %d, a page's most (page on with --cursor)", *limit, rest.ListLimitMax)
 	}
 	if f.given("cursor") && *cursor < 0 {
 		return f.usagef("--cursor: %d is negative", *cursor)
@@ -66,13 +73,16 @@ func runList(ctx context.Context, e *env, args []string) error {
 	defer c.Close()
 	// Excerpts, as the REST API lists: a page stays small whatever the tasks hold, and
 	// "pgtask show" prints one task whole.
+	// One task more than the page: a next cursor only when a task follows it, so that
+	// a script paging on never makes a last call for an empty page.
 	tasks, err := c.repo.Excerpts(ctx, c.pool, *topic,
-		repository.TaskFilter{State: state, Identifier: *identifier, Reference: *reference}, from, *limit, direction)
+		repository.TaskFilter{State: state, Identifier: *identifier, Reference: *reference}, from, *limit+1, direction)
 	if err != nil {
 		return err
 	}
 	var next *int64
-	if len(tasks) == *limit {
+	if len(tasks) > *limit {
+		tasks = tasks[:*limit]
 		n := tasks[len(tasks)-1].Sequence
 		next = &n
 	}

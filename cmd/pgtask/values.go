@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/repository"
@@ -277,7 +279,7 @@ func (f *flags) connect(ctx context.Context, flagValue string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := f.openPool(ctx, url, 4)
+	pool, err := f.openPool(ctx, url, poolOptions{maxConns: 4, cancelInServer: true})
 	if err != nil {
 		return nil, err
 	}
@@ -302,10 +304,10 @@ func (f *flags) requireURL(flagValue string) (string, error) {
 	return url, nil
 }
 
-// openPool opens a pool of at most maxConns connections (0: pgx's default) on url and
-// pings it; a malformed URL is a usage error of --database-url.
-func (f *flags) openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
-	pool, err := openPool(ctx, url, "pgtask "+f.name(), maxConns)
+// openPool opens a pool on url as o says and pings it; a malformed URL is a usage
+// error of --database-url.
+func (f *flags) openPool(ctx context.Context, url string, o poolOptions) (*pgxpool.Pool, error) {
+	pool, err := openPool(ctx, url, "pgtask "+f.name(), o)
 	var bad *badURLError
 	if errors.As(err, &bad) {
 		return nil, f.usagef("--database-url: %v", bad.err)
@@ -318,8 +320,29 @@ type badURLError struct{ err error }
 
 func (b *badURLError) Error() string { return b.err.Error() }
 
+// poolOptions shape a pool openPool opens.
+type poolOptions struct {
+	// maxConns bounds the pool's connections; 0 keeps the URL's pool_max_conns, or
+	// pgx's default (the larger of 4 and the number of CPUs).
+	maxConns int32
+	// atLeast raises the bound to this many connections when the URL does not set
+	// pool_max_conns.
+	atLeast int32
+	// cancelInServer stops a statement in the database when its context ends (a
+	// command interrupted, a request past its timeout), by a cancel request. pgx's
+	// default only closes the connection, and the server goes on with the statement,
+	// a purge say, and commits it unseen. Processors keep pgx's default: their error
+	// handling tells a context's end by the context's own errors.
+	cancelInServer bool
+}
+
+// cancelGrace is how long a statement whose context ended waits for the server to
+// act on the cancel request before its connection is closed (a server that does not
+// answer).
+const cancelGrace = 5 * time.Second
+
 // openPool opens a pool on url and pings it.
-func openPool(ctx context.Context, url, application string, maxConns int32) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, url, application string, o poolOptions) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, &badURLError{err}
@@ -330,8 +353,15 @@ func openPool(ctx context.Context, url, application string, maxConns int32) (*pg
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		cfg.ConnConfig.RuntimeParams["application_name"] = application
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
+	if o.maxConns > 0 {
+		cfg.MaxConns = o.maxConns
+	} else if cfg.MaxConns < o.atLeast && !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = o.atLeast
+	}
+	if o.cancelInServer {
+		cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -34,7 +34,8 @@ type Timeouts struct {
 	Idle time.Duration
 }
 
-// Validate refuses negative timeouts and a header timeout longer than the whole read.
+// Validate refuses negative timeouts, a header timeout longer than the whole read, and
+// a read timeout longer than the write timeout.
 func (t Timeouts) Validate() error {
 	t = t.withDefaults()
 	for _, d := range []struct {
@@ -47,6 +48,12 @@ func (t Timeouts) Validate() error {
 	}
 	if t.ReadHeader > t.Read {
 		return fmt.Errorf("read header timeout %v is longer than the read timeout %v", t.ReadHeader, t.Read)
+	}
+	// A handler's context ends at the read deadline, so its database work does too; an
+	// answer is written until the write deadline. With the write deadline first, a
+	// request could work on past the point where its answer can no longer be sent.
+	if t.Read > t.Write {
+		return fmt.Errorf("read timeout %v is longer than the write timeout %v: a request's work goes on until the read timeout, and its answer could not be sent after the write timeout; give a write timeout at least as long", t.Read, t.Write)
 	}
 	return nil
 }

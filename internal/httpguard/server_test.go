@@ -210,6 +210,9 @@ func TestTimeoutsValidate(t *testing.T) {
 		{httpguard.Timeouts{Read: -1}, false},
 		{httpguard.Timeouts{Idle: -time.Second}, false},
 		{httpguard.Timeouts{ReadHeader: time.Minute, Read: time.Second}, false},
+		{httpguard.Timeouts{Read: 2 * time.Minute}, false}, // past the default write timeout
+		{httpguard.Timeouts{Read: 2 * time.Minute, Write: 2 * time.Minute}, true},
+		{httpguard.Timeouts{Read: time.Minute, Write: time.Second}, false},
 	} {
 		if err := tc.t.Validate(); (err == nil) != tc.ok {
 			t.Errorf("Validate(%+v) = %v, want ok %v", tc.t, err, tc.ok)

@@ -1,6 +1,7 @@
 package rest_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -334,5 +335,40 @@ func TestATimeAfter9999IsWritten(t *testing.T) {
 	f.call("GET", "/topics/mail/tasks/"+strconv.FormatInt(page.Tasks[1].Sequence, 10), "").want(t, http.StatusOK, &got)
 	if got.NotBefore == nil || got.NotBefore.Year() != 9999 {
 		t.Fatalf("task %+v, want its not-before at the end of 9999", got)
+	}
+}
+
+// A request whose context ends while its statement waits (the read timeout passed, or
+// the client went away) answers 503 saying so and logs no error: nothing failed on the
+// server's side.
+func TestRequestStopped(t *testing.T) {
+	f := setup(t)
+	logs := &logbuf.Buffer{}
+	h, err := rest.New(rest.Config{Pool: f.pool, Repository: f.repo, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the topic's listing waits for this lock
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if _, err := tx.Exec(f.ctx, "LOCK TABLE task_topic IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	defer cancel()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/topics/mail", nil))
+	r := response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	var body struct{ Error string }
+	r.want(t, http.StatusServiceUnavailable, &body)
+	if !strings.Contains(body.Error, "stopped before it ended") {
+		t.Fatalf("error %q", body.Error)
+	}
+	got := logs.String()
+	if strings.Contains(got, "level=ERROR") || !strings.Contains(got, "request stopped") {
+		t.Fatalf("logs:\n%s", got)
 	}
 }

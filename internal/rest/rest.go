@@ -227,6 +227,9 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *recorder) WriteHeader(status int)      { r.status = status }
 
+// errStopped answers a request whose context ended while it ran.
+const errStopped = "the request was stopped before it ended: it ran past the server's read timeout, or the client went away"
+
 // handle adapts a route's endpoint: it checks the {topic} of the path when it has one,
 // and refuses what the endpoint would not read (rt.takes), then writes the endpoint's
 // body as JSON or maps its error to a status.
@@ -247,7 +250,13 @@ func (s *server) handle(rt route) http.Handler {
 		if err == nil {
 			status, body, err = rt.serve(s, w, r)
 		}
-		if err != nil {
+		cut := err != nil && r.Context().Err() != nil
+		switch {
+		case cut:
+			// The client went away or the read timeout passed (which ends the request's
+			// context): the database stopped the work, and nothing failed on this side.
+			status = http.StatusServiceUnavailable
+		case err != nil:
 			status = statusOf(err)
 		}
 		if r.URL.Path != "/healthz" {
@@ -256,6 +265,11 @@ func (s *server) handle(rt route) http.Handler {
 		if err != nil {
 			var bodyErr *httpguard.BodyError
 			switch {
+			case cut:
+				s.logger.Info("request stopped: the read timeout passed or the client went away",
+					slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+				writeJSON(w, status, errorJSON{errStopped})
+				return
 			case status == http.StatusInternalServerError:
 				s.logger.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 			case errors.As(err, &bodyErr):
