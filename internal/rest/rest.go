@@ -250,14 +250,15 @@ func (s *server) handle(rt route) http.Handler {
 		if err == nil {
 			status, body, err = rt.serve(s, w, r)
 		}
-		cut := err != nil && r.Context().Err() != nil
-		switch {
-		case cut:
-			// The client went away or the read timeout passed (which ends the request's
-			// context): the database stopped the work, and nothing failed on this side.
-			status = http.StatusServiceUnavailable
-		case err != nil:
+		var cut bool
+		if err != nil {
 			status = statusOf(err)
+			// A failure with no other meaning (a body cut short is a 400 still) while the
+			// request's context had ended: the client went away or the read timeout passed,
+			// which stopped the work, the database statement included.
+			if cut = status == http.StatusInternalServerError && r.Context().Err() != nil; cut {
+				status = http.StatusServiceUnavailable
+			}
 		}
 		if r.URL.Path != "/healthz" {
 			s.statements.record(err, status)
