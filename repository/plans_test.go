@@ -497,6 +497,8 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 			{Identifier: "filler-7"}, {Reference: "nobody"}, {State: states[repository.Active]},
 			{State: states[repository.Ready]}, {State: states[repository.Failed]}, {State: states[repository.Expired]},
 			{State: states[repository.Succeeded], Identifier: "filler-7"},
+			{State: states[repository.Ready], Identifier: "filler-7"}, {State: states[repository.Ready], Reference: "nobody"},
+			{State: states[repository.Failed], Reference: "nobody"}, {State: states[repository.Failed], Identifier: "filler-7"},
 		} {
 			for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
 				cursor := repository.MinSequence
@@ -513,6 +515,18 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 					if w := walks(plans); len(w) > 0 {
 						t.Errorf("%s, call %d, walks the topic's sequences through %v: %s", what, call+1, w, plans[0].raw)
 						break
+					}
+					// With an identifier or a reference, the state's own index (keyed on
+					// neither) would be read until enough tasks match: a READY backlog
+					// whole for an identifier with few READY tasks.
+					if filter.Identifier != "" || filter.Reference != "" {
+						stateScans := checker.scans(plans, func(n planNode, ix partitionIndex) bool {
+							return n.Loops > 0 && (ix.parent == "task_ready" || filter.Identifier == "" && ix.parent == "task_open")
+						})
+						if len(stateScans) > 0 {
+							t.Errorf("%s, call %d, reads its state's index %v: %s", what, call+1, stateScans, plans[0].raw)
+							break
+						}
 					}
 				}
 			}
