@@ -269,6 +269,12 @@ func TestLatest(t *testing.T) {
 	f.push(repository.Append, "a")
 	f.push(repository.Replace, "a") // the READY a's before it become REDUNDANT
 	polled := f.poll(repository.LIFO, repository.None, 12)
+	f.push(repository.Append, "a") // a READY a, which polls leave alone below
+	ready := repository.Ready
+	if page, err := f.repo.Page(f.ctx, f.pool, f.topic, repository.TaskFilter{State: &ready, Identifier: "a"},
+		repository.MinSequence, 5, repository.Forward); err != nil || len(page) == 0 {
+		t.Fatalf("READY tasks of a: %v, %v; the filters below want some", page, err)
+	}
 	f.complete(repository.Fail(errors.New("boom")), polled[:4]...)
 	f.complete(repository.Succeed("ok"), polled[4:8]...) // 8..11 stay ACTIVE
 	mid := polled[6].Sequence

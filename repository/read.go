@@ -380,7 +380,10 @@ func (r *Repository) Latest(ctx context.Context, h Handle, topic string, filter 
 // identifier with few READY tasks.
 func indexPath(filter TaskFilter) int16 {
 	switch {
-	case filter.State != nil && *filter.State == Ready && filter.Identifier == "":
+	case filter.State != nil && *filter.State == Ready:
+		if filter.Identifier != "" {
+			return 3
+		}
 		return 2
 	case filter.State != nil && *filter.State <= Suspended:
 		return 1
