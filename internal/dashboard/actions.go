@@ -255,6 +255,9 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	// state, it applies to those of them that fallback keeps as well
 	var (
 		keep, fallback func(repository.State) bool
+		// done tells a task the action has already been applied to (nil: none), which a
+		// search passes over: "apply again" would otherwise find it again and again
+		done func(repository.Excerpt) bool
 		apply          func(h repository.Handle, seqs []int64) (int, error)
 	)
 	switch in.Action {
@@ -286,6 +289,8 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 			return st == repository.Ready || st == repository.Suspended || st == repository.Expired || st == repository.Active
 		}
 		fallback = keep
+		// a cancelled ACTIVE task stays ACTIVE until its handler ends
+		done = func(t repository.Excerpt) bool { return t.State == repository.Active && t.Cancelled }
 		apply = counted(func(h repository.Handle, seqs []int64) ([]repository.Task, error) {
 			return s.repo.Cancel(wctx, h, topic, cancelledBy, seqs...)
 		})
@@ -332,7 +337,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if res.from > res.to {
 		return nothing, nil
 	}
-	seqs, before, err := s.matching(r, topic, res, keep, in.Before)
+	seqs, before, err := s.matching(r, topic, res, keep, done, in.Before)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +461,7 @@ func (s *server) runChunk(ctx context.Context, deadline time.Time, apply func(re
 const sqlstateQueryCanceled = "57014"
 
 // matching reads the sequences of up to bulkMax tasks of the filter whose state keep
-// accepts, a page at a time (keyset). Without a state in the filter it reads each state
+// accepts and that done (when not nil) does not call done, a page at a time (keyset). Without a state in the filter it reads each state
 // keep accepts in turn, as if the filter named it. An unfinished or broken state
 // (ACTIVE to SUSPENDED), an identifier or a reference is read through its own index
 // (Repository.Excerpts), oldest first, so that a cancel of "any" state costs what the
@@ -466,7 +471,8 @@ const sqlstateQueryCanceled = "57014"
 // is looked for in the scanWindow sequences below the end of the time range (or below
 // before, when above 0) at most, newest first. next, when above 0, is where the search
 // stopped with older tasks unsearched: the same action with before = next goes on.
-func (s *server) matching(r *http.Request, topic string, res resolved, keep func(repository.State) bool, before int64) (seqs []int64, next int64, err error) {
+func (s *server) matching(r *http.Request, topic string, res resolved, keep func(repository.State) bool,
+	done func(repository.Excerpt) bool, before int64) (seqs []int64, next int64, err error) {
 	var states []repository.State
 	if res.filter.State != nil {
 		states = append(states, *res.filter.State)
@@ -492,6 +498,9 @@ func (s *server) matching(r *http.Request, topic string, res resolved, keep func
 			for _, t := range page {
 				if t.Sequence > res.to || len(seqs) == bulkMax {
 					break pages
+				}
+				if done != nil && done(t) {
+					continue
 				}
 				seqs = append(seqs, t.Sequence)
 			}
