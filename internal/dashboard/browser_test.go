@@ -278,6 +278,30 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	// The settings form posted every field as the page had loaded it, so a save undid
+	// what was set elsewhere since: it posts the fields changed in it.
+	t.Run("SaveSettingsKeepsWhatChangedElsewhere", func(t *testing.T) {
+		run(t, ctx,
+			chromedp.Navigate(base+"/ui/topics/idle"),
+			waitFor(`document.body.dataset.ready === "1"`),
+		)
+		if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "idle", func(s *repository.TopicSettings) { s.QueueCap = 1000 }); err != nil {
+			t.Fatal(err)
+		}
+		run(t, ctx,
+			act(chromedp.SetValue(chromedp.CSS(`#settings-form input[name=max_attempts]`), "7")),
+			click("#save-settings"),
+			waitFor(`document.getElementById("toast")?.textContent === "Saved"`),
+		)
+		got, err := f.repo.Topic(f.ctx, f.pool, "idle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.MaxAttempts != 7 || got.QueueCap != 1000 {
+			t.Fatalf("max attempts %d, queue cap %d: want 7 (saved) and 1000 (set meanwhile)", got.MaxAttempts, got.QueueCap)
+		}
+	})
+
 	t.Run("ReviveAFailedTask", func(t *testing.T) {
 		task := f.push("work", repository.Creation{Identifier: "to-revive", Input: "fail"})[0]
 		run(t, ctx,

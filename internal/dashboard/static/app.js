@@ -174,6 +174,24 @@
           await refresh();
           return;
         }
+        case "settings": {
+          // Only the fields changed here: the others keep what they hold now, which
+          // may have been set elsewhere (the CLI, another tab) since this page loaded.
+          const changed = {};
+          for (const [key, value] of Object.entries(body)) {
+            const input = form.elements[key];
+            if (input && String(input.value) !== input.defaultValue) changed[key] = value;
+          }
+          if (Object.keys(changed).length === 0) {
+            toast("Nothing changed");
+            return;
+          }
+          await post(form.dataset.url, changed);
+          for (const key of Object.keys(changed)) form.elements[key].defaultValue = form.elements[key].value;
+          toast("Saved");
+          await refresh();
+          return;
+        }
         default: {
           await post(form.dataset.url, body);
           toast("Saved");
