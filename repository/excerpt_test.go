@@ -2,6 +2,7 @@ package repository_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -222,7 +223,7 @@ func TestGetExcerpt(t *testing.T) {
 		for range repository.ExcerptErrors + 2 {
 			f.complete(repository.Fail(errors.New(long)), pollOne(f, f.repo, task.Sequence))
 		}
-		got, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence, 10)
+		got, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence, 10, repository.ExcerptErrors+2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,13 +234,32 @@ func TestGetExcerpt(t *testing.T) {
 			t.Errorf("errors %q (cut %v), want all %d, each its first 10 characters", got.Errors, got.ErrorsCut, repository.ExcerptErrors+2)
 		}
 	})
+	t.Run("KeepsTheLastErrorsAsked", func(t *testing.T) {
+		// the last 2 only, and cut says some were left out, however short they are
+		f := isolated(t, shared)
+		configure(f, repository.TopicSettings{MaxAttempts: 5})
+		short := pushOne(f, repository.Creation{Identifier: "b"})
+		for i := range 3 {
+			f.complete(repository.Fail(fmt.Errorf("e%d", i)), pollOne(f, f.repo, short.Sequence))
+		}
+		got, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, short.Sequence, 10, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Errors, []string{"e1", "e2"}) || !got.ErrorsCut {
+			t.Errorf("errors %q (cut %v), want the last two, cut", got.Errors, got.ErrorsCut)
+		}
+	})
 	t.Run("RefusesALengthBelowOneAndAnswersErrUnknownTask", func(t *testing.T) {
 		f := isolated(t, shared)
 		task := pushOne(f, repository.Creation{Identifier: "a"})
-		if _, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence, 0); !errors.Is(err, repository.ErrInvalid) {
+		if _, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence, 0, 1); !errors.Is(err, repository.ErrInvalid) {
 			t.Errorf("length 0: %v, want ErrInvalid", err)
 		}
-		if _, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence+1000, 10); !errors.Is(err, repository.ErrUnknownTask) {
+		if _, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence, 10, 0); !errors.Is(err, repository.ErrInvalid) {
+			t.Errorf("error count 0: %v, want ErrInvalid", err)
+		}
+		if _, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence+1000, 10, 1); !errors.Is(err, repository.ErrUnknownTask) {
 			t.Errorf("unknown task: %v, want ErrUnknownTask", err)
 		}
 	})

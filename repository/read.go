@@ -499,18 +499,23 @@ func (r *Repository) Get(ctx context.Context, h Handle, topic string, sequence i
 }
 
 // GetExcerpt returns one task of a topic as Get does, but with its input, output and
-// each of its errors (all of them) cut in the database to their first length characters
-// (at least 1), so that a task of megabytes costs its reader no more than length per
-// text; InputBytes and OutputBytes are the whole lengths. The Excerpt's ConcurrencyKey
-// is not read. An unknown task returns ErrUnknownTask.
-func (r *Repository) GetExcerpt(ctx context.Context, h Handle, topic string, sequence int64, length int) (Excerpt, error) {
+// errors cut in the database: each text to its first length characters (at least 1),
+// and the errors to the last errorCount (at least 1; one per failed attempt, and
+// attempts are as many as the topic allows), so that a task of megabytes costs its
+// reader no more than length per text; InputBytes and OutputBytes are the whole
+// lengths, and ErrorsCut says when an error was cut or left out. The Excerpt's
+// ConcurrencyKey is not read. An unknown task returns ErrUnknownTask.
+func (r *Repository) GetExcerpt(ctx context.Context, h Handle, topic string, sequence int64, length, errorCount int) (Excerpt, error) {
 	if err := validTopic(topic); err != nil {
 		return Excerpt{}, err
 	}
 	if length < 1 {
 		return Excerpt{}, invalid("excerpt length %d is below 1", length)
 	}
-	rows, err := r.q.TaskExcerptAt(ctx, h, db.TaskExcerptAtParams{Length: int32(min(length, 1<<31-1)), ErrorCount: 1<<31 - 1,
+	if errorCount < 1 {
+		return Excerpt{}, invalid("excerpt error count %d is below 1", errorCount)
+	}
+	rows, err := r.q.TaskExcerptAt(ctx, h, db.TaskExcerptAtParams{Length: int32(min(length, 1<<31-1)), ErrorCount: int32(min(errorCount, 1<<31-1)),
 		Topic: topic, Sequences: []int64{sequence}, Size: 1})
 	if err != nil {
 		return Excerpt{}, mapError(fmt.Sprintf("get task %d of topic %q", sequence, topic), err)

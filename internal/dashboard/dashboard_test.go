@@ -1112,3 +1112,32 @@ func TestCappedCounts(t *testing.T) {
 	}
 	mustContain(t, f.page("/ui/topics/later"), `<span class="label">Ready (due)</span><span class="value"><span title=`)
 }
+
+// TestTaskPageShowsTheLastErrors: a task retried many times shows its last errors, not
+// one per attempt (a page of thousands of texts, read again at each refresh); ?full=1
+// shows them all.
+func TestTaskPageShowsTheLastErrors(t *testing.T) {
+	f := setup(t, "")
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "mail", func(s *repository.TopicSettings) {
+		s.MaxAttempts, s.BackoffBase, s.BackoffCap, s.BackoffJitter = 100, 0, 0, 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	task := f.push("mail", repository.Creation{Identifier: "retried"})[0]
+	for i := range 30 {
+		leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 1)
+		if err != nil || len(leased) != 1 {
+			t.Fatalf("poll %d = %v, %v", i, leased, err)
+		}
+		if _, err := f.repo.Complete(f.ctx, f.pool, "mail", leased[0].Decide(repository.Fail(fmt.Errorf("failure-%02d", i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := fmt.Sprintf("/ui/topics/mail/tasks/%d", task.Sequence)
+	body := f.page(path)
+	mustContain(t, body, "failure-29", "failure-10", `id="errors-left-out"`, "Only the last 20 errors are shown")
+	if strings.Contains(body, "failure-09") {
+		t.Errorf("the page shows the 10th error of 30, want the last 20 only")
+	}
+	mustContain(t, f.page(path+"?full=1"), "failure-00", "failure-29")
+}

@@ -33,6 +33,8 @@ const (
 	// textShown is how many bytes of an input, output or error the task page shows
 	// before it offers the whole text.
 	textShown = 16 << 10
+	// errorsShown is how many of a task's errors (the last ones) its page shows.
+	errorsShown = 20
 	// ownersShown is how many owners the processes page lists.
 	ownersShown = 500
 )
@@ -672,6 +674,7 @@ type taskView struct {
 	Task          repository.Task
 	Input, Output text
 	Errors        []text
+	ErrorsLeftOut bool // earlier errors than these may not be shown
 	OwnerAlive    bool
 	OwnerKnown    bool
 	Paused        bool
@@ -710,7 +713,7 @@ func (s *server) task(r *http.Request) (string, any, error) {
 		ex.Task, err = s.repo.Get(ctx, s.pool, topic, seq)
 		ex.InputBytes, ex.OutputBytes = int64(len(ex.Input)), int64(len(ex.Output))
 	} else {
-		ex, err = s.repo.GetExcerpt(ctx, s.pool, topic, seq, textShown)
+		ex, err = s.repo.GetExcerpt(ctx, s.pool, topic, seq, textShown, errorsShown)
 	}
 	if err != nil {
 		return "", nil, err
@@ -718,6 +721,9 @@ func (s *server) task(r *http.Request) (string, any, error) {
 	task := ex.Task
 	v := taskView{Task: task, Input: showText(task.Input, ex.InputBytes, full), Output: showText(task.Output, ex.OutputBytes, full),
 		Paused: !t.Active, FullURL: taskURL(topic, seq) + "?full=1", Now: time.Now()}
+	// the last errorsShown errors (a task retried a thousand times would make a page of
+	// a thousand texts, read again at each refresh); full=1 shows them all
+	v.ErrorsLeftOut = !full && ex.ErrorsCut && len(task.Errors) == errorsShown
 	for _, e := range task.Errors {
 		whole := int64(len(e))
 		if ex.ErrorsCut && utf8.RuneCountInString(e) == textShown {
