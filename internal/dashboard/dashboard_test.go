@@ -1141,3 +1141,22 @@ func TestTaskPageShowsTheLastErrors(t *testing.T) {
 	}
 	mustContain(t, f.page(path+"?full=1"), "failure-00", "failure-29")
 }
+
+// A finished state's newer page starts again from the newest, and so offers no newer
+// page (it linked to itself).
+func TestFinishedStateNewerPageIsTheNewest(t *testing.T) {
+	f := setup(t, "")
+	f.push("mail", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"})
+	leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 2)
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("poll = %v, %v", leased, err)
+	}
+	if _, err := f.repo.Complete(f.ctx, f.pool, "mail", leased[0].Decide(repository.Succeed("")), leased[1].Decide(repository.Succeed(""))); err != nil {
+		t.Fatal(err)
+	}
+	body := f.page(fmt.Sprintf("/ui/topics/mail?state=SUCCEEDED&after=%d", leased[0].Sequence))
+	mustContain(t, body, fmt.Sprintf(`/ui/topics/mail/tasks/%d"`, leased[1].Sequence))
+	if strings.Contains(body, `id="newer-tasks"`) {
+		t.Error("the newest page of SUCCEEDED tasks links to newer tasks")
+	}
+}

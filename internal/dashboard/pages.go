@@ -457,7 +457,7 @@ func (s *server) topic(r *http.Request) (string, any, error) {
 	wide := res.filter.State != nil
 	if wide {
 		if direction == repository.Forward { // newer pages start again from the newest
-			cursor, direction = res.end(), repository.Backward
+			cursor, direction, paged = res.end(), repository.Backward, false
 		}
 		if cursor == repository.MaxSequence {
 			last, err := s.repo.LastSequence(ctx, s.pool)
