@@ -216,6 +216,9 @@ func (f *flags) usagef(format string, args ...any) error {
 // parse parses args and returns the positional arguments. --help prints the usage on
 // stdout and returns flag.ErrHelp; a bad flag returns a usage error naming it.
 func (f *flags) parse(args []string) ([]string, error) {
+	if err := f.boolWithValue(args); err != nil {
+		return nil, err
+	}
 	var positional []string
 	for {
 		err := f.Parse(args)
@@ -236,6 +239,36 @@ func (f *flags) parse(args []string) ([]string, error) {
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
+
+// boolWithValue refuses a boolean flag followed by true or false as its own argument
+// (--suspended false): the flag takes no value, so the word would be a positional
+// argument, and "pgtask push --suspended false user-42" pushed a SUSPENDED task named
+// "false" whose input was "user-42".
+func (f *flags) boolWithValue(args []string) error {
+	for i, arg := range args {
+		if arg == "--" {
+			return nil
+		}
+		if !strings.HasPrefix(arg, "-") || i+1 == len(args) {
+			continue
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		fl := f.Lookup(name)
+		if fl == nil {
+			continue
+		}
+		if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			continue
+		}
+		if next := strings.ToLower(args[i+1]); next == "true" || next == "false" {
+			return f.usagef("--%s takes no value: write --%s=%s, or leave the flag out for false", name, name, next)
+		}
+	}
+	return nil
 }
 
 // given reports whether the flag was set on the command line.

@@ -77,6 +77,8 @@ func TestUsageErrors(t *testing.T) {
 		{"PriorityNotANumber", []string{"push", "--topic", "t", "--priority", "high", "id"}, []string{`--priority: invalid value "high"`}},
 		{"NegativeDelay", []string{"push", "--topic", "t", "--delay", "-5s", "id"}, []string{"--delay", "must not be negative"}},
 		{"BadDelay", []string{"push", "--topic", "t", "--delay", "soon", "id"}, []string{`--delay: invalid value "soon"`, "not a duration"}},
+		{"BoolFlagWithSeparateValue", []string{"push", "--topic", "t", "--suspended", "false", "user-42"}, []string{"push: --suspended takes no value: write --suspended=false, or leave the flag out for false"}},
+		{"BoolFlagWithSeparateValueOneDash", []string{"list", "--topic", "t", "-backward", "TRUE"}, []string{"list: --backward takes no value: write --backward=true"}},
 		{"TooManyPushArguments", []string{"push", "--topic", "t", "a", "b", "c"}, []string{`unexpected argument "c"`}},
 		{"ReferenceTooLong", []string{"push", "--topic", "t", "--reference", strings.Repeat("r", 501), "id"}, []string{"push: --reference: reference is 501 characters long, at most 500"}},
 		{"EmptyIdentifier", []string{"push", "--topic", "t", ""}, []string{"identifier is empty"}},
