@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -199,15 +201,15 @@ func (m *Metrics) Listener() processor.Listener {
 		OnExpire: m.OnExpire,
 		OnFire:   m.OnFire,
 		OnDispatch: func(topic string, tasks []repository.Task, poll time.Duration) {
-			m.poll.WithLabelValues(topic).Observe(poll.Seconds())
-			m.batch.WithLabelValues(topic).Observe(float64(len(tasks)))
+			m.poll.WithLabelValues(label(topic)).Observe(poll.Seconds())
+			m.batch.WithLabelValues(label(topic)).Observe(float64(len(tasks)))
 		},
 		OnEmpty: func(topic string, poll time.Duration) {
-			m.poll.WithLabelValues(topic).Observe(poll.Seconds())
-			m.empty.WithLabelValues(topic).Inc()
+			m.poll.WithLabelValues(label(topic)).Observe(poll.Seconds())
+			m.empty.WithLabelValues(label(topic)).Inc()
 		},
 		OnCallback: func(topic string, tasks []repository.Task, decisions map[int64]repository.Decision, handling time.Duration) {
-			m.handler.WithLabelValues(topic).Observe(handling.Seconds())
+			m.handler.WithLabelValues(label(topic)).Observe(handling.Seconds())
 			m.rememberSnoozes(topic, tasks, func(t repository.Task) bool { return decisions[t.Sequence].Snooze })
 		},
 		// Tasks handed back unstarted are no handler's work: not timed, but counted as
@@ -216,16 +218,16 @@ func (m *Metrics) Listener() processor.Listener {
 			m.rememberSnoozes(topic, tasks, func(repository.Task) bool { return true })
 		},
 		OnComplete: func(topic string, tasks []repository.Task, flush time.Duration) {
-			m.complete.WithLabelValues(topic).Observe(flush.Seconds())
+			m.complete.WithLabelValues(label(topic)).Observe(flush.Seconds())
 			for _, t := range tasks {
-				m.completed.WithLabelValues(topic, m.result(topic, t)).Inc()
+				m.completed.WithLabelValues(label(topic), m.result(topic, t)).Inc()
 			}
 		},
 		OnError: func(topic string, _ error) {
-			m.errors.WithLabelValues(topic).Inc()
+			m.errors.WithLabelValues(label(topic)).Inc()
 		},
 		OnFatal: func(topic string, _ error) {
-			m.errors.WithLabelValues(topic).Inc()
+			m.errors.WithLabelValues(label(topic)).Inc()
 		},
 	}
 }
@@ -279,8 +281,8 @@ func (m *Metrics) result(topic string, t repository.Task) string {
 // OnExpire records what an expiry took back; it matches processor.Config.OnExpire.
 func (m *Metrics) OnExpire(expired []repository.Expiry) {
 	for _, e := range expired {
-		m.expired.WithLabelValues(e.Topic).Add(float64(e.Expired))
-		m.retried.WithLabelValues(e.Topic).Add(float64(e.Retried))
+		m.expired.WithLabelValues(label(e.Topic)).Add(float64(e.Expired))
+		m.retried.WithLabelValues(label(e.Topic)).Add(float64(e.Retried))
 	}
 }
 
@@ -293,9 +295,9 @@ func (m *Metrics) OnFire(fires []repository.Fire) {
 	defer m.mu.Unlock()
 	for _, f := range fires {
 		m.schedules[f.Schedule] = struct{}{}
-		m.fires.WithLabelValues(f.Schedule).Add(float64(len(f.Times)))
-		m.missed.WithLabelValues(f.Schedule).Add(float64(f.Missed))
-		m.lateness.WithLabelValues(f.Schedule).Observe(f.Lateness().Seconds())
+		m.fires.WithLabelValues(label(f.Schedule)).Add(float64(len(f.Times)))
+		m.missed.WithLabelValues(label(f.Schedule)).Add(float64(f.Missed))
+		m.lateness.WithLabelValues(label(f.Schedule)).Observe(f.Lateness().Seconds())
 	}
 }
 
@@ -308,9 +310,9 @@ func (m *Metrics) ForgetSchedule(name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.schedules, name)
-	m.fires.DeleteLabelValues(name)
-	m.missed.DeleteLabelValues(name)
-	m.lateness.DeleteLabelValues(name)
+	m.fires.DeleteLabelValues(label(name))
+	m.missed.DeleteLabelValues(label(name))
+	m.lateness.DeleteLabelValues(label(name))
 }
 
 // NewQueueCollector is the package's NewQueueCollector whose reads also drop m's series
@@ -367,4 +369,25 @@ func (m *Metrics) forgetRemovedSchedules(exist func(names []string) ([]string, e
 // never the database's address, name or user (NewQueueCollector).
 func Handler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
+}
+
+// label is s as a label value: Prometheus takes UTF-8 only, and refuses (panics, in a
+// Vec) any other, where a topic or schedule of a database whose encoding is not UTF-8
+// (LATIN1, say: pgx then reads its text byte for byte) may hold other bytes. Each byte
+// that is not UTF-8 is written \xNN, so that names stay apart.
+func label(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&b, "\\x%02x", s[0])
+		} else {
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -45,5 +47,34 @@ func TestSnoozesNeverCommittedAreForgotten(t *testing.T) {
 		if got := committed(task); got != ResultSnoozed {
 			t.Fatalf("snooze %d after the sweep: %s, want %s", i, got, ResultSnoozed)
 		}
+	}
+}
+
+// TestLabelsOfOtherEncodings: a topic or schedule name that is not UTF-8 (a LATIN1
+// database read byte for byte) made WithLabelValues panic on the goroutine of the
+// listener (a manager's, the completer's: the process), and a scrape fail. Each byte
+// that is not UTF-8 is written \xNN.
+func TestLabelsOfOtherEncodings(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"café": "café", "caf\xe9": `caf\xe9`, "\xff\xfeok": `\xff\xfeok`} {
+		if got := label(in); got != want {
+			t.Errorf("label(%q) = %q, want %q", in, got, want)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	l := m.Listener()
+	topic := "caf\xe9"
+	task := repository.Task{Topic: topic, Sequence: 1, Attempt: 1, State: repository.Succeeded}
+	l.OnDispatch(topic, []repository.Task{task}, time.Millisecond)
+	l.OnEmpty(topic, time.Millisecond)
+	l.OnCallback(topic, []repository.Task{task}, map[int64]repository.Decision{1: repository.Succeed("")}, time.Millisecond)
+	l.OnComplete(topic, []repository.Task{task}, time.Millisecond)
+	l.OnError(topic, nil)
+	m.OnExpire([]repository.Expiry{{Topic: topic, Expired: 1}})
+	m.OnFire([]repository.Fire{{Schedule: "sched\xe9"}})
+	m.ForgetSchedule("sched\xe9")
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
 	}
 }

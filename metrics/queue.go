@@ -178,6 +178,9 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	}
 	var out []prometheus.Metric
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		for i := range labels {
+			labels[i] = label(labels[i])
+		}
 		out = append(out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...))
 	}
 	for _, t := range topics {
