@@ -37,7 +37,9 @@
 // pgtask_topic_keys_waiting and pgtask_topic_rate_tokens; and pgtask_owners_live.
 // The depths and pgtask_queue_delayed are repository.Stats' counts, which stop at
 // repository.StatsCap (100 000) so that a scrape's reads stay bounded: a gauge at that
-// value means that many tasks or more.
+// value means that many tasks or more. A topic or schedule name is its label as it is;
+// one that is not UTF-8 (from a database whose encoding is not) has each byte that is
+// not written \xNN, since Prometheus takes UTF-8 only.
 //
 // # Cost
 //
@@ -47,5 +49,8 @@
 // under a second (BENCHMARKS.md). Each topic has nine series of the queue (five depths,
 // delayed, oldest, rows estimate, active), a limited one up to six more, and each topic a
 // manager polled about ten more from the managers: with thousands of topics, give
-// NewQueueCollector the topics worth watching, or drop series at the scrape.
+// NewQueueCollector the topics worth watching, or drop series at the scrape. On a
+// distributed database (Citus) repository.StatsAll reads the topics a statement each, so
+// that a collector of every topic makes one per topic at each scrape, within the read's
+// 10 s: there, give it the topics worth watching.
 package metrics
