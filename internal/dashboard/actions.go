@@ -257,8 +257,8 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		keep, fallback func(repository.State) bool
 		// done tells a task the action has already been applied to (nil: none), which a
 		// search passes over: "apply again" would otherwise find it again and again
-		done func(repository.Excerpt) bool
-		apply          func(h repository.Handle, seqs []int64) (int, error)
+		done  func(repository.Excerpt) bool
+		apply func(h repository.Handle, seqs []int64) (int, error)
 	)
 	switch in.Action {
 	case "purge":
