@@ -279,6 +279,12 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 		u, err := url.Parse(cfg.httpURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad(origin, "invalid URL %q (want http://HOST/PATH or https://HOST/PATH)", cfg.httpURL)
+		} else if p := u.Port(); p != "" {
+			// url.Parse takes any digits: each task would fail at its dial, an attempt
+			// used, until the topic's tasks were all FAILED
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				bad(origin, "invalid URL %q: port %s out of range (want 1 to 65535)", cfg.httpURL, p)
+			}
 		}
 	default:
 		errs = append(errs, usagef("a handler is required: --exec PROGRAM [ARGS...] or --http URL"))
@@ -356,6 +362,13 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 	}
 	cfg.initialize = boolean("init")
 	cfg.migrate = boolean("migrate")
+	if cfg.initialize && cfg.topic != "" && utf8.ValidString(cfg.topic) && utf8.RuneCountInString(cfg.topic) <= repository.MaxTopicLength {
+		// a name the topic could not be created under fails here, before anything starts
+		if err := repository.ValidateNewTopic(cfg.topic); err != nil {
+			_, origin := lookup("topic")
+			bad(origin, "%s (with --init, the topic must be one that can be created)", plain(err))
+		}
+	}
 
 	cfg.addr, cfg.addrOrigin = lookup("addr")
 	if cfg.addr != "" {

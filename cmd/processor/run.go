@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	var handle processor.TaskFunc
 	if cfg.httpURL != "" {
-		handle = newHTTPHandler(cfg.httpURL, cfg.timeout, cfg.retryDelay, logger).handle
+		handle = newHTTPHandler(cfg.httpURL, cfg.timeout, cfg.retryDelay, cfg.workers, logger).handle
 	} else {
 		h, err := newExecHandler(cfg.execArgs[0], cfg.execArgs[1:], cfg.timeout, cfg.retryDelay, logger)
 		if err != nil {

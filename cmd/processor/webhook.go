@@ -50,10 +50,17 @@ type httpHandler struct {
 	logger     *slog.Logger
 }
 
-func newHTTPHandler(url string, timeout, retryDelay time.Duration, logger *slog.Logger) *httpHandler {
+// newHTTPHandler POSTs to url from up to workers tasks at once: it keeps as many idle
+// connections to the endpoint (http.DefaultTransport keeps 2 a host, so that busy
+// workers opened a connection, and its TLS handshake, per task).
+func newHTTPHandler(url string, timeout, retryDelay time.Duration, workers int, logger *slog.Logger) *httpHandler {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = max(workers, 2)
+	transport.MaxIdleConns = max(transport.MaxIdleConns, workers)
 	return &httpHandler{
 		url: url,
 		client: &http.Client{
+			Transport: transport,
 			// A redirect is answered as the status it is (FAILURE), not followed: a
 			// POST silently turned into a GET would lose the task.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

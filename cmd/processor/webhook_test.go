@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,6 +79,39 @@ func TestHTTPHandler(t *testing.T) {
 	task := repository.Task{Topic: "mail", Sequence: 7, Identifier: "user-1", Input: `{"to":"a@b"}`, Reference: "r", Attempt: 2, Created: created}
 	logger := slog.New(slog.DiscardHandler)
 
+	// Workers posting at once reuse their connections: the default transport kept 2 idle
+	// a host, so that 8 workers opened connections again and again.
+	t.Run("WorkersReuseTheirConnections", func(t *testing.T) {
+		t.Parallel()
+		var opened atomic.Int64
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(time.Millisecond)
+			fmt.Fprint(w, "ok")
+		}))
+		srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				opened.Add(1)
+			}
+		}
+		srv.Start()
+		defer srv.Close()
+		const workers = 8
+		h := newHTTPHandler(srv.URL, time.Minute, time.Second, workers, logger)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for range 25 {
+					if d := h.handle(t.Context(), task); d.Result != repository.Success {
+						t.Errorf("decision %v", d)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := opened.Load(); n > workers {
+			t.Errorf("%d workers posting 25 tasks each opened %d connections, want at most %d", workers, n, workers)
+		}
+	})
 	t.Run("PostsTheTaskAsJSON", func(t *testing.T) {
 		t.Parallel()
 		var got map[string]any
@@ -89,7 +124,7 @@ func TestHTTPHandler(t *testing.T) {
 			fmt.Fprint(w, strings.Repeat("y", 2*outputLimit))
 		}))
 		defer srv.Close()
-		d := newHTTPHandler(srv.URL, time.Minute, time.Second, logger).handle(t.Context(), task)
+		d := newHTTPHandler(srv.URL, time.Minute, time.Second, 1, logger).handle(t.Context(), task)
 		if want := repository.Succeed(strings.Repeat("y", outputLimit) + truncated); d != want {
 			t.Errorf("decision: %v with %d-byte message, want SUCCESS with the body's first %d bytes", d.Result, len(d.Message), outputLimit)
 		}
@@ -115,7 +150,7 @@ func TestHTTPHandler(t *testing.T) {
 		}))
 		defer srv.Close()
 		defer close(release)
-		d := newHTTPHandler(srv.URL, 200*time.Millisecond, time.Second, logger).handle(t.Context(), task)
+		d := newHTTPHandler(srv.URL, 200*time.Millisecond, time.Second, 1, logger).handle(t.Context(), task)
 		if want := repository.Fail(errors.New("timed out after 200ms")); d != want {
 			t.Errorf("decision %+v, want %+v", d, want)
 		}
@@ -126,7 +161,7 @@ func TestHTTPHandler(t *testing.T) {
 		srv := httptest.NewServer(http.NotFoundHandler())
 		url := srv.URL
 		srv.Close()
-		d := newHTTPHandler(url, time.Minute, time.Second, logger).handle(t.Context(), task)
+		d := newHTTPHandler(url, time.Minute, time.Second, 1, logger).handle(t.Context(), task)
 		if d.Result != repository.Failure || d.Snooze || !strings.Contains(d.Message, "connection refused") {
 			t.Errorf("decision %+v, want FAILURE saying the connection was refused", d)
 		}
@@ -155,7 +190,7 @@ func TestHTTPHandler(t *testing.T) {
 		}()
 		done := make(chan repository.Decision, 1)
 		go func() {
-			done <- newHTTPHandler("http://"+ln.Addr().String()+"/t", 300*time.Millisecond, time.Second, logger).handle(t.Context(), task)
+			done <- newHTTPHandler("http://"+ln.Addr().String()+"/t", 300*time.Millisecond, time.Second, 1, logger).handle(t.Context(), task)
 		}()
 		select {
 		case d := <-done:
@@ -173,7 +208,7 @@ func TestHTTPHandler(t *testing.T) {
 			http.Redirect(w, r, "/elsewhere", http.StatusFound)
 		}))
 		defer srv.Close()
-		d := newHTTPHandler(srv.URL, time.Minute, time.Second, logger).handle(t.Context(), task)
+		d := newHTTPHandler(srv.URL, time.Minute, time.Second, 1, logger).handle(t.Context(), task)
 		if d.Result != repository.Failure || !strings.HasPrefix(d.Message, "HTTP 302 Found") {
 			t.Errorf("decision %+v, want FAILURE HTTP 302", d)
 		}
