@@ -681,16 +681,19 @@ func fireText(s string, at time.Time) string {
 	return strings.ReplaceAll(s, ScheduleTimePlaceholder, at.UTC().Format(time.RFC3339))
 }
 
-// databaseNow returns the injected clock, or the database's (its transaction's time,
-// now()): fire times are computed by the clock FireSchedules fires by, so that a
-// process whose clock is behind or ahead neither pushes a time twice (a spec set just
-// after a fire, from a host two seconds behind, restarted from before it) nor skips one.
+// databaseNow returns the injected clock, or the database's (its statement's time,
+// statement_timestamp(), as task_schedule_check reads it): fire times are computed by
+// the clock FireSchedules fires by, so that a process whose clock is behind or ahead
+// neither pushes a time twice (a spec set just after a fire, from a host two seconds
+// behind, restarted from before it) nor skips one. Not the transaction's start (now()):
+// an edit made late in a long transaction would start its fire times in the past, and
+// the next round would fire a time that had gone by before the edit.
 func (r *Repository) databaseNow(ctx context.Context, h Handle) (time.Time, error) {
 	if t := r.clock(); t != nil {
 		return *t, nil
 	}
 	var now time.Time
-	if err := h.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+	if err := h.QueryRow(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
 		return time.Time{}, mapError("read the database's time", err)
 	}
 	return now, nil

@@ -443,3 +443,35 @@ func zoneFile(name string) ([]byte, error) {
 	defer f.Close()
 	return io.ReadAll(f)
 }
+
+// TestScheduleEditLateInATransaction: an edit from Go made late in a long transaction
+// starts its fire times from the edit, as one made in SQL does (task_schedule_check):
+// it went by the transaction's start, so that a time gone by before the edit was fired
+// at once.
+func TestScheduleEditLateInATransaction(t *testing.T) {
+	f := setup(t)
+	if _, err := f.repo.CreateSchedule(f.ctx, f.pool, "tick", repository.ScheduleSettings{Topic: f.topic, Spec: "@every 1h"}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if _, err := tx.Exec(f.ctx, "SELECT pg_sleep(2.5)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.repo.UpdateSchedule(f.ctx, tx, "tick", func(s *repository.ScheduleSettings) { s.Spec = "@every 2s" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	fires, err := f.repo.FireSchedules(f.ctx, f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fires) != 0 {
+		t.Errorf("right after the edit, a round fired %+v: a time before the edit", fires)
+	}
+}

@@ -1343,9 +1343,9 @@ func deref(p *string) string {
 }
 
 // TestScheduleTimesByTheDatabaseClock: a schedule's fire times are computed by the
-// database's clock, the one FireSchedules fires by, not the caller's. In a transaction
-// the database's now() stays at its start while the caller's clock moves on: a first
-// fire time, and one restarted by a new spec, must follow the former.
+// database's clock, the one FireSchedules fires by, at the statement that writes them
+// (statement_timestamp(), as task_schedule_check reads it), not at its transaction's
+// start: a first fire time, and one restarted by a new spec, follow the statement's.
 func TestScheduleTimesByTheDatabaseClock(t *testing.T) {
 	f := setup(t)
 	tx, err := f.pool.Begin(f.ctx)
@@ -1353,25 +1353,35 @@ func TestScheduleTimesByTheDatabaseClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(f.ctx) }()
-	var now time.Time
-	if err := tx.QueryRow(f.ctx, "SELECT now()").Scan(&now); err != nil {
-		t.Fatal(err)
+	clock := func() time.Time {
+		var now time.Time
+		if err := tx.QueryRow(f.ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		return now
 	}
-	time.Sleep(1500 * time.Millisecond) // the caller's clock now reads a later second
+	began := clock()
+	time.Sleep(1500 * time.Millisecond) // the transaction's start is a second behind
+	// within wants the next fire every after a time between before and after
+	within := func(what string, got time.Time, before, after time.Time, every time.Duration) {
+		t.Helper()
+		lo, hi := before.Truncate(time.Second).Add(every), after.Truncate(time.Second).Add(every)
+		if got.Before(lo) || got.After(hi) {
+			t.Errorf("%s: next fire %v, want within %v..%v (the transaction began at %v)", what, got, lo, hi, began)
+		}
+	}
+	before := clock()
 	sc, err := f.repo.CreateSchedule(f.ctx, tx, "tick", repository.ScheduleSettings{Topic: f.topic, Spec: "@every 1s"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := now.Truncate(time.Second).Add(time.Second); !sc.NextFire.Equal(want) {
-		t.Errorf("created at the database's %v: next fire %v, want %v", now, sc.NextFire, want)
-	}
+	within("created", sc.NextFire, before, clock(), time.Second)
+	before = clock()
 	sc, err = f.repo.UpdateSchedule(f.ctx, tx, "tick", func(s *repository.ScheduleSettings) { s.Spec = "@every 3s" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := now.Truncate(time.Second).Add(3 * time.Second); !sc.NextFire.Equal(want) {
-		t.Errorf("spec changed at the database's %v: next fire %v, want %v", now, sc.NextFire, want)
-	}
+	within("spec changed", sc.NextFire, before, clock(), 3*time.Second)
 }
 
 // TestScheduleSQLIdentifierAfterTheFireTime: task_schedule refuses an identifier that
