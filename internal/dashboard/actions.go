@@ -461,7 +461,8 @@ func (s *server) runChunk(ctx context.Context, deadline time.Time, apply func(re
 const sqlstateQueryCanceled = "57014"
 
 // matching reads the sequences of up to bulkMax tasks of the filter whose state keep
-// accepts and that done (when not nil) does not call done, a page at a time (keyset). Without a state in the filter it reads each state
+// accepts, passing over those done (when not nil) says the action was applied to
+// already, a page at a time (keyset). Without a state in the filter it reads each state
 // keep accepts in turn, as if the filter named it. An unfinished or broken state
 // (ACTIVE to SUSPENDED), an identifier or a reference is read through its own index
 // (Repository.Excerpts), oldest first, so that a cancel of "any" state costs what the
