@@ -2555,6 +2555,65 @@ func TestScheduleEditsMigration(t *testing.T) {
 	steps(1)
 }
 
+// TestScheduleFiredIdentifierMigration: 000044 makes task_schedule_check refuse an
+// identifier, or a name standing for it, too long once {time} is replaced, on a database
+// of version 43 holding such schedules (written by hand, as 000041 let through): the rows
+// are kept as they are and take other changes; a new write of such an identifier is
+// refused. The revert lets it through again and keeps the rows.
+func TestScheduleFiredIdentifierMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository schedule fired identifier test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 43)
+	create("emails")
+	long := strings.Repeat("x", 481) + "{time}" // 501 characters once replaced
+	name := strings.Repeat("{time}", 41)        // 820
+	for _, q := range []string{
+		"INSERT INTO task_schedule (name, topic, spec, time_zone, identifier) VALUES ('long', 'emails', '@hourly', 'UTC', '" + long + "')",
+		"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('" + name + "', 'emails', '@hourly', 'UTC')",
+		"INSERT INTO task_schedule (name, topic, spec, time_zone, identifier) VALUES ('short', 'emails', '@hourly', 'UTC', 'short-{time}')",
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("at version 43: %s: %v", q, err)
+		}
+	}
+	const columns = `name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire,
+		last_fire, last_fired_at, last_sequence, fires, fire_from, created, updated`
+	rows := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT r::text FROM (SELECT "+columns+" FROM task_schedule ORDER BY name) r")
+	}
+	before := rows()
+
+	steps(1)
+	sameRows(t, "schedules after 000044", rows(), before)
+	execEach(t, pool,
+		"UPDATE task_schedule SET priority = 2 WHERE name = 'long'",
+		"UPDATE task_schedule SET paused = true WHERE name = '"+name+"'")
+	for _, q := range []string{
+		"UPDATE task_schedule SET identifier = '" + long + "' WHERE name = 'short'",
+		"UPDATE task_schedule SET identifier = NULL WHERE name = 'short'", // fine: the name 'short'
+		"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('" + name + "x', 'emails', '@hourly', 'UTC')",
+	} {
+		_, err := pool.Exec(ctx, q)
+		if ok := strings.Contains(q, "NULL"); ok != (err == nil) || (!ok && SQLState(err) != "22023") {
+			t.Errorf("after 000044: %.60s…: %v, want %s", q, err, map[bool]string{true: "accepted", false: "22023"}[ok])
+		}
+	}
+	if got := textRows(t, pool, "SELECT name || ' ' || coalesce(identifier, '-') || ' ' || priority || ' ' || paused FROM task_schedule WHERE length(name) < 10 ORDER BY name"); !slices.Equal(got,
+		[]string{"long " + long + " 2 false", "short - 0 false"}) {
+		t.Errorf("schedules after the changes: %v", got)
+	}
+
+	steps(-1)
+	execEach(t, pool, "UPDATE task_schedule SET identifier = '"+long+"' WHERE name = 'short'")
+	if got := textRows(t, pool, "SELECT count(*)::text FROM task_schedule"); !slices.Equal(got, []string{"3"}) {
+		t.Errorf("schedules after reverting 000044: %v, want 3", got)
+	}
+	steps(1)
+}
+
 // TestSupportedServer: Migrate refuses a server older than PostgreSQL 14, naming its
 // version and the one needed, before any statement changes the schema.
 func TestSupportedServer(t *testing.T) {

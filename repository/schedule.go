@@ -236,9 +236,8 @@ func (s ScheduleSettings) validate() error {
 	if _, err := parseSchedule(s.Spec, s.TimeZone); err != nil {
 		return err
 	}
-	sample := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	if s.Identifier != "" {
-		if err := validIdentifier(fireText(s.Identifier, sample)); err != nil {
+		if err := validIdentifier(fireText(s.Identifier, fireSample)); err != nil {
 			return err
 		}
 	}
@@ -676,6 +675,25 @@ func (c *cronSchedule) count(start, before time.Time) int64 {
 	return n
 }
 
+// fireSample is a fire time, for the length of a text once fireText has put one in it
+// (every fire time is 20 characters in RFC 3339 in UTC).
+var fireSample = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// checkNameAsIdentifier refuses a schedule that would never fire because its tasks'
+// identifier, its name when its settings give none, is too long once each {time} is
+// replaced by the fire time (a name of 250 characters holds 41 {time}, 820 so replaced).
+// task_schedule_check refuses it too (migration 000044).
+func checkNameAsIdentifier(name string, s ScheduleSettings) error {
+	if s.Identifier != "" {
+		return nil
+	}
+	if n := utf8.RuneCountInString(fireText(name, fireSample)); n > MaxIdentifierLength {
+		return invalid("schedule name, the identifier of its tasks when none is given, is %d characters long once {time} is replaced by the fire time, at most %d allowed: give an identifier",
+			n, MaxIdentifierLength)
+	}
+	return nil
+}
+
 // fireText puts the fire time in a schedule's identifier or input.
 func fireText(s string, at time.Time) string {
 	return strings.ReplaceAll(s, ScheduleTimePlaceholder, at.UTC().Format(time.RFC3339))
@@ -726,6 +744,9 @@ func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, 
 		return Schedule{}, fmt.Errorf("create schedule: %w", err)
 	}
 	if err := s.Validate(); err != nil {
+		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
+	}
+	if err := checkNameAsIdentifier(name, s); err != nil {
 		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
 	}
 	if err := r.checkZone(ctx, h, s.TimeZone); err != nil {
@@ -887,6 +908,11 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		}
 		if err := validate(); err != nil {
 			return fmt.Errorf("%s schedule %q: %w", op, name, err)
+		}
+		if s.Identifier != old.Identifier {
+			if err := checkNameAsIdentifier(name, s); err != nil {
+				return fmt.Errorf("%s schedule %q: %w", op, name, err)
+			}
 		}
 		if s.Topic != old.Topic {
 			// on Citus task_schedule has no foreign key to task_topic: look

@@ -475,3 +475,72 @@ func TestScheduleEditLateInATransaction(t *testing.T) {
 		t.Errorf("right after the edit, a round fired %+v: a time before the edit", fires)
 	}
 }
+
+// TestScheduleFiredIdentifierWrittenByHand: a schedule whose tasks' identifier is too
+// long once each {time} is replaced by the fire time (20 characters) never fires; an
+// INSERT or UPDATE of task_schedule by hand is refused as task_schedule() and Go refuse
+// it (migration 000044), and so is a name standing for the identifier (no identifier
+// given) that is too long so replaced, from SQL and from Go. A row stored before the
+// check keeps taking other changes. Nothing refused is written.
+func TestScheduleFiredIdentifierWrittenByHand(t *testing.T) {
+	s := setupSchedules(t)
+	long := strings.Repeat("x", 481) + "{time}" // 501 once replaced
+	s.create("job", repository.ScheduleSettings{Spec: "@hourly", Identifier: "job-{time}"})
+	rows := func() []string {
+		t.Helper()
+		return textRowsOf(t, s, "SELECT name || ' ' || coalesce(identifier, '-') || ' ' || priority FROM task_schedule ORDER BY name")
+	}
+	before := rows()
+	refused := func(what, want string, err error) {
+		t.Helper()
+		if repository.SQLState(err) != "22023" || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want 22023 saying %q", what, err, want)
+		}
+	}
+	_, err := s.pool.Exec(s.ctx, "INSERT INTO task_schedule (name, topic, spec, time_zone, identifier) VALUES ('hand', $1, '@hourly', 'UTC', $2)", s.topic, long)
+	refused("INSERT of an identifier too long once expanded", "identifier is 501 characters long once {time} is replaced", err)
+	_, err = s.pool.Exec(s.ctx, "UPDATE task_schedule SET identifier = $1 WHERE name = 'job'", long)
+	refused("UPDATE of an identifier too long once expanded", "identifier is 501 characters long once {time} is replaced", err)
+
+	// a name of 246 characters, 41 {time}: 820 once replaced
+	name := strings.Repeat("{time}", 41)
+	_, err = s.pool.Exec(s.ctx, "SELECT task_schedule($1, $2, '@hourly')", name, s.topic)
+	refused("task_schedule() of a long name without an identifier", "the name, the identifier of its tasks, is 820 characters long", err)
+	_, err = s.pool.Exec(s.ctx, "INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ($1, $2, '@hourly', 'UTC')", name, s.topic)
+	refused("INSERT of a long name without an identifier", "the name, the identifier of its tasks, is 820 characters long", err)
+	if _, err := s.sched.CreateSchedule(s.ctx, s.pool, name, repository.ScheduleSettings{Topic: s.topic, Spec: "@hourly"}); !errors.Is(err, repository.ErrInvalid) ||
+		!strings.Contains(err.Error(), "schedule name, the identifier of its tasks when none is given, is 820 characters long") {
+		t.Errorf("CreateSchedule of a long name without an identifier: %v, want ErrInvalid naming the schedule name and 820", err)
+	}
+	if got := rows(); !slices.Equal(got, before) {
+		t.Errorf("schedules after the refusals: %v, want %v", got, before)
+	}
+
+	// with an identifier the name is fine; taking the identifier away is refused
+	s.create(name, repository.ScheduleSettings{Spec: "@hourly", Identifier: "named"})
+	if _, err := s.sched.UpdateSchedule(s.ctx, s.pool, name, func(c *repository.ScheduleSettings) { c.Identifier = "" }); !errors.Is(err, repository.ErrInvalid) {
+		t.Errorf("UpdateSchedule clearing the identifier of a long name: %v, want ErrInvalid", err)
+	}
+	_, err = s.pool.Exec(s.ctx, "UPDATE task_schedule SET identifier = NULL WHERE name = $1", name)
+	refused("UPDATE clearing the identifier of a long name", "the name, the identifier of its tasks, is 820 characters long", err)
+	if _, err := s.sched.UpdateSchedule(s.ctx, s.pool, name, func(c *repository.ScheduleSettings) { c.Priority = 3 }); err != nil {
+		t.Errorf("UpdateSchedule of the priority of a long name with an identifier: %v", err)
+	}
+
+	// stored before the check (past the trigger): other changes are taken
+	conn, err := s.pool.Acquire(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"BEGIN", "SET LOCAL session_replication_role = replica",
+		"UPDATE task_schedule SET identifier = '" + long + "' WHERE name = 'job'", "COMMIT"} {
+		if _, err := conn.Exec(s.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Release()
+	s.exec("UPDATE task_schedule SET priority = 5, paused = true WHERE name = 'job'")
+	if got := textRowsOf(t, s, "SELECT priority || ' ' || paused FROM task_schedule WHERE name = 'job'"); !slices.Equal(got, []string{"5 true"}) {
+		t.Errorf("legacy row after a change of its priority and pause: %v, want 5 true", got)
+	}
+}
