@@ -168,6 +168,9 @@ func parseBench(e *env, args []string) (bench.Config, error) {
 	if cfg.Mode == bench.Sustained && !f.given("duration") {
 		cfg.Duration = time.Minute
 	}
+	if cfg.Mode == bench.Sustained && cfg.Duration <= 0 {
+		return cfg, f.usagef("--duration: %v is not positive (a sustained run pushes for that long)", cfg.Duration)
+	}
 	if cfg.Interval <= 0 {
 		return cfg, f.usagef("--interval: must be positive")
 	}

@@ -164,6 +164,19 @@ func TestBench(t *testing.T) {
 			t.Errorf("bench --topic naming an existing topic destroyed it: %v", err)
 		}
 		wantUsage(t, f.cli("bench", "--idle-topics", "-1"), "--idle-topics", "-1")
+		wantUsage(t, f.cli("bench", "--mode", "sustained", "--duration", "0s"), "--duration", "0s")
+		// an idle topic's name taken: someone else's topic, never destroyed
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, "mine-idle-1"); err != nil {
+			t.Fatal(err)
+		}
+		wantRuntime(t, f.cli("bench", "--topic", "mine", "--idle-topics", "3", "--tasks", "10"), nil)
+		if _, err := f.repo.Topic(f.ctx, f.pool, "mine-idle-1"); err != nil {
+			t.Errorf("bench --idle-topics naming an existing topic destroyed it: %v", err)
+		}
+		if _, err := f.repo.Destroy(f.ctx, f.pool, "mine-idle-1"); err != nil {
+			t.Fatal(err)
+		}
+		f.wantOnlyTopicT()
 		wantUsage(t, f.cli("bench", "--keys", "-1"), "--keys", "-1")
 		wantUsage(t, f.cli("bench", "--topics", "3", "--managers", "2"), "--topics", "processors")
 		wantUsage(t, f.cli("bench", "--topics", "3", "--processes", "2", "--managers", "4"), "--topics", "processors")

@@ -102,8 +102,13 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 		// One topic per transaction, as applications register them.
 		start := time.Now()
 		for _, topic := range idle {
-			if _, err := repo.CreateTopic(ctx, pool, topic); err != nil {
+			fresh, err := repo.CreateTopic(ctx, pool, topic)
+			if err != nil {
 				return fmt.Errorf("bench: idle topics: %w", err)
+			}
+			if !fresh {
+				// someone else's topic: never destroy it
+				return fmt.Errorf("bench: idle topic %q exists already: choose another --topic", topic)
 			}
 			created = append(created, topic)
 		}
