@@ -126,19 +126,28 @@ func (c *children) stopOnce() error {
 	for _, in := range c.stdin {
 		_ = in.Close()
 	}
+	// Their reports read to the end before Wait, which closes the pipes they come
+	// through: a last line still in a pipe (the peak RSS) would be lost.
+	read := make(chan struct{})
+	go func() { c.read.Wait(); close(read) }()
+	killed := false
+	select {
+	case <-read:
+	case <-time.After(30 * time.Second):
+		killed = true
+		for _, cmd := range c.cmds {
+			_ = cmd.Process.Kill() // its stdout closes: the reading ends
+		}
+		<-read
+	}
 	var errs []error
 	for _, cmd := range c.cmds {
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			errs = append(errs, err)
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			errs = append(errs, fmt.Errorf("child %d killed after 30s: %w", cmd.Process.Pid, <-done))
+		err := cmd.Wait()
+		if killed && err != nil {
+			err = fmt.Errorf("child %d killed after 30s: %w", cmd.Process.Pid, err)
 		}
+		errs = append(errs, err)
 	}
-	c.read.Wait()
 	return errors.Join(errs...)
 }
 
