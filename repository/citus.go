@@ -363,7 +363,7 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		"task_citus_push(text,smallint,bigint[],text[],text[],text[],boolean[],smallint[],bigint[],bigint[],text[])",
 		"task_citus_poll(text,text,boolean,smallint,integer,smallint,bigint)",
 		"task_citus_complete(text,text,bigint[],integer[],smallint[],text[],bigint[])",
-		"task_citus_expire(text,text,text[])",
+		"task_citus_expire_owners(text,text[])",
 		"task_citus_stats(text)",
 		"task_citus_cancel(text,bigint[],text)",
 		"task_citus_reset(text,bigint[])",

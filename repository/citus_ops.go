@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -257,34 +258,66 @@ func (r *Repository) purgeCitus(ctx context.Context, h Handle, timeout time.Dura
 	return tag.RowsAffected(), err
 }
 
-// expireCitus is TaskExpire on Citus, topic by topic: the owners alive are read from
-// task_owner, the topics holding leases of any other from every shard, and each topic's
-// leases are taken back by a function delegated to its node.
-func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
+// expireCitus is TaskExpire on Citus, topic by topic: the topics and owners of the
+// leases of other owners are read first, from every shard; then which of those owners
+// to take back, from task_owner: those whose heartbeat is stale, and those without a
+// row (with orphans, or when a registered owner is stale, as TaskExpire); then each
+// topic's leases of those owners are taken back by a function delegated to its node
+// (task_citus_expire_owners). It names the owners to take back, never those to spare:
+// an owner that registers and leases after the first read is in no list and keeps its
+// leases (before migration 000045 it lost them, and their tasks ran twice).
+func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Duration, orphans bool) ([]Expiry, error) {
+	rows, err := h.Query(ctx, "SELECT DISTINCT t.topic, t.owner FROM task t WHERE t.state = 0 AND t.owner <> $1 ORDER BY 1, 2", r.owner)
+	if err != nil {
+		return nil, err
+	}
+	type lease struct{ Topic, Owner string }
+	leases, err := pgx.CollectRows(rows, pgx.RowToStructByPos[lease])
+	if err != nil || len(leases) == 0 {
+		return nil, err
+	}
+	var owners []string
+	for _, l := range leases {
+		if !slices.Contains(owners, l.Owner) {
+			owners = append(owners, l.Owner)
+		}
+	}
+	// $1 the timeout, now's argument $2 when there is one, then the others
 	now, args := r.nowArg()
-	rows, err := h.Query(ctx, `SELECT owner FROM task_owner
-		WHERE heartbeat >= `+now+` - GREATEST($1::bigint, expiry_ms) * interval '1 millisecond'`, append([]any{durationMs(timeout)}, args...)...)
+	n := len(args) + 1
+	self, leasing, orphaned := fmt.Sprintf("$%d", n+1), fmt.Sprintf("$%d", n+2), fmt.Sprintf("$%d", n+3)
+	stale := `w.heartbeat < ` + now + ` - GREATEST($1::bigint, w.expiry_ms) * interval '1 millisecond'`
+	rows, err = h.Query(ctx, `SELECT o.owner FROM unnest(`+leasing+`::text[]) AS o(owner)
+		LEFT JOIN task_owner w ON w.owner = o.owner
+		WHERE CASE WHEN w.owner IS NULL
+		           THEN `+orphaned+`::boolean OR EXISTS (SELECT FROM task_owner w WHERE w.owner <> `+self+` AND `+stale+`)
+		           ELSE `+stale+` END`,
+		append(append([]any{durationMs(timeout)}, args...), r.owner, owners, orphans)...)
 	if err != nil {
 		return nil, err
 	}
-	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(gone) == 0 {
 		return nil, err
 	}
-	rows, err = h.Query(ctx, `SELECT DISTINCT t.topic FROM task t
-		WHERE t.state = 0 AND t.owner <> $1 AND t.owner <> ALL ($2::text[]) ORDER BY 1`, r.owner, live)
-	if err != nil {
-		return nil, err
-	}
-	topics, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
+	if testHookExpireCitus != nil {
+		testHookExpireCitus()
 	}
 	var out []Expiry
-	for _, topic := range topics {
+	for i := 0; i < len(leases); {
+		topic := leases[i].Topic
+		var of []string
+		for ; i < len(leases) && leases[i].Topic == topic; i++ {
+			if slices.Contains(gone, leases[i].Owner) {
+				of = append(of, leases[i].Owner)
+			}
+		}
+		if len(of) == 0 {
+			continue
+		}
 		x := Expiry{Topic: topic}
 		var payload *string
-		err := h.QueryRow(ctx, "SELECT * FROM task_citus_expire($1, $2, $3)", topic, r.owner, live).
+		err := h.QueryRow(ctx, "SELECT * FROM task_citus_expire_owners($1, $2)", topic, of).
 			Scan(&x.Expired, &x.Retried, &payload)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // taken back meanwhile, or the topic is gone
@@ -299,6 +332,10 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 	}
 	return out, nil
 }
+
+// testHookExpireCitus, when set (by tests only), runs in expireCitus between reading the
+// owners to take back and taking their leases.
+var testHookExpireCitus func()
 
 // taskRowsCitus runs q, a function returning task rows each with a notification payload,
 // sends the distinct payloads and returns the rows.

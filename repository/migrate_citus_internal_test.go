@@ -173,11 +173,11 @@ func TestMigrateDistributed(t *testing.T) {
 		keyedTasks(t, pool, "keyed")
 		before := keyedPicks(t, pool, "keyed")
 		// what a form after citusBase creates, a database of that version has not
-		// (000025, 000039 and 000040: the functions are absent until their forms put
-		// them on every node; 000030: the index)
+		// (000025, 000039, 000040 and 000045: the functions are absent until their
+		// forms put them on every node; 000030: the index)
 		for _, drop := range []string{"DROP FUNCTION task_tally_writer()", "DROP INDEX task_retention",
 			"DROP FUNCTION task_topic_counts(text)", "DROP FUNCTION task_topic_capped_counts(text)",
-			"DROP FUNCTION task_topic_open_pass(text)"} {
+			"DROP FUNCTION task_topic_open_pass(text)", "DROP FUNCTION IF EXISTS task_citus_expire_owners(text, text[])"} {
 			if _, err := pool.Exec(ctx, drop); err != nil {
 				t.Fatal(err)
 			}
@@ -187,6 +187,15 @@ func TestMigrateDistributed(t *testing.T) {
 		}
 		version(t, pool, latest)
 		sameRows(t, "picks after the forms", keyedPicks(t, pool, "keyed"), before)
+		if pgtest.OnCitus() {
+			// 000045's function delegated to the topic's node, as DistributeCitus does
+			var delegated bool
+			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_dist_object
+				WHERE objid = 'task_citus_expire_owners(text,text[])'::regprocedure AND force_delegation
+				  AND distribution_argument_index = 0)`).Scan(&delegated); err != nil || !delegated {
+				t.Fatalf("task_citus_expire_owners delegated after the forms: %v (%v), want true", delegated, err)
+			}
+		}
 		if bad := unguardedPlannerSettings(t, pool); len(bad) > 0 {
 			t.Fatalf("after the forms, functions that turn a planner method off and leave JIT on: %v", bad)
 		}

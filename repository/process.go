@@ -646,7 +646,7 @@ func (r *Repository) expire(ctx context.Context, h Handle, timeout time.Duration
 	if err := validTimeout("expiry timeout", timeout); err != nil {
 		return nil, err
 	}
-	out, err := either(ctx, r, h, func() ([]Expiry, error) { return r.expireCitus(ctx, h, timeout) },
+	out, err := either(ctx, r, h, func() ([]Expiry, error) { return r.expireCitus(ctx, h, timeout, orphans) },
 		func() ([]Expiry, error) {
 			rows, err := r.q.TaskExpire(ctx, h, db.TaskExpireParams{Owner: r.owner, Orphans: orphans, Now: r.clock(), TimeoutMs: durationMs(timeout)})
 			out := make([]Expiry, len(rows))

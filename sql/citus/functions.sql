@@ -302,14 +302,18 @@ BEGIN
 END
 $$;
 
--- task_citus_expire takes back, in one topic, the leases of owners other than p_owner
--- that are not among p_live (the owners whose heartbeat is recent, which the caller reads
--- from task_owner on the coordinator: a forced delegated function may read only its
--- topic's tables) (TaskExpire of sql/queries/task_process.sql, per topic): they become EXPIRED, or READY after a backoff
--- when the topic's retry policy grants another attempt, or FAILED when cancelled. It
--- returns how many were taken back and made READY, and the payload of the notification
--- to send (NULL: none).
-CREATE FUNCTION task_citus_expire(p_topic text, p_owner text, p_live text[])
+-- task_citus_expire_owners takes back, in one topic, the leases of the owners p_owners
+-- (TaskExpire of sql/queries/task_process.sql, per topic): the owners the caller found
+-- stale in task_owner on the coordinator, or, when it takes orphans back, leasing
+-- without a row there (a forced delegated function may read only its topic's tables).
+-- The caller names the owners to take back rather than those to spare: an owner that
+-- registers and leases after the caller read task_owner is in neither list, and keeps
+-- its leases (migration 000045; task_citus_expire before it took the leases of every
+-- owner not in a list of the live read beforehand). They become EXPIRED, or READY after
+-- a backoff when the topic's retry policy grants another attempt, or FAILED when
+-- cancelled. It returns how many were taken back and made READY, and the payload of the
+-- notification to send (NULL: none).
+CREATE FUNCTION task_citus_expire_owners(p_topic text, p_owners text[])
 RETURNS TABLE (expired bigint, retried bigint, notification text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -332,7 +336,7 @@ BEGIN
     END IF;
     v_stale := ARRAY(
         SELECT t.sequence FROM task t
-        WHERE t.topic = p_topic AND t.state = 0 AND t.owner <> p_owner AND t.owner <> ALL (p_live)
+        WHERE t.topic = p_topic AND t.state = 0 AND t.owner = ANY (p_owners)
         FOR UPDATE OF t SKIP LOCKED);
     IF cardinality(v_stale) = 0 THEN
         RETURN;
