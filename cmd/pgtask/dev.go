@@ -78,6 +78,15 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if dbURL != "" {
+		// they are the throwaway cluster's: with a database of the user's they would
+		// do nothing, silently
+		for _, name := range []string{"keep", "dir"} {
+			if f.given(name) {
+				return f.usagef("--%s: only for the throwaway cluster, and a database URL is given (--database-url or DATABASE_URL)", name)
+			}
+		}
+	}
 	var cluster *pgcluster.Cluster
 	if dbURL == "" {
 		fmt.Fprintln(out, "pgtask dev: no database URL given: starting a throwaway PostgreSQL cluster (durability off: not for data you need)")

@@ -364,6 +364,9 @@ func TestDev(t *testing.T) {
 // migrates it, registers the demo topics and processes their tasks.
 func TestDevWithDatabaseURL(t *testing.T) {
 	f := setup(t)
+	// the throwaway cluster's flags with a database of the user's: refused, not ignored
+	wantUsage(t, runCLI(f.ctx, "", map[string]string{"DATABASE_URL": f.url}, "dev", "--keep"), "--keep", "database URL")
+	wantUsage(t, runCLI(f.ctx, "", nil, "dev", "--dir", t.TempDir(), "--database-url", f.url), "--dir", "database URL")
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	stdoutR, stdoutW := io.Pipe()
