@@ -470,8 +470,14 @@ func postmasterPID(dataDir string) (int, bool) {
 	if err != nil || pid <= 0 {
 		return 0, false
 	}
-	cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+	cwd, err := os.Readlink(filepath.Join(procRoot, strconv.Itoa(pid), "cwd"))
 	if err != nil {
+		if _, perr := os.Stat(filepath.Join(procRoot, "self")); perr != nil {
+			// no /proc here (macOS, the BSDs): the PID alone, as pg_ctl itself goes
+			// by it; without this the server was never stopped, its directory
+			// removed under it
+			return pid, alive(pid)
+		}
 		return pid, false
 	}
 	want, err := filepath.EvalSymlinks(dataDir)
@@ -480,6 +486,10 @@ func postmasterPID(dataDir string) (int, bool) {
 	}
 	return pid, cwd == want
 }
+
+// procRoot is where the processes' working directories are read (a test points it
+// elsewhere to be a system without /proc).
+var procRoot = "/proc"
 
 // alive reports whether process pid exists.
 func alive(pid int) bool {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,6 +63,26 @@ func TestStartQueryStop(t *testing.T) {
 	}
 	if err := c.Stop(ctx); err != nil {
 		t.Errorf("second Stop: %v", err)
+	}
+}
+
+// TestStopWithoutProc: on a system without /proc (macOS, the BSDs; here procRoot set to
+// a directory that does not exist) Stop stops the server, as pg_ctl would, before it
+// removes the directory: it removed the directory of a running server before.
+func TestStopWithoutProc(t *testing.T) {
+	c := startCluster(t, Options{})
+	pid, ok := postmasterPID(c.dataDir)
+	if !ok {
+		t.Fatalf("postmaster.pid of a running cluster: pid %d, not running", pid)
+	}
+	procRoot = filepath.Join(t.TempDir(), "no-proc")
+	t.Cleanup(func() { procRoot = "/proc" })
+	if err := c.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if !waitGone(pid, 10*time.Second) {
+		_ = syscall.Kill(pid, syscall.SIGQUIT)
+		t.Fatalf("server %d still running after Stop without /proc", pid)
 	}
 }
 
