@@ -97,14 +97,22 @@ func AdminURL(tb testing.TB) string {
 	discoverOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
+		// Signals are caught from before discover: an interrupt while it starts a
+		// cluster (initdb and pg_ctl run detached, out of the terminal's reach) stops
+		// the start, which removes what it made, rather than kill this process and
+		// leave a server running.
+		done := make(chan struct{})
+		stop := catchSignals(cancel, done)
 		s, err := discover(ctx, os.Getenv)
 		srvMu.Lock()
 		srv, srvErr = s, err
 		srvMu.Unlock()
+		close(done)
 		if s != nil && s.cluster != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: %s\n", s.source)
 			stopOnSignal()
 		}
+		stop()
 	})
 	srvMu.Lock()
 	s, err := srv, srvErr
@@ -113,6 +121,30 @@ func AdminURL(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return s.url
+}
+
+// catchSignals catches interrupts until stop is called: one calls cancel, waits for
+// done (discover returned, having removed a cluster it was starting) and exits, after
+// stopping a cluster discover started meanwhile.
+func catchSignals(cancel func(), done <-chan struct{}) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-ch:
+			cancel()
+			<-done
+			err := errors.Join(stopCluster(), stopCitus())
+			fmt.Fprintf(os.Stderr, "pgtest: %v while finding a server: stopped (err: %v)\n", sig, err)
+			os.Exit(1)
+		case <-stopped:
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(stopped)
+	}
 }
 
 // stopOnSignal stops the throwaway cluster when the test process is

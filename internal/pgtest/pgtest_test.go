@@ -9,11 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -290,6 +292,72 @@ func TestFallbackToCluster(t *testing.T) {
 		t.Errorf("cluster directory %s still exists after the child exited (stat: %v)\n%s", dir, err, out)
 	}
 	t.Logf("child output:\n%s", out)
+}
+
+// TestInterruptedWhileStartingACluster: an interrupt while the harness starts its
+// throwaway cluster (initdb and pg_ctl run detached, the terminal's Ctrl-C does not
+// reach them) leaves no server running and no cluster directory: the start is stopped
+// and undone. Before, the signal killed the test process at once, and the server it
+// was starting came up and ran on.
+func TestInterruptedWhileStartingACluster(t *testing.T) {
+	if os.Getenv(childEnv) == "interrupted" {
+		AdminURL(t) // the signal comes while this starts the cluster
+		t.Fatal("AdminURL returned: the interrupt came too late")
+	}
+	t.Parallel()
+	parent, err := os.MkdirTemp("", "pgtest-interrupt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(parent) })
+	if err := os.Chmod(parent, 0o755); err != nil { // the cluster may run as another user
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestInterruptedWhileStartingACluster$", "-test.count=1")
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, envDatabaseURL+"=") || strings.HasPrefix(kv, envLocalURL+"=") || strings.HasPrefix(kv, "TMPDIR=")
+	}),
+		childEnv+"=interrupted",
+		envLocalURL+"=postgres://postgres@127.0.0.1:1/postgres?sslmode=disable",
+		"TMPDIR="+parent,
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// the cluster's directory appears when initdb is about to run
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if dirs, _ := filepath.Glob(filepath.Join(parent, "pgcluster-*")); len(dirs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("no cluster directory in %s within a minute\n%s", parent, out.String())
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if strings.Contains(out.String(), "interrupt came too late") {
+		t.Fatalf("the cluster started before the interrupt:\n%s", out.String())
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(parent, "pgcluster-*")); len(dirs) > 0 {
+		t.Errorf("cluster directories left after the interrupt: %v\n%s", dirs, out.String())
+	}
+	// no server of that directory left running
+	ps, _ := exec.Command("pgrep", "-f", parent).Output()
+	if pids := strings.Fields(string(ps)); len(pids) > 0 {
+		for _, pid := range pids {
+			if n, err := strconv.Atoi(pid); err == nil {
+				_ = syscall.Kill(n, syscall.SIGQUIT)
+			}
+		}
+		t.Errorf("processes of %s left running after the interrupt: %v\n%s", parent, pids, out.String())
+	}
 }
 
 // A test that ends holding a connection of its pool (a transaction left open on a
