@@ -247,6 +247,9 @@ func (s *session) run() {
 		s.p.mu.Unlock()
 	}()
 	defer s.close()
+	if testHookDial != nil {
+		testHookDial()
+	}
 	server, err := net.DialTimeout(s.p.network, s.p.upstream, 10*time.Second)
 	if err != nil {
 		return
@@ -254,6 +257,13 @@ func (s *session) run() {
 	s.p.mu.Lock()
 	s.server = server
 	s.p.mu.Unlock()
+	select {
+	case <-s.closed:
+		// cut (CutAll, Close) while dialling: close saw no server to close
+		server.Close()
+		return
+	default:
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -264,6 +274,9 @@ func (s *session) run() {
 	s.close()
 	<-done
 }
+
+// testHookDial, when set (by tests only), runs in a session before it dials the server.
+var testHookDial func()
 
 // Startup codes of the untyped first messages.
 const (
