@@ -26,7 +26,8 @@ var ErrDistributed = errors.New("not supported on a distributed (Citus) database
 // CitusOptions tunes DistributeCitus.
 type CitusOptions struct {
 	// OwnerTimeout: an owner (a processor) whose heartbeat is newer than now −
-	// OwnerTimeout counts as running, and refuses the distribution. 0: one minute.
+	// OwnerTimeout, or than now − its own expiry timeout when that is longer (as
+	// expiry counts it), counts as running, and refuses the distribution. 0: one minute.
 	OwnerTimeout time.Duration
 }
 
@@ -216,7 +217,7 @@ func noLiveOwners(ctx context.Context, tx pgx.Tx, timeout time.Duration) error {
 	if len(live) > len(named) {
 		more = fmt.Sprintf(" and %d more", len(live)-len(named))
 	}
-	return fmt.Errorf("%w: %d processes are running (owners heart-beating within %v: %s%s): stop them first; nothing was changed",
+	return fmt.Errorf("%w: %d processes are running (owners heart-beating within %v, or within their own expiry timeout when longer: %s%s): stop them first; nothing was changed",
 		ErrCitusRefused, len(live), timeout, strings.Join(quoted, ", "), more)
 }
 
