@@ -764,6 +764,10 @@ func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, 
 		NextFire: c.next(now), Now: r.clock(),
 	}
 	row, err := r.q.ScheduleCreate(ctx, h, arg)
+	if SQLState(err) == sqlstateFKViolation {
+		// the topic destroyed meanwhile (its foreign key, on Citus its trigger)
+		return Schedule{}, fmt.Errorf("create schedule %q: topic %q: %w", name, s.Topic, ErrUnknownTopic)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err := r.Topic(ctx, h, s.Topic); err != nil {
 			return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)

@@ -544,3 +544,55 @@ func TestScheduleFiredIdentifierWrittenByHand(t *testing.T) {
 		t.Errorf("legacy row after a change of its priority and pause: %v, want 5 true", got)
 	}
 }
+
+// TestScheduleTopicMustExist: a schedule written by hand must name a topic that exists
+// (23503, foreign_key_violation), INSERT or UPDATE, and a schedule created while its
+// topic is being destroyed does not outlive it: either the destroy waits for it and
+// deletes it, or the schedule is refused. On plain PostgreSQL task_schedule's foreign
+// key does it; on Citus, which drops the key, task_schedule_topic_check (migration
+// 000046): before it, both writes went through there and the schedule was left.
+func TestScheduleTopicMustExist(t *testing.T) {
+	s := setupSchedules(t)
+	s.create("job", repository.ScheduleSettings{Spec: "@hourly"})
+	for _, q := range []string{
+		"UPDATE task_schedule SET topic = 'nope' WHERE name = 'job'",
+		"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('hand', 'nope', '@hourly', 'UTC')",
+	} {
+		if _, err := s.pool.Exec(s.ctx, q); repository.SQLState(err) != "23503" {
+			t.Errorf("%s: %v, want 23503", q, err)
+		}
+	}
+	if got := textRowsOf(t, s, "SELECT name || ' ' || topic FROM task_schedule ORDER BY name"); !slices.Equal(got, []string{"job " + s.topic}) {
+		t.Errorf("schedules after the refusals: %v", got)
+	}
+
+	// the destroy holds the topic's deletion, uncommitted, while a schedule of it is
+	// created: once the destroy commits, the schedule is refused (or, had it come first,
+	// deleted with the topic)
+	if _, err := s.sched.CreateTopic(s.ctx, s.pool, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.pool.Begin(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(s.ctx)
+	if _, err := tx.Exec(s.ctx, "SELECT task_topic_destroy('doomed')"); err != nil {
+		t.Fatal(err)
+	}
+	created := make(chan error, 1)
+	go func() {
+		_, err := s.sched.CreateSchedule(s.ctx, s.pool, "late", repository.ScheduleSettings{Topic: "doomed", Spec: "@hourly"})
+		created <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the creation waits for the destroy, or has not begun: either way
+	if err := tx.Commit(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-created; !errors.Is(err, repository.ErrUnknownTopic) {
+		t.Errorf("schedule created while its topic was destroyed: %v, want ErrUnknownTopic", err)
+	}
+	if got := textRowsOf(t, s, "SELECT name FROM task_schedule WHERE topic = 'doomed'"); len(got) != 0 {
+		t.Errorf("schedules of the destroyed topic: %v, want none", got)
+	}
+}

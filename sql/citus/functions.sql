@@ -507,7 +507,8 @@ $$;
 
 -- task_topic_destroy removes a topic with its tasks (migration 000009's, run on the
 -- coordinator) and its schedules, which on plain PostgreSQL go with the topic through
--- task_schedule's foreign key (a reference table cannot keep one to task_topic).
+-- task_schedule's foreign key (a table of the coordinator cannot keep one to a
+-- distributed table; task_schedule_topic_check stands for it).
 CREATE OR REPLACE FUNCTION task_topic_destroy(p_topic text) RETURNS boolean
 LANGUAGE plpgsql SET lock_timeout TO '1s' AS $$
 BEGIN
@@ -520,6 +521,31 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- task_schedule_topic_check is, on a distributed database, what task_schedule's foreign
+-- key to task_topic does on a plain one (a table of the coordinator cannot keep one to a
+-- distributed table; migration 000046): a schedule written (INSERT, or an UPDATE of its
+-- topic) must name a topic that exists, or 23503 (foreign_key_violation) is raised, by
+-- hand as through Go; and the topic's row is locked as the key's check locks it (KEY
+-- SHARE, until the end of the transaction), so that a task_topic_destroy running
+-- meanwhile either waits for the schedule and deletes it, or deletes the topic first
+-- and the schedule is refused, never leaving a schedule of a topic gone.
+CREATE OR REPLACE FUNCTION task_schedule_topic_check() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR NEW.topic IS DISTINCT FROM OLD.topic THEN
+        PERFORM FROM task_topic tt WHERE tt.topic = NEW.topic FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'schedule %: unknown topic %', quote_literal(NEW.name), quote_nullable(NEW.topic)
+                USING ERRCODE = 'foreign_key_violation', COLUMN = 'topic';
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER task_schedule_topic_check BEFORE INSERT OR UPDATE OF topic ON task_schedule
+    FOR EACH ROW EXECUTE FUNCTION task_schedule_topic_check();
 
 -- task_citus_limit_usage is TopicLimitUsage (sql/queries/topic.sql) on the topic's node.
 CREATE FUNCTION task_citus_limit_usage(p_topic text)
