@@ -794,3 +794,40 @@ func TestSQLPushDelayAfter9999(t *testing.T) {
 		}
 	})
 }
+
+// TestSQLPushDelayByTheCalendar: the SQL push's delay is added to now() as PostgreSQL
+// adds an interval, by the calendar in the session's time zone: a year is 365 or 366
+// days and a month the month's length, on Citus as on a plain database. On Citus the
+// delay was counted by extract(epoch) before migration 000047: a year 365.25 days, a
+// month 30, so a task pushed with '1 year' was due hours off.
+func TestSQLPushDelayByTheCalendar(t *testing.T) {
+	f := setup(t)
+	for _, delay := range []string{"1 year", "1 month", "1 day", "2 months 3 days 04:05:06"} {
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want time.Time
+		var seq int64
+		if _, err := tx.Exec(f.ctx, "SET LOCAL TimeZone = 'Europe/Paris'"); err != nil {
+			_ = tx.Rollback(f.ctx)
+			t.Fatal(err)
+		}
+		if err := tx.QueryRow(f.ctx, "SELECT now() + $1::interval", delay).Scan(&want); err != nil {
+			_ = tx.Rollback(f.ctx)
+			t.Fatal(err)
+		}
+		if err := tx.QueryRow(f.ctx, "SELECT task_push('topic', $1::text, delay => $2::interval)", delay, delay).Scan(&seq); err != nil {
+			_ = tx.Rollback(f.ctx)
+			t.Fatalf("push with delay %s: %v", delay, err)
+		}
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		// on Citus the topic's node adds the delay to its own transaction's start, a
+		// moment after the coordinator's
+		if got := f.get(seq).NotBefore; got.Before(want) || got.Sub(want) > 5*time.Second {
+			t.Errorf("delay %s: not-before %v, want now() + delay = %v", delay, got, want)
+		}
+	}
+}

@@ -954,8 +954,9 @@ END
 $$;
 
 -- task_push_batch, the SQL API's push (migration 000015's, whose checks and errors it
--- keeps word for word; 000034's delay check counts the milliseconds task_citus_push
--- adds; 000037's cap counts a replacing push net, on the topic's node): on Citus its
+-- keeps word for word; 000034's delay check, 000047's calendar delay: the milliseconds
+-- task_citus_push adds are those from now() to now() + delay; 000037's cap counts a
+-- replacing push net, on the topic's node): on Citus its
 -- statement, which notifies from inside, cannot run; this one takes the Go push's path.
 CREATE OR REPLACE FUNCTION task_push_batch(
     topic       text,
@@ -997,16 +998,33 @@ BEGIN
         RAISE EXCEPTION 'delay % is negative', quote_literal(task_push_batch.delay)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- The not-before is refused after the year 9999, as the Go push refuses one
-    -- (Creation.Validate): the latest RFC 3339, and so the REST API, can write. Here it is
-    -- the transaction's time plus the delay in milliseconds, counted without overflow;
-    -- task_citus_push adds them to its node's transaction time, which may start a moment
-    -- later (a not-before within that moment of the end of 9999 may pass it).
-    v_delay_ms := ceil(extract(epoch FROM task_push_batch.delay) * 1000);
-    IF v_delay_ms > 0 AND extract(epoch FROM now()) + v_delay_ms / 1000
-                          > extract(epoch FROM timestamptz '9999-12-31 23:59:59.999999+00') THEN
-        RAISE EXCEPTION 'delay % puts the not-before after the year 9999', quote_literal(task_push_batch.delay)
-            USING ERRCODE = 'invalid_parameter_value';
+    -- The not-before is now() + delay, as on a plain database: a month is a calendar
+    -- month and a day a calendar day in the session's time zone (migration 000047;
+    -- before, extract(epoch) counted 30 days and 24 hours). It is refused after the year
+    -- 9999, as the Go push refuses one (Creation.Validate): the latest RFC 3339, and so
+    -- the REST API, can write. A delay whose fields are each under 1000 years adds
+    -- without overflow; a longer one is added in a block that catches the overflow.
+    -- task_citus_push adds the milliseconds from now() to it to its node's transaction
+    -- time, which may start a moment later (a not-before within that moment of the end
+    -- of 9999 may pass it).
+    v_delay_ms := 0;
+    IF task_push_batch.delay > interval '0' THEN
+        IF abs(extract(year FROM task_push_batch.delay)) < 1000 AND abs(extract(day FROM task_push_batch.delay)) < 365000
+           AND abs(extract(hour FROM task_push_batch.delay)) < 8760000 THEN
+            v_not_before := now() + task_push_batch.delay;
+        ELSE
+            BEGIN
+                v_not_before := now() + task_push_batch.delay;
+            EXCEPTION WHEN datetime_field_overflow THEN
+                RAISE EXCEPTION 'delay % puts the not-before out of range', quote_literal(task_push_batch.delay)
+                    USING ERRCODE = 'invalid_parameter_value';
+            END;
+        END IF;
+        IF v_not_before > timestamptz '9999-12-31 23:59:59.999999+00' THEN
+            RAISE EXCEPTION 'delay % puts the not-before after the year 9999', quote_literal(task_push_batch.delay)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        v_delay_ms := ceil(extract(epoch FROM v_not_before - now()) * 1000);
     END IF;
     IF task_push_batch.priority IS NULL OR task_push_batch.priority NOT BETWEEN -32768 AND 32767 THEN
         RAISE EXCEPTION 'priority % is out of range -32768..32767', coalesce(task_push_batch.priority::text, 'NULL')
@@ -1090,7 +1108,7 @@ BEGIN
                          array_fill(task_push_batch.suspended, ARRAY[v_count]),
                          array_fill(task_push_batch.priority::smallint, ARRAY[v_count]),
                          array_fill(0::bigint, ARRAY[v_count]),
-                         array_fill(coalesce(ceil(extract(epoch FROM task_push_batch.delay) * 1000)::bigint, 0), ARRAY[v_count]),
+                         array_fill(v_delay_ms::bigint, ARRAY[v_count]),
                          array_fill(coalesce(task_push_batch.concurrency_key, ''), ARRAY[v_count])) p;
     IF v_pushed IS NULL THEN
         -- nothing inserted, by a topic known (read above): its cap refused the push
