@@ -260,12 +260,14 @@ func (r *Repository) purgeCitus(ctx context.Context, h Handle, timeout time.Dura
 
 // expireCitus is TaskExpire on Citus, topic by topic: the topics and owners of the
 // leases of other owners are read first, from every shard; then which of those owners
-// to take back, from task_owner: those whose heartbeat is stale, and those without a
-// row (with orphans, or when a registered owner is stale, as TaskExpire); then each
-// topic's leases of those owners are taken back by a function delegated to its node
-// (task_citus_expire_owners). It names the owners to take back, never those to spare:
-// an owner that registers and leases after the first read is in no list and keeps its
-// leases (before migration 000045 it lost them, and their tasks ran twice).
+// to take back (expiring); then, for each topic, in a transaction of its own, which of
+// them are still to take back, under a lock of task_owner that holds registrations and
+// heartbeats until the commit, and their leases in the topic are taken back by a
+// function delegated to the topic's node (task_citus_expire_owners). It names the owners
+// to take back, never those to spare, and checks them again under the lock: an owner
+// that registers (or comes back under its name, a pod's) and leases while the expiry
+// goes from topic to topic keeps its leases (before migration 000045 they were taken,
+// and their tasks run twice).
 func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Duration, orphans bool) ([]Expiry, error) {
 	rows, err := h.Query(ctx, "SELECT DISTINCT t.topic, t.owner FROM task t WHERE t.state = 0 AND t.owner <> $1 ORDER BY 1, 2", r.owner)
 	if err != nil {
@@ -282,26 +284,9 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 			owners = append(owners, l.Owner)
 		}
 	}
-	// $1 the timeout, now's argument $2 when there is one, then the others
-	now, args := r.nowArg()
-	n := len(args) + 1
-	self, leasing, orphaned := fmt.Sprintf("$%d", n+1), fmt.Sprintf("$%d", n+2), fmt.Sprintf("$%d", n+3)
-	stale := `w.heartbeat < ` + now + ` - GREATEST($1::bigint, w.expiry_ms) * interval '1 millisecond'`
-	rows, err = h.Query(ctx, `SELECT o.owner FROM unnest(`+leasing+`::text[]) AS o(owner)
-		LEFT JOIN task_owner w ON w.owner = o.owner
-		WHERE CASE WHEN w.owner IS NULL
-		           THEN `+orphaned+`::boolean OR EXISTS (SELECT FROM task_owner w WHERE w.owner <> `+self+` AND `+stale+`)
-		           ELSE `+stale+` END`,
-		append(append([]any{durationMs(timeout)}, args...), r.owner, owners, orphans)...)
-	if err != nil {
-		return nil, err
-	}
-	gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	gone, err := r.expiring(ctx, h, owners, timeout, orphans)
 	if err != nil || len(gone) == 0 {
 		return nil, err
-	}
-	if testHookExpireCitus != nil {
-		testHookExpireCitus()
 	}
 	var out []Expiry
 	for i := 0; i < len(leases); {
@@ -315,15 +300,34 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 		if len(of) == 0 {
 			continue
 		}
+		if r.expireHook != nil {
+			r.expireHook()
+		}
 		x := Expiry{Topic: topic}
 		var payload *string
-		err := h.QueryRow(ctx, "SELECT * FROM task_citus_expire_owners($1, $2)", topic, of).
-			Scan(&x.Expired, &x.Retried, &payload)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // taken back meanwhile, or the topic is gone
-		}
+		taken := false
+		err := inTx(ctx, h, func(tx pgx.Tx) error {
+			// SHARE: registrations, claims and heartbeats wait for this commit
+			if _, err := tx.Exec(ctx, "LOCK TABLE task_owner IN SHARE MODE"); err != nil {
+				return err
+			}
+			still, err := r.expiring(ctx, tx, of, timeout, orphans)
+			if err != nil || len(still) == 0 {
+				return err
+			}
+			err = tx.QueryRow(ctx, "SELECT * FROM task_citus_expire_owners($1, $2)", topic, still).
+				Scan(&x.Expired, &x.Retried, &payload)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // taken back meanwhile, or the topic is gone
+			}
+			taken = err == nil
+			return err
+		})
 		if err != nil {
 			return out, err
+		}
+		if !taken {
+			continue
 		}
 		out = append(out, x) // committed: reported even if its notification fails
 		if err := notifyReturned(ctx, h, payload); err != nil {
@@ -333,9 +337,27 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 	return out, nil
 }
 
-// testHookExpireCitus, when set (by tests only), runs in expireCitus between reading the
-// owners to take back and taking their leases.
-var testHookExpireCitus func()
+// expiring returns which of owners (leasing tasks) expiry takes back: those of
+// task_owner whose heartbeat is older than now − timeout, or than now − their own expiry
+// timeout when longer, and those without a row there, with orphans or when a registered
+// owner other than r's is stale (as TaskExpire).
+func (r *Repository) expiring(ctx context.Context, h Handle, owners []string, timeout time.Duration, orphans bool) ([]string, error) {
+	// $1 the timeout, now's argument $2 when there is one, then the others
+	now, args := r.nowArg()
+	n := len(args) + 1
+	self, leasing, orphaned := fmt.Sprintf("$%d", n+1), fmt.Sprintf("$%d", n+2), fmt.Sprintf("$%d", n+3)
+	stale := `w.heartbeat < ` + now + ` - GREATEST($1::bigint, w.expiry_ms) * interval '1 millisecond'`
+	rows, err := h.Query(ctx, `SELECT o.owner FROM unnest(`+leasing+`::text[]) AS o(owner)
+		LEFT JOIN task_owner w ON w.owner = o.owner
+		WHERE CASE WHEN w.owner IS NULL
+		           THEN `+orphaned+`::boolean OR EXISTS (SELECT FROM task_owner w WHERE w.owner <> `+self+` AND `+stale+`)
+		           ELSE `+stale+` END`,
+		append(append([]any{durationMs(timeout)}, args...), r.owner, owners, orphans)...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
 
 // taskRowsCitus runs q, a function returning task rows each with a notification payload,
 // sends the distinct payloads and returns the rows.

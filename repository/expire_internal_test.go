@@ -9,74 +9,100 @@ import (
 )
 
 // TestExpireSparesAnOwnerRegisteredMeanwhile: an owner that registers and leases while
-// another process expires the leases of a stale one keeps its leases. On Citus the
-// expiry reads the owners first and takes back topic by topic (expireCitus): the owner
-// registers and leases between the two (testHookExpireCitus). Before migration 000045
-// the expiry took every lease of an owner outside the live list read first: the new
-// owner's lease was taken back, its task run twice. On plain PostgreSQL the expiry is
-// one statement and the hook never runs: the outcome is the same.
+// another process expires the leases of a stale one keeps its leases; so does a stale
+// owner that comes back under its name (a pod's) and leases again. On Citus the expiry
+// reads the owners first and takes back topic by topic (expireCitus): the owner
+// registers and leases in between (Repository.expireHook). Before migration 000045 the
+// expiry took every lease of an owner outside the live list read first: the newcomer's
+// lease was taken back, its task run twice; and an owner found stale first lost what it
+// leased once back. On plain PostgreSQL the expiry is one statement and the hook never
+// runs: the owner registers and leases before it, and the outcome is the same.
 func TestExpireSparesAnOwnerRegisteredMeanwhile(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	pool := pgtest.NewPool(t, schema.Hash(), migrateDistributing)
-	repo := func(owner string, ahead time.Duration) *Repository {
-		t.Helper()
-		r, err := New(Config{Owner: owner, Now: func() time.Time { return time.Now().Add(ahead) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Register(ctx, pool); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	expirer := repo("expirer", 0)
-	if _, err := expirer.CreateTopic(ctx, pool, "topic"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := expirer.Push(ctx, pool, "topic", Append, Creation{Identifier: "stale"}, Creation{Identifier: "new"}); err != nil {
-		t.Fatal(err)
-	}
-	lease := func(r *Repository) int64 {
-		t.Helper()
-		got, err := r.Poll(ctx, pool, "topic", FIFO, None, 1)
-		if err != nil || len(got) != 1 {
-			t.Fatalf("poll as %s: %v, %v", r.owner, got, err)
-		}
-		return got[0].Sequence
-	}
-	stale := lease(repo("stale", -10*time.Minute)) // its heartbeat 10 minutes ago
-	var fresh int64
-	hooked := false
-	testHookExpireCitus = func() {
-		hooked = true
-		fresh = lease(repo("newcomer", 0))
-	}
-	t.Cleanup(func() { testHookExpireCitus = nil })
-	got, err := expirer.ExpireStale(ctx, pool, 5*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hooked != pgtest.OnCitus() {
-		t.Fatalf("the hook ran: %v, on Citus: %v", hooked, pgtest.OnCitus())
-	}
-	if !hooked {
-		fresh = lease(repo("newcomer", 0))
-	}
-	if len(got) != 1 || got[0].Expired != 1 || got[0].Retried != 1 {
-		t.Errorf("expiry = %+v, want the stale owner's one lease, retried", got)
-	}
-	for _, c := range []struct {
-		sequence int64
-		state    State
-		owner    string
-	}{{stale, Ready, ""}, {fresh, Active, "newcomer"}} {
-		task, err := expirer.Get(ctx, pool, "topic", c.sequence)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if task.State != c.state || (c.owner != "" && task.Owner != c.owner) {
-			t.Errorf("task %d is %v owned by %q, want %v %s", c.sequence, task.State, task.Owner, c.state, c.owner)
-		}
+	for _, tc := range []struct {
+		name, comer string // the owner that registers and leases meanwhile
+		taken       bool   // whether the stale owner's lease is taken back
+	}{
+		{"Newcomer", "newcomer", true},
+		{"StaleOwnerBack", "pod-0", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := pgtest.NewPool(t, schema.Hash(), migrateDistributing)
+			repo := func(owner string, ahead time.Duration) *Repository {
+				t.Helper()
+				r, err := New(Config{Owner: owner, Now: func() time.Time { return time.Now().Add(ahead) }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// registered, and heart-beating now (a process that comes back under
+				// its name claims its row so)
+				if _, err := r.Register(ctx, pool); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Heartbeat(ctx, pool); err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			expirer := repo("expirer", 0)
+			if _, err := expirer.CreateTopic(ctx, pool, "topic"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := expirer.Push(ctx, pool, "topic", Append, Creation{Identifier: "stale"}, Creation{Identifier: "new"}); err != nil {
+				t.Fatal(err)
+			}
+			lease := func(r *Repository) int64 {
+				t.Helper()
+				got, err := r.Poll(ctx, pool, "topic", FIFO, None, 1)
+				if err != nil || len(got) != 1 {
+					t.Fatalf("poll as %s: %v, %v", r.owner, got, err)
+				}
+				return got[0].Sequence
+			}
+			stale := lease(repo("pod-0", -10*time.Minute)) // its heartbeat 10 minutes ago
+			var fresh int64
+			comes := func() { fresh = lease(repo(tc.comer, 0)) }
+			hooked := false
+			expirer.expireHook = func() {
+				if !hooked {
+					hooked = true
+					comes()
+				}
+			}
+			if !pgtest.OnCitus() {
+				comes()
+			}
+			got, err := expirer.ExpireStale(ctx, pool, 5*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hooked != pgtest.OnCitus() {
+				t.Fatalf("the hook ran: %v, on Citus: %v", hooked, pgtest.OnCitus())
+			}
+			want := 0
+			if tc.taken {
+				want = 1
+			}
+			if n := len(got); n != want || (n == 1 && (got[0].Expired != 1 || got[0].Retried != 1)) {
+				t.Errorf("expiry = %+v, want %d lease taken back and retried", got, want)
+			}
+			staleState := Active
+			if tc.taken {
+				staleState = Ready
+			}
+			for _, c := range []struct {
+				sequence int64
+				state    State
+			}{{stale, staleState}, {fresh, Active}} {
+				task, err := expirer.Get(ctx, pool, "topic", c.sequence)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if task.State != c.state || (c.state == Active && task.Owner != "pod-0" && task.Owner != tc.comer) {
+					t.Errorf("task %d is %v owned by %q, want %v", c.sequence, task.State, task.Owner, c.state)
+				}
+			}
+		})
 	}
 }

@@ -183,11 +183,28 @@ func TestMigrateDistributed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// what a database before 000045 has and its form drops: task_citus_expire,
+		// delegated (a stand-in of its signature)
+		if _, err := pool.Exec(ctx, `CREATE FUNCTION task_citus_expire(p_topic text, p_owner text, p_live text[])
+			RETURNS TABLE (expired bigint, retried bigint, notification text)
+			LANGUAGE sql AS 'SELECT 0::bigint, 0::bigint, NULL::text'`); err != nil {
+			t.Fatal(err)
+		}
+		if pgtest.OnCitus() {
+			if _, err := pool.Exec(ctx, `SELECT create_distributed_function('task_citus_expire(text,text,text[])'::regprocedure,
+				'p_topic', colocate_with := 'task', force_delegation := true)`); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err := migrateWith(t, pool, citus.Migrations); err != nil {
 			t.Fatal(err)
 		}
 		version(t, pool, latest)
 		sameRows(t, "picks after the forms", keyedPicks(t, pool, "keyed"), before)
+		var gone bool
+		if err := pool.QueryRow(ctx, "SELECT to_regprocedure('task_citus_expire(text,text,text[])') IS NULL").Scan(&gone); err != nil || !gone {
+			t.Fatalf("task_citus_expire dropped by the forms: %v (%v), want true", gone, err)
+		}
 		if pgtest.OnCitus() {
 			// 000045's function delegated to the topic's node, as DistributeCitus does
 			var delegated bool

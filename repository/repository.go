@@ -103,6 +103,9 @@ type Repository struct {
 	// reassignBatch is how many tasks a statement of ReassignAll changes:
 	// ReassignBatchSize but in tests.
 	reassignBatch int64
+	// expireHook, when set (by tests only), runs in expireCitus before each topic's
+	// expiry, after the owners to take back were read.
+	expireHook func()
 	// graceNs is FireSchedules' grace (SetScheduleGrace), 0 ScheduleGraceDefault.
 	graceNs atomic.Int64
 }
