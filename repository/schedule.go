@@ -901,10 +901,17 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		old := scheduleFrom(row)
 		s := old.ScheduleSettings
 		change(&s)
-		validate := s.validate
+		// an identifier kept is not checked again: one stored before a check refused
+		// it (too long once {time} is replaced, written by hand before 000044) still
+		// takes other changes, a pause among them, as it does in SQL
+		check := s
+		if check.Identifier == old.Identifier {
+			check.Identifier = ""
+		}
+		validate := check.validate
 		if zoneName(s.TimeZone) != old.TimeZone {
 			validate = func() error { // a new zone is checked as at creation
-				if err := s.Validate(); err != nil {
+				if err := check.Validate(); err != nil {
 					return err
 				}
 				return r.checkZone(ctx, tx, s.TimeZone)

@@ -543,6 +543,16 @@ func TestScheduleFiredIdentifierWrittenByHand(t *testing.T) {
 	if got := textRowsOf(t, s, "SELECT priority || ' ' || paused FROM task_schedule WHERE name = 'job'"); !slices.Equal(got, []string{"5 true"}) {
 		t.Errorf("legacy row after a change of its priority and pause: %v, want 5 true", got)
 	}
+	// and through Go: its identifier kept is not checked again; a new one is
+	if _, err := s.sched.ResumeSchedule(s.ctx, s.pool, "job", false); err != nil {
+		t.Errorf("ResumeSchedule of the legacy row: %v", err)
+	}
+	if _, err := s.sched.UpdateSchedule(s.ctx, s.pool, "job", func(c *repository.ScheduleSettings) { c.Priority = 6 }); err != nil {
+		t.Errorf("UpdateSchedule of the legacy row's priority: %v", err)
+	}
+	if _, err := s.sched.UpdateSchedule(s.ctx, s.pool, "job", func(c *repository.ScheduleSettings) { c.Identifier += "x" }); !errors.Is(err, repository.ErrInvalid) {
+		t.Errorf("UpdateSchedule of the legacy row to a longer identifier: %v, want ErrInvalid", err)
+	}
 }
 
 // TestScheduleTopicMustExist: a schedule written by hand must name a topic that exists

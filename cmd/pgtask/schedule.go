@@ -75,9 +75,15 @@ func (s *scheduleFlags) apply(f *flags, to *repository.ScheduleSettings) error {
 		}
 		to.Insertion = &i
 	}
-	validate := to.Validate
+	// an identifier kept is not checked again: one stored before a check refused it
+	// still takes other changes, as in UpdateSchedule
+	check := *to
+	if !f.given("identifier") {
+		check.Identifier = ""
+	}
+	validate := check.Validate
 	if !f.given("time-zone") {
-		validate = to.ValidateKeepingZone // a zone stored before Validate refused it still changes
+		validate = check.ValidateKeepingZone // a zone stored before Validate refused it still changes
 	}
 	if err := validate(); err != nil {
 		return f.usagef("%s", stripInvalid(err))

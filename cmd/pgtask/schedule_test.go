@@ -62,6 +62,22 @@ func TestSchedule(t *testing.T) {
 		wantRuntime(t, f.cli("schedule", "add", "a", "--topic", "nope", "--spec", "@hourly"), repository.ErrUnknownTopic)
 		wantRuntime(t, f.cli("schedule", "add", "taken", "--topic", "t", "--spec", "@daily"), repository.ErrScheduleExists)
 		wantRuntime(t, f.cli("schedule", "set", "taken", "--topic", "nope"), repository.ErrUnknownTopic)
+		// an identifier too long once {time} is replaced, stored before 000044 refused
+		// it: other settings still change; a longer identifier is refused
+		long := strings.Repeat("x", 481) + "{time}"
+		conn, err := f.pool.Acquire(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		for _, q := range []string{"BEGIN", "SET LOCAL session_replication_role = replica",
+			"UPDATE task_schedule SET identifier = '" + long + "' WHERE name = 'taken'", "COMMIT"} {
+			if _, err := conn.Exec(f.ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		f.ok("schedule", "set", "taken", "--priority", "3")
+		wantUsage(t, f.cli("schedule", "set", "taken", "--identifier", long+"x"), "identifier is 502 characters long")
 		wantRuntime(t, f.cli("schedule", "pause", "ghost"), repository.ErrUnknownSchedule)
 		list, err := f.repo.Schedules(f.ctx, f.pool)
 		if err != nil || len(list) != 1 || list[0].Spec != "@hourly" || list[0].Topic != "t" {

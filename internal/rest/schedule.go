@@ -72,9 +72,15 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	if q.Paused != nil {
 		s.Paused = *q.Paused
 	}
-	validate := s.Validate
+	// an identifier kept is not checked again: one stored before a check refused it
+	// still takes other changes, as in UpdateSchedule
+	check := *s
+	if !q.Identifier.given {
+		check.Identifier = ""
+	}
+	validate := check.Validate
 	if q.TimeZone == nil {
-		validate = s.ValidateKeepingZone // a zone stored before Validate refused it still changes
+		validate = check.ValidateKeepingZone // a zone stored before Validate refused it still changes
 	}
 	if err := validate(); err != nil {
 		return invalid(err)

@@ -195,3 +195,32 @@ func TestListSchedulesPages(t *testing.T) {
 		t.Fatalf("search %v", got)
 	}
 }
+
+// A schedule whose identifier is too long once {time} is replaced, stored before such
+// identifiers were refused (written by hand before migration 000044): a PATCH that
+// leaves the identifier out changes the schedule, one that gives a longer identifier is
+// refused.
+func TestScheduleLegacyIdentifierPatch(t *testing.T) {
+	f := setup(t)
+	f.call(http.MethodPost, "/schedules", `{"name":"legacy","topic":"mail","spec":"@hourly","identifier":"l-{time}"}`).want(t, http.StatusCreated, nil)
+	long := strings.Repeat("x", 481) + "{time}" // 501 characters once replaced
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"SET LOCAL session_replication_role = replica", "UPDATE task_schedule SET identifier = '" + long + "' WHERE name = 'legacy'"} {
+		if _, err := tx.Exec(f.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var after wire.Schedule
+	f.call(http.MethodPatch, "/schedules/legacy", `{"priority":7}`).want(t, http.StatusOK, &after)
+	if after.Priority != 7 || after.Identifier == nil || *after.Identifier != long {
+		t.Errorf("after a PATCH of the priority %+v, want priority 7 with the identifier kept", after)
+	}
+	f.call(http.MethodPatch, "/schedules/legacy", `{"identifier":"`+long+`x"}`).
+		wantError(t, http.StatusBadRequest, "identifier is 502 characters long")
+}
