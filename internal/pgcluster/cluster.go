@@ -454,8 +454,8 @@ func (c *Cluster) stop(ctx context.Context) error {
 
 // postmasterPID reads the server PID from dataDir/postmaster.pid and reports
 // whether that process is running and really is the server of dataDir (its
-// working directory is dataDir), so that a stale PID file never leads to
-// signalling an unrelated process.
+// working directory is dataDir; without /proc, that it runs postgres), so that a stale
+// PID file never leads to signalling an unrelated process.
 func postmasterPID(dataDir string) (int, bool) {
 	f, err := os.Open(filepath.Join(dataDir, "postmaster.pid"))
 	if err != nil {
@@ -473,10 +473,11 @@ func postmasterPID(dataDir string) (int, bool) {
 	cwd, err := os.Readlink(filepath.Join(procRoot, strconv.Itoa(pid), "cwd"))
 	if err != nil {
 		if _, perr := os.Stat(filepath.Join(procRoot, "self")); perr != nil {
-			// no /proc here (macOS, the BSDs): the PID alone, as pg_ctl itself goes
-			// by it; without this the server was never stopped, its directory
-			// removed under it
-			return pid, alive(pid)
+			// no /proc here (macOS, the BSDs): a live process of that PID whose
+			// command is postgres (ps); without this the server was never stopped,
+			// its directory removed under it. Not the PID alone: a stale file's PID
+			// may be another process's by now.
+			return pid, alive(pid) && isPostgres(pid)
 		}
 		return pid, false
 	}
@@ -485,6 +486,12 @@ func postmasterPID(dataDir string) (int, bool) {
 		want = dataDir
 	}
 	return pid, cwd == want
+}
+
+// isPostgres reports whether process pid runs postgres, by its command's name (ps).
+func isPostgres(pid int) bool {
+	out, err := exec.Command("ps", "-p", strconv.Itoa(pid), "-o", "comm=").Output()
+	return err == nil && strings.Contains(filepath.Base(strings.TrimSpace(string(out))), "postgres")
 }
 
 // procRoot is where the processes' working directories are read (a test points it

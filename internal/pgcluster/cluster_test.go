@@ -67,13 +67,19 @@ func TestStartQueryStop(t *testing.T) {
 }
 
 // TestStopWithoutProc: on a system without /proc (macOS, the BSDs; here procRoot set to
-// a directory that does not exist) Stop stops the server, as pg_ctl would, before it
-// removes the directory: it removed the directory of a running server before.
+// a directory that does not exist) Stop stops the server, a live postgres process of its
+// PID, before it removes the directory: it removed the directory of a running server
+// before.
 func TestStopWithoutProc(t *testing.T) {
 	c := startCluster(t, Options{})
 	pid, ok := postmasterPID(c.dataDir)
 	if !ok {
 		t.Fatalf("postmaster.pid of a running cluster: pid %d, not running", pid)
+	}
+	// without /proc a PID counts only when its process runs postgres: not this one
+	// (a stale postmaster.pid's PID may be another process's by now)
+	if !isPostgres(pid) || isPostgres(os.Getpid()) {
+		t.Fatalf("isPostgres: the server %d %v, this test %v; want true, false", pid, isPostgres(pid), isPostgres(os.Getpid()))
 	}
 	procRoot = filepath.Join(t.TempDir(), "no-proc")
 	t.Cleanup(func() { procRoot = "/proc" })
