@@ -20,8 +20,13 @@
 // repository never commits for the caller, so a push inside the caller's transaction
 // commits, and notifies listeners, together with the caller's own writes, or not at all.
 // Operations that need several statements run them in a nested transaction (a savepoint
-// inside the caller's), so a failed call leaves no partial effect behind. Batch
-// operations (push, poll, complete) are one statement whatever their size.
+// inside the caller's), so a failed call leaves no partial effect behind; the exceptions
+// are the operations over a whole state or topic, which on a pool commit a batch at a
+// time so that no transaction grows with the topic ([Repository.Purge],
+// [Repository.ReassignAll], [Repository.PurgeAll], [Repository.Destroy], and on Citus
+// the expiry, a topic at a time): stopped or failing, they keep what they committed and
+// say how much (in a caller's transaction, all of it commits or rolls back with it).
+// Batch operations (push, poll, complete) are one statement whatever their size.
 //
 // # Errors
 //
