@@ -2796,6 +2796,28 @@ func (p *failNth) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	return p.Pool.QueryRow(ctx, sql, args...)
 }
 
+// Begin returns a transaction whose QueryRow fails as the pool's does (the count is the
+// pool's): on Citus each topic's expiry runs in a transaction of its own.
+func (p *failNth) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := p.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &failNthTx{Tx: tx, p: p}, nil
+}
+
+type failNthTx struct {
+	pgx.Tx
+	p *failNth
+}
+
+func (t *failNthTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.Contains(sql, t.p.match) && t.p.seen.Add(1) == int64(t.p.n) {
+		return failedRow{}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
 type failedRow struct{}
 
 func (failedRow) Scan(...any) error { return errInjected }
