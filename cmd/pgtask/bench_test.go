@@ -152,6 +152,19 @@ func TestBench(t *testing.T) {
 		}
 		f.wantOnlyTopicT()
 	})
+	t.Run("SustainedStopsAtAPushersFailure", func(t *testing.T) {
+		// the benchmark's topic destroyed under it: its pushes fail, and the run stops
+		// with the error rather than push on for the rest of its minute
+		ctx, cancel := context.WithTimeout(f.ctx, 40*time.Second)
+		defer cancel()
+		time.AfterFunc(2*time.Second, func() { _, _ = f.repo.Destroy(f.ctx, f.pool, "gone") })
+		r := runCLI(ctx, "", nil, "bench", "--topic", "gone", "--mode", "sustained", "--duration", "1m", "--rate", "200",
+			"--push-batch", "10", "--database-url", f.url)
+		if r.err == nil || !strings.Contains(r.err.Error(), "gone") || strings.Contains(r.err.Error(), "interrupted") {
+			t.Fatalf("err %v, want the push's failure naming the topic, before the run's minute", r.err)
+		}
+		f.wantOnlyTopicT()
+	})
 	t.Run("UsageErrors", func(t *testing.T) {
 		wantUsage(t, f.cli("bench", "--mode", "fast"), "--mode", "fast")
 		wantUsage(t, f.cli("bench", "--workers", "0"), "--workers")

@@ -207,6 +207,7 @@ func (r *benchRun) sustained(ctx context.Context) error {
 				if err := r.push(runCtx, n, true); err != nil {
 					if runCtx.Err() == nil {
 						perr[i] = err
+						cancel() // the run stops with it, not at the end of --duration
 					}
 					return
 				}
