@@ -41,6 +41,7 @@ func startChildren(ctx context.Context, cfg *Config, topics []string, s *stats, 
 	}
 	c := &children{}
 	ready := make(chan struct{}, cfg.Processes)
+	gone := make(chan struct{}, cfg.Processes) // a child's output ended before it was ready
 	for i := range cfg.Processes {
 		cmd, err := cfg.ChildCommand(Child{Processing: cfg.Processing, Topic: topics[i%len(topics)], Record: record})
 		if err != nil {
@@ -65,6 +66,12 @@ func startChildren(ctx context.Context, cfg *Config, topics []string, s *stats, 
 		c.cmds = append(c.cmds, cmd)
 		c.stdin = append(c.stdin, in)
 		c.read.Go(func() {
+			wasReady := false
+			defer func() {
+				if !wasReady {
+					gone <- struct{}{}
+				}
+			}()
 			sc := bufio.NewScanner(out)
 			sc.Buffer(make([]byte, 64<<10), 64<<20)
 			for sc.Scan() {
@@ -72,7 +79,8 @@ func startChildren(ctx context.Context, cfg *Config, topics []string, s *stats, 
 				if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 					continue
 				}
-				if l.Ready {
+				if l.Ready && !wasReady {
+					wasReady = true
 					ready <- struct{}{}
 				}
 				s.mu.Lock()
@@ -104,6 +112,9 @@ func startChildren(ctx context.Context, cfg *Config, topics []string, s *stats, 
 	for range cfg.Processes {
 		select {
 		case <-ready:
+		case <-gone:
+			_ = c.stop()
+			return nil, errors.New("a child process ended before it started listening (its standard error above says why)")
 		case <-timeout:
 			_ = c.stop()
 			return nil, errors.New("child processes did not start listening within 60s")
