@@ -260,14 +260,18 @@ func (r *Repository) purgeCitus(ctx context.Context, h Handle, timeout time.Dura
 
 // expireCitus is TaskExpire on Citus, topic by topic: the topics and owners of the
 // leases of other owners are read first, from every shard; then which of those owners
-// to take back (expiring); then, for each topic, in a transaction of its own, which of
-// them are still to take back, under a lock of task_owner that holds registrations and
-// heartbeats until the commit, and their leases in the topic are taken back by a
-// function delegated to the topic's node (task_citus_expire_owners). It names the owners
-// to take back, never those to spare, and checks them again under the lock: an owner
-// that registers (or comes back under its name, a pod's) and leases while the expiry
-// goes from topic to topic keeps its leases (before migration 000045 they were taken,
-// and their tasks run twice).
+// to take back (expiring); then, for each topic, in a transaction (a savepoint in the
+// caller's) of its own, which of them are still to take back, their rows locked (FOR
+// SHARE: their heartbeats and claims wait for its end), and their leases in the topic
+// are taken back by a function delegated to the topic's node (task_citus_expire_owners).
+// It names the owners to take back, never those to spare, and checks them again under
+// the lock: an owner that registers, or comes back under its name (a pod's), and leases
+// while the expiry goes from topic to topic keeps its leases (before migration 000045
+// they were taken, and their tasks run twice). A row locked by a heartbeat or a claim
+// under way is passed over (SKIP LOCKED: its owner is alive), so that two processes
+// starting at once, each claiming its row and expiring the other's, never wait on each
+// other. An owner without a row that registers between the check and the function,
+// and leases in that moment, can still lose that lease: there is no row to lock.
 func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Duration, orphans bool) ([]Expiry, error) {
 	rows, err := h.Query(ctx, "SELECT DISTINCT t.topic, t.owner FROM task t WHERE t.state = 0 AND t.owner <> $1 ORDER BY 1, 2", r.owner)
 	if err != nil {
@@ -284,7 +288,7 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 			owners = append(owners, l.Owner)
 		}
 	}
-	gone, err := r.expiring(ctx, h, owners, timeout, orphans)
+	gone, err := r.expiring(ctx, h, owners, timeout, orphans, false)
 	if err != nil || len(gone) == 0 {
 		return nil, err
 	}
@@ -307,11 +311,7 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 		var payload *string
 		taken := false
 		err := inTx(ctx, h, func(tx pgx.Tx) error {
-			// SHARE: registrations, claims and heartbeats wait for this commit
-			if _, err := tx.Exec(ctx, "LOCK TABLE task_owner IN SHARE MODE"); err != nil {
-				return err
-			}
-			still, err := r.expiring(ctx, tx, of, timeout, orphans)
+			still, err := r.expiring(ctx, tx, of, timeout, orphans, true)
 			if err != nil || len(still) == 0 {
 				return err
 			}
@@ -340,23 +340,36 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 // expiring returns which of owners (leasing tasks) expiry takes back: those of
 // task_owner whose heartbeat is older than now − timeout, or than now − their own expiry
 // timeout when longer, and those without a row there, with orphans or when a registered
-// owner other than r's is stale (as TaskExpire).
-func (r *Repository) expiring(ctx context.Context, h Handle, owners []string, timeout time.Duration, orphans bool) ([]string, error) {
+// owner other than r's is stale (as TaskExpire). With lock, the rows of those registered
+// are locked FOR SHARE, and those locked by another writer passed over.
+func (r *Repository) expiring(ctx context.Context, h Handle, owners []string, timeout time.Duration, orphans, lock bool) ([]string, error) {
 	// $1 the timeout, now's argument $2 when there is one, then the others
 	now, args := r.nowArg()
 	n := len(args) + 1
 	self, leasing, orphaned := fmt.Sprintf("$%d", n+1), fmt.Sprintf("$%d", n+2), fmt.Sprintf("$%d", n+3)
 	stale := `w.heartbeat < ` + now + ` - GREATEST($1::bigint, w.expiry_ms) * interval '1 millisecond'`
-	rows, err := h.Query(ctx, `SELECT o.owner FROM unnest(`+leasing+`::text[]) AS o(owner)
-		LEFT JOIN task_owner w ON w.owner = o.owner
-		WHERE CASE WHEN w.owner IS NULL
-		           THEN `+orphaned+`::boolean OR EXISTS (SELECT FROM task_owner w WHERE w.owner <> `+self+` AND `+stale+`)
-		           ELSE `+stale+` END`,
-		append(append([]any{durationMs(timeout)}, args...), r.owner, owners, orphans)...)
+	locking := ""
+	if lock {
+		locking = " FOR SHARE OF w SKIP LOCKED"
+	}
+	args = append(append([]any{durationMs(timeout)}, args...), r.owner, owners, orphans)
+	rows, err := h.Query(ctx, `SELECT w.owner FROM task_owner w
+		WHERE w.owner = ANY (`+leasing+`::text[]) AND w.owner <> `+self+` AND `+stale+locking, args[:n+2]...)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	registered, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	rows, err = h.Query(ctx, `SELECT o.owner FROM unnest(`+leasing+`::text[]) AS o(owner)
+		WHERE NOT EXISTS (SELECT FROM task_owner w WHERE w.owner = o.owner)
+		  AND (`+orphaned+`::boolean OR EXISTS (SELECT FROM task_owner w WHERE w.owner <> `+self+` AND `+stale+`))`, args...)
+	if err != nil {
+		return nil, err
+	}
+	rowless, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return append(registered, rowless...), err
 }
 
 // taskRowsCitus runs q, a function returning task rows each with a notification payload,

@@ -1,8 +1,11 @@
 package repository
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/sql/schema"
@@ -104,5 +107,76 @@ func TestExpireSparesAnOwnerRegisteredMeanwhile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExpireWhileClaiming: two processes start at once, each in a transaction that
+// claims its own row (a heartbeat) and then expires the leases of the stale owners, each
+// finding the other's row stale in its snapshot: neither waits for the other. On Citus
+// each topic's expiry locks the rows of the owners it takes back, and one whose row a
+// claim holds is passed over (SKIP LOCKED); a lock of the whole of task_owner there,
+// taken after the claim's row lock, deadlocked the two (40P01), and one process failed
+// to start.
+func TestExpireWhileClaiming(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, schema.Hash(), migrateDistributing)
+	setupRepo, err := New(Config{Owner: "setup"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setupRepo.CreateTopic(ctx, pool, "topic"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setupRepo.Push(ctx, pool, "topic", Append, Creation{Identifier: "a"}, Creation{Identifier: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	pods := make([]*Repository, 2)
+	for i := range pods {
+		old, err := New(Config{Owner: fmt.Sprint("pod-", i), Now: func() time.Time { return time.Now().Add(-10 * time.Minute) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Register(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := old.Poll(ctx, pool, "topic", FIFO, None, 1); err != nil || len(got) != 1 {
+			t.Fatalf("poll as %s: %v, %v", old.owner, got, err)
+		}
+		if pods[i], err = New(Config{Owner: old.owner}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txs := make([]pgx.Tx, 2)
+	for i, p := range pods {
+		if txs[i], err = pool.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer txs[i].Rollback(ctx)
+		if err := p.Heartbeat(ctx, txs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 2)
+	for i, p := range pods {
+		go func() {
+			_, err := p.Expire(ctx, txs[i], 5*time.Minute)
+			errs <- err
+		}()
+	}
+	for range pods {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("expiry while claiming: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the two expiries wait for each other")
+		}
+	}
+	for _, tx := range txs {
+		if err := tx.Commit(ctx); err != nil {
+			t.Errorf("commit: %v", err)
+		}
 	}
 }

@@ -618,7 +618,8 @@ func (r *Repository) explain(ctx context.Context, h Handle, op, topic string, se
 // after backoff when the topic's retry policy grants another attempt; cancelled ones end
 // FAILED. Topics that received READY work are notified. A negative timeout is an error.
 // With an error, the expiries already committed come back with it (on Citus a topic's
-// expiry commits on its own, before the next topic's fails).
+// expiry commits on its own, before the next topic's fails; in a caller's transaction,
+// a savepoint of its own).
 func (r *Repository) Expire(ctx context.Context, h Handle, timeout time.Duration) ([]Expiry, error) {
 	return r.expire(ctx, h, timeout, true)
 }
