@@ -48,6 +48,7 @@ func (f *flags) scheduleFlags() *scheduleFlags {
 // apply changes the settings given on the command line, keeping the others, and checks
 // the result as the repository will.
 func (s *scheduleFlags) apply(f *flags, to *repository.ScheduleSettings) error {
+	stored := to.Identifier
 	set := map[string]func(){
 		"topic":      func() { to.Topic = *s.topic },
 		"spec":       func() { to.Spec = *s.spec },
@@ -78,7 +79,7 @@ func (s *scheduleFlags) apply(f *flags, to *repository.ScheduleSettings) error {
 	// an identifier kept is not checked again: one stored before a check refused it
 	// still takes other changes, as in UpdateSchedule
 	check := *to
-	if !f.given("identifier") {
+	if check.Identifier == stored {
 		check.Identifier = ""
 	}
 	validate := check.Validate
@@ -159,8 +160,9 @@ func runScheduleSet(ctx context.Context, e *env, args []string) error {
 		return f.usagef("no setting given (want at least one of --topic, --spec, --time-zone, --identifier, --input, --insertion, --priority, --catch-up)")
 	}
 	// Check the flags alone before connecting; the stored settings are checked again
-	// with them.
-	check := repository.ScheduleSettings{Topic: "t", Spec: "@daily"}
+	// with them. The identifier is checked there only, against the stored one (one
+	// stored before a check refused it may be given again).
+	check := repository.ScheduleSettings{Topic: "t", Spec: "@daily", Identifier: *settings.identifier}
 	if err := settings.apply(f, &check); err != nil {
 		return err
 	}

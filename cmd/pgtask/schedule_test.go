@@ -77,6 +77,7 @@ func TestSchedule(t *testing.T) {
 			}
 		}
 		f.ok("schedule", "set", "taken", "--priority", "3")
+		f.ok("schedule", "set", "taken", "--priority", "4", "--identifier", long) // the same, given again
 		wantUsage(t, f.cli("schedule", "set", "taken", "--identifier", long+"x"), "identifier is 502 characters long")
 		wantRuntime(t, f.cli("schedule", "pause", "ghost"), repository.ErrUnknownSchedule)
 		list, err := f.repo.Schedules(f.ctx, f.pool)

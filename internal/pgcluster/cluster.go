@@ -491,7 +491,8 @@ func postmasterPID(dataDir string) (int, bool) {
 // isPostgres reports whether process pid runs postgres, by its command's name (ps).
 func isPostgres(pid int) bool {
 	out, err := exec.Command("ps", "-p", strconv.Itoa(pid), "-o", "comm=").Output()
-	return err == nil && strings.Contains(filepath.Base(strings.TrimSpace(string(out))), "postgres")
+	name := filepath.Base(strings.TrimSpace(string(out)))
+	return err == nil && (name == "postgres" || name == "postmaster")
 }
 
 // procRoot is where the processes' working directories are read (a test points it

@@ -46,6 +46,7 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	if err != nil {
 		return err
 	}
+	stored := s.Identifier
 	set := func(dst *string, src *string) {
 		if src != nil {
 			*dst = *src
@@ -75,7 +76,7 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	// an identifier kept is not checked again: one stored before a check refused it
 	// still takes other changes, as in UpdateSchedule
 	check := *s
-	if !q.Identifier.given {
+	if check.Identifier == stored {
 		check.Identifier = ""
 	}
 	validate := check.Validate

@@ -221,6 +221,7 @@ func TestScheduleLegacyIdentifierPatch(t *testing.T) {
 	if after.Priority != 7 || after.Identifier == nil || *after.Identifier != long {
 		t.Errorf("after a PATCH of the priority %+v, want priority 7 with the identifier kept", after)
 	}
+	f.call(http.MethodPatch, "/schedules/legacy", `{"identifier":"`+long+`","priority":8}`).want(t, http.StatusOK, &after) // the same, given again
 	f.call(http.MethodPatch, "/schedules/legacy", `{"identifier":"`+long+`x"}`).
 		wantError(t, http.StatusBadRequest, "identifier is 502 characters long")
 }
