@@ -5,7 +5,6 @@ import (
 	"crypto/md5"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -283,21 +282,27 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 		return nil, err
 	}
 	var owners []string
+	seen := map[string]bool{}
 	for _, l := range leases {
-		if !slices.Contains(owners, l.Owner) {
+		if !seen[l.Owner] {
+			seen[l.Owner] = true
 			owners = append(owners, l.Owner)
 		}
 	}
-	gone, err := r.expiring(ctx, h, owners, timeout, orphans, false)
-	if err != nil || len(gone) == 0 {
+	expiring, err := r.expiring(ctx, h, owners, timeout, orphans, false)
+	if err != nil || len(expiring) == 0 {
 		return nil, err
+	}
+	gone := map[string]bool{}
+	for _, o := range expiring {
+		gone[o] = true
 	}
 	var out []Expiry
 	for i := 0; i < len(leases); {
 		topic := leases[i].Topic
 		var of []string
 		for ; i < len(leases) && leases[i].Topic == topic; i++ {
-			if slices.Contains(gone, leases[i].Owner) {
+			if gone[leases[i].Owner] {
 				of = append(of, leases[i].Owner)
 			}
 		}
@@ -329,7 +334,9 @@ func (r *Repository) expireCitus(ctx context.Context, h Handle, timeout time.Dur
 		if !taken {
 			continue
 		}
-		out = append(out, x) // committed: reported even if its notification fails
+		// committed (in a caller's transaction, released with it): reported even if
+		// its notification fails
+		out = append(out, x)
 		if err := notifyReturned(ctx, h, payload); err != nil {
 			return out, err
 		}

@@ -102,7 +102,11 @@ func TestExpireSparesAnOwnerRegisteredMeanwhile(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if task.State != c.state || (c.state == Active && task.Owner != "pod-0" && task.Owner != tc.comer) {
+				owner := tc.comer // the fresh lease's
+				if c.sequence == stale {
+					owner = "pod-0"
+				}
+				if task.State != c.state || (c.state == Active && task.Owner != owner) {
 					t.Errorf("task %d is %v owned by %q, want %v", c.sequence, task.State, task.Owner, c.state)
 				}
 			}
@@ -110,13 +114,15 @@ func TestExpireSparesAnOwnerRegisteredMeanwhile(t *testing.T) {
 	}
 }
 
-// TestExpireWhileClaiming: two processes start at once, each in a transaction that
-// claims its own row (a heartbeat) and then expires the leases of the stale owners, each
-// finding the other's row stale in its snapshot: neither waits for the other. On Citus
-// each topic's expiry locks the rows of the owners it takes back, and one whose row a
-// claim holds is passed over (SKIP LOCKED); a lock of the whole of task_owner there,
-// taken after the claim's row lock, deadlocked the two (40P01), and one process failed
-// to start.
+// TestExpireWhileClaiming: two processes start at once under the names of two dead
+// ones, as a processor starts (processor.registerAtStart): each, in a transaction,
+// claims its row (ClaimOwner: the heartbeat set far in the past), takes the leases of
+// the stale owners back under another name, and heart-beats. Each finds the other's row
+// stale in its snapshot: neither waits for the other, and both earlier processes' leases
+// are taken back, each by the process that claimed its name (on Citus a row a claim
+// holds is passed over by the other, SKIP LOCKED). A lock of the whole of task_owner on
+// Citus, taken after the claim's row lock, deadlocked the two (40P01), and one process
+// failed to start.
 func TestExpireWhileClaiming(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -132,6 +138,8 @@ func TestExpireWhileClaiming(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := make([]*Repository, 2)
+	seen := make([]time.Time, 2)
+	var leased []int64
 	for i := range pods {
 		old, err := New(Config{Owner: fmt.Sprint("pod-", i), Now: func() time.Time { return time.Now().Add(-10 * time.Minute) }})
 		if err != nil {
@@ -140,12 +148,19 @@ func TestExpireWhileClaiming(t *testing.T) {
 		if _, err := old.Register(ctx, pool); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := old.Poll(ctx, pool, "topic", FIFO, None, 1); err != nil || len(got) != 1 {
+		got, err := old.Poll(ctx, pool, "topic", FIFO, None, 1)
+		if err != nil || len(got) != 1 {
 			t.Fatalf("poll as %s: %v, %v", old.owner, got, err)
 		}
+		leased = append(leased, got[0].Sequence)
 		if pods[i], err = New(Config{Owner: old.owner}); err != nil {
 			t.Fatal(err)
 		}
+		o, _, err := pods[i].RegisteredOwner(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[i] = o.Heartbeat
 	}
 	txs := make([]pgx.Tx, 2)
 	for i, p := range pods {
@@ -153,14 +168,20 @@ func TestExpireWhileClaiming(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer txs[i].Rollback(ctx)
-		if err := p.Heartbeat(ctx, txs[i]); err != nil {
-			t.Fatal(err)
+		if claimed, err := p.ClaimOwner(ctx, txs[i], seen[i]); err != nil || !claimed {
+			t.Fatalf("claim %s: %v, %v", p.owner, claimed, err)
 		}
 	}
 	errs := make(chan error, 2)
 	for i, p := range pods {
 		go func() {
-			_, err := p.Expire(ctx, txs[i], 5*time.Minute)
+			expirer, err := New(Config{})
+			if err == nil {
+				_, err = expirer.Expire(ctx, txs[i], 5*time.Minute)
+			}
+			if err == nil {
+				err = p.Heartbeat(ctx, txs[i])
+			}
 			errs <- err
 		}()
 	}
@@ -177,6 +198,11 @@ func TestExpireWhileClaiming(t *testing.T) {
 	for _, tx := range txs {
 		if err := tx.Commit(ctx); err != nil {
 			t.Errorf("commit: %v", err)
+		}
+	}
+	for _, seq := range leased {
+		if task, err := setupRepo.Get(ctx, pool, "topic", seq); err != nil || task.State != Ready {
+			t.Errorf("the earlier process's task %d after both starts: %v (%v), want READY (taken back)", seq, task.State, err)
 		}
 	}
 }
