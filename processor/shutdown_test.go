@@ -283,15 +283,18 @@ func TestShutdownDeadlineCancelsAPollStillWaiting(t *testing.T) {
 	if took := time.Since(stopping); took > 4*time.Second {
 		t.Errorf("Run returned %v after the stop, with a deadline of 300 ms: the waiting poll was not cancelled", took.Round(time.Millisecond))
 	}
-	// Run has returned: the lock goes, and a poll still waiting would lease now
-	if err := tx.Rollback(f.ctx); err != nil {
-		t.Fatal(err)
-	}
+	// Run has returned: the waiting poll is cancelled in the server (pgx sends the
+	// cancel request as it closes the connection, asynchronously: waited for here, so
+	// that the test does not release the lock first, under load, and see it lease)
 	f.eventually("no poll waiting on the lock", func() bool {
 		var n int
 		err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND datname = current_database()`).Scan(&n)
 		return err == nil && n == 0
 	})
+	// then the lock goes: a poll that had gone on waiting would lease now
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(200 * time.Millisecond)
 	for _, task := range tasks {
 		if got := f.get(task.Sequence); got.State != repository.Ready || got.Attempt != 0 {
