@@ -227,6 +227,21 @@ func (s ScheduleSettings) Validate() error {
 // refused its zone (right/…) still changes, as UpdateSchedule takes it.
 func (s ScheduleSettings) ValidateKeepingZone() error { return s.validate() }
 
+// ValidateChange is Validate for settings changed from stored, as UpdateSchedule checks
+// them: an identifier kept (equal to the stored one) is not checked again, so that one
+// stored before a check refused it (too long once {time} is replaced, written by hand
+// before migration 000044) still takes other changes; the time zone is checked as at
+// creation with newZone, else as ValidateKeepingZone does.
+func (s ScheduleSettings) ValidateChange(stored ScheduleSettings, newZone bool) error {
+	if s.Identifier == stored.Identifier {
+		s.Identifier = ""
+	}
+	if newZone {
+		return s.Validate()
+	}
+	return s.validate()
+}
+
 // validate is Validate without checkZoneName: an update that keeps a schedule's zone
 // keeps one stored before the check (schedules fire in it as they did).
 func (s ScheduleSettings) validate() error {
@@ -901,23 +916,13 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		old := scheduleFrom(row)
 		s := old.ScheduleSettings
 		change(&s)
-		// an identifier kept is not checked again: one stored before a check refused
-		// it (too long once {time} is replaced, written by hand before 000044) still
-		// takes other changes, a pause among them, as it does in SQL
-		check := s
-		if check.Identifier == old.Identifier {
-			check.Identifier = ""
+		// a new zone is checked as at creation, in the database too
+		newZone := zoneName(s.TimeZone) != old.TimeZone
+		err = s.ValidateChange(old.ScheduleSettings, newZone)
+		if err == nil && newZone {
+			err = r.checkZone(ctx, tx, s.TimeZone)
 		}
-		validate := check.validate
-		if zoneName(s.TimeZone) != old.TimeZone {
-			validate = func() error { // a new zone is checked as at creation
-				if err := check.Validate(); err != nil {
-					return err
-				}
-				return r.checkZone(ctx, tx, s.TimeZone)
-			}
-		}
-		if err := validate(); err != nil {
+		if err != nil {
 			return fmt.Errorf("%s schedule %q: %w", op, name, err)
 		}
 		if s.Identifier != old.Identifier {

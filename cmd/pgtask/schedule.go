@@ -48,7 +48,7 @@ func (f *flags) scheduleFlags() *scheduleFlags {
 // apply changes the settings given on the command line, keeping the others, and checks
 // the result as the repository will.
 func (s *scheduleFlags) apply(f *flags, to *repository.ScheduleSettings) error {
-	stored := to.Identifier
+	stored := *to
 	set := map[string]func(){
 		"topic":      func() { to.Topic = *s.topic },
 		"spec":       func() { to.Spec = *s.spec },
@@ -76,17 +76,8 @@ func (s *scheduleFlags) apply(f *flags, to *repository.ScheduleSettings) error {
 		}
 		to.Insertion = &i
 	}
-	// an identifier kept is not checked again: one stored before a check refused it
-	// still takes other changes, as in UpdateSchedule
-	check := *to
-	if check.Identifier == stored {
-		check.Identifier = ""
-	}
-	validate := check.Validate
-	if !f.given("time-zone") {
-		validate = check.ValidateKeepingZone // a zone stored before Validate refused it still changes
-	}
-	if err := validate(); err != nil {
+	// a zone or identifier stored before a check refused it still changes, unless given
+	if err := to.ValidateChange(stored, f.given("time-zone")); err != nil {
 		return f.usagef("%s", stripInvalid(err))
 	}
 	return nil

@@ -46,7 +46,7 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	if err != nil {
 		return err
 	}
-	stored := s.Identifier
+	stored := *s
 	set := func(dst *string, src *string) {
 		if src != nil {
 			*dst = *src
@@ -73,17 +73,8 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 	if q.Paused != nil {
 		s.Paused = *q.Paused
 	}
-	// an identifier kept is not checked again: one stored before a check refused it
-	// still takes other changes, as in UpdateSchedule
-	check := *s
-	if check.Identifier == stored {
-		check.Identifier = ""
-	}
-	validate := check.Validate
-	if q.TimeZone == nil {
-		validate = check.ValidateKeepingZone // a zone stored before Validate refused it still changes
-	}
-	if err := validate(); err != nil {
+	// a zone or identifier stored before a check refused it still changes, unless given
+	if err := s.ValidateChange(stored, q.TimeZone != nil); err != nil {
 		return invalid(err)
 	}
 	return nil
