@@ -85,6 +85,9 @@ type Batch struct {
 	// wherever it was caught: in the manager, or in a Buffer's worker, with the stack of
 	// the goroutine that panicked; nil outside a processor.
 	onPanic func(err error, r any, stack []byte)
+	// onExit relieves the batch of a handler that ended its goroutine before returning
+	// (TaskManager.handlerExited); nil outside a processor.
+	onExit func(err error)
 
 	// leases holds one completion per task as polled (Task.Decide, which carries the
 	// task's identifier, input and reference to Repository.Complete): what a handler does
@@ -502,6 +505,22 @@ func (b *Batch) panicked(r any) {
 		b.onPanic(err, r, debug.Stack())
 	}
 	_ = b.Fail(err)
+}
+
+// errHandlerExited is why the undecided tasks of a batch fail when its handler ended
+// its goroutine.
+var errHandlerExited = errors.New("the handler ended its goroutine (runtime.Goexit, which t.FailNow and t.Fatal call) before deciding this task")
+
+// exited is called, by the deferred function that saw it, when the handler of b ended
+// the goroutine that ran it (runtime.Goexit: recover sees no panic, and the goroutine
+// ends once its deferred calls return). The handler is relieved of b as at its
+// timeout: the started tasks fail, the others go back READY.
+func (b *Batch) exited() {
+	if b.onExit != nil {
+		b.onExit(errHandlerExited)
+		return
+	}
+	b.abandon(errHandlerExited)
 }
 
 // handBack returns every task not yet decided to READY without consuming its attempt

@@ -232,15 +232,22 @@ func (b *Buffered) run(q queued) {
 	b.mu.Lock()
 	b.busy++
 	b.mu.Unlock()
+	returned := false
 	defer func() {
 		b.mu.Lock()
 		b.busy--
 		b.mu.Unlock()
 		if r := recover(); r != nil {
 			q.batch.panicked(r)
+		} else if !returned {
+			// The handler ended this worker's goroutine (runtime.Goexit): its batch is
+			// relieved, and another worker takes its place.
+			q.batch.exited()
+			go b.work()
 		}
 	}()
 	handleBatch(q.ctx, b.inner, q.batch)
+	returned = true
 }
 
 // tracksStarts: a queued batch is started when a worker hands it to the inner handler.

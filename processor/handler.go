@@ -15,9 +15,10 @@ import (
 // of the batch, one at a time (Batch.Decide) or together (Batch.Complete), or fails them
 // (Batch.Fail), possibly from another goroutine after Handle returned. Each task's
 // decision is committed in the manager's next flush, whatever its batch mates do; the
-// Batch documentation gives the contract in full. A handler that panics, reports twice
-// or never reports is contained: the tasks it left undecided fail with a message saying
-// so (or are handed back, if it never started them) and the manager keeps running.
+// Batch documentation gives the contract in full. A handler that panics, reports twice,
+// never reports or ends its goroutine (runtime.Goexit, which t.FailNow calls) is
+// contained: the tasks it left undecided fail with a message saying so (or are handed
+// back, if it never started them) and the manager keeps running.
 //
 // ctx is cancelled when the manager's shutdown deadline passes; per-task contexts
 // (Batch.Context) are also cancelled when the task is cancelled.

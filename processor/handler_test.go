@@ -3,8 +3,10 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,6 +170,88 @@ func TestBadHandler(t *testing.T) {
 			t.Errorf("the panic was logged %d times at ERROR, want once; the log:\n%s", len(lines), logs.String())
 		} else if !strings.Contains(lines[0], "handler_test.go") {
 			t.Errorf("the panic's log has no stack down to the handler that panicked: %s", lines[0])
+		}
+	})
+
+	// A handler that ended its goroutine (runtime.Goexit, which t.FailNow and t.Fatal
+	// call) ended the manager's poll loop with it: its batch stayed ACTIVE until its
+	// lease expired, and the topic was no longer polled, with nothing in the log. In a
+	// Buffer it ended a worker for good (a Buffer of one worker then took no batch).
+	t.Run("AHandlerEndingItsGoroutineIsRelievedAndTheManagerGoesOn", func(t *testing.T) {
+		exitOnce := func(calls *atomic.Int32) bool { return calls.Add(1) == 1 }
+		bare := func() processor.Handler {
+			var calls atomic.Int32
+			return processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+				if exitOnce(&calls) {
+					runtime.Goexit()
+				}
+				decisions := map[int64]repository.Decision{}
+				for _, task := range b.Tasks {
+					decisions[task.Sequence] = repository.Succeed("")
+				}
+				_ = b.Complete(decisions)
+			})
+		}
+		perTask := func() processor.Handler {
+			var calls atomic.Int32
+			return processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+				if task.Identifier == "task-1" && exitOnce(&calls) {
+					runtime.Goexit()
+				}
+				return repository.Succeed("")
+			})
+		}
+		buffered := func(h processor.Handler) processor.Handler {
+			b, err := processor.Buffer(h, processor.BufferConfig{MinWorkers: 1, MaxWorkers: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		for _, c := range []struct {
+			name    string
+			handler func() processor.Handler
+			// the states of the first batch's three tasks once relieved
+			want [3]repository.State
+		}{
+			{"Bare", bare, [3]repository.State{repository.Failed, repository.Failed, repository.Failed}},
+			{"BufferedBare", func() processor.Handler { return buffered(bare()) }, [3]repository.State{repository.Failed, repository.Failed, repository.Failed}},
+			// the task that ended the goroutine fails; the one after it, never started,
+			// is handed back and runs
+			{"TaskFunc", perTask, [3]repository.State{repository.Succeeded, repository.Failed, repository.Succeeded}},
+			{"BufferedTaskFunc", func() processor.Handler { return buffered(perTask()) }, [3]repository.State{repository.Succeeded, repository.Failed, repository.Succeeded}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				f := setup(t)
+				first := f.pushN(3)
+				errs := &errorLog{}
+				var logs logbuf.Buffer
+				p, managers := f.processor("worker", processor.Config{Logger: jsonLogger(&logs, slog.LevelInfo)},
+					processor.ManagerConfig{Handler: c.handler(), BatchSize: 3, Listener: errs.listener()})
+				f.start(p)
+				for i, task := range first {
+					f.eventually(fmt.Sprintf("task %d %s", i, c.want[i]), func() bool { return f.get(task.Sequence).State == c.want[i] })
+				}
+				for i, task := range first {
+					if got := f.get(task.Sequence); got.State == repository.Failed && !strings.Contains(got.Output, "ended its goroutine (runtime.Goexit") {
+						t.Errorf("task %d: output %q, want the end of the goroutine", i, got.Output)
+					}
+				}
+				if !errs.contains("ended its goroutine") {
+					t.Error("the end of the goroutine was not reported to the listener")
+				}
+				if lines := logs.Lines(`"level":"ERROR"`, `"msg":"handler ended its goroutine"`); len(lines) != 1 {
+					t.Errorf("the end of the goroutine was logged %d times at ERROR, want once; the log:\n%s", len(lines), logs.String())
+				} else if !strings.Contains(lines[0], "handler_test.go") {
+					t.Errorf("the log has no stack down to the handler: %s", lines[0])
+				}
+				next, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "next"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				managers[0].Resume()
+				f.eventually("the next task succeeded", func() bool { return f.get(next[0].Sequence).State == repository.Succeeded })
+			})
 		}
 	})
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -1172,6 +1173,7 @@ func (m *TaskManager) prepareWaiting(tasks []repository.Task) *Batch {
 	b := newBatch(batchCtx, m.cfg.Topic, tasks, m.stopping, m.reported)
 	b.cancel = cancel
 	b.onPanic = func(err error, r any, stack []byte) { m.handlerPanicked(b, err, r, stack) }
+	b.onExit = func(err error) { m.handlerExited(b, err) }
 	m.track(b)
 	return b
 }
@@ -1199,12 +1201,30 @@ func (m *TaskManager) handle(b *Batch) {
 		return
 	default:
 	}
+	// The handler runs on a goroutine of its own, which the loop waits for: a handler
+	// that ends its goroutine (runtime.Goexit, as t.FailNow does) would otherwise end
+	// the loop's, and with it the topic's processing, silently.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		callHandler(b.ctx, m.cfg.Handler, b)
+	}()
+	<-done
+}
+
+// callHandler hands b to h on the calling goroutine, containing a panic (the tasks
+// left undecided fail) and an end of the goroutine (Batch.exited).
+func callHandler(ctx context.Context, h Handler, b *Batch) {
+	returned := false
 	defer func() {
 		if r := recover(); r != nil {
 			b.panicked(r)
+		} else if !returned {
+			b.exited()
 		}
 	}()
-	handleBatch(b.ctx, m.cfg.Handler, b)
+	handleBatch(ctx, h, b)
+	returned = true
 }
 
 // handlerPanicked reports a panic of b's handler, caught here (handle) or by a Buffer's
@@ -1214,6 +1234,15 @@ func (m *TaskManager) handlerPanicked(b *Batch, err error, r any, stack []byte) 
 	m.cfg.Listener.error(m.cfg.Topic, err)
 	m.p.logger.Error("handler panicked", slog.String("topic", m.cfg.Topic), slog.Int("tasks", len(b.leased)),
 		slog.Any("panic", r), slog.String("stack", string(stack)))
+}
+
+// handlerExited relieves b of a handler that ended its goroutine (Batch.exited), with
+// an ERROR in the log as for a panic: the handler ran on a goroutine of its own (the
+// manager's or a Buffer's worker), which the manager replaces.
+func (m *TaskManager) handlerExited(b *Batch, err error) {
+	m.p.logger.Error("handler ended its goroutine", slog.String("topic", m.cfg.Topic), slog.Int("tasks", len(b.leased)),
+		slog.String("stack", string(debug.Stack())))
+	m.relieve(b, err)
 }
 
 // reported receives decisions of a batch's tasks from Batch (each task's once), for
