@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -213,10 +214,63 @@ func (f *flags) usagef(format string, args ...any) error {
 	return &usageError{cmd: f.path, err: fmt.Errorf("%s: %s", f.name(), fmt.Sprintf(format, args...))}
 }
 
+// Int, Int64, IntVar and Int64Var define integer flags read in base 10 only. The flag
+// package's own read 010 as octal 8 and 0x10 as 16: "migrate down --to 000016", a
+// version written as the tool shows it, reverted 000016 and 000015 too (to 14).
+func (f *flags) Int(name string, value int, usage string) *int {
+	p := new(int)
+	f.IntVar(p, name, value, usage)
+	return p
+}
+
+func (f *flags) Int64(name string, value int64, usage string) *int64 {
+	p := new(int64)
+	f.Int64Var(p, name, value, usage)
+	return p
+}
+
+func (f *flags) IntVar(p *int, name string, value int, usage string) {
+	*p = value
+	f.Var(decimal[int]{p}, name, usage)
+}
+
+func (f *flags) Int64Var(p *int64, name string, value int64, usage string) {
+	*p = value
+	f.Var(decimal[int64]{p}, name, usage)
+}
+
+// decimal is the value of an integer flag, read in base 10 (leading zeros allowed).
+type decimal[T int | int64] struct{ p *T }
+
+func (d decimal[T]) String() string {
+	if d.p == nil {
+		return "0"
+	}
+	return strconv.FormatInt(int64(*d.p), 10)
+}
+
+func (d decimal[T]) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) || err == nil && int64(T(n)) != n {
+		return errors.New("value out of range") // flagMessage: "out of range"
+	}
+	if err != nil {
+		return errors.New("parse error") // flagMessage: "not a valid value"
+	}
+	*d.p = T(n)
+	return nil
+}
+
+// repeatable is implemented by the value of a flag that may be given more than once.
+type repeatable interface{ repeatable() }
+
 // parse parses args and returns the positional arguments. --help prints the usage on
 // stdout and returns flag.ErrHelp; a bad flag returns a usage error naming it.
 func (f *flags) parse(args []string) ([]string, error) {
 	if err := f.boolWithValue(args); err != nil {
+		return nil, err
+	}
+	if err := f.givenOnce(args); err != nil {
 		return nil, err
 	}
 	var positional []string
@@ -267,6 +321,38 @@ func (f *flags) boolWithValue(args []string) error {
 		if next := strings.ToLower(args[i+1]); next == "true" || next == "false" {
 			return f.usagef("--%s takes no value: write --%s=%s, or leave the flag out for false", name, name, next)
 		}
+	}
+	return nil
+}
+
+// givenOnce refuses a flag given twice (but one whose value is a list): the flag
+// package keeps the last value, and "purge --topic prod --topic staging" purged staging
+// without a word.
+func (f *flags) givenOnce(args []string) error {
+	seen := map[string]bool{}
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			return nil
+		}
+		if !strings.HasPrefix(arg, "-") || arg == "-" {
+			continue
+		}
+		name, _, withValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-"), "=")
+		fl := f.Lookup(name)
+		if fl == nil {
+			continue // a negative number given as a value, or unknown (Parse says so)
+		}
+		if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); !withValue && (!ok || !b.IsBoolFlag()) {
+			i++ // its value, which may begin with a dash (--priority -5)
+		}
+		if _, ok := fl.Value.(repeatable); ok {
+			continue
+		}
+		if seen[name] {
+			return f.usagef("--%s is given more than once", name)
+		}
+		seen[name] = true
 	}
 	return nil
 }

@@ -97,6 +97,15 @@ func TestUsageErrors(t *testing.T) {
 		{"ReviveLimitWithSequences", []string{"revive", "--topic", "t", "--reset", "--limit", "5", "1"}, []string{"--limit applies only with --state"}},
 		{"ReviveBadFrom", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "--from", "yesterday"}, []string{`--from: "yesterday" is neither a sequence nor an RFC 3339 time`}},
 		{"CancelWithoutSequence", []string{"cancel", "--topic", "t"}, []string{"cancel: missing task SEQUENCE"}},
+		// Integers are read in base 10: the flag package read 000016 as octal 14, and
+		// "migrate down --to 000016" reverted 000016 and 000015 too.
+		{"MigrateDownToZeroPadded", []string{"migrate", "down", "--to", "000016"}, []string{"every migration above version 16 "}},
+		{"MigrateDownToNine", []string{"migrate", "down", "--to", "000009"}, []string{"every migration above version 9 "}},
+		{"HexadecimalInteger", []string{"list", "--topic", "t", "--limit", "0x10"}, []string{`list: --limit: invalid value "0x10": not a valid value`}},
+		{"IntegerOutOfRange", []string{"list", "--topic", "t", "--cursor", "9223372036854775808"}, []string{`list: --cursor: invalid value "9223372036854775808": out of range`}},
+		// The flag package kept the last value: this purged staging without a word.
+		{"FlagGivenTwice", []string{"purge", "--topic", "prod", "--topic", "staging", "--all"}, []string{"purge: --topic is given more than once"}},
+		{"FlagGivenTwiceWithEquals", []string{"list", "--topic=a", "-topic", "b"}, []string{"list: --topic is given more than once"}},
 		{"PurgeAllWithState", []string{"purge", "--topic", "t", "--all", "--state", "FAILED"}, []string{"--all deletes every task"}},
 		{"PurgeUnfinishedState", []string{"purge", "--topic", "t", "--state", "READY"}, []string{"--state: READY tasks cannot be purged"}},
 		// An empty filter is a mistake (a variable that came out empty), never "all".
@@ -248,5 +257,31 @@ func TestShellQuote(t *testing.T) {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestDecimalFlags: integers are read in base 10, leading zeros included; a value that
+// begins with a dash is a value, not a second flag; a list flag may be repeated.
+func TestDecimalFlags(t *testing.T) {
+	t.Parallel()
+	f := newFlags(&env{}, "pgtask x", "", "")
+	n := f.Int("n", 0, "")
+	m := f.Int64("m", 7, "")
+	p := f.Int("p", 0, "")
+	hosts := &listValue{}
+	f.Var(hosts, "host", "")
+	if *m != 7 {
+		t.Fatalf("default m=%d, want 7", *m)
+	}
+	if _, err := f.parse([]string{"--n", "010", "--m=000016", "--p", "-5", "--host", "a", "--host", "b,c"}); err != nil {
+		t.Fatal(err)
+	}
+	if *n != 10 || *m != 16 || *p != -5 || hosts.String() != "a,b,c" {
+		t.Fatalf("n=%d m=%d p=%d hosts=%q, want 10 16 -5 a,b,c", *n, *m, *p, hosts.String())
+	}
+	g := newFlags(&env{}, "pgtask x", "", "")
+	g.Int("n", 0, "")
+	if _, err := g.parse([]string{"--n", "-n"}); err == nil || !strings.Contains(err.Error(), "--n: invalid value \"-n\"") {
+		t.Fatalf("--n -n: err = %v, want -n taken as --n's (bad) value", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,7 +178,11 @@ func TestServeRefusesAnEmptySetting(t *testing.T) {
 			for _, cmd := range []string{"serve", "dev"} {
 				// A command that went on to serve would return only when this ends.
 				ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
-				r := runCLI(ctx, "", tc.environ, append([]string{cmd, "--addr", "127.0.0.1:0"}, tc.args...)...)
+				args := append([]string{cmd}, tc.args...)
+				if !slices.Contains(tc.args, "--addr") {
+					args = append(args, "--addr", "127.0.0.1:0")
+				}
+				r := runCLI(ctx, "", tc.environ, args...)
 				cancel()
 				wantUsage(t, r, cmd+": "+tc.want)
 				if r.stdout != "" {

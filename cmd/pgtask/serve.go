@@ -192,6 +192,8 @@ type listValue struct{ values []string }
 
 func (l *listValue) String() string { return strings.Join(l.values, ",") }
 
+func (*listValue) repeatable() {}
+
 func (l *listValue) Set(v string) error {
 	var items []string
 	for _, item := range strings.Split(v, ",") {
