@@ -499,8 +499,9 @@ admitted AS (
 ),
 released AS (
     -- READY from now, for the wait task_topic_stats counts (a later not-before stays);
-    -- no longer completed (a SUSPENSION decision set the time), as a reset
-    UPDATE task t SET state = 1, not_before = GREATEST(t.not_before, now()), completed = NULL
+    -- no longer completed (a SUSPENSION decision set the time) nor cancelled (a cancelled
+    -- task reassigned SUSPENDED), as a reset
+    UPDATE task t SET state = 1, not_before = GREATEST(t.not_before, now()), completed = NULL, cancelled = false
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
     WHERE t.state = 4 AND hashtext(t.topic) = hashtext($1) AND t.topic = $1
       AND t.identifier = r.identifier AND EXISTS (SELECT 1 FROM admitted)

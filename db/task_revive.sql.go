@@ -17,7 +17,10 @@ WITH target AS (
     FOR UPDATE OF t
 )
 UPDATE task t
-SET state = $1::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
+SET state = $1::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now(),
+    -- the outcome is the one given now: a cancelled task reassigned (SUSPENDED, then
+    -- released) is not failed "cancelled" whatever its next run decides
+    cancelled = false
 FROM target g
 WHERE t.topic = $2 AND t.sequence = g.sequence
   AND (SELECT count(*) FROM target) = cardinality($3::bigint[])
@@ -81,7 +84,10 @@ WITH target AS (
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE task t
-SET state = $1::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
+SET state = $1::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now(),
+    -- the outcome is the one given now: a cancelled task reassigned (SUSPENDED, then
+    -- released) is not failed "cancelled" whatever its next run decides
+    cancelled = false
 FROM target g
 WHERE t.topic = $2 AND t.sequence = g.sequence
 `

@@ -1035,6 +1035,48 @@ func TestCancel(t *testing.T) {
 			t.Errorf("expired cancelled task: %v %q, want FAILED \"cancelled\" with no retry", got.State, got.Output)
 		}
 	})
+	// A cancelled task reassigned SUSPENDED and released by a junction kept its flag:
+	// polled again, whatever its run decided it ended FAILED "cancelled" (and its
+	// handler was told to stop), so the revival could never succeed.
+	t.Run("ACancelledTaskReassignedAndReleasedRunsAfresh", func(t *testing.T) {
+		for _, all := range []bool{false, true} {
+			t.Run(fmt.Sprintf("All%v", all), func(t *testing.T) {
+				f := isolated(t, shared)
+				configure(f, repository.TopicSettings{MaxAttempts: 3, BackoffCap: time.Hour})
+				lease := driveTo(f, "a", repository.Active)
+				if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "alice", lease.Sequence); err != nil {
+					t.Fatal(err)
+				}
+				if done := f.complete(repository.Succeed(""), lease)[0]; done.State != repository.Failed || !done.Cancelled {
+					t.Fatalf("completed: %v cancelled=%v, want FAILED cancelled", done.State, done.Cancelled)
+				}
+				if all {
+					if n, err := f.repo.ReassignAll(f.ctx, f.pool, f.topic, repository.Failed, repository.Suspension, lease.Sequence, lease.Sequence); err != nil || n != 1 {
+						t.Fatalf("reassign all = %d, %v", n, err)
+					}
+				} else if _, err := f.repo.Reassign(f.ctx, f.pool, f.topic, repository.Suspension, lease.Sequence); err != nil {
+					t.Fatal(err)
+				}
+				if got := f.get(lease.Sequence); got.State != repository.Suspended || got.Cancelled {
+					t.Fatalf("reassigned: %v cancelled=%v, want SUSPENDED, no longer cancelled", got.State, got.Cancelled)
+				}
+				// as a task reassigned before the fix still is: the release clears it too
+				if _, err := f.pool.Exec(f.ctx, "UPDATE task SET cancelled = true WHERE topic = $1 AND sequence = $2", f.topic, lease.Sequence); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.repo.Junction(f.ctx, f.pool, f.topic, repository.Singular, []string{"a"}); err != nil {
+					t.Fatal(err)
+				}
+				again := pollOne(f, f.repo, lease.Sequence)
+				if leases, err := f.repo.CancelledLeases(f.ctx, f.pool, f.topic); err != nil || len(leases) != 0 {
+					t.Fatalf("cancelled leases = %v, %v; want none", leases, err)
+				}
+				if done := f.complete(repository.Succeed("second run"), again)[0]; done.State != repository.Succeeded || done.Output != "second run" {
+					t.Errorf("second run: %v %q, want SUCCEEDED", done.State, done.Output)
+				}
+			})
+		}
+	})
 	t.Run("FinishedTaskIsRefusedAndNothingChanges", func(t *testing.T) {
 		f := isolated(t, shared)
 		ready := driveTo(f, "r", repository.Ready)

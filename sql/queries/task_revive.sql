@@ -7,7 +7,10 @@ WITH target AS (
     FOR UPDATE OF t
 )
 UPDATE task t
-SET state = sqlc.arg(result)::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
+SET state = sqlc.arg(result)::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now(),
+    -- the outcome is the one given now: a cancelled task reassigned (SUSPENDED, then
+    -- released) is not failed "cancelled" whatever its next run decides
+    cancelled = false
 FROM target g
 WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence
   AND (SELECT count(*) FROM target) = cardinality(sqlc.arg(sequences)::bigint[])
@@ -25,7 +28,10 @@ WITH target AS (
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE task t
-SET state = sqlc.arg(result)::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now()
+SET state = sqlc.arg(result)::smallint + 3, descent = GREATEST(t.state, t.descent), completed = now(),
+    -- the outcome is the one given now: a cancelled task reassigned (SUSPENDED, then
+    -- released) is not failed "cancelled" whatever its next run decides
+    cancelled = false
 FROM target g
 WHERE t.topic = sqlc.arg(topic) AND t.sequence = g.sequence;
 
