@@ -475,12 +475,17 @@ func (b *Batch) begin(sequence int64) bool {
 	return true
 }
 
-// beginAll marks every task as started.
-func (b *Batch) beginAll() {
+// beginAll marks every task as started; false, and none is, when the batch is closed
+// (its handler relieved of it: handed back, or failed by the shutdown deadline).
+func (b *Batch) beginAll() bool {
 	b.setup()
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
 	b.allBegun = true
-	b.mu.Unlock()
+	return true
 }
 
 // startTracker is implemented by the handlers that mark themselves which tasks of a
@@ -489,9 +494,12 @@ type startTracker interface{ tracksStarts() }
 
 // handleBatch hands b to h: a handler that does not say which tasks it starts is taken
 // to start all of them.
+// A batch closed before it starts is not handed over: a Buffer's worker that took it
+// from the queue as its HandlerTimeout relieved it (handing its tasks back, which other
+// processes may be running already) looked before that, and would run them again.
 func handleBatch(ctx context.Context, h Handler, b *Batch) {
-	if _, ok := h.(startTracker); !ok {
-		b.beginAll()
+	if _, ok := h.(startTracker); !ok && !b.beginAll() {
+		return
 	}
 	h.Handle(ctx, b)
 }
