@@ -49,6 +49,10 @@ func (f *flags) scheduleFlags() *scheduleFlags {
 // the result as the repository will.
 func (s *scheduleFlags) apply(f *flags, to *repository.ScheduleSettings) error {
 	stored := *to
+	if f.given("time-zone") && *s.zone == "" {
+		// a variable come out empty ("--time-zone $TZ"), which UTC would hide
+		return f.usagef("--time-zone is empty: give a zone such as UTC or Europe/Paris, or leave the flag out (a new schedule's zone is UTC)")
+	}
 	set := map[string]func(){
 		"topic":      func() { to.Topic = *s.topic },
 		"spec":       func() { to.Spec = *s.spec },

@@ -53,6 +53,9 @@ func TestSchedule(t *testing.T) {
 		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t", "--spec", "@every -5s"), "interval -5s is negative")
 		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t", "--spec", "@hourly", "--time-zone", "Mars/Olympus"), `unknown time zone "Mars/Olympus"`)
 		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t"), "--spec is required")
+		// an empty zone ("--time-zone $TZ", unset) was taken as UTC
+		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t", "--spec", "@hourly", "--time-zone", ""), "--time-zone is empty")
+		wantUsage(t, f.cli("schedule", "set", "taken", "--time-zone", "", "--priority", "3"), "--time-zone is empty")
 		wantUsage(t, f.cli("schedule", "add", "a", "--spec", "@hourly"), "--topic is required")
 		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t", "--spec", "@hourly", "--catch-up", "-1"), "catch-up -1 is negative")
 		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t", "--spec", "@hourly", "--insertion", "sideways"), "--insertion", "sideways")

@@ -47,6 +47,9 @@ func (q scheduleRequest) apply(s *repository.ScheduleSettings) error {
 		return err
 	}
 	stored := *s
+	if q.TimeZone != nil && *q.TimeZone == "" {
+		return badRequest(`"time_zone" is empty: give a zone such as UTC or Europe/Paris, or leave the field out (a new schedule's zone is UTC)`)
+	}
 	set := func(dst *string, src *string) {
 		if src != nil {
 			*dst = *src

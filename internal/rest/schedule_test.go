@@ -98,6 +98,10 @@ func TestSchedules(t *testing.T) {
 			{"PATCH", "/schedules/taken", `{"paused":null,"priority":2}`, 400, `field "paused": got a JSON null`},
 			{"PATCH", "/schedules/taken", `{"time_zone":null}`, 400, `field "time_zone": got a JSON null`},
 			{"PATCH", "/schedules/taken", `{"catch_up":null}`, 400, `field "catch_up": got a JSON null`},
+			// an empty zone (a variable come out empty) was taken as UTC, and moved a
+			// schedule to it
+			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@hourly","time_zone":""}`, 400, `"time_zone" is empty`},
+			{"PATCH", "/schedules/taken", `{"time_zone":"","priority":3}`, 400, `"time_zone" is empty`},
 		} {
 			f.call(c.method, c.path, c.body).wantError(t, c.status, c.says)
 		}
