@@ -2,9 +2,12 @@ package processor_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/processor"
@@ -75,5 +78,102 @@ func TestHeartbeatWhileThePoolIsBusy(t *testing.T) {
 	t.Logf("%d heartbeats seen in %v with the pool taken, the heartbeat at most %v old", beats-1, 3*expiry, worst)
 	if beats-1 < 3 {
 		t.Errorf("%d heartbeats in %v with the pool's connections taken: the heartbeat waits for the pool, and the leases would expire (timeout %v)", beats-1, 3*expiry, expiry)
+	}
+}
+
+// TestNoLeaseWhileTheHeartbeatFails: a processor whose heartbeat failed while its polls
+// did not (its owner row locked here; its connection refused by a connection limit the
+// pool's connections are within, in production) went on leasing, and every task it
+// leased was taken back by the others as a dead owner's once its heartbeat was older
+// than the expiry timeout, and run again, an attempt used each time. It now leases
+// nothing from halfway between its heartbeat interval and its expiry timeout until a
+// heartbeat succeeds.
+func TestNoLeaseWhileTheHeartbeatFails(t *testing.T) {
+	f := setup(t)
+	var runs atomic.Int32
+	handler := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+		runs.Add(1)
+		return repository.Succeed("")
+	})
+	p, _ := f.processor("stale", processor.Config{HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: 500 * time.Millisecond},
+		processor.ManagerConfig{Handler: handler})
+	f.start(p)
+	f.eventually("the processor registered", func() bool {
+		var n int
+		_ = f.pool.QueryRow(f.ctx, `SELECT count(*) FROM task_owner WHERE owner = 'stale'`).Scan(&n)
+		return n == 1
+	})
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if _, err := tx.Exec(f.ctx, `SELECT FROM task_owner WHERE owner = 'stale' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // past halfway (300 ms), and past the expiry timeout
+	tasks := f.pushN(5)
+	time.Sleep(time.Second)
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("%d tasks run while the heartbeat failed for %v (expiry timeout 500 ms): others would take them back and run them again", n, 2*time.Second)
+	}
+	for _, task := range tasks {
+		if got := f.get(task.Sequence); got.State != repository.Ready {
+			t.Fatalf("task %d %v while the heartbeat failed, want READY", task.Sequence, got.State)
+		}
+	}
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		f.eventually("the task run once the heartbeat succeeds", func() bool { return f.get(task.Sequence).State == repository.Succeeded })
+	}
+}
+
+// TestHeartbeatOnThePoolWhenItsConnectionIsRefused: the heartbeat's own connection
+// refused (a role's connection limit reached by the pool's connections, made earlier),
+// the heartbeat goes through the pool, and the processor goes on working; it failed
+// until a connection could be made, and its leases were taken back meanwhile.
+func TestHeartbeatOnThePoolWhenItsConnectionIsRefused(t *testing.T) {
+	f := setup(t)
+	cfg, err := pgxpool.ParseConfig(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MinConns, cfg.MaxConns = 4, 4
+	var refuse atomic.Bool
+	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
+		if refuse.Load() {
+			return errors.New("too many connections for role (the test's)")
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	f.eventually("the pool made its connections", func() bool { return pool.Stat().TotalConns() == cfg.MaxConns })
+	refuse.Store(true)
+	handler := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { return repository.Succeed("") })
+	p, managers := f.processor("refused", processor.Config{Pool: pool, HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: 500 * time.Millisecond},
+		processor.ManagerConfig{Handler: handler})
+	f.start(p)
+	var first time.Time
+	f.eventually("the processor registered", func() bool {
+		return f.pool.QueryRow(f.ctx, `SELECT heartbeat FROM task_owner WHERE owner = 'refused'`).Scan(&first) == nil
+	})
+	time.Sleep(time.Second) // past the expiry timeout
+	tasks := f.pushN(3)
+	managers[0].Resume() // the notifier's connection is refused too
+	for _, task := range tasks {
+		f.eventually("the task run", func() bool { return f.get(task.Sequence).State == repository.Succeeded })
+	}
+	var last time.Time
+	if err := f.pool.QueryRow(f.ctx, `SELECT heartbeat FROM task_owner WHERE owner = 'refused'`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if !last.After(first.Add(500 * time.Millisecond)) {
+		t.Errorf("heartbeat %v after registering at %v: the owner row was not beaten", last, first)
 	}
 }

@@ -464,11 +464,12 @@ func (m *TaskManager) Active() bool {
 }
 
 // beginLease is called before a statement that leases tasks of the topic: it reports
-// whether the topic is running and, when it is, holds off Active's report of a pause
-// until endLease. It is taken before m.leases.
+// whether the topic is running (and the owner's heartbeat recent: Processor.beatStale)
+// and, when it is, holds off Active's report of a pause until endLease. It is taken
+// before m.leases.
 func (m *TaskManager) beginLease() bool {
 	m.leaseGate.RLock()
-	if !m.active.Load() {
+	if !m.active.Load() || m.p.beatStale() {
 		m.leaseGate.RUnlock()
 		return false
 	}
@@ -808,9 +809,17 @@ func (m *TaskManager) poll(ctx context.Context) {
 			m.park(ctx)
 			continue
 		}
+		if m.p.beatStale() {
+			// Other processors may soon take back what this one leases: no lease until
+			// a heartbeat succeeds (Processor.beatStale).
+			m.cfg.Limiter.Release()
+			m.p.awaitBeat(ctx)
+			continue
+		}
 		start := time.Now()
 		if !m.beginLease() {
-			m.cfg.Limiter.Release() // paused since the loop looked: it hibernates
+			// paused since the loop looked (it hibernates), or the heartbeat late
+			m.cfg.Limiter.Release()
 			continue
 		}
 		// The poll is not cancelled by the shutdown: a poll cancelled after the server

@@ -52,6 +52,9 @@ type Config struct {
 	// processes with different heartbeats share a database safely. A Repository that
 	// declares another one already (another processor's) is refused. A heartbeat that
 	// has not returned within it fails (Health names it) and the next tick tries again.
+	// While the last heartbeat that succeeded is older than halfway from
+	// HeartbeatInterval to ExpiryTimeout, the managers lease nothing: other processors
+	// would soon take the tasks back.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
@@ -196,6 +199,14 @@ type Processor struct {
 	epoch      time.Time
 	quietUntil atomic.Int64
 	heldFrom   time.Time
+
+	// lastBeat is when the last heartbeat that succeeded began (nanoseconds since epoch);
+	// beaten is closed, and replaced, at each such heartbeat (beatMu); beatNow asks the
+	// heartbeat goroutine for one at once (beatStale, awaitBeat).
+	lastBeat atomic.Int64
+	beatMu   sync.Mutex
+	beaten   chan struct{}
+	beatNow  chan struct{}
 }
 
 // quiet reports whether the processor holds back the work that reads a topic's table
@@ -266,6 +277,8 @@ func New(cfg Config) (*Processor, error) {
 		logger:         cfg.Logger,
 		faults:         newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
 		managers:       make(map[string][]*TaskManager),
+		beaten:         make(chan struct{}),
+		beatNow:        make(chan struct{}, 1),
 	}
 	p.faults.outage = func(cause string, begins bool) {
 		if cause == "timeout" {
@@ -457,6 +470,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 
+	registering := time.Now()
 	if err := p.registerAtStart(ctx); err != nil {
 		if ctx.Err() != nil {
 			// Told to stop before it started. The owner row may have been written all
@@ -471,6 +485,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	p.beatSucceeded(registering) // the registration beat the row
 	// A manager that stops fatally stops the others, gracefully, and Run returns its
 	// error: the process cannot do what it was told to.
 	ctx, stopManagers := context.WithCancel(ctx)
@@ -702,6 +717,7 @@ func (p *Processor) heartbeats(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-p.beatNow: // a manager waits for one (awaitBeat)
 		}
 		p.heartbeat(ctx, conn)
 	}
@@ -712,16 +728,70 @@ func (p *Processor) heartbeat(ctx context.Context, conn *beatConn) {
 	// fails then (a hung connection, a server that does not answer), so that Health says
 	// so and the next tick tries again on a new connection, rather than hang until the
 	// kernel gives the connection up.
+	start := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, p.cfg.ExpiryTimeout)
 	defer cancel()
 	c, err := conn.get(hctx)
 	if err == nil {
 		err = p.beat(hctx, c)
+	} else if perr := p.beat(hctx, p.pool); perr == nil {
+		// The heartbeat's own connection cannot be made (a connection limit that the
+		// pool's connections, made earlier, are within): one of the pool's, when free,
+		// keeps the owner alive meanwhile.
+		err = nil
 	}
 	if err != nil {
 		conn.close()
+	} else {
+		p.beatSucceeded(start)
 	}
 	p.outcome(ctx, "heartbeat", err)
+}
+
+// beatSucceeded records a heartbeat of the owner row that succeeded, begun at start.
+func (p *Processor) beatSucceeded(start time.Time) {
+	p.lastBeat.Store(int64(start.Sub(p.epoch)))
+	p.beatMu.Lock()
+	close(p.beaten)
+	p.beaten = make(chan struct{})
+	p.beatMu.Unlock()
+}
+
+// beatStale reports whether the owner's last heartbeat that succeeded is old enough
+// that other processors may soon count it dead and take back its leases: older than
+// halfway from HeartbeatInterval to ExpiryTimeout (3 s by default). The managers then
+// lease nothing until a heartbeat succeeds (awaitBeat): what they leased would be taken
+// back and run again elsewhere, over and over for as long as the heartbeat fails while
+// polls do not (its connection refused by a connection limit the pool's are within,
+// its owner row locked), each time with an attempt used.
+func (p *Processor) beatStale() bool {
+	since := time.Since(p.epoch) - time.Duration(p.lastBeat.Load())
+	return since > (p.cfg.HeartbeatInterval+p.cfg.ExpiryTimeout)/2
+}
+
+// awaitBeat asks the heartbeat goroutine for a heartbeat now and waits until one
+// succeeds, or ctx ends. It asks again every quarter of a heartbeat interval, so that
+// the first heartbeat after an outage (the server back, the row's lock released) comes
+// that soon, not at the next tick.
+func (p *Processor) awaitBeat(ctx context.Context) {
+	p.beatMu.Lock()
+	beaten := p.beaten
+	p.beatMu.Unlock()
+	again := time.NewTicker(p.cfg.HeartbeatInterval / 4)
+	defer again.Stop()
+	for {
+		select {
+		case p.beatNow <- struct{}{}:
+		default: // asked already
+		}
+		select {
+		case <-beaten:
+			return
+		case <-ctx.Done():
+			return
+		case <-again.C:
+		}
+	}
 }
 
 // beat heart-beats the owner row on h, or registers it again when it is gone: this
