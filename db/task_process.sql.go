@@ -509,8 +509,12 @@ released AS (
 ),
 notified AS (
     -- with the position of the first task released in poll order (repository.Notification)
+    -- not on Citus (notify false), where the statement runs on the topic's worker: a
+    -- NOTIFY there reaches no listener, and fails the PREPARE of a transaction that
+    -- writes on another node too; the repository notifies on the coordinator instead
     SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence) AS sent
     FROM (SELECT r.priority, r.sequence FROM released r ORDER BY r.priority, r.sequence LIMIT 1) f
+    WHERE $5::boolean
 )
 SELECT x.identifier, x.refused FROM (
     SELECT DISTINCT r.identifier, 0::bigint AS refused FROM released r
@@ -533,6 +537,7 @@ type TaskJunctionParams struct {
 	Groups      []int32
 	Identifiers []string
 	Eternal     bool
+	Notify      bool
 }
 
 type TaskJunctionRow struct {
@@ -552,6 +557,7 @@ func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionPar
 		arg.Groups,
 		arg.Identifiers,
 		arg.Eternal,
+		arg.Notify,
 	)
 	if err != nil {
 		return nil, err

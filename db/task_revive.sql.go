@@ -441,8 +441,10 @@ reset AS (
 ),
 notified AS (
     -- with the position of the first task reset in poll order (repository.Notification)
+    -- not on Citus (notify false): see TaskJunction
     SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence) AS sent
     FROM (SELECT r.priority, r.sequence FROM reset r ORDER BY r.priority, r.sequence LIMIT 1) f
+    WHERE $6::boolean
 )
 SELECT r.topic, r.sequence, r.identifier, r.state, r.descent, r.owner, r.created, r.completed, r.input, r.output, r.reference, r.priority, r.not_before, r.attempt, r.returned, r.errors, r.cancelled, r.concurrency_key FROM reset r
 WHERE (SELECT count(*) FROM notified) >= 0
@@ -458,6 +460,7 @@ type TaskResetStateParams struct {
 	FromSequence int64
 	ToSequence   int64
 	Size         int32
+	Notify       bool
 }
 
 type TaskResetStateRow struct {
@@ -494,6 +497,7 @@ func (q *Queries) TaskResetState(ctx context.Context, db DBTX, arg TaskResetStat
 		arg.FromSequence,
 		arg.ToSequence,
 		arg.Size,
+		arg.Notify,
 	)
 	if err != nil {
 		return nil, err

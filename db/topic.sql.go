@@ -419,14 +419,16 @@ func (q *Queries) TopicPartition(ctx context.Context, db DBTX, topic string) (To
 
 const topicSetActive = `-- name: TopicSetActive :one
 WITH changed AS (
-    UPDATE task_topic SET active = $1 WHERE topic = $2 RETURNING topic, active
+    UPDATE task_topic SET active = $2 WHERE topic = $3 RETURNING topic, active
 )
 SELECT c.topic, c.active
 FROM changed c
-WHERE (SELECT count(*) FROM (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))) n) = 1
+WHERE (SELECT count(*) FROM (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))
+                             WHERE $1::boolean) n) >= 0
 `
 
 type TopicSetActiveParams struct {
+	Notify bool
 	Active bool
 	Topic  string
 }
@@ -437,9 +439,10 @@ type TopicSetActiveRow struct {
 }
 
 // Pause (false) or resume (true) a topic; every process listening is told at commit.
-// the notification is part of the WHERE clause so that the planner cannot drop it
+// the notification is part of the WHERE clause so that the planner cannot drop it (a
+// scalar subquery in WHERE always runs); not on Citus (notify false): see TaskJunction
 func (q *Queries) TopicSetActive(ctx context.Context, db DBTX, arg TopicSetActiveParams) (TopicSetActiveRow, error) {
-	row := db.QueryRow(ctx, topicSetActive, arg.Active, arg.Topic)
+	row := db.QueryRow(ctx, topicSetActive, arg.Notify, arg.Active, arg.Topic)
 	var i TopicSetActiveRow
 	err := row.Scan(&i.Topic, &i.Active)
 	return i, err
@@ -590,9 +593,11 @@ WITH updated AS (
     RETURNING topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair
 ),
 notified AS (
+    -- not on Citus (notify false): see TaskJunction
     SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(u.topic)) AS activation,
            pg_notify('task_notification', 'WORK ' || md5(u.topic)) AS work
     FROM updated u
+    WHERE $14::boolean
 )
 SELECT u.topic, u.partition, u.created, u.max_attempts, u.backoff_base_ms, u.backoff_cap_ms, u.backoff_jitter_ms, u.queue_cap, u.retention_ms, u.active, u.dedicated, u.concurrency, u.key_concurrency, u.rate, u.rate_period_ms, u.rate_burst, u.fair FROM updated u
 WHERE (SELECT count(*) FROM notified) >= 0
@@ -612,6 +617,7 @@ type TopicUpdateParams struct {
 	RateBurst       *int32
 	Fair            bool
 	Topic           string
+	Notify          bool
 }
 
 type TopicUpdateRow struct {
@@ -653,6 +659,7 @@ func (q *Queries) TopicUpdate(ctx context.Context, db DBTX, arg TopicUpdateParam
 		arg.RateBurst,
 		arg.Fair,
 		arg.Topic,
+		arg.Notify,
 	)
 	var i TopicUpdateRow
 	err := row.Scan(

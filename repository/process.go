@@ -727,6 +727,11 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	if len(arg.Identifiers) == 0 {
 		return nil, nil
 	}
+	citus, err := r.onCitus(ctx, h)
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
+	}
+	arg.Notify = !citus // on Citus, junctionWorkOnCitus notifies
 	// the group's identifiers locked first, in one order for every junction, in a
 	// statement of its own: TaskJunction's snapshot then sees what a junction that held
 	// them committed (TaskJunctionLock)

@@ -152,8 +152,13 @@ func (r *Repository) RecreateState(ctx context.Context, h Handle, topic string, 
 	}
 	size = min(size, 1<<31-1)
 	if mode == Reset {
+		citus, err := r.onCitus(ctx, h)
+		if err != nil {
+			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)
+		}
 		rows, err := r.q.TaskResetState(ctx, h, db.TaskResetStateParams{
 			Topic: topic, State: int16(state), FromSequence: fromSequence, ToSequence: toSequence, Size: int32(size),
+			Notify: !citus, // on Citus, notifyOnCitus below
 		})
 		if err != nil {
 			return nil, mapError(fmt.Sprintf("reset in topic %q", topic), err)

@@ -236,6 +236,11 @@ func (r *Repository) configure(ctx context.Context, h Handle, topic string, s To
 		period := max(durationMs(s.RatePeriod), 1)
 		arg.Rate, arg.RatePeriodMs, arg.RateBurst = &s.Rate, &period, &burst
 	}
+	citus, err := r.onCitus(ctx, h)
+	if err != nil {
+		return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
+	}
+	arg.Notify = !citus // on Citus, notifyOnCitus below
 	row, err := r.q.TopicUpdate(ctx, h, arg)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Topic{}, unknownTopic("configure", topic)
@@ -257,7 +262,12 @@ func (r *Repository) SetActive(ctx context.Context, h Handle, topic string, acti
 	if err := validTopic(topic); err != nil {
 		return err
 	}
-	_, err := r.q.TopicSetActive(ctx, h, db.TopicSetActiveParams{Topic: topic, Active: active})
+	citus, err := r.onCitus(ctx, h)
+	if err != nil {
+		return mapError(fmt.Sprintf("set activation of topic %q", topic), err)
+	}
+	// on Citus, notifyOnCitus below
+	_, err = r.q.TopicSetActive(ctx, h, db.TopicSetActiveParams{Topic: topic, Active: active, Notify: !citus})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return unknownTopic("set activation of", topic)
 	}

@@ -273,8 +273,12 @@ released AS (
 ),
 notified AS (
     -- with the position of the first task released in poll order (repository.Notification)
+    -- not on Citus (notify false), where the statement runs on the topic's worker: a
+    -- NOTIFY there reaches no listener, and fails the PREPARE of a transaction that
+    -- writes on another node too; the repository notifies on the coordinator instead
     SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence) AS sent
     FROM (SELECT r.priority, r.sequence FROM released r ORDER BY r.priority, r.sequence LIMIT 1) f
+    WHERE sqlc.arg(notify)::boolean
 )
 SELECT x.identifier, x.refused FROM (
     SELECT DISTINCT r.identifier, 0::bigint AS refused FROM released r

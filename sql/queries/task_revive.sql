@@ -155,8 +155,10 @@ reset AS (
 ),
 notified AS (
     -- with the position of the first task reset in poll order (repository.Notification)
+    -- not on Citus (notify false): see TaskJunction
     SELECT pg_notify('task_notification', 'WORK ' || md5(sqlc.arg(topic)) || ' ' || f.priority || ' ' || f.sequence) AS sent
     FROM (SELECT r.priority, r.sequence FROM reset r ORDER BY r.priority, r.sequence LIMIT 1) f
+    WHERE sqlc.arg(notify)::boolean
 )
 SELECT r.* FROM reset r
 -- notified runs only when referenced: a scalar subquery in WHERE always runs

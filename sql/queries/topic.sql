@@ -46,9 +46,11 @@ WITH updated AS (
     RETURNING *
 ),
 notified AS (
+    -- not on Citus (notify false): see TaskJunction
     SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(u.topic)) AS activation,
            pg_notify('task_notification', 'WORK ' || md5(u.topic)) AS work
     FROM updated u
+    WHERE sqlc.arg(notify)::boolean
 )
 SELECT u.* FROM updated u
 -- notified runs only when referenced: a scalar subquery in WHERE always runs
@@ -61,8 +63,10 @@ WITH changed AS (
 )
 SELECT c.topic, c.active
 FROM changed c
--- the notification is part of the WHERE clause so that the planner cannot drop it
-WHERE (SELECT count(*) FROM (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))) n) = 1;
+-- the notification is part of the WHERE clause so that the planner cannot drop it (a
+-- scalar subquery in WHERE always runs); not on Citus (notify false): see TaskJunction
+WHERE (SELECT count(*) FROM (SELECT pg_notify('task_notification', 'ACTIVATION ' || md5(c.topic))
+                             WHERE sqlc.arg(notify)::boolean) n) >= 0;
 
 -- name: TopicStats :one
 -- Counts the open tasks only, each state up to 100 001 (task_topic_counts, migration

@@ -1,0 +1,113 @@
+package repository_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgtask/pgtask/repository"
+)
+
+// otherNodeTopic returns a topic whose tasks a distributed database keeps on another node
+// than topic's (any other topic on plain PostgreSQL).
+func (f *fixture) otherNodeTopic(topic string) string {
+	f.t.Helper()
+	var citus bool
+	if err := f.pool.QueryRow(f.ctx, "SELECT to_regprocedure('task_distributed()') IS NOT NULL").Scan(&citus); err != nil {
+		f.t.Fatal(err)
+	}
+	if !citus {
+		return "other"
+	}
+	node := func(topic string) (n int) {
+		f.t.Helper()
+		if err := f.pool.QueryRow(f.ctx, `SELECT p.groupid FROM pg_dist_placement p
+			WHERE p.shardid = get_shard_id_for_distribution_column('task', $1::text)`, topic).Scan(&n); err != nil {
+			f.t.Fatalf("the node of topic %q: %v", topic, err)
+		}
+		return n
+	}
+	mine := node(topic)
+	for i := range 100 {
+		if other := fmt.Sprintf("other-%d", i); node(other) != mine {
+			return other
+		}
+	}
+	f.t.Fatal("no topic found on another node")
+	return ""
+}
+
+// TestTransactionsOverTwoNodes: a transaction that writes to topics on two nodes of a
+// distributed database commits with a two-phase commit, which PostgreSQL refuses to a
+// transaction that ran NOTIFY. A junction that released tasks (a completion's
+// follow-up, say, committed with a push to a topic on the other node), a reset, a
+// change of a topic's settings or its pause ran their NOTIFY on the topic's worker,
+// and such a transaction failed at its commit, nothing of it written ("cannot PREPARE a
+// transaction that has executed LISTEN, UNLISTEN, or NOTIFY"). They now notify on the
+// coordinator; on plain PostgreSQL they notify as before.
+func TestTransactionsOverTwoNodes(t *testing.T) {
+	f := setup(t)
+	other := f.otherNodeTopic(f.topic)
+	f.createTopic(other)
+	if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "p", Suspended: true}); err != nil {
+		t.Fatal(err)
+	}
+	failed := f.push(repository.Append, "q")[0]
+	f.complete(repository.Fail(fmt.Errorf("boom")), f.poll(repository.FIFO, repository.None, 1)...)
+	if got := f.get(failed.Sequence); got.State != repository.Failed {
+		t.Fatalf("task q %v, want FAILED", got.State)
+	}
+	l := f.listen()
+	for _, c := range []struct {
+		name string
+		op   func(tx pgx.Tx) error
+	}{
+		{"Junction", func(tx pgx.Tx) error {
+			released, err := f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{"p"})
+			if err == nil && !slices.Equal(released, []string{"p"}) {
+				err = fmt.Errorf("released %v, want [p]", released)
+			}
+			return err
+		}},
+		{"Reset", func(tx pgx.Tx) error {
+			revived, err := f.repo.RecreateState(f.ctx, tx, f.topic, repository.Failed, repository.Reset, 0, repository.MaxSequence, 10)
+			if err == nil && len(revived) != 1 {
+				err = fmt.Errorf("revived %v, want task q", revived)
+			}
+			return err
+		}},
+		{"Settings", func(tx pgx.Tx) error {
+			_, err := f.repo.UpdateSettings(f.ctx, tx, f.topic, func(s *repository.TopicSettings) { s.MaxAttempts = 2 })
+			return err
+		}},
+		{"Pause", func(tx pgx.Tx) error { return f.repo.SetActive(f.ctx, tx, f.topic, false) }},
+	} {
+		l.drain()
+		err := pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error {
+			if _, err := f.repo.Push(f.ctx, tx, other, repository.Append, repository.Creation{Identifier: "x-" + c.name}); err != nil {
+				return err
+			}
+			return c.op(tx)
+		})
+		if err != nil {
+			t.Fatalf("%s with a push to %q in one transaction: %v", c.name, other, err)
+		}
+		// the push's notification and the operation's, which names the topic
+		want := repository.TopicHash(f.topic)
+		found := false
+		for range 3 {
+			if n := l.next(); n.TopicHash == want {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("%s: no notification of topic %q", c.name, f.topic)
+		}
+	}
+	if got := f.get(failed.Sequence); got.State != repository.Ready {
+		t.Errorf("task q %v after the reset, want READY", got.State)
+	}
+}
