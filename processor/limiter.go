@@ -21,6 +21,16 @@ type unbounded struct{}
 
 func (unbounded) Acquire(ctx context.Context) error { return ctx.Err() }
 func (unbounded) Release()                          {}
+func (unbounded) sole() bool                        { return true }
+
+// soleLimiter is implemented by the limiters that know whether one manager alone takes
+// their slots (TaskManager.wantsLease).
+type soleLimiter interface {
+	// attach counts a manager running with the limiter until detach is called.
+	attach() (detach func())
+	// sole reports whether one manager alone runs with the limiter.
+	sole() bool
+}
 
 // Bound returns a Limiter allowing at most n outstanding batches (n >= 1).
 func Bound(n int) Limiter {
@@ -35,6 +45,8 @@ type PriorityLimiter struct {
 	mu      sync.Mutex
 	free    int
 	waiters []*limitWaiter
+	// managers counts the managers running with a view of the limiter (attach).
+	managers int
 }
 
 type limitWaiter struct {
@@ -67,6 +79,23 @@ type priorityView struct {
 
 func (v *priorityView) Acquire(ctx context.Context) error { return v.p.acquire(ctx, v.priority) }
 func (v *priorityView) Release()                          { v.p.release() }
+
+func (v *priorityView) attach() (detach func()) {
+	v.p.mu.Lock()
+	v.p.managers++
+	v.p.mu.Unlock()
+	return func() {
+		v.p.mu.Lock()
+		v.p.managers--
+		v.p.mu.Unlock()
+	}
+}
+
+func (v *priorityView) sole() bool {
+	v.p.mu.Lock()
+	defer v.p.mu.Unlock()
+	return v.p.managers == 1
+}
 
 func (p *PriorityLimiter) acquire(ctx context.Context, priority int) error {
 	if err := ctx.Err(); err != nil {

@@ -186,6 +186,66 @@ func TestLimits(t *testing.T) {
 		}
 		t.Logf("%d batches, %d empty polls", dispatches.Load(), empties.Load())
 	})
+	// A manager of a limited topic sharing a PriorityLimiter with a manager of higher
+	// priority and slow work: the flush that completed its task leased the next one,
+	// whose slot the other manager then took and kept for as long as it had work. The
+	// task stayed ACTIVE with no handler, the topic at its limit of 1 in every process:
+	// another processor of the topic ran nothing meanwhile.
+	t.Run("AFlushLeasesOnlyForAManagerAloneOnItsLimiter", func(t *testing.T) {
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 1})
+		f.createTopic("slow", 1)
+		const n = 4
+		f.pushN(n)
+		shared := processor.NewPriorityLimiter(1)
+		// the first task of the limited topic runs until the slow topic has work and its
+		// manager waits for the shared slot
+		first, gate := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		limited := f.recorder(0, func(repository.Task) {
+			once.Do(func() {
+				close(first)
+				<-gate
+			})
+		})
+		slowHandler := processor.TaskFunc(func(ctx context.Context, _ repository.Task) repository.Decision {
+			select {
+			case <-time.After(300 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return repository.Succeed("")
+		})
+		p1, _ := f.processor("sharing", processor.Config{},
+			processor.ManagerConfig{Handler: limited, BatchSize: 1, Limiter: shared.Limiter(1)},
+			processor.ManagerConfig{Topic: "slow", Handler: slowHandler, BatchSize: 1, Limiter: shared.Limiter(0)})
+		f.start(p1)
+		<-first
+		slow := make([]repository.Creation, 10)
+		for i := range slow {
+			slow[i] = repository.Creation{Identifier: fmt.Sprintf("slow-%d", i)}
+		}
+		if _, err := f.repo.Push(f.ctx, f.pool, "slow", repository.Append, slow...); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("the slow topic's manager waits for the shared slot", func() bool { return shared.Waiting() >= 1 })
+		// another processor of the limited topic, alone on its limiter, polling often
+		p2, _ := f.processor("alone", processor.Config{},
+			processor.ManagerConfig{Handler: f.recorder(0, nil), BatchSize: 1, PauseInterval: 50 * time.Millisecond})
+		f.start(p2)
+		close(gate)
+		f.eventually("the limited topic's tasks done", func() bool { return f.count(repository.Succeeded) == n })
+		var left int
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM task WHERE topic = 'slow' AND state <> 6`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			t.Errorf("the limited topic's %d tasks were done only once the slow topic's were: a task leased by a flush waited for the shared slot, ACTIVE", n)
+		}
+		if most := f.overlap(false, time.Time{}); most > 1 {
+			t.Errorf("%d tasks ran at once; the limit is 1", most)
+		}
+	})
+
 	t.Run("ASlowTaskHoldsOnlyItsOwnSlot", func(t *testing.T) {
 		// A batch fills the limit; three of its tasks are decided and committed, the
 		// fourth runs on. The three slots they freed are used while it does, by tasks

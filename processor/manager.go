@@ -59,7 +59,9 @@ type ManagerConfig struct {
 	// Limiter bounds the batches outstanding at once (polled and not yet committed). nil
 	// bounds them to what the handler can use: a Buffer's workers plus its queue plus
 	// two, else OutstandingDefault; leasing further ahead buys nothing and costs memory.
-	// Use Unbounded() to lift the bound.
+	// Use Unbounded() to lift the bound. A manager of a limited topic whose Limiter no
+	// other manager shares (the default) leases the next tasks in the flush that frees
+	// capacity; one that shares it polls after the flush instead.
 	Limiter Limiter
 	// Listener observes the manager (as do the listeners given to Processor.Observe).
 	Listener Listener
@@ -607,6 +609,9 @@ func (m *TaskManager) run(ctx context.Context) error {
 	if s, ok := m.cfg.Handler.(sharedHandler); ok {
 		s.attach()
 	}
+	if s, ok := m.cfg.Limiter.(soleLimiter); ok {
+		defer s.attach()()
+	}
 	// Handlers run on a context that survives the start of a graceful shutdown and is
 	// cancelled only when its deadline passes.
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -949,8 +954,20 @@ func (m *TaskManager) park(ctx context.Context) {
 // topic in its transaction (commitLeasing): the topic is limited and running, and the
 // poll loop waits for capacity (parked, or about to: its tasks fill the limit) with no
 // batch handed over yet.
+//
+// Only when the manager alone takes the slots of its Limiter: the tasks a flush leases
+// wait for a slot the flush itself frees, and a manager that shares the limiter (a
+// PriorityLimiter of several topics, a Limiter of the caller's) may take that slot and
+// keep it, while the tasks stay ACTIVE with no handler, holding the topic's capacity
+// in every process.
 func (m *TaskManager) wantsLease() bool {
-	return m.limited.Load() && m.active.Load() && (m.parked.Load() || m.atLimit()) && !m.hasHanded()
+	return m.limited.Load() && m.active.Load() && (m.parked.Load() || m.atLimit()) && !m.hasHanded() && m.soleLimiter()
+}
+
+// soleLimiter reports whether this manager alone takes the slots of its Limiter.
+func (m *TaskManager) soleLimiter() bool {
+	s, ok := m.cfg.Limiter.(soleLimiter)
+	return ok && s.sole()
 }
 
 func (m *TaskManager) hasHanded() bool {
