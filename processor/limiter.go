@@ -24,7 +24,7 @@ func (unbounded) Release()                          {}
 func (unbounded) sole() bool                        { return true }
 
 // soleLimiter is implemented by the limiters that know whether one manager alone takes
-// their slots (TaskManager.wantsLease).
+// their slots: a flush leases only for such a manager.
 type soleLimiter interface {
 	// attach counts a manager running with the limiter until detach is called.
 	attach() (detach func())
