@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/faultproxy"
 	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
@@ -221,6 +222,29 @@ func TestWait(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("Wait did not see the cancelled task")
+		}
+	})
+	// A read that failed (a connection lost in a failover) ended Wait with its error at
+	// once, though its context had time left and the task finished a moment later.
+	t.Run("TriesAFailedReadAgain", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		proxy := f.startProxy()
+		cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement("TaskGetMany"), Times: 1})
+		p, _ := f.processor("worker", processor.Config{Pool: proxiedPool(t, proxy, f.url), HeartbeatInterval: 50 * time.Millisecond})
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+			defer cancel()
+			_, err := p.Wait(ctx, f.topic, tasks[0].Sequence)
+			done <- err
+		}()
+		f.eventually("a read cut", func() bool { return cut.Lost() == 1 })
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "test", tasks[0].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("Wait: %v, want the task once a read succeeds", err)
 		}
 	})
 	// EXPIRED (its owner died with no attempt left) waits for a revival as FAILED does:

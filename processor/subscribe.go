@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -126,9 +127,10 @@ func (s *Subscription) send(tasks []repository.Task) {
 // (Subscribe) and reads the tasks again every HeartbeatInterval, so it also sees tasks
 // finished by other processes or by hand. A task retried or snoozed is not finished; an
 // unknown one is an error (repository.ErrUnknownTask), as is an unknown topic
-// (repository.ErrUnknownTopic). When ctx ends first, Wait returns
-// ctx's error naming the tasks still unfinished. Tests use it to wait for the work they
-// pushed.
+// (repository.ErrUnknownTopic). A read that fails otherwise (a connection lost in a
+// failover) is tried again at the next interval. When ctx ends first, Wait returns ctx's
+// error naming the tasks still unfinished, and the last read's error if it failed. Tests
+// use it to wait for the work they pushed.
 func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) ([]repository.Task, error) {
 	sub := p.Subscribe(topic)
 	defer sub.Close()
@@ -146,8 +148,12 @@ func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) 
 		}
 		return out
 	}
+	var failed error // the last read's, when it failed for a reason that may pass
 	ended := func() error {
 		left := remaining()
+		if failed != nil {
+			return fmt.Errorf("wait for tasks of topic %q: %d unfinished (%v), the last read failing (%v): %w", topic, len(left), left, failed, ctx.Err())
+		}
 		return fmt.Errorf("wait for tasks of topic %q: %d unfinished (%v): %w", topic, len(left), left, ctx.Err())
 	}
 	read := func() error {
@@ -159,8 +165,12 @@ func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) 
 		if err != nil && ctx.Err() != nil {
 			return ended()
 		}
-		if err != nil {
+		if errors.Is(err, repository.ErrUnknownTopic) || errors.Is(err, repository.ErrInvalid) {
 			return err
+		}
+		failed = err
+		if err != nil {
+			return nil // tried again at the next tick
 		}
 		found := make(map[int64]bool, len(tasks))
 		for _, t := range tasks {
