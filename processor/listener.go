@@ -13,7 +13,9 @@ import (
 // manager's, a Buffer's, or a TaskFunc's at a shutdown). Callbacks of one manager may
 // run at once (a Buffer's workers reporting together, a flush committing meanwhile):
 // they must be safe for concurrent use, and must not panic (a panic in OnCallback
-// unwinds the handler that reported). Metrics and logs hang off it. Give one to a manager
+// unwinds the handler that reported) nor end their goroutine (runtime.Goexit: in a
+// test, use t.Error, not t.Fatal, which would end the manager's poll loop or its
+// commits). Metrics and logs hang off it. Give one to a manager
 // (ManagerConfig.Listener), or to every manager of a processor (Processor.Observe).
 type Listener struct {
 	// OnStart: the manager started polling its topic.
@@ -30,8 +32,8 @@ type Listener struct {
 	// before the decisions are queued for their commit, so before their OnComplete.
 	OnCallback func(topic string, tasks []repository.Task, decisions map[int64]repository.Decision, handling time.Duration)
 	// OnHandBack: leased tasks the handler never started are handed back, READY again
-	// with no attempt used (at shutdown, a paused topic, a Buffer's full queue, a
-	// relieved handler's unstarted tasks). Their completion is committed like any
+	// with no attempt used (at shutdown, a paused topic, a Buffer stopped, a relieved
+	// handler's unstarted tasks). Their completion is committed like any
 	// other and comes to OnComplete, READY, after OnHandBack has returned.
 	OnHandBack func(topic string, tasks []repository.Task)
 	// OnComplete: decisions were committed; tasks are the rows as stored.
