@@ -407,6 +407,21 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
+	// The test sweeps under the sweep's lock, taken before it makes the databases: the
+	// sweep of another test process (each sweeps as it ends) dropped them meanwhile,
+	// the abandoned one before this test's sweep, the one in use before it was used.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		locked, err := trySweepLock(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if locked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("another process swept the server for a minute")
+		}
+	}
 	now := time.Now()
 	create := func(name, comment string, template bool) string {
 		t.Helper()
@@ -442,16 +457,11 @@ func TestSweep(t *testing.T) {
 
 	sweepNow := func() []string {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-			dropped, err := sweep(ctx, admin, now)
-			if errors.Is(err, errSweeping) && time.Now().Before(deadline) {
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			return dropped
+		dropped, err := sweepLocked(ctx, conn, now)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return dropped
 	}
 	// a process stamping the stale template's use holds its lock shared: left
 	stamper, err := pgx.Connect(ctx, admin)

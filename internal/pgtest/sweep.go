@@ -133,14 +133,28 @@ func sweep(ctx context.Context, admin string, now time.Time) ([]string, error) {
 		return nil, fmt.Errorf("connect to %s: %w", redact(admin), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	const lockID = 0x70677465_73747377 // "pgtestsw"
-	var locked bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(lockID)).Scan(&locked); err != nil {
+	locked, err := trySweepLock(ctx, conn)
+	if err != nil {
 		return nil, err
 	}
 	if !locked {
 		return nil, errSweeping
 	}
+	return sweepLocked(ctx, conn, now)
+}
+
+// sweepLock is the advisory lock of the process that sweeps ("pgtestsw").
+const sweepLock = 0x70677465_73747377
+
+// trySweepLock takes sweepLock on conn, for its session, if no other session holds it.
+func trySweepLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var locked bool
+	err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(sweepLock)).Scan(&locked)
+	return locked, err
+}
+
+// sweepLocked is sweep on conn, whose session holds sweepLock.
+func sweepLocked(ctx context.Context, conn *pgx.Conn, now time.Time) ([]string, error) {
 	if now.IsZero() {
 		if err := conn.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 			return nil, err
