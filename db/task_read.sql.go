@@ -362,7 +362,18 @@ func (q *Queries) TaskCountTotalByReference(ctx context.Context, db DBTX, arg Ta
 }
 
 const taskEarliest = `-- name: TaskEarliest :many
-WITH earliest AS (
+WITH RECURSIVE
+prio AS (
+    (SELECT r.priority FROM task r
+     WHERE $5::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3
+     ORDER BY r.priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.priority FROM task r
+            WHERE r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3 AND r.priority > p.priority
+            ORDER BY r.priority LIMIT 1)
+    FROM prio p WHERE p.priority IS NOT NULL
+),
+earliest AS (
     (SELECT o.sequence FROM task o
      WHERE $5::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = $6
        AND hashtext(o.topic) = hashtext($3) AND o.topic = $3
@@ -371,12 +382,18 @@ WITH earliest AS (
        AND ($9::text IS NULL OR o.reference = $9)
      ORDER BY o.sequence LIMIT $4)
     UNION ALL
-    (SELECT r.sequence FROM task r
-     WHERE $5::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3
-       AND r.sequence > $7::bigint
-       AND ($8::text IS NULL OR r.identifier = $8)
-       AND ($9::text IS NULL OR r.reference = $9)
-     ORDER BY r.sequence LIMIT $4)
+    (SELECT q.sequence FROM (
+        SELECT f.sequence FROM prio p
+        CROSS JOIN LATERAL (
+            SELECT r.sequence FROM task r
+            WHERE r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3 AND r.priority = p.priority
+              AND r.sequence > $7::bigint
+              AND ($8::text IS NULL OR r.identifier = $8)
+              AND ($9::text IS NULL OR r.reference = $9)
+            ORDER BY r.sequence LIMIT $4) f
+        WHERE p.priority IS NOT NULL
+     ) q
+     ORDER BY q.sequence LIMIT $4)
     UNION ALL
     (SELECT a.sequence FROM task a
      WHERE $5::smallint = 3 AND a.state = 0 AND hashtext(a.topic) = hashtext($3) AND a.topic = $3
@@ -473,6 +490,11 @@ type TaskEarliestRow struct {
 
 // TaskLatest the other way: the first @size tasks of the topic after the exclusive
 // cursor @after, oldest first, through the same paths and indexes.
+// path 2 reads READY one priority at a time (task_ready holds them by priority, then
+// sequence): the priorities of the READY tasks, one index descent each, then each
+// one's first tasks in the page's order, then the first of all those. The cost follows
+// the priorities and the page, not the READY backlog, which a read in sequence order
+// through task_ready read whole and sorted at every page (TestIdentifierLookupsUseIndexes).
 func (q *Queries) TaskEarliest(ctx context.Context, db DBTX, arg TaskEarliestParams) ([]TaskEarliestRow, error) {
 	rows, err := db.Query(ctx, taskEarliest,
 		arg.Length,
@@ -955,7 +977,18 @@ func (q *Queries) TaskLastSequence(ctx context.Context, db DBTX) (int64, error) 
 }
 
 const taskLatest = `-- name: TaskLatest :many
-WITH latest AS (
+WITH RECURSIVE
+prio AS (
+    (SELECT r.priority FROM task r
+     WHERE $5::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3
+     ORDER BY r.priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.priority FROM task r
+            WHERE r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3 AND r.priority > p.priority
+            ORDER BY r.priority LIMIT 1)
+    FROM prio p WHERE p.priority IS NOT NULL
+),
+latest AS (
     (SELECT o.sequence FROM task o
      WHERE $5::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = $6
        AND hashtext(o.topic) = hashtext($3) AND o.topic = $3
@@ -964,12 +997,18 @@ WITH latest AS (
        AND ($9::text IS NULL OR o.reference = $9)
      ORDER BY o.sequence DESC LIMIT $4)
     UNION ALL
-    (SELECT r.sequence FROM task r
-     WHERE $5::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3
-       AND r.sequence < $7::bigint
-       AND ($8::text IS NULL OR r.identifier = $8)
-       AND ($9::text IS NULL OR r.reference = $9)
-     ORDER BY r.sequence DESC LIMIT $4)
+    (SELECT q.sequence FROM (
+        SELECT f.sequence FROM prio p
+        CROSS JOIN LATERAL (
+            SELECT r.sequence FROM task r
+            WHERE r.state = 1 AND hashtext(r.topic) = hashtext($3) AND r.topic = $3 AND r.priority = p.priority
+              AND r.sequence < $7::bigint
+              AND ($8::text IS NULL OR r.identifier = $8)
+              AND ($9::text IS NULL OR r.reference = $9)
+            ORDER BY r.sequence DESC LIMIT $4) f
+        WHERE p.priority IS NOT NULL
+     ) q
+     ORDER BY q.sequence DESC LIMIT $4)
     UNION ALL
     (SELECT a.sequence FROM task a
      WHERE $5::smallint = 3 AND a.state = 0 AND hashtext(a.topic) = hashtext($3) AND a.topic = $3
@@ -1075,6 +1114,11 @@ type TaskLatestRow struct {
 // never run), and its literal states let the planner prove a partial index's predicate
 // even in a generic plan; so the cost follows the tasks that match, never the topic's
 // others (a page filtered this way walks the topic's sequences instead).
+// path 2 reads READY one priority at a time (task_ready holds them by priority, then
+// sequence): the priorities of the READY tasks, one index descent each, then each
+// one's first tasks in the page's order, then the first of all those. The cost follows
+// the priorities and the page, not the READY backlog, which a read in sequence order
+// through task_ready read whole and sorted at every page (TestIdentifierLookupsUseIndexes).
 func (q *Queries) TaskLatest(ctx context.Context, db DBTX, arg TaskLatestParams) ([]TaskLatestRow, error) {
 	rows, err := db.Query(ctx, taskLatest,
 		arg.Length,

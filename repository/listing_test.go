@@ -257,7 +257,8 @@ func TestLatest(t *testing.T) {
 	f := setup(t)
 	var creations []repository.Creation
 	for i := range 40 {
-		c := repository.Creation{Identifier: []string{"a", "b", "c"}[i%3], Suspended: i%7 == 0}
+		// three priorities: READY alone is read a priority at a time
+		c := repository.Creation{Identifier: []string{"a", "b", "c"}[i%3], Suspended: i%7 == 0, Priority: int16(i%5%3 - 1)}
 		if i%2 == 1 {
 			c.Reference = []string{"r0", "r1"}[i%4/2]
 		}

@@ -516,6 +516,23 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 						t.Errorf("%s, call %d, walks the topic's sequences through %v: %s", what, call+1, w, plans[0].raw)
 						break
 					}
+					// READY alone is read a priority at a time, each from where the
+					// page starts: it read the topic's READY tasks whole (1 000 here)
+					// and sorted them, at every page
+					if filter.State != nil && *filter.State == repository.Ready && filter.Identifier == "" && filter.Reference == "" {
+						read := 0.0
+						for _, p := range plans {
+							p.Root.visit(func(n planNode) {
+								if ix, ok := checker.indexes[n.IndexName]; ok && ix.parent == "task_ready" {
+									read += n.Loops * (n.Rows + n.Removed)
+								}
+							})
+						}
+						if read > 50 {
+							t.Errorf("%s, call %d, reads %.0f entries of task_ready for a page of 10: %s", what, call+1, read, plans[0].raw)
+							break
+						}
+					}
 					// With an identifier or a reference, the state's own index (keyed on
 					// neither) would be read until enough tasks match: a READY backlog
 					// whole for an identifier with few READY tasks.

@@ -375,14 +375,17 @@ func (r *Repository) Latest(ctx context.Context, h Handle, topic string, filter 
 // indexPath is the path of TaskLatest and TaskEarliest whose index fits filter, 0 when
 // none does: 1, an unfinished or broken state other than READY, through task_open; 2,
 // READY, through task_ready; 3, an identifier, through its indexes; 4, a reference.
-// READY with an identifier takes path 3: task_ready holds no identifier, and would be
-// read until enough of the identifier's tasks turned up, a READY backlog whole for an
-// identifier with few READY tasks.
+// READY with an identifier takes path 3, with a reference path 4: task_ready holds
+// neither, and would be read until enough of their tasks turned up, a READY backlog
+// whole for an identifier or a reference with few READY tasks.
 func indexPath(filter TaskFilter) int16 {
 	switch {
 	case filter.State != nil && *filter.State == Ready:
 		if filter.Identifier != "" {
 			return 3
+		}
+		if filter.Reference != "" {
+			return 4
 		}
 		return 2
 	case filter.State != nil && *filter.State <= Suspended:

@@ -411,7 +411,23 @@ WHERE t.topic = sqlc.arg(topic) AND t.sequence = sqlc.arg(sequence);
 -- never run), and its literal states let the planner prove a partial index's predicate
 -- even in a generic plan; so the cost follows the tasks that match, never the topic's
 -- others (a page filtered this way walks the topic's sequences instead).
-WITH latest AS (
+WITH RECURSIVE
+-- path 2 reads READY one priority at a time (task_ready holds them by priority, then
+-- sequence): the priorities of the READY tasks, one index descent each, then each
+-- one's first tasks in the page's order, then the first of all those. The cost follows
+-- the priorities and the page, not the READY backlog, which a read in sequence order
+-- through task_ready read whole and sorted at every page (TestIdentifierLookupsUseIndexes).
+prio AS (
+    (SELECT r.priority FROM task r
+     WHERE sqlc.arg(path)::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic)
+     ORDER BY r.priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.priority FROM task r
+            WHERE r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic) AND r.priority > p.priority
+            ORDER BY r.priority LIMIT 1)
+    FROM prio p WHERE p.priority IS NOT NULL
+),
+latest AS (
     (SELECT o.sequence FROM task o
      WHERE sqlc.arg(path)::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = sqlc.narg('state')
        AND hashtext(o.topic) = hashtext(sqlc.arg(topic)) AND o.topic = sqlc.arg(topic)
@@ -420,12 +436,18 @@ WITH latest AS (
        AND (sqlc.narg('reference')::text IS NULL OR o.reference = sqlc.narg('reference'))
      ORDER BY o.sequence DESC LIMIT sqlc.arg(size))
     UNION ALL
-    (SELECT r.sequence FROM task r
-     WHERE sqlc.arg(path)::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic)
-       AND r.sequence < sqlc.arg(before)::bigint
-       AND (sqlc.narg('identifier')::text IS NULL OR r.identifier = sqlc.narg('identifier'))
-       AND (sqlc.narg('reference')::text IS NULL OR r.reference = sqlc.narg('reference'))
-     ORDER BY r.sequence DESC LIMIT sqlc.arg(size))
+    (SELECT q.sequence FROM (
+        SELECT f.sequence FROM prio p
+        CROSS JOIN LATERAL (
+            SELECT r.sequence FROM task r
+            WHERE r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic) AND r.priority = p.priority
+              AND r.sequence < sqlc.arg(before)::bigint
+              AND (sqlc.narg('identifier')::text IS NULL OR r.identifier = sqlc.narg('identifier'))
+              AND (sqlc.narg('reference')::text IS NULL OR r.reference = sqlc.narg('reference'))
+            ORDER BY r.sequence DESC LIMIT sqlc.arg(size)) f
+        WHERE p.priority IS NOT NULL
+     ) q
+     ORDER BY q.sequence DESC LIMIT sqlc.arg(size))
     UNION ALL
     (SELECT a.sequence FROM task a
      WHERE sqlc.arg(path)::smallint = 3 AND a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
@@ -487,7 +509,23 @@ LIMIT sqlc.arg(size);
 -- name: TaskEarliest :many
 -- TaskLatest the other way: the first @size tasks of the topic after the exclusive
 -- cursor @after, oldest first, through the same paths and indexes.
-WITH earliest AS (
+WITH RECURSIVE
+-- path 2 reads READY one priority at a time (task_ready holds them by priority, then
+-- sequence): the priorities of the READY tasks, one index descent each, then each
+-- one's first tasks in the page's order, then the first of all those. The cost follows
+-- the priorities and the page, not the READY backlog, which a read in sequence order
+-- through task_ready read whole and sorted at every page (TestIdentifierLookupsUseIndexes).
+prio AS (
+    (SELECT r.priority FROM task r
+     WHERE sqlc.arg(path)::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic)
+     ORDER BY r.priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.priority FROM task r
+            WHERE r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic) AND r.priority > p.priority
+            ORDER BY r.priority LIMIT 1)
+    FROM prio p WHERE p.priority IS NOT NULL
+),
+earliest AS (
     (SELECT o.sequence FROM task o
      WHERE sqlc.arg(path)::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = sqlc.narg('state')
        AND hashtext(o.topic) = hashtext(sqlc.arg(topic)) AND o.topic = sqlc.arg(topic)
@@ -496,12 +534,18 @@ WITH earliest AS (
        AND (sqlc.narg('reference')::text IS NULL OR o.reference = sqlc.narg('reference'))
      ORDER BY o.sequence LIMIT sqlc.arg(size))
     UNION ALL
-    (SELECT r.sequence FROM task r
-     WHERE sqlc.arg(path)::smallint = 2 AND r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic)
-       AND r.sequence > sqlc.arg(after)::bigint
-       AND (sqlc.narg('identifier')::text IS NULL OR r.identifier = sqlc.narg('identifier'))
-       AND (sqlc.narg('reference')::text IS NULL OR r.reference = sqlc.narg('reference'))
-     ORDER BY r.sequence LIMIT sqlc.arg(size))
+    (SELECT q.sequence FROM (
+        SELECT f.sequence FROM prio p
+        CROSS JOIN LATERAL (
+            SELECT r.sequence FROM task r
+            WHERE r.state = 1 AND hashtext(r.topic) = hashtext(sqlc.arg(topic)) AND r.topic = sqlc.arg(topic) AND r.priority = p.priority
+              AND r.sequence > sqlc.arg(after)::bigint
+              AND (sqlc.narg('identifier')::text IS NULL OR r.identifier = sqlc.narg('identifier'))
+              AND (sqlc.narg('reference')::text IS NULL OR r.reference = sqlc.narg('reference'))
+            ORDER BY r.sequence LIMIT sqlc.arg(size)) f
+        WHERE p.priority IS NOT NULL
+     ) q
+     ORDER BY q.sequence LIMIT sqlc.arg(size))
     UNION ALL
     (SELECT a.sequence FROM task a
      WHERE sqlc.arg(path)::smallint = 3 AND a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
