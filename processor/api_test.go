@@ -247,6 +247,20 @@ func TestWait(t *testing.T) {
 			t.Fatalf("Wait: %v, want the task once a read succeeds", err)
 		}
 	})
+	// Only an outage is waited out: a read that cannot succeed (the processor's pool
+	// closed, here) ends Wait with its error, as before.
+	t.Run("EndsOnAFailureThatWouldNotPass", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		pool := f.newPool()
+		p, _ := f.processor("worker", processor.Config{Pool: pool, HeartbeatInterval: 50 * time.Millisecond})
+		pool.Close()
+		ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+		defer cancel()
+		if _, err := p.Wait(ctx, f.topic, tasks[0].Sequence); err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait on a closed pool: %v, want its error at once", err)
+		}
+	})
 	// EXPIRED (its owner died with no attempt left) waits for a revival as FAILED does:
 	// Wait waited on until its context ended.
 	t.Run("ReturnsAnExpiredTask", func(t *testing.T) {

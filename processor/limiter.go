@@ -21,6 +21,7 @@ type unbounded struct{}
 
 func (unbounded) Acquire(ctx context.Context) error { return ctx.Err() }
 func (unbounded) Release()                          {}
+func (unbounded) attach() func()                    { return func() {} }
 func (unbounded) sole() bool                        { return true }
 
 // soleLimiter is implemented by the limiters that know whether one manager alone takes

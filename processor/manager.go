@@ -914,7 +914,10 @@ func (m *TaskManager) dispatched(tasks []repository.Task, elapsed time.Duration)
 // statement that leased them stays one, whatever its size.
 func (m *TaskManager) split(tasks []repository.Task) [][]repository.Task {
 	c := int(m.concurrency.Load())
-	if m.workers <= 1 || c <= 0 || !m.limited.Load() {
+	// Not on a Limiter another manager shares: the batches after the first wait for a
+	// slot of their own, which the other may take and keep while they stay ACTIVE,
+	// holding the topic's capacity (as a flush's lease would: wantsLease).
+	if m.workers <= 1 || c <= 0 || !m.limited.Load() || !m.soleLimiter() {
 		return [][]repository.Task{tasks}
 	}
 	return slices.Collect(slices.Chunk(tasks, (c+m.workers-1)/m.workers))

@@ -26,3 +26,40 @@ func TestALateTopicReadIsIgnored(t *testing.T) {
 		t.Errorf("concurrency %d after a read begun later, want 7", c)
 	}
 }
+
+// TestSplitOnlyOnALimiterOfItsOwn: the tasks one poll leases under a concurrency limit
+// are cut into a batch per worker only when the manager alone runs with its Limiter:
+// the batches after the first wait for a slot of their own, which a manager sharing a
+// PriorityLimiter (of higher priority, always with work) took and kept, the tasks
+// ACTIVE with no handler meanwhile.
+func TestSplitOnlyOnALimiterOfItsOwn(t *testing.T) {
+	tasks := make([]repository.Task, 4)
+	for i := range tasks {
+		tasks[i].Sequence = int64(i + 1)
+	}
+	shared := NewPriorityLimiter(2)
+	for _, c := range []struct {
+		name    string
+		limiter Limiter
+		others  int // other managers running with it
+		want    int
+	}{
+		{"Own", Bound(2), 0, 2},
+		{"Unbounded", Unbounded(), 0, 2},
+		{"Shared", shared.Limiter(1), 1, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := &TaskManager{cfg: ManagerConfig{Limiter: c.limiter}, workers: 2}
+			m.limited.Store(true)
+			m.concurrency.Store(4)
+			detach := c.limiter.(soleLimiter).attach()
+			defer detach()
+			for range c.others {
+				defer shared.Limiter(0).(soleLimiter).attach()()
+			}
+			if got := len(m.split(tasks)); got != c.want {
+				t.Errorf("split into %d batches, want %d", got, c.want)
+			}
+		})
+	}
+}

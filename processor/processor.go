@@ -52,9 +52,9 @@ type Config struct {
 	// processes with different heartbeats share a database safely. A Repository that
 	// declares another one already (another processor's) is refused. A heartbeat that
 	// has not returned within it fails (Health names it) and the next tick tries again.
-	// While the last heartbeat that succeeded is older than halfway from
-	// HeartbeatInterval to ExpiryTimeout, the managers lease nothing: other processors
-	// would soon take the tasks back.
+	// While the last heartbeat that succeeded is older than ExpiryTimeout less a
+	// HeartbeatInterval (or halfway between them, when they are closer), the managers
+	// lease nothing: other processors would soon take the tasks back.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
@@ -712,13 +712,20 @@ func (p *Processor) heartbeats(ctx context.Context) {
 	defer conn.close()
 	ticker := time.NewTicker(p.cfg.HeartbeatInterval)
 	defer ticker.Stop()
+	var last time.Time // when the last heartbeat began
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		case <-p.beatNow: // a manager waits for one (awaitBeat)
+			if time.Since(last) < p.cfg.HeartbeatInterval/4 {
+				// at most one asked for each quarter interval, however many managers
+				// wait: a server down fails each at once
+				continue
+			}
 		}
+		last = time.Now()
 		p.heartbeat(ctx, conn)
 	}
 }
@@ -759,14 +766,16 @@ func (p *Processor) beatSucceeded(start time.Time) {
 
 // beatStale reports whether the owner's last heartbeat that succeeded is old enough
 // that other processors may soon count it dead and take back its leases: older than
-// halfway from HeartbeatInterval to ExpiryTimeout (3 s by default). The managers then
+// ExpiryTimeout less a HeartbeatInterval (4 s by default), or than halfway from the
+// interval to the timeout when they are closer than two intervals (a heartbeat is
+// that old between two beats). The managers then
 // lease nothing until a heartbeat succeeds (awaitBeat): what they leased would be taken
 // back and run again elsewhere, over and over for as long as the heartbeat fails while
 // polls do not (its connection refused by a connection limit the pool's are within,
 // its owner row locked), each time with an attempt used.
 func (p *Processor) beatStale() bool {
 	since := time.Since(p.epoch) - time.Duration(p.lastBeat.Load())
-	return since > (p.cfg.HeartbeatInterval+p.cfg.ExpiryTimeout)/2
+	return since > max(p.cfg.ExpiryTimeout-p.cfg.HeartbeatInterval, (p.cfg.HeartbeatInterval+p.cfg.ExpiryTimeout)/2)
 }
 
 // awaitBeat asks the heartbeat goroutine for a heartbeat now and waits until one

@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -127,8 +126,9 @@ func (s *Subscription) send(tasks []repository.Task) {
 // (Subscribe) and reads the tasks again every HeartbeatInterval, so it also sees tasks
 // finished by other processes or by hand. A task retried or snoozed is not finished; an
 // unknown one is an error (repository.ErrUnknownTask), as is an unknown topic
-// (repository.ErrUnknownTopic). A read that fails otherwise (a connection lost in a
-// failover) is tried again at the next interval. When ctx ends first, Wait returns ctx's
+// (repository.ErrUnknownTopic). A read that fails because the server cannot be reached
+// or is restarting (a connection lost in a failover) is tried again at the next
+// interval; any other failure ends Wait with its error. When ctx ends first, Wait returns ctx's
 // error naming the tasks still unfinished, and the last read's error if it failed. Tests
 // use it to wait for the work they pushed.
 func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) ([]repository.Task, error) {
@@ -165,12 +165,12 @@ func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) 
 		if err != nil && ctx.Err() != nil {
 			return ended()
 		}
-		if errors.Is(err, repository.ErrUnknownTopic) || errors.Is(err, repository.ErrInvalid) {
-			return err
+		if err != nil && !outageCause(causeOf(err)) {
+			return err // an unknown topic, a closed pool, a refusal: it would not pass
 		}
 		failed = err
 		if err != nil {
-			return nil // tried again at the next tick
+			return nil // the server unreachable, restarting: tried again at the next tick
 		}
 		found := make(map[int64]bool, len(tasks))
 		for _, t := range tasks {
