@@ -2614,6 +2614,38 @@ func TestScheduleFiredIdentifierMigration(t *testing.T) {
 	steps(1)
 }
 
+// TestScheduleNameControlMigration: 000048 refuses a new schedule name with a control
+// character; a schedule of such a name stored before stays, and its other settings
+// still change. Reverted, such names are accepted again.
+func TestScheduleNameControlMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository schedule name control test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 47)
+	create("emails")
+	execEach(t, pool,
+		"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES (E'tab\\tbed', 'emails', '@hourly', 'UTC')",
+		"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('plain', 'emails', '@hourly', 'UTC')")
+	steps(1)
+	execEach(t, pool, "UPDATE task_schedule SET priority = 3, spec = '@daily' WHERE name = E'tab\\tbed'")
+	for _, q := range []string{
+		"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES (E'new\\nline', 'emails', '@hourly', 'UTC')",
+		"UPDATE task_schedule SET name = E'plain\\x7f' WHERE name = 'plain'",
+	} {
+		if _, err := pool.Exec(ctx, q); SQLState(err) != "22023" || !strings.Contains(err.Error(), "control character") {
+			t.Errorf("after 000048: %s: %v, want 22023 naming the control character", q, err)
+		}
+	}
+	if got := textRows(t, pool, "SELECT replace(name, E'\\t', '<tab>') || ' ' || spec || ' ' || priority FROM task_schedule ORDER BY name"); !slices.Equal(got,
+		[]string{"plain @hourly 0", "tab<tab>bed @daily 3"}) {
+		t.Errorf("schedules after 000048: %v", got)
+	}
+	steps(-1)
+	execEach(t, pool, "INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES (E'new\\nline', 'emails', '@hourly', 'UTC')")
+	steps(1)
+}
+
 // TestSupportedServer: Migrate refuses a server older than PostgreSQL 14, naming its
 // version and the one needed, before any statement changes the schema.
 func TestSupportedServer(t *testing.T) {

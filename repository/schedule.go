@@ -198,14 +198,21 @@ func ValidateScheduleName(name string) error {
 // ValidateNewScheduleName returns nil when CreateSchedule accepts name: a name
 // ValidateScheduleName accepts, other than "." and ".." (the REST API's
 // /schedules/{name} would resolve them to other resources); otherwise an error wrapping
-// ErrInvalid. task_schedule_check refuses them in SQL too (migration 000041); a schedule
-// of either name stored before stays usable.
+// ErrInvalid; nor a name with a control character (U+0001–U+001F, U+007F–U+009F), as
+// for a topic. task_schedule_check refuses them in SQL too (migrations 000041 and
+// 000048); a schedule of such a name stored before stays usable.
 func ValidateNewScheduleName(name string) error {
 	if err := ValidateScheduleName(name); err != nil {
 		return err
 	}
 	if name == "." || name == ".." {
 		return invalid("schedule name %q is not allowed (the REST API's /schedules/%s would name another resource)", name, name)
+	}
+	for i, r := range name {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			// it would reach the metrics' labels, the logs and terminals as it is
+			return invalid("schedule name has a control character (%U) at byte %d: choose a name without", r, i)
+		}
 	}
 	return nil
 }

@@ -198,6 +198,9 @@ func TestScheduleCreate(t *testing.T) {
 			{"UnknownTopic", "a", with(func(c *repository.ScheduleSettings) { c.Topic = "nope" }), repository.ErrUnknownTopic, `topic "nope"`},
 			{"EmptyTopic", "a", with(func(c *repository.ScheduleSettings) { c.Topic = "" }), repository.ErrInvalid, "topic is empty"},
 			{"DuplicateName", "taken", ok, repository.ErrScheduleExists, `"taken"`},
+			// it reached metrics' labels, logs and terminals as it was
+			{"NameWithATab", "a\tb", ok, repository.ErrInvalid, "schedule name has a control character (U+0009) at byte 1"},
+			{"NameWithAnEscape", "a\x1b[2J", ok, repository.ErrInvalid, "control character (U+001B)"},
 			{"EmptyName", "", ok, repository.ErrInvalid, "schedule name is empty"},
 			{"LongName", strings.Repeat("n", 251), ok, repository.ErrInvalid, "schedule name is 251 characters"},
 			{"LongIdentifier", "a", with(func(c *repository.ScheduleSettings) { c.Identifier = strings.Repeat("i", 495) + "{time}" }), repository.ErrInvalid, "identifier"},

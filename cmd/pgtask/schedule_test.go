@@ -60,6 +60,7 @@ func TestSchedule(t *testing.T) {
 		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t", "--spec", "@hourly", "--catch-up", "-1"), "catch-up -1 is negative")
 		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t", "--spec", "@hourly", "--insertion", "sideways"), "--insertion", "sideways")
 		wantUsage(t, f.cli("schedule", "add", "", "--topic", "t", "--spec", "@hourly"), "schedule name is empty")
+		wantUsage(t, f.cli("schedule", "add", "a\tb", "--topic", "t", "--spec", "@hourly"), "schedule name has a control character (U+0009)")
 		wantUsage(t, f.cli("schedule", "set", "taken"), "no setting given")
 		wantUsage(t, f.cli("schedule", "set", "taken", "--spec", "nope"), "spec")
 		wantRuntime(t, f.cli("schedule", "add", "a", "--topic", "nope", "--spec", "@hourly"), repository.ErrUnknownTopic)

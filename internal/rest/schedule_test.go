@@ -84,6 +84,7 @@ func TestSchedules(t *testing.T) {
 			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@hourly","catch_up":-1}`, 400, "catch-up -1 is negative"},
 			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@hourly","insertion":"sideways"}`, 400, "insertion"},
 			{"POST", "/schedules", `{"topic":"mail","spec":"@hourly"}`, 400, `"name" is required`},
+			{"POST", "/schedules", `{"name":"a\u001b[2J","topic":"mail","spec":"@hourly"}`, 400, "schedule name has a control character (U+001B)"},
 			{"POST", "/schedules", `{"name":"a","topic":"mail"}`, 400, `"spec" are required`},
 			{"POST", "/schedules", `{"name":"a","topic":"mail","spec":"@hourly","cron":"x"}`, 400, `unknown field "cron"`},
 			{"PATCH", "/schedules/taken", `{"spec":"* * *"}`, 400, "spec"},
