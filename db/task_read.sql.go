@@ -1404,37 +1404,59 @@ func (q *Queries) TaskPurge(ctx context.Context, db DBTX, arg TaskPurgeParams) (
 	return result.RowsAffected(), nil
 }
 
-const taskPurgeRetention = `-- name: TaskPurgeRetention :execrows
-DELETE FROM task t
-USING (
+const taskPurgeRetentionAfter = `-- name: TaskPurgeRetentionAfter :one
+WITH old AS (
     SELECT f.topic, f.sequence, f.cutoff
-    FROM task_topic tt
+    FROM (SELECT tt.topic, tt.retention_ms FROM task_topic tt
+          WHERE tt.retention_ms IS NOT NULL
+          ORDER BY tt.topic <= $1::text, tt.topic) tt
     CROSS JOIN LATERAL (
         SELECT f.topic, f.sequence, now() - tt.retention_ms * interval '1 millisecond' AS cutoff FROM task f
         WHERE hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic AND f.state >= 3
           AND COALESCE(f.completed, f.created) < now() - tt.retention_ms * interval '1 millisecond'
-        LIMIT $1
+        LIMIT $2
     ) f
-    WHERE tt.retention_ms IS NOT NULL
-    LIMIT $1
-) old
-WHERE t.topic = old.topic AND t.sequence = old.sequence
-  AND t.state >= 3 AND COALESCE(t.completed, t.created) < old.cutoff
+    LIMIT $2
+),
+deleted AS (
+    DELETE FROM task t
+    USING old
+    WHERE t.topic = old.topic AND t.sequence = old.sequence
+      AND t.state >= 3 AND COALESCE(t.completed, t.created) < old.cutoff
+    RETURNING t.topic
+)
+SELECT count(*)::bigint AS deleted,
+       COALESCE(max(d.topic) FILTER (WHERE d.topic > $1::text), max(d.topic), '')::text AS last
+FROM deleted d
 `
+
+type TaskPurgeRetentionAfterParams struct {
+	After string
+	Size  int32
+}
+
+type TaskPurgeRetentionAfterRow struct {
+	Deleted int64
+	Last    string
+}
 
 // Deletes up to size finished tasks whose completion is older than their topic's
 // retention; topics without retention keep everything. Each topic with a retention
 // reads its own finished tasks older than its cutoff (task_retention, migration
-// 000030), not all of them. The outer WHERE states the state and the cutoff again: a
-// row that a revival (a reset, a reassign, a junction's release) holds is waited for,
-// and once that commits, PostgreSQL checks the DELETE's own WHERE against the row's new
-// version, not the subquery's, which would delete a task just made READY.
-func (q *Queries) TaskPurgeRetention(ctx context.Context, db DBTX, size int32) (int64, error) {
-	result, err := db.Exec(ctx, taskPurgeRetention, size)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// 000030), not all of them. The topics are served in turn: those named after @after
+// first, in name order, then from the first; it returns how many tasks it deleted and
+// the topic to start after next (the last one it deleted from, in that order; empty
+// when none). Without the turn, a topic whose old tasks outnumbered a pass's batches
+// was served first at every pass, and the topics after it not until it was cleared.
+// The DELETE states the state and the cutoff again: a row that a revival (a reset, a
+// reassign, a junction's release) holds is waited for, and once that commits,
+// PostgreSQL checks the DELETE's own WHERE against the row's new version, not the
+// subquery's, which would delete a task just made READY.
+func (q *Queries) TaskPurgeRetentionAfter(ctx context.Context, db DBTX, arg TaskPurgeRetentionAfterParams) (TaskPurgeRetentionAfterRow, error) {
+	row := db.QueryRow(ctx, taskPurgeRetentionAfter, arg.After, arg.Size)
+	var i TaskPurgeRetentionAfterRow
+	err := row.Scan(&i.Deleted, &i.Last)
+	return i, err
 }
 
 const taskPurgeSome = `-- name: TaskPurgeSome :execrows

@@ -207,6 +207,10 @@ type Processor struct {
 	beatMu   sync.Mutex
 	beaten   chan struct{}
 	beatNow  chan struct{}
+
+	// retentionAfter is the topic the retention's next batch starts after (retain; only
+	// the liveness goroutine touches it).
+	retentionAfter string
 }
 
 // quiet reports whether the processor holds back the work that reads a topic's table
@@ -1064,8 +1068,14 @@ func (p *Processor) retain(ctx context.Context, budget time.Duration) (more bool
 	start := time.Now()
 	var total int64
 	for ctx.Err() == nil {
+		// the topics in turn, from where the last batch stopped: a topic with more old
+		// tasks than a pass deletes does not hold the others back until it is cleared
 		n, err := maintain(ctx, p, "purge by retention", func(c context.Context) (int64, error) {
-			return p.repo.PurgeRetention(c, p.pool, retentionBatch)
+			n, last, err := p.repo.PurgeRetentionAfter(c, p.pool, p.retentionAfter, retentionBatch)
+			if err == nil {
+				p.retentionAfter = last
+			}
+			return n, err
 		})
 		if err != nil {
 			return false

@@ -817,22 +817,45 @@ func (r *Repository) PurgeAll(ctx context.Context, h Handle, topic string) (int6
 
 // PurgeRetention deletes up to size finished tasks whose completion is older than their
 // topic's retention, and returns how many; topics without retention keep everything.
+// It serves the topics in name order from the first: PurgeRetentionAfter takes them in
+// turn.
 func (r *Repository) PurgeRetention(ctx context.Context, h Handle, size int) (int64, error) {
+	n, _, err := r.PurgeRetentionAfter(ctx, h, "", size)
+	return n, err
+}
+
+// PurgeRetentionAfter is PurgeRetention serving the topics named after after first, in
+// name order, then those from the first: it returns how many tasks it deleted and the
+// topic to pass as after to the next call ("" when it deleted none), so that calls in
+// a row serve every topic in turn, however many old tasks one of them holds. On a
+// distributed database the topics are served in no set order (Citus does not keep the
+// statement's order of the topics), and it always returns "" as last.
+func (r *Repository) PurgeRetentionAfter(ctx context.Context, h Handle, after string, size int) (deleted int64, last string, err error) {
 	if size <= 0 {
-		return 0, invalid("size %d is not positive", size)
+		return 0, "", invalid("size %d is not positive", size)
+	}
+	citus, err := r.onCitus(ctx, h)
+	if err != nil {
+		return 0, "", mapError("purge by retention", err)
+	}
+	if citus {
+		after = ""
 	}
 	// Without JIT: the statement reads every topic with a retention, and with a thousand
 	// of them its estimated cost is above jit_above_cost, so that each pass (every minute
 	// in every processor) would compile it again, three times as long as it runs.
-	var n int64
-	err := withoutJIT(ctx, h, func(tx pgx.Tx) (err error) {
-		n, err = r.q.TaskPurgeRetention(ctx, tx, int32(min(size, 1<<31-1)))
+	err = withoutJIT(ctx, h, func(tx pgx.Tx) error {
+		row, err := r.q.TaskPurgeRetentionAfter(ctx, tx, db.TaskPurgeRetentionAfterParams{After: after, Size: int32(min(size, 1<<31-1))})
+		deleted, last = row.Deleted, row.Last
 		return err
 	})
 	if err != nil {
-		return 0, mapError("purge by retention", err)
+		return 0, "", mapError("purge by retention", err)
 	}
-	return n, nil
+	if citus {
+		last = ""
+	}
+	return deleted, last, nil
 }
 
 // waitingAheadRead is how many READY tasks before a task Waiting reads at most, to

@@ -1,24 +1,32 @@
 package repository_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/repository"
 )
 
-// otherNodeTopic returns a topic whose tasks a distributed database keeps on another node
-// than topic's (any other topic on plain PostgreSQL).
-func (f *fixture) otherNodeTopic(topic string) string {
+// distributed reports whether the test's database is distributed over Citus nodes.
+func (f *fixture) distributed() bool {
 	f.t.Helper()
 	var citus bool
 	if err := f.pool.QueryRow(f.ctx, "SELECT to_regprocedure('task_distributed()') IS NOT NULL").Scan(&citus); err != nil {
 		f.t.Fatal(err)
 	}
-	if !citus {
+	return citus
+}
+
+// otherNodeTopic returns a topic whose tasks a distributed database keeps on another node
+// than topic's (any other topic on plain PostgreSQL).
+func (f *fixture) otherNodeTopic(topic string) string {
+	f.t.Helper()
+	if !f.distributed() {
 		return "other"
 	}
 	node := func(topic string) (n int) {
@@ -109,5 +117,69 @@ func TestTransactionsOverTwoNodes(t *testing.T) {
 	}
 	if got := f.get(failed.Sequence); got.State != repository.Ready {
 		t.Errorf("task q %v after the reset, want READY", got.State)
+	}
+}
+
+// TestPurgeRetentionServesEveryTopic: batches of the retention's purge serve the topics
+// in turn (PurgeRetentionAfter): a topic whose old tasks outnumbered a batch was served
+// first at every batch, and the topics after it not until it was cleared.
+func TestPurgeRetentionServesEveryTopic(t *testing.T) {
+	f := setup(t)
+	a, b := f.topic, f.topic+"-b"
+	f.createTopic(b)
+	old := func(topic string, n int) {
+		t.Helper()
+		creations := make([]repository.Creation, n)
+		for i := range creations {
+			creations[i] = repository.Creation{Identifier: fmt.Sprint("t", i)}
+		}
+		if _, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, creations...); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = 6, completed = now() - interval '2 hours' WHERE topic = $1`, topic); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.repo.UpdateSettings(f.ctx, f.pool, topic, func(s *repository.TopicSettings) { s.Retention = time.Hour }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old(a, 30)
+	old(b, 1)
+	count := func(topic string) (n int) {
+		t.Helper()
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM task WHERE topic = $1`, topic).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if f.distributed() {
+		// no turn on Citus (PurgeRetentionAfter): every old task goes all the same
+		for range 5 {
+			if _, _, err := f.repo.PurgeRetentionAfter(f.ctx, f.pool, "", 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if count(a) != 0 || count(b) != 0 {
+			t.Fatalf("%d tasks of %q and %d of %q left after 5 batches of 10, want none", count(a), a, count(b), b)
+		}
+		return
+	}
+	after := ""
+	for i, want := range []struct{ a, b int }{{20, 1}, {11, 0}, {1, 0}, {0, 0}, {0, 0}} {
+		n, last, err := f.repo.PurgeRetentionAfter(f.ctx, f.pool, after, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (struct{ a, b int }{count(a), count(b)}); got != want {
+			t.Fatalf("after batch %d (after %q: %d deleted, last %q): %d tasks of %q and %d of %q left, want %d and %d",
+				i+1, after, n, last, got.a, a, got.b, b, want.a, want.b)
+		}
+		after = last
+	}
+	if after != "" {
+		t.Errorf("a batch that deleted nothing says to start after %q, want \"\"", after)
+	}
+	if n, err := f.repo.PurgeRetention(f.ctx, f.pool, 0); !errors.Is(err, repository.ErrInvalid) || n != 0 {
+		t.Errorf("PurgeRetention of size 0: %d, %v; want ErrInvalid", n, err)
 	}
 }
