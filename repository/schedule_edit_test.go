@@ -230,9 +230,9 @@ func TestScheduleEditedInSQL(t *testing.T) {
 			{"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('x', 'topic', '@hourly', 'Mars/Olympus')", "unknown time zone 'Mars/Olympus'"},
 			{"INSERT INTO task_schedule (name, topic, spec) VALUES ('.', 'topic', '@hourly')", "schedule name '.' is not allowed"},
 			{"SELECT task_schedule('..', 'topic', '@hourly')", "schedule name '..' is not allowed"},
-			{"UPDATE task_schedule SET name = E'job\\n2' WHERE name = 'job'", "has a control character"},
-			{"INSERT INTO task_schedule (name, topic, spec) VALUES (E'a\\tb', 'topic', '@hourly')", "has a control character"},
-			{"SELECT task_schedule(E'a\\x1b[2J', 'topic', '@hourly')", "has a control character"},
+			{"UPDATE task_schedule SET name = E'job\\n2' WHERE name = 'job'", "has a control character (U+000A)"},
+			{"INSERT INTO task_schedule (name, topic, spec) VALUES (E'a\\tb', 'topic', '@hourly')", "has a control character (U+0009)"},
+			{"SELECT task_schedule(E'a\\x1b[2J', 'topic', '@hourly')", "has a control character (U+001B)"},
 		} {
 			_, err := s.pool.Exec(s.ctx, c.statement)
 			if repository.SQLState(err) != "22023" || !strings.Contains(err.Error(), c.says) {

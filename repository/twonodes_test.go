@@ -165,6 +165,8 @@ func TestPurgeRetentionServesEveryTopic(t *testing.T) {
 		return
 	}
 	after := ""
+	// the second batch comes round to a after b: the next starts after a, not b
+	lasts := []string{a, a, a, a, ""}
 	for i, want := range []struct{ a, b int }{{20, 1}, {11, 0}, {1, 0}, {0, 0}, {0, 0}} {
 		n, last, err := f.repo.PurgeRetentionAfter(f.ctx, f.pool, after, 10)
 		if err != nil {
@@ -173,6 +175,9 @@ func TestPurgeRetentionServesEveryTopic(t *testing.T) {
 		if got := (struct{ a, b int }{count(a), count(b)}); got != want {
 			t.Fatalf("after batch %d (after %q: %d deleted, last %q): %d tasks of %q and %d of %q left, want %d and %d",
 				i+1, after, n, last, got.a, a, got.b, b, want.a, want.b)
+		}
+		if last != lasts[i] {
+			t.Errorf("batch %d (after %q) says to start after %q, want %q", i+1, after, last, lasts[i])
 		}
 		after = last
 	}

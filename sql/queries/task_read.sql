@@ -377,7 +377,8 @@ deleted AS (
     RETURNING t.topic
 )
 SELECT count(*)::bigint AS deleted,
-       COALESCE(max(d.topic) FILTER (WHERE d.topic > sqlc.arg(after)::text), max(d.topic), '')::text AS last
+       -- the last in the batch's order: of those up to @after once it came round to them
+       COALESCE(max(d.topic) FILTER (WHERE d.topic <= sqlc.arg(after)::text), max(d.topic), '')::text AS last
 FROM deleted d;
 
 -- name: TaskWaiting :one

@@ -17,7 +17,9 @@ BEGIN
                 quote_literal(NEW.name), NEW.name USING ERRCODE = 'invalid_parameter_value', COLUMN = 'name';
         END IF;
         IF NEW.name ~ '[\x01-\x1f\x7f-\x9f]' THEN
-            RAISE EXCEPTION 'schedule name % has a control character: choose a name without', quote_literal(NEW.name)
+            -- the character named, not written: the message reaches terminals and logs
+            RAISE EXCEPTION 'schedule name has a control character (U+%): choose a name without',
+                upper(lpad(to_hex(ascii(substring(NEW.name from '[\x01-\x1f\x7f-\x9f]'))), 4, '0'))
                 USING ERRCODE = 'invalid_parameter_value', COLUMN = 'name';
         END IF;
     END IF;
