@@ -161,12 +161,23 @@ func ValidateNewTopic(topic string) error {
 		// a URL's path segment "." or ".." is resolved away by clients and servers
 		return invalid("topic %q is a path segment of its own: choose another name", topic)
 	}
-	for i, r := range topic {
-		if r < 0x20 || r >= 0x7f && r <= 0x9f {
-			return invalid("topic has a control character (%U) at byte %d: choose a name without", r, i)
-		}
+	if r, i, ok := controlChar(topic); ok {
+		return invalid("topic has a control character (%U) at byte %d: choose a name without", r, i)
 	}
 	return nil
+}
+
+// controlChar returns the first control character of name (U+0001–U+001F, U+007F–U+009F,
+// which would reach logs, metrics' labels and terminals as they are) and its byte
+// offset; ok is false when it has none. Names of topics and schedules are refused with
+// one.
+func controlChar(name string) (r rune, at int, ok bool) {
+	for i, r := range name {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			return r, i, true
+		}
+	}
+	return 0, 0, false
 }
 
 // ValidateIdentifier returns nil when identifier is one a task may have: 1 to

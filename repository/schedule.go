@@ -208,11 +208,8 @@ func ValidateNewScheduleName(name string) error {
 	if name == "." || name == ".." {
 		return invalid("schedule name %q is not allowed (the REST API's /schedules/%s would name another resource)", name, name)
 	}
-	for i, r := range name {
-		if r < 0x20 || r >= 0x7f && r <= 0x9f {
-			// it would reach the metrics' labels, the logs and terminals as it is
-			return invalid("schedule name has a control character (%U) at byte %d: choose a name without", r, i)
-		}
+	if r, i, ok := controlChar(name); ok {
+		return invalid("schedule name has a control character (%U) at byte %d: choose a name without", r, i)
 	}
 	return nil
 }

@@ -9,24 +9,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
 )
-
-// distributed reports whether the test's database is distributed over Citus nodes.
-func (f *fixture) distributed() bool {
-	f.t.Helper()
-	var citus bool
-	if err := f.pool.QueryRow(f.ctx, "SELECT to_regprocedure('task_distributed()') IS NOT NULL").Scan(&citus); err != nil {
-		f.t.Fatal(err)
-	}
-	return citus
-}
 
 // otherNodeTopic returns a topic whose tasks a distributed database keeps on another node
 // than topic's (any other topic on plain PostgreSQL).
 func (f *fixture) otherNodeTopic(topic string) string {
 	f.t.Helper()
-	if !f.distributed() {
+	if !pgtest.OnCitus() { // the tests' databases are distributed (TestTheTestsDatabase)
 		return "other"
 	}
 	node := func(topic string) (n int) {
@@ -152,7 +143,7 @@ func TestPurgeRetentionServesEveryTopic(t *testing.T) {
 		}
 		return n
 	}
-	if f.distributed() {
+	if pgtest.OnCitus() {
 		// no turn on Citus (PurgeRetentionAfter): every old task goes all the same
 		for range 5 {
 			if _, _, err := f.repo.PurgeRetentionAfter(f.ctx, f.pool, "", 10); err != nil {
