@@ -237,16 +237,13 @@ func (b *Buffered) run(q queued) {
 		b.mu.Lock()
 		b.busy--
 		b.mu.Unlock()
-		if r := recover(); r != nil {
-			q.batch.panicked(r)
-		} else if !returned {
-			// The handler ended this worker's goroutine (runtime.Goexit): its batch is
-			// relieved, and another worker takes its place.
-			q.batch.exited()
+		if !returned {
+			// The handler ended this worker's goroutine (runtime.Goexit; callHandler
+			// relieved its batch): another worker takes its place.
 			go b.work()
 		}
 	}()
-	handleBatch(q.ctx, b.inner, q.batch)
+	callHandler(q.ctx, b.inner, q.batch)
 	returned = true
 }
 

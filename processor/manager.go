@@ -1242,7 +1242,8 @@ func (m *TaskManager) handle(b *Batch) {
 }
 
 // callHandler hands b to h on the calling goroutine, containing a panic (the tasks
-// left undecided fail) and an end of the goroutine (Batch.exited).
+// left undecided fail) and an end of the goroutine (Batch.exited), for the manager and
+// a Buffer's workers alike.
 func callHandler(ctx context.Context, h Handler, b *Batch) {
 	returned := false
 	defer func() {
