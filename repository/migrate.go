@@ -23,7 +23,12 @@ import (
 )
 
 // migrationsTable is where golang-migrate records the applied version.
-var migrationsTable = migratepgx.DefaultMigrationsTable
+var migrationsTable = schema.VersionTable
+
+// legacyMigrationsTable is where releases before schema.VersionTable recorded it:
+// golang-migrate's default, which an application's own migrations use as well.
+// adoptVersion copies the version from there once; it is read while it has not.
+var legacyMigrationsTable = migratepgx.DefaultMigrationsTable
 
 // Migrate applies every pending migration of sql/schema. It is the one migration entry
 // point shared by the CLI, the processor, the tests and SQL users. "No change" is
@@ -34,7 +39,13 @@ var migrationsTable = migratepgx.DefaultMigrationsTable
 // is applied, the recorded version stays at the last migration applied, and the error
 // (ErrMigrationRefused) carries PostgreSQL's message and hint. While another process
 // migrates the same database, Migrate fails at once with ErrMigrationInProgress instead
-// of waiting, unless the schema is already up to date.
+// of waiting, unless the schema is already up to date. A schema newer than this build,
+// or one marked dirty by an interrupted migration (migrate.ErrDirty), is refused with a
+// message that says what to do; nothing is changed.
+//
+// The version is recorded in schema.VersionTable, not in golang-migrate's default
+// schema_migrations, which an application's own migrations of the same database use.
+// A schema migrated by a release that recorded it there has it copied, once.
 //
 // On a database distributed with DistributeCitus, each pending migration is applied in
 // its Citus form instead (sql/citus/migrations: the same version, restated for
@@ -91,7 +102,7 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 		return Migrate(ctx, pool)
 	}
 	if dirty {
-		return fmt.Errorf("migrate: %w", migrate.ErrDirty{Version: int(current)})
+		return dirtySchema{version: current}
 	}
 	if version == current {
 		return nil
@@ -139,8 +150,9 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 var testHookMigrateToSteps func()
 
 // MigrationVersion reports the applied migration version (0 when none) and whether a
-// failed migration left the schema dirty. It reads golang-migrate's table without
-// taking its lock, so it answers while another process migrates.
+// failed migration left the schema dirty. It reads golang-migrate's table
+// (schema.VersionTable) without taking its lock, so it answers while another process
+// migrates.
 func MigrationVersion(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
 	return migrationVersion(ctx, pool)
 }
@@ -150,17 +162,18 @@ type rowQuerier interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }
 
-// migrationVersion is MigrationVersion on q.
+// migrationVersion is MigrationVersion on q. Until adoptVersion has copied it, the
+// version of a schema an earlier release migrated is read where that release kept it.
 func migrationVersion(ctx context.Context, q rowQuerier) (version uint, dirty bool, err error) {
-	var exists bool
-	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", migrationsTable).Scan(&exists); err != nil {
+	var table *string
+	if err := q.QueryRow(ctx, versionTableQuery, migrationsTable, legacyMigrationsTable).Scan(&table); err != nil {
 		return 0, false, fmt.Errorf("migrate: version: %w", err)
 	}
-	if !exists {
+	if table == nil {
 		return 0, false, nil
 	}
 	var v int64
-	err = q.QueryRow(ctx, "SELECT version, dirty FROM "+migrationsTable+" LIMIT 1").Scan(&v, &dirty)
+	err = q.QueryRow(ctx, "SELECT version, dirty FROM "+pgx.Identifier{*table}.Sanitize()+" LIMIT 1").Scan(&v, &dirty)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && v < 0 {
 		return 0, dirty, nil
 	}
@@ -168,6 +181,63 @@ func migrationVersion(ctx context.Context, q rowQuerier) (version uint, dirty bo
 		return 0, false, fmt.Errorf("migrate: version: %w", err)
 	}
 	return uint(v), dirty, nil
+}
+
+// versionTableQuery names the table that records pgtask's version ($1), or, while
+// there is none and pgtask's tables are there, the table of an earlier release ($2);
+// NULL when neither.
+const versionTableQuery = `
+	SELECT CASE WHEN to_regclass($1) IS NOT NULL THEN $1::text
+	            WHEN to_regclass($2) IS NOT NULL AND to_regclass('task_topic') IS NOT NULL THEN $2::text END`
+
+// adoptVersion copies the version of a schema migrated by a release before
+// schema.VersionTable from legacyMigrationsTable into migrationsTable, once, under
+// both tables' migration locks (a migrator of either release may be at work); it
+// leaves legacyMigrationsTable as it is, for processes of that release still running
+// (they read their version there). It does nothing when migrationsTable exists, or
+// pgtask's tables do not (the table is then an application's own).
+func adoptVersion(ctx context.Context, conn *pgxpool.Conn) error {
+	var table *string
+	if err := conn.QueryRow(ctx, versionTableQuery, migrationsTable, legacyMigrationsTable).Scan(&table); err != nil {
+		return fmt.Errorf("migrate: version: %w", err)
+	}
+	if table == nil || *table != legacyMigrationsTable {
+		return nil
+	}
+	id, dbName, err := migrationLock(ctx, conn)
+	if err != nil {
+		return err
+	}
+	legacyID, err := advisoryLockID(ctx, conn, dbName, legacyMigrationsTable)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		var locked bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1::bigint) AND pg_try_advisory_xact_lock($2::bigint)",
+			id, legacyID).Scan(&locked); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if !locked {
+			return fmt.Errorf("migrate: %w: another session holds a migration lock of database %q; nothing was changed, run the migration again once it is done",
+				ErrMigrationInProgress, dbName)
+		}
+		// under the locks: another process may have adopted the version meanwhile
+		if err := tx.QueryRow(ctx, versionTableQuery, migrationsTable, legacyMigrationsTable).Scan(&table); err != nil {
+			return fmt.Errorf("migrate: version: %w", err)
+		}
+		if table == nil || *table != legacyMigrationsTable {
+			return nil
+		}
+		mine, legacy := pgx.Identifier{migrationsTable}.Sanitize(), pgx.Identifier{legacyMigrationsTable}.Sanitize()
+		if _, err := tx.Exec(ctx, "CREATE TABLE "+mine+" (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)"); err != nil {
+			return fmt.Errorf("migrate: record the version in %s: %w", migrationsTable, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+mine+" (version, dirty) SELECT version, dirty FROM "+legacy+" LIMIT 1"); err != nil {
+			return fmt.Errorf("migrate: copy the version from %s to %s: %w", legacyMigrationsTable, migrationsTable, err)
+		}
+		return nil
+	})
 }
 
 // latestMigration is the version of the newest embedded migration.
@@ -215,7 +285,7 @@ func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, 
 		return err
 	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
-	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{})
+	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{MigrationsTable: migrationsTable})
 	if err != nil {
 		_ = sqlDB.Close()
 		return fmt.Errorf("migrate: %w", err)
@@ -319,8 +389,14 @@ func noOtherMigrator(ctx context.Context, pool *pgxpool.Pool, src source.Driver,
 		return false, fmt.Errorf("migrate: %w", err)
 	}
 	defer conn.Release()
+	if err := adoptVersion(ctx, conn); err != nil {
+		return false, err
+	}
 	if up && upToDate(ctx, conn, src) {
 		return true, nil
+	}
+	if err := migratable(ctx, conn, src, up); err != nil {
+		return false, err
 	}
 	// The migrations are written for plain PostgreSQL: on distributed tables their DDL
 	// and function bodies would not do what they say (issue 18).
@@ -347,18 +423,65 @@ func noOtherMigrator(ctx context.Context, pool *pgxpool.Pool, src source.Driver,
 	return false, nil
 }
 
+// migratable refuses, before golang-migrate is asked, a schema that it would refuse
+// with a message that does not say what to do: one marked dirty, and (up) one newer
+// than this build.
+func migratable(ctx context.Context, conn *pgxpool.Conn, src source.Driver, up bool) error {
+	version, dirty, err := migrationVersion(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if dirty {
+		return dirtySchema{version: version}
+	}
+	if latest := newest(src); up && version > latest {
+		return newerSchema(version, latest)
+	}
+	return nil
+}
+
+// newerSchema refuses to migrate up a schema at version, newer than this build's
+// newest migration latest.
+func newerSchema(version, latest uint) error {
+	return fmt.Errorf("migrate: the schema is at version %d, newer than this build's newest migration %d: a later release of pgtask migrated it; run a build at least as new to migrate it (this build's processes run on it without migrating it); nothing was changed",
+		version, latest)
+}
+
+// dirtySchema is the refusal of a schema marked dirty: a migration was interrupted (its
+// process killed, its connection lost) between golang-migrate's marking the version
+// dirty and clean again. It unwraps to migrate.ErrDirty.
+type dirtySchema struct{ version uint }
+
+func (e dirtySchema) Error() string {
+	return fmt.Sprintf("migrate: the schema is marked dirty at version %d: a migration to or from it was interrupted, and each migration being one transaction, it either committed whole or not at all. "+
+		"Check whether version %d's changes are there (its file in sql/schema), record the version the schema is at (UPDATE %s SET version = N, dirty = false), and migrate again; nothing was changed",
+		e.version, e.version, migrationsTable)
+}
+
+func (e dirtySchema) Unwrap() error { return migrate.ErrDirty{Version: int(e.version)} }
+
 // migrationLock returns the advisory lock golang-migrate takes for conn's database and
 // schema, and the database's name.
 func migrationLock(ctx context.Context, conn *pgxpool.Conn) (id, dbName string, err error) {
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
+		return "", "", fmt.Errorf("migrate: %w", err)
+	}
+	id, err = advisoryLockID(ctx, conn, dbName, migrationsTable)
+	return id, dbName, err
+}
+
+// advisoryLockID is the advisory lock golang-migrate takes when it records versions in
+// table, of conn's database (dbName) and schema.
+func advisoryLockID(ctx context.Context, conn *pgxpool.Conn, dbName, table string) (string, error) {
 	var schemaName string
-	if err := conn.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&dbName, &schemaName); err != nil {
-		return "", "", fmt.Errorf("migrate: %w", err)
+	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schemaName); err != nil {
+		return "", fmt.Errorf("migrate: %w", err)
 	}
-	id, err = database.GenerateAdvisoryLockId(dbName, schemaName, migrationsTable)
+	id, err := database.GenerateAdvisoryLockId(dbName, schemaName, table)
 	if err != nil {
-		return "", "", fmt.Errorf("migrate: %w", err)
+		return "", fmt.Errorf("migrate: %w", err)
 	}
-	return id, dbName, nil
+	return id, nil
 }
 
 // releaseMigrationLock releases the lock tryMigrationLock took.

@@ -39,12 +39,10 @@ func migrateDistributed(ctx context.Context, conn *pgxpool.Conn, src source.Driv
 		return err
 	}
 	if dirty {
-		return fmt.Errorf("migrate: %w: the schema of this distributed database is marked dirty at version %d (a migration failed halfway); see what it applied, then record the version it is at (UPDATE %s SET version = N, dirty = false); nothing was changed",
-			ErrMigrationRefused, version, migrationsTable)
+		return dirtySchema{version: version}
 	}
 	if version > newest(src) {
-		return fmt.Errorf("migrate: the schema of this distributed database is at version %d, newer than this build's newest migration %d: run a build of pgtask at least as new as the schema; nothing was changed",
-			version, newest(src))
+		return newerSchema(version, newest(src))
 	}
 	pending, err := citusForms(src, version, forms)
 	if err != nil {

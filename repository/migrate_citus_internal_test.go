@@ -419,14 +419,14 @@ func TestSplitStatementsOfEveryMigration(t *testing.T) {
 		WHERE p.pronamespace = 'public'::regnamespace AND p.prokind IN ('f', 'p')
 		UNION ALL
 		SELECT c.relname || ' ' || c.relkind::text || ' ' || coalesce(pg_get_indexdef(c.oid), '') FROM pg_class c
-		WHERE c.relnamespace = 'public'::regnamespace AND c.relname NOT LIKE 'schema_migrations%'
+		WHERE c.relnamespace = 'public'::regnamespace AND c.relname NOT LIKE '%schema_migrations%'
 		UNION ALL
 		SELECT a.attrelid::regclass::text || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' ||
 		       coalesce(pg_get_expr(d.adbin, d.adrelid), '')
 		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		WHERE c.relnamespace = 'public'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
-		  AND c.relname NOT LIKE 'schema_migrations%'
+		  AND c.relname NOT LIKE '%schema_migrations%'
 		ORDER BY 1`
 	read := func(pool *pgxpool.Pool) []string {
 		rows, err := pool.Query(t.Context(), catalog)

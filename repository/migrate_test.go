@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	gomigrate "github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -248,7 +249,7 @@ func holdMigrationLock(t *testing.T, pool *pgxpool.Pool) (release func()) {
 		t.Fatal(err)
 	}
 	// the key of golang-migrate's pgx driver: database.GenerateAdvisoryLockId(database,
-	// schema, "schema_migrations")
+	// schema, schema.VersionTable)
 	var db, schemaName string
 	if err := conn.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&db, &schemaName); err != nil {
 		t.Fatal(err)
@@ -273,7 +274,7 @@ func holdMigrationLock(t *testing.T, pool *pgxpool.Pool) (release func()) {
 
 // migrateLockKey is golang-migrate's advisory lock key for a database and schema.
 func migrateLockKey(db, schemaName string) (string, error) {
-	return database.GenerateAdvisoryLockId(db, schemaName, "schema_migrations")
+	return database.GenerateAdvisoryLockId(db, schemaName, schema.VersionTable)
 }
 
 func TestSchemaMissingSaysToMigrate(t *testing.T) {
@@ -287,4 +288,123 @@ func TestSchemaMissingSaysToMigrate(t *testing.T) {
 	if !errors.Is(err, repository.ErrSchemaMissing) || !strings.Contains(err.Error(), "repository.Migrate") {
 		t.Fatalf("push without the schema: %v, want ErrSchemaMissing naming repository.Migrate", err)
 	}
+}
+
+func TestMigrateVersionTable(t *testing.T) {
+	t.Parallel()
+	latest := latestVersion(t)
+	exec := func(t *testing.T, pool *pgxpool.Pool, queries ...string) {
+		t.Helper()
+		for _, q := range queries {
+			if _, err := pool.Exec(t.Context(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	row := func(t *testing.T, pool *pgxpool.Pool, table string) (version int64, dirty bool) {
+		t.Helper()
+		if err := pool.QueryRow(t.Context(), "SELECT version, dirty FROM "+table).Scan(&version, &dirty); err != nil {
+			t.Fatalf("the version in %s: %v", table, err)
+		}
+		return version, dirty
+	}
+
+	t.Run("AnApplicationsOwnGolangMigrateTableIsLeftAlone", func(t *testing.T) {
+		t.Parallel()
+		pool := emptyPool(t)
+		// the application migrates the same database with golang-migrate's defaults
+		exec(t, pool, "CREATE TABLE schema_migrations (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)",
+			"INSERT INTO schema_migrations VALUES (7, false)")
+		if err := repository.Migrate(t.Context(), pool); err != nil {
+			t.Fatalf("Migrate beside an application's golang-migrate at version 7: %v", err)
+		}
+		wantVersion(t, pool, latest)
+		if v, d := row(t, pool, schema.VersionTable); v != int64(latest) || d {
+			t.Errorf("%s: %d (dirty %v), want %d", schema.VersionTable, v, d, latest)
+		}
+		if v, d := row(t, pool, "schema_migrations"); v != 7 || d {
+			t.Errorf("the application's schema_migrations: %d (dirty %v), want 7 as it was", v, d)
+		}
+	})
+
+	t.Run("TheVersionAnEarlierReleaseRecordedIsAdopted", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+		ctx := t.Context()
+		if err := repository.MigrateTo(ctx, pool, latest-1); err != nil {
+			t.Fatal(err)
+		}
+		repo, err := repository.New(repository.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.CreateTopic(ctx, pool, "kept"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.Push(ctx, pool, "kept", repository.Append, repository.Creation{Identifier: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		// as a release before the table had a name of its own left the database
+		exec(t, pool, "ALTER TABLE "+schema.VersionTable+" RENAME TO schema_migrations")
+		if v, dirty, err := repository.MigrationVersion(ctx, pool); err != nil || v != latest-1 || dirty {
+			t.Fatalf("MigrationVersion before the adoption: %d (dirty %v), %v; want %d read from schema_migrations", v, dirty, err, latest-1)
+		}
+		if err := repository.Migrate(ctx, pool); err != nil {
+			t.Fatalf("Migrate of a schema the earlier release migrated: %v", err)
+		}
+		wantVersion(t, pool, latest)
+		if v, _ := row(t, pool, schema.VersionTable); v != int64(latest) {
+			t.Errorf("%s: %d, want %d", schema.VersionTable, v, latest)
+		}
+		// kept for the earlier release's processes, which read their version there
+		if v, _ := row(t, pool, "schema_migrations"); v != int64(latest-1) {
+			t.Errorf("schema_migrations after the adoption: %d, want %d as the earlier release left it", v, latest-1)
+		}
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = 'kept'").Scan(&n); err != nil || n != 1 {
+			t.Errorf("the task pushed before: %d, %v; want 1", n, err)
+		}
+		if err := repository.Migrate(ctx, pool); err != nil {
+			t.Fatalf("Migrate again: %v", err)
+		}
+		wantVersion(t, pool, latest)
+	})
+
+	t.Run("ASchemaNewerThanTheBuildIsRefusedSayingSo", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+		exec(t, pool, "UPDATE "+schema.VersionTable+" SET version = version + 1")
+		err := repository.Migrate(t.Context(), pool)
+		if err == nil || !strings.Contains(err.Error(), "newer than this build") || !strings.Contains(err.Error(), "nothing was changed") {
+			t.Fatalf("Migrate of a schema at %d: %v; want a refusal saying the schema is newer than the build", latest+1, err)
+		}
+		if v, d := row(t, pool, schema.VersionTable); v != int64(latest+1) || d {
+			t.Errorf("after the refusal: %d (dirty %v), want %d", v, d, latest+1)
+		}
+	})
+
+	t.Run("ADirtySchemaSaysWhatToDo", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+		exec(t, pool, "UPDATE "+schema.VersionTable+" SET dirty = true")
+		for name, run := range map[string]func() error{
+			"Migrate":     func() error { return repository.Migrate(t.Context(), pool) },
+			"MigrateTo":   func() error { return repository.MigrateTo(t.Context(), pool, latest-1) },
+			"MigrateDown": func() error { return repository.MigrateDown(t.Context(), pool) },
+		} {
+			err := run()
+			var dirty gomigrate.ErrDirty
+			if !errors.As(err, &dirty) || dirty.Version != int(latest) ||
+				!strings.Contains(err.Error(), "UPDATE "+schema.VersionTable+" SET version = N, dirty = false") {
+				t.Errorf("%s of a dirty schema: %v; want migrate.ErrDirty at %d saying how to record the version", name, err, latest)
+			}
+		}
+		if v, d := row(t, pool, schema.VersionTable); v != int64(latest) || !d {
+			t.Errorf("after the refusals: %d (dirty %v), want %d, dirty", v, d, latest)
+		}
+		var n int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_tables WHERE tablename = 'task_topic'").Scan(&n); err != nil || n != 1 {
+			t.Errorf("task_topic after the refusals: %d, %v; want it there", n, err)
+		}
+	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgtask/pgtask/internal/citustest"
 	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
 )
 
 // TestDistribute: repository.DistributeCitus refuses, changing nothing, while a processor
@@ -74,8 +75,8 @@ func TestDistribute(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		exec("UPDATE schema_migrations SET version = $1", int64(version)-1)
-		defer exec("UPDATE schema_migrations SET version = $1", int64(version))
+		exec("UPDATE "+schema.VersionTable+" SET version = $1", int64(version)-1)
+		defer exec("UPDATE "+schema.VersionTable+" SET version = $1", int64(version))
 		refused(t, fmt.Sprintf("the schema is at version %d, not %d: run pgtask migrate up first", version-1, version))
 	})
 
@@ -140,8 +141,8 @@ func TestDistribute(t *testing.T) {
 			t.Fatalf("Migrate on an up-to-date distributed database: %v; want nothing to do", err)
 		}
 		version, _, _ := repository.MigrationVersion(ctx, pool)
-		exec("UPDATE schema_migrations SET version = $1", int64(version)-1)
-		defer exec("UPDATE schema_migrations SET version = $1", int64(version))
+		exec("UPDATE "+schema.VersionTable+" SET version = $1", int64(version)-1)
+		defer exec("UPDATE "+schema.VersionTable+" SET version = $1", int64(version))
 		// the newest migration pending: its form of sql/citus/migrations runs
 		if err := repository.Migrate(ctx, pool); err != nil {
 			t.Fatalf("Migrate with the newest migration pending: %v; want its Citus form applied", err)

@@ -14,10 +14,18 @@ import (
 //go:embed *.sql
 var FS embed.FS
 
+// VersionTable is the table in which the applied migration version is recorded
+// (golang-migrate's bookkeeping: version, dirty). It has a name of pgtask's own so that
+// an application migrating the same database with golang-migrate, whose table is
+// schema_migrations by default, does not read or write pgtask's version, nor pgtask its.
+const VersionTable = "pgtask_schema_migrations"
+
 // Hash identifies the content of the migrations (a SHA-256 over every file's name and
-// text), e.g. to name a test template database built from them.
+// text, and VersionTable), e.g. to name a test template database built from them.
 func Hash() string {
 	h := sha256.New()
+	h.Write([]byte(VersionTable))
+	h.Write([]byte{0})
 	entries, err := fs.ReadDir(FS, ".")
 	if err != nil {
 		panic(err) // embedded: cannot fail
