@@ -234,25 +234,37 @@ func (s ScheduleSettings) ValidateKeepingZone() error { return s.validate() }
 // ValidateChange is Validate for settings changed from stored, as UpdateSchedule checks
 // them: an identifier kept (equal to the stored one) is not checked again, so that one
 // stored before a check refused it (too long once {time} is replaced, written by hand
-// before migration 000044) still takes other changes; the time zone is checked as at
-// creation with newZone, else as ValidateKeepingZone does.
+// before migration 000044) still takes other changes; a spec kept is read as the
+// schedule's firing reads it, so that one stored before migration 000029 refused it
+// ("*-5", which the cron library reads as *) still takes other changes (a pause); the
+// time zone is checked as at creation with newZone, else as ValidateKeepingZone does.
 func (s ScheduleSettings) ValidateChange(stored ScheduleSettings, newZone bool) error {
 	if s.Identifier == stored.Identifier {
 		s.Identifier = ""
 	}
 	if newZone {
-		return s.Validate()
+		if err := checkZoneName(s.TimeZone); err != nil {
+			return err
+		}
 	}
-	return s.validate()
+	return s.validateSpec(strings.Trim(s.Spec, asciiSpace) != strings.Trim(stored.Spec, asciiSpace))
 }
 
 // validate is Validate without checkZoneName: an update that keeps a schedule's zone
 // keeps one stored before the check (schedules fire in it as they did).
-func (s ScheduleSettings) validate() error {
+func (s ScheduleSettings) validate() error { return s.validateSpec(true) }
+
+// validateSpec is validate, the spec read as it is accepted now with newSpec, else as
+// a stored one is fired (parseStoredSchedule).
+func (s ScheduleSettings) validateSpec(newSpec bool) error {
 	if err := validTopic(s.Topic); err != nil {
 		return err
 	}
-	if _, err := parseSchedule(s.Spec, s.TimeZone); err != nil {
+	parse := parseStoredSchedule
+	if newSpec {
+		parse = parseSchedule
+	}
+	if _, err := parse(s.Spec, s.TimeZone); err != nil {
 		return err
 	}
 	if s.Identifier != "" {
@@ -349,7 +361,16 @@ type cronSchedule struct {
 // parseSchedule parses spec in the zone tz, refusing what the library would take in a
 // way a user would not expect: a zone inside the spec, a negative or sub-second
 // interval (it would round them up to a second), the process's local zone.
-func parseSchedule(spec, tz string) (*cronSchedule, error) {
+func parseSchedule(spec, tz string) (*cronSchedule, error) { return parseSpec(spec, tz, true) }
+
+// parseStoredSchedule is parseSchedule for a stored spec, which a process fires: without
+// the checks migration 000029 added (a spec in ASCII, each field's parts values, ranges
+// or steps), so that a schedule stored before them fires as it did, the cron library
+// reading "*-5" as * and "+5" as 5.
+func parseStoredSchedule(spec, tz string) (*cronSchedule, error) { return parseSpec(spec, tz, false) }
+
+// parseSpec is parseSchedule, its checks of migration 000029 only when strict.
+func parseSpec(spec, tz string, strict bool) (*cronSchedule, error) {
 	if tz == "" {
 		tz = "UTC"
 	}
@@ -360,7 +381,7 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	if n := utf8.RuneCountInString(spec); n > MaxScheduleSpecLength {
 		return nil, invalid("spec is %d characters long, at most %d allowed", n, MaxScheduleSpecLength)
 	}
-	if i := strings.IndexFunc(spec, func(r rune) bool { return r > unicode.MaxASCII && r != 'µ' && r != 'μ' || r == 0 }); i >= 0 {
+	if i := strings.IndexFunc(spec, func(r rune) bool { return r > unicode.MaxASCII && r != 'µ' && r != 'μ' || r == 0 }); strict && i >= 0 {
 		r, _ := utf8.DecodeRuneInString(spec[i:])
 		return nil, invalid("spec %q: character %q is not allowed (a spec is written in ASCII)", spec, r)
 	}
@@ -394,7 +415,7 @@ func parseSchedule(spec, tz string) (*cronSchedule, error) {
 	}
 	if strings.HasPrefix(trimmed, "@") {
 		trimmed = strings.ToLower(trimmed) // the library's descriptors are lower case only
-	} else if err := checkCronFields(spec, trimmed); err != nil {
+	} else if err := checkCronFields(spec, trimmed); strict && err != nil {
 		return nil, err
 	}
 	parsed, err := cronParser.Parse(trimmed)
@@ -946,7 +967,7 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 				}
 			}
 		}
-		c, _ := parseSchedule(s.Spec, s.TimeZone)
+		c, _ := parseStoredSchedule(s.Spec, s.TimeZone)
 		// A new spec, or a new zone of a cron spec, restarts the fire times from now; an
 		// @every spec counts real time, so its zone changes nothing. A resume without
 		// replay passes over the fire times skipped while paused, an @every schedule
@@ -1264,7 +1285,7 @@ const scheduleLockWait = 500 * time.Millisecond
 // resumed in SQL) are not pushed; a NULL next fire time (expected) is the first after
 // fireFrom, or after the schedule's creation.
 func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected, fireFrom *time.Time, now time.Time) (*Fire, error) {
-	c, err := parseSchedule(s.Spec, s.TimeZone)
+	c, err := parseStoredSchedule(s.Spec, s.TimeZone)
 	if err != nil {
 		return nil, fmt.Errorf("fire schedule %q: %w", s.Name, err)
 	}

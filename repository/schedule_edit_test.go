@@ -558,6 +558,51 @@ func TestScheduleFiredIdentifierWrittenByHand(t *testing.T) {
 	}
 }
 
+// TestScheduleSpecStoredBeforeTheCheck: a spec stored before migration 000029 refused
+// it ("*-5", which the cron library reads as *) goes on firing as it did and takes
+// other changes (a pause, a priority); a new spec is checked as at creation. Before,
+// every round failed to fire it and Go refused to pause it.
+func TestScheduleSpecStoredBeforeTheCheck(t *testing.T) {
+	s := setupSchedules(t)
+	s.create("legacy", repository.ScheduleSettings{Spec: "* * * * *", Identifier: "legacy-{time}"})
+	if _, err := s.sched.CreateSchedule(s.ctx, s.pool, "new", repository.ScheduleSettings{Topic: s.topic, Spec: "*-5 * * * *"}); !errors.Is(err, repository.ErrInvalid) {
+		t.Fatalf("CreateSchedule with spec *-5: %v, want ErrInvalid", err)
+	}
+	// as a release before 000029 stored it (past the trigger)
+	conn, err := s.pool.Acquire(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"BEGIN", "SET LOCAL session_replication_role = replica",
+		"UPDATE task_schedule SET spec = '*-5 * * * *' WHERE name = 'legacy'", "COMMIT"} {
+		if _, err := conn.Exec(s.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Release()
+
+	s.fire() // the first fire time
+	s.clock.advance(2 * time.Minute)
+	if fires := s.fire(); len(fires) != 1 || fires[0].Schedule != "legacy" {
+		t.Errorf("fires of the stored spec two minutes on: %+v, want one of legacy", fires)
+	}
+	if got := s.identifiers(); len(got) != 1 {
+		t.Errorf("tasks pushed by the stored spec: %v, want 1", got)
+	}
+	if _, err := s.sched.PauseSchedule(s.ctx, s.pool, "legacy"); err != nil {
+		t.Errorf("PauseSchedule of the stored spec: %v", err)
+	}
+	if _, err := s.sched.UpdateSchedule(s.ctx, s.pool, "legacy", func(c *repository.ScheduleSettings) { c.Priority = 4 }); err != nil {
+		t.Errorf("UpdateSchedule of the stored spec's priority: %v", err)
+	}
+	if _, err := s.sched.UpdateSchedule(s.ctx, s.pool, "legacy", func(c *repository.ScheduleSettings) { c.Spec = "+5 * * * *" }); !errors.Is(err, repository.ErrInvalid) {
+		t.Errorf("UpdateSchedule to a new spec +5: %v, want ErrInvalid", err)
+	}
+	if got := textRowsOf(t, s, "SELECT spec || ' ' || priority || ' ' || paused FROM task_schedule WHERE name = 'legacy'"); !slices.Equal(got, []string{"*-5 * * * * 4 true"}) {
+		t.Errorf("the stored schedule: %v, want *-5 * * * * 4 true", got)
+	}
+}
+
 // TestScheduleTopicMustExist: a schedule written by hand must name a topic that exists
 // (23503, foreign_key_violation), INSERT or UPDATE, and a schedule created while its
 // topic is being destroyed does not outlive it: either the destroy waits for it and
