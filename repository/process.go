@@ -507,7 +507,7 @@ func allOrNothing[R any](ctx context.Context, h Handle, run func(Handle) ([]R, e
 		rows, err := run(h)
 		return rows, refused(err)
 	}
-	sp, err := h.Begin(ctx)
+	sp, err := begin(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -527,6 +527,36 @@ func refused(err error) error {
 		return errRefused
 	}
 	return err
+}
+
+// begin opens a transaction of h: a savepoint when h is a transaction, or a connection
+// inside a transaction block its caller opened in SQL (BEGIN); a transaction of its own
+// otherwise. On such a connection pgx's Begin sends BEGIN, which PostgreSQL answers with
+// a warning, opening nothing, and the COMMIT or ROLLBACK that ends it would end the
+// caller's transaction.
+func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
+	var conn *pgx.Conn
+	switch c := h.(type) {
+	case *pgxpool.Conn:
+		conn = c.Conn()
+	case *pgx.Conn:
+		conn = c
+	}
+	if conn == nil || conn.PgConn().TxStatus() == 'I' {
+		return h.Begin(ctx)
+	}
+	// pgx closes a connection whose begin fails for a reason other than the server's (a
+	// context done among them): the caller's, in the middle of its transaction
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// a pgx transaction standing for the caller's block, never ended: its nested one is
+	// a savepoint, released or rolled back to
+	block, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "SELECT 1"})
+	if err != nil {
+		return nil, err
+	}
+	return block.Begin(ctx)
 }
 
 // autocommit reports whether a statement on h runs in a transaction of its own: a pool,

@@ -402,7 +402,8 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-// inTx runs fn in a nested transaction of h (a savepoint when h is a transaction), so
+// inTx runs fn in a nested transaction of h (a savepoint when h is a transaction, or a
+// connection in a transaction block: begin), so
 // that a multi-statement operation is all or nothing inside the caller's transaction.
 // When the transaction is its own, a failed COMMIT is marked errCommitUnknown (Uncertain)
 // unless the server answered it by rolling back (rolledBack).
@@ -436,8 +437,8 @@ func withoutJIT(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 // cancelled) while its COMMIT is in flight would otherwise interrupt the connection and
 // leave a commit the server may well have made reported as failed (FireSchedules).
 func inTxCommitting(ctx, commitCtx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
-	own := autocommit(h) // before Begin, which opens a transaction on a connection
-	tx, err := h.Begin(ctx)
+	own := autocommit(h) // before begin, which opens a transaction on a connection
+	tx, err := begin(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -455,7 +456,8 @@ func inTxCommitting(ctx, commitCtx context.Context, h Handle, fn func(tx pgx.Tx)
 }
 
 // Atomically runs fn in a transaction of h and commits it: a savepoint when h is a
-// transaction, else a transaction of its own. It returns fn's error, or the COMMIT's,
+// transaction, or a connection inside a transaction block opened in SQL (BEGIN), else a
+// transaction of its own. It returns fn's error, or the COMMIT's,
 // which Uncertain reports as unknown: a commit whose reply is lost may have happened
 // whatever the error says (pgx reports some such losses as "conn closed", which it
 // calls safe to retry, and pgx.BeginFunc replaces the commit's error with its
