@@ -449,3 +449,49 @@ type logRecorder struct {
 }
 
 func (r *logRecorder) Log(args ...any) { *r.lines = append(*r.lines, fmt.Sprint(args...)) }
+
+// A Buffer a program keeps for its processor and for its tests: once a processor that
+// ran with it has stopped (which stops the Buffer), Run still runs its handler. Before,
+// every task came back handed back (snoozed, undecided by the handler), without a word.
+func TestRunWithABufferAProcessorStopped(t *testing.T) {
+	t.Parallel()
+	pool := pgtasktest.NewPool(t)
+	repo := newRepo(t, pool, "jobs")
+	buf, err := processor.Buffer(processor.TaskFunc(
+		func(ctx context.Context, task repository.Task) repository.Decision { return repository.Succeed("ran") }),
+		processor.BufferConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := processor.New(processor.Config{Pool: pool, Logger: pgtasktest.Logger(t, slog.LevelInfo)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Manage(processor.ManagerConfig{Topic: "jobs", Handler: buf}); err != nil {
+		t.Fatal(err)
+	}
+	stop := pgtasktest.Start(t, p)
+	pushed, err := repo.Push(t.Context(), pool, "jobs", repository.Append, repository.Creation{Identifier: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if done, err := p.Wait(ctx, "jobs", pushed[0].Sequence); err != nil || done[0].State != repository.Succeeded {
+		t.Fatalf("wait: %+v, %v", done, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	out := pgtasktest.Run(t.Context(), t, buf, repository.Task{Topic: "jobs", Sequence: 7, Identifier: "b"})
+	if d, ok := out.Decisions[7]; !ok || d.Snooze || d.Result != repository.Success || d.Message != "ran" {
+		t.Fatalf("Run after the processor stopped the Buffer: %+v, want the handler's SUCCESS \"ran\"", out)
+	}
+
+	// a Buffer stopped by a call of Stop hands batches back, as documented
+	buf.Stop()
+	out = pgtasktest.Run(t.Context(), t, buf, repository.Task{Topic: "jobs", Sequence: 8, Identifier: "c"})
+	if d, ok := out.Decisions[8]; !ok || !d.Snooze {
+		t.Fatalf("Run after Stop: %+v, want the task handed back", out)
+	}
+}

@@ -61,8 +61,10 @@ type Buffered struct {
 	busy    int
 	users   int  // managers running with the Buffer (attach, detach)
 	stopped bool // by Stop, until a manager starts with the Buffer again (attach)
-	stop    chan struct{}
-	space   chan struct{} // closed (and replaced) whenever a worker takes a batch
+	// detached: stopped by its last manager's shutdown (detach), not by a call of Stop
+	detached bool
+	stop     chan struct{}
+	space    chan struct{} // closed (and replaced) whenever a worker takes a batch
 }
 
 type queued struct {
@@ -113,7 +115,10 @@ func (b *Buffered) Workers() int {
 }
 
 // Handle queues the batch, blocking while the queue is full. A batch offered after Stop,
-// or while the manager is stopping, is handed back.
+// or while the manager is stopping, is handed back. A batch of no manager (NewBatch,
+// pgtasktest.Run) offered once the last manager running with the Buffer has stopped it
+// is run by the inner handler on the caller's goroutine: a program keeps one Buffer
+// for its processor and for its tests.
 func (b *Buffered) Handle(ctx context.Context, batch *Batch) {
 	q := queued{ctx: ctx, batch: batch}
 	for {
@@ -122,7 +127,12 @@ func (b *Buffered) Handle(ctx context.Context, batch *Batch) {
 		// none can slip in behind it.
 		b.mu.Lock()
 		if b.stopped || stopping(batch) {
+			alone := b.stopped && b.detached && batch.sink == nil
 			b.mu.Unlock()
+			if alone {
+				callHandler(ctx, b.inner, batch)
+				return
+			}
 			batch.handBack()
 			return
 		}
@@ -255,13 +265,17 @@ func (*Buffered) tracksStarts() {}
 // it is the last one to shut down; call it yourself on a Buffer used outside a
 // processor. It stops the Buffer for every manager: one still running hands back every
 // batch it polls until it shuts down.
-func (b *Buffered) Stop() {
+func (b *Buffered) Stop() { b.halt(false) }
+
+// halt is Stop; detached tells that the last manager running with the Buffer stops it.
+func (b *Buffered) halt(detached bool) {
 	b.mu.Lock()
 	if b.stopped {
+		b.detached = b.detached && detached // a call of Stop is the last word
 		b.mu.Unlock()
 		return
 	}
-	b.stopped = true
+	b.stopped, b.detached = true, detached
 	close(b.stop)
 	b.mu.Unlock()
 	if b.cfg.OnClose == Drain {
@@ -295,7 +309,7 @@ func (b *Buffered) attach() {
 	if !b.stopped {
 		return
 	}
-	b.stopped = false
+	b.stopped, b.detached = false, false
 	b.stop = make(chan struct{})
 	// The workers of before that have not exited yet stay (work).
 	for b.workers < b.cfg.MinWorkers {
@@ -313,7 +327,7 @@ func (b *Buffered) detach() {
 	}
 	if b.users == 0 {
 		b.mu.Unlock()
-		b.Stop()
+		b.halt(true)
 		return
 	}
 	if b.cfg.OnClose == Drain {
