@@ -102,6 +102,13 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 	return c.Coordinator.ConnString(name)
 }
 
+// registering serialises the registration of the nodes in the templates built at
+// once (each test's key its own): citus_add_node creates or alters the role on the
+// worker (worker_create_or_alter_role), a catalog of the whole node, and two at once
+// failed one with "tuple concurrently updated" ("failure on connection marked as
+// essential" on the coordinator).
+var registering sync.Mutex
+
 // citusTemplate builds the template tpl on every node of c.
 func citusTemplate(ctx context.Context, c *citustest.Cluster, tpl string, migrate Migrator) error {
 	for _, n := range c.Nodes() {
@@ -117,7 +124,10 @@ func citusTemplate(ctx context.Context, c *citustest.Cluster, tpl string, migrat
 	for _, w := range c.Workers {
 		register = append(register, fmt.Sprintf("SELECT citus_add_node(%s, %d)", literal(w.SocketDir()), w.Port()))
 	}
-	if err := inDatabase(ctx, c.Coordinator, tpl, register...); err != nil {
+	registering.Lock()
+	err := inDatabase(ctx, c.Coordinator, tpl, register...)
+	registering.Unlock()
+	if err != nil {
 		return err
 	}
 	if err := runMigrator(ctx, c.Coordinator.ConnString(tpl), migrate); err != nil {
