@@ -194,8 +194,9 @@ func TestHandlersWithoutADatabase(t *testing.T) {
 			return repository.Succeed(strings.Repeat("x", in.N))
 		}).Handle(t.Context(), b)
 		o := doneWithin(t, b)
-		if o.Decisions[1].Message != "xx" || o.Decisions[2].Result != repository.Failure {
-			t.Errorf("decisions %+v", o.Decisions)
+		// the input will not change: no retry
+		if o.Decisions[1].Message != "xx" || o.Decisions[1].Final || o.Decisions[2].Result != repository.Failure || !o.Decisions[2].Final {
+			t.Errorf("decisions %+v, want 1 SUCCESS, 2 a FAILURE without retry", o.Decisions)
 		}
 	})
 	// A task pushed without input says so, rather than "unexpected end of JSON input".
@@ -208,7 +209,7 @@ func TestHandlersWithoutADatabase(t *testing.T) {
 			return repository.Succeed("")
 		}).Handle(t.Context(), b)
 		o := doneWithin(t, b)
-		if d := o.Decisions[7]; d.Result != repository.Failure || d.Message != "task 7 has no input: want JSON for struct { N int }" {
+		if d := o.Decisions[7]; d.Result != repository.Failure || !d.Final || d.Message != "task 7 has no input: want JSON for struct { N int }" {
 			t.Errorf("decision %+v", d)
 		}
 	})

@@ -283,8 +283,13 @@ func flows(d repository.Decision) bool {
 	return !d.Snooze && (d.Result == repository.Success || d.Continued)
 }
 
+// finalFailure reports whether d is a FAILURE without retry.
+func finalFailure(d repository.Decision) bool {
+	return d.Final && !d.Snooze && d.Result == repository.Failure
+}
+
 // merge combines two decisions: the worse result wins, messages are kept, and the result
-// flows on only if both did. A snooze (whose Result means nothing) wins over any result
+// flows on only if both did; a FAILURE that wins is without retry when either was. A snooze (whose Result means nothing) wins over any result
 // but FAILURE, and of two snoozes the longer wins.
 func merge(a, b repository.Decision) repository.Decision {
 	out := repository.Decision{Continued: flows(a) && flows(b)}
@@ -304,6 +309,8 @@ func merge(a, b repository.Decision) repository.Decision {
 	default:
 		out.Result = repository.Worse(a.Result, b.Result)
 	}
+	// a FAILURE without retry stays so
+	out.Final = !out.Snooze && out.Result == repository.Failure && (finalFailure(a) || finalFailure(b))
 	var msgs []string
 	for _, m := range []string{a.Message, b.Message} {
 		if m != "" {

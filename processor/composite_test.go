@@ -69,6 +69,43 @@ func TestComposite(t *testing.T) {
 		}
 	})
 
+	// A step's FAILURE without retry (Typed's undecodable input, FailFinal) makes the
+	// merged decision final: the task is FAILED at its first attempt of five.
+	t.Run("AFinalFailureOfAStepIsFinal", func(t *testing.T) {
+		f := setup(t)
+		if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{MaxAttempts: 5, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		c := processor.NewComposite()
+		type in struct{ N int }
+		if err := c.Step("decode", processor.TaskStep(func(ctx context.Context, task repository.Task, _ *processor.Supplement) repository.Decision {
+			return processor.Typed(func(ctx context.Context, task repository.Task, v in) repository.Decision {
+				return repository.Succeed("decoded")
+			})(ctx, task)
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Step("other", processor.TaskStep(func(ctx context.Context, task repository.Task, _ *processor.Supplement) repository.Decision {
+			return repository.Succeed("other ok")
+		})); err != nil {
+			t.Fatal(err)
+		}
+		pushed, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+			repository.Creation{Identifier: "bad", Input: `{"N":`}, repository.Creation{Identifier: "good", Input: `{"N":1}`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: c})
+		f.start(p)
+		f.eventually("both finished", func() bool { return f.count(repository.Failed)+f.count(repository.Succeeded) == 2 })
+		if got := f.get(pushed[0].Sequence); got.State != repository.Failed || got.Attempt != 1 || !strings.Contains(got.Output, "decode input") {
+			t.Errorf("bad: %v at attempt %d, output %q; want FAILED at its first attempt, naming the decoding", got.State, got.Attempt, got.Output)
+		}
+		if got := f.get(pushed[1].Sequence); got.State != repository.Succeeded {
+			t.Errorf("good: %v, want SUCCEEDED", got.State)
+		}
+	})
+
 	t.Run("IndependentStepsRunConcurrently", func(t *testing.T) {
 		f := setup(t)
 		var arrived sync.WaitGroup

@@ -123,8 +123,9 @@ func (f BatchFunc) Handle(ctx context.Context, batch *Batch) {
 }
 
 // Typed returns a per-task handler that decodes each task's JSON input into a T before
-// calling fn. A task whose input does not decode, or that has none, FAILS with a
-// message naming the task and what is wrong; the rest of the batch proceeds. The JSON
+// calling fn. A task whose input does not decode, or that has none, FAILS without retry
+// (repository.FailFinal: the input will not change) with a message naming the task and
+// what is wrong; the rest of the batch proceeds. The JSON
 // null counts as no input unless a T can hold it (a pointer, map, slice or interface,
 // or a type that decodes JSON itself: T or *T implements json.Unmarshaler, which is
 // given the null to decide): decoded into a plain struct it would leave every field at
@@ -140,13 +141,13 @@ func Typed[T any](fn func(ctx context.Context, task repository.Task, input T) re
 	return func(ctx context.Context, task repository.Task) repository.Decision {
 		var input T
 		if task.Input == "" {
-			return repository.Fail(fmt.Errorf("task %d has no input: want JSON for %T", task.Sequence, input))
+			return repository.FailFinal(fmt.Errorf("task %d has no input: want JSON for %T", task.Sequence, input))
 		}
 		if !nullable && strings.TrimSpace(task.Input) == "null" {
-			return repository.Fail(fmt.Errorf("task %d has the input null: want JSON for %T", task.Sequence, input))
+			return repository.FailFinal(fmt.Errorf("task %d has the input null: want JSON for %T", task.Sequence, input))
 		}
 		if err := json.Unmarshal([]byte(task.Input), &input); err != nil {
-			return repository.Fail(fmt.Errorf("decode input of task %d as %T: %w", task.Sequence, input, err))
+			return repository.FailFinal(fmt.Errorf("decode input of task %d as %T: %w", task.Sequence, input, err))
 		}
 		return fn(ctx, task, input)
 	}

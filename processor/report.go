@@ -125,6 +125,8 @@ func (m *TaskManager) logCommitted(reports []*report, tasks []repository.Task, t
 			logger.Warn("task failed, will retry", attrs...)
 		case t.Cancelled:
 			logger.Info("cancelled task ended FAILED", attrs...)
+		case d.Final:
+			logger.Error("task failed without retry (FAILED, the dead-letter set)", attrs...)
 		default:
 			logger.Error("task failed with no attempt left (FAILED, the dead-letter set)", attrs...)
 		}

@@ -2662,3 +2662,35 @@ func TestSupportedServer(t *testing.T) {
 		}
 	}
 }
+
+// TestFinalFailureMigration: 000049 gives task_complete result 5, a FAILURE without
+// retry, on a database with tasks leased at 48; its down migration puts back the
+// function without it, which still completes as before.
+func TestFinalFailureMigration(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, "pgtask repository final failure test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 48)
+	create("emails")
+	lease := `UPDATE task t SET state = 0, owner = 'o', attempt = t.attempt + 1 WHERE t.topic = 'emails' AND t.state = 1`
+	execEach(t, pool, "UPDATE task_topic SET max_attempts = 5 WHERE topic = 'emails'",
+		"SELECT task_push('emails', 'a')", "SELECT task_push('emails', 'b')", lease)
+	steps(1)
+	execEach(t, pool, `SELECT count(*) FROM task_complete('emails', 'o',
+		ARRAY(SELECT sequence FROM task WHERE topic = 'emails' ORDER BY sequence), '{1,1}', '{5,0}', '{bad input,try again}', '{0,0}')`)
+	if got := textRows(t, pool, "SELECT identifier || ' ' || state || ' ' || array_to_string(errors, ',') || ' ' || (completed IS NOT NULL) FROM task WHERE topic = 'emails' ORDER BY sequence"); !slices.Equal(got,
+		[]string{"a 3 bad input true", "b 1 try again false"}) {
+		t.Errorf("after 000049, a FAILURE without retry and one with: %v, want a FAILED, b READY for its retry", got)
+	}
+	steps(-1)
+	if def := textRows(t, pool, "SELECT pg_get_functiondef('task_complete'::regproc)"); len(def) != 1 || strings.Contains(def[0], "result = 5") ||
+		!strings.Contains(def[0], "jit") || !strings.Contains(def[0], "enable_nestloop") {
+		t.Errorf("task_complete after 000049 down: %v, want 000025's body with jit and nested loops off", def)
+	}
+	execEach(t, pool, "UPDATE task SET not_before = NULL WHERE topic = 'emails'", lease,
+		`SELECT count(*) FROM task_complete('emails', 'o', ARRAY(SELECT sequence FROM task WHERE topic = 'emails' AND state = 0), '{2}', '{3}', '{done}', '{0}')`)
+	if got := textRows(t, pool, "SELECT identifier || ' ' || state FROM task WHERE topic = 'emails' ORDER BY sequence"); !slices.Equal(got, []string{"a 3", "b 6"}) {
+		t.Errorf("after 000049 down, a SUCCESS: %v, want b SUCCEEDED", got)
+	}
+	steps(1)
+}

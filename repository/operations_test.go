@@ -903,6 +903,37 @@ func TestRetry(t *testing.T) {
 			t.Errorf("errors = %q, want every attempt's error", got.Errors)
 		}
 	})
+	t.Run("AFinalFailureIsFailedWithAttemptsLeft", func(t *testing.T) {
+		f := isolated(t, shared)
+		configure(f, repository.TopicSettings{MaxAttempts: 5, BackoffBase: time.Second, BackoffCap: time.Hour})
+		task := f.push(repository.Append, "a")[0]
+		failWith(f, task, "e1") // retried
+		makeDue(f, task.Sequence)
+		lease := pollOne(f, f.repo, task.Sequence)
+		got := f.complete(repository.FailFinal(errors.New("bad input")), lease)[0]
+		if got.State != repository.Failed || got.Output != "bad input" || got.Completed.IsZero() || got.Attempt != 2 {
+			t.Errorf("final failure at attempt 2 of 5: %v output %q completed %v attempt %d, want FAILED \"bad input\" at attempt 2",
+				got.State, got.Output, got.Completed, got.Attempt)
+		}
+		if !slices.Equal(got.Errors, []string{"e1", "bad input"}) {
+			t.Errorf("errors = %q, want e1 and bad input", got.Errors)
+		}
+		if stored := f.get(task.Sequence); stored.State != repository.Failed {
+			t.Errorf("stored state %v, want FAILED", stored.State)
+		}
+		// Final is for a FAILURE only, and nothing is written when it is misused
+		other := f.push(repository.Append, "b")[0]
+		lease = pollOne(f, f.repo, other.Sequence)
+		for _, d := range []repository.Decision{{Result: repository.Success, Final: true}, {Snooze: true, Final: true}} {
+			if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, lease.Decide(d)); !errors.Is(err, repository.ErrInvalid) ||
+				!strings.Contains(err.Error(), "final") {
+				t.Errorf("Complete with %+v: %v, want ErrInvalid naming final", d, err)
+			}
+		}
+		if stored := f.get(other.Sequence); stored.State != repository.Active {
+			t.Errorf("after the refused decisions, state %v, want ACTIVE", stored.State)
+		}
+	})
 	t.Run("BackoffIsCapped", func(t *testing.T) {
 		f := isolated(t, shared)
 		configure(f, repository.TopicSettings{MaxAttempts: 3, BackoffBase: time.Second, BackoffCap: 1500 * time.Millisecond})

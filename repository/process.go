@@ -261,8 +261,12 @@ func (r *Repository) Leased(ctx context.Context, h Handle, topic string) ([]Task
 	return tasksFrom(rows), nil
 }
 
-// snoozeResult is the SQL code of a snooze decision in TaskComplete.
-const snoozeResult = 4
+// snoozeResult is the SQL code of a snooze decision in TaskComplete, finalResult that of
+// a FAILURE without retry (Decision.Final, migration 000049).
+const (
+	snoozeResult = 4
+	finalResult  = 5
+)
 
 // Complete records decisions for leased tasks as ONE statement. Each task
 // takes the state of its result, its message as output and now() as completion time; a
@@ -437,6 +441,8 @@ func (r *Repository) completeParams(topic string, completions []Completion) (db.
 		if d.Snooze {
 			arg.Results[i] = snoozeResult
 			arg.DelaysMs[i] = d.Delay.Milliseconds()
+		} else if d.Final {
+			arg.Results[i] = finalResult
 		} else {
 			arg.Results[i] = int16(d.Result)
 		}

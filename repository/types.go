@@ -360,6 +360,11 @@ type Decision struct {
 	// Continued lets a composite handler pass the task on to dependent steps even though
 	// the result is not SUCCESS. It is not stored.
 	Continued bool
+	// Final makes a FAILURE the task's last: it becomes FAILED (the dead-letter set) at
+	// once, whatever attempts the topic's retry policy has left, for a cause that will
+	// not go away (input that does not decode, a request the other side refuses for
+	// good). Only with Result Failure; FailFinal builds one.
+	Final bool
 	// Snooze puts the task back to READY after Delay without counting an attempt.
 	Snooze bool
 	// Delay is how long a snoozed task waits.
@@ -367,13 +372,17 @@ type Decision struct {
 }
 
 // Validate reports a decision no completion can store (ErrInvalid): an unknown result,
-// or a snooze with a negative delay.
+// a snooze with a negative delay, or Final with a snooze or a result other than FAILURE.
 func (d Decision) Validate() error {
 	switch {
 	case d.Snooze && d.Delay < 0:
 		return invalid("snooze delay %v is negative", d.Delay)
 	case !d.Snooze && !d.Result.Valid():
 		return invalid("unknown result %d", d.Result)
+	case d.Final && d.Snooze:
+		return invalid("a snooze cannot be final: Final is for a FAILURE")
+	case d.Final && d.Result != Failure:
+		return invalid("a %v cannot be final: Final is for a FAILURE", d.Result)
 	}
 	return nil
 }
@@ -381,13 +390,22 @@ func (d Decision) Validate() error {
 // Succeed is a SUCCESS decision.
 func Succeed(message string) Decision { return Decision{Result: Success, Message: message} }
 
-// Fail is a FAILURE decision whose message is the error's text.
+// Fail is a FAILURE decision whose message is the error's text: the task goes back to
+// READY while the topic's retry policy grants an attempt (FailFinal for none).
 func Fail(err error) Decision {
 	msg := "failed"
 	if err != nil {
 		msg = err.Error()
 	}
 	return Decision{Result: Failure, Message: msg}
+}
+
+// FailFinal is a FAILURE decision without retry (Final): the task becomes FAILED at
+// once whatever attempts are left, its message the error's text.
+func FailFinal(err error) Decision {
+	d := Fail(err)
+	d.Final = true
+	return d
 }
 
 // Suspend is a SUSPENSION decision.

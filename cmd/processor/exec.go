@@ -22,6 +22,7 @@ const (
 	exitFailure    = 1  // FAILURE: stderr is the error; the topic's retry policy applies
 	exitFilter     = 2  // FILTER: the task was irrelevant
 	exitSuspension = 3  // SUSPENSION: wait for a junction or revival
+	exitDataErr    = 65 // EX_DATAERR: FAILURE without retry (the input is wrong), stderr is the error
 	exitTempFail   = 75 // EX_TEMPFAIL: retry after --retry-delay without using an attempt
 )
 
@@ -152,8 +153,8 @@ func attempt(t repository.Task) int32 { return t.Attempt - t.Returned }
 
 // execDecision maps how a program ended to the task's decision (docs/processor.md):
 // exit 0 SUCCESS with stdout as message, 1 FAILURE with stderr as error, 2 FILTER,
-// 3 SUSPENSION, 75 retry after retryDelay without using an attempt, anything else
-// FAILURE; a program killed by a timeout, a cancel or a signal FAILS; one that could
+// 3 SUSPENSION, 65 FAILURE without retry, 75 retry after retryDelay without using an
+// attempt, anything else FAILURE; a program killed by a timeout, a cancel or a signal FAILS; one that could
 // not be started is retried after retryDelay without using an attempt.
 func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.Decision {
 	switch {
@@ -184,6 +185,8 @@ func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.D
 		return repository.Suspend(o.stdout)
 	case exitTempFail:
 		return repository.SnoozeFor(retryDelay)
+	case exitDataErr:
+		return repository.FailFinal(withTail("exit status 65", o.stderr))
 	default:
 		return repository.Fail(withTail(fmt.Sprintf("exit status %d", o.exitCode), o.stderr))
 	}

@@ -30,6 +30,7 @@ func TestExecDecision(t *testing.T) {
 		{"Exit1WithoutStderrSaysExitStatus", execOutcome{exitCode: 1}, repository.Fail(errors.New("exit status 1"))},
 		{"Exit2Filters", execOutcome{exitCode: 2, stdout: "not mine"}, repository.Skip("not mine")},
 		{"Exit3Suspends", execOutcome{exitCode: 3, stdout: "needs review"}, repository.Suspend("needs review")},
+		{"Exit65FailsWithoutRetry", execOutcome{exitCode: 65, stderr: "not JSON"}, repository.FailFinal(errors.New("exit status 65: not JSON"))},
 		{"Exit75RetriesLater", execOutcome{exitCode: 75, stderr: "busy"}, repository.SnoozeFor(retryDelay)},
 		{"OtherExitFailsWithStatusAndStderr", execOutcome{exitCode: 42, stderr: "odd"}, repository.Fail(errors.New("exit status 42: odd"))},
 		{"OtherExitWithoutStderr", execOutcome{exitCode: 127}, repository.Fail(errors.New("exit status 127"))},

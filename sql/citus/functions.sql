@@ -216,6 +216,7 @@ BEGIN
         UPDATE task t
         SET state      = CASE WHEN t.cancelled THEN 3
                               WHEN d.result = 4 THEN 1
+                              WHEN d.result = 5 THEN 3
                               WHEN d.result = 0 AND t.attempt - t.returned < v_max_attempts THEN 1
                               ELSE d.result + 3 END,
             descent    = GREATEST(t.state, t.descent),
@@ -235,7 +236,7 @@ BEGIN
                               ELSE t.not_before END,
             returned   = CASE WHEN d.result = 4 AND NOT t.cancelled THEN t.returned + 1 ELSE t.returned END,
             errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
-                              WHEN d.result = 0 THEN array_append(t.errors, COALESCE(NULLIF(d.output, ''), 'failed'))
+                              WHEN d.result IN (0, 5) THEN array_append(t.errors, COALESCE(NULLIF(d.output, ''), 'failed'))
                               ELSE t.errors END
         FROM unnest(p_sequences, p_attempts, p_results, p_outputs, p_delays_ms, v_jitter)
              AS d(sequence, attempt, result, output, delay_ms, jitter)
