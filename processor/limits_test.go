@@ -855,3 +855,67 @@ func BenchmarkLimitBuffered(b *testing.B) {
 		})
 	}
 }
+
+// TestDueTaskHeldBackByALimit: a delayed task that falls due while a limit holds it back
+// (its key's limit of 1 while its key's other task runs; a rate limit without a token
+// left) wakes its manager once: the poll from its position finds nothing, and the probe
+// for due tasks does not send the next poll straight back to it. Before, each empty
+// poll's probe found the task due and woke the manager at once: the manager polled over
+// and over (about 400 times a second here), as fast as the database answered, until
+// the limit let the task start.
+func TestDueTaskHeldBackByALimit(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		settings repository.TopicSettings
+		block    bool // the first task runs until the second one has waited
+	}{
+		{"ByItsKeysLimit", repository.TopicSettings{KeyConcurrency: 1}, true},
+		{"ByTheRateLimit", repository.TopicSettings{Rate: 1, RatePeriod: 2 * time.Second, RateBurst: 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			f.limit(tc.settings)
+			started, release := make(chan struct{}), make(chan struct{})
+			handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+				if task.Identifier == "first" {
+					close(started)
+					if tc.block {
+						<-release
+					}
+				}
+				return repository.Succeed("")
+			})
+			buffered, err := processor.Buffer(handler, processor.BufferConfig{MinWorkers: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var empty atomic.Int64
+			p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: buffered,
+				Listener: processor.Listener{OnEmpty: func(string, time.Duration) { empty.Add(1) }}})
+			f.start(p)
+			if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "first", ConcurrencyKey: "k"}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-started:
+			case <-time.After(time.Minute):
+				t.Fatal("the first task did not start")
+			}
+			delayed, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+				repository.Creation{Identifier: "delayed", ConcurrencyKey: "k", Delay: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := empty.Load()
+			time.Sleep(time.Second) // the delayed task falls due and waits for the limit
+			polls := empty.Load() - before
+			close(release)
+			f.eventually("the delayed task done", func() bool { return f.get(delayed[0].Sequence).State == repository.Succeeded })
+			// a handful: the push's, the timer's, a probe's; not one per round trip
+			if polls > 20 {
+				t.Errorf("%d empty polls in the second the due task waited for the limit; want a few", polls)
+			}
+			t.Logf("%d empty polls while the due task waited", polls)
+		})
+	}
+}

@@ -326,14 +326,21 @@ func (m *TaskManager) wakeAt(at time.Time, from repository.Position) {
 const maxDue = 1000
 
 // probeDue arms the timer for the earliest READY task of the topic that falls due after
-// the poll from the head that began at polled (Repository.NextDue), before the manager
+// the poll from the head that began at head (Repository.NextDue), before the manager
 // hibernates. A task that fell due since (while polls started from a position past it,
-// or while the last poll ran) makes it poll again at once, from that task's position. A
-// failure is reported and otherwise ignored: the pause interval remains the safety net.
-func (m *TaskManager) probeDue(ctx context.Context, polled time.Time) {
+// or while the last poll ran) makes it poll again at once, from that task's position,
+// unless it stands at or after from, where the empty poll that began at polled started:
+// that poll passed it over if it was due by then (a limit or a poll condition held it
+// back), and polling it again at once would find the same, over and over while the
+// limit holds; the probe then asks for what fell due since that poll began. A failure
+// is reported and otherwise ignored: the pause interval remains the safety net.
+func (m *TaskManager) probeDue(ctx context.Context, head time.Time, from repository.Position, polled time.Time) {
 	qctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	due, ok, err := m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(polled))
+	due, ok, err := m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(head))
+	if err == nil && ok && due.Delay == 0 && head.Before(polled) && due.At.Compare(from) >= 0 {
+		due, ok, err = m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(polled))
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("find the next due task: %w", err))
@@ -352,13 +359,13 @@ func (m *TaskManager) probeDue(ctx context.Context, polled time.Time) {
 // not kept waiting for the probe (a plpgsql call that plans its statement, about 0.2 ms;
 // far more when statistics or a held snapshot make it slow), and the probe's timer, or
 // its finding that a task is due now, wakes the manager as a notification does.
-func (m *TaskManager) probeDueAside(ctx context.Context, polled time.Time, wg *sync.WaitGroup) {
+func (m *TaskManager) probeDueAside(ctx context.Context, head time.Time, from repository.Position, polled time.Time, wg *sync.WaitGroup) {
 	if !m.probing.CompareAndSwap(false, true) {
 		return // one is under way: it reads the same index
 	}
 	wg.Go(func() {
 		defer m.probing.Store(false)
-		m.probeDue(ctx, polled)
+		m.probeDue(ctx, head, from, polled)
 	})
 }
 
@@ -873,7 +880,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 			m.cfg.Limiter.Release()
 			m.cfg.Listener.empty(topic, elapsed)
 			if probe {
-				m.probeDueAside(ctx, head, &probes)
+				m.probeDueAside(ctx, head, from, start, &probes)
 			}
 			if m.rated.Load() {
 				m.probeRate(ctx)
