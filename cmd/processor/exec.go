@@ -102,7 +102,7 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 	cmd.Stdin = strings.NewReader(task.Input)
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
-	cmd.Env = append(os.Environ(), taskEnv(task)...)
+	cmd.Env = append(childEnv(os.Environ()), taskEnv(task)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: group}
 	cmd.Cancel = func() error {
 		return syscall.Kill(-group, syscall.SIGKILL)
@@ -113,7 +113,12 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 	o := execOutcome{stdout: stdout.String(), stderr: stderr.String()}
 	state := cmd.ProcessState
 	if state == nil {
-		o.startErr = err
+		if errors.Is(context.Cause(ctx), processor.ErrTaskCancelled) {
+			// cancelled before the program could start: not a failure to start it
+			o.cancelled = true
+		} else {
+			o.startErr = err
+		}
 		o.exitCode = -1
 		return o
 	}
@@ -134,6 +139,24 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 		}
 	}
 	return o
+}
+
+// childEnv is the processor's environment (environ) as a program gets it: without the
+// processor's own settings (DATABASE_URL and the PGTASK_ variables of options), which
+// would give every program, and whatever a task's untrusted input makes it run, the
+// database's credentials and the webhook's URL.
+func childEnv(environ []string) []string {
+	own := make(map[string]bool, len(options))
+	for _, o := range options {
+		own[o.env] = true
+	}
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if name, _, _ := strings.Cut(kv, "="); !own[name] {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // taskEnv is what the program learns about its task from the environment.

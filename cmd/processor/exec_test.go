@@ -332,3 +332,21 @@ func TestOutputBuffers(t *testing.T) {
 		t.Errorf("cut rune %q, want %q", got, "\uFFFD"+truncated)
 	}
 }
+
+// TestExecEnvironment: a program gets the processor's environment without the
+// processor's own settings: DATABASE_URL (the database's credentials) and the PGTASK_
+// variables (the webhook's URL among them) would reach every program and whatever a
+// task's untrusted input makes it run. Other variables pass, and the task's PGTASK_
+// variables are its own.
+func TestExecEnvironment(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://app:secret@db/app")
+	t.Setenv("PGTASK_HTTP", "https://hooks.example.com/T0/SECRET")
+	t.Setenv("PGTASK_TOPIC", "processor-topic")
+	t.Setenv("PGTASK_TEST_KEPT", "kept")
+	task := repository.Task{Topic: "mail", Identifier: "user-1", Sequence: 7, Attempt: 1}
+	d := runScript(t, t.Context(), `printf '%s|%s|%s|%s' "${DATABASE_URL-unset}" "${PGTASK_HTTP-unset}" "$PGTASK_TOPIC" "$PGTASK_TEST_KEPT"`,
+		time.Minute, task)
+	if want := repository.Succeed("unset|unset|mail|kept"); d != want {
+		t.Errorf("decision %+v, want %+v", d, want)
+	}
+}

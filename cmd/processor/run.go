@@ -89,6 +89,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		handle = h.handle
+		if os.Getpid() == 1 {
+			// orphans are given to PID 1, and Go reaps only the children it started
+			logger.Warn("running as PID 1: the processes a program leaves behind are not reaped and stay zombies; run the processor under an init (docker run --init, tini)")
+		}
 	}
 	workers, err := processor.Buffer(handle, processor.BufferConfig{MinWorkers: 1, MaxWorkers: cfg.workers})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -136,7 +137,26 @@ func (h *httpHandler) transportError(ctx context.Context, err error) error {
 			return errors.New("aborted at processor shutdown")
 		}
 	}
-	return err
+	return withoutURL(err)
+}
+
+// withoutURL hides the endpoint's path and query in an error of the HTTP client, which
+// names the URL whole: a webhook's secret is often there (the processor has no other
+// place for one), and the error becomes the task's, which every reader of the tasks
+// sees and the log shows.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	shown := "the endpoint"
+	if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
+		shown = u.Scheme + "://" + u.Host
+		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			shown += "/…"
+		}
+	}
+	return fmt.Errorf("%s %s: %w", ue.Op, shown, ue.Err)
 }
 
 // httpDecision maps an endpoint's answer to the task's decision (docs/processor.md):

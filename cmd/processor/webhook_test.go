@@ -169,9 +169,12 @@ func TestHTTPHandler(t *testing.T) {
 		srv := httptest.NewServer(http.NotFoundHandler())
 		url := srv.URL
 		srv.Close()
-		d := newHTTPHandler(url, time.Minute, time.Second, 1, logger).handle(t.Context(), task)
-		if d.Result != repository.Failure || d.Snooze || !strings.Contains(d.Message, "connection refused") {
-			t.Errorf("decision %+v, want FAILURE saying the connection was refused", d)
+		// the endpoint's path and query (a webhook's secret) are not in the task's error,
+		// which every reader of the tasks sees
+		d := newHTTPHandler(url+"/T0/SECRET?token=SECRET", time.Minute, time.Second, 1, logger).handle(t.Context(), task)
+		if d.Result != repository.Failure || d.Snooze || !strings.Contains(d.Message, "connection refused") ||
+			strings.Contains(d.Message, "SECRET") || !strings.Contains(d.Message, url+"/…") {
+			t.Errorf("decision %+v, want FAILURE saying the connection to %s/… was refused, without the path and query", d, url)
 		}
 	})
 
