@@ -231,8 +231,8 @@ func leasesAny(ctx context.Context, h Handle, owner string) (bool, error) {
 	return leases, err
 }
 
-// deregisterCitus is OwnerDeregister on Citus: Citus cannot delete from a reference
-// table under a condition on a distributed one, so the leases are looked for first (an
+// deregisterCitus is OwnerDeregister on Citus: Citus cannot delete from a coordinator
+// table (task_owner) under a condition on a distributed one, so the leases are looked for first (an
 // owner that deregisters polls no more).
 func (r *Repository) deregisterCitus(ctx context.Context, h Handle) (int64, error) {
 	if leases, err := leasesAny(ctx, h, r.owner); err != nil || leases {

@@ -12,10 +12,11 @@ const citusEnableAbout = `
 Turns a pgtask database on a Citus coordinator into a distributed one, keeping every
 task, in one transaction (repository.DistributeCitus; docs/citus.md): task, task_topic,
 task_topic_limit and task_tally distributed by topic and co-located, task_owner and
-task_schedule on every node. Refuses, changing nothing, without the citus extension or
+task_schedule plain tables of the coordinator. Refuses, changing nothing, without the citus extension or
 a worker node for the shards, when the database is distributed already, when the schema
 is not at the newest migration, or while a processor runs (an owner heart-beating
-within --owner-timeout). Writers wait while it runs.
+within --owner-timeout). Writers wait while it runs; restart every process that used
+the database before (pgtask serve, programs that push), as the processors are.
 
 Afterwards processors, Go programs and SQL callers work on the distributed tables as
 before; pgtask migrate applies later migrations in their Citus forms, and does not
