@@ -132,6 +132,38 @@ func TestBinary(t *testing.T) {
 		p.stop()
 	})
 
+	// A processor leases only what its workers run: with a task running on each worker,
+	// it leases no more (before, its Buffer's queue and the batch waiting to enter it
+	// held two more leased, for as long as the running tasks took, while another
+	// processor of the topic had nothing to do).
+	t.Run("LeasesOnlyWhatItsWorkersRun", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		a := start(t, bin, f.url, "--topic", f.topic, "--workers", "1", "--addr", "", "--exec", "/bin/sh", script)
+		tasks := f.push("hang", "hang", "hang")
+		f.waitState(tasks[0].Sequence, repository.Active)
+		time.Sleep(time.Second) // time to lease more, were it to
+		active := func() (n int) {
+			t.Helper()
+			if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1 AND state = 0", f.topic).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := active(); n != 1 {
+			t.Errorf("%d tasks leased by a processor of one worker running one, want 1", n)
+		}
+		b := start(t, bin, f.url, "--topic", f.topic, "--workers", "1", "--addr", "", "--exec", "/bin/sh", script)
+		waitFor(t, 20*time.Second, "the second processor to take a task", func() bool { return active() == 2 })
+		for _, task := range tasks {
+			if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "test", task.Sequence); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.stop()
+		b.stop()
+	})
+
 	t.Run("CancelKillsRunningProgram", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)

@@ -118,9 +118,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	_, err = p.Manage(processor.ManagerConfig{
-		Topic:           cfg.topic,
-		CreateTopic:     cfg.initialize,
-		Handler:         workers,
+		Topic:       cfg.topic,
+		CreateTopic: cfg.initialize,
+		Handler:     workers,
+		// a task is leased when a worker is free to run it: tasks queued behind busy
+		// workers (the Buffer's prefetch) would stay leased for as long as the running
+		// tasks take while another processor of the topic had nothing to do
+		Limiter:         processor.Bound(cfg.workers),
 		Order:           cfg.order,
 		Condition:       cfg.condition,
 		BatchSize:       cfg.batchSize,
