@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,6 +42,24 @@ type execHandler struct {
 	retryDelay time.Duration
 	logger     *slog.Logger
 	lifeline   *lifeline
+	// unstartable counts the tasks in a row whose program could not be started (health)
+	unstartable atomic.Int64
+}
+
+// unstartableLimit is how many tasks in a row whose program could not be started make
+// the processor unhealthy: a program swapped by a redeploy fails a moment, one that
+// can never start (a missing interpreter, a binary of another architecture, a script
+// with CRLF line ends) fails every task, snoozed again and again without using an
+// attempt, which nothing but the log would show.
+const unstartableLimit = 3
+
+// health reports the program failing to start for the last unstartableLimit tasks or
+// more, until one starts.
+func (h *execHandler) health() error {
+	if n := h.unstartable.Load(); n >= unstartableLimit {
+		return fmt.Errorf("the program could not be started for the last %d tasks (see the log)", n)
+	}
+	return nil
 }
 
 // newExecHandler returns a handler whose programs die with this process (guard.go).
@@ -59,6 +78,8 @@ type execOutcome struct {
 	// exitCode is the program's exit code; -1 when a signal killed it.
 	exitCode int
 	signal   string // such as "9 (killed)"
+	// started: the program ran (whatever became of it)
+	started bool
 	// timedOut or cancelled say why the processor killed it, if it did.
 	timedOut, cancelled, shutdown bool
 	stdout, stderr                string
@@ -69,6 +90,11 @@ func (h *execHandler) handle(ctx context.Context, task repository.Task) reposito
 	start := time.Now()
 	o := h.run(ctx, task)
 	d := execDecision(o, h.timeout, h.retryDelay)
+	if o.startErr != nil {
+		h.unstartable.Add(1)
+	} else if o.started {
+		h.unstartable.Store(0)
+	}
 	if o.startErr != nil {
 		h.logger.Error("program could not be started: the task is retried after the retry delay, no attempt used",
 			slog.String("program", h.program), slog.Int64("sequence", task.Sequence), slog.Duration("retry_delay", h.retryDelay),
@@ -122,6 +148,7 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 		o.exitCode = -1
 		return o
 	}
+	o.started = true
 	o.exitCode = state.ExitCode()
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		o.signal = fmt.Sprintf("%d (%v)", int(ws.Signal()), ws.Signal())

@@ -113,6 +113,49 @@ func TestExecHandler(t *testing.T) {
 		}
 	})
 
+	// A program that can never start (here: gone) makes the processor unhealthy after
+	// three tasks in a row, and healthy again once one starts.
+	t.Run("AProgramThatCannotStartMakesItUnhealthy", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "job.sh")
+		write := func() {
+			if err := os.WriteFile(path, []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write()
+		h, err := newExecHandler(path, nil, time.Minute, 30*time.Second, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		for i := range unstartableLimit {
+			if err := h.health(); err != nil {
+				t.Fatalf("health after %d failed starts: %v, want healthy", i, err)
+			}
+			h.handle(t.Context(), task)
+		}
+		if err := h.health(); err == nil || !strings.Contains(err.Error(), "could not be started for the last 3 tasks") {
+			t.Fatalf("health after %d failed starts: %v, want unhealthy saying so", unstartableLimit, err)
+		}
+		write()
+		// (a fork of a parallel test may hold the new file open for a moment: "text file
+		// busy", a failed start, tried again)
+		d := h.handle(t.Context(), task)
+		for i := 0; i < 20 && d.Snooze; i++ {
+			time.Sleep(50 * time.Millisecond)
+			d = h.handle(t.Context(), task)
+		}
+		if d != repository.Succeed("ok") {
+			t.Fatalf("decision once the program is back: %+v", d)
+		}
+		if err := h.health(); err != nil {
+			t.Errorf("health once a program started: %v, want healthy", err)
+		}
+	})
+
 	t.Run("TimeoutKillsTheProcessGroup", func(t *testing.T) {
 		t.Parallel()
 		pidFile := filepath.Join(t.TempDir(), "pid")

@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	var handle processor.TaskFunc
+	handlerHealth := func() error { return nil }
 	if cfg.httpURL != "" {
 		handle = newHTTPHandler(cfg.httpURL, cfg.timeout, cfg.retryDelay, cfg.workers, logger).handle
 	} else {
@@ -88,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		handle = h.handle
+		handle, handlerHealth = h.handle, h.health
 		if os.Getpid() == 1 {
 			// orphans are given to PID 1, and Go reaps only the children it started
 			logger.Warn("running as PID 1: the processes a program leaves behind are not reaped and stay zombies; run the processor under an init (docker run --init, tini)")
@@ -146,7 +147,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if ln != nil {
-		defer serve(ln, newMux(reg, pool, &running, p.Health, logger), httpguard.Timeouts{}, logger)()
+		defer serve(ln, newMux(reg, pool, &running, func() error {
+			if err := p.Health(); err != nil {
+				return err
+			}
+			return handlerHealth()
+		}, logger), httpguard.Timeouts{}, logger)()
 	}
 
 	logger.Info("processing", slog.String("topic", cfg.topic), slog.String("owner", repo.Owner()),
