@@ -10,8 +10,9 @@
 # TOPICS topics (default 1 000) holding TASKS finished tasks in all (default 1 000 000),
 # each topic with a retention of 31 days, then runs the pass's statement 3 times under
 # EXPLAIN (ANALYZE, BUFFERS) as version 29 ran it (JIT as the server has it), migrates to
-# 30 and runs it 3 times with JIT on (the index alone), then 3 times as it runs now (JIT
-# off). PGTASK overrides the binary (default: built from this checkout).
+# 30 and runs it 3 times with JIT on (the index alone), then 3 times with JIT off, as
+# the processor runs it, and 3 times the statement the processor runs now (a batch of
+# 10 000, the topics in turn). PGTASK overrides the binary (default: built from this checkout).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -44,12 +45,34 @@ pass="DELETE FROM task t USING (
         LIMIT 1000) f
     WHERE tt.retention_ms IS NOT NULL LIMIT 1000) old
 WHERE t.topic = old.topic AND t.sequence = old.sequence"
+# the statement as the processor runs it now (TaskPurgeRetentionAfter, a batch of
+# 10 000, the topics in turn by name from the first)
+now="WITH old AS (
+    SELECT f.topic, f.sequence, f.cutoff
+    FROM (SELECT tt.topic, tt.retention_ms FROM task_topic tt
+          WHERE tt.retention_ms IS NOT NULL
+          ORDER BY tt.topic <= '', tt.topic) tt
+    CROSS JOIN LATERAL (
+        SELECT f.topic, f.sequence, now() - tt.retention_ms * interval '1 millisecond' AS cutoff FROM task f
+        WHERE hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic AND f.state >= 3
+          AND COALESCE(f.completed, f.created) < now() - tt.retention_ms * interval '1 millisecond'
+        LIMIT 10000
+    ) f
+    LIMIT 10000
+),
+deleted AS (
+    DELETE FROM task t USING old
+    WHERE t.topic = old.topic AND t.sequence = old.sequence
+      AND t.state >= 3 AND COALESCE(t.completed, t.created) < old.cutoff
+    RETURNING t.topic
+)
+SELECT count(*), COALESCE(max(d.topic) FILTER (WHERE d.topic <= ''), max(d.topic), '') FROM deleted d"
 measure() {
 	local i out
 	for i in 1 2 3; do
 		checkpoint "$url"
 		# in a transaction rolled back: EXPLAIN ANALYZE runs the DELETE
-		out="$(psql -qAt "$url" -c BEGIN -c "SET LOCAL jit = $2" -c "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) $pass" -c ROLLBACK)"
+		out="$(psql -qAt "$url" -c BEGIN -c "SET LOCAL jit = $2" -c "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${3:-$pass}" -c ROLLBACK)"
 		python3 -c 'import json, sys
 d = json.loads(sys.stdin.read())[0]
 print("schema %s, jit %s: pass %s: %.1f ms, %d buffers" % (sys.argv[1], sys.argv[2], sys.argv[3], d["Execution Time"],
@@ -62,8 +85,10 @@ print("schema %s, jit %s: pass %s: %.1f ms, %d buffers" % (sys.argv[1], sys.argv
 measure 29 on
 start=$(date +%s%N)
 DATABASE_URL="$url" "$pgtask" migrate up >/dev/null
-echo "migration 000030: $((($(date +%s%N) - start) / 1000000)) ms"
+echo "migrations 000030 to the newest: $((($(date +%s%N) - start) / 1000000)) ms"
 psql -qAt "$url" -c "ANALYZE task" >/dev/null
 measure 30 on
 measure 30 off
+# the newest schema (the migration above went to it) and the statement as it is now
+measure now off "$now"
 psql -qAt "$admin" -c "DROP DATABASE $db" >/dev/null
