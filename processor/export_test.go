@@ -40,3 +40,7 @@ func StoppingOf(m *TaskManager) <-chan struct{} { return m.stopping }
 // SetCommitTimeout sets, for a test and before p runs, how long one attempt to commit
 // decisions may take (30 s otherwise).
 func SetCommitTimeout(p *Processor, d time.Duration) { p.commitTimeout = d }
+
+// SetNotifierPing sets, for a test and before n runs, how long n waits without a
+// notification before it pings its connection, and how long the ping may take.
+func SetNotifierPing(n *Notifier, every, timeout time.Duration) { n.pingEvery, n.pingTimeout = every, timeout }

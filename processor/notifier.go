@@ -2,12 +2,14 @@ package processor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/repository"
@@ -38,7 +40,22 @@ type Notifier struct {
 	connected chan struct{} // closed and replaced on each successful connect (for tests)
 	connMu    sync.Mutex
 	conn      *pgx.Conn
+
+	// pingEvery and pingTimeout: after pingEvery without a notification the connection
+	// is pinged, and taken for lost when the ping does not answer within pingTimeout
+	// (pingEveryDefault and pingTimeoutDefault; tests set shorter ones).
+	pingEvery, pingTimeout time.Duration
 }
+
+// A listening connection that goes silent without a reset (its host gone, a NAT or a
+// load balancer dropping a flow idle for a few minutes) would be found only when TCP
+// keepalive gives up, minutes later: until then no wake-up arrives and every task waits
+// for its manager's pause interval. A ping after pingEveryDefault of silence finds it
+// within pingEveryDefault + pingTimeoutDefault, and keeps such a flow from going idle.
+const (
+	pingEveryDefault   = 30 * time.Second
+	pingTimeoutDefault = 10 * time.Second
+)
 
 type subscription struct {
 	fn func(repository.Notification)
@@ -64,10 +81,12 @@ func newNotifier(connect func(ctx context.Context) (*pgx.Conn, error), logger *s
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Notifier{
-		connect:   connect,
-		logger:    logger,
-		subs:      make(map[string]map[*subscription]struct{}),
-		connected: make(chan struct{}),
+		connect:     connect,
+		logger:      logger,
+		subs:        make(map[string]map[*subscription]struct{}),
+		connected:   make(chan struct{}),
+		pingEvery:   pingEveryDefault,
+		pingTimeout: pingTimeoutDefault,
 	}
 }
 
@@ -166,7 +185,18 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 	}
 	n.broadcast()
 	for {
+		// the read deadline ends a wait of pingEvery without a notification, for a ping
+		// (pgconn keeps a connection whose read timed out)
+		if err := conn.PgConn().Conn().SetReadDeadline(time.Now().Add(n.pingEvery)); err != nil {
+			return true, err
+		}
 		msg, err := conn.WaitForNotification(ctx)
+		if err != nil && ctx.Err() == nil && pgconn.Timeout(err) {
+			if err := n.ping(ctx, conn); err != nil {
+				return true, err
+			}
+			continue
+		}
 		if err != nil {
 			return true, err
 		}
@@ -177,6 +207,21 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 		}
 		n.deliver(note)
 	}
+}
+
+// ping checks the listening connection after a wait without a notification: an error
+// when it does not answer within pingTimeout. Notifications that arrive meanwhile are
+// kept by pgx for the next wait.
+func (n *Notifier) ping(ctx context.Context, conn *pgx.Conn) error {
+	if err := conn.PgConn().Conn().SetReadDeadline(time.Time{}); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, n.pingTimeout)
+	defer cancel()
+	if _, err := conn.Exec(pctx, "SELECT 1"); err != nil {
+		return fmt.Errorf("the listening connection did not answer a ping within %v: %w", n.pingTimeout, err)
+	}
+	return nil
 }
 
 func (n *Notifier) deliver(note repository.Notification) {
