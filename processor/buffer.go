@@ -49,8 +49,9 @@ type BufferConfig struct {
 // restarts its processor with the handler it built once). It lives until the last
 // manager running with it shuts down: a manager that shuts down disposes of its own
 // queued batches as OnClose says (with Drain the workers run them), and the others'
-// stay queued and run; once no manager runs with it, it stops as Stop does, and a
-// manager that starts with it later starts it again.
+// stay queued and run; once no manager runs with it, it stops, and a manager that
+// starts with it later starts it again (a batch of no manager given to it meanwhile is
+// run on the caller's goroutine: Handle).
 type Buffered struct {
 	inner Handler
 	cfg   BufferConfig

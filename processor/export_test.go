@@ -43,4 +43,6 @@ func SetCommitTimeout(p *Processor, d time.Duration) { p.commitTimeout = d }
 
 // SetNotifierPing sets, for a test and before n runs, how long n waits without a
 // notification before it pings its connection, and how long the ping may take.
-func SetNotifierPing(n *Notifier, every, timeout time.Duration) { n.pingEvery, n.pingTimeout = every, timeout }
+func SetNotifierPing(n *Notifier, every, timeout time.Duration) {
+	n.pingEvery, n.pingTimeout = every, timeout
+}

@@ -2694,3 +2694,50 @@ func TestFinalFailureMigration(t *testing.T) {
 	}
 	steps(1)
 }
+
+// TestFinalFailureOnAnOlderSchema: a FAILURE without retry (FailFinal) of this release
+// on a schema not migrated to 000050 yet (at 48, before result 5; at 49, result 5 only)
+// is a FAILURE, retried while attempts are left, never another state; from 000050 on,
+// FAILED at once. Before 000050 the release sent result 5, which a schema at 48 made
+// state 8 (REDUNDANT), the task gone from the dead-letter set without its error.
+func TestFinalFailureOnAnOlderSchema(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository final failure compatibility test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 48)
+	create("emails")
+	execEach(t, pool, "UPDATE task_topic SET max_attempts = 5 WHERE topic = 'emails'")
+	r, err := New(Config{Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failFinal := func(identifier string) Task {
+		t.Helper()
+		if _, err := r.Push(ctx, pool, "emails", Append, Creation{Identifier: identifier}); err != nil {
+			t.Fatal(err)
+		}
+		leased, err := r.Poll(ctx, pool, "emails", FIFO, None, 10)
+		if err != nil || len(leased) != 1 {
+			t.Fatalf("poll: %v, %v", leased, err)
+		}
+		done, err := r.Complete(ctx, pool, "emails", leased[0].Decide(FailFinal(errors.New("bad input"))))
+		if err != nil || len(done) != 1 {
+			t.Fatalf("complete: %v, %v", done, err)
+		}
+		return done[0]
+	}
+	for _, v := range []uint{48, 49} {
+		if v == 49 {
+			steps(1)
+		}
+		if got := failFinal(fmt.Sprint("at-", v)); got.State != Ready || !slices.Equal(got.Errors, []string{"bad input"}) {
+			t.Errorf("FailFinal at schema %d: %v, errors %q; want READY for its retry, the error kept", v, got.State, got.Errors)
+		}
+		execEach(t, pool, "UPDATE task SET state = 6 WHERE topic = 'emails'") // out of the way
+	}
+	steps(1)
+	if got := failFinal("at-50"); got.State != Failed || !slices.Equal(got.Errors, []string{"bad input"}) {
+		t.Errorf("FailFinal at schema 50: %v, errors %q; want FAILED, the error kept", got.State, got.Errors)
+	}
+}

@@ -261,17 +261,21 @@ func (r *Repository) Leased(ctx context.Context, h Handle, topic string) ([]Task
 	return tasksFrom(rows), nil
 }
 
-// snoozeResult is the SQL code of a snooze decision in TaskComplete, finalResult that of
-// a FAILURE without retry (Decision.Final, migration 000049).
+// snoozeResult is the SQL code of a snooze decision in TaskComplete. A FAILURE without
+// retry (Decision.Final) is sent as a FAILURE with finalDelayMs, which task_complete
+// takes for one since migration 000050 and an older schema for a FAILURE (retried while
+// the topic grants attempts): its own code, 5 (000049), was read by an older schema as
+// state 8, REDUNDANT.
 const (
 	snoozeResult = 4
-	finalResult  = 5
+	finalDelayMs = -1
 )
 
 // Complete records decisions for leased tasks as ONE statement. Each task
 // takes the state of its result, its message as output and now() as completion time; a
 // FAILURE with attempts left goes back to READY after the topic's backoff, its error kept
-// in the history; a snooze goes back to READY after its delay without using an attempt;
+// in the history, unless it is Final (FAILED at once; a FAILURE as any other on a schema
+// before migration 000050); a snooze goes back to READY after its delay without using an attempt;
 // a cancelled task ends FAILED "cancelled". Only tasks ACTIVE under this owner in the
 // completion's attempt qualify: otherwise NOTHING is written and a *TaskError names the
 // offending tasks (ErrUnknownTask, ErrWrongState or ErrNotOwned). It returns the tasks
@@ -442,7 +446,8 @@ func (r *Repository) completeParams(topic string, completions []Completion) (db.
 			arg.Results[i] = snoozeResult
 			arg.DelaysMs[i] = d.Delay.Milliseconds()
 		} else if d.Final {
-			arg.Results[i] = finalResult
+			arg.Results[i] = int16(Failure)
+			arg.DelaysMs[i] = finalDelayMs
 		} else {
 			arg.Results[i] = int16(d.Result)
 		}

@@ -363,7 +363,8 @@ type Decision struct {
 	// Final makes a FAILURE the task's last: it becomes FAILED (the dead-letter set) at
 	// once, whatever attempts the topic's retry policy has left, for a cause that will
 	// not go away (input that does not decode, a request the other side refuses for
-	// good). Only with Result Failure; FailFinal builds one.
+	// good). Only with Result Failure; FailFinal builds one. It needs the schema at
+	// migration 000050: on an older one the task is retried as after Fail.
 	Final bool
 	// Snooze puts the task back to READY after Delay without counting an attempt.
 	Snooze bool

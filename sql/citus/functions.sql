@@ -238,8 +238,12 @@ BEGIN
             errors     = CASE WHEN t.cancelled THEN array_append(t.errors, 'cancelled')
                               WHEN d.result IN (0, 5) THEN array_append(t.errors, COALESCE(NULLIF(d.output, ''), 'failed'))
                               ELSE t.errors END
-        FROM unnest(p_sequences, p_attempts, p_results, p_outputs, p_delays_ms, v_jitter)
-             AS d(sequence, attempt, result, output, delay_ms, jitter)
+        -- a FAILURE with a negative delay is one without retry, as result 5 (000050)
+        FROM (SELECT u.sequence, u.attempt,
+                     CASE WHEN u.result = 0 AND u.delay_ms < 0 THEN 5::smallint ELSE u.result END AS result,
+                     u.output, u.delay_ms, u.jitter
+              FROM unnest(p_sequences, p_attempts, p_results, p_outputs, p_delays_ms, v_jitter)
+                   AS u(sequence, attempt, result, output, delay_ms, jitter)) d
         WHERE t.topic = p_topic AND t.sequence = ANY (p_sequences)
           AND t.sequence = d.sequence
           AND (t.state = 0 AND t.owner = p_owner AND t.attempt = d.attempt) IS TRUE

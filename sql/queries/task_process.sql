@@ -22,7 +22,8 @@ RETURNING t.*, (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic
 -- Completes a batch of leased tasks in one statement, all or nothing: task_complete
 -- (migration 000011) holds the statement and describes it; it plans it without nested
 -- loops, which the estimates of a table shared by many topics can make ruinous.
--- results: 0 FAILURE, 1 SUSPENSION, 2 FILTER, 3 SUCCESS, 4 SNOOZE, 5 FAILURE without retry
+-- results: 0 FAILURE (without retry when its delay is negative, 000050), 1 SUSPENSION, 2 FILTER,
+-- 3 SUCCESS, 4 SNOOZE, 5 FAILURE without retry
 -- (migration 000049). When a decision does
 -- not qualify, it raises PT005 and nothing changes; when none does, no row comes back.
 -- With lean, topic and identifier come back empty and owner, input and reference NULL:
