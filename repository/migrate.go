@@ -27,7 +27,8 @@ var migrationsTable = schema.VersionTable
 
 // legacyMigrationsTable is where releases before schema.VersionTable recorded it:
 // golang-migrate's default, which an application's own migrations use as well.
-// adoptVersion copies the version from there once; it is read while it has not.
+// adoptVersion moves the version from there once, leaving a view of the same name; it
+// is read there while it has not.
 var legacyMigrationsTable = migratepgx.DefaultMigrationsTable
 
 // Migrate applies every pending migration of sql/schema. It is the one migration entry
@@ -45,7 +46,8 @@ var legacyMigrationsTable = migratepgx.DefaultMigrationsTable
 //
 // The version is recorded in schema.VersionTable, not in golang-migrate's default
 // schema_migrations, which an application's own migrations of the same database use.
-// A schema migrated by a release that recorded it there has it copied, once.
+// A schema migrated by a release that recorded it there has it moved, once, a view of it
+// left in schema_migrations for that release's processes (adoptVersion).
 //
 // On a database distributed with DistributeCitus, each pending migration is applied in
 // its Citus form instead (sql/citus/migrations: the same version, restated for
@@ -89,6 +91,9 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	latest := latestMigration()
 	if version > latest {
 		return fmt.Errorf("migrate: %w", invalid("version %d: the newest migration of this build is %d", version, latest))
+	}
+	if err := adopt(ctx, pool); err != nil {
+		return err
 	}
 	current, dirty, err := migrationVersion(ctx, pool)
 	if err != nil {
@@ -190,12 +195,15 @@ const versionTableQuery = `
 	SELECT CASE WHEN to_regclass($1) IS NOT NULL THEN $1::text
 	            WHEN to_regclass($2) IS NOT NULL AND to_regclass('task_topic') IS NOT NULL THEN $2::text END`
 
-// adoptVersion copies the version of a schema migrated by a release before
+// adoptVersion moves the version of a schema migrated by a release before
 // schema.VersionTable from legacyMigrationsTable into migrationsTable, once, under
-// both tables' migration locks (a migrator of either release may be at work); it
-// leaves legacyMigrationsTable as it is, for processes of that release still running
-// (they read their version there). It does nothing when migrationsTable exists, or
-// pgtask's tables do not (the table is then an application's own).
+// both tables' migration locks (a migrator of either release may be at work), and
+// puts a view of migrationsTable in legacyMigrationsTable's place: the processes of
+// that release still running read the version there, the newest one, and their
+// migrator, which writes it there, fails before it changes anything (a copy left as
+// it was would have told it an old version, and it would have applied its migrations
+// again over newer ones, under a lock of its own). It does nothing when migrationsTable
+// exists, or pgtask's tables do not (the table is then an application's own).
 func adoptVersion(ctx context.Context, conn *pgxpool.Conn) error {
 	var table *string
 	if err := conn.QueryRow(ctx, versionTableQuery, migrationsTable, legacyMigrationsTable).Scan(&table); err != nil {
@@ -236,9 +244,32 @@ func adoptVersion(ctx context.Context, conn *pgxpool.Conn) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO "+mine+" (version, dirty) SELECT version, dirty FROM "+legacy+" LIMIT 1"); err != nil {
 			return fmt.Errorf("migrate: copy the version from %s to %s: %w", legacyMigrationsTable, migrationsTable, err)
 		}
+		for _, q := range []string{
+			"DROP TABLE " + legacy,
+			"CREATE VIEW " + legacy + " AS SELECT version, dirty FROM " + mine,
+			"COMMENT ON VIEW " + legacy + " IS " + quoteLiteral("pgtask's schema version ("+migrationsTable+
+				"), for the processes of releases that read it here; drop the view once none runs"),
+		} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return fmt.Errorf("migrate: leave a view of %s as %s: %w", migrationsTable, legacyMigrationsTable, err)
+			}
+		}
 		return nil
 	})
 }
+
+// adopt is adoptVersion on a connection of pool.
+func adopt(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Release()
+	return adoptVersion(ctx, conn)
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // latestMigration is the version of the newest embedded migration.
 func latestMigration() uint {

@@ -10,7 +10,10 @@ import (
 
 	gomigrate "github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
@@ -290,6 +293,26 @@ func TestSchemaMissingSaysToMigrate(t *testing.T) {
 	}
 }
 
+// earlierMigrator is golang-migrate as a release before schema.VersionTable ran it on
+// pool: its default table, and these migrations.
+func earlierMigrator(t *testing.T, pool *pgxpool.Pool) *gomigrate.Migrate {
+	t.Helper()
+	src, err := iofs.New(schema.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver, err := migratepgx.WithInstance(stdlib.OpenDBFromPool(pool), &migratepgx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := gomigrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = m.Close() })
+	return m
+}
+
 func TestMigrateVersionTable(t *testing.T) {
 	t.Parallel()
 	latest := latestVersion(t)
@@ -356,10 +379,21 @@ func TestMigrateVersionTable(t *testing.T) {
 		if v, _ := row(t, pool, schema.VersionTable); v != int64(latest) {
 			t.Errorf("%s: %d, want %d", schema.VersionTable, v, latest)
 		}
-		// kept for the earlier release's processes, which read their version there
-		if v, _ := row(t, pool, "schema_migrations"); v != int64(latest-1) {
-			t.Errorf("schema_migrations after the adoption: %d, want %d as the earlier release left it", v, latest-1)
+		// a view for the earlier release's processes, which read their version there
+		var kind string
+		if err := pool.QueryRow(ctx, "SELECT relkind::text FROM pg_class WHERE oid = 'schema_migrations'::regclass").Scan(&kind); err != nil || kind != "v" {
+			t.Errorf("schema_migrations after the adoption: relkind %q, %v; want a view", kind, err)
 		}
+		if v, _ := row(t, pool, "schema_migrations"); v != int64(latest) {
+			t.Errorf("schema_migrations after the adoption: %d, want %d, the schema's", v, latest)
+		}
+		// an earlier release's migrator (golang-migrate with its default table) cannot
+		// write its version there: it fails before it applies anything
+		exec(t, pool, "UPDATE "+schema.VersionTable+" SET version = version - 1")
+		if err := earlierMigrator(t, pool).Up(); err == nil || !strings.Contains(err.Error(), "schema_migrations") {
+			t.Errorf("an earlier release's migrator on the adopted schema: %v, want it refused writing schema_migrations", err)
+		}
+		exec(t, pool, "UPDATE "+schema.VersionTable+" SET version = version + 1")
 		var n int
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = 'kept'").Scan(&n); err != nil || n != 1 {
 			t.Errorf("the task pushed before: %d, %v; want 1", n, err)

@@ -153,7 +153,8 @@ the server; unset it for the default):
 	fmt.Fprint(w, `
 Exit codes of PROGRAM: 0 SUCCESS (stdout is the output), 1 FAILURE (stderr is the
 error), 2 FILTER, 3 SUSPENSION, 65 FAILURE without retry, 75 retry later (no attempt
-used), other FAILURE. PROGRAM gets the environment without DATABASE_URL and PGTASK_*.
+used), other FAILURE. PROGRAM gets the environment without DATABASE_URL, PGPASSWORD,
+PGSSLPASSWORD and the PGTASK_ variables above.
 HTTP statuses: 2xx SUCCESS, 422 FILTER, 409 SUSPENSION, 429/503 retry later
 (Retry-After honoured), others FAILURE.
 `)

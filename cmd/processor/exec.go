@@ -42,22 +42,31 @@ type execHandler struct {
 	retryDelay time.Duration
 	logger     *slog.Logger
 	lifeline   *lifeline
-	// unstartable counts the tasks in a row whose program could not be started (health)
-	unstartable atomic.Int64
+	// unstartable counts the tasks in a row whose program could not be started, the
+	// first of them at unstartableSince (unix nanoseconds) (health)
+	unstartable, unstartableSince atomic.Int64
+	// unstartableFor is how long they must have gone on (unstartableForDefault)
+	unstartableFor time.Duration
 }
 
-// unstartableLimit is how many tasks in a row whose program could not be started make
-// the processor unhealthy: a program swapped by a redeploy fails a moment, one that
-// can never start (a missing interpreter, a binary of another architecture, a script
-// with CRLF line ends) fails every task, snoozed again and again without using an
-// attempt, which nothing but the log would show.
-const unstartableLimit = 3
+// unstartableLimit tasks in a row whose program could not be started, over at least
+// unstartableForDefault, make the processor unhealthy: a program swapped by a redeploy
+// fails for a moment (the tasks it failed start after --retry-delay), one that can
+// never start (a missing interpreter, a binary of another architecture, a script with
+// CRLF line ends) fails every task, snoozed again and again without using an attempt,
+// which nothing but the log would show.
+const (
+	unstartableLimit      = 3
+	unstartableForDefault = time.Minute
+)
 
 // health reports the program failing to start for the last unstartableLimit tasks or
-// more, until one starts.
+// more, over unstartableFor or more, until one starts.
 func (h *execHandler) health() error {
-	if n := h.unstartable.Load(); n >= unstartableLimit {
-		return fmt.Errorf("the program could not be started for the last %d tasks (see the log)", n)
+	n, since := h.unstartable.Load(), h.unstartableSince.Load()
+	if n >= unstartableLimit && since != 0 && time.Since(time.Unix(0, since)) >= h.unstartableFor {
+		return fmt.Errorf("the program could not be started for the last %d tasks, over %v (see the log)",
+			n, time.Since(time.Unix(0, since)).Round(time.Second))
 	}
 	return nil
 }
@@ -68,7 +77,8 @@ func newExecHandler(program string, args []string, timeout, retryDelay time.Dura
 	if err != nil {
 		return nil, err
 	}
-	return &execHandler{program: program, args: args, timeout: timeout, retryDelay: retryDelay, logger: logger, lifeline: l}, nil
+	return &execHandler{program: program, args: args, timeout: timeout, retryDelay: retryDelay, logger: logger, lifeline: l,
+		unstartableFor: unstartableForDefault}, nil
 }
 
 // execOutcome is how one run of the program ended.
@@ -91,9 +101,12 @@ func (h *execHandler) handle(ctx context.Context, task repository.Task) reposito
 	o := h.run(ctx, task)
 	d := execDecision(o, h.timeout, h.retryDelay)
 	if o.startErr != nil {
-		h.unstartable.Add(1)
+		if h.unstartable.Add(1) == 1 {
+			h.unstartableSince.Store(time.Now().UnixNano())
+		}
 	} else if o.started {
 		h.unstartable.Store(0)
+		h.unstartableSince.Store(0)
 	}
 	if o.startErr != nil {
 		h.logger.Error("program could not be started: the task is retried after the retry delay, no attempt used",
@@ -169,11 +182,12 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 }
 
 // childEnv is the processor's environment (environ) as a program gets it: without the
-// processor's own settings (DATABASE_URL and the PGTASK_ variables of options), which
+// processor's own settings (DATABASE_URL and the PGTASK_ variables of options) and the
+// passwords libpq's variables give its connection (PGPASSWORD, PGSSLPASSWORD), which
 // would give every program, and whatever a task's untrusted input makes it run, the
 // database's credentials and the webhook's URL.
 func childEnv(environ []string) []string {
-	own := make(map[string]bool, len(options))
+	own := map[string]bool{"PGPASSWORD": true, "PGSSLPASSWORD": true}
 	for _, o := range options {
 		own[o.env] = true
 	}

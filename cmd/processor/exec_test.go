@@ -114,7 +114,8 @@ func TestExecHandler(t *testing.T) {
 	})
 
 	// A program that can never start (here: gone) makes the processor unhealthy after
-	// three tasks in a row, and healthy again once one starts.
+	// three tasks in a row over a while (a minute; here 300 ms), and healthy again once
+	// one starts.
 	t.Run("AProgramThatCannotStartMakesItUnhealthy", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "job.sh")
@@ -128,6 +129,7 @@ func TestExecHandler(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		h.unstartableFor = 300 * time.Millisecond
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)
 		}
@@ -137,8 +139,13 @@ func TestExecHandler(t *testing.T) {
 			}
 			h.handle(t.Context(), task)
 		}
+		// a moment's failures (a redeploy swapping the program) do not make it unhealthy
+		if err := h.health(); err != nil {
+			t.Fatalf("health right after %d failed starts: %v, want healthy until they have gone on for a while", unstartableLimit, err)
+		}
+		time.Sleep(h.unstartableFor)
 		if err := h.health(); err == nil || !strings.Contains(err.Error(), "could not be started for the last 3 tasks") {
-			t.Fatalf("health after %d failed starts: %v, want unhealthy saying so", unstartableLimit, err)
+			t.Fatalf("health after %d failed starts over %v: %v, want unhealthy saying so", unstartableLimit, h.unstartableFor, err)
 		}
 		write()
 		// (a fork of a parallel test may hold the new file open for a moment: "text file
@@ -386,10 +393,11 @@ func TestExecEnvironment(t *testing.T) {
 	t.Setenv("PGTASK_HTTP", "https://hooks.example.com/T0/SECRET")
 	t.Setenv("PGTASK_TOPIC", "processor-topic")
 	t.Setenv("PGTASK_TEST_KEPT", "kept")
+	t.Setenv("PGPASSWORD", "secret")
 	task := repository.Task{Topic: "mail", Identifier: "user-1", Sequence: 7, Attempt: 1}
-	d := runScript(t, t.Context(), `printf '%s|%s|%s|%s' "${DATABASE_URL-unset}" "${PGTASK_HTTP-unset}" "$PGTASK_TOPIC" "$PGTASK_TEST_KEPT"`,
+	d := runScript(t, t.Context(), `printf '%s|%s|%s|%s|%s' "${DATABASE_URL-unset}" "${PGTASK_HTTP-unset}" "$PGTASK_TOPIC" "$PGTASK_TEST_KEPT" "${PGPASSWORD-unset}"`,
 		time.Minute, task)
-	if want := repository.Succeed("unset|unset|mail|kept"); d != want {
+	if want := repository.Succeed("unset|unset|mail|kept|unset"); d != want {
 		t.Errorf("decision %+v, want %+v", d, want)
 	}
 }
