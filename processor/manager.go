@@ -330,16 +330,18 @@ const maxDue = 1000
 // hibernates. A task that fell due since (while polls started from a position past it,
 // or while the last poll ran) makes it poll again at once, from that task's position,
 // unless it stands at or after from, where the empty poll that began at polled started:
-// that poll passed it over if it was due by then (a limit or a poll condition held it
-// back), and polling it again at once would find the same, over and over while the
-// limit holds; the probe then asks for what fell due since that poll began. A failure
-// is reported and otherwise ignored: the pause interval remains the safety net.
+// that poll passed it over if it was due by then (a limit held it back), and polling it
+// again at once would find the same, over and over while the limit holds; the probe
+// then asks for what fell due since that poll began (a few milliseconds more: the
+// window counts whole milliseconds, and a task that fell due as the poll read the time
+// is better polled once more than left to the pause interval). A failure is reported
+// and otherwise ignored: the pause interval remains the safety net.
 func (m *TaskManager) probeDue(ctx context.Context, head time.Time, from repository.Position, polled time.Time) {
 	qctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
 	due, ok, err := m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(head))
 	if err == nil && ok && due.Delay == 0 && head.Before(polled) && due.At.Compare(from) >= 0 {
-		due, ok, err = m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(polled))
+		due, ok, err = m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(polled)+5*time.Millisecond)
 	}
 	if err != nil {
 		if ctx.Err() == nil {

@@ -328,6 +328,22 @@ func NextFires(spec, tz string, from time.Time, n int) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c.fires(from, n), nil
+}
+
+// FiresAfter returns the schedule's next n fire times after from, its stored spec read
+// as firing reads it: NextFires, but a spec stored before migration 000029 refused it
+// ("*-5", which the cron library reads as *) gives the times it fires at.
+func (s Schedule) FiresAfter(from time.Time, n int) ([]time.Time, error) {
+	c, err := parseStoredSchedule(s.Spec, s.TimeZone)
+	if err != nil {
+		return nil, err
+	}
+	return c.fires(from, n), nil
+}
+
+// fires returns the next n fire times after from (fewer when the spec has no more).
+func (c *cronSchedule) fires(from time.Time, n int) []time.Time {
 	var out []time.Time
 	for t := from; len(out) < n; {
 		t = c.next(t)
@@ -336,7 +352,7 @@ func NextFires(spec, tz string, from time.Time, n int) ([]time.Time, error) {
 		}
 		out = append(out, t)
 	}
-	return out, nil
+	return out
 }
 
 // cronParser reads the specs: 5 fields, or 6 with seconds first, and the descriptors.

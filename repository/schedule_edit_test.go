@@ -601,6 +601,14 @@ func TestScheduleSpecStoredBeforeTheCheck(t *testing.T) {
 	if got := textRowsOf(t, s, "SELECT spec || ' ' || priority || ' ' || paused FROM task_schedule WHERE name = 'legacy'"); !slices.Equal(got, []string{"*-5 * * * * 4 true"}) {
 		t.Errorf("the stored schedule: %v, want *-5 * * * * 4 true", got)
 	}
+	// its coming fire times, as pgtask schedule show lists them: every minute
+	stored, err := s.sched.Schedule(s.ctx, s.pool, "legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if times, err := stored.FiresAfter(start, 2); err != nil || len(times) != 2 || !times[0].Equal(start.Add(time.Minute)) || !times[1].Equal(start.Add(2*time.Minute)) {
+		t.Errorf("FiresAfter of the stored spec: %v, %v; want the next two minutes", times, err)
+	}
 }
 
 // TestScheduleTopicMustExist: a schedule written by hand must name a topic that exists

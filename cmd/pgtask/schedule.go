@@ -299,12 +299,12 @@ func printSchedule(w io.Writer, p *printer, s repository.Schedule, next int) {
 // after it, or, when it has none yet, the first n after now.
 func comingFires(s repository.Schedule, n int, now time.Time) []time.Time {
 	if s.NextFire.IsZero() {
-		times, _ := repository.NextFires(s.Spec, s.TimeZone, now, n)
+		times, _ := s.FiresAfter(now, n)
 		return times
 	}
 	// From the next fire time itself: one nanosecond before it, an @every spec's times
 	// (from + D, truncated to the second) came D less one second late.
-	after, _ := repository.NextFires(s.Spec, s.TimeZone, s.NextFire, n-1)
+	after, _ := s.FiresAfter(s.NextFire, n-1)
 	return append([]time.Time{s.NextFire}, after...)
 }
 
