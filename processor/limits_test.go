@@ -919,3 +919,45 @@ func TestDueTaskHeldBackByALimit(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiryOfALimitedTopicWakesItsWaiters: the expiry that takes a dead owner's task
+// back (READY again after its backoff) frees its slot of the topic's limit, and the
+// processors waiting at the limit poll at once, whoever ran the expiry. Before, the
+// expiry's notification carried the retried task's delay: they armed a timer for it and
+// waited for it (an hour here) or for their pause interval.
+func TestExpiryOfALimitedTopicWakesItsWaiters(t *testing.T) {
+	f := setup(t)
+	f.limit(repository.TopicSettings{Concurrency: 1, MaxAttempts: 2, BackoffBase: time.Hour, BackoffCap: time.Hour})
+	ghost, err := repository.New(repository.Config{Owner: "ghost", Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ghost.RegisterOwner(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append,
+		repository.Creation{Identifier: "held"}, repository.Creation{Identifier: "waiting"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leased, err := ghost.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 1); err != nil || len(leased) != 1 {
+		t.Fatalf("the ghost's lease: %v, %v", leased, err)
+	}
+	// a processor waiting at the limit, which does not take the ghost's leases back itself
+	p, _ := f.processor("waiter", processor.Config{ExpiryTimeout: 2 * time.Hour},
+		processor.ManagerConfig{Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			return repository.Succeed("")
+		})})
+	f.start(p)
+	time.Sleep(500 * time.Millisecond) // it polls, finds the limit full, and waits
+	if got := f.get(tasks[1].Sequence); got.State != repository.Ready {
+		t.Fatalf("the waiting task is %v before the expiry, want READY (the limit is full)", got.State)
+	}
+	if expired, err := f.repo.Expire(f.ctx, f.pool, 30*time.Minute); err != nil || len(expired) != 1 || expired[0].Retried != 1 {
+		t.Fatalf("expire: %+v, %v; want the ghost's task retried", expired, err)
+	}
+	f.eventually("the waiting task done", func() bool { return f.get(tasks[1].Sequence).State == repository.Succeeded })
+	if got := f.get(tasks[0].Sequence); got.State != repository.Ready {
+		t.Errorf("the ghost's task is %v, want READY for its retry in an hour", got.State)
+	}
+}

@@ -160,12 +160,23 @@ func TestWorkNotifications(t *testing.T) {
 		if _, err := f.repo.Configure(f.ctx, f.pool, f.topic, repository.TopicSettings{MaxAttempts: 2}); err != nil {
 			t.Fatal(err)
 		}
+		// a limited topic whose retried task is not due yet: told without a delay, so that
+		// its processors waiting at the limit poll at once (before: the delay, an hour)
+		if _, err := f.repo.Initialize(f.ctx, f.pool, "limited"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.repo.Configure(f.ctx, f.pool, "limited", repository.TopicSettings{MaxAttempts: 2, BackoffBase: time.Hour, BackoffCap: time.Hour, Concurrency: 1}); err != nil {
+			t.Fatal(err)
+		}
 		dead := f.newRepo("dead")
 		first := f.push(repository.Append, "a", "b")
 		if _, err := f.repo.Push(f.ctx, f.pool, "second", repository.Append, repository.Creation{Identifier: "c"}); err != nil {
 			t.Fatal(err)
 		}
-		for _, topic := range []string{f.topic, "second"} {
+		if _, err := f.repo.Push(f.ctx, f.pool, "limited", repository.Append, repository.Creation{Identifier: "d"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, topic := range []string{f.topic, "second", "limited"} {
 			if _, err := dead.Poll(f.ctx, f.pool, topic, repository.FIFO, repository.None, 10); err != nil {
 				t.Fatal(err)
 			}
@@ -175,9 +186,12 @@ func TestWorkNotifications(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := map[string]repository.Notification{}
-		for range 2 {
+		for range 3 {
 			n := l.next()
 			got[n.TopicHash] = n
+		}
+		if n, ok := got[repository.TopicHash("limited")]; !ok || !n.From.IsZero() || n.Delay != 0 {
+			t.Errorf("expiry with a backoff on a limited topic: notified %+v (%v), want the topic without position or delay", n, ok)
 		}
 		if n := got[repository.TopicHash(f.topic)]; n.From != repository.PositionOf(first[0]) || n.Delay != 0 {
 			t.Errorf("expiry without backoff: notified %+v, want from %+v without delay", n, repository.PositionOf(first[0]))

@@ -369,10 +369,11 @@ BEGIN
     SELECT coalesce(array_agg(done), '{}') INTO v_done FROM done;
     SELECT r.priority, r.sequence, min(coalesce(r.not_before, '-infinity')) OVER () AS due INTO v_first
     FROM unnest(v_done) r WHERE r.state = 1 ORDER BY r.priority, r.sequence LIMIT 1;
-    IF FOUND THEN
+    IF FOUND AND NOT (v_topic.capped AND v_first.due > clock_timestamp()) THEN
         v_notice := task_citus_work(p_topic, v_first.priority, v_first.sequence, v_first.due);
     ELSIF v_topic.capped THEN
-        -- processors waiting at a concurrency limit may poll again
+        -- processors waiting at a concurrency limit may poll again, not only when the
+        -- retried tasks fall due (000051)
         v_notice := 'WORK ' || md5(p_topic);
     END IF;
     RETURN QUERY

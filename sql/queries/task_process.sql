@@ -119,10 +119,13 @@ expired AS (
 notified AS (
     -- per topic, as a completion does: the first task made READY in poll order and, when
     -- none is due yet, in how many milliseconds the earliest is (repository.Notification);
-    -- a topic with a concurrency limit is told even when no task became READY, since
-    -- its processors waiting at the limit may poll again ('WORK <md5(topic)>')
+    -- a topic with a concurrency limit is told even when no task became READY, and
+    -- without a delay when those made READY are not due yet, since its processors
+    -- waiting at the limit may poll again ('WORK <md5(topic)>'), not only when the
+    -- retried tasks fall due
     SELECT pg_notify('task_notification', 'WORK ' || md5(r.topic)
-                     || CASE WHEN r.ready THEN ' ' || r.priority || ' ' || r.sequence
+                     || CASE WHEN r.ready AND NOT (r.capped AND r.due > clock_timestamp())
+                             THEN ' ' || r.priority || ' ' || r.sequence
                                                || CASE WHEN r.due > clock_timestamp()
                                                        THEN ' ' || ceil(extract(epoch FROM r.due - clock_timestamp()) * 1000)::bigint
                                                        ELSE '' END
