@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -137,9 +138,20 @@ func TestLiveness(t *testing.T) {
 		if _, err := tx.Exec(f.ctx, "LOCK TABLE task IN ACCESS EXCLUSIVE MODE"); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // the maintenance loop is blocked by now
-		before := beat()
-		f.eventually("a heartbeat while maintenance waits for the lock", func() bool { return beat().After(before) })
+		// the maintenance loop blocked: a session of the processor waits for the lock
+		f.eventually("maintenance waiting for the lock on task", func() bool {
+			var waiting int
+			if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			return waiting > 0
+		})
+		// several heartbeats meanwhile, not one that was under way
+		for i := range 3 {
+			before := beat()
+			f.eventually(fmt.Sprintf("heartbeat %d while maintenance waits for the lock", i+1), func() bool { return beat().After(before) })
+		}
 		if err := tx.Rollback(f.ctx); err != nil {
 			t.Fatal(err)
 		}
