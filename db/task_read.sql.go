@@ -375,12 +375,20 @@ prio AS (
 ),
 earliest AS (
     (SELECT o.sequence FROM task o
-     WHERE $5::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = $6
+     WHERE $5::smallint = 1 AND o.state = 0 AND o.state = $6
        AND hashtext(o.topic) = hashtext($3) AND o.topic = $3
        AND o.sequence > $7::bigint
        AND ($8::text IS NULL OR o.identifier = $8)
        AND ($9::text IS NULL OR o.reference = $9)
      ORDER BY o.sequence LIMIT $4)
+    UNION ALL
+    (SELECT x.sequence FROM task x
+     WHERE $5::smallint = 5 AND x.state BETWEEN 2 AND 4 AND x.state = $6
+       AND hashtext(x.topic) = hashtext($3) AND x.topic = $3
+       AND x.sequence > $7::bigint
+       AND ($8::text IS NULL OR x.identifier = $8)
+       AND ($9::text IS NULL OR x.reference = $9)
+     ORDER BY x.sequence LIMIT $4)
     UNION ALL
     (SELECT q.sequence FROM (
         SELECT f.sequence FROM prio p
@@ -990,12 +998,20 @@ prio AS (
 ),
 latest AS (
     (SELECT o.sequence FROM task o
-     WHERE $5::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = $6
+     WHERE $5::smallint = 1 AND o.state = 0 AND o.state = $6
        AND hashtext(o.topic) = hashtext($3) AND o.topic = $3
        AND o.sequence < $7::bigint
        AND ($8::text IS NULL OR o.identifier = $8)
        AND ($9::text IS NULL OR o.reference = $9)
      ORDER BY o.sequence DESC LIMIT $4)
+    UNION ALL
+    (SELECT x.sequence FROM task x
+     WHERE $5::smallint = 5 AND x.state BETWEEN 2 AND 4 AND x.state = $6
+       AND hashtext(x.topic) = hashtext($3) AND x.topic = $3
+       AND x.sequence < $7::bigint
+       AND ($8::text IS NULL OR x.identifier = $8)
+       AND ($9::text IS NULL OR x.reference = $9)
+     ORDER BY x.sequence DESC LIMIT $4)
     UNION ALL
     (SELECT q.sequence FROM (
         SELECT f.sequence FROM prio p
@@ -1106,8 +1122,8 @@ type TaskLatestRow struct {
 // The latest @size tasks of the topic before the exclusive cursor @before, newest first,
 // that match the filters (state, identifier, reference; NULL matches everything), with
 // the columns of TaskExcerptForward, their sequences read through the index that fits
-// the filter @path picks (Repository.Latest): 1, an unfinished or broken state other than
-// READY, through task_open; 2, READY, through task_ready; 3, an identifier, in four parts
+// the filter @path picks (Repository.Latest): 1, ACTIVE, through task_open; 5, EXPIRED,
+// FAILED or SUSPENDED, through task_attention (000052); 2, READY, through task_ready; 3, an identifier, in four parts
 // (ACTIVE through task_open, READY through task_ready_identifier, EXPIRED to RECREATED
 // through task_identifier, REDUNDANT through task_identifier_redundant); 4, a reference,
 // through task_reference. Each part is gated by its path (a one-time filter: the others

@@ -373,8 +373,10 @@ func (r *Repository) Latest(ctx context.Context, h Handle, topic string, filter 
 }
 
 // indexPath is the path of TaskLatest and TaskEarliest whose index fits filter, 0 when
-// none does: 1, an unfinished or broken state other than READY, through task_open; 2,
-// READY, through task_ready; 3, an identifier, through its indexes; 4, a reference.
+// none does: 1, ACTIVE, through task_open; 2, READY, through task_ready; 3, an
+// identifier, through its indexes; 4, a reference; 5, EXPIRED, FAILED or SUSPENDED,
+// through task_attention (migration 000052: task_open holds them by identifier, and a
+// page read them all, a dead-letter set of millions, and sorted them).
 // READY with an identifier takes path 3, with a reference path 4: task_ready holds
 // neither, and would be read until enough of their tasks turned up, a READY backlog
 // whole for an identifier or a reference with few READY tasks.
@@ -388,8 +390,10 @@ func indexPath(filter TaskFilter) int16 {
 			return 4
 		}
 		return 2
-	case filter.State != nil && *filter.State <= Suspended:
+	case filter.State != nil && *filter.State == Active:
 		return 1
+	case filter.State != nil && *filter.State <= Suspended:
+		return 5
 	case filter.Identifier != "":
 		return 3
 	case filter.Reference != "":

@@ -417,8 +417,8 @@ WHERE t.topic = sqlc.arg(topic) AND t.sequence = sqlc.arg(sequence);
 -- The latest @size tasks of the topic before the exclusive cursor @before, newest first,
 -- that match the filters (state, identifier, reference; NULL matches everything), with
 -- the columns of TaskExcerptForward, their sequences read through the index that fits
--- the filter @path picks (Repository.Latest): 1, an unfinished or broken state other than
--- READY, through task_open; 2, READY, through task_ready; 3, an identifier, in four parts
+-- the filter @path picks (Repository.Latest): 1, ACTIVE, through task_open; 5, EXPIRED,
+-- FAILED or SUSPENDED, through task_attention (000052); 2, READY, through task_ready; 3, an identifier, in four parts
 -- (ACTIVE through task_open, READY through task_ready_identifier, EXPIRED to RECREATED
 -- through task_identifier, REDUNDANT through task_identifier_redundant); 4, a reference,
 -- through task_reference. Each part is gated by its path (a one-time filter: the others
@@ -443,12 +443,20 @@ prio AS (
 ),
 latest AS (
     (SELECT o.sequence FROM task o
-     WHERE sqlc.arg(path)::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = sqlc.narg('state')
+     WHERE sqlc.arg(path)::smallint = 1 AND o.state = 0 AND o.state = sqlc.narg('state')
        AND hashtext(o.topic) = hashtext(sqlc.arg(topic)) AND o.topic = sqlc.arg(topic)
        AND o.sequence < sqlc.arg(before)::bigint
        AND (sqlc.narg('identifier')::text IS NULL OR o.identifier = sqlc.narg('identifier'))
        AND (sqlc.narg('reference')::text IS NULL OR o.reference = sqlc.narg('reference'))
      ORDER BY o.sequence DESC LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT x.sequence FROM task x
+     WHERE sqlc.arg(path)::smallint = 5 AND x.state BETWEEN 2 AND 4 AND x.state = sqlc.narg('state')
+       AND hashtext(x.topic) = hashtext(sqlc.arg(topic)) AND x.topic = sqlc.arg(topic)
+       AND x.sequence < sqlc.arg(before)::bigint
+       AND (sqlc.narg('identifier')::text IS NULL OR x.identifier = sqlc.narg('identifier'))
+       AND (sqlc.narg('reference')::text IS NULL OR x.reference = sqlc.narg('reference'))
+     ORDER BY x.sequence DESC LIMIT sqlc.arg(size))
     UNION ALL
     (SELECT q.sequence FROM (
         SELECT f.sequence FROM prio p
@@ -541,12 +549,20 @@ prio AS (
 ),
 earliest AS (
     (SELECT o.sequence FROM task o
-     WHERE sqlc.arg(path)::smallint = 1 AND o.state IN (0, 2, 3, 4) AND o.state = sqlc.narg('state')
+     WHERE sqlc.arg(path)::smallint = 1 AND o.state = 0 AND o.state = sqlc.narg('state')
        AND hashtext(o.topic) = hashtext(sqlc.arg(topic)) AND o.topic = sqlc.arg(topic)
        AND o.sequence > sqlc.arg(after)::bigint
        AND (sqlc.narg('identifier')::text IS NULL OR o.identifier = sqlc.narg('identifier'))
        AND (sqlc.narg('reference')::text IS NULL OR o.reference = sqlc.narg('reference'))
      ORDER BY o.sequence LIMIT sqlc.arg(size))
+    UNION ALL
+    (SELECT x.sequence FROM task x
+     WHERE sqlc.arg(path)::smallint = 5 AND x.state BETWEEN 2 AND 4 AND x.state = sqlc.narg('state')
+       AND hashtext(x.topic) = hashtext(sqlc.arg(topic)) AND x.topic = sqlc.arg(topic)
+       AND x.sequence > sqlc.arg(after)::bigint
+       AND (sqlc.narg('identifier')::text IS NULL OR x.identifier = sqlc.narg('identifier'))
+       AND (sqlc.narg('reference')::text IS NULL OR x.reference = sqlc.narg('reference'))
+     ORDER BY x.sequence LIMIT sqlc.arg(size))
     UNION ALL
     (SELECT q.sequence FROM (
         SELECT f.sequence FROM prio p

@@ -1,0 +1,15 @@
+-- 000052: a page of a topic's EXPIRED, FAILED or SUSPENDED tasks reads the page, not
+-- every task of the topic in that state.
+--
+-- Those listings (the dashboard's topic page filtered by state, GET /topics/{topic}/
+-- tasks?state=FAILED, pgtask list --state FAILED) went through task_open, which holds a
+-- state's tasks by identifier: they read every task of the topic in that state and
+-- sorted them to keep one page (a million for a dead-letter set of a million, at every
+-- reload of the page, every 3 s). This index holds them by sequence.
+--
+-- It costs an index entry only to the tasks that enter one of these states (a failure
+-- with no attempt left, an expiry without one, a suspension), nothing to a success or a
+-- retry. Building it reads the whole table once, and holds the writes to each table of
+-- task while that table's part is built: on a large database, run the upgrade at a
+-- quiet time (pgtask migrate up --to 52).
+CREATE INDEX task_attention ON task (hashtext(topic), state, sequence) WHERE state BETWEEN 2 AND 4;
