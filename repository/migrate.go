@@ -62,10 +62,14 @@ func migrateUp(ctx context.Context, pool *pgxpool.Pool, forms fs.FS) error {
 	return withMigrate(ctx, pool, true, forms, func(m *migrate.Migrate) error { return m.Up() })
 }
 
-// MigrateDown reverts every migration, dropping all pgtask tables and their tasks. It
-// refuses a distributed database (ErrDistributed).
+// MigrateDown reverts every migration, dropping all pgtask tables and their tasks, and
+// the view of its version an upgrade from an earlier release left (Migrate). It refuses
+// a distributed database (ErrDistributed).
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool) error {
-	return withMigrate(ctx, pool, false, nil, func(m *migrate.Migrate) error { return m.Down() })
+	if err := withMigrate(ctx, pool, false, nil, func(m *migrate.Migrate) error { return m.Down() }); err != nil {
+		return err
+	}
+	return dropLegacyView(ctx, pool)
 }
 
 // NewestMigration is the version of the newest migration this build has.
@@ -244,18 +248,46 @@ func adoptVersion(ctx context.Context, conn *pgxpool.Conn) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO "+mine+" (version, dirty) SELECT version, dirty FROM "+legacy+" LIMIT 1"); err != nil {
 			return fmt.Errorf("migrate: copy the version from %s to %s: %w", legacyMigrationsTable, migrationsTable, err)
 		}
+		// the view in the table's place, under a savepoint: a table this role may not drop
+		// (another's) or that other objects depend on stays as it is, a copy
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
 		for _, q := range []string{
 			"DROP TABLE " + legacy,
 			"CREATE VIEW " + legacy + " AS SELECT version, dirty FROM " + mine,
-			"COMMENT ON VIEW " + legacy + " IS " + quoteLiteral("pgtask's schema version ("+migrationsTable+
-				"), for the processes of releases that read it here; drop the view once none runs"),
+			"COMMENT ON VIEW " + legacy + " IS " + quoteLiteral(legacyViewComment),
 		} {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return fmt.Errorf("migrate: leave a view of %s as %s: %w", migrationsTable, legacyMigrationsTable, err)
+			if _, err := sp.Exec(ctx, q); err != nil {
+				if rerr := sp.Rollback(ctx); rerr != nil {
+					return fmt.Errorf("migrate: %w", rerr)
+				}
+				return nil
 			}
 		}
-		return nil
+		return sp.Commit(ctx)
 	})
+}
+
+// legacyViewComment marks the view adoptVersion leaves in legacyMigrationsTable's
+// place, which MigrateDown drops.
+const legacyViewComment = "pgtask's schema version (pgtask_schema_migrations), for the processes of releases that read it here; drop the view once none runs"
+
+// dropLegacyView drops the view adoptVersion left, when it is there.
+func dropLegacyView(ctx context.Context, pool *pgxpool.Pool) error {
+	var ours bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = to_regclass($1) AND c.relkind = 'v'
+		AND obj_description(c.oid, 'pg_class') = $2)`, legacyMigrationsTable, legacyViewComment).Scan(&ours); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if !ours {
+		return nil
+	}
+	if _, err := pool.Exec(ctx, "DROP VIEW "+pgx.Identifier{legacyMigrationsTable}.Sanitize()); err != nil {
+		return fmt.Errorf("migrate: drop the view %s: %w", legacyMigrationsTable, err)
+	}
+	return nil
 }
 
 // adopt is adoptVersion on a connection of pool.

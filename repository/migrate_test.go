@@ -402,6 +402,38 @@ func TestMigrateVersionTable(t *testing.T) {
 			t.Fatalf("Migrate again: %v", err)
 		}
 		wantVersion(t, pool, latest)
+		// migrating down drops everything of pgtask's, the view too
+		if err := repository.MigrateDown(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		var left bool
+		if err := pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&left); err != nil || left {
+			t.Errorf("schema_migrations after MigrateDown: there %v, %v; want the view dropped", left, err)
+		}
+	})
+
+	// A legacy table the adoption may not drop (here: a view of the operator's depends on
+	// it) is copied and left as it is; the migration goes on.
+	t.Run("ALegacyTableThatCannotBeDroppedIsCopied", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+		ctx := t.Context()
+		if err := repository.MigrateTo(ctx, pool, latest-1); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, pool, "ALTER TABLE "+schema.VersionTable+" RENAME TO schema_migrations",
+			"CREATE VIEW operators_view AS SELECT version FROM schema_migrations")
+		if err := repository.Migrate(ctx, pool); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		wantVersion(t, pool, latest)
+		var kind string
+		if err := pool.QueryRow(ctx, "SELECT relkind::text FROM pg_class WHERE oid = 'schema_migrations'::regclass").Scan(&kind); err != nil || kind != "r" {
+			t.Errorf("schema_migrations: relkind %q, %v; want the table left", kind, err)
+		}
+		if v, _ := row(t, pool, "schema_migrations"); v != int64(latest-1) {
+			t.Errorf("schema_migrations: %d, want %d as it was", v, latest-1)
+		}
 	})
 
 	t.Run("ASchemaNewerThanTheBuildIsRefusedSayingSo", func(t *testing.T) {

@@ -557,7 +557,7 @@ func TestIdentifierLookupsUseIndexes(t *testing.T) {
 					// whole for an identifier with few READY tasks.
 					if filter.Identifier != "" || filter.Reference != "" {
 						stateScans := checker.scans(plans, func(n planNode, ix partitionIndex) bool {
-							return n.Loops > 0 && (ix.parent == "task_ready" || filter.Identifier == "" && ix.parent == "task_open")
+							return n.Loops > 0 && (ix.parent == "task_ready" || ix.parent == "task_attention" || filter.Identifier == "" && ix.parent == "task_open")
 						})
 						if len(stateScans) > 0 {
 							t.Errorf("%s, call %d, reads its state's index %v: %s", what, call+1, stateScans, plans[0].raw)

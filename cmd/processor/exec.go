@@ -9,7 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 
@@ -43,8 +43,11 @@ type execHandler struct {
 	logger     *slog.Logger
 	lifeline   *lifeline
 	// unstartable counts the tasks in a row whose program could not be started, the
-	// first of them at unstartableSince (unix nanoseconds) (health)
-	unstartable, unstartableSince atomic.Int64
+	// first of them at unstartableSince (health), under unstartableMu (the workers
+	// report at once)
+	unstartableMu    sync.Mutex
+	unstartable      int
+	unstartableSince time.Time
 	// unstartableFor is how long they must have gone on (unstartableForDefault)
 	unstartableFor time.Duration
 }
@@ -63,10 +66,12 @@ const (
 // health reports the program failing to start for the last unstartableLimit tasks or
 // more, over unstartableFor or more, until one starts.
 func (h *execHandler) health() error {
-	n, since := h.unstartable.Load(), h.unstartableSince.Load()
-	if n >= unstartableLimit && since != 0 && time.Since(time.Unix(0, since)) >= h.unstartableFor {
+	h.unstartableMu.Lock()
+	n, since := h.unstartable, h.unstartableSince
+	h.unstartableMu.Unlock()
+	if n >= unstartableLimit && time.Since(since) >= h.unstartableFor {
 		return fmt.Errorf("the program could not be started for the last %d tasks, over %v (see the log)",
-			n, time.Since(time.Unix(0, since)).Round(time.Second))
+			n, time.Since(since).Round(time.Second))
 	}
 	return nil
 }
@@ -100,13 +105,17 @@ func (h *execHandler) handle(ctx context.Context, task repository.Task) reposito
 	start := time.Now()
 	o := h.run(ctx, task)
 	d := execDecision(o, h.timeout, h.retryDelay)
-	if o.startErr != nil {
-		if h.unstartable.Add(1) == 1 {
-			h.unstartableSince.Store(time.Now().UnixNano())
+	if o.startErr != nil || o.started {
+		h.unstartableMu.Lock()
+		switch {
+		case o.started:
+			h.unstartable = 0
+		case h.unstartable == 0:
+			h.unstartable, h.unstartableSince = 1, time.Now()
+		default:
+			h.unstartable++
 		}
-	} else if o.started {
-		h.unstartable.Store(0)
-		h.unstartableSince.Store(0)
+		h.unstartableMu.Unlock()
 	}
 	if o.startErr != nil {
 		h.logger.Error("program could not be started: the task is retried after the retry delay, no attempt used",

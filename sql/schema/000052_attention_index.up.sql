@@ -9,7 +9,7 @@
 --
 -- It costs an index entry only to the tasks that enter one of these states (a failure
 -- with no attempt left, an expiry without one, a suspension), nothing to a success or a
--- retry. Building it reads the whole table once, and holds the writes to each table of
--- task while that table's part is built: on a large database, run the upgrade at a
--- quiet time (pgtask migrate up --to 52).
+-- retry. Building it reads the whole table once, and holds the writes to task until it
+-- is built (one statement, in one transaction, over every table of task): on a large
+-- database, run the upgrade at a quiet time.
 CREATE INDEX task_attention ON task (hashtext(topic), state, sequence) WHERE state BETWEEN 2 AND 4;
