@@ -39,16 +39,41 @@ func (d done) wait(t *testing.T, sequence int64, timeout time.Duration) {
 	}
 }
 
+// emptyPolls is a Listener that reports each empty poll on a channel, for a test to
+// wait until a manager has found its topic empty (and hibernates) before it pushes: a
+// push made before that poll would be found by it, without a notification.
+type emptyPolls chan struct{}
+
+func (e emptyPolls) listener() processor.Listener {
+	return processor.Listener{OnEmpty: func(string, time.Duration) {
+		select {
+		case e <- struct{}{}:
+		default:
+		}
+	}}
+}
+
+// next waits for the next empty poll.
+func (e emptyPolls) next(t *testing.T) {
+	t.Helper()
+	select {
+	case <-e:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no empty poll")
+	}
+}
+
 func TestWakeup(t *testing.T) {
 	t.Run("NotifyWakesAnIdleManagerDespiteAnHourLongPause", func(t *testing.T) {
 		f := setup(t)
 		finished := make(done, 10)
-		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0)})
+		empty := make(emptyPolls, 1)
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0), Listener: empty.listener()})
 		connected := p.Notifier().Connected()
 		f.start(p)
 		<-connected
-		// Let the manager poll the empty topic and hibernate for its hour.
-		time.Sleep(100 * time.Millisecond)
+		// the manager has polled the empty topic, and hibernates for its hour
+		empty.next(t)
 		tasks := f.pushN(1)
 		finished.wait(t, tasks[0].Sequence, 30*time.Second)
 	})
@@ -79,7 +104,8 @@ func TestWakeup(t *testing.T) {
 		}
 		t.Cleanup(pool.Close)
 		finished := make(done, 10)
-		p, _ := f.processor("worker", processor.Config{Pool: pool}, processor.ManagerConfig{Handler: finished.handler(0)})
+		empty := make(emptyPolls, 1)
+		p, _ := f.processor("worker", processor.Config{Pool: pool}, processor.ManagerConfig{Handler: finished.handler(0), Listener: empty.listener()})
 		connected := p.Notifier().Connected()
 		f.start(p)
 		select {
@@ -94,7 +120,7 @@ func TestWakeup(t *testing.T) {
 		if name != "pgtask hooked" {
 			t.Errorf("the listening connection's application_name is %q: the pool's AfterConnect did not run on it", name)
 		}
-		time.Sleep(100 * time.Millisecond)
+		empty.next(t)
 		tasks := f.pushN(1)
 		finished.wait(t, tasks[0].Sequence, 30*time.Second)
 	})
@@ -102,11 +128,13 @@ func TestWakeup(t *testing.T) {
 	t.Run("NotifyWorksAfterTheListeningConnectionWasTerminated", func(t *testing.T) {
 		f := setup(t)
 		finished := make(done, 10)
-		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0)})
+		empty := make(emptyPolls, 1)
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: finished.handler(0), Listener: empty.listener()})
 		connected := p.Notifier().Connected()
 		f.start(p)
 		<-connected
 		pid := p.Notifier().PID()
+		empty.next(t) // the first poll
 		reconnected := p.Notifier().Connected()
 		var terminated bool
 		if err := f.pool.QueryRow(f.ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&terminated); err != nil || !terminated {
@@ -117,7 +145,8 @@ func TestWakeup(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("notifier did not reconnect")
 		}
-		time.Sleep(100 * time.Millisecond)
+		// the poll the reconnection asks for, and the manager hibernates again
+		empty.next(t)
 		tasks := f.pushN(1)
 		finished.wait(t, tasks[0].Sequence, 30*time.Second)
 	})

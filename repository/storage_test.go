@@ -287,8 +287,8 @@ func TestDedicate(t *testing.T) {
 		if _, err := f.repo.Dedicate(f.ctx, f.pool, f.topic); !errors.Is(err, repository.ErrTopicInUse) || !strings.Contains(err.Error(), "1 ACTIVE") {
 			t.Fatalf("dedicate a paused topic with an ACTIVE task: %v, want ErrTopicInUse naming 1 ACTIVE task", err)
 		}
-		if got, _ := f.repo.Topic(f.ctx, f.pool, f.topic); got.Dedicated {
-			t.Errorf("topic dedicated after a refusal")
+		if got, err := f.repo.Topic(f.ctx, f.pool, f.topic); err != nil || got.Dedicated {
+			t.Errorf("topic after a refused dedicate: dedicated %v, %v; want not dedicated", got.Dedicated, err)
 		}
 		if got := topicRows(f); len(got) != len(rows) {
 			t.Errorf("topic has %d tasks after the refusals, want %d", len(got), len(rows))
@@ -366,7 +366,10 @@ func TestDedicate(t *testing.T) {
 		if _, err := f.repo.Dedicate(f.ctx, f.pool, f.topic); err != nil {
 			t.Fatal(err)
 		}
-		topic, _ := f.repo.Topic(f.ctx, f.pool, f.topic)
+		topic, err := f.repo.Topic(f.ctx, f.pool, f.topic)
+		if err != nil || topic.Table == "" {
+			t.Fatalf("the dedicated topic: table %q, %v", topic.Table, err)
+		}
 		f.push(repository.Append, "a", "b", "c")
 		if n, err := f.repo.PurgeAll(f.ctx, f.pool, f.topic); err != nil || n != 3 {
 			t.Fatalf("purge all: %d, %v; want 3", n, err)

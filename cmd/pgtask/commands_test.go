@@ -133,12 +133,12 @@ func TestTopic(t *testing.T) {
 	})
 	t.Run("PauseAndResume", func(t *testing.T) {
 		wantContains(t, f.ok("pause", "mail"), `topic "mail" paused`)
-		if topic, _ := f.repo.Topic(f.ctx, f.pool, "mail"); topic.Active {
+		if topic, err := f.repo.Topic(f.ctx, f.pool, "mail"); err != nil || topic.Active {
 			t.Fatal("topic still active after pause")
 		}
 		wantContains(t, f.ok("topic", "list"), "paused")
 		wantContains(t, f.ok("resume", "mail"), `topic "mail" resumed`)
-		if topic, _ := f.repo.Topic(f.ctx, f.pool, "mail"); !topic.Active {
+		if topic, err := f.repo.Topic(f.ctx, f.pool, "mail"); err != nil || !topic.Active {
 			t.Fatal("topic paused after resume")
 		}
 		wantRuntime(t, f.cli("pause", "nope"), repository.ErrUnknownTopic)
@@ -167,7 +167,7 @@ func TestTopic(t *testing.T) {
 		r = f.cli("topic", "add", "mail", "--max-attempts", "7", "--dedicated")
 		wantRuntime(t, r, repository.ErrTopicInUse)
 		wantContains(t, r.stderr, "the settings given were not applied")
-		if topic, _ := f.repo.Topic(f.ctx, f.pool, "mail"); topic.MaxAttempts == 7 || topic.Dedicated {
+		if topic, err := f.repo.Topic(f.ctx, f.pool, "mail"); err != nil || topic.MaxAttempts == 7 || topic.Dedicated {
 			t.Errorf("topic mail after a refused add --dedicated: max attempts %d, dedicated %v; want both unchanged", topic.MaxAttempts, topic.Dedicated)
 		}
 		// settings the repository refuses leave no new topic behind
