@@ -338,6 +338,19 @@ pgtask_errors_total{topic="b"} 1
 		t.Parallel()
 		m := metrics.New(nil)
 		m.Listener().OnError("a", errors.New("x")) // must not panic
+		// a second one, and the same series on a registry of their own: a New(nil) that
+		// registered somewhere (the default registerer) would panic on a duplicate
+		metrics.New(nil).Listener().OnError("a", errors.New("x"))
+		reg := prometheus.NewRegistry()
+		own := metrics.New(reg)
+		own.Listener().OnError("a", errors.New("x"))
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP pgtask_errors_total Errors a task manager met (database errors, handler misbehaviour, fatal stops).
+# TYPE pgtask_errors_total counter
+pgtask_errors_total{topic="a"} 1
+`), "pgtask_errors_total"); err != nil {
+			t.Errorf("the registry's own series counted the nil ones' errors too, or none: %v", err)
+		}
 	})
 }
 
