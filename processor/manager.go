@@ -340,7 +340,7 @@ func (m *TaskManager) probeDue(ctx context.Context, head time.Time, from reposit
 	qctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
 	due, ok, err := m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(head))
-	if err == nil && ok && due.Delay == 0 && head.Before(polled) && due.At.Compare(from) >= 0 {
+	if err == nil && ok && due.Delay == 0 && !from.IsZero() && due.At.Compare(from) >= 0 {
 		due, ok, err = m.p.repo.NextDue(qctx, m.p.pool, m.cfg.Topic, time.Since(polled)+5*time.Millisecond)
 	}
 	if err != nil {

@@ -272,7 +272,7 @@ func adoptVersion(ctx context.Context, conn *pgxpool.Conn) error {
 
 // legacyViewComment marks the view adoptVersion leaves in legacyMigrationsTable's
 // place, which MigrateDown drops.
-const legacyViewComment = "pgtask's schema version (pgtask_schema_migrations), for the processes of releases that read it here; drop the view once none runs"
+const legacyViewComment = "pgtask's schema version (" + schema.VersionTable + "), for the processes of releases that read it here; drop the view once none runs"
 
 // dropLegacyView drops the view adoptVersion left, when it is there.
 func dropLegacyView(ctx context.Context, pool *pgxpool.Pool) error {

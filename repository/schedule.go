@@ -260,11 +260,7 @@ func (s ScheduleSettings) validateSpec(newSpec bool) error {
 	if err := validTopic(s.Topic); err != nil {
 		return err
 	}
-	parse := parseStoredSchedule
-	if newSpec {
-		parse = parseSchedule
-	}
-	if _, err := parse(s.Spec, s.TimeZone); err != nil {
+	if _, err := parseSpec(s.Spec, s.TimeZone, newSpec); err != nil {
 		return err
 	}
 	if s.Identifier != "" {
@@ -397,9 +393,11 @@ func parseSpec(spec, tz string, strict bool) (*cronSchedule, error) {
 	if n := utf8.RuneCountInString(spec); n > MaxScheduleSpecLength {
 		return nil, invalid("spec is %d characters long, at most %d allowed", n, MaxScheduleSpecLength)
 	}
-	if i := strings.IndexFunc(spec, func(r rune) bool { return r > unicode.MaxASCII && r != 'µ' && r != 'μ' || r == 0 }); strict && i >= 0 {
-		r, _ := utf8.DecodeRuneInString(spec[i:])
-		return nil, invalid("spec %q: character %q is not allowed (a spec is written in ASCII)", spec, r)
+	if strict {
+		if i := strings.IndexFunc(spec, func(r rune) bool { return r > unicode.MaxASCII && r != 'µ' && r != 'μ' || r == 0 }); i >= 0 {
+			r, _ := utf8.DecodeRuneInString(spec[i:])
+			return nil, invalid("spec %q: character %q is not allowed (a spec is written in ASCII)", spec, r)
+		}
 	}
 	upper := strings.ToUpper(trimmed)
 	if strings.HasPrefix(upper, "TZ=") || strings.HasPrefix(upper, "CRON_TZ=") {
@@ -431,8 +429,10 @@ func parseSpec(spec, tz string, strict bool) (*cronSchedule, error) {
 	}
 	if strings.HasPrefix(trimmed, "@") {
 		trimmed = strings.ToLower(trimmed) // the library's descriptors are lower case only
-	} else if err := checkCronFields(spec, trimmed); strict && err != nil {
-		return nil, err
+	} else if strict {
+		if err := checkCronFields(spec, trimmed); err != nil {
+			return nil, err
+		}
 	}
 	parsed, err := cronParser.Parse(trimmed)
 	if err != nil {

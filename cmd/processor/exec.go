@@ -196,18 +196,24 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 // would give every program, and whatever a task's untrusted input makes it run, the
 // database's credentials and the webhook's URL.
 func childEnv(environ []string) []string {
-	own := map[string]bool{"PGPASSWORD": true, "PGSSLPASSWORD": true}
-	for _, o := range options {
-		own[o.env] = true
-	}
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
-		if name, _, _ := strings.Cut(kv, "="); !own[name] {
+		if name, _, _ := strings.Cut(kv, "="); !processorVars[name] {
 			out = append(out, kv)
 		}
 	}
 	return out
 }
+
+// processorVars are the variables childEnv leaves out: the settings of options, and
+// libpq's passwords.
+var processorVars = func() map[string]bool {
+	vars := map[string]bool{"PGPASSWORD": true, "PGSSLPASSWORD": true}
+	for _, o := range options {
+		vars[o.env] = true
+	}
+	return vars
+}()
 
 // taskEnv is what the program learns about its task from the environment.
 func taskEnv(t repository.Task) []string {
