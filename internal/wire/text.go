@@ -249,15 +249,19 @@ func wants(t reflect.Type) string {
 }
 
 // checkFieldsOnce refuses an object of body (outside an "input") that has a field twice.
-// Malformed JSON passes: the decoder reports it with its offset.
+// Malformed JSON passes: the decoder reports it with its offset, and so does JSON nested
+// deeper than the decoder takes (maxNesting), where the walk stops.
 func checkFieldsOnce(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	// A token the decoder refuses is not consumed: More would go on seeing it, so the
 	// walk ends there (errMalformed) rather than asking again forever.
 	errMalformed := errors.New("malformed")
-	var value func(path string, look bool) error
-	value = func(path string, look bool) error {
+	var value func(at *jsonPath, depth int, look bool) error
+	value = func(at *jsonPath, depth int, look bool) error {
+		if depth > maxNesting {
+			return errMalformed
+		}
 		tok, err := dec.Token()
 		if err != nil {
 			return errMalformed
@@ -274,17 +278,17 @@ func checkFieldsOnce(body []byte) error {
 				// after "identifier" would replace it too
 				key, _ := tok.(string)
 				if look && seen[strings.ToLower(key)] {
-					return fmt.Errorf("%sfield %q is given twice", path, key)
+					return fmt.Errorf("%sfield %q is given twice", at, key)
 				}
 				seen[strings.ToLower(key)] = true
-				if err := value(fmt.Sprintf("%s%s: ", path, key), look && !strings.EqualFold(key, "input")); err != nil {
+				if err := value(&jsonPath{parent: at, key: key}, depth+1, look && !strings.EqualFold(key, "input")); err != nil {
 					return err
 				}
 			}
 			_, _ = dec.Token()
 		case json.Delim('['):
 			for i := 0; dec.More(); i++ {
-				if err := value(fmt.Sprintf("%s[%d]: ", strings.TrimSuffix(path, ": "), i), look); err != nil {
+				if err := value(&jsonPath{parent: at, index: i, element: true}, depth+1, look); err != nil {
 					return err
 				}
 			}
@@ -292,10 +296,48 @@ func checkFieldsOnce(body []byte) error {
 		}
 		return nil
 	}
-	if err := value("", true); err != errMalformed {
+	if err := value(nil, 1, true); err != errMalformed {
 		return err
 	}
 	return nil
+}
+
+// maxNesting is how deeply encoding/json lets objects and arrays nest (its decoder's
+// limit, which its Token method does not apply).
+const maxNesting = 10000
+
+// jsonPath is where checkFieldsOnce stands in the body, spelt out only for an error
+// ("tasks[1]: "): a string built at each level would make a body of deeply nested
+// arrays hold memory growing with the square of its depth.
+type jsonPath struct {
+	parent  *jsonPath
+	key     string
+	index   int
+	element bool // an array's element (index) rather than an object's field (key)
+}
+
+// String is the path followed by ": ", or "" at the top.
+func (p *jsonPath) String() string {
+	var parts []string
+	for ; p != nil; p = p.parent {
+		if p.element {
+			parts = append(parts, fmt.Sprintf("[%d]", p.index))
+		} else {
+			parts = append(parts, p.key)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	slices.Reverse(parts)
+	var b strings.Builder
+	for i, part := range parts {
+		if i > 0 && !strings.HasPrefix(part, "[") {
+			b.WriteString(": ")
+		}
+		b.WriteString(part)
+	}
+	return b.String() + ": "
 }
 
 // jsonError rewrites encoding/json's errors for people.
