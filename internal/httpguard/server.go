@@ -1,6 +1,7 @@
 package httpguard
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -25,8 +26,9 @@ const (
 type Timeouts struct {
 	// ReadHeader bounds the reading of a request's headers.
 	ReadHeader time.Duration
-	// Read bounds the reading of a whole request, headers and body. When it passes
-	// while the handler still runs, the request's context is cancelled too.
+	// Read bounds the reading of a whole request, headers and body, and the work of
+	// its handler: the request's context is cancelled when Read has passed since the
+	// handler started (Extend moves that deadline).
 	Read time.Duration
 	// Write bounds a request from the end of its headers to the end of its response.
 	Write time.Duration
@@ -80,7 +82,7 @@ func (t Timeouts) withDefaults() Timeouts {
 func NewServer(h http.Handler, t Timeouts, logger *slog.Logger) *http.Server {
 	t = t.withDefaults()
 	return &http.Server{
-		Handler:           h,
+		Handler:           withDeadline(h, t.Read),
 		ReadHeaderTimeout: t.ReadHeader,
 		ReadTimeout:       t.Read,
 		WriteTimeout:      t.Write,
@@ -94,18 +96,41 @@ func NewServer(h http.Handler, t Timeouts, logger *slog.Logger) *http.Server {
 // sixteenth of net/http's default.
 const maxHeaderBytes = 64 << 10
 
-// Extend gives the request being served d more time, from now, both to be read and to
-// be answered, beyond the server's Timeouts. A route that holds requests longer than
-// those (a long poll, a stream of events, a large upload) calls it first; other routes
-// stay bounded by the server's settings.
-func Extend(w http.ResponseWriter, d time.Duration) error {
+// withDeadline cancels each request's context once d has passed since its handler
+// started, unless Extend moves that time. net/http's read deadline does not: it is
+// lifted once the body has been read (at once for a GET), so a handler waiting on a
+// database statement or a lock ran on until its client went away, holding a
+// connection of the pool, its answer lost at the write deadline.
+func withDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := &deadline{timer: time.AfterFunc(d, cancel)}
+		defer stop.timer.Stop()
+		h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, deadlineKey{}, stop)))
+	})
+}
+
+// deadline is the timer that cancels a request's context (withDeadline).
+type deadline struct{ timer *time.Timer }
+
+type deadlineKey struct{}
+
+// Extend gives the request being served d more time, from now, to be read, to be
+// worked on (its context's end) and to be answered, beyond the server's Timeouts. A route
+// that holds requests longer than those (a long poll, a stream of events, a large
+// upload) calls it first; other routes stay bounded by the server's settings.
+func Extend(w http.ResponseWriter, r *http.Request, d time.Duration) error {
 	rc := http.NewResponseController(w)
-	deadline := time.Now().Add(d)
-	if err := rc.SetReadDeadline(deadline); err != nil {
+	until := time.Now().Add(d)
+	if err := rc.SetReadDeadline(until); err != nil {
 		return fmt.Errorf("extend read deadline: %w", err)
 	}
-	if err := rc.SetWriteDeadline(deadline); err != nil {
+	if err := rc.SetWriteDeadline(until); err != nil {
 		return fmt.Errorf("extend write deadline: %w", err)
+	}
+	if stop, ok := r.Context().Value(deadlineKey{}).(*deadline); ok {
+		stop.timer.Reset(d)
 	}
 	return nil
 }

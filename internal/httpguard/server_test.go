@@ -170,20 +170,40 @@ func TestServerTimeouts(t *testing.T) {
 			t.Errorf("answer %q, want 401", answer)
 		}
 	})
+	// net/http lifts the read deadline once the body is read (at once for a GET): the
+	// handler's context was cancelled only by its client going away.
+	t.Run("StopsAHandlerStillWorkingAtTheReadTimeout", func(t *testing.T) {
+		t.Parallel()
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /wait", func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+				httpguard.WriteError(w, http.StatusServiceUnavailable, "stopped")
+			case <-time.After(guardTime):
+				fmt.Fprintln(w, "never stopped")
+			}
+		})
+		addr := start(t, mux, short)
+		conn := conntest.Dial(t, addr, "GET /wait HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+		if answer := waitClosed(t, conn); !strings.HasPrefix(answer, "HTTP/1.1 503") || !strings.Contains(answer, "stopped") {
+			t.Errorf("answer %q, want 503 stopped", answer)
+		}
+	})
 	t.Run("ExtendGivesOneRouteMoreTime", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
 		mux := http.NewServeMux()
 		mux.Handle("/", echo())
 		mux.HandleFunc("GET /long", func(w http.ResponseWriter, r *http.Request) {
-			if err := httpguard.Extend(w, time.Minute); err != nil {
+			if err := httpguard.Extend(w, r, time.Minute); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 			select {
 			case <-release:
 				fmt.Fprintln(w, "done")
-			case <-r.Context().Done():
+			case <-r.Context().Done(): // the extended context must outlive the read timeout
+				fmt.Fprintln(w, "stopped")
 			}
 		})
 		addr := start(t, mux, short)

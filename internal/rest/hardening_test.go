@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/conntest"
+	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/internal/rest"
 	"github.com/pgtask/pgtask/repository"
@@ -370,5 +371,24 @@ func TestRequestStopped(t *testing.T) {
 	got := logs.String()
 	if strings.Contains(got, "level=ERROR") || !strings.Contains(got, "request stopped") {
 		t.Fatalf("logs:\n%s", got)
+	}
+
+	// Served as pgtask serve serves it, the read timeout stops the request: net/http lifts
+	// its read deadline once a GET's headers are read, and the statement waited on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httpguard.NewServer(h, httpguard.Timeouts{Read: 300 * time.Millisecond, Write: 10 * time.Second}, slog.New(slog.DiscardHandler))
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	client := &http.Client{Timeout: 8 * time.Second}
+	resp, err := client.Get("http://" + ln.Addr().String() + "/topics/mail")
+	if err != nil {
+		t.Fatalf("GET through the server: %v (the read timeout did not stop it)", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d through the server, want 503", resp.StatusCode)
 	}
 }
