@@ -140,12 +140,14 @@ func (q *Queries) TopicGet(ctx context.Context, db DBTX, topic string) (TaskTopi
 }
 
 const topicGetForUpdate = `-- name: TopicGetForUpdate :one
-SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair FROM task_topic WHERE topic = $1 FOR UPDATE
+SELECT topic, partition, created, max_attempts, backoff_base_ms, backoff_cap_ms, backoff_jitter_ms, queue_cap, retention_ms, active, dedicated, concurrency, key_concurrency, rate, rate_period_ms, rate_burst, fair FROM task_topic WHERE topic = $1 FOR NO KEY UPDATE
 `
 
 // The topic's row, locked until the end of the transaction: a partial update of its
 // settings (Repository.UpdateSettings) reads, changes and writes them back without
-// losing a concurrent one.
+// losing a concurrent one. FOR NO KEY UPDATE, what the UPDATE takes: FOR UPDATE
+// waited for every open transaction that had pushed to the topic (a push holds its row
+// FOR KEY SHARE), and held off the topic's pushes while it waited.
 func (q *Queries) TopicGetForUpdate(ctx context.Context, db DBTX, topic string) (TaskTopic, error) {
 	row := db.QueryRow(ctx, topicGetForUpdate, topic)
 	var i TaskTopic

@@ -417,18 +417,26 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 // each topic's share is small, so that compiling the plan would take longer than
 // running it, at every call.
 func withoutJIT(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
+	return withSettings(ctx, h, []string{"jit"}, fn)
+}
+
+// withSettings runs fn in a transaction of h (inTx) with each of the planner's settings
+// named turned off, and puts them back as they were before the transaction ends (for
+// the rest of a caller's transaction).
+func withSettings(ctx context.Context, h Handle, off []string, fn func(tx pgx.Tx) error) error {
 	return inTx(ctx, h, func(tx pgx.Tx) error {
-		var jit string
-		if err := tx.QueryRow(ctx, "SELECT current_setting('jit')").Scan(&jit); err != nil {
+		var was []string
+		if err := tx.QueryRow(ctx, "SELECT array_agg(current_setting(n) ORDER BY o) FROM unnest($1::text[]) WITH ORDINALITY AS s(n, o)",
+			off).Scan(&was); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT count(set_config(n, 'off', true)) FROM unnest($1::text[]) AS s(n)", off); err != nil {
 			return err
 		}
 		if err := fn(tx); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "SELECT set_config('jit', $1, true)", jit)
+		_, err := tx.Exec(ctx, "SELECT count(set_config(n, v, true)) FROM unnest($1::text[], $2::text[]) AS s(n, v)", off, was)
 		return err
 	})
 }

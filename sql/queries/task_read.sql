@@ -352,15 +352,50 @@ WHERE t.topic = sqlc.arg(topic)
 -- the topic to start after next (the last one it deleted from, in that order; empty
 -- when none). Without the turn, a topic whose old tasks outnumbered a pass's batches
 -- was served first at every pass, and the topics after it not until it was cleared.
--- The DELETE states the state and the cutoff again: a row that a revival (a reset, a
--- reassign, a junction's release) holds is waited for, and once that commits,
--- PostgreSQL checks the DELETE's own WHERE against the row's new version, not the
--- subquery's, which would delete a task just made READY.
+-- The candidates are locked as they are found, SKIP LOCKED: a task a revival (a reset,
+-- a reassign, a junction's release) or another pass holds is passed over, and a row
+-- changed since the snapshot is checked again by its new version; the DELETE states
+-- the state and the cutoff again all the same.
 WITH old AS (
     SELECT f.topic, f.sequence, f.cutoff
     FROM (SELECT tt.topic, tt.retention_ms FROM task_topic tt
           WHERE tt.retention_ms IS NOT NULL
           ORDER BY tt.topic <= sqlc.arg(after)::text, tt.topic) tt
+    CROSS JOIN LATERAL (
+        SELECT f.topic, f.sequence, now() - tt.retention_ms * interval '1 millisecond' AS cutoff FROM task f
+        WHERE hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic AND f.state >= 3
+          AND COALESCE(f.completed, f.created) < now() - tt.retention_ms * interval '1 millisecond'
+        LIMIT sqlc.arg(size)
+        -- passes over a task another transaction holds (a revival, another processor's
+        -- pass taking the topics in its own turn): passes waiting for each other's rows
+        -- in opposite orders deadlocked
+        FOR UPDATE SKIP LOCKED
+    ) f
+    LIMIT sqlc.arg(size)
+),
+deleted AS (
+    DELETE FROM task t
+    USING old
+    WHERE t.topic = old.topic AND t.sequence = old.sequence
+      AND t.state >= 3 AND COALESCE(t.completed, t.created) < old.cutoff
+    RETURNING t.topic
+)
+SELECT count(*)::bigint AS deleted,
+       -- the last in the batch's order: of those up to @after once it came round to them
+       COALESCE(max(d.topic) FILTER (WHERE d.topic <= sqlc.arg(after)::text), max(d.topic), '')::text AS last
+FROM deleted d;
+
+-- name: TaskPurgeRetentionDistributed :one
+-- TaskPurgeRetentionAfter as a distributed database runs it (Citus runs no FOR UPDATE
+-- in a statement over many shards, nor keeps the order of the topics): the candidates
+-- are not locked, so that a task a revival holds is waited for and checked again by the
+-- DELETE's own WHERE, and two passes may wait for each other (one fails, deadlocked,
+-- and the next pass takes its tasks).
+WITH old AS (
+    SELECT f.topic, f.sequence, f.cutoff
+    FROM (SELECT tt.topic, tt.retention_ms FROM task_topic tt
+          WHERE tt.retention_ms IS NOT NULL
+          ORDER BY tt.topic <= '', tt.topic) tt
     CROSS JOIN LATERAL (
         SELECT f.topic, f.sequence, now() - tt.retention_ms * interval '1 millisecond' AS cutoff FROM task f
         WHERE hashtext(f.topic) = hashtext(tt.topic) AND f.topic = tt.topic AND f.state >= 3
@@ -378,7 +413,7 @@ deleted AS (
 )
 SELECT count(*)::bigint AS deleted,
        -- the last in the batch's order: of those up to @after once it came round to them
-       COALESCE(max(d.topic) FILTER (WHERE d.topic <= sqlc.arg(after)::text), max(d.topic), '')::text AS last
+       COALESCE(max(d.topic) FILTER (WHERE d.topic <= ''), max(d.topic), '')::text AS last
 FROM deleted d;
 
 -- name: TaskWaiting :one

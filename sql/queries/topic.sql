@@ -21,8 +21,10 @@ SELECT * FROM task_topic WHERE topic = sqlc.arg(topic);
 -- name: TopicGetForUpdate :one
 -- The topic's row, locked until the end of the transaction: a partial update of its
 -- settings (Repository.UpdateSettings) reads, changes and writes them back without
--- losing a concurrent one.
-SELECT * FROM task_topic WHERE topic = sqlc.arg(topic) FOR UPDATE;
+-- losing a concurrent one. FOR NO KEY UPDATE, what the UPDATE takes: FOR UPDATE
+-- waited for every open transaction that had pushed to the topic (a push holds its row
+-- FOR KEY SHARE), and held off the topic's pushes while it waited.
+SELECT * FROM task_topic WHERE topic = sqlc.arg(topic) FOR NO KEY UPDATE;
 
 -- name: TopicUpdate :one
 -- Writes a topic's settings and notifies it ('ACTIVATION <md5(topic)>', then 'WORK
