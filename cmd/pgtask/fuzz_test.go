@@ -39,10 +39,23 @@ func FuzzParseLine(f *testing.F) {
 			}
 			return
 		}
-		if !strings.HasPrefix(strings.TrimRight(line, "\r\n"), c.Identifier) || !strings.Contains(line, c.Input) {
+		if !strings.HasPrefix(strings.TrimPrefix(strings.TrimRight(line, "\r\n"), "\uFEFF"), c.Identifier) || !strings.Contains(line, c.Input) {
 			t.Fatalf("parseLine(%q) = identifier %q input %q: not the line's text", line, c.Identifier, c.Input)
 		}
 	})
+}
+
+// TestParseLineByteOrderMark: a line starting with a byte order mark (a file an editor
+// on Windows wrote) is read without it: a JSON line was taken for a TSV one, its
+// identifier the whole text, mark included.
+func TestParseLineByteOrderMark(t *testing.T) {
+	t.Parallel()
+	for line, want := range map[string]string{"\uFEFF{\"identifier\":\"bom\"}\n": "bom", "\uFEFFid\tinput": "id"} {
+		c, err := parseLine(line, repository.Creation{})
+		if err != nil || c.Identifier != want {
+			t.Errorf("parseLine(%q) = identifier %q, %v; want %q", line, c.Identifier, err, want)
+		}
+	}
 }
 
 // FuzzParseDuration checks durations as flags and JSON lines give them: an error or a

@@ -281,7 +281,9 @@ func readLines(stop <-chan struct{}, r io.Reader) <-chan inputLine {
 
 // parseLine parses one line of standard input into a creation based on defaults.
 func parseLine(line string, defaults repository.Creation) (repository.Creation, error) {
-	line = strings.TrimRight(line, "\r\n")
+	// a byte order mark, which editors on Windows write at the start of a file, would
+	// make a JSON line a TSV one whose identifier is the whole text
+	line = strings.TrimPrefix(strings.TrimRight(line, "\r\n"), "\uFEFF")
 	c := defaults
 	if trimmed := strings.TrimSpace(line); strings.HasPrefix(trimmed, "{") {
 		var pl pushLine
