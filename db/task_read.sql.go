@@ -454,7 +454,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > $2::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM earliest l
 JOIN task t ON t.sequence = l.sequence AND t.topic = $3
 ORDER BY t.sequence
@@ -474,26 +474,27 @@ type TaskEarliestParams struct {
 }
 
 type TaskEarliestRow struct {
-	Topic       string
-	Sequence    int64
-	Identifier  string
-	State       int16
-	Descent     int16
-	Owner       *string
-	Created     time.Time
-	Completed   *time.Time
-	Input       string
-	InputBytes  int64
-	Output      string
-	OutputBytes int64
-	Reference   *string
-	Priority    int16
-	NotBefore   *time.Time
-	Attempt     int32
-	Returned    int32
-	Errors      []string
-	ErrorsCut   bool
-	Cancelled   bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          string
+	InputBytes     int64
+	Output         string
+	OutputBytes    int64
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	ErrorsCut      bool
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // TaskLatest the other way: the first @size tasks of the topic after the exclusive
@@ -543,6 +544,7 @@ func (q *Queries) TaskEarliest(ctx context.Context, db DBTX, arg TaskEarliestPar
 			&i.Errors,
 			&i.ErrorsCut,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -567,7 +569,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > $2::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM task t
 WHERE t.topic = $3 AND t.sequence = ANY($4::bigint[])
   AND ($5::smallint IS NULL OR t.state = $5)
@@ -586,26 +588,27 @@ type TaskExcerptAtParams struct {
 }
 
 type TaskExcerptAtRow struct {
-	Topic       string
-	Sequence    int64
-	Identifier  string
-	State       int16
-	Descent     int16
-	Owner       *string
-	Created     time.Time
-	Completed   *time.Time
-	Input       string
-	InputBytes  int64
-	Output      string
-	OutputBytes int64
-	Reference   *string
-	Priority    int16
-	NotBefore   *time.Time
-	Attempt     int32
-	Returned    int32
-	Errors      []string
-	ErrorsCut   bool
-	Cancelled   bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          string
+	InputBytes     int64
+	Output         string
+	OutputBytes    int64
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	ErrorsCut      bool
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // TaskPageAt with the columns of TaskExcerptForward.
@@ -647,6 +650,7 @@ func (q *Queries) TaskExcerptAt(ctx context.Context, db DBTX, arg TaskExcerptAtP
 			&i.Errors,
 			&i.ErrorsCut,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -671,7 +675,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > $2::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM task t
 WHERE t.topic = $3 AND t.sequence < $4::bigint AND t.sequence > $5::bigint AND t.sequence < $6::bigint
   AND ($7::smallint IS NULL OR t.state = $7)
@@ -695,26 +699,27 @@ type TaskExcerptBackwardParams struct {
 }
 
 type TaskExcerptBackwardRow struct {
-	Topic       string
-	Sequence    int64
-	Identifier  string
-	State       int16
-	Descent     int16
-	Owner       *string
-	Created     time.Time
-	Completed   *time.Time
-	Input       string
-	InputBytes  int64
-	Output      string
-	OutputBytes int64
-	Reference   *string
-	Priority    int16
-	NotBefore   *time.Time
-	Attempt     int32
-	Returned    int32
-	Errors      []string
-	ErrorsCut   bool
-	Cancelled   bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          string
+	InputBytes     int64
+	Output         string
+	OutputBytes    int64
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	ErrorsCut      bool
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // TaskExcerptForward before the exclusive cursor, newest first.
@@ -759,6 +764,7 @@ func (q *Queries) TaskExcerptBackward(ctx context.Context, db DBTX, arg TaskExce
 			&i.Errors,
 			&i.ErrorsCut,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -783,7 +789,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > $2::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM task t
 WHERE t.topic = $3 AND t.sequence > $4::bigint AND t.sequence > $5::bigint AND t.sequence < $6::bigint
   AND ($7::smallint IS NULL OR t.state = $7)
@@ -807,26 +813,27 @@ type TaskExcerptForwardParams struct {
 }
 
 type TaskExcerptForwardRow struct {
-	Topic       string
-	Sequence    int64
-	Identifier  string
-	State       int16
-	Descent     int16
-	Owner       *string
-	Created     time.Time
-	Completed   *time.Time
-	Input       string
-	InputBytes  int64
-	Output      string
-	OutputBytes int64
-	Reference   *string
-	Priority    int16
-	NotBefore   *time.Time
-	Attempt     int32
-	Returned    int32
-	Errors      []string
-	ErrorsCut   bool
-	Cancelled   bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          string
+	InputBytes     int64
+	Output         string
+	OutputBytes    int64
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	ErrorsCut      bool
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // TaskPageForward for a listing, with the long texts cut so that a page's size does not
@@ -875,6 +882,7 @@ func (q *Queries) TaskExcerptForward(ctx context.Context, db DBTX, arg TaskExcer
 			&i.Errors,
 			&i.ErrorsCut,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -1077,7 +1085,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > $2::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > $1::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM latest l
 JOIN task t ON t.sequence = l.sequence AND t.topic = $3
 ORDER BY t.sequence DESC
@@ -1097,26 +1105,27 @@ type TaskLatestParams struct {
 }
 
 type TaskLatestRow struct {
-	Topic       string
-	Sequence    int64
-	Identifier  string
-	State       int16
-	Descent     int16
-	Owner       *string
-	Created     time.Time
-	Completed   *time.Time
-	Input       string
-	InputBytes  int64
-	Output      string
-	OutputBytes int64
-	Reference   *string
-	Priority    int16
-	NotBefore   *time.Time
-	Attempt     int32
-	Returned    int32
-	Errors      []string
-	ErrorsCut   bool
-	Cancelled   bool
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          string
+	InputBytes     int64
+	Output         string
+	OutputBytes    int64
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	ErrorsCut      bool
+	Cancelled      bool
+	ConcurrencyKey *string
 }
 
 // The latest @size tasks of the topic before the exclusive cursor @before, newest first,
@@ -1175,6 +1184,7 @@ func (q *Queries) TaskLatest(ctx context.Context, db DBTX, arg TaskLatestParams)
 			&i.Errors,
 			&i.ErrorsCut,
 			&i.Cancelled,
+			&i.ConcurrencyKey,
 		); err != nil {
 			return nil, err
 		}

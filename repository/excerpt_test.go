@@ -45,6 +45,25 @@ func TestExcerpts(t *testing.T) {
 			t.Errorf("Get returns %d bytes of input, want all %d", len(whole.Input), len(long))
 		}
 	})
+	// every read of excerpts carries the concurrency key (they left it out: REST, the CLI
+	// and the dashboard listed a task pushed with a key as one without)
+	t.Run("CarriesTheKey", func(t *testing.T) {
+		f := isolated(t, shared)
+		task := pushOne(f, repository.Creation{Identifier: "a", ConcurrencyKey: "acme"})
+		for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
+			if got := excerpts(f, direction); len(got) != 1 || got[0].ConcurrencyKey != "acme" {
+				t.Errorf("excerpts %v: %+v, want the key acme", direction, got)
+			}
+		}
+		latest, err := f.repo.Latest(f.ctx, f.pool, f.topic, repository.TaskFilter{}, repository.MaxSequence, 10)
+		if err != nil || len(latest) != 1 || latest[0].ConcurrencyKey != "acme" {
+			t.Errorf("Latest = %+v, %v; want the key acme", latest, err)
+		}
+		one, err := f.repo.GetExcerpt(f.ctx, f.pool, f.topic, task.Sequence, 10, 1)
+		if err != nil || one.ConcurrencyKey != "acme" {
+			t.Errorf("GetExcerpt = %+v, %v; want the key acme", one, err)
+		}
+	})
 	t.Run("KeepsShortTextsWhole", func(t *testing.T) {
 		f := isolated(t, shared)
 		pushOne(f, repository.Creation{Identifier: "a", Input: "in", Reference: "r", Priority: 3})

@@ -334,7 +334,7 @@ func excerptsFrom(rows []db.TaskExcerptForwardRow) []Excerpt {
 				Descent: row.Descent, Owner: row.Owner, Created: row.Created, Completed: row.Completed,
 				Input: ptr(row.Input), Output: ptr(row.Output), Reference: row.Reference, Priority: row.Priority,
 				NotBefore: row.NotBefore, Attempt: row.Attempt, Returned: row.Returned, Errors: row.Errors,
-				Cancelled: row.Cancelled,
+				Cancelled: row.Cancelled, ConcurrencyKey: row.ConcurrencyKey,
 			}),
 			InputBytes:  row.InputBytes,
 			OutputBytes: row.OutputBytes,

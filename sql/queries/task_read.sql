@@ -45,7 +45,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.sequence > sqlc.arg(cursor)::bigint AND t.sequence > sqlc.arg(floor)::bigint AND t.sequence < sqlc.arg(ceiling)::bigint
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
@@ -68,7 +68,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.sequence < sqlc.arg(cursor)::bigint AND t.sequence > sqlc.arg(floor)::bigint AND t.sequence < sqlc.arg(ceiling)::bigint
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
@@ -124,7 +124,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.sequence = ANY(sqlc.arg(sequences)::bigint[])
   AND (sqlc.narg('state')::smallint IS NULL OR t.state = sqlc.narg('state'))
@@ -557,7 +557,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM latest l
 JOIN task t ON t.sequence = l.sequence AND t.topic = sqlc.arg(topic)
 ORDER BY t.sequence DESC
@@ -663,7 +663,7 @@ SELECT t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created
              ORDER BY e.n)::text[] AS errors,
        (COALESCE(cardinality(t.errors), 0) > sqlc.arg(error_count)::integer
         OR EXISTS (SELECT FROM unnest(t.errors) AS e(text) WHERE char_length(e.text) > sqlc.arg(length)::integer))::boolean AS errors_cut,
-       t.cancelled
+       t.cancelled, t.concurrency_key
 FROM earliest l
 JOIN task t ON t.sequence = l.sequence AND t.topic = sqlc.arg(topic)
 ORDER BY t.sequence
