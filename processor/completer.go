@@ -576,9 +576,8 @@ var errCommitted = errors.New("decisions already committed")
 // becomes true once an attempt here fails after its statement was sent.
 func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsure bool) ([]repository.Task, error) {
 	backoff := newBackoff(50*time.Millisecond, 5*time.Second)
-	// A wake-up that ended a wait was the poll loop's too (a notification of work, the
-	// notifier's reconnection): passed on once the commit is done, not at once, where
-	// this loop's next wait would take it back and retry without a pause.
+	// The notifier's reconnection, when it ended a wait, is passed on to the poll loop
+	// once the commit is done (the notifications sent meanwhile were lost).
 	woken := false
 	defer func() {
 		if woken {

@@ -86,6 +86,44 @@ func TestDatabaseErrors(t *testing.T) {
 	}
 }
 
+// TestFailingPollsBackOffUnderNotifications: polls that fail at once wait out their
+// backoff however many notifications of work arrive meanwhile. Each wake-up ended the
+// wait: while other processes pushed, the manager sent a failing poll at each of their
+// notifications, its backoff never growing.
+func TestFailingPollsBackOffUnderNotifications(t *testing.T) {
+	f := setup(t)
+	var pollErrors atomic.Int64
+	p, managers := f.processor("faulty", processor.Config{Logger: slog.New(slog.DiscardHandler), ErrorLogInterval: time.Hour}, processor.ManagerConfig{
+		Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision { return repository.Succeed("") }),
+		Listener: processor.Listener{OnError: func(_ string, err error) {
+			if strings.Contains(err.Error(), "poll") {
+				pollErrors.Add(1)
+			}
+		}},
+	})
+	for _, stmt := range []string{
+		"ALTER FUNCTION task_poll_candidates(text, boolean, smallint, integer) RENAME TO task_poll_candidates_real",
+		`CREATE FUNCTION task_poll_candidates(text, boolean, smallint, integer) RETURNS SETOF tid LANGUAGE plpgsql AS
+		 $$ BEGIN RAISE EXCEPTION 'permission denied' USING ERRCODE = '42501'; END $$`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	f.start(p)
+	f.pushN(1)
+	f.eventually("a failed poll", func() bool { return pollErrors.Load() >= 1 })
+	// 1.5 s of wake-ups, one a millisecond, as notifications of other processes' pushes
+	// would bring them: the backoff (100 ms doubling, at most 2 s) allows 5 polls
+	before := pollErrors.Load()
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		managers[0].Resume()
+	}
+	if n := pollErrors.Load() - before; n > 8 {
+		t.Errorf("%d failed polls in 1.5 s of wake-ups, want at most 8 (the backoff's)", n)
+	}
+}
+
 // TestADestroyedTopicIsAFault: a topic destroyed under its processor fails every poll;
 // the processor said so at each pause interval (cmd/processor: a WARN each time) and
 // stayed healthy. It is now a failing operation like any other (unhealthy, logged once,

@@ -1144,19 +1144,26 @@ const retryCap = 2 * time.Second
 
 // retry reports a database operation that failed and will be retried (what names it to
 // the Listener, op in Processor.Health), then waits out the next delay of backoff, or
-// less when the manager is woken: the notifier wakes it once it has reconnected, so the
-// database answers again. It reports whether a wake-up ended the wait (taken from the
-// manager's channel: a caller other than the poll loop passes it on).
-func (m *TaskManager) retry(ctx context.Context, what, op string, err error, backoff *backoff) (woken bool) {
+// less when the notifier reconnects (the database answers again). It reports whether
+// the reconnection ended the wait. A wake-up of the manager (a notification of work, a
+// due time, a commit) does not end it: it says nothing of the database, and while
+// other processes pushed, a poll failing at once (a missing grant, a lock timeout) was
+// sent again at each of their notifications, the backoff never growing. The wake-up is
+// left for the poll loop.
+func (m *TaskManager) retry(ctx context.Context, what, op string, err error, backoff *backoff) (reconnected bool) {
 	delay := backoff.next()
 	m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("%s (%w in %v): %w", what, ErrWillRetry, delay, err))
 	m.p.faults.fail(ctx, op, err)
+	var connected <-chan struct{} // nil (never ready) without a notifier
+	if m.p.notifier != nil {
+		connected = m.p.notifier.Connected()
+	}
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C:
-	case <-m.wake:
+	case <-connected:
 		return true
 	}
 	return false
