@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -18,6 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/dashboard"
+	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/internal/logbuf"
+	"github.com/pgtask/pgtask/internal/rest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -946,7 +951,7 @@ func TestLimitsShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("TopicPageSaysLimitsAndTheirUse", func(t *testing.T) {
-		mustContain(t, f.page("/ui/topics/api"), `id="limits"`, "concurrency 1: 1 ACTIVE", "per concurrency key 1: 1 keys at the limit")
+		mustContain(t, f.page("/ui/topics/api"), `id="limits" data-live`, "concurrency 1: 1 ACTIVE", "per concurrency key 1: 1 keys at the limit")
 		if strings.Contains(f.page("/ui/topics/mail"), `id="limits"`) {
 			t.Error("a topic without limits shows limits")
 		}
@@ -1158,5 +1163,36 @@ func TestFinishedStateNewerPageIsTheNewest(t *testing.T) {
 	mustContain(t, body, fmt.Sprintf(`/ui/topics/mail/tasks/%d"`, leased[1].Sequence))
 	if strings.Contains(body, `id="newer-tasks"`) {
 		t.Error("the newest page of SUCCEEDED tasks links to newer tasks")
+	}
+}
+
+// TestPageStoppedByTheBrowser: a page whose request ended before it did (a refresh in
+// flight when the visitor left, the read timeout) answers 503 and logs no error; it was
+// logged as a failure of the dashboard, an ERROR at every page left mid-refresh.
+func TestPageStoppedByTheBrowser(t *testing.T) {
+	f := setup(t, "")
+	logs := &logbuf.Buffer{}
+	guard, err := httpguard.New(httpguard.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := rest.New(rest.Config{Pool: f.pool, Repository: f.repo, Guard: guard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dashboard.New(dashboard.Config{Pool: f.pool, Repository: f.repo, API: api, Guard: guard,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	cancel()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/ui/topics/mail", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("status %d, want 503", rec.Code)
+	}
+	if got := logs.String(); strings.Contains(got, "level=ERROR") || !strings.Contains(got, "dashboard page stopped") {
+		t.Errorf("logs:\n%s", got)
 	}
 }

@@ -53,6 +53,15 @@ func (s *server) page(p pageFunc) http.Handler {
 		name, view, err := p(r)
 		if err != nil {
 			status := statusOf(err)
+			if status == http.StatusInternalServerError && r.Context().Err() != nil {
+				// the browser went away (a refresh in flight when the visitor left the
+				// page) or the server's read timeout passed: nothing failed here
+				s.cfg.Logger.Info("dashboard page stopped: the browser went away or the read timeout passed",
+					slog.String("path", r.URL.Path), slog.Any("error", err))
+				s.render(w, r, http.StatusServiceUnavailable, "error", errorView{Status: http.StatusServiceUnavailable,
+					Message: "the request was stopped before it ended: reload the page"})
+				return
+			}
 			if status == http.StatusInternalServerError {
 				s.cfg.Logger.Error("dashboard page failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
