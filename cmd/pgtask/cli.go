@@ -39,11 +39,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func runEnv(ctx context.Context, e *env, args []string) error {
+	out := &firstError{w: e.stdout}
+	e.stdout = out
 	err := dispatch(ctx, e, "pgtask", commands(), args)
 	if errors.Is(err, flag.ErrHelp) {
-		return nil
+		err = nil
+	}
+	if err == nil && out.err != nil {
+		// a command that printed with fmt.Fprint and went on (show, schedule show,
+		// migrate version) exited 0 with nothing written on a full disk
+		return out.err
 	}
 	return err
+}
+
+// firstError is a writer that keeps the first error of its writes.
+type firstError struct {
+	w   io.Writer
+	err error
+}
+
+func (f *firstError) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err != nil && f.err == nil {
+		f.err = err
+	}
+	return n, err
 }
 
 // exitCode reports err on w the way the shell expects: nothing and 0 on success, a

@@ -753,3 +753,27 @@ func TestExpire(t *testing.T) {
 	wantContains(t, f.ok("expire", "--timeout", "1m"), `topic "t": 1 leases taken back, 0 of them READY again`)
 	f.wantState(seqs[0], repository.Expired)
 }
+
+// fullWriter fails every write, as standard output on a full disk does.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// TestOutputFailureFails: a command whose output could not be written exits 1 saying so.
+// show, schedule show and migrate version wrote with fmt.Fprint and went on: on a full
+// disk, "pgtask show --input > input.json" left an empty file and exited 0.
+func TestOutputFailureFails(t *testing.T) {
+	f := setup(t)
+	seq := f.push("a")[0]
+	for _, args := range [][]string{
+		{"migrate", "version"},
+		{"show", "--topic", "t", fmt.Sprint(seq)},
+		{"show", "--topic", "t", "--input", fmt.Sprint(seq)},
+	} {
+		var stderr bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: fullWriter{}, stderr: &stderr, lookupenv: lookupIn(map[string]string{"DATABASE_URL": f.url})}
+		if err := runEnv(f.ctx, e, args); err == nil || !strings.Contains(err.Error(), "no space left") {
+			t.Errorf("pgtask %s on a full disk: %v, want the write's error", strings.Join(args, " "), err)
+		}
+	}
+}
