@@ -777,3 +777,18 @@ func TestOutputFailureFails(t *testing.T) {
 		}
 	}
 }
+
+// TestShowNamesTheUnknownTopic: show of a topic that does not exist says so, not that
+// the task is unknown (a mistyped topic read as a missing task).
+func TestShowNamesTheUnknownTopic(t *testing.T) {
+	f := setup(t)
+	seq := f.push("a")[0]
+	r := f.cli("show", "--topic", "nosuch", fmt.Sprint(seq))
+	if !errors.Is(r.err, repository.ErrUnknownTopic) {
+		t.Errorf("show of an unknown topic: %v, want ErrUnknownTopic", r.err)
+	}
+	r = f.cli("show", "--topic", "t", fmt.Sprint(seq+1000))
+	if !errors.Is(r.err, repository.ErrUnknownTask) {
+		t.Errorf("show of an unknown task: %v, want ErrUnknownTask", r.err)
+	}
+}

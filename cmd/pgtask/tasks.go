@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -163,6 +164,12 @@ func runShow(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 	t, err := c.repo.Get(ctx, c.pool, *topic, seqs[0])
+	if errors.Is(err, repository.ErrUnknownTask) {
+		// say which is unknown: the topic (a typing mistake) or only the task
+		if _, terr := c.repo.Topic(ctx, c.pool, *topic); terr != nil {
+			return terr
+		}
+	}
 	if err != nil {
 		return err
 	}
