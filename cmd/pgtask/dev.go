@@ -252,7 +252,7 @@ func printDevBanner(w io.Writer, base, dbURL, token string, cluster *pgcluster.C
 		// The commands read the URL from the environment rather than show its password
 		// (a terminal's scroll-back, a shared screen, a shell's history).
 		q = `"$DATABASE_URL"`
-		shown += "   (password hidden: the commands below read $DATABASE_URL)"
+		shown += "   (password hidden: the commands below read $DATABASE_URL; export it first where it is not set, as when the URL came from --database-url)"
 	}
 	fmt.Fprintf(w, `
 pgtask dev is running.

@@ -22,7 +22,8 @@ func TestDevBannerHidesThePassword(t *testing.T) {
 		if strings.Contains(banner, tc.secret) {
 			t.Errorf("banner for %q shows the password:\n%s", tc.url, banner)
 		}
-		if !strings.Contains(banner, tc.shown) || !strings.Contains(banner, `--database-url "$DATABASE_URL"`) {
+		// and says to export it: given by --database-url, the URL is not in the environment
+		if !strings.Contains(banner, tc.shown) || !strings.Contains(banner, `--database-url "$DATABASE_URL"`) || !strings.Contains(banner, "export it first") {
 			t.Errorf("banner for %q lacks %q or commands reading $DATABASE_URL:\n%s", tc.url, tc.shown, banner)
 		}
 	}
