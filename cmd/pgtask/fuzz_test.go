@@ -58,6 +58,25 @@ func TestParseLineByteOrderMark(t *testing.T) {
 	}
 }
 
+// TestParseLineNotBefore: a bad not_before is named, with what it wants (encoding/json
+// said `parsing time "2024-05-01" as "2006-01-02T15:04:05Z07:00"`, and for a number
+// "Time.UnmarshalJSON: input is not a JSON string").
+func TestParseLineNotBefore(t *testing.T) {
+	t.Parallel()
+	for line, fragment := range map[string]string{
+		`{"identifier":"q","not_before":"2024-05-01"}`: `"not_before": "2024-05-01" is not an RFC 3339 time`,
+		`{"identifier":"q","not_before":5}`:            `field "not_before": got a JSON number`,
+	} {
+		if _, err := parseLine(line, repository.Creation{}); err == nil || !strings.Contains(err.Error(), fragment) {
+			t.Errorf("parseLine(%s) = %v, want an error mentioning %q", line, err, fragment)
+		}
+	}
+	c, err := parseLine(`{"identifier":"q","not_before":"2030-01-02T03:04:05Z"}`, repository.Creation{Delay: time.Hour})
+	if err != nil || !c.NotBefore.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) || c.Delay != 0 {
+		t.Errorf("parseLine of a good not_before = %+v, %v", c, err)
+	}
+}
+
 // FuzzParseDuration checks durations as flags and JSON lines give them: an error or a
 // duration that is not negative.
 func FuzzParseDuration(f *testing.F) {

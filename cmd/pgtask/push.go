@@ -56,7 +56,7 @@ type pushLine struct {
 	Input      json.RawMessage `json:"input"`
 	Priority   *int16          `json:"priority"` // the column's range, so that wire names it
 	Delay      *string         `json:"delay"`
-	NotBefore  *time.Time      `json:"not_before"`
+	NotBefore  *string         `json:"not_before"` // parsed here, to name the field when it is bad
 	Reference  *string         `json:"reference"`
 	Suspended  *bool           `json:"suspended"`
 	Key        *string         `json:"key"`
@@ -320,7 +320,11 @@ func parseLine(line string, defaults repository.Creation) (repository.Creation, 
 			// The line's time replaces --delay. The zero time would mean "no not-before"
 			// to the repository, and so --delay: it is the distant past, at once, as the
 			// REST API takes it.
-			c.NotBefore, c.Delay = *pl.NotBefore, 0
+			at, err := time.Parse(time.RFC3339Nano, *pl.NotBefore)
+			if err != nil {
+				return c, fmt.Errorf(`"not_before": %q is not an RFC 3339 time such as "2030-01-02T15:04:05Z"`, *pl.NotBefore)
+			}
+			c.NotBefore, c.Delay = at, 0
 			if c.NotBefore.IsZero() {
 				c.NotBefore = time.Unix(0, 0)
 			}
