@@ -239,6 +239,13 @@ func (b *Buffered) run(q queued) {
 		// processed, not handed back, when the shutdown comes (a TaskFunc inside
 		// would stop at Stopping)
 		q.batch.drained.Store(true)
+	} else if stopping(q.batch) {
+		// Its manager's shutdown began while it waited: a worker that took it from the
+		// queue as Stop (or detach) was emptying it would start it, and a batch of a
+		// BatchFunc or a HandlerFunc still running at the deadline failed, an attempt
+		// used, where it was to be handed back (or failed, as OnClose says) unstarted.
+		b.dispose(q)
+		return
 	}
 	b.mu.Lock()
 	b.busy++
