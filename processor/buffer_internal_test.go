@@ -22,7 +22,9 @@ func TestBufferWorkerHandsBackABatchOfAStoppingManager(t *testing.T) {
 	close(stopping)
 	var kinds []reportKind
 	batch := newBatch(t.Context(), "t", []repository.Task{{Topic: "t", Sequence: 1}}, stopping,
-		func(_ *Batch, _ []repository.Completion, _ []FollowUp, kind reportKind, _ error) { kinds = append(kinds, kind) })
+		func(_ *Batch, _ []repository.Completion, _ []FollowUp, kind reportKind, _ error) {
+			kinds = append(kinds, kind)
+		})
 	b.run(queued{ctx: t.Context(), batch: batch})
 	if ran.Load() {
 		t.Error("the batch of a stopping manager was started")
