@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -37,15 +38,7 @@ func TestDatabaseErrors(t *testing.T) {
 	})
 	// The injected failure: the poll's candidate function raises what PostgreSQL raises
 	// when its lock table is full.
-	for _, stmt := range []string{
-		"ALTER FUNCTION task_poll_candidates(text, boolean, smallint, integer) RENAME TO task_poll_candidates_real",
-		`CREATE FUNCTION task_poll_candidates(text, boolean, smallint, integer) RETURNS SETOF tid LANGUAGE plpgsql AS
-		 $$ BEGIN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200', HINT = 'You might need to increase max_locks_per_transaction.'; END $$`,
-	} {
-		if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	failPolls(f, "out of shared memory", "53200")
 	f.start(p)
 	pushed := f.pushN(1)[0]
 
@@ -86,6 +79,21 @@ func TestDatabaseErrors(t *testing.T) {
 	}
 }
 
+// failPolls makes every poll's candidate function raise message with sqlstate (the
+// function kept as task_poll_candidates_real, to be put back).
+func failPolls(f *fixture, message, sqlstate string) {
+	f.t.Helper()
+	for _, stmt := range []string{
+		"ALTER FUNCTION task_poll_candidates(text, boolean, smallint, integer) RENAME TO task_poll_candidates_real",
+		fmt.Sprintf(`CREATE FUNCTION task_poll_candidates(text, boolean, smallint, integer) RETURNS SETOF tid LANGUAGE plpgsql AS
+		 $$ BEGIN RAISE EXCEPTION '%s' USING ERRCODE = '%s'; END $$`, message, sqlstate),
+	} {
+		if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
+			f.t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
 // TestFailingPollsBackOffUnderNotifications: polls that fail at once wait out their
 // backoff however many notifications of work arrive meanwhile. Each wake-up ended the
 // wait: while other processes pushed, the manager sent a failing poll at each of their
@@ -101,15 +109,7 @@ func TestFailingPollsBackOffUnderNotifications(t *testing.T) {
 			}
 		}},
 	})
-	for _, stmt := range []string{
-		"ALTER FUNCTION task_poll_candidates(text, boolean, smallint, integer) RENAME TO task_poll_candidates_real",
-		`CREATE FUNCTION task_poll_candidates(text, boolean, smallint, integer) RETURNS SETOF tid LANGUAGE plpgsql AS
-		 $$ BEGIN RAISE EXCEPTION 'permission denied' USING ERRCODE = '42501'; END $$`,
-	} {
-		if _, err := f.pool.Exec(f.ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	failPolls(f, "permission denied", "42501")
 	f.start(p)
 	f.pushN(1)
 	f.eventually("a failed poll", func() bool { return pollErrors.Load() >= 1 })
