@@ -303,6 +303,10 @@ func adopt(ctx context.Context, pool *pgxpool.Pool) error {
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
+// LatestMigration is the version of this build's newest migration: the schema its
+// statements are written for.
+func LatestMigration() uint { return latestMigration() }
+
 // latestMigration is the version of the newest embedded migration.
 func latestMigration() uint {
 	src, err := iofs.New(schema.FS, ".")

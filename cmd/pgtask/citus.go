@@ -32,7 +32,7 @@ func runCitusEnable(ctx context.Context, e *env, args []string) error {
 	if *ownerTimeout <= 0 {
 		return f.usagef("--owner-timeout: %v is not positive", *ownerTimeout)
 	}
-	c, err := f.connect(ctx, *url)
+	c, err := f.connectAnySchema(ctx, *url)
 	if err != nil {
 		return err
 	}

@@ -792,3 +792,22 @@ func TestShowNamesTheUnknownTopic(t *testing.T) {
 		t.Errorf("show of an unknown task: %v, want ErrUnknownTask", r.err)
 	}
 }
+
+// TestOlderSchemaRefused: a command run against a schema older than the binary's says
+// to migrate (an upgraded binary on a database not yet migrated failed with
+// PostgreSQL's "column … does not exist", or said the schema was missing); the migrate
+// commands still run.
+func TestOlderSchemaRefused(t *testing.T) {
+	f := setup(t)
+	f.ok("migrate", "down", "--yes", "--to", "30")
+	r := f.cli("topic", "list")
+	if !errors.Is(r.err, repository.ErrSchemaMissing) || !strings.Contains(r.err.Error(), "schema is at version 30") ||
+		!strings.Contains(r.err.Error(), "pgtask migrate up") {
+		t.Errorf("topic list on schema 30: %v, want the version and pgtask migrate up", r.err)
+	}
+	if got := f.ok("migrate", "version"); got != "30\n" {
+		t.Errorf("migrate version = %q, want 30", got)
+	}
+	f.ok("migrate", "up")
+	f.ok("topic", "list")
+}

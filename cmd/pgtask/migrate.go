@@ -21,7 +21,7 @@ func runMigrateUp(ctx context.Context, e *env, args []string) error {
 	if err := f.checkTo(*to); err != nil {
 		return err
 	}
-	c, err := f.connect(ctx, *url)
+	c, err := f.connectAnySchema(ctx, *url)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func runMigrateDown(ctx context.Context, e *env, args []string) error {
 		}
 		return f.usagef("--yes: this drops every pgtask table and task; pass --yes to confirm")
 	}
-	c, err := f.connect(ctx, *url)
+	c, err := f.connectAnySchema(ctx, *url)
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func runMigrateVersion(ctx context.Context, e *env, args []string) error {
 	if err := f.noArgs(args); err != nil {
 		return err
 	}
-	c, err := f.connect(ctx, *url)
+	c, err := f.connectAnySchema(ctx, *url)
 	if err != nil {
 		return err
 	}

@@ -272,9 +272,36 @@ func (f *flags) resolveURL(flagValue, hint string) (string, error) {
 	return url, err
 }
 
-// connect opens a small pool on the database named by --database-url or $DATABASE_URL
-// and checks that it answers.
+// connect opens a small pool on the database named by --database-url or $DATABASE_URL,
+// checks that it answers and that its schema is not older than this build's: a binary
+// upgraded before the database was migrated failed with PostgreSQL's errors about
+// columns and functions it did not find ("column w.expiry_ms does not exist"), or
+// said the schema was missing.
 func (f *flags) connect(ctx context.Context, flagValue string) (*conn, error) {
+	c, err := f.connectAnySchema(ctx, flagValue)
+	if err != nil {
+		return nil, err
+	}
+	version, dirty, err := repository.MigrationVersion(ctx, c.pool)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if latest := repository.LatestMigration(); version < latest || dirty {
+		c.Close()
+		state := ""
+		if dirty {
+			state = ", dirty (a migration was interrupted)"
+		}
+		return nil, fmt.Errorf("%w: the database's schema is at version %d%s and this pgtask needs %d: run `pgtask migrate up`",
+			repository.ErrSchemaMissing, version, state, latest)
+	}
+	return c, nil
+}
+
+// connectAnySchema is connect whatever the schema's version: for the commands that
+// migrate it or read its version.
+func (f *flags) connectAnySchema(ctx context.Context, flagValue string) (*conn, error) {
 	url, err := f.requireURL(flagValue)
 	if err != nil {
 		return nil, err
