@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -810,4 +811,29 @@ func TestOlderSchemaRefused(t *testing.T) {
 	}
 	f.ok("migrate", "up")
 	f.ok("topic", "list")
+}
+
+// TestSchemaCheckWithoutTheVersionTable: a role granted pgtask's tables but not its
+// version table runs the commands as before (the check of the schema's version is
+// left out for it), and a standard input holding only a byte order mark pushes nothing.
+func TestSchemaCheckWithoutTheVersionTable(t *testing.T) {
+	f := setup(t)
+	role := fmt.Sprintf("pgtask_reader_%d", time.Now().UnixNano())
+	if _, err := f.pool.Exec(f.ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN; GRANT SELECT ON task_topic TO %[1]s`, role)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = f.pool.Exec(context.Background(), fmt.Sprintf(`REVOKE ALL ON task_topic FROM %s; DROP ROLE %[1]s`, role))
+	})
+	u, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	if r := runCLI(f.ctx, "", nil, "topic", "list", "--database-url", u.String()); r.err != nil {
+		t.Errorf("topic list as a role without the version table: %v", r.err)
+	}
+	if r := runCLI(f.ctx, "\uFEFF\n", nil, "push", "--topic", "t", "--database-url", f.url); r.err != nil || !strings.Contains(r.stdout, "nothing pushed") {
+		t.Errorf("push of a byte order mark alone: %v, %q; want nothing pushed", r.err, r.stdout)
+	}
 }

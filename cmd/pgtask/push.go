@@ -204,8 +204,8 @@ read:
 		if in.err != nil {
 			return partial(fmt.Errorf("push: read standard input: %w", in.err))
 		}
-		if strings.TrimSpace(in.text) == "" {
-			continue
+		if strings.TrimSpace(strings.TrimPrefix(in.text, "\uFEFF")) == "" {
+			continue // blank, but for a byte order mark perhaps
 		}
 		c, err := parseLine(in.text, defaults)
 		if err != nil {

@@ -283,6 +283,10 @@ func (f *flags) connect(ctx context.Context, flagValue string) (*conn, error) {
 		return nil, err
 	}
 	version, dirty, err := repository.MigrationVersion(ctx, c.pool)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// a role granted pgtask's tables but not its version table: run as before
+		return c, nil
+	}
 	if err != nil {
 		c.Close()
 		return nil, err

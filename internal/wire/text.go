@@ -259,12 +259,12 @@ func checkFieldsOnce(body []byte) error {
 	errMalformed := errors.New("malformed")
 	var value func(at *jsonPath, depth int, look bool) error
 	value = func(at *jsonPath, depth int, look bool) error {
-		if depth > maxNesting {
-			return errMalformed
-		}
 		tok, err := dec.Token()
 		if err != nil {
 			return errMalformed
+		}
+		if delim, ok := tok.(json.Delim); ok && (delim == '{' || delim == '[') && depth > maxNesting {
+			return errMalformed // one container more than encoding/json takes
 		}
 		switch tok {
 		case json.Delim('{'):

@@ -244,6 +244,12 @@ func TestDecodeObjectDeepNesting(t *testing.T) {
 			t.Errorf("DecodeObject(%.40s…) allocated %d MB, want less than 64", text, allocated>>20)
 		}
 	}
+	// as deep as encoding/json goes, a field given twice after it is still found
+	var at task
+	edge := `{"identifier":"a","input":` + strings.Repeat("[", 9999) + "0" + strings.Repeat("]", 9999) + `,"identifier":"b"}`
+	if err := wire.DecodeObject([]byte(edge), &at); err == nil || !strings.Contains(err.Error(), `field "identifier" is given twice`) {
+		t.Errorf("DecodeObject of 9 999 arrays then a field given twice = %v, want the field refused", err)
+	}
 	// a path is still named in full when a field is given twice below arrays
 	var v task
 	err := wire.DecodeObject([]byte(`{"tasks":[{"identifier":"a"},{"tasks":[{"identifier":"b","identifier":"c"}]}]}`), &v)
