@@ -729,8 +729,13 @@ func TestLostPollReplyAtShutdown(t *testing.T) {
 	var ran atomic.Int64
 	var logs logbuf.Buffer
 	started := make(chan struct{})
+	// Heartbeats that outlast the proxy's delay below: the fixture's (every 100 ms,
+	// expiring at 500 ms) all timed out behind it, and once the last that succeeded was
+	// 400 ms old the manager leased nothing more (Processor.beatStale); on a loaded
+	// machine the push came that late and woke no poll.
 	p, _ := f.processor("leaver", processor.Config{
 		Pool: proxied, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		HeartbeatInterval: time.Second, ExpiryTimeout: 10 * time.Second,
 	}, processor.ManagerConfig{
 		Listener:      processor.Listener{OnStart: func(string) { close(started) }},
 		Handler:       processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { ran.Add(1); return repository.Succeed("") }),
