@@ -48,6 +48,10 @@ var (
 	ErrMigrationRefused = errors.New("migration refused")
 	// ErrMigrationInProgress means another process is migrating the database.
 	ErrMigrationInProgress = errors.New("another process is migrating the schema")
+	// ErrVersionUnreadable means the database user may not read the table that records
+	// the schema's version (MigrationVersion): a role granted pgtask's tables but not
+	// that one.
+	ErrVersionUnreadable = errors.New("schema version not readable by this role")
 	// ErrUnknownSchedule means no schedule has the given name.
 	ErrUnknownSchedule = errors.New("unknown schedule")
 	// ErrScheduleExists means a schedule of that name exists already.

@@ -13,6 +13,7 @@ import (
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -161,7 +162,7 @@ var testHookMigrateToSteps func()
 // MigrationVersion reports the applied migration version (0 when none) and whether a
 // failed migration left the schema dirty. It reads golang-migrate's table
 // (schema.VersionTable) without taking its lock, so it answers while another process
-// migrates.
+// migrates. A role that may not read that table gets ErrVersionUnreadable.
 func MigrationVersion(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
 	return migrationVersion(ctx, pool)
 }
@@ -185,6 +186,9 @@ func migrationVersion(ctx context.Context, q rowQuerier) (version uint, dirty bo
 	err = q.QueryRow(ctx, "SELECT version, dirty FROM "+pgx.Identifier{*table}.Sanitize()+" LIMIT 1").Scan(&v, &dirty)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && v < 0 {
 		return 0, dirty, nil
+	}
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+		return 0, false, fmt.Errorf("migrate: version: %w: %w", ErrVersionUnreadable, err)
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("migrate: version: %w", err)

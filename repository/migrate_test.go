@@ -3,15 +3,18 @@ package repository_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	gomigrate "github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -473,4 +476,33 @@ func TestMigrateVersionTable(t *testing.T) {
 			t.Errorf("task_topic after the refusals: %d, %v; want it there", n, err)
 		}
 	})
+}
+
+// TestMigrationVersionUnreadable: a role granted pgtask's tables but not the table that
+// records the schema's version gets ErrVersionUnreadable (the CLI then leaves its
+// version check out), not a bare permission error.
+func TestMigrationVersionUnreadable(t *testing.T) {
+	f := setup(t)
+	role := fmt.Sprintf("pgtask_no_version_%d", time.Now().UnixNano())
+	if _, err := f.pool.Exec(f.ctx, fmt.Sprintf("CREATE ROLE %s; GRANT SELECT ON task_topic TO %[1]s", role)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = f.pool.Exec(context.WithoutCancel(f.ctx), fmt.Sprintf("REVOKE ALL ON task_topic FROM %s; DROP ROLE %[1]s", role))
+	})
+	cfg := f.pool.Config().Copy()
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET ROLE "+role)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, _, err := repository.MigrationVersion(f.ctx, pool); !errors.Is(err, repository.ErrVersionUnreadable) {
+		t.Errorf("MigrationVersion as a role without the version table: %v, want ErrVersionUnreadable", err)
+	}
+	// the owner reads it
+	wantVersion(t, f.pool, latestVersion(t))
 }

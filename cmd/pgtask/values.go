@@ -283,7 +283,7 @@ func (f *flags) connect(ctx context.Context, flagValue string) (*conn, error) {
 		return nil, err
 	}
 	version, dirty, err := repository.MigrationVersion(ctx, c.pool)
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42501" {
+	if errors.Is(err, repository.ErrVersionUnreadable) {
 		// a role granted pgtask's tables but not its version table: run as before
 		return c, nil
 	}
