@@ -852,7 +852,7 @@ func (r *Repository) PurgeRetentionAfter(ctx context.Context, h Handle, after st
 	// table pruned at run time); for a batch of thousands the planner hashed the batch and
 	// read every task of every table to join them (0.8 s over 900 000 tasks, against
 	// 45 ms).
-	err = withSettings(ctx, h, []string{"jit", "enable_hashjoin", "enable_mergejoin"}, func(tx pgx.Tx) error {
+	err = withSettingsOff(ctx, h, []string{"jit", "enable_hashjoin", "enable_mergejoin"}, func(tx pgx.Tx) error {
 		size := int32(min(size, 1<<31-1))
 		if citus {
 			row, err := r.q.TaskPurgeRetentionDistributed(ctx, tx, size)

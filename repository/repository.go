@@ -417,13 +417,13 @@ func inTx(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 // each topic's share is small, so that compiling the plan would take longer than
 // running it, at every call.
 func withoutJIT(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
-	return withSettings(ctx, h, []string{"jit"}, fn)
+	return withSettingsOff(ctx, h, []string{"jit"}, fn)
 }
 
-// withSettings runs fn in a transaction of h (inTx) with each of the planner's settings
+// withSettingsOff runs fn in a transaction of h (inTx) with each of the planner's settings
 // named turned off, and puts them back as they were before the transaction ends (for
 // the rest of a caller's transaction).
-func withSettings(ctx context.Context, h Handle, off []string, fn func(tx pgx.Tx) error) error {
+func withSettingsOff(ctx context.Context, h Handle, off []string, fn func(tx pgx.Tx) error) error {
 	return inTx(ctx, h, func(tx pgx.Tx) error {
 		var was []string
 		if err := tx.QueryRow(ctx, "SELECT array_agg(current_setting(n) ORDER BY o) FROM unnest($1::text[]) WITH ORDINALITY AS s(n, o)",

@@ -105,15 +105,13 @@ func withDeadline(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		stop := &deadline{timer: time.AfterFunc(d, cancel)}
-		defer stop.timer.Stop()
+		stop := time.AfterFunc(d, cancel)
+		defer stop.Stop()
 		h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, deadlineKey{}, stop)))
 	})
 }
 
-// deadline is the timer that cancels a request's context (withDeadline).
-type deadline struct{ timer *time.Timer }
-
+// deadlineKey keys the timer that cancels a request's context (withDeadline).
 type deadlineKey struct{}
 
 // Extend gives the request being served d more time, from now, to be read, to be
@@ -129,8 +127,8 @@ func Extend(w http.ResponseWriter, r *http.Request, d time.Duration) error {
 	if err := rc.SetWriteDeadline(until); err != nil {
 		return fmt.Errorf("extend write deadline: %w", err)
 	}
-	if stop, ok := r.Context().Value(deadlineKey{}).(*deadline); ok {
-		stop.timer.Reset(d)
+	if stop, ok := r.Context().Value(deadlineKey{}).(*time.Timer); ok {
+		stop.Reset(d)
 	}
 	return nil
 }
