@@ -514,6 +514,27 @@ func TestListAndShow(t *testing.T) {
 			t.Fatalf("task %+v", task)
 		}
 	})
+	t.Run("ShowSaysWhatHoldsAReadyTask", func(t *testing.T) {
+		f.ok("topic", "add", "held")
+		tasks, err := f.repo.Push(f.ctx, f.pool, "held", repository.Append, repository.Creation{Identifier: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ok("pause", "held")
+		seq := strconv.FormatInt(tasks[0].Sequence, 10)
+		wantContains(t, f.ok("show", "--topic", "held", seq), "waiting:\n  the topic is paused")
+		var task wire.Task
+		if err := json.Unmarshal([]byte(f.ok("show", "--json", "--topic", "held", seq)), &task); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(task.Waiting, "the topic is paused") {
+			t.Errorf("show --json of a READY task of a paused topic: waiting %q, want it to say the topic is paused", task.Waiting)
+		}
+		// a finished task has no reason
+		if out := f.ok("show", "--topic", "t", strconv.FormatInt(seqs[0], 10)); strings.Contains(out, "waiting:") {
+			t.Errorf("show of a FAILED task says it waits:\n%s", out)
+		}
+	})
 	t.Run("ShowUnknownTaskFails", func(t *testing.T) {
 		wantRuntime(t, f.cli("show", "--topic", "t", "999999"), repository.ErrUnknownTask)
 	})

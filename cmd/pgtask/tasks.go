@@ -180,10 +180,30 @@ func runShow(ctx context.Context, e *env, args []string) error {
 	case *inputOnly:
 		fmt.Fprintln(e.stdout, p.block(t.Input))
 		return nil
-	case *asJSON:
-		return p.json(e.stdout, wire.FromTask(t))
+	}
+	// what holds a READY task back, as REST's task says
+	var waiting []string
+	if t.State == repository.Ready {
+		why, err := c.repo.Waiting(ctx, c.pool, *topic, t.Sequence)
+		if err != nil {
+			return err
+		}
+		for _, w := range why {
+			waiting = append(waiting, w.Text)
+		}
+	}
+	if *asJSON {
+		out := wire.FromTask(t)
+		out.Waiting = waiting
+		return p.json(e.stdout, out)
 	}
 	printTask(e.stdout, p, t)
+	for i, text := range waiting {
+		if i == 0 {
+			fmt.Fprintln(e.stdout, "waiting:")
+		}
+		fmt.Fprintf(e.stdout, "  %s\n", p.block(text))
+	}
 	return nil
 }
 
