@@ -16,8 +16,10 @@ import (
 	"github.com/pgtask/pgtask/repository"
 )
 
-// queueReadTimeout bounds the database reads of one scrape.
-const queueReadTimeout = 10 * time.Second
+// queueReadTimeout bounds the database reads of one scrape: below Prometheus's default
+// scrape timeout (10 s), so that a scrape of a slow database gets the error rather than
+// giving up first.
+const queueReadTimeout = 8 * time.Second
 
 // queueStates are the states pgtask_queue_depth reports: the ones repository.Stats
 // counts from its small index of unfinished tasks, exactly up to repository.StatsCap.
@@ -63,9 +65,13 @@ type queueCollector struct {
 	// database: the series of removed schedules are dropped (a failure is ignored).
 	afterRead func(ctx context.Context) error
 
-	mu      sync.Mutex // held during a read: concurrent scrapes share it
+	mu      sync.Mutex // held during a read: the scrapes that wait for it share its outcome
 	read    time.Time
 	metrics []prometheus.Metric // nil until a read succeeded
+	// ended is when the last read ended, and failed its error (nil when it succeeded):
+	// a scrape that arrived before then takes that outcome rather than read again.
+	ended  time.Time
+	failed error
 }
 
 // NewQueueCollector returns a collector of the queue's depth per topic and state, its
@@ -94,16 +100,28 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect sends the cached metrics, reading them anew once they are older than the ttl.
+// A scrape that arrives while a read runs takes that read's outcome, its failure too:
+// while the database was slow, each waiting scrape read again after the one before it,
+// for up to queueReadTimeout each, and they queued up beyond the scrapers' timeouts.
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	arrived := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.metrics == nil || c.now().Sub(c.read) >= c.ttl {
+	shared := c.ended.After(arrived)
+	if shared && c.failed != nil {
+		ch <- prometheus.NewInvalidMetric(depthDesc, c.failed)
+		return
+	}
+	if !shared && (c.metrics == nil || c.now().Sub(c.read) >= c.ttl) {
 		metrics, err := c.collect()
+		c.ended = c.now()
 		if err != nil {
-			ch <- prometheus.NewInvalidMetric(depthDesc, scrapeError(err))
+			c.failed = scrapeError(err)
+			ch <- prometheus.NewInvalidMetric(depthDesc, c.failed)
 			return
 		}
-		c.metrics, c.read = metrics, c.now()
+		c.failed = nil
+		c.metrics, c.read = metrics, c.ended
 	}
 	for _, m := range c.metrics {
 		ch <- m

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,5 +142,94 @@ func TestQueueCollectorTopicDestroyedMeanwhile(t *testing.T) {
 	}
 	if len(limits) != 1 || limits[0] != "kept" {
 		t.Errorf("limits of %v, want those of kept alone", limits)
+	}
+}
+
+// TestQueueCollectorScrapesShareARead: scrapes that arrive while a read of the database
+// runs take its outcome, a failure too, rather than each reading again after the one
+// before it (while the database was slow they queued up, each for up to the read's
+// timeout, beyond the scrapers' own).
+func TestQueueCollectorScrapesShareARead(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+	repo, err := repository.New(repository.Config{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.CreateTopic(ctx, pool, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.UpdateSettings(ctx, pool, "a", func(s *repository.TopicSettings) { s.Concurrency = 3 }); err != nil {
+		t.Fatal(err)
+	}
+	const waiting = 3
+	c := NewQueueCollector(pool, repo, 0).(*queueCollector) // ttl 0: a read at every scrape
+	arrivals := make(chan struct{}, 100)
+	c.now = func() time.Time { arrivals <- struct{}{}; return time.Now() }
+	release := make(chan struct{})
+	var reads sync.Mutex // held by the first read until the others have arrived
+	first := true
+	c.afterStats = func() {
+		reads.Lock()
+		defer reads.Unlock()
+		if !first {
+			return
+		}
+		first = false
+		<-release
+		// the read fails after its stats: its limits' table is gone
+		if _, err := pool.Exec(ctx, "ALTER TABLE task_topic RENAME TO task_topic_away"); err != nil {
+			t.Error(err)
+		}
+	}
+	scrape := func() error {
+		for _, m := range collect(t, c) {
+			var d dto.Metric
+			if err := m.Write(&d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	arrived := func() {
+		t.Helper()
+		select {
+		case <-arrivals:
+		case <-time.After(30 * time.Second):
+			close(release)
+			t.Fatal("a scrape did not take the time of its arrival within 30 s")
+		}
+	}
+	errs := make(chan error, waiting+1)
+	go func() { errs <- scrape() }()
+	arrived() // the first scrape's arrival; it reads
+	for range waiting {
+		go func() { errs <- scrape() }()
+	}
+	for range waiting {
+		arrived() // each has arrived and waits for the read
+	}
+	close(release)
+	var got []string
+	for range waiting + 1 {
+		err := <-errs
+		if err == nil {
+			t.Fatal("a scrape succeeded; want each to fail with the read")
+		}
+		got = append(got, err.Error())
+	}
+	for _, e := range got[1:] {
+		if e != got[0] {
+			t.Errorf("the scrapes' errors differ; want the one read's for all:\n%s", strings.Join(got, "\n"))
+			break
+		}
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE task_topic_away RENAME TO task_topic"); err != nil {
+		t.Fatal(err)
+	}
+	// a scrape after the read ended reads again
+	if err := scrape(); err != nil {
+		t.Errorf("a scrape after the failed read: %v, want a read of its own, which succeeds", err)
 	}
 }
