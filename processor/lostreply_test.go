@@ -429,8 +429,18 @@ func TestLateLeases(t *testing.T) {
 	f := setup(t)
 	runs := newRunBook()
 	var logs logbuf.Buffer
+	// the poll time reported with the late leases' dispatch (the read that found them)
+	var lateMu sync.Mutex
+	var latePolls []time.Duration
+	listener := processor.Listener{OnDispatch: func(_ string, tasks []repository.Task, poll time.Duration) {
+		if strings.HasPrefix(tasks[0].Identifier, "late-") {
+			lateMu.Lock()
+			latePolls = append(latePolls, poll)
+			lateMu.Unlock()
+		}
+	}}
 	p, _ := f.processor("processor", processor.Config{DisableNotifications: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))},
-		processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle), PauseInterval: 50 * time.Millisecond})
+		processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle), PauseInterval: 50 * time.Millisecond, Listener: listener})
 	processor.SetReconcileEvery(p, time.Second)
 	f.start(p)
 	f.pushN(3)
@@ -472,6 +482,11 @@ func TestLateLeases(t *testing.T) {
 	}
 	if lines := logs.Lines("running leased tasks no manager knows of"); len(lines) != 1 {
 		t.Errorf("the processor said %d times that it found leases it did not know of, want once:\n%s", len(lines), strings.Join(logs.Lines(), "\n"))
+	}
+	lateMu.Lock()
+	defer lateMu.Unlock()
+	if len(latePolls) != 1 || latePolls[0] <= 0 {
+		t.Errorf("the late leases were dispatched with poll times %v; want one dispatch timed by the read that found them", latePolls)
 	}
 }
 

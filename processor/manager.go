@@ -1059,13 +1059,15 @@ func (m *TaskManager) reconcileSoon() {
 func (m *TaskManager) reconcile(ctx context.Context) (*Batch, error) {
 	m.leases.Lock()
 	defer m.leases.Unlock()
+	start := time.Now()
 	stranded, err := m.stranded(m.pollCtx)
 	if err != nil || len(stranded) == 0 {
 		return nil, err
 	}
 	m.p.logger.Warn("running leased tasks no manager knows of (a poll's reply lost, or commits lost in an outage)", slog.String("topic", m.cfg.Topic),
 		slog.Int("tasks", len(stranded)))
-	m.cfg.Listener.dispatch(m.cfg.Topic, stranded, 0)
+	// the read that found them stands for the poll (a poll duration of 0 was recorded)
+	m.cfg.Listener.dispatch(m.cfg.Topic, stranded, time.Since(start))
 	return m.prepare(stranded), nil
 }
 
