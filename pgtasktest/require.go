@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"reflect"
 	"slices"
@@ -25,7 +26,9 @@ type Want struct {
 	// Identifier is the task's identifier.
 	Identifier string
 	// Input, when not empty, is the task's input: compared as JSON when both are JSON
-	// (so key order and spacing do not matter), as text otherwise.
+	// (so key order and spacing do not matter), as text otherwise. Numbers compare by
+	// value, so 2.0 matches 2: a handler decoding into an int (processor.Typed) refuses
+	// 2.0, so give the spelling you mean to check it.
 	Input string
 	// Reference, when not empty, is the task's reference.
 	Reference string
@@ -193,8 +196,10 @@ func decodeJSON(text string) (any, error) {
 	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
-	if d.More() {
-		return nil, errors.New("more than one JSON value")
+	// anything after the value but spaces (d.More passed a stray "}" or "]"; a handler's
+	// json.Unmarshal refuses it)
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("text after the JSON value")
 	}
 	return normalizeNumbers(v), nil
 }

@@ -22,7 +22,10 @@ const RunTimeout = time.Minute
 // NewTasks makes tasks of topic from creations as a poll would lease them, without a
 // database: ACTIVE, attempt 1, sequences 1, 2, 3… in order, created now, with the
 // creation's identifier, input, reference, priority and concurrency key, and its
-// NotBefore (or now plus its Delay) when it has one. Give them to Run.
+// NotBefore (or now plus its Delay) when it has one. Give them to Run. They stay in the
+// order given: a poll leases by priority (lower first) and then by sequence (oldest
+// first, or newest under ManagerConfig.Order LIFO), so give creations of several
+// priorities in that order when the handler depends on it.
 func NewTasks(topic string, creations ...repository.Creation) []repository.Task {
 	now := time.Now()
 	tasks := make([]repository.Task, len(creations))
@@ -73,7 +76,9 @@ func run(ctx context.Context, tb testing.TB, h processor.Handler, timeout time.D
 	tb.Helper()
 	ctx, cancel := handlerContext(ctx, timeout)
 	defer cancel()
-	b, err := processor.NewBatch(ctx, topic, tasks)
+	// a copy: a handler may reorder its batch's tasks, and the caller's slice (tasks...)
+	// pairs them with what it expects
+	b, err := processor.NewBatch(ctx, topic, slices.Clone(tasks))
 	if err != nil {
 		tb.Fatalf("pgtasktest.Run: %v", err)
 	}
@@ -128,10 +133,16 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 		}
 		tb.Fatalf("pgtasktest.%s: the handler ended its goroutine (t.FailNow, t.Fatal, runtime.Goexit: they end the goroutine that calls them, here the handler's) %s", fn, undecided)
 	}
+	decidedFirst := false // every task decided before the context ended
 	select {
 	case <-returned:
 		goexited()
 	case <-ctx.Done():
+		select {
+		case <-b.Done():
+			decidedFirst = true
+		default:
+		}
 		// a handler that waits on its context returns at once: a moment for it
 		grace := time.NewTimer(time.Second)
 		defer grace.Stop()
@@ -150,6 +161,9 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 	case <-b.Done():
 		if ctx.Err() == nil {
 			return b.Outcome()
+		}
+		if decidedFirst {
+			tb.Fatalf("pgtasktest.%s: the handler decided every task but returned only once its context had ended (%v): it holds its worker until it returns", fn, ctx.Err())
 		}
 		tb.Fatalf("pgtasktest.%s: the handler decided only once its context had ended: %v", fn, ctx.Err())
 	default:

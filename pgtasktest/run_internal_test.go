@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,49 @@ func TestRunEndsAHandlerWaitingOnItsContext(t *testing.T) {
 	}
 }
 
+// TestRunSaysAHandlerDecidedButReturnedLate: a handler that decides every task at once
+// and then waits on its context fails the test, with a message that says so (it said
+// the handler decided only once the context had ended).
+func TestRunSaysAHandlerDecidedButReturnedLate(t *testing.T) {
+	t.Parallel()
+	h := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+		for _, task := range b.Tasks {
+			_ = b.Decide(task.Sequence, repository.Succeed(""))
+		}
+		<-ctx.Done()
+	})
+	tb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(context.Background(), tb, h, 100*time.Millisecond, "t", NewTasks("t", repository.Creation{Identifier: "a"}))
+	}()
+	<-done
+	if !strings.Contains(tb.message, "decided every task but returned only once its context had ended") {
+		t.Errorf("Run's failure: %q, want it to say the handler decided in time and returned late", tb.message)
+	}
+}
+
+// TestRunHandsACopy: a handler that reorders its batch's tasks leaves the caller's
+// slice as it was (it was the batch's own, and the caller's pairing of tasks with what
+// it expects moved with it).
+func TestRunHandsACopy(t *testing.T) {
+	t.Parallel()
+	tasks := NewTasks("t", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"})
+	h := processor.BatchFunc(func(ctx context.Context, tasks []repository.Task) (map[int64]repository.Decision, error) {
+		slices.Reverse(tasks)
+		out := map[int64]repository.Decision{}
+		for _, task := range tasks {
+			out[task.Sequence] = repository.Succeed(task.Identifier)
+		}
+		return out, nil
+	})
+	run(t.Context(), t, h, time.Minute, "t", tasks)
+	if tasks[0].Identifier != "a" || tasks[1].Identifier != "b" {
+		t.Errorf("the caller's tasks after Run: %s, %s; want a, b as given", tasks[0].Identifier, tasks[1].Identifier)
+	}
+}
+
 // TestSameInput: inputs compare as JSON values, key order, spacing and the writing of a
 // number aside, and numbers exactly (decoded as float64, 2^53 + 1 matched 2^53).
 func TestSameInput(t *testing.T) {
@@ -66,6 +110,9 @@ func TestSameInput(t *testing.T) {
 		{`not json`, `not json`, true},
 		{`not json`, `not  json`, false},
 		{`1 2`, `1`, false},
+		{`{"to": "a"}}`, `{"to": "a"}`, false}, // a handler's json.Unmarshal refuses the first
+		{`[1]]`, `[1]`, false},
+		{"{\"to\": \"a\"} \n", `{"to": "a"}`, true},
 	} {
 		if got := sameInput(tc.got, tc.want); got != tc.same {
 			t.Errorf("sameInput(%s, %s) = %v, want %v", tc.got, tc.want, got, tc.same)
