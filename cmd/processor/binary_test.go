@@ -467,6 +467,33 @@ func TestBinary(t *testing.T) {
 		p.stop()
 	})
 
+	// --no-schedules leaves the database's schedules to other processes.
+	t.Run("NoSchedulesFiresNone", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		if _, err := f.repo.CreateSchedule(f.ctx, f.pool, "every-second", repository.ScheduleSettings{Topic: f.topic, Spec: "@every 1s"}); err != nil {
+			t.Fatal(err)
+		}
+		fired := func() int {
+			var n int
+			if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = $1 AND reference = 'schedule:every-second'", f.topic).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		p := start(t, bin, f.url, "--topic", f.topic, "--heartbeat", "100ms", "--addr", "", "--no-schedules", "--exec", "/bin/sh", script)
+		ok := f.push("ok")
+		f.waitState(ok[0].Sequence, repository.Succeeded) // it runs
+		time.Sleep(3 * time.Second)                       // 30 heartbeats, 3 fire times
+		if n := fired(); n != 0 {
+			t.Errorf("%d tasks of the schedule pushed under --no-schedules, want none", n)
+		}
+		p.stop()
+		p = startEnv(t, bin, f.url, []string{"PGTASK_NO_SCHEDULES=false"}, "--topic", f.topic, "--heartbeat", "100ms", "--addr", "", "--exec", "/bin/sh", script)
+		waitFor(t, 20*time.Second, "a processor without --no-schedules to fire the schedule", func() bool { return fired() > 0 })
+		p.stop()
+	})
+
 	// A bad flag or variable exits 2 naming it, before anything starts: no connection,
 	// no owner row, no topic, no server.
 	t.Run("BadFlagsExitTwo", func(t *testing.T) {

@@ -78,6 +78,7 @@ type config struct {
 	vacuumEvery     int64 // processor.Config.VacuumEvery: negative disables
 	initialize      bool
 	migrate         bool
+	noSchedules     bool // processor.Config.DisableSchedules
 	addr            string
 	addrOrigin      string // --addr or PGTASK_ADDR: where addr came from, for errors
 	logFormat       string
@@ -118,6 +119,7 @@ var options = []option{
 	{name: "vacuum-every", env: "PGTASK_VACUUM_EVERY", def: strconv.Itoa(vacuumEveryDefault), arg: "N", help: "VACUUM the table holding the topic after every N tasks leased (a quarter of its rows when more); 0 leaves it to autovacuum"},
 	{name: "init", env: "PGTASK_INIT", def: "false", isBool: true, help: "register the topic if it is missing"},
 	{name: "migrate", env: "PGTASK_MIGRATE", def: "false", isBool: true, help: "apply pending schema migrations first"},
+	{name: "no-schedules", env: "PGTASK_NO_SCHEDULES", def: "false", isBool: true, help: "do not fire the database's schedules (leave them to other processes: with many processors, a few firing them are enough)"},
 	{name: "addr", env: "PGTASK_ADDR", def: addrDefault, arg: "HOST:PORT", help: "address of the /metrics and /healthz server (port 0 picks a free one); empty disables it"},
 	{name: "log-format", env: "PGTASK_LOG_FORMAT", def: "text", arg: "text|json", help: "log format (logs go to stderr)"},
 	{name: "log-level", env: "PGTASK_LOG_LEVEL", def: "info", arg: "LEVEL", help: "least level logged: debug, info, warn, error"},
@@ -364,6 +366,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 	}
 	cfg.initialize = boolean("init")
 	cfg.migrate = boolean("migrate")
+	cfg.noSchedules = boolean("no-schedules")
 	if cfg.initialize && cfg.topic != "" && utf8.ValidString(cfg.topic) && utf8.RuneCountInString(cfg.topic) <= repository.MaxTopicLength {
 		// a name the topic could not be created under fails here, before anything starts
 		if err := repository.ValidateNewTopic(cfg.topic); err != nil {

@@ -39,8 +39,14 @@ func TestParseConfig(t *testing.T) {
 		if cfg.workers != workersDefault || cfg.batchSize != batchSizeDefault || cfg.order != repository.FIFO ||
 			cfg.condition != repository.None || cfg.timeout != 5*time.Minute || cfg.retryDelay != 30*time.Second ||
 			cfg.addr != "127.0.0.1:9090" || cfg.logFormat != "text" || cfg.logLevel != slog.LevelInfo ||
-			cfg.initialize || cfg.migrate || cfg.httpURL != "" || cfg.vacuumEvery != processor.VacuumEveryDefault {
+			cfg.initialize || cfg.migrate || cfg.noSchedules || cfg.httpURL != "" || cfg.vacuumEvery != processor.VacuumEveryDefault {
 			t.Errorf("defaults: %+v", cfg)
+		}
+		if cfg, err := parseConfig(append(base, "--exec", "true"), env("PGTASK_NO_SCHEDULES", "true")); err != nil || !cfg.noSchedules {
+			t.Errorf("PGTASK_NO_SCHEDULES=true: %v, %v; want schedules off", cfg.noSchedules, err)
+		}
+		if cfg, err := parseConfig(append(base, "--no-schedules", "--exec", "true"), env()); err != nil || !cfg.noSchedules {
+			t.Errorf("--no-schedules: %v, %v; want schedules off", cfg.noSchedules, err)
 		}
 		cfg, err = parseConfig(append(base, "--vacuum-every", "250000", "--exec", "true"), env("PGTASK_VACUUM_EVERY", "0"))
 		if err != nil || cfg.vacuumEvery != 250000 {

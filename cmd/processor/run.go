@@ -107,6 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger:            logger,
 		HeartbeatInterval: cfg.heartbeat,
 		VacuumEvery:       cfg.vacuumEvery,
+		DisableSchedules:  cfg.noSchedules,
 	})
 	if err != nil {
 		return err
