@@ -24,11 +24,14 @@ type SchedulesConfig struct {
 	// Interval is how often the due schedules are fired: a fire is late by at most
 	// this (and the round's own time). Fire times due within twice this before a round
 	// are on time, each pushed whatever the schedule's CatchUp
-	// (Repository.SetScheduleGrace). Default HeartbeatIntervalDefault.
+	// (Repository.SetScheduleGrace). Default HeartbeatIntervalDefault; at least
+	// HeartbeatIntervalMin.
 	Interval time.Duration
-	// Timeout bounds one round's waits for a schedule another process holds; a fire
-	// begun finishes (Repository.FireSchedules), and the schedules not reached are
-	// fired at the next round. Default ExpiryTimeoutDefault.
+	// Timeout bounds one round: its statements and its waits for a schedule another
+	// process holds; a fire begun finishes (Repository.FireSchedules), and the schedules
+	// not reached are fired at the next round. Default ExpiryTimeoutDefault; at least
+	// SchedulesTimeoutMin, since a round that times out before its first fire fires
+	// nothing, round after round.
 	Timeout time.Duration
 	// ErrorLogInterval is how often a failure that goes on is logged again. Default
 	// ErrorLogIntervalDefault.
@@ -36,6 +39,10 @@ type SchedulesConfig struct {
 	// OnFire, when set, is called with what each round pushed (metrics.Metrics.OnFire).
 	OnFire func([]repository.Fire)
 }
+
+// SchedulesTimeoutMin is the shortest SchedulesConfig.Timeout: a round's statements
+// before its first fire (its search, the lock's wait setting) take a few round trips.
+const SchedulesTimeoutMin = time.Second
 
 // RunSchedules fires the database's due schedules every Interval until ctx is done, as
 // every Processor does on its heartbeat: for a process that runs no Processor (`pgtask
@@ -55,6 +62,12 @@ func RunSchedules(ctx context.Context, cfg SchedulesConfig) error {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = ExpiryTimeoutDefault
+	}
+	if cfg.Interval < HeartbeatIntervalMin {
+		return fmt.Errorf("processor: schedules config: Interval %v is below %v", cfg.Interval, HeartbeatIntervalMin)
+	}
+	if cfg.Timeout < SchedulesTimeoutMin {
+		return fmt.Errorf("processor: schedules config: Timeout %v is below %v: a round may take that long before its first fire", cfg.Timeout, SchedulesTimeoutMin)
 	}
 	if cfg.ErrorLogInterval == 0 {
 		cfg.ErrorLogInterval = ErrorLogIntervalDefault

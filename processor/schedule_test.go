@@ -209,6 +209,16 @@ func TestRunSchedules(t *testing.T) {
 		if err := processor.RunSchedules(t.Context(), processor.SchedulesConfig{}); err == nil || !strings.Contains(err.Error(), "Pool is required") {
 			t.Errorf("no pool: %v", err)
 		}
+		// a round too short to reach a fire fired nothing, round after round, and said
+		// only that schedules were held; an interval of a nanosecond spun
+		f := setup(t)
+		pool := f.newPool()
+		if err := processor.RunSchedules(t.Context(), processor.SchedulesConfig{Pool: pool, Timeout: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "Timeout 50ms is below 1s") {
+			t.Errorf("a 50 ms timeout: %v, want it refused", err)
+		}
+		if err := processor.RunSchedules(t.Context(), processor.SchedulesConfig{Pool: pool, Interval: time.Nanosecond}); err == nil || !strings.Contains(err.Error(), "Interval 1ns is below") {
+			t.Errorf("a 1 ns interval: %v, want it refused", err)
+		}
 	})
 }
 
