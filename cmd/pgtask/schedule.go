@@ -22,7 +22,8 @@ are pushed with --insertion SUPERSEDE by default: a task still READY when the ne
 comes is made REDUNDANT. Every running processor (pgtask dev, pgtask serve, cmd/processor)
 fires the due schedules once per heartbeat; each fire time is pushed once.
 A schedule found late (nothing ran) pushes its latest missed time only, or with
---catch-up N up to the N latest.`
+--catch-up N up to the N latest (the times due within two heartbeats before the round
+are on time: all pushed).`
 
 // scheduleFlags are the settings shared by "schedule add" and "schedule set".
 type scheduleFlags struct {
