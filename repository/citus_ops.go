@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,14 +50,31 @@ func (r *Repository) onCitus(ctx context.Context, h Handle) (bool, error) {
 
 // notify sends a notification payload a function returned, on the coordinator (NOTIFY
 // on a worker reaches only that worker's listeners): at the caller's commit when h is
-// in a transaction, at once otherwise, after the statement committed.
+// in a transaction, at once otherwise, after the statement committed. In that second
+// case a failure to notify (the notification queue full, the context ended) is not the
+// operation's: its work is committed, and a notification is a hint that the processors'
+// pause interval stands in for. Reported, it told the caller that nothing was written,
+// and a push retried on it was pushed twice.
 func notify(ctx context.Context, h Handle, payload string) error {
 	if payload == "" {
 		return nil
 	}
-	_, err := h.Exec(ctx, "SELECT pg_notify('task_notification', $1)", payload)
+	committed := autocommit(h)
+	var err error
+	if fault := notifyFault.Load(); fault != nil {
+		err = (*fault)()
+	} else {
+		_, err = h.Exec(ctx, "SELECT pg_notify('task_notification', $1)", payload)
+	}
+	if committed {
+		return nil
+	}
 	return err
 }
+
+// notifyFault, when set (tests: SetNotifyFault), gives notify its error in place of
+// sending the notification.
+var notifyFault atomic.Pointer[func() error]
 
 // notifyReturned is notify of the payload a delegated function returned (NULL: none).
 func notifyReturned(ctx context.Context, h Handle, payload *string) error {

@@ -13,3 +13,10 @@ func SetPageStep(t interface{ Cleanup(func()) }, step func(topic, statement stri
 	pageStep.Store(&step)
 	t.Cleanup(func() { pageStep.Store(nil) })
 }
+
+// SetNotifyFault makes each notification sent after a delegated statement on Citus
+// (notify) fail with fault's error, unsent, until the test ends.
+func SetNotifyFault(t interface{ Cleanup(func()) }, fault func() error) {
+	notifyFault.Store(&fault)
+	t.Cleanup(func() { notifyFault.Store(nil) })
+}
