@@ -100,6 +100,14 @@ func (f *floor) polled(from repository.Position, took time.Duration, tasks []rep
 	}
 }
 
+// heldBack records that the poll from from found nothing on a limited topic: its
+// limit (the slots held by other processes, the rate) may have held back the work it
+// was sent to, so the next poll starts there again. Taken as found empty, the position
+// a notification gave was spent, and the next polls started past a task of a more
+// urgent priority: only the looks (watchFloor) went back for it, and none runs while
+// the processor is quiet.
+func (f *floor) heldBack(from repository.Position) { f.notified(from) }
+
 // notified lowers the next poll's position to where signalled work is, or sends it to
 // the head when the signal does not say (a zero position).
 func (f *floor) notified(at repository.Position) {

@@ -46,6 +46,16 @@ func TestFloor(t *testing.T) {
 	step(pos(0, 7))
 	look(true, checkEvery) // busy: look for work before the position every checkEvery
 
+	// a poll from where a notification said that finds nothing on a limited topic (its
+	// slots held by other processes): the next starts there again, not past it
+	f.notified(pos(-1, 90))
+	from = step(pos(-1, 90))
+	f.polled(from, 20*time.Millisecond, nil)
+	f.heldBack(from)
+	from = step(pos(-1, 90))
+	f.polled(from, 0, tasks(pos(0, 7)))
+	step(pos(0, 7))
+
 	// a notification that does not say where, or a resume: the head
 	f.notified(repository.Position{})
 	step(pos(0, 0))
@@ -104,5 +114,27 @@ func TestFloor(t *testing.T) {
 		if _, now, _ := g.look(); now {
 			t.Error("a floor that is not FIFO without condition looks")
 		}
+	}
+}
+
+// TestWakeAtKeepsOneEntryPerTask: the same due time of the same task, found again by
+// each empty poll's probe, is kept once; it filled the list of a thousand with copies.
+// Once the manager stops, its timer is disarmed.
+func TestWakeAtKeepsOneEntryPerTask(t *testing.T) {
+	m := &TaskManager{}
+	at := time.Now().Add(time.Hour)
+	for range 3 {
+		m.wakeAt(at, repository.Position{Priority: 1, Sequence: 7})
+	}
+	m.wakeAt(at, repository.Position{Priority: 1, Sequence: 8})
+	m.dueMu.Lock()
+	n := len(m.due)
+	m.dueMu.Unlock()
+	if n != 2 {
+		t.Errorf("%d due times kept, want 2: one per task", n)
+	}
+	m.stopDue()
+	if m.dueTimer.Stop() {
+		t.Error("the due timer was still armed after stopDue")
 	}
 }

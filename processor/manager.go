@@ -312,6 +312,11 @@ func (m *TaskManager) wakeAt(at time.Time, from repository.Position) {
 	if i >= maxDue {
 		return // far behind a thousand earlier ones: found by a later probe (probeDue)
 	}
+	for j := i; j < len(m.due) && m.due[j].at.Equal(at); j++ {
+		if m.due[j].from == from {
+			return // known already: each empty poll's probe finds the same task again
+		}
+	}
 	m.due = slices.Insert(m.due, i, dueAt{at: at, from: from})
 	if len(m.due) > maxDue {
 		m.due = m.due[:maxDue]
@@ -319,6 +324,16 @@ func (m *TaskManager) wakeAt(at time.Time, from repository.Position) {
 	if i == 0 {
 		m.armDue()
 	}
+}
+
+// stopDue disarms the due timer and forgets the due times: the manager has stopped.
+func (m *TaskManager) stopDue() {
+	m.dueMu.Lock()
+	defer m.dueMu.Unlock()
+	if m.dueTimer != nil {
+		m.dueTimer.Stop()
+	}
+	m.due = nil
 }
 
 // maxDue bounds the due times a manager remembers. Those dropped are found again by
@@ -615,6 +630,9 @@ func (m *TaskManager) run(ctx context.Context) error {
 		m.retry(ctx, "start", m.startOp, err, startup)
 	}
 	m.p.faults.ok(m.startOp)
+	// a timer left armed for a task due in days kept the manager and its processor
+	// alive until then, and then woke a manager long gone
+	defer m.stopDue()
 	if s, ok := m.cfg.Handler.(sharedHandler); ok {
 		s.attach()
 	}
@@ -879,6 +897,9 @@ func (m *TaskManager) poll(ctx context.Context) {
 		backoff.reset()
 		m.floor.polled(from, elapsed, tasks)
 		if len(tasks) == 0 {
+			if m.limited.Load() {
+				m.floor.heldBack(from)
+			}
 			m.cfg.Limiter.Release()
 			m.cfg.Listener.empty(topic, elapsed)
 			if probe {
