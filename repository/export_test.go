@@ -20,3 +20,10 @@ func SetNotifyFault(t interface{ Cleanup(func()) }, fault func() error) {
 	notifyFault.Store(&fault)
 	t.Cleanup(func() { notifyFault.Store(nil) })
 }
+
+// SetFireRound makes FireSchedules try at most n schedules a pass until the test ends.
+func SetFireRound(t interface{ Cleanup(func()) }, n int) {
+	old := fireRound
+	fireRound = n
+	t.Cleanup(func() { fireRound = old })
+}

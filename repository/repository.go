@@ -108,6 +108,8 @@ type Repository struct {
 	expireHook func()
 	// graceNs is FireSchedules' grace (SetScheduleGrace), 0 ScheduleGraceDefault.
 	graceNs atomic.Int64
+	// retries are the schedules and topics FireSchedules passes over for now.
+	retries fireRetries
 }
 
 // New validates cfg and returns a Repository.

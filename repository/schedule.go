@@ -40,8 +40,9 @@ const (
 	ScheduleReferencePrefix = "schedule:"
 )
 
-// fireRound bounds how many schedules one FireSchedules call fires.
-const fireRound = 1000
+// fireRound bounds how many schedules one FireSchedules call fires (a variable for
+// tests: SetFireRound).
+var fireRound = 1000
 
 // ScheduleGraceDefault is FireSchedules' grace until SetScheduleGrace: two of the
 // processors' default heartbeat intervals.
@@ -1090,10 +1091,13 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 // returns an error wrapping its error (context.Canceled or context.DeadlineExceeded),
 // not ErrScheduleWait: nothing was waited for.
 //
-// A schedule that cannot fire (its topic's queue is full, say) is left for the next
+// A schedule that cannot fire (its topic's queue is full, say) is left for a later
 // call and its error returned, joined with the others', after the rest have fired; once
-// a topic's queue cap refused one, the other schedules of that topic are left for the
-// next call too, untried.
+// a topic's queue cap refused one, the other schedules of that topic are left too,
+// untried. The calls of this Repository then pass over it (and them) for a while: 1 s
+// after its first failure, doubling up to a minute, until a fire of it succeeds; so
+// that schedules that keep failing, whose missed fire times come first, do not take
+// every call's tries from those that can fire.
 // Every processor calls it on its heartbeat (processor.Config.DisableSchedules).
 func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error) {
 	var (
@@ -1105,6 +1109,10 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 		// every try from the schedules of other topics
 		skipTopics = []string{}
 	)
+	// and those whose fire failed in an earlier call, for a while (fireRetries)
+	waitingNames, waitingTopics := r.retries.waiting(time.Now())
+	skip = append(skip, waitingNames...)
+	skipTopics = append(skipTopics, waitingTopics...)
 	if err := ctx.Err(); err != nil {
 		// done before anything was found or waited for: ctx's error alone, not
 		// ErrScheduleWait
@@ -1181,11 +1189,17 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 				}
 				errs = append(errs, cancelled(ctx, err))
 				skip = append(skip, name)
+				full := ""
 				if errors.Is(err, ErrQueueFull) {
 					skipTopics = append(skipTopics, topic)
+					full = topic
+				}
+				if ctx.Err() == nil || !errors.Is(ctx.Err(), context.Canceled) {
+					r.retries.failed(time.Now(), name, full)
 				}
 				continue
 			}
+			r.retries.fired(name, topic)
 			if fired != nil {
 				fires = append(fires, *fired)
 			}

@@ -15,7 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
+	"github.com/pgtask/pgtask/sql/schema"
 )
 
 // fakeClock is a time the test moves by hand, shared by every repository that fires.
@@ -1562,5 +1564,51 @@ func TestScheduleFullTopicDoesNotStarveOthers(t *testing.T) {
 	}
 	if n := strings.Count(fmt.Sprint(err), "queue length cap reached"); n != 1 {
 		t.Errorf("the error names the full queue %d times, want once (one schedule tried)", n)
+	}
+}
+
+// TestScheduleFailingOnManyTopicsDoNotStarveOthers: schedules on many full topics (their
+// consumers down), whose missed fire times come first, took each call's every try: a
+// schedule that could fire never did while they failed. A Repository passes over a
+// schedule whose fire failed, for a while, in its later calls.
+func TestScheduleFailingOnManyTopicsDoNotStarveOthers(t *testing.T) {
+	// Not parallel: the bound of a call's tries is the package's.
+	f := fixtureOn(t, pgtest.NewPool(t, schema.Hash(), migrate))
+	repository.SetFireRound(t, 5) // as 1 000 tries against thousands of full topics
+	const full = 12               // more than a call's tries in its two passes
+	for i := range full {
+		topic := fmt.Sprintf("full-%d", i)
+		f.createTopic(topic)
+		if _, err := f.repo.UpdateSettings(f.ctx, f.pool, topic, func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, repository.Creation{Identifier: "filler"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.pool.Exec(f.ctx, `SELECT task_schedule($1, $1, '@every 1s', identifier => 'f{time}')`, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{
+		`SELECT task_schedule('healthy', 'topic', '@every 1s', identifier => 'h{time}')`,
+		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '10 minutes' WHERE topic LIKE 'full-%'`,
+		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '1 minute' WHERE name = 'healthy'`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var fired []string
+	for call := range 3 { // a processor's next heartbeats
+		fires, err := f.repo.FireSchedules(f.ctx, f.pool)
+		if call == 0 && !errors.Is(err, repository.ErrQueueFull) {
+			t.Errorf("first call: %v, want the full queues reported", err)
+		}
+		for _, fire := range fires {
+			fired = append(fired, fire.Schedule)
+		}
+	}
+	if !slices.Contains(fired, "healthy") {
+		t.Errorf("fired %v in three calls, want the healthy schedule among them", fired)
 	}
 }
