@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/pgtask/pgtask/processor"
@@ -450,4 +452,10 @@ func TestBrowserLogin(t *testing.T) {
 	if cookie := eval[string](t, ctx, `document.cookie`); cookie != "" {
 		t.Fatalf("scripts can read the cookie %q; want HttpOnly", cookie)
 	}
+	// The session ends (its cookie gone, as when it expires): the live refresh, sent to
+	// the login page, says so and stops, where the page stopped changing without a word.
+	if _, err := chromedp.Call(ctx, network.ClearBrowserCookies, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, waitFor(`document.body.dataset.signedOut === "1" && document.querySelector("#toast").textContent.includes("session has ended")`))
 }

@@ -3,7 +3,7 @@
 //  - live refresh (htmx, vendor/htmx.min.js): every data-refresh ms, unless the tab is
 //    hidden, the page is fetched again and each element with data-live and an id is
 //    swapped for its new version (hx-select-oob; nothing else moves, so forms being
-//    filled are left alone);
+//    filled are left alone); once the session has ended it says so and stops;
 //  - charts (uPlot, vendor/uPlot.iife.min.js): each data-chart element plots the
 //    data-series (JSON: tasks pushed and completed by result in each second of the last
 //    minutes) of the live element its data-chart names, updated at each refresh;
@@ -20,13 +20,14 @@
   ];
   let refreshes = 0;
 
-  function toast(text, isError) {
+  // toast shows text for a few seconds, or until the page is left when sticky.
+  function toast(text, isError, sticky) {
     const el = document.getElementById("toast");
     if (!el) return;
     el.textContent = text;
     el.className = "show" + (isError ? " error" : "");
     clearTimeout(toast.timer);
-    toast.timer = setTimeout(() => { el.className = ""; }, isError ? 8000 : 3000);
+    if (!sticky) toast.timer = setTimeout(() => { el.className = ""; }, isError ? 8000 : 3000);
   }
 
   // charts: the uPlot of each data-chart element, by the id of its data element.
@@ -87,8 +88,18 @@
   poller.hidden = true;
   if (live.length) poller.setAttribute("hx-select-oob", live.join(","));
   document.body.appendChild(poller);
+  // A refresh once the session has ended is sent to the login page (a redirect the
+  // browser follows): the page stopped changing without a word. It says so, and stops.
+  let signedOut = false;
+  poller.addEventListener("htmx:afterRequest", (ev) => {
+    const xhr = ev.detail && ev.detail.xhr;
+    if (!xhr || !xhr.responseURL || new URL(xhr.responseURL).pathname !== "/ui/login") return;
+    signedOut = true;
+    document.body.dataset.signedOut = "1";
+    toast("Signed out: the session has ended. Reload the page to sign in again.", true, true);
+  });
   async function refresh() {
-    if (!live.length || document.hidden || typeof htmx === "undefined") return;
+    if (signedOut || !live.length || document.hidden || typeof htmx === "undefined") return;
     try {
       await htmx.ajax("GET", location.pathname + location.search, { source: poller, target: poller, swap: "none" });
       refreshes++;
