@@ -587,6 +587,7 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 	timeout := c.m.p.commitTimeout
 	for races := 0; ; {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
+		connected := c.m.reconnection()
 		tasks, err := c.commit(cctx, reports)
 		cut := cctx.Err() != nil && ctx.Err() == nil // the attempt's own time ran out
 		cancel()
@@ -617,7 +618,7 @@ func (c *completer) commitRetrying(ctx context.Context, reports []*report, unsur
 			// time to finish
 			timeout = min(2*timeout, maxCommitTimeout)
 		}
-		woken = c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff) || woken
+		woken = c.m.retry(ctx, "commit decisions", c.m.commitOp, err, backoff, connected) || woken
 	}
 }
 

@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -136,5 +138,32 @@ func TestWakeAtKeepsOneEntryPerTask(t *testing.T) {
 	m.stopDue()
 	if m.dueTimer.Stop() {
 		t.Error("the due timer was still armed after stopDue")
+	}
+}
+
+// TestRetryEndsAtAReconnectionDuringTheAttempt: the notifier's reconnection while the
+// failed operation ran (a poll hung on a dead connection while the notifier reached the
+// new primary) ends the wait after the failure at once; the channel was taken after the
+// failure, and only a later reconnection ended it, the backoff (up to 2 s) waited out.
+func TestRetryEndsAtAReconnectionDuringTheAttempt(t *testing.T) {
+	m := &TaskManager{p: &Processor{faults: newFaults(slog.New(slog.DiscardHandler), time.Minute, time.Minute)}}
+	n := newNotifier(nil, nil)
+	connected := n.Connected() // taken before the operation
+	n.connMu.Lock()            // the notifier reconnects meanwhile (as listen does)
+	close(n.connected)
+	n.connected = make(chan struct{})
+	n.connMu.Unlock()
+	m.p.notifier = n
+	done := make(chan bool, 1)
+	go func() {
+		done <- m.retry(t.Context(), "poll", "poll", errors.New("connection reset"), newBackoff(time.Hour, time.Hour), connected)
+	}()
+	select {
+	case reconnected := <-done:
+		if !reconnected {
+			t.Error("retry did not report the reconnection")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("retry waited on, past a reconnection during the operation")
 	}
 }

@@ -614,6 +614,7 @@ func (m *TaskManager) run(ctx context.Context) error {
 	// else (the database restarting, say) is retried with backoff.
 	startup := newBackoff(100*time.Millisecond, retryCap)
 	for {
+		connected := m.reconnection()
 		err := m.start(ctx)
 		if err == nil {
 			break
@@ -627,7 +628,7 @@ func (m *TaskManager) run(ctx context.Context) error {
 			m.cfg.Listener.fatal(topic, err)
 			return fmt.Errorf("manager of topic %q: %w", topic, err)
 		}
-		m.retry(ctx, "start", m.startOp, err, startup)
+		m.retry(ctx, "start", m.startOp, err, startup, connected)
 	}
 	m.p.faults.ok(m.startOp)
 	// a timer left armed for a task due in days kept the manager and its processor
@@ -818,6 +819,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 		// cleared first: a flush whose outcome is unknown may set it again meanwhile
 		if m.unsure.Swap(false) || time.Since(reconciled) >= m.p.reconcileEvery {
 			reconciled = time.Now()
+			connected := m.reconnection()
 			b, err := m.reconcile(ctx)
 			if err != nil {
 				m.unsure.Store(true)
@@ -825,7 +827,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				m.retry(ctx, "reconcile leases", m.pollOp, err, backoff)
+				m.retry(ctx, "reconcile leases", m.pollOp, err, backoff, connected)
 				continue
 			}
 			if b != nil {
@@ -858,6 +860,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 		// committed it would leave leases nobody knows of until expiry. Its tasks, if
 		// any, are handed back by the shutdown like any unstarted batch.
 		pollCtx, cancelPoll := context.WithTimeout(m.pollCtx, pollTimeout)
+		connected := m.reconnection()
 		from := m.floor.next()
 		if from.IsZero() {
 			head = start
@@ -890,7 +893,7 @@ func (m *TaskManager) poll(ctx context.Context) {
 			}
 			// An unknown topic (destroyed under us) is retried as any failure: it may
 			// come back, and until then the processor is unhealthy and says so once.
-			m.retry(ctx, "poll", m.pollOp, err, backoff)
+			m.retry(ctx, "poll", m.pollOp, err, backoff, connected)
 			continue
 		}
 		m.p.faults.ok(m.pollOp)
@@ -1165,22 +1168,30 @@ func (m *TaskManager) stranded(base context.Context) ([]repository.Task, error) 
 // first try that reaches the new primary should come soon.
 const retryCap = 2 * time.Second
 
+// reconnection returns a channel closed at the notifier's next (re)connection, taken
+// before a database operation for retry: a reconnection during the operation (a poll
+// hung on a dead connection while the notifier reached the new primary) then ends the
+// wait after its failure at once. Nil (never ready) without a notifier.
+func (m *TaskManager) reconnection() <-chan struct{} {
+	if m.p.notifier == nil {
+		return nil
+	}
+	return m.p.notifier.Connected()
+}
+
 // retry reports a database operation that failed and will be retried (what names it to
 // the Listener, op in Processor.Health), then waits out the next delay of backoff, or
-// less when the notifier reconnects (the database answers again). It reports whether
+// less when the notifier reconnects (the database answers again) or has reconnected
+// since connected was taken (reconnection, before the operation). It reports whether
 // the reconnection ended the wait. A wake-up of the manager (a notification of work, a
 // due time, a commit) does not end it: it says nothing of the database, and while
 // other processes pushed, a poll failing at once (a missing grant, a lock timeout) was
 // sent again at each of their notifications, the backoff never growing. The wake-up is
 // left for the poll loop.
-func (m *TaskManager) retry(ctx context.Context, what, op string, err error, backoff *backoff) (reconnected bool) {
+func (m *TaskManager) retry(ctx context.Context, what, op string, err error, backoff *backoff, connected <-chan struct{}) (reconnected bool) {
 	delay := backoff.next()
 	m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("%s (%w in %v): %w", what, ErrWillRetry, delay, err))
 	m.p.faults.fail(ctx, op, err)
-	var connected <-chan struct{} // nil (never ready) without a notifier
-	if m.p.notifier != nil {
-		connected = m.p.notifier.Connected()
-	}
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
