@@ -132,6 +132,14 @@ func New(cfg Config) (*Repository, error) {
 // Owner returns this instance's owner name.
 func (r *Repository) Owner() string { return r.owner }
 
+// timeNow is the repository's time: the injected clock's (Config.Now), or the time.
+func (r *Repository) timeNow() time.Time {
+	if r.now == nil {
+		return time.Now()
+	}
+	return r.now()
+}
+
 // clock returns the injected time, or nil to use the database clock.
 func (r *Repository) clock() *time.Time {
 	if r.now == nil {

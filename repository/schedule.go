@@ -1094,10 +1094,12 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 // A schedule that cannot fire (its topic's queue is full, say) is left for a later
 // call and its error returned, joined with the others', after the rest have fired; once
 // a topic's queue cap refused one, the other schedules of that topic are left too,
-// untried. The calls of this Repository then pass over it (and them) for a while: 1 s
-// after its first failure, doubling up to a minute, until a fire of it succeeds; so
-// that schedules that keep failing, whose missed fire times come first, do not take
-// every call's tries from those that can fire.
+// untried. When its fire was refused (a full queue, a spec or setting that does not
+// hold, its topic gone; not a failure of the database) the calls of this Repository
+// then pass over it (and them) for a while: 1 s after the first refusal, doubling up to
+// a minute, until a fire of it succeeds; so that schedules refused again and again,
+// whose missed fire times come first, do not take every call's tries from those that
+// can fire.
 // Every processor calls it on its heartbeat (processor.Config.DisableSchedules).
 func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error) {
 	var (
@@ -1110,7 +1112,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 		skipTopics = []string{}
 	)
 	// and those whose fire failed in an earlier call, for a while (fireRetries)
-	waitingNames, waitingTopics := r.retries.waiting(time.Now())
+	waitingNames, waitingTopics := r.retries.waiting(r.timeNow())
 	skip = append(skip, waitingNames...)
 	skipTopics = append(skipTopics, waitingTopics...)
 	if err := ctx.Err(); err != nil {
@@ -1194,8 +1196,8 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 					skipTopics = append(skipTopics, topic)
 					full = topic
 				}
-				if ctx.Err() == nil || !errors.Is(ctx.Err(), context.Canceled) {
-					r.retries.failed(time.Now(), name, full)
+				if refusedFire(err) {
+					r.retries.failed(r.timeNow(), name, full)
 				}
 				continue
 			}

@@ -1,17 +1,20 @@
 package repository
 
 import (
+	"errors"
 	"sync"
 	"time"
 )
 
-// A schedule whose fire failed (its topic's queue full, a spec declared in SQL that
-// does not parse, a push refused) keeps its next fire time, the oldest due: without a
-// pause it came first in every round, and a few hundred of them, on topics whose
-// consumers are down, took each round's tries and time from every schedule that could
-// fire. So a Repository passes over, for a while, the schedules whose fire failed in
-// its calls (and the other schedules of a topic whose queue cap refused one): 1 s after
-// the first failure, doubling up to a minute, forgotten at a fire that succeeds.
+// A schedule whose fire was refused (its topic's queue full, a spec declared in SQL
+// that does not parse, its push refused: refusedFire) keeps its next fire time, the
+// oldest due: without a pause it came first in every round, and a few hundred of them,
+// on topics whose consumers are down, took each round's tries and time from every
+// schedule that could fire. So a Repository passes over, for a while, the schedules
+// whose fire was refused in its calls (and the other schedules of a topic whose queue
+// cap refused one): 1 s after the first refusal, doubling up to a minute, forgotten at
+// a fire that succeeds. A failure of the database is no refusal: it is retried at the
+// next call, and reported there (the processor's health says so).
 const (
 	scheduleRetryFirst = time.Second
 	scheduleRetryCap   = time.Minute
@@ -30,20 +33,32 @@ type retryAfter struct {
 	wait time.Duration
 }
 
-// waiting returns the schedules and topics to pass over at now.
+// waiting returns the schedules and topics to pass over at now, and forgets those
+// whose wait ended longer than scheduleRetryCap ago (a schedule removed, or fixed and
+// fired by another process).
 func (f *fireRetries) waiting(now time.Time) (names, topics []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	collect := func(m map[string]retryAfter) []string {
 		var out []string
 		for k, r := range m {
-			if now.Before(r.at) {
+			switch {
+			case now.Before(r.at):
 				out = append(out, k)
+			case now.Sub(r.at) > scheduleRetryCap:
+				delete(m, k)
 			}
 		}
 		return out
 	}
 	return collect(f.names), collect(f.topics)
+}
+
+// refusedFire reports whether a fire's error is a refusal of the schedule (its topic's
+// queue full or gone, a spec or setting that does not hold), not a failure of the
+// database.
+func refusedFire(err error) bool {
+	return SQLState(err) == "" && (errors.Is(err, ErrQueueFull) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnknownTopic))
 }
 
 // failed records a failed fire of schedule name (and, when its topic's queue cap
