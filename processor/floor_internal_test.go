@@ -3,6 +3,7 @@ package processor
 import (
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,21 +124,28 @@ func TestFloor(t *testing.T) {
 // each empty poll's probe, is kept once; it filled the list of a thousand with copies.
 // Once the manager stops, its timer is disarmed.
 func TestWakeAtKeepsOneEntryPerTask(t *testing.T) {
+	t.Parallel()
 	m := &TaskManager{}
 	at := time.Now().Add(time.Hour)
-	for range 3 {
-		m.wakeAt(at, repository.Position{Priority: 1, Sequence: 7})
+	seven := repository.Position{Priority: 1, Sequence: 7}
+	for i := range 3 { // as the probes find it: now plus the delay left
+		m.wakeAt(at.Add(time.Duration(i)*time.Microsecond), seven)
 	}
 	m.wakeAt(at, repository.Position{Priority: 1, Sequence: 8})
+	m.wakeAt(at.Add(-time.Minute), seven) // an earlier time moves it
 	m.dueMu.Lock()
-	n := len(m.due)
+	due := slices.Clone(m.due)
 	m.dueMu.Unlock()
-	if n != 2 {
-		t.Errorf("%d due times kept, want 2: one per task", n)
+	if len(due) != 2 || due[0].from != seven || !due[0].at.Equal(at.Add(-time.Minute)) {
+		t.Errorf("due times %+v, want one per task, task 7's moved to the earlier time", due)
 	}
 	m.stopDue()
 	if m.dueTimer.Stop() {
 		t.Error("the due timer was still armed after stopDue")
+	}
+	m.wakeAt(at, repository.Position{Priority: 1, Sequence: 9}) // after the stop
+	if m.dueTimer.Stop() || len(m.due) != 0 {
+		t.Error("a stopped manager took a due time")
 	}
 }
 

@@ -206,6 +206,8 @@ type TaskManager struct {
 	dueMu    sync.Mutex
 	due      []dueAt     // sorted wake-ups for tasks that fall due (wakeAt)
 	dueTimer *time.Timer // fires at due[0]
+	// dueStopped: the manager has stopped (stopDue); no due time is taken any more
+	dueStopped bool
 
 	// leases is shared by the managers of the topic in this processor: a poll holds it
 	// for reading from its statement until its batch is tracked, a reconciliation for
@@ -308,14 +310,23 @@ type dueAt struct {
 func (m *TaskManager) wakeAt(at time.Time, from repository.Position) {
 	m.dueMu.Lock()
 	defer m.dueMu.Unlock()
+	if m.dueStopped {
+		return
+	}
+	if !from.IsZero() {
+		// One entry per task: each empty poll's probe finds the same delayed task again,
+		// at a time a few microseconds on (now plus the delay left), and filled the list
+		// with copies of it. An earlier time moves it.
+		if j := slices.IndexFunc(m.due, func(d dueAt) bool { return d.from == from }); j >= 0 {
+			if !at.Before(m.due[j].at) {
+				return
+			}
+			m.due = slices.Delete(m.due, j, j+1)
+		}
+	}
 	i, _ := slices.BinarySearchFunc(m.due, at, func(a dueAt, b time.Time) int { return a.at.Compare(b) })
 	if i >= maxDue {
 		return // far behind a thousand earlier ones: found by a later probe (probeDue)
-	}
-	for j := i; j < len(m.due) && m.due[j].at.Equal(at); j++ {
-		if m.due[j].from == from {
-			return // known already: each empty poll's probe finds the same task again
-		}
 	}
 	m.due = slices.Insert(m.due, i, dueAt{at: at, from: from})
 	if len(m.due) > maxDue {
@@ -327,9 +338,12 @@ func (m *TaskManager) wakeAt(at time.Time, from repository.Position) {
 }
 
 // stopDue disarms the due timer and forgets the due times: the manager has stopped.
+// Later due times (a notification of delayed work before the processor unsubscribes)
+// are not taken.
 func (m *TaskManager) stopDue() {
 	m.dueMu.Lock()
 	defer m.dueMu.Unlock()
+	m.dueStopped = true
 	if m.dueTimer != nil {
 		m.dueTimer.Stop()
 	}

@@ -205,10 +205,13 @@ func (s *scheduler) warn(msg string, err error) {
 	}
 }
 
-// schedules is the Processor's scheduler, run until ctx is done.
+// schedules is the Processor's scheduler, run until ctx is done: a round is given the
+// expiry timeout, but not less than SchedulesTimeoutMin (a heartbeat of 100 ms gives an
+// expiry timeout of 500 ms, shorter than a round's statements may take).
 func (p *Processor) schedules(ctx context.Context) {
 	s := &scheduler{
-		pool: p.pool, repo: p.repo, logger: p.logger, interval: p.cfg.HeartbeatInterval, timeout: p.cfg.ExpiryTimeout,
+		pool: p.pool, repo: p.repo, logger: p.logger, interval: p.cfg.HeartbeatInterval,
+		timeout:          max(p.cfg.ExpiryTimeout, SchedulesTimeoutMin),
 		errorLogInterval: p.cfg.ErrorLogInterval, onFire: p.onFire, resume: p.Resume,
 		outcome: func(ctx context.Context, err error) { p.outcome(ctx, "fire schedules", err) },
 	}
