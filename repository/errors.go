@@ -235,6 +235,7 @@ const (
 	sqlstateRaiseRefused       = "PT005"
 	sqlstateRaiseDuplicate     = "PT016" // numbered after its migration, 000016
 	sqlstateFKViolation        = "23503"
+	sqlstateNoPrivilege        = "42501"
 )
 
 // mapError is the one place that turns PostgreSQL errors (by SQLSTATE, never by message

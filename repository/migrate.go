@@ -13,7 +13,6 @@ import (
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -187,7 +186,7 @@ func migrationVersion(ctx context.Context, q rowQuerier) (version uint, dirty bo
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && v < 0 {
 		return 0, dirty, nil
 	}
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+	if SQLState(err) == sqlstateNoPrivilege {
 		return 0, false, fmt.Errorf("migrate: version: %w: %w", ErrVersionUnreadable, err)
 	}
 	if err != nil {
