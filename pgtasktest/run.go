@@ -133,26 +133,36 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 		}
 		tb.Fatalf("pgtasktest.%s: the handler ended its goroutine (t.FailNow, t.Fatal, runtime.Goexit: they end the goroutine that calls them, here the handler's) %s", fn, undecided)
 	}
-	decidedFirst := false // every task decided before the context ended
-	select {
-	case <-returned:
-		goexited()
-	case <-ctx.Done():
+	// decidedFirst: every task decided while the context was live, seen as it happened
+	// (a handler that decides as its context ends is not taken for one that decided in
+	// time)
+	decidedFirst := false
+	decided := b.Done()
+	ended := false // the context ended before the handler returned
+wait:
+	for {
 		select {
-		case <-b.Done():
-			decidedFirst = true
-		default:
+		case <-returned:
+			break wait
+		case <-decided:
+			decidedFirst = ctx.Err() == nil
+			decided = nil
+		case <-ctx.Done():
+			ended = true
+			break wait
 		}
+	}
+	if ended {
 		// a handler that waits on its context returns at once: a moment for it
 		grace := time.NewTimer(time.Second)
 		defer grace.Stop()
 		select {
 		case <-returned:
-			goexited()
 		case <-grace.C:
 			tb.Fatalf("pgtasktest.%s: the handler did not return by the end of its context (%v), tasks undecided %v", fn, ctx.Err(), b.Outcome().Undecided)
 		}
 	}
+	goexited()
 	select {
 	case <-b.Done():
 	case <-ctx.Done():
