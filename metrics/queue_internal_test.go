@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -20,14 +21,7 @@ func TestQueueCollectorTTL(t *testing.T) {
 	t.Run("ReadsAgainOnceTTLPassed", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
-		repo, err := repository.New(repository.Config{Owner: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := repo.CreateTopic(ctx, pool, "a"); err != nil {
-			t.Fatal(err)
-		}
+		pool, repo := collectorDatabase(t, []string{"a"}, nil)
 		var (
 			mu  sync.Mutex
 			now = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -64,6 +58,28 @@ func TestQueueCollectorTTL(t *testing.T) {
 			t.Errorf("owners series = %d, want 1", n)
 		}
 	})
+}
+
+// collectorDatabase gives the test its own database with the topics created (those
+// named in limited with a concurrency limit of 3), and a repository.
+func collectorDatabase(t *testing.T, topics, limited []string) (*pgxpool.Pool, *repository.Repository) {
+	t.Helper()
+	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
+	repo, err := repository.New(repository.Config{Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range topics {
+		if _, err := repo.CreateTopic(t.Context(), pool, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, topic := range limited {
+		if _, err := repo.UpdateSettings(t.Context(), pool, topic, func(s *repository.TopicSettings) { s.Concurrency = 3 }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pool, repo
 }
 
 func collect(t *testing.T, c prometheus.Collector) []prometheus.Metric {
@@ -107,19 +123,7 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 func TestQueueCollectorTopicDestroyedMeanwhile(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
-	repo, err := repository.New(repository.Config{Owner: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, topic := range []string{"gone", "kept"} {
-		if _, err := repo.CreateTopic(ctx, pool, topic); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := repo.UpdateSettings(ctx, pool, topic, func(s *repository.TopicSettings) { s.Concurrency = 3 }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pool, repo := collectorDatabase(t, []string{"gone", "kept"}, []string{"gone", "kept"})
 	c := NewQueueCollector(pool, repo, 0).(*queueCollector)
 	c.afterStats = func() {
 		if _, err := repo.Destroy(ctx, pool, "gone"); err != nil {
@@ -152,17 +156,7 @@ func TestQueueCollectorTopicDestroyedMeanwhile(t *testing.T) {
 func TestQueueCollectorScrapesShareARead(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := pgtest.NewPool(t, schema.Hash(), repository.Migrate)
-	repo, err := repository.New(repository.Config{Owner: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := repo.CreateTopic(ctx, pool, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := repo.UpdateSettings(ctx, pool, "a", func(s *repository.TopicSettings) { s.Concurrency = 3 }); err != nil {
-		t.Fatal(err)
-	}
+	pool, repo := collectorDatabase(t, []string{"a"}, []string{"a"})
 	const waiting = 3
 	c := NewQueueCollector(pool, repo, 0).(*queueCollector) // ttl 0: a read at every scrape
 	arrivals := make(chan struct{}, 100)
