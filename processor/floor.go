@@ -34,6 +34,7 @@ type floor struct {
 	mu      sync.Mutex
 	at      repository.Position // the first task the last poll leased; zero: none yet
 	lowered repository.Position // the earliest position signalled since the last poll began
+	held    repository.Position // where the last poll began, when it found nothing under a limit (heldBack)
 	empty   bool                // the last poll found nothing
 	reset   bool                // the next poll starts from the head
 	took    time.Duration       // how long the last read from the head took (a poll or a check)
@@ -60,8 +61,8 @@ func newFloor(order repository.Order, condition repository.Condition) *floor {
 func (f *floor) next() repository.Position {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	lowered := f.lowered
-	f.lowered = repository.Position{}
+	lowered, held := f.lowered, f.held
+	f.lowered, f.held = repository.Position{}, repository.Position{}
 	if !f.enabled {
 		return repository.Position{}
 	}
@@ -72,18 +73,31 @@ func (f *floor) next() repository.Position {
 	case f.empty:
 		// Found nothing last time. Woken by work that said where it is: look there;
 		// otherwise this is the safety net of an idle manager: from the head while that
-		// is cheap.
+		// is cheap, else from where a limit held the last poll back.
 		f.empty = false
 		if !lowered.IsZero() {
-			return lowered
+			return earliest(lowered, held)
 		}
 		if f.took < cheapHead {
 			return repository.Position{}
 		}
-	case !lowered.IsZero() && lowered.Compare(f.at) < 0:
-		return lowered
+		if !held.IsZero() && held.Compare(f.at) < 0 {
+			return held
+		}
+	default:
+		if p := earliest(lowered, held); !p.IsZero() && p.Compare(f.at) < 0 {
+			return p
+		}
 	}
 	return f.at
+}
+
+// earliest is the earlier of two positions, a zero one (none) aside.
+func earliest(a, b repository.Position) repository.Position {
+	if a.IsZero() || !b.IsZero() && b.Compare(a) < 0 {
+		return b
+	}
+	return a
 }
 
 // polled records a successful poll that started at from, took took and leased tasks
@@ -102,11 +116,20 @@ func (f *floor) polled(from repository.Position, took time.Duration, tasks []rep
 
 // heldBack records that the poll from from found nothing on a limited topic: its
 // limit (the slots held by other processes, the rate) may have held back the work it
-// was sent to, so the next poll starts there again. Taken as found empty, the position
-// a notification gave was spent, and the next polls started past a task of a more
-// urgent priority: only the looks (watchFloor) went back for it, and none runs while
-// the processor is quiet.
-func (f *floor) heldBack(from repository.Position) { f.notified(from) }
+// was sent to, so the next poll starts there again, unless a signal or the head (an
+// idle manager's safety net, while cheap) comes before it. Taken as found empty, the
+// position a notification gave was spent, and the next polls started past a task of a
+// more urgent priority: only the looks (watchFloor) went back for it, and none runs
+// while the processor is quiet. A poll from the head is not repeated so: the head is
+// where polls go back to anyway, and each repeated would read it whole.
+func (f *floor) heldBack(from repository.Position) {
+	if from.IsZero() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held = earliest(f.held, from)
+}
 
 // notified lowers the next poll's position to where signalled work is, or sends it to
 // the head when the signal does not say (a zero position).

@@ -50,13 +50,34 @@ func TestFloor(t *testing.T) {
 	look(true, checkEvery) // busy: look for work before the position every checkEvery
 
 	// a poll from where a notification said that finds nothing on a limited topic (its
-	// slots held by other processes): the next starts there again, not past it
+	// slots held by other processes): the next starts there again, not past it, while
+	// the head is slow to read
+	f.polled(pos(0, 0), 20*time.Millisecond, tasks(pos(0, 7))) // the head slow
 	f.notified(pos(-1, 90))
 	from = step(pos(-1, 90))
-	f.polled(from, 20*time.Millisecond, nil)
+	f.polled(from, 0, nil)
 	f.heldBack(from)
 	from = step(pos(-1, 90))
 	f.polled(from, 0, tasks(pos(0, 7)))
+	step(pos(0, 7))
+	// a signal before it comes first
+	f.polled(pos(0, 7), 0, nil)
+	f.heldBack(pos(-1, 95))
+	f.notified(pos(-2, 1))
+	step(pos(-2, 1))
+	step(pos(0, 7))
+	// a poll from the head held back is not repeated
+	f.polled(pos(0, 0), 20*time.Millisecond, nil)
+	f.heldBack(pos(0, 0))
+	step(pos(0, 7))
+	// the head, when cheap, stays the idle manager's safety net: it covers the position
+	f.polled(pos(0, 0), time.Millisecond, tasks(pos(0, 7)))
+	f.notified(pos(-1, 90))
+	from = step(pos(-1, 90))
+	f.polled(from, 0, nil)
+	f.heldBack(from)
+	step(pos(0, 0))
+	f.polled(pos(0, 0), time.Millisecond, tasks(pos(0, 7)))
 	step(pos(0, 7))
 
 	// a notification that does not say where, or a resume: the head
