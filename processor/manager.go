@@ -627,6 +627,10 @@ func (m *TaskManager) run(ctx context.Context) error {
 	// survives restarts). An unknown topic is a configuration error and fatal; anything
 	// else (the database restarting, say) is retried with backoff.
 	startup := newBackoff(100*time.Millisecond, retryCap)
+	// a timer left armed for a task due in days (a notification of delayed work comes
+	// from the subscription, taken before the start) kept the manager and its processor
+	// alive until then, and then woke a manager long gone
+	defer m.stopDue()
 	for {
 		connected := m.reconnection()
 		err := m.start(ctx)
@@ -645,9 +649,6 @@ func (m *TaskManager) run(ctx context.Context) error {
 		m.retry(ctx, "start", m.startOp, err, startup, connected)
 	}
 	m.p.faults.ok(m.startOp)
-	// a timer left armed for a task due in days kept the manager and its processor
-	// alive until then, and then woke a manager long gone
-	defer m.stopDue()
 	if s, ok := m.cfg.Handler.(sharedHandler); ok {
 		s.attach()
 	}

@@ -20,10 +20,12 @@
   ];
   let refreshes = 0;
 
-  // toast shows text for a few seconds, or until the page is left when sticky.
+  // toast shows text for a few seconds, or until the page is left when sticky (and
+  // then nothing replaces it).
   function toast(text, isError, sticky) {
     const el = document.getElementById("toast");
-    if (!el) return;
+    if (!el || el.dataset.sticky === "1") return;
+    if (sticky) el.dataset.sticky = "1";
     el.textContent = text;
     el.className = "show" + (isError ? " error" : "");
     clearTimeout(toast.timer);
