@@ -406,6 +406,11 @@ func TestPoolCancelsInServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pool.Close()
+			// connected first: on a loaded machine the connection took the statement's
+			// 200 ms, and no statement ever ran to be told apart
+			if _, err := pool.Exec(f.ctx, "SELECT 1"); err != nil {
+				t.Fatal(err)
+			}
 			ctx, cancel := context.WithTimeout(f.ctx, 200*time.Millisecond)
 			defer cancel()
 			if _, err := pool.Exec(ctx, "SELECT pg_sleep(3)"); err == nil {
