@@ -153,7 +153,7 @@ func (s *scheduler) fire(ctx context.Context) {
 				// database's. The next round tries again. (A fire's own failure, even
 				// after the timeout, is reported as what it is.)
 				held = append(held, e)
-			case refused(e):
+			case repository.RefusedFire(e):
 				// A schedule the repository refused to fire (its topic's queue is full, a
 				// spec declared in SQL that does not parse) is the schedule's problem,
 				// not the database's: logged once per error log interval.
@@ -227,14 +227,4 @@ func parts(err error) []error {
 		return joined.Unwrap()
 	}
 	return []error{err}
-}
-
-// refused reports whether err is only refusals of the repository, not a failure of the
-// database.
-func refused(err error) bool {
-	if err == nil || repository.SQLState(err) != "" {
-		return false
-	}
-	return errors.Is(err, repository.ErrQueueFull) || errors.Is(err, repository.ErrInvalid) ||
-		errors.Is(err, repository.ErrUnknownTopic)
 }

@@ -1196,7 +1196,7 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 					skipTopics = append(skipTopics, topic)
 					full = topic
 				}
-				if refusedFire(err) {
+				if RefusedFire(err) {
 					r.retries.failed(r.timeNow(), name, full)
 				}
 				continue

@@ -7,7 +7,7 @@ import (
 )
 
 // A schedule whose fire was refused (its topic's queue full, a spec declared in SQL
-// that does not parse, its push refused: refusedFire) keeps its next fire time, the
+// that does not parse, its push refused: RefusedFire) keeps its next fire time, the
 // oldest due: without a pause it came first in every round, and a few hundred of them,
 // on topics whose consumers are down, took each round's tries and time from every
 // schedule that could fire. So a Repository passes over, for a while, the schedules
@@ -23,9 +23,12 @@ const (
 // fireRetries holds the schedules and topics a Repository passes over for now.
 type fireRetries struct {
 	mu     sync.Mutex
-	names  map[string]retryAfter
-	topics map[string]retryAfter
+	names  waits
+	topics waits
 }
+
+// waits are the keys passed over until their time, with the wait that led there.
+type waits map[string]retryAfter
 
 // retryAfter is when a schedule or topic is tried again, and the wait that led there.
 type retryAfter struct {
@@ -33,60 +36,65 @@ type retryAfter struct {
 	wait time.Duration
 }
 
-// waiting returns the schedules and topics to pass over at now, and forgets those
-// whose wait ended longer than scheduleRetryCap ago (a schedule removed, or fixed and
-// fired by another process).
+// waiting returns the keys to pass over at now, and forgets those whose wait ended
+// longer than scheduleRetryCap ago (a schedule removed, or fixed and fired by another
+// process).
+func (w waits) waiting(now time.Time) []string {
+	var out []string
+	for k, r := range w {
+		switch {
+		case now.Before(r.at):
+			out = append(out, k)
+		case now.Sub(r.at) > scheduleRetryCap:
+			delete(w, k)
+		}
+	}
+	return out
+}
+
+// refused passes k over from now: scheduleRetryFirst after its first refusal, twice
+// the last wait after the next ones, up to scheduleRetryCap.
+func (w waits) refused(now time.Time, k string) {
+	wait := scheduleRetryFirst
+	if r, ok := w[k]; ok {
+		wait = min(2*r.wait, scheduleRetryCap)
+	}
+	w[k] = retryAfter{at: now.Add(wait), wait: wait}
+}
+
+// waiting returns the schedules and topics to pass over at now.
 func (f *fireRetries) waiting(now time.Time) (names, topics []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	collect := func(m map[string]retryAfter) []string {
-		var out []string
-		for k, r := range m {
-			switch {
-			case now.Before(r.at):
-				out = append(out, k)
-			case now.Sub(r.at) > scheduleRetryCap:
-				delete(m, k)
-			}
-		}
-		return out
-	}
-	return collect(f.names), collect(f.topics)
+	return f.names.waiting(now), f.topics.waiting(now)
 }
 
-// refusedFire reports whether a fire's error is a refusal of the schedule (its topic's
-// queue full or gone, a spec or setting that does not hold), not a failure of the
-// database.
-func refusedFire(err error) bool {
-	return SQLState(err) == "" && (errors.Is(err, ErrQueueFull) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnknownTopic))
-}
-
-// failed records a failed fire of schedule name (and, when its topic's queue cap
+// failed records a refused fire of schedule name (and, when its topic's queue cap
 // refused it, of topic).
 func (f *fireRetries) failed(now time.Time, name, topic string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	next := func(m map[string]retryAfter, k string) map[string]retryAfter {
-		if m == nil {
-			m = map[string]retryAfter{}
-		}
-		wait := scheduleRetryFirst
-		if r, ok := m[k]; ok {
-			wait = min(2*r.wait, scheduleRetryCap)
-		}
-		m[k] = retryAfter{at: now.Add(wait), wait: wait}
-		return m
+	if f.names == nil {
+		f.names, f.topics = waits{}, waits{}
 	}
-	f.names = next(f.names, name)
+	f.names.refused(now, name)
 	if topic != "" {
-		f.topics = next(f.topics, topic)
+		f.topics.refused(now, topic)
 	}
 }
 
-// fired forgets the failures of schedule name and of its topic.
+// fired forgets the refusals of schedule name and of its topic.
 func (f *fireRetries) fired(name, topic string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.names, name)
 	delete(f.topics, topic)
+}
+
+// RefusedFire reports whether an error of FireSchedules is a refusal of a schedule (its
+// topic's queue full or gone, a spec or setting that does not hold), not a failure of
+// the database: the schedule's problem, which FireSchedules passes over for a while.
+func RefusedFire(err error) bool {
+	return err != nil && SQLState(err) == "" &&
+		(errors.Is(err, ErrQueueFull) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnknownTopic))
 }
