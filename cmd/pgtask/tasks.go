@@ -188,9 +188,7 @@ func runShow(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		for _, w := range why {
-			waiting = append(waiting, w.Text)
-		}
+		waiting = wire.WaitingTexts(why)
 	}
 	if *asJSON {
 		out := wire.FromTask(t)

@@ -613,9 +613,7 @@ func (s *server) getTask(_ http.ResponseWriter, r *http.Request) (int, any, erro
 		if err != nil {
 			return 0, nil, err
 		}
-		for _, w := range why {
-			out.Waiting = append(out.Waiting, w.Text)
-		}
+		out.Waiting = wire.WaitingTexts(why)
 	}
 	return http.StatusOK, out, nil
 }

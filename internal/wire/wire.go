@@ -81,6 +81,16 @@ func FromExcerpt(e repository.Excerpt) Task {
 	return t
 }
 
+// WaitingTexts are the texts of what holds a READY task back (Repository.Waiting), for
+// Task.Waiting.
+func WaitingTexts(why []repository.WaitReason) []string {
+	var out []string
+	for _, w := range why {
+		out = append(out, w.Text)
+	}
+	return out
+}
+
 // FromTasks converts stored tasks with FromTask.
 func FromTasks(tasks []repository.Task) []Task {
 	out := make([]Task, len(tasks))
