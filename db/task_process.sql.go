@@ -360,7 +360,7 @@ expired AS (
 ),
 notified AS (
     -- per topic, as a completion does: the first task made READY in poll order and, when
-    -- none is due yet, in how many milliseconds the earliest is (repository.Notification);
+    -- none is due yet, in how many milliseconds the earliest is and when (repository.Notification);
     -- a topic with a concurrency limit is told even when no task became READY, and
     -- without a delay when those made READY are not due yet, since its processors
     -- waiting at the limit may poll again ('WORK <md5(topic)>'), not only when the
@@ -369,7 +369,7 @@ notified AS (
                      || CASE WHEN r.ready AND NOT (r.capped AND r.due > clock_timestamp())
                              THEN ' ' || r.priority || ' ' || r.sequence
                                                || CASE WHEN r.due > clock_timestamp()
-                                                       THEN ' ' || ceil(extract(epoch FROM r.due - clock_timestamp()) * 1000)::bigint
+                                                       THEN ' ' || ceil(extract(epoch FROM r.due - clock_timestamp()) * 1000)::bigint || ' ' || ceil(extract(epoch FROM r.due) * 1000)::bigint
                                                        ELSE '' END
                              ELSE '' END) AS sent
     FROM (SELECT DISTINCT ON (e.topic) e.topic, e.state = 1 AS ready, e.priority, e.sequence, e.capped,

@@ -157,10 +157,10 @@ inserted AS (
 notified AS (
     -- with the position of the first READY task in poll order, where a processor's next
     -- poll must start from to see them all, and, when none is due yet, in how many
-    -- milliseconds the earliest is (repository.Notification)
+    -- milliseconds the earliest is and when (repository.Notification)
     SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence
                      || CASE WHEN f.due > clock_timestamp()
-                             THEN ' ' || ceil(extract(epoch FROM f.due - clock_timestamp()) * 1000)::bigint
+                             THEN ' ' || ceil(extract(epoch FROM f.due - clock_timestamp()) * 1000)::bigint || ' ' || ceil(extract(epoch FROM f.due) * 1000)::bigint
                              ELSE '' END) AS sent
     FROM (SELECT i.priority, i.sequence, min(coalesce(i.not_before, '-infinity')) OVER () AS due
           FROM inserted i WHERE i.state = 1
@@ -288,10 +288,10 @@ inserted AS (
 notified AS (
     -- with the position of the first READY task in poll order, where a processor's next
     -- poll must start from to see them all, and, when none is due yet, in how many
-    -- milliseconds the earliest is (repository.Notification)
+    -- milliseconds the earliest is and when (repository.Notification)
     SELECT pg_notify('task_notification', 'WORK ' || md5($1) || ' ' || f.priority || ' ' || f.sequence
                      || CASE WHEN f.due > clock_timestamp()
-                             THEN ' ' || ceil(extract(epoch FROM f.due - clock_timestamp()) * 1000)::bigint
+                             THEN ' ' || ceil(extract(epoch FROM f.due - clock_timestamp()) * 1000)::bigint || ' ' || ceil(extract(epoch FROM f.due) * 1000)::bigint
                              ELSE '' END) AS sent
     FROM (SELECT i.priority, i.sequence, min(coalesce(i.not_before, '-infinity')) OVER () AS due
           FROM inserted i WHERE i.state = 1

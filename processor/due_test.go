@@ -260,6 +260,38 @@ func TestDueWakeups(t *testing.T) {
 		})
 	})
 
+	// Pushed with a delay of 3 s in a transaction that commits 4 s after it began: the
+	// task fell due before the commit and starts at once, not 3 s after the commit (the
+	// notification's delay counts from the push's statement: until schema 53, nothing
+	// told the processor the task was due already).
+	for _, via := range []string{"Go", "SQL"} {
+		t.Run("PushedWithADelayInALongTransactionFrom"+via, func(t *testing.T) {
+			promptly(t, func(f *fixture) bool {
+				w := f.idle()
+				tx, err := f.pool.Begin(f.ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(f.ctx)
+				if via == "Go" {
+					_, err = f.repo.Push(f.ctx, tx, f.topic, repository.Append, repository.Creation{Identifier: "later", Delay: 3 * time.Second})
+				} else {
+					_, err = tx.Exec(f.ctx, "SELECT task_push('topic', 'later', delay => '3 seconds')")
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(4 * time.Second)
+				if err := tx.Commit(f.ctx); err != nil {
+					t.Fatal(err)
+				}
+				committed := time.Now()
+				s := w.next(t)
+				return prompt(t, s, committed)
+			})
+		})
+	}
+
 	t.Run("ManyDelayedTasksFallingDueWhilePolling", func(t *testing.T) {
 		// Tasks fall due while the processor polls and probes: none may wait for the
 		// pause interval (a minute). The bound is loose, since this measures nothing:

@@ -525,13 +525,34 @@ func (m *TaskManager) setActive(active bool) {
 	}
 }
 
+// dueSlack is how much sooner than its arrival plus its delay a notification's due time
+// must be for the manager to go by the due time: the commit and the delivery of a
+// notification take a millisecond or so, and a processor whose clock runs a little
+// ahead of the database's would otherwise wake early at every delayed push, poll for
+// nothing and probe for the due time. A transaction that committed later than this
+// after its write (a push in a long transaction) is what the due time is for.
+const dueSlack = 100 * time.Millisecond
+
+// notifiedDue is when the delayed work of notification n, arrived at now, falls due: its delay
+// counted from its arrival or, when the payload gives a due time (schema 53) sooner by
+// more than dueSlack, that time (the write's statement ran long before the commit sent
+// the notification). By this process's clock: one ahead of the database's by more than
+// dueSlack wakes early, finds nothing due and then probes for the time (probeDue).
+func notifiedDue(now time.Time, n repository.Notification) time.Time {
+	at := now.Add(n.Delay)
+	if !n.Due.IsZero() && n.Due.Before(at.Add(-dueSlack)) {
+		return n.Due
+	}
+	return at
+}
+
 // notify handles a notification about the manager's topic (on the notifier goroutine).
 func (m *TaskManager) notify(n repository.Notification) {
 	switch n.Event {
 	case repository.EventWork:
 		if n.Delay > 0 {
 			// Nothing of it is due yet: poll when it is, not now, from where it is.
-			m.wakeAt(time.Now().Add(n.Delay), n.From)
+			m.wakeAt(notifiedDue(time.Now(), n), n.From)
 			return
 		}
 		m.floor.notified(n.From)

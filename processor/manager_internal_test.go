@@ -2,6 +2,7 @@ package processor
 
 import (
 	"testing"
+	"time"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -59,6 +60,37 @@ func TestSplitOnlyOnALimiterOfItsOwn(t *testing.T) {
 			}
 			if got := len(m.split(tasks)); got != c.want {
 				t.Errorf("split into %d batches, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestNotifiedDue: a delayed notification's work is due its delay after its arrival,
+// unless the due time it carries is sooner by more than dueSlack (a push in a long
+// transaction), then at that time; a payload without one (an earlier release's) counts
+// its delay.
+func TestNotifiedDue(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		due   time.Time
+		want  time.Time
+	}{
+		{"NoDueTime", 3 * time.Second, time.Time{}, now.Add(3 * time.Second)},
+		// the commit and the delivery took a few milliseconds, or the clocks differ by as
+		// much: the delay from the arrival, never sooner
+		{"DueAsTheDelaySays", 3 * time.Second, now.Add(3*time.Second - 5*time.Millisecond), now.Add(3 * time.Second)},
+		{"DueLaterThanTheDelay", 3 * time.Second, now.Add(4 * time.Second), now.Add(3 * time.Second)},
+		// committed 2 s after the push: due 2 s sooner than the delay says
+		{"LongTransaction", 3 * time.Second, now.Add(time.Second), now.Add(time.Second)},
+		// committed after the task fell due: at once
+		{"DueBeforeTheArrival", 3 * time.Second, now.Add(-time.Second), now.Add(-time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := repository.Notification{Event: repository.EventWork, Delay: tc.delay, Due: tc.due}
+			if got := notifiedDue(now, n); !got.Equal(tc.want) {
+				t.Errorf("notifiedDue(delay %v, due %v) = %v, want %v", tc.delay, tc.due, got, tc.want)
 			}
 		})
 	}

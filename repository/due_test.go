@@ -100,6 +100,11 @@ func TestWorkNotifications(t *testing.T) {
 			t.Errorf("from %+v, want the first in poll order %+v", n.From, repository.PositionOf(pushed[0]))
 		}
 		about(t, "delay", n.Delay, time.Hour)
+		// and when, by the database's clock: the earliest not-before time, rounded up to
+		// the millisecond
+		if want := time.UnixMilli((pushed[1].NotBefore.UnixMicro() + 999) / 1000); !n.Due.Equal(want) {
+			t.Errorf("due %v, want %v (the earliest not-before time %v)", n.Due, want, pushed[1].NotBefore)
+		}
 	})
 
 	t.Run("PushWithATaskDueNowSaysNoDelay", func(t *testing.T) {
@@ -140,6 +145,7 @@ func TestWorkNotifications(t *testing.T) {
 			t.Errorf("retry: notified %+v, want WORK from %+v", n, repository.PositionOf(tasks[1]))
 		}
 		about(t, "retry's delay", n.Delay, time.Hour)
+		about(t, "retry's due time, from now", time.Until(n.Due), time.Hour)
 		// a snooze and a hand-back (a snooze of no delay) in one statement: one
 		// notification, due at once
 		complete(tasks[2].Decide(repository.SnoozeFor(time.Minute)), tasks[3].Decide(repository.SnoozeFor(0)))
@@ -197,6 +203,7 @@ func TestWorkNotifications(t *testing.T) {
 			t.Errorf("expiry without backoff: notified %+v, want from %+v without delay", n, repository.PositionOf(first[0]))
 		}
 		about(t, "expiry with a backoff: delay", got[repository.TopicHash("second")].Delay, time.Hour)
+		about(t, "expiry with a backoff: due time, from now", time.Until(got[repository.TopicHash("second")].Due), time.Hour)
 	})
 
 	t.Run("SQLPushJunctionAndResetSayWhere", func(t *testing.T) {
@@ -217,6 +224,7 @@ func TestWorkNotifications(t *testing.T) {
 			t.Errorf("delayed SQL push: notified from %+v, want 0/%d", n.From, seq)
 		}
 		about(t, "delayed SQL push's delay", n.Delay, time.Hour)
+		about(t, "delayed SQL push's due time, from now", time.Until(n.Due), time.Hour)
 		// REPLACE inserts earlier duplicates REDUNDANT: the position is the READY one's
 		rows, err := f.pool.Query(f.ctx, "SELECT * FROM task_push_batch('topic', ARRAY['d', 'd'], insertion => 'replace')")
 		if err != nil {
@@ -292,11 +300,31 @@ func TestWorkNotifications(t *testing.T) {
 			{"WORK " + repository.TopicHash("t") + " 0 42 99999999999999999", 100 * 365 * 24 * time.Hour, true},
 			{"WORK " + repository.TopicHash("t") + " 0 42 -5", 0, false},
 			{"WORK " + repository.TopicHash("t") + " 0 42 soon", 0, false},
-			{"WORK " + repository.TopicHash("t") + " 0 42 7 later-field", 7 * time.Millisecond, true},
+			{"WORK " + repository.TopicHash("t") + " 0 42 7 1700000000007 later-field", 7 * time.Millisecond, true},
+			{"WORK " + repository.TopicHash("t") + " 0 42 7 later", 0, false},
+			{"WORK " + repository.TopicHash("t") + " 0 42 7 0", 0, false},
+			{"WORK " + repository.TopicHash("t") + " 0 42 7 -1700000000007", 0, false},
 		} {
 			n, err := repository.ParseNotification(tc.payload)
 			if (err == nil) != tc.ok || err == nil && n.Delay != tc.want {
 				t.Errorf("ParseNotification(%q) = %+v, %v; want delay %v, ok %v", tc.payload, n, err, tc.want, tc.ok)
+			}
+		}
+	})
+
+	t.Run("ParseDue", func(t *testing.T) {
+		for _, tc := range []struct {
+			payload string
+			want    time.Time
+		}{
+			{"WORK " + repository.TopicHash("t") + " 0 42 7 1700000000007", time.UnixMilli(1700000000007)},
+			{"WORK " + repository.TopicHash("t") + " 0 42 7", time.Time{}},
+			// past the year 9999: not soon, the delay alone counts
+			{"WORK " + repository.TopicHash("t") + " 0 42 7 253402300800001", time.Time{}},
+		} {
+			n, err := repository.ParseNotification(tc.payload)
+			if err != nil || !n.Due.Equal(tc.want) {
+				t.Errorf("ParseNotification(%q) = %+v, %v; want due %v", tc.payload, n, err, tc.want)
 			}
 		}
 	})

@@ -2741,3 +2741,82 @@ func TestFinalFailureOnAnOlderSchema(t *testing.T) {
 		t.Errorf("FailFinal at schema 50: %v, errors %q; want FAILED, the error kept", got.State, got.Errors)
 	}
 }
+
+// TestNotifiedDueTimeMigration: from 000053 on, the notifications task_push_batch and
+// task_complete send for delayed work add the due time (milliseconds since the epoch,
+// rounded up) after the delay; reverted, they are as before; the rows written before
+// are kept, and the functions keep their settings.
+func TestNotifiedDueTimeMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository notified due time test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 52)
+	create("emails")
+	execEach(t, pool, "SELECT task_push('emails', 'before', delay => '1 hour')")
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+NotificationChannel); err != nil {
+		t.Fatal(err)
+	}
+	// delayed pushes a task an hour ahead (task_push), leases it and snoozes it for two
+	// hours (task_complete), and returns the two notifications and the task's not-before
+	// time after the snooze
+	delayed := func(identifier string) (push, snooze Notification, notBefores []time.Time) {
+		t.Helper()
+		execEach(t, pool, "SELECT task_push('emails', '"+identifier+"', delay => '1 hour')",
+			"UPDATE task SET state = 0, owner = 'o', attempt = 1 WHERE topic = 'emails' AND identifier = '"+identifier+"'",
+			`SELECT count(*) FROM task_complete('emails', 'o', ARRAY(SELECT sequence FROM task WHERE identifier = '`+identifier+`'),
+				'{1}', '{4}', '{""}', '{7200000}')`)
+		for _, n := range []*Notification{&push, &snooze} {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			got, err := conn.Conn().WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: no notification: %v", identifier, err)
+			}
+			if *n, err = ParseNotification(got.Payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range textRows(t, pool, "SELECT (extract(epoch FROM not_before) * 1e6)::bigint FROM task WHERE identifier = '"+identifier+"'") {
+			us, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			notBefores = append(notBefores, time.UnixMicro(us))
+		}
+		return push, snooze, notBefores
+	}
+	// dueOf is the due time a notification of a task not before nb carries
+	dueOf := func(nb time.Time) time.Time { return time.UnixMilli((nb.UnixMicro() + 999) / 1000) }
+
+	steps(1)
+	push, snooze, nb := delayed("after")
+	// the push's due time is an hour from then (its not-before time, which the snooze
+	// moved on)
+	if push.Due.IsZero() || push.Delay <= 0 || time.Until(push.Due) < 59*time.Minute || time.Until(push.Due) > time.Hour {
+		t.Errorf("task_push at 000053: notified %+v, want a due time an hour from now", push)
+	}
+	if len(nb) != 1 || !snooze.Due.Equal(dueOf(nb[0])) || snooze.Delay <= 0 {
+		t.Errorf("task_complete's snooze at 000053: notified %+v, want due at %v (the task's not-before time)", snooze, nb)
+	}
+	if def := textRows(t, pool, "SELECT pg_get_functiondef('task_complete'::regproc)"); len(def) != 1 ||
+		!strings.Contains(def[0], "jit") || !strings.Contains(def[0], "enable_nestloop") {
+		t.Errorf("task_complete at 000053: %v, want jit and nested loops off", def)
+	}
+
+	steps(-1)
+	push, snooze, _ = delayed("reverted")
+	if !push.Due.IsZero() || push.Delay <= 0 || !snooze.Due.IsZero() || snooze.Delay <= 0 {
+		t.Errorf("after 000053 down: notified %+v and %+v, want delays without due times", push, snooze)
+	}
+	steps(1)
+	if got := textRows(t, pool, "SELECT identifier || ' ' || state FROM task WHERE topic = 'emails' ORDER BY sequence"); !slices.Equal(got,
+		[]string{"before 1", "after 1", "reverted 1"}) {
+		t.Errorf("tasks after 000053 up, down and up: %v, want the three READY", got)
+	}
+}

@@ -20,8 +20,8 @@ const (
 	// EventWork: a topic received READY work: a push, a retry, a snooze or a task handed
 	// back by a completion, an expiry, a revival, a junction release. Pushes, completions
 	// and expiries say where the work is (Notification.From) and, when none of it is
-	// due yet, when it will be (Notification.Delay): "WORK <md5(topic)> <priority>
-	// <sequence>[ <milliseconds>]".
+	// due yet, when it will be (Notification.Delay, Notification.Due): "WORK
+	// <md5(topic)> <priority> <sequence>[ <milliseconds>[ <due>]]".
 	EventWork Event = "WORK"
 	// EventActivation: a topic was paused or resumed, or its settings changed (limits
 	// among them): its processors read it again.
@@ -47,6 +47,13 @@ type Notification struct {
 	// up to the millisecond): a listener counts it from the notification's arrival,
 	// which follows the commit by a millisecond or so. Zero when one is due at once.
 	Delay time.Duration
+	// Due is, with Delay, when the earliest of them falls due by the database's clock
+	// (the payload's sixth field, whole milliseconds since the Unix epoch rounded up;
+	// written from schema 53 on). Delay counts from the writing statement, which a long
+	// transaction commits long after: its tasks are then due before the notification's
+	// arrival plus Delay. Zero when the payload has none (an earlier release's write, a
+	// notification of your own, a time past the year 9999).
+	Due time.Time
 }
 
 // TopicHash returns the hex MD5 of a topic name, as notifications carry it: fixed length
@@ -66,9 +73,18 @@ func ParseNotification(payload string) (Notification, error) {
 	switch n.Event {
 	case EventActivation:
 	case EventWork:
-		// "WORK <md5(topic)> <priority> <sequence>[ <milliseconds>]" from a push, a
-		// completion or an expiry; fields beyond are ignored, as a later version may add
-		// some.
+		// "WORK <md5(topic)> <priority> <sequence>[ <milliseconds>[ <due>]]" from a push,
+		// a completion or an expiry; fields beyond are ignored, as a later version may
+		// add some.
+		if len(fields) >= 6 {
+			ms, err := strconv.ParseInt(fields[5], 10, 64)
+			if err != nil || ms <= 0 {
+				return Notification{}, invalid("notification %q: due time %q is not a number of milliseconds since 1970", payload, fields[5])
+			}
+			if ms <= maxDueMs {
+				n.Due = time.UnixMilli(ms)
+			}
+		}
 		if len(fields) >= 5 {
 			ms, err := strconv.ParseInt(fields[4], 10, 64)
 			if err != nil || ms < 0 {
@@ -109,8 +125,12 @@ func (n Notification) String() string {
 	}
 	if n.Event == EventWork && !n.From.IsZero() {
 		if n.Delay > 0 {
-			return fmt.Sprintf("%s %s %d %d %d", n.Event, n.TopicHash, n.From.Priority, n.From.Sequence,
+			delay := fmt.Sprintf("%s %s %d %d %d", n.Event, n.TopicHash, n.From.Priority, n.From.Sequence,
 				(n.Delay+time.Millisecond-1)/time.Millisecond)
+			if !n.Due.IsZero() {
+				return fmt.Sprintf("%s %d", delay, (n.Due.UnixMicro()+999)/1000)
+			}
+			return delay
 		}
 		return fmt.Sprintf("%s %s %d %d", n.Event, n.TopicHash, n.From.Priority, n.From.Sequence)
 	}
@@ -120,3 +140,7 @@ func (n Notification) String() string {
 // maxDelay caps the delays notifications and NextDue report, so that they convert to a
 // time.Duration without overflow (a task delayed by centuries is simply "not soon").
 const maxDelay = 100 * 365 * 24 * time.Hour
+
+// maxDueMs is the latest due time a notification gives (the start of the year 10000):
+// a later one is "not soon" (PostgreSQL's timestamptz reaches the year 294276).
+const maxDueMs = 253402300800000

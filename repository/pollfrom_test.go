@@ -202,7 +202,7 @@ func TestPushNotificationCarriesPosition(t *testing.T) {
 	}{
 		{"WORK " + repository.TopicHash("t"), repository.Position{}, true},
 		{"WORK " + repository.TopicHash("t") + " -3 42", repository.Position{Priority: -3, Sequence: 42}, true},
-		{"WORK " + repository.TopicHash("t") + " 0 42 0 later-field", repository.Position{Sequence: 42}, true},
+		{"WORK " + repository.TopicHash("t") + " 0 42 0 1700000000000 later-field", repository.Position{Sequence: 42}, true},
 		{"WORK " + repository.TopicHash("t") + " x 42", repository.Position{}, false},
 		{"WORK " + repository.TopicHash("t") + " 0 0", repository.Position{}, false},
 		{"WORK " + repository.TopicHash("t") + " 40000 1", repository.Position{}, false},

@@ -15,13 +15,14 @@
 
 -- task_citus_work is the payload of a WORK notification (repository.Notification): the
 -- topic, where its first READY task stands in poll order and, when the earliest of those
--- just made READY is not due yet, in how many milliseconds it is.
+-- just made READY is not due yet, in how many milliseconds it is and when (000053).
 CREATE FUNCTION task_citus_work(p_topic text, p_priority smallint, p_sequence bigint, p_due timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
 BEGIN
     RETURN 'WORK ' || md5(p_topic) || ' ' || p_priority || ' ' || p_sequence
            || CASE WHEN p_due > clock_timestamp()
                    THEN ' ' || ceil(extract(epoch FROM p_due - clock_timestamp()) * 1000)::bigint
+                        || ' ' || ceil(extract(epoch FROM p_due) * 1000)::bigint
                    ELSE '' END;
 END
 $$;
