@@ -288,8 +288,8 @@ func TestLimits(t *testing.T) {
 		// The library's usual set-up, a Buffer of TaskFuncs polled 100 at a time: a poll
 		// of the whole limit would be one batch, run task after task by one worker while
 		// the others wait, and the next poll would find the limit full. The tasks each
-		// poll and each flush lease reach the workers in batches of the limit's share of
-		// one worker instead; the listener still sees one dispatch a statement.
+		// poll and each flush lease reach the workers in one batch each instead; the
+		// listener still sees one dispatch a statement.
 		f := setup(t)
 		f.limit(repository.TopicSettings{Concurrency: 3})
 		const n = 15
@@ -822,7 +822,7 @@ func BenchmarkLimitConcurrency(b *testing.B) {
 // Buffer of workers runs 5 ms TaskFuncs, polled batch at a time: tasks per second from
 // the start to the last commit, and that rate's share of the ideal (the smaller of the
 // limit and the workers, per 5 ms). The tasks a poll or a flush leases reach the
-// workers in batches of the limit's share of each (TaskManager.split).
+// workers in one batch each (TaskManager.split).
 func BenchmarkLimitBuffered(b *testing.B) {
 	for _, c := range []struct{ limit, workers, batch int }{{64, 64, 1000}, {64, 8, 100}, {3, 4, 100}} {
 		b.Run(fmt.Sprintf("limit=%d/workers=%d/batch=%d", c.limit, c.workers, c.batch), func(b *testing.B) {

@@ -21,8 +21,8 @@ type Listener struct {
 	// OnStart: the manager started polling its topic.
 	OnStart func(topic string)
 	// OnDispatch: a poll (or a flush) leased tasks that are now handed to the handler,
-	// once a statement: in one batch, or, under a concurrency limit, in batches of the
-	// limit's share of each of a Buffer's workers (ManagerConfig.BatchSize).
+	// once a statement: in one batch, or, under a concurrency limit, in one batch for
+	// each of a Buffer's workers (ManagerConfig.BatchSize).
 	OnDispatch func(topic string, tasks []repository.Task, poll time.Duration)
 	// OnCallback: the handler reported decisions for these tasks of a batch, the given
 	// time after the batch was handed to it. A batch whose tasks are decided one at a

@@ -47,9 +47,9 @@ type ManagerConfig struct {
 	Condition repository.Condition
 	// BatchSize is the most tasks one poll leases. Default 100. Under a topic
 	// concurrency limit, the tasks a poll (or a flush) leases go to a Buffer of several
-	// workers in batches of the limit's share of one worker (the limit divided by
-	// MaxWorkers, rounded up), so that the slots go to every worker rather than to one
-	// worker's batch, run task after task while the others wait.
+	// workers in one batch for each worker (MaxWorkers; their sizes differ by one at
+	// most), so that the slots go to every worker rather than to one worker's batch, run
+	// task after task while the others wait.
 	BatchSize int
 	// PauseInterval is how long the manager hibernates when the topic is empty before it
 	// polls again. A notification of new work, a timer for the next task that falls due
@@ -976,11 +976,13 @@ func (m *TaskManager) dispatched(tasks []repository.Task, elapsed time.Duration)
 }
 
 // split cuts tasks leased together into the batches the handler gets: one batch, but
-// under a topic concurrency limit batches of the limit's share of each of the
-// handler's workers. A Buffer gives each worker a whole batch, and a TaskFunc runs its
-// batch task after task: one batch of the whole limit would hold every slot on one
-// worker while the others wait (limit 3, four workers: one task at a time). The
-// statement that leased them stays one, whatever its size.
+// under a topic concurrency limit one for each of the handler's workers (at most one a
+// task), their sizes differing by one at most. A Buffer gives each worker a whole
+// batch, and a TaskFunc runs its batch task after task: one batch of the whole limit
+// would hold every slot on one worker while the others wait (limit 3, four workers: one
+// task at a time), and batches of the limit's share of each worker left workers idle
+// while tasks waited behind others (limit 5, four workers: batches of 2, 2 and 1, a
+// fourth worker idle). The statement that leased them stays one, whatever its size.
 func (m *TaskManager) split(tasks []repository.Task) [][]repository.Task {
 	c := int(m.concurrency.Load())
 	// Not on a Limiter another manager shares: the batches after the first wait for a
@@ -989,7 +991,12 @@ func (m *TaskManager) split(tasks []repository.Task) [][]repository.Task {
 	if m.workers <= 1 || c <= 0 || !m.limited.Load() || !m.soleLimiter() {
 		return [][]repository.Task{tasks}
 	}
-	return slices.Collect(slices.Chunk(tasks, (c+m.workers-1)/m.workers))
+	k := min(m.workers, len(tasks))
+	parts := make([][]repository.Task, 0, k)
+	for i := range k {
+		parts = append(parts, tasks[i*len(tasks)/k:(i+1)*len(tasks)/k])
+	}
+	return parts
 }
 
 // prepareHanded prepares batches for the poll loop to take (hand): each then takes a

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -62,6 +63,48 @@ func TestSplitOnlyOnALimiterOfItsOwn(t *testing.T) {
 				t.Errorf("split into %d batches, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// TestSplitOverTheWorkers: a limited topic's lease is split into one batch per worker
+// (no more than tasks), in poll order, their sizes differing by one at most: every
+// worker has a task while any waits. Before, batches of the limit's share of each
+// worker (limit 5, four workers: 2, 2 and 1) left a worker idle with two tasks queued
+// behind others.
+func TestSplitOverTheWorkers(t *testing.T) {
+	for _, c := range []struct {
+		limit, workers, tasks int
+		want                  []int
+	}{
+		{5, 4, 5, []int{1, 1, 1, 2}},
+		{9, 8, 9, []int{1, 1, 1, 1, 1, 1, 1, 2}},
+		{6, 4, 6, []int{1, 2, 1, 2}},
+		{8, 4, 3, []int{1, 1, 1}}, // fewer tasks than workers: one each
+		{3, 4, 3, []int{1, 1, 1}},
+		{64, 4, 64, []int{16, 16, 16, 16}},
+	} {
+		tasks := make([]repository.Task, c.tasks)
+		for i := range tasks {
+			tasks[i].Sequence = int64(i + 1)
+		}
+		m := &TaskManager{cfg: ManagerConfig{Limiter: Bound(c.workers)}, workers: c.workers}
+		m.limited.Store(true)
+		m.concurrency.Store(int32(c.limit))
+		detach := m.cfg.Limiter.(soleLimiter).attach()
+		parts := m.split(tasks)
+		detach()
+		var sizes []int
+		var seqs []int64
+		for _, p := range parts {
+			sizes = append(sizes, len(p))
+			for _, t := range p {
+				seqs = append(seqs, t.Sequence)
+			}
+		}
+		if !slices.Equal(sizes, c.want) || !slices.IsSorted(seqs) || len(seqs) != c.tasks {
+			t.Errorf("limit %d, %d workers, %d tasks: batches of %v (sequences %v), want %v in poll order",
+				c.limit, c.workers, c.tasks, sizes, seqs, c.want)
+		}
 	}
 }
 
