@@ -59,7 +59,12 @@ type Buffered struct {
 
 	mu      sync.Mutex
 	workers int
-	busy    int
+	busy    int // batches a worker runs
+	// pending: batches sent to the queue that no worker has started (nor a shutdown
+	// disposed of), those a worker has received but not yet counted busy included: a
+	// send to a waiting worker never shows in len(queue), and until that worker counts
+	// it, a Handle right after saw no batch waiting and grew no worker for its own
+	pending int
 	users   int  // managers running with the Buffer (attach, detach)
 	stopped bool // by Stop, until a manager starts with the Buffer again (attach)
 	// detached: stopped by its last manager's shutdown (detach), not by a call of Stop
@@ -138,11 +143,12 @@ func (b *Buffered) Handle(ctx context.Context, batch *Batch) {
 			return
 		}
 		// Grow when this batch would wait behind busy workers.
-		if b.busy+len(b.queue) >= b.workers && b.workers < b.cfg.MaxWorkers {
+		if b.busy+b.pending >= b.workers && b.workers < b.cfg.MaxWorkers {
 			b.spawn()
 		}
 		select {
 		case b.queue <- q:
+			b.pending++
 			b.mu.Unlock()
 			return
 		default:
@@ -186,12 +192,14 @@ func (b *Buffered) work() {
 		b.mu.Unlock()
 		select {
 		case q := <-b.queue:
-			b.signalSpace()
+			b.take()
 			b.run(q)
 			idle.Reset(b.cfg.IdleTimeout)
 		case <-idle.C:
 			b.mu.Lock()
-			if b.workers > b.cfg.MinWorkers {
+			// Not while a batch waits: a Handle that counted this worker sent it one
+			// and grew no other.
+			if b.workers > b.cfg.MinWorkers && b.pending == 0 {
 				b.workers--
 				b.mu.Unlock()
 				return
@@ -202,7 +210,7 @@ func (b *Buffered) work() {
 			if b.cfg.OnClose == Drain {
 				select {
 				case q := <-b.queue:
-					b.signalSpace()
+					b.take()
 					b.run(q)
 					continue
 				default:
@@ -220,19 +228,34 @@ func (b *Buffered) work() {
 	}
 }
 
-// signalSpace wakes every Handle waiting for room in the queue (several managers may
-// share one Buffer).
-func (b *Buffered) signalSpace() {
+// take counts a batch a worker received from the queue as busy (run ends it) and wakes
+// every Handle waiting for room in the queue (several managers may share one Buffer).
+func (b *Buffered) take() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pending--
+	b.busy++
 	close(b.space)
 	b.space = make(chan struct{})
 }
 
+// run runs a batch a worker took (take counted it busy).
 func (b *Buffered) run(q queued) {
+	returned := false
+	defer func() {
+		b.mu.Lock()
+		b.busy--
+		b.mu.Unlock()
+		if !returned {
+			// The handler ended this worker's goroutine (runtime.Goexit; callHandler
+			// relieved its batch): another worker takes its place.
+			go b.work()
+		}
+	}()
 	if q.batch.isClosed() {
 		// Relieved of it while it waited in the queue (handler timeout, shutdown
 		// deadline): its tasks are no longer ours to run.
+		returned = true
 		return
 	}
 	if b.cfg.OnClose == Drain {
@@ -245,22 +268,9 @@ func (b *Buffered) run(q queued) {
 		// BatchFunc or a HandlerFunc still running at the deadline failed, an attempt
 		// used, where it was to be handed back (or failed, as OnClose says) unstarted.
 		b.dispose(q)
+		returned = true
 		return
 	}
-	b.mu.Lock()
-	b.busy++
-	b.mu.Unlock()
-	returned := false
-	defer func() {
-		b.mu.Lock()
-		b.busy--
-		b.mu.Unlock()
-		if !returned {
-			// The handler ended this worker's goroutine (runtime.Goexit; callHandler
-			// relieved its batch): another worker takes its place.
-			go b.work()
-		}
-	}()
 	callHandler(q.ctx, b.inner, q.batch)
 	returned = true
 }
@@ -292,6 +302,9 @@ func (b *Buffered) halt(detached bool) {
 	for {
 		select {
 		case q := <-b.queue:
+			b.mu.Lock()
+			b.pending--
+			b.mu.Unlock()
 			b.dispose(q)
 		default:
 			return
@@ -359,6 +372,7 @@ func (b *Buffered) detach() {
 		}
 	}
 	if len(leaving) > 0 {
+		b.pending -= len(leaving)
 		close(b.space) // room for the Handles waiting
 		b.space = make(chan struct{})
 	}

@@ -2,8 +2,10 @@ package processor
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pgtask/pgtask/repository"
 )
@@ -31,5 +33,43 @@ func TestBufferWorkerHandsBackABatchOfAStoppingManager(t *testing.T) {
 	}
 	if len(kinds) != 1 || kinds[0] != reportHandedBack {
 		t.Errorf("reports %v, want the batch handed back", kinds)
+	}
+}
+
+// TestBufferGrowsForABatchSentToAWaitingWorker: a batch sent to a worker waiting on the
+// queue counts as waiting until that worker starts it, so that a Handle right after,
+// before the worker has run, grows a worker for its own batch. Before, the first batch
+// showed neither in the queue nor among the busy, and the second waited in the queue
+// behind it, a whole task, with MaxWorkers not reached (GOMAXPROCS 1, as the docs
+// advise, makes the order certain: the worker runs only when Handle's goroutine blocks).
+func TestBufferGrowsForABatchSentToAWaitingWorker(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	release := make(chan struct{})
+	started := make(chan int64, 2)
+	b, err := Buffer(HandlerFunc(func(_ context.Context, batch *Batch) {
+		started <- batch.Tasks[0].Sequence
+		<-release
+	}), BufferConfig{MinWorkers: 1, MaxWorkers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	time.Sleep(50 * time.Millisecond) // the first worker waits on the queue
+	for seq := range int64(2) {
+		batch, err := NewBatch(t.Context(), "t", []repository.Task{{Topic: "t", Sequence: seq + 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Handle(t.Context(), batch)
+	}
+	if w := b.Workers(); w != 2 {
+		t.Errorf("%d workers after two batches, want 2 (MaxWorkers)", w)
+	}
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a batch waited behind the other with a worker to spare")
+		}
 	}
 }
