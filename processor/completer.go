@@ -311,6 +311,27 @@ func (c *completer) gather(ctx context.Context) {
 	}
 }
 
+// settlesABatch reports whether committing reports decides every task left of one of
+// their batches, whose limiter slot is then free for the tasks a flush leases
+// (commitLeasing). A flush of part of a batch frees capacity of the topic but no slot
+// and no worker: what it leased waited, ACTIVE, for the rest of a batch (a TaskFunc runs
+// its batch task after task on the poll loop's goroutine, a Buffer's poll loop waits for
+// a slot), indefinitely behind a task that hangs without a HandlerTimeout, while the
+// topic's limit kept other processes' idle workers from it. The loop polls once the
+// batch ends.
+func settlesABatch(reports []*report) bool {
+	deciding := make(map[*Batch]int64, len(reports))
+	for _, r := range reports {
+		deciding[r.batch] += int64(len(r.completions))
+	}
+	for b, n := range deciding {
+		if n > 0 && n >= b.unsettled.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // flush commits reports together; when the joint commit is refused (a stale lease in
 // one batch must not fail the others), it commits them one by one. Database errors are
 // retried with backoff until ctx is done, so decisions are not lost to a blip.
@@ -321,7 +342,7 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 	topic := c.m.cfg.Topic
 	start := time.Now()
 	unsure := false
-	if !c.hurried() && c.m.wantsLease() && c.m.beginLease() {
+	if !c.hurried() && c.m.wantsLease() && settlesABatch(reports) && c.m.beginLease() {
 		tasks, leased, batches, err := c.commitLeasing(ctx, reports)
 		c.m.endLease()
 		if err == nil {

@@ -284,6 +284,34 @@ func TestLimits(t *testing.T) {
 		close(release)
 		f.eventually("the slow one done", func() bool { return f.count(repository.Succeeded) == n })
 	})
+	t.Run("ADecisionThatEndsNoBatchLeasesNothing", func(t *testing.T) {
+		// A TaskFunc runs its batch task after task on the poll loop's goroutine. The
+		// commit of the first task's decision frees a slot of the topic's limit, but the
+		// task a flush at the limit leased in that commit waited, ACTIVE and unrun, for
+		// the rest of the batch: here behind a task that hangs until released, holding a
+		// slot of the limit that another process's idle worker could have used.
+		f := setup(t)
+		f.limit(repository.TopicSettings{Concurrency: 3})
+		tasks := f.pushN(6)
+		release := make(chan struct{})
+		handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			if task.Sequence == tasks[1].Sequence {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return repository.Succeed("")
+		})
+		p, _ := f.processor("processor", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 100, PauseInterval: time.Hour})
+		f.start(p)
+		f.eventually("the first task done", func() bool { return f.count(repository.Succeeded) == 1 })
+		if active := f.count(repository.Active); active != 2 {
+			t.Errorf("%d tasks ACTIVE while the batch's second runs, want 2 (the second and the third, leased with it)", active)
+		}
+		close(release)
+		f.eventually("every task done", func() bool { return f.count(repository.Succeeded) == 6 })
+	})
 	t.Run("ABufferSpreadsTheLimitOverItsWorkers", func(t *testing.T) {
 		// The library's usual set-up, a Buffer of TaskFuncs polled 100 at a time: a poll
 		// of the whole limit would be one batch, run task after task by one worker while
