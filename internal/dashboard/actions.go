@@ -60,11 +60,27 @@ func (s *server) action(a actionFunc) http.Handler {
 		out, err := a(r, body)
 		if err != nil {
 			status := statusOf(err)
-			if status == http.StatusInternalServerError {
+			stopped := status == http.StatusInternalServerError && r.Context().Err() != nil
+			switch {
+			case stopped:
+				// the browser went away or the server's read timeout passed, which stopped
+				// the work (the statement included): nothing failed here, as for a page
+				status = http.StatusServiceUnavailable
+				s.cfg.Logger.Info("dashboard action stopped: the browser went away or the read timeout passed",
+					slog.String("path", r.URL.Path), slog.Any("error", err))
+			case status == http.StatusInternalServerError:
 				s.cfg.Logger.Error("dashboard action failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 			}
 			text := httpguard.ErrorText(err, status) // the log has the whole error
-			if p := (*partialError)(nil); errors.As(err, &p) {
+			p := (*partialError)(nil)
+			partial := errors.As(err, &p)
+			switch {
+			case stopped:
+				text = errStopped
+				if partial {
+					text += p.note()
+				}
+			case partial:
 				// what committed before the failure, said whatever the failure
 				text = httpguard.ErrorText(p.err, status) + p.note()
 			}
@@ -76,6 +92,9 @@ func (s *server) action(a actionFunc) http.Handler {
 		_ = json.NewEncoder(w).Encode(out)
 	})
 }
+
+// errStopped answers an action the request's end stopped.
+const errStopped = "the request was stopped before it ended (the server's read timeout passed): apply again"
 
 // partialError is the failure of a bulk action after some of its statements committed.
 type partialError struct {

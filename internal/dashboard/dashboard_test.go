@@ -1196,3 +1196,37 @@ func TestPageStoppedByTheBrowser(t *testing.T) {
 		t.Errorf("logs:\n%s", got)
 	}
 }
+
+// TestActionStoppedByTheBrowser: an action whose request ended before it did (the read
+// timeout, a visitor who closed the tab during a long purge) answers 503, says to apply
+// again, and logs no error, as a page does; it answered 500 with the statement's
+// cancellation and logged an ERROR.
+func TestActionStoppedByTheBrowser(t *testing.T) {
+	f := setup(t, "")
+	logs := &logbuf.Buffer{}
+	guard, err := httpguard.New(httpguard.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := rest.New(rest.Config{Pool: f.pool, Repository: f.repo, Guard: guard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dashboard.New(dashboard.Config{Pool: f.pool, Repository: f.repo, API: api, Guard: guard,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	cancel()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/ui/topics/mail/settings", strings.NewReader(`{"queue_cap":100}`))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "apply again") {
+		t.Errorf("status %d, %q; want 503 saying to apply again", rec.Code, rec.Body.String())
+	}
+	if got := logs.String(); strings.Contains(got, "level=ERROR") || !strings.Contains(got, "dashboard action stopped") {
+		t.Errorf("logs:\n%s", got)
+	}
+}
