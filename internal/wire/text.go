@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -275,12 +276,13 @@ func checkFieldsOnce(body []byte) error {
 					return errMalformed
 				}
 				// encoding/json matches a field's name whatever its case: "Identifier"
-				// after "identifier" would replace it too
+				// after "identifier" would replace it too, as would "inſertion" (a long s)
 				key, _ := tok.(string)
-				if look && seen[strings.ToLower(key)] {
+				folded := foldKey(key)
+				if look && seen[folded] {
 					return fmt.Errorf("%sfield %q is given twice", at, key)
 				}
-				seen[strings.ToLower(key)] = true
+				seen[folded] = true
 				if err := value(&jsonPath{parent: at, key: key}, depth+1, look && !strings.EqualFold(key, "input")); err != nil {
 					return err
 				}
@@ -384,4 +386,12 @@ func jsonKind(kind string) string {
 		return "an object"
 	}
 	return kind
+}
+
+// foldKey folds a field's name as encoding/json does to match it to a struct field
+// (bytes.EqualFold: each rune's upper case of its lower case), so that two names that
+// fill one field fold alike. strings.ToLower left "ſ" (U+017F, which folds to "S") and
+// "s" apart.
+func foldKey(key string) string {
+	return strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, key)
 }

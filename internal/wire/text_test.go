@@ -75,11 +75,13 @@ func TestDecodeObject(t *testing.T) {
 		Tasks      []task          `json:"tasks"`
 	}
 	for text, fragment := range map[string]string{
-		`{"identifier":"a","input":{"x":1,"x":2}}`:                           "",
-		`{"tasks":[{"identifier":"a"},{"identifier":"b"}]}`:                  "",
-		` {"identifier":"a"} `:                                               "",
-		`{"identifier":"a","identifier":"b"}`:                                `field "identifier" is given twice`,
-		`{"identifier":"a","Identifier":"b"}`:                                `field "Identifier" is given twice`,
+		`{"identifier":"a","input":{"x":1,"x":2}}`:          "",
+		`{"tasks":[{"identifier":"a"},{"identifier":"b"}]}`: "",
+		` {"identifier":"a"} `:                              "",
+		`{"identifier":"a","identifier":"b"}`:               `field "identifier" is given twice`,
+		`{"identifier":"a","Identifier":"b"}`:               `field "Identifier" is given twice`,
+		// a long s (U+017F) fills the field of an "s" for encoding/json
+		`{"tasks":[],"taſks":[{"identifier":"b"}]}`:                          `field "taſks" is given twice`,
 		`{"identifier":"a","Input":{"x":1,"x":2}}`:                           "",
 		`{"tasks":[{"identifier":"a"},{"identifier":"b","identifier":"c"}]}`: `tasks[1]: field "identifier" is given twice`,
 		`{"identifier":"a"}}`:                                                "unexpected data after the JSON object",
