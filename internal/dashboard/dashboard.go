@@ -275,10 +275,16 @@ func (s *server) logout(w http.ResponseWriter, r *http.Request) {
 }
 
 // safeNext keeps a redirect target on this server: a path of the dashboard, else "/".
+// The target written is checked too: "/%2Fevil.example/{" passes as given, but its path
+// escaped again ({ makes the raw path invalid) is "//evil.example/%7B", another host.
 func safeNext(next string) string {
 	u, err := url.Parse(next)
 	if err != nil || next == "" || u.IsAbs() || u.Host != "" || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
 		return "/"
 	}
-	return u.RequestURI()
+	target := u.RequestURI()
+	if !strings.HasPrefix(target, "/") || strings.HasPrefix(target, "//") || strings.Contains(target, "\\") {
+		return "/"
+	}
+	return target
 }
