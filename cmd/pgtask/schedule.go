@@ -286,7 +286,15 @@ func printSchedule(w io.Writer, p *printer, s repository.Schedule, next int) {
 	if next == 0 || s.Paused {
 		return
 	}
-	times := comingFires(s, next, time.Now())
+	now := time.Now()
+	if !s.NextFire.IsZero() && s.NextFire.Before(now) {
+		// No processor has fired it (none runs, or all run with --no-schedules): the
+		// times after it depend on what the next one to look pushes ("when late").
+		fmt.Fprintf(w, "coming fire times:\n  %s (overdue: pushed when a processor next looks for due schedules, as \"when late\" says)\n",
+			zonedTime(s.NextFire, s.TimeZone))
+		return
+	}
+	times := comingFires(s, next, now)
 	if len(times) == 0 {
 		return
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,5 +32,20 @@ func TestComingFires(t *testing.T) {
 	s := repository.Schedule{ScheduleSettings: repository.ScheduleSettings{Spec: "0 3 * * *"}}
 	if got := comingFires(s, 1, noon); len(got) != 1 || !got[0].Equal(noon.Add(15*time.Hour)) {
 		t.Errorf("without a next fire time: %v", got)
+	}
+}
+
+// TestShowOverdueSchedule: a schedule whose next fire time has passed unfired (no
+// processor ran) shows that time as overdue, not it and the times after it as coming.
+func TestShowOverdueSchedule(t *testing.T) {
+	next := time.Now().Add(-5 * time.Minute).Truncate(time.Second)
+	s := repository.Schedule{Name: "ping", ScheduleSettings: repository.ScheduleSettings{Spec: "@every 30s", TimeZone: "UTC"}, NextFire: next}
+	var out bytes.Buffer
+	printSchedule(&out, &printer{}, s, 5)
+	text := out.String()
+	coming := text[strings.Index(text, "coming fire times:"):]
+	if lines := strings.Split(strings.TrimSpace(coming), "\n"); len(lines) != 2 || !strings.Contains(lines[1], "overdue") ||
+		!strings.Contains(lines[1], next.UTC().Format("2006-01-02 15:04:05")) {
+		t.Errorf("schedule show of an overdue schedule:\n%s\nwant its next fire time alone, said to be overdue", text)
 	}
 }
