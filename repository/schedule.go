@@ -942,6 +942,14 @@ func (r *Repository) ResumeSchedule(ctx context.Context, h Handle, name string, 
 	return r.updateSchedule(ctx, h, name, "resume", replay, func(s *ScheduleSettings) { s.Paused = false })
 }
 
+// unchanged reports whether writing p would leave the schedule's row as it is.
+func unchanged(row db.TaskSchedule, p db.ScheduleUpdateParams) bool {
+	same := func(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+	return row.Topic == p.Topic && row.Spec == p.Spec && row.TimeZone == p.TimeZone &&
+		same(row.Identifier, p.Identifier) && same(row.Input, p.Input) && row.Priority == p.Priority &&
+		row.Insertion == p.Insertion && row.CatchUp == p.CatchUp && row.Paused == p.Paused
+}
+
 func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op string, replay bool, change func(*ScheduleSettings)) (Schedule, error) {
 	if err := ValidateScheduleName(name); err != nil {
 		return Schedule{}, fmt.Errorf("%s schedule: %w", op, err)
@@ -991,12 +999,19 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		// keeping its phase: its next fire time is the next point of its grid.
 		restart := strings.TrimSpace(s.Spec) != old.Spec || (zoneName(s.TimeZone) != old.TimeZone && c.spec != nil)
 		resume := old.Paused && !s.Paused
-		updated, err := r.q.ScheduleUpdate(ctx, tx, db.ScheduleUpdateParams{
+		params := db.ScheduleUpdateParams{
 			Name: name, Topic: s.Topic, Spec: strings.TrimSpace(s.Spec), TimeZone: zoneName(s.TimeZone),
 			Identifier: ptr(s.Identifier), Input: ptr(s.Input), Priority: s.Priority,
 			Insertion: int16(insertionOf(s)), CatchUp: int32(s.CatchUp), Paused: s.Paused,
 			Now: r.clock(),
-		})
+		}
+		if unchanged(row, params) {
+			// nothing to write (a running schedule resumed, a priority set to what it
+			// is): its updated time stays when its settings last changed
+			out = old
+			return nil
+		}
+		updated, err := r.q.ScheduleUpdate(ctx, tx, params)
 		if err != nil {
 			if SQLState(err) == sqlstateFKViolation {
 				return fmt.Errorf("%s schedule %q: topic %q: %w", op, name, s.Topic, ErrUnknownTopic)

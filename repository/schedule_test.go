@@ -1016,6 +1016,25 @@ func TestScheduleCronTimes(t *testing.T) {
 }
 
 func TestSchedulePause(t *testing.T) {
+	t.Run("ResumingARunningScheduleChangesNothing", func(t *testing.T) {
+		// nor does setting a value to what it is: the updated time stays when the
+		// settings last changed (it moved at every such call)
+		s := setupSchedules(t)
+		created := s.create("tick", appendEach("@every 1s"))
+		s.clock.advance(time.Minute)
+		resumed, err := s.sched.ResumeSchedule(s.ctx, s.pool, "tick", false)
+		if err != nil || !resumed.Updated.Equal(created.Updated) || !resumed.NextFire.Equal(created.NextFire) {
+			t.Errorf("resume of a running schedule: %+v, %v; want it as created (updated %v)", resumed, err, created.Updated)
+		}
+		set, err := s.sched.UpdateSchedule(s.ctx, s.pool, "tick", func(c *repository.ScheduleSettings) { c.Priority = created.Priority })
+		if err != nil || !set.Updated.Equal(created.Updated) {
+			t.Errorf("a priority set to what it is: %+v, %v; want updated %v still", set, err, created.Updated)
+		}
+		if got, err := s.sched.Schedule(s.ctx, s.pool, "tick"); err != nil || !got.Updated.Equal(created.Updated) {
+			t.Errorf("read back: %+v, %v; want updated %v", got, err, created.Updated)
+		}
+	})
+
 	t.Run("PausedDoesNotFireAndResumeDoesNotReplay", func(t *testing.T) {
 		s := setupSchedules(t)
 		s.create("tick", appendEach("@every 1s"))
