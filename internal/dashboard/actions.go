@@ -360,10 +360,14 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if testHookMatched != nil {
+		testHookMatched()
+	}
 	var (
 		changed int64
 		late    bool // the time was up before the last statement
 		unknown int  // how many tasks a statement cancelled as it ran may have changed
+		passed  int  // tasks passed over: they left the action's states since the search
 	)
 	for chunk := range slices.Chunk(seqs, bulkChunk) {
 		if changed > 0 && time.Since(start) >= s.cfg.BulkFor {
@@ -371,6 +375,22 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 			break
 		}
 		n, err := s.runChunk(wctx, deadline, apply, chunk)
+		// A task that changed state since the search (an ACTIVE task that ended, a
+		// READY one leased) makes the statement refuse its whole chunk: the chunk goes
+		// again without the tasks refused so, a few times. On a busy topic the search
+		// meets such tasks every time, and the action never went through.
+		for range passOvers {
+			left, ok := withoutRefused(err, chunk)
+			if !ok || time.Since(start) >= s.cfg.BulkFor {
+				break
+			}
+			passed += len(chunk) - len(left)
+			if chunk = left; len(chunk) == 0 {
+				n, err = 0, nil
+				break
+			}
+			n, err = s.runChunk(wctx, deadline, apply, chunk)
+		}
 		if errors.Is(err, errStatementTimeout) {
 			late = true // stopped by the database: its transaction changed nothing
 			break
@@ -403,6 +423,9 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 			errTooSlow, what, min(len(seqs), bulkChunk), s.cfg.PurgeFor, outcome)
 	}
 	out := bulkResult{Changed: changed, Message: fmt.Sprintf("%s: %d tasks", in.Action, changed), Before: before}
+	if passed > 0 {
+		out.Message += fmt.Sprintf(" (%d passed over: they changed state meanwhile)", passed)
+	}
 	switch {
 	case late:
 		// the next search starts from the newest again: the tasks left match still
@@ -420,6 +443,37 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 			scanWindow, before)
 	}
 	return out, nil
+}
+
+// testHookMatched, when set (tests), runs between a bulk action's search and its
+// statements.
+var testHookMatched func()
+
+// passOvers is how many times a bulk action's chunk goes again without the tasks its
+// statement refused as no longer in a state the action applies to.
+const passOvers = 3
+
+// withoutRefused returns chunk without the tasks err (a refusal of the whole chunk,
+// nothing written) names as in another state than the action applies to, or gone; ok is
+// false when err is no such refusal.
+func withoutRefused(err error, chunk []int64) (left []int64, ok bool) {
+	var te *repository.TaskError
+	if !errors.As(err, &te) || len(te.Problems) == 0 {
+		return nil, false
+	}
+	refused := make(map[int64]bool, len(te.Problems))
+	for _, p := range te.Problems {
+		if !errors.Is(p.Err, repository.ErrWrongState) && !errors.Is(p.Err, repository.ErrUnknownTask) {
+			return nil, false
+		}
+		refused[p.Sequence] = true
+	}
+	for _, seq := range chunk {
+		if !refused[seq] {
+			left = append(left, seq)
+		}
+	}
+	return left, true
 }
 
 // broken reports whether a task of state st went wrong: EXPIRED, FAILED or SUSPENDED,

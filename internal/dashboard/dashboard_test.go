@@ -1233,3 +1233,30 @@ func TestActionStoppedByTheBrowser(t *testing.T) {
 		t.Errorf("logs:\n%s", got)
 	}
 }
+
+// TestBulkCancelPassesOverTasksThatMovedOn: a task that leaves the states a bulk action
+// applies to between the search and the statement (an ACTIVE task that ended) is passed
+// over, the others changed, and the answer says how many were passed over. Its
+// statement refused the whole chunk, a 409 "apply again" that on a busy topic met the
+// same at every try.
+func TestBulkCancelPassesOverTasksThatMovedOn(t *testing.T) {
+	f := setup(t, "")
+	f.push("mail", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"}, repository.Creation{Identifier: "c"})
+	leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 1)
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("poll: %v, %v", leased, err)
+	}
+	dashboard.SetMatchedHook(func() {
+		if _, err := f.repo.Complete(f.ctx, f.pool, "mail", leased[0].Decide(repository.Succeed(""))); err != nil {
+			t.Error(err)
+		}
+	})
+	defer dashboard.SetMatchedHook(nil)
+	status, text := f.post("/ui/topics/mail/bulk", `{"action": "cancel"}`)
+	if status != http.StatusOK || !strings.Contains(text, `"changed":2`) || !strings.Contains(text, "1 passed over") {
+		t.Errorf("bulk cancel with an ACTIVE task ending meanwhile: %d %s; want the 2 READY ones cancelled, 1 passed over", status, text)
+	}
+	if got, err := f.repo.Get(f.ctx, f.pool, "mail", leased[0].Sequence); err != nil || got.State != repository.Succeeded || got.Cancelled {
+		t.Errorf("the task that ended: %+v, %v; want SUCCEEDED, not cancelled", got, err)
+	}
+}

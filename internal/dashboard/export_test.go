@@ -1,0 +1,5 @@
+package dashboard
+
+// SetMatchedHook sets a function that runs between a bulk action's search and its
+// statements, for the tests of what changes meanwhile; nil removes it.
+func SetMatchedHook(f func()) { testHookMatched = f }
