@@ -1,6 +1,7 @@
 package repository_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -475,6 +476,35 @@ func TestDestroySharedTopic(t *testing.T) {
 		}
 		if ok, err := f.repo.Destroy(f.ctx, f.pool, f.topic); err != nil || ok {
 			t.Errorf("destroy twice: %v, %v; want false", ok, err)
+		}
+	})
+
+	t.Run("AFailureAfterBatchesSaysWhatWasDeleted", func(t *testing.T) {
+		// The batches commit one by one: when the topic's own deletion then fails (a
+		// transaction holds the topic's row, the caller gives up), the error says how
+		// many tasks are gone, not the lock timeout's "nothing was changed".
+		f := setup(t)
+		if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state)
+			SELECT $1, 'i' || i, 6 FROM generate_series(1, 12000) i`, f.topic); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(f.ctx) }()
+		if _, err := tx.Exec(f.ctx, "SELECT 1 FROM task_topic WHERE topic = $1 FOR KEY SHARE", f.topic); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+		defer cancel()
+		ok, err := f.repo.Destroy(ctx, f.pool, f.topic)
+		if ok || err == nil || !strings.Contains(err.Error(), "after 12000 of its tasks were deleted") {
+			t.Errorf("destroy with the topic's row held: %v, %v; want an error saying 12000 tasks were deleted", ok, err)
+		}
+		_ = tx.Rollback(f.ctx)
+		if _, err := f.repo.Topic(f.ctx, f.pool, f.topic); err != nil {
+			t.Errorf("the topic after the failed destroy: %v, want it still there", err)
 		}
 	})
 

@@ -82,14 +82,21 @@ func (r *Repository) Destroy(ctx context.Context, h Handle, topic string) (bool,
 	if err := validTopic(topic); err != nil {
 		return false, err
 	}
-	if _, err := r.deleteInBatches(ctx, h, topic); err != nil {
-		return false, mapError(fmt.Sprintf("destroy topic %q", topic), err)
+	deleted, err := r.deleteInBatches(ctx, h, topic)
+	if err == nil {
+		var destroyed bool
+		destroyed, err = retryLocked(ctx, h, func() (bool, error) { return r.q.TopicDestroy(ctx, h, topic) })
+		if err == nil {
+			return destroyed, nil
+		}
 	}
-	destroyed, err := retryLocked(ctx, h, func() (bool, error) { return r.q.TopicDestroy(ctx, h, topic) })
-	if err != nil {
-		return false, mapError(fmt.Sprintf("destroy topic %q", topic), err)
+	err = mapError(fmt.Sprintf("destroy topic %q", topic), err)
+	if deleted > 0 {
+		// the batches before committed: the error's "nothing was changed" (a lock
+		// timeout's) is not so
+		err = fmt.Errorf("%w (after %d of its tasks were deleted, each batch committed: the topic and the rest of its tasks remain; destroy it again to finish)", err, deleted)
 	}
-	return destroyed, nil
+	return false, err
 }
 
 // Configure replaces every setting of a topic with s and returns the topic as stored.
