@@ -475,6 +475,73 @@ func TestLimitLoweredWhileAPollWaits(t *testing.T) {
 	}
 }
 
+// TestLimitedPollAfterAWaitChargesWhatItLeases: a poll of a rate-limited topic that
+// waited for the topic's lock while a task was pushed leases the tasks its statement
+// sees and is charged for those alone; the task pushed meanwhile stays READY, uncharged,
+// for the next poll. The poll's function saw the new task after the wait and charged a
+// token for it, which the statement's UPDATE, on its snapshot of before the wait, could
+// not lease (000054). Plain PostgreSQL only, as TestLimitLoweredWhileAPollWaits.
+func TestLimitedPollAfterAWaitChargesWhatItLeases(t *testing.T) {
+	for _, mode := range []string{"Poll", "CompleteAndPoll"} {
+		t.Run(mode, func(t *testing.T) {
+			f := setup(t)
+			// a token an hour: none comes back during the test
+			f.limit(repository.TopicSettings{Concurrency: 10, Rate: 1, RatePeriod: time.Hour, RateBurst: 10})
+			var leased []repository.Task
+			if mode == "CompleteAndPoll" {
+				// the chain's statement (task_complete_poll), with a task to complete
+				f.push(repository.Append, "first")
+				var err error
+				if leased, err = f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 1); err != nil || len(leased) != 1 {
+					t.Fatalf("poll: %v, %v", leased, err)
+				}
+			}
+			old := f.push(repository.Append, "old")
+			tokens := func() float64 {
+				t.Helper()
+				var v float64
+				if err := f.pool.QueryRow(f.ctx, "SELECT coalesce(tokens, 10) FROM task_topic_limit WHERE topic = $1 UNION ALL SELECT 10 LIMIT 1", f.topic).Scan(&v); err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			before := tokens()
+			holder := f.holdTopicLock()
+			type result struct {
+				tasks []repository.Task
+				err   error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				if mode == "CompleteAndPoll" {
+					_, r.tasks, r.err = f.repo.CompleteAndPoll(f.ctx, f.pool, f.topic, []repository.Completion{leased[0].Decide(repository.Succeed(""))},
+						repository.FIFO, repository.None, 10, repository.Position{})
+				} else {
+					r.tasks, r.err = f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+				}
+				done <- r
+			}()
+			waitForLock(t, f.pool, map[string]string{"Poll": "task_poll_candidates", "CompleteAndPoll": "task_complete_poll"}[mode])
+			late := f.push(repository.Append, "late")
+			if err := holder.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil || len(r.tasks) != 1 || r.tasks[0].Sequence != old[0].Sequence {
+				t.Fatalf("the poll that waited leased %v, %v; want the task it could see, %d", r.tasks, r.err, old[0].Sequence)
+			}
+			if spent := before - tokens(); spent < 0.5 || spent > 1.5 {
+				t.Errorf("the poll that waited spent %.2f tokens for the one task it leased, want 1", spent)
+			}
+			next, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+			if err != nil || len(next) != 1 || next[0].Sequence != late[0].Sequence {
+				t.Fatalf("the next poll leased %v, %v; want the task pushed during the wait", next, err)
+			}
+		})
+	}
+}
+
 // TestUpdateSettingsWritesOnlyAChange: a change that leaves the settings as stored
 // (REST's PATCH refused after the read) neither rewrites the topic's row nor notifies.
 // Plain PostgreSQL only: the row's xmin is read through the coordinator on Citus.

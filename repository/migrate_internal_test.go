@@ -2820,3 +2820,49 @@ func TestNotifiedDueTimeMigration(t *testing.T) {
 		t.Errorf("tasks after 000053 up, down and up: %v, want the three READY", got)
 	}
 }
+
+// TestLimitedWaitSnapshotMigration: 000054 replaces task_poll_limited (a poll that waited
+// for the topic's lock keeps only the candidates committed before the wait) and keeps
+// the rows; a limited topic's polls lease under their limit at 53, at 54, and reverted.
+func TestLimitedWaitSnapshotMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository limited wait snapshot test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 53)
+	create("emails")
+	execEach(t, pool, "SELECT task_topic_set_limits('emails', concurrency => 2, rate => 100, rate_period => '1 second', rate_burst => 100)")
+	for i := range 6 {
+		execEach(t, pool, fmt.Sprintf("SELECT task_push('emails', 'e%d')", i))
+	}
+	r, err := New(Config{Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := func(at string) {
+		t.Helper()
+		leased, err := r.Poll(ctx, pool, "emails", FIFO, None, 10)
+		if err != nil || len(leased) != 2 {
+			t.Fatalf("poll at %s: %v, %v; want 2 under the limit", at, leased, err)
+		}
+		if _, err := r.Complete(ctx, pool, "emails", leased[0].Decide(Succeed("")), leased[1].Decide(Succeed(""))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll("53")
+	steps(1)
+	if def := textRows(t, pool, "SELECT pg_get_functiondef('task_poll_limited'::regproc)"); len(def) != 1 || !strings.Contains(def[0], "pg_try_advisory_xact_lock") {
+		t.Errorf("task_poll_limited at 54: %v, want the try of the lock first", def)
+	}
+	poll("54")
+	steps(-1)
+	if def := textRows(t, pool, "SELECT pg_get_functiondef('task_poll_limited'::regproc)"); len(def) != 1 || strings.Contains(def[0], "pg_try_advisory_xact_lock") {
+		t.Errorf("task_poll_limited after 000054 down: %v, want 000028's", def)
+	}
+	poll("53 again")
+	steps(1)
+	if got := textRows(t, pool, "SELECT identifier || ' ' || state FROM task WHERE topic = 'emails' ORDER BY sequence"); !slices.Equal(got,
+		[]string{"e0 6", "e1 6", "e2 6", "e3 6", "e4 6", "e5 6"}) {
+		t.Errorf("tasks after 000054 up, down and up: %v, want the six SUCCEEDED", got)
+	}
+}
