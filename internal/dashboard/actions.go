@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgtask/pgtask/internal/httpguard"
@@ -360,8 +361,8 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if testHookMatched != nil {
-		testHookMatched()
+	if hook := testHookMatched.Load(); hook != nil {
+		(*hook)()
 	}
 	var (
 		changed int64
@@ -380,7 +381,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		// again without the tasks refused so, a few times. On a busy topic the search
 		// meets such tasks every time, and the action never went through.
 		for range passOvers {
-			left, ok := withoutRefused(err, chunk)
+			left, ok := withoutRefused(err, chunk, keep)
 			if !ok || time.Since(start) >= s.cfg.BulkFor {
 				break
 			}
@@ -447,23 +448,26 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 
 // testHookMatched, when set (tests), runs between a bulk action's search and its
 // statements.
-var testHookMatched func()
+var testHookMatched atomic.Pointer[func()]
 
 // passOvers is how many times a bulk action's chunk goes again without the tasks its
 // statement refused as no longer in a state the action applies to.
 const passOvers = 3
 
 // withoutRefused returns chunk without the tasks err (a refusal of the whole chunk,
-// nothing written) names as in another state than the action applies to, or gone; ok is
-// false when err is no such refusal.
-func withoutRefused(err error, chunk []int64) (left []int64, ok bool) {
+// nothing written) names as gone or in a state the action does not apply to (keep
+// false); ok is false when err is no such refusal, or names a task still in a state the
+// action applies to (a change that raced the statement: the chunk is not passed over,
+// and the action answers "apply again").
+func withoutRefused(err error, chunk []int64, keep func(repository.State) bool) (left []int64, ok bool) {
 	var te *repository.TaskError
 	if !errors.As(err, &te) || len(te.Problems) == 0 {
 		return nil, false
 	}
 	refused := make(map[int64]bool, len(te.Problems))
 	for _, p := range te.Problems {
-		if !errors.Is(p.Err, repository.ErrWrongState) && !errors.Is(p.Err, repository.ErrUnknownTask) {
+		gone := errors.Is(p.Err, repository.ErrUnknownTask)
+		if !gone && (!errors.Is(p.Err, repository.ErrWrongState) || keep(p.State)) {
 			return nil, false
 		}
 		refused[p.Sequence] = true

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,6 +126,36 @@ func TestIndentStart(t *testing.T) {
 	for _, s := range []string{`{not json`, `{"a":1}}`, `[1,,`} {
 		if jsonStart(s) {
 			t.Errorf("%q is taken for the start of JSON", s)
+		}
+	}
+}
+
+// TestWithoutRefused: a bulk action's chunk goes again without the tasks its refusal
+// names as gone or in a state the action does not apply to; a refusal that names a task
+// still in such a state (a change raced the statement) or for another reason is not
+// passed over, the chunk's tasks unchanged.
+func TestWithoutRefused(t *testing.T) {
+	keep := func(st repository.State) bool { return st == repository.Ready || st == repository.Active }
+	refusal := func(problems ...repository.TaskProblem) error {
+		return &repository.TaskError{Op: "cancel", Topic: "t", Problems: problems}
+	}
+	chunk := []int64{1, 2, 3}
+	for _, c := range []struct {
+		name string
+		err  error
+		left []int64
+		ok   bool
+	}{
+		{"EndedMeanwhile", refusal(repository.TaskProblem{Sequence: 2, Err: repository.ErrWrongState, State: repository.Succeeded}), []int64{1, 3}, true},
+		{"Gone", refusal(repository.TaskProblem{Sequence: 1, Err: repository.ErrUnknownTask}), []int64{2, 3}, true},
+		{"Raced", refusal(repository.TaskProblem{Sequence: 1, Err: repository.ErrWrongState, State: repository.Ready, Detail: "changed concurrently"},
+			repository.TaskProblem{Sequence: 2, Err: repository.ErrWrongState, State: repository.Ready, Detail: "changed concurrently"}), nil, false},
+		{"NotOwned", refusal(repository.TaskProblem{Sequence: 3, Err: repository.ErrNotOwned, State: repository.Succeeded}), nil, false},
+		{"AnotherError", repository.ErrQueueFull, nil, false},
+	} {
+		left, ok := withoutRefused(c.err, chunk, keep)
+		if ok != c.ok || !slices.Equal(left, c.left) {
+			t.Errorf("%s: %v, %v; want %v, %v", c.name, left, ok, c.left, c.ok)
 		}
 	}
 }

@@ -283,7 +283,7 @@ func checkFieldsOnce(body []byte) error {
 					return fmt.Errorf("%sfield %q is given twice", at, key)
 				}
 				seen[folded] = true
-				if err := value(&jsonPath{parent: at, key: key}, depth+1, look && !strings.EqualFold(key, "input")); err != nil {
+				if err := value(&jsonPath{parent: at, key: key}, depth+1, look && folded != foldKey("input")); err != nil {
 					return err
 				}
 			}
@@ -388,10 +388,11 @@ func jsonKind(kind string) string {
 	return kind
 }
 
-// foldKey folds a field's name as encoding/json does to match it to a struct field
-// (bytes.EqualFold: each rune's upper case of its lower case), so that two names that
-// fill one field fold alike. strings.ToLower left "ſ" (U+017F, which folds to "S") and
-// "s" apart.
+// foldKey folds a field's name at least as far as encoding/json does to match it to a
+// struct field (an upper case letter for a lower case one, "S" for "ſ" among them), so
+// that two names that fill one field fold alike. strings.ToLower left "ſ" (U+017F) and
+// "s" apart. A name it folds further (a dotless ı) fills no field: encoding/json refuses
+// it as unknown.
 func foldKey(key string) string {
 	return strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, key)
 }
