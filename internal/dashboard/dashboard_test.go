@@ -1169,10 +1169,11 @@ func TestFinishedStateNewerPageIsTheNewest(t *testing.T) {
 	}
 }
 
-// TestPageStoppedByTheBrowser: a page whose request ended before it did (a refresh in
-// flight when the visitor left, the read timeout) answers 503 and logs no error; it was
-// logged as a failure of the dashboard, an ERROR at every page left mid-refresh.
-func TestPageStoppedByTheBrowser(t *testing.T) {
+// stoppedRequests returns the dashboard's handler, unguarded, with its log, and a
+// context already ended, as a request's is when the browser went away or the read
+// timeout passed.
+func stoppedRequests(t *testing.T) (http.Handler, *logbuf.Buffer, context.Context) {
+	t.Helper()
 	f := setup(t, "")
 	logs := &logbuf.Buffer{}
 	guard, err := httpguard.New(httpguard.Config{})
@@ -1190,6 +1191,14 @@ func TestPageStoppedByTheBrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	cancel()
+	return h, logs, ctx
+}
+
+// TestPageStoppedByTheBrowser: a page whose request ended before it did (a refresh in
+// flight when the visitor left, the read timeout) answers 503 and logs no error; it was
+// logged as a failure of the dashboard, an ERROR at every page left mid-refresh.
+func TestPageStoppedByTheBrowser(t *testing.T) {
+	h, logs, ctx := stoppedRequests(t)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/ui/topics/mail", nil))
 	if rec.Code != http.StatusServiceUnavailable {
@@ -1205,23 +1214,7 @@ func TestPageStoppedByTheBrowser(t *testing.T) {
 // again, and logs no error, as a page does; it answered 500 with the statement's
 // cancellation and logged an ERROR.
 func TestActionStoppedByTheBrowser(t *testing.T) {
-	f := setup(t, "")
-	logs := &logbuf.Buffer{}
-	guard, err := httpguard.New(httpguard.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := rest.New(rest.Config{Pool: f.pool, Repository: f.repo, Guard: guard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := dashboard.New(dashboard.Config{Pool: f.pool, Repository: f.repo, API: api, Guard: guard,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(f.ctx)
-	cancel()
+	h, logs, ctx := stoppedRequests(t)
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/ui/topics/mail/settings", strings.NewReader(`{"queue_cap":100}`))
 	req.Header.Set("Content-Type", "application/json")
