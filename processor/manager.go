@@ -533,11 +533,12 @@ func (m *TaskManager) setActive(active bool) {
 // after its write (a push in a long transaction) is what the due time is for.
 const dueSlack = 100 * time.Millisecond
 
-// notifiedDue is when the delayed work of notification n, arrived at now, falls due: its delay
-// counted from its arrival or, when the payload gives a due time (schema 53) sooner by
-// more than dueSlack, that time (the write's statement ran long before the commit sent
-// the notification). By this process's clock: one ahead of the database's by more than
-// dueSlack wakes early, finds nothing due and then probes for the time (probeDue).
+// notifiedDue is when the delayed work of notification n, arrived at now, falls due:
+// its delay counted from its arrival or, when the payload gives a due time (schema 53)
+// sooner by more than dueSlack, that time (the write's statement ran long before the
+// commit sent the notification). By this process's clock: one ahead of the database's
+// by more than dueSlack wakes early, finds nothing due and then probes for the time
+// (probeDue).
 func notifiedDue(now time.Time, n repository.Notification) time.Time {
 	at := now.Add(n.Delay)
 	if !n.Due.IsZero() && n.Due.Before(at.Add(-dueSlack)) {
