@@ -282,12 +282,13 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 	case cfg.httpURL != "":
 		u, err := url.Parse(cfg.httpURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad(origin, "invalid URL %q (want http://HOST/PATH or https://HOST/PATH)", cfg.httpURL)
+			// not quoted whole: its path or password may be a secret (shownURL)
+			bad(origin, "invalid URL %s (want http://HOST/PATH or https://HOST/PATH)", shownURL(cfg.httpURL))
 		} else if p := u.Port(); p != "" {
 			// url.Parse takes any digits: each task would fail at its dial, an attempt
 			// used, until the topic's tasks were all FAILED
 			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-				bad(origin, "invalid URL %q: port %s out of range (want 1 to 65535)", cfg.httpURL, p)
+				bad(origin, "invalid URL %s: port %s out of range (want 1 to 65535)", shownURL(cfg.httpURL), p)
 			}
 		}
 	default:

@@ -220,8 +220,8 @@ func TestParseConfig(t *testing.T) {
 			{append(base, "--exec", "true"), env("PGTASK_ADDR", "localhost:70000"), `PGTASK_ADDR: invalid address "localhost:70000": port 70000 out of range`},
 			{append(base, "--log-format", "xml", "--exec", "true"), env(), `--log-format: unknown log format "xml"`},
 			{append(base, "--log-level", "loud", "--exec", "true"), env(), `--log-level: unknown log level "loud"`},
-			{append(base, "--http", "ftp://x/y"), env(), `--http: invalid URL "ftp://x/y"`},
-			{append(base, "--http", "http://localhost:80800/hook"), env(), `--http: invalid URL "http://localhost:80800/hook": port 80800 out of range (want 1 to 65535)`},
+			{append(base, "--http", "ftp://x/y"), env(), `--http: invalid URL ftp://x/… (want http://HOST/PATH`},
+			{append(base, "--http", "http://localhost:80800/hook"), env(), `--http: invalid URL http://localhost:80800/…: port 80800 out of range (want 1 to 65535)`},
 			{append(base, "--http", "http://localhost:0/hook"), env(), `port 0 out of range`},
 			{[]string{"--database-url", "x", "--topic", ".", "--init", "--exec", "true"}, env(), `--topic: topic "." is a path segment of its own`},
 			{append(base, "--http", "http://x/y", "--exec", "true"), env(), "--exec: give either --exec or --http, not both"},
@@ -240,6 +240,25 @@ func TestParseConfig(t *testing.T) {
 			if !errors.As(err, &usageErr) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%q: error %v, want a usage error containing %q", tc.args, err, tc.want)
 			}
+		}
+	})
+
+	t.Run("AWebhookURLsSecretsAreNotShown", func(t *testing.T) {
+		// a refused URL, and the start-up log's handler, show the scheme and host only:
+		// a webhook's secret is in its path, its query or its password
+		t.Parallel()
+		for _, raw := range []string{"ftp://u:pw@hooks.example/T0/SECRETPATH?key=SECRETKEY", "http://u:pw@hooks.example:99999/SECRETPATH?key=SECRETKEY"} {
+			_, err := parseConfig(append(slices.Clone(base), "--http", raw), env())
+			if err == nil || strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), "pw") || !strings.Contains(err.Error(), "hooks.example") {
+				t.Errorf("--http %s: %v; want it refused naming the host, not the path, query or password", raw, err)
+			}
+		}
+		cfg, err := parseConfig(append(slices.Clone(base), "--http", "https://u:pw@hooks.example/T0/SECRETPATH?key=SECRETKEY"), env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.handlerName(); got != "http https://hooks.example/…" {
+			t.Errorf("the handler as logged at start-up: %q, want %q", got, "http https://hooks.example/…")
 		}
 	})
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -220,10 +219,7 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 // handlerName describes the handler for the start-up log, e.g. "exec ./mail.sh".
 func (c config) handlerName() string {
 	if c.httpURL != "" {
-		if u, err := url.Parse(c.httpURL); err == nil {
-			return "http " + u.Redacted()
-		}
-		return "http"
+		return "http " + shownURL(c.httpURL) // not the path or query (withoutURL)
 	}
 	return "exec " + c.execArgs[0]
 }

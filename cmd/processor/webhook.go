@@ -149,14 +149,22 @@ func withoutURL(err error) error {
 	if !errors.As(err, &ue) {
 		return err
 	}
-	shown := "the endpoint"
-	if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
-		shown = u.Scheme + "://" + u.Host
-		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			shown += "/…"
-		}
+	return fmt.Errorf("%s %s: %w", ue.Op, shownURL(ue.URL), ue.Err)
+}
+
+// shownURL is how the endpoint's URL is shown in errors and the log: its scheme and
+// host, and "/…" for a path or query, where a webhook's secret usually is; never the
+// user and password. "the endpoint" when it does not parse as a URL with a host.
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "the endpoint"
 	}
-	return fmt.Errorf("%s %s: %w", ue.Op, shown, ue.Err)
+	shown := u.Scheme + "://" + u.Host
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Opaque != "" {
+		shown += "/…"
+	}
+	return shown
 }
 
 // httpDecision maps an endpoint's answer to the task's decision (docs/processor.md):
