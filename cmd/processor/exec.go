@@ -161,11 +161,18 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 	o := execOutcome{stdout: stdout.String(), stderr: stderr.String()}
 	state := cmd.ProcessState
 	if state == nil {
-		if errors.Is(context.Cause(ctx), processor.ErrTaskCancelled) {
-			// cancelled before the program could start: not a failure to start it
-			o.cancelled = true
-		} else {
+		// ended before the program could start (cancelled, or the handlers relieved at
+		// the shutdown's deadline): not a failure to start it, which would be logged
+		// as an ERROR and counted against the health
+		switch cause := context.Cause(ctx); {
+		case ctx.Err() == nil:
 			o.startErr = err
+		case errors.Is(cause, processor.ErrTaskCancelled):
+			o.cancelled = true
+		case errors.Is(cause, errTimedOut):
+			o.timedOut = true
+		default:
+			o.shutdown = true
 		}
 		o.exitCode = -1
 		return o

@@ -190,6 +190,26 @@ func TestExecHandler(t *testing.T) {
 		}
 	})
 
+	t.Run("EndedBeforeItStartedIsNoFailedStart", func(t *testing.T) {
+		// the shutdown's deadline relieves the handlers with a plain cancel: a program
+		// not started by then was counted as one that could not be started (an ERROR,
+		// the health's count), and retried as such
+		t.Parallel()
+		h, err := newExecHandler("/bin/sh", []string{"-c", "true"}, time.Minute, time.Minute, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		o := h.run(ctx, task)
+		if o.startErr != nil || o.started || !o.shutdown {
+			t.Errorf("outcome %+v, want a shutdown, not a failed start", o)
+		}
+		if d := execDecision(o, time.Minute, time.Minute); d.Snooze {
+			t.Errorf("decision %+v, want no retry of a start", d)
+		}
+	})
+
 	t.Run("SignalFails", func(t *testing.T) {
 		t.Parallel()
 		d := runScript(t, t.Context(), `echo dying >&2; kill -KILL $$`, time.Minute, task)
