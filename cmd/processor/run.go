@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,6 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	var running atomic.Bool
+	var runningMu sync.Mutex // orders OnStart with the shutdown's start (running false for good)
 	p, err := processor.New(processor.Config{
 		Pool:              pool,
 		Repository:        repo,
@@ -135,7 +137,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			// no OnError: every error it reports is in the processor's own log already
 			// (Config.Logger: database failures once per cause, handler misbehaviour,
 			// refused commits), and a second line for each only repeated it
-			OnStart: func(string) { running.Store(true) },
+			// not once the shutdown began: a start that ends after the signal (its first
+			// topic read in flight) would answer /healthz ok for the rest of the stop
+			OnStart: func(string) {
+				runningMu.Lock()
+				defer runningMu.Unlock()
+				running.Store(ctx.Err() == nil)
+			},
 			OnFatal: func(topic string, err error) {
 				running.Store(false)
 				logger.Error("processor stopped", slog.String("topic", topic), slog.Any("error", err))
@@ -158,7 +166,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger.Info("processing", slog.String("topic", cfg.topic), slog.String("owner", repo.Owner()),
 		slog.String("handler", cfg.handlerName()), slog.Int("workers", cfg.workers))
 	stopped := context.AfterFunc(ctx, func() {
+		runningMu.Lock()
 		running.Store(false)
+		runningMu.Unlock()
 		logger.Info("shutting down: running tasks may finish", slog.Duration("shutdown_timeout", cfg.shutdownTimeout))
 	})
 	defer stopped()
