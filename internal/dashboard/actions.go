@@ -61,7 +61,7 @@ func (s *server) action(a actionFunc) http.Handler {
 		out, err := a(r, body)
 		if err != nil {
 			status := statusOf(err)
-			stopped := status == http.StatusInternalServerError && r.Context().Err() != nil
+			stopped := httpguard.Stopped(r, status)
 			switch {
 			case stopped:
 				// the browser went away or the server's read timeout passed, which stopped

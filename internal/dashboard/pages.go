@@ -53,7 +53,7 @@ func (s *server) page(p pageFunc) http.Handler {
 		name, view, err := p(r)
 		if err != nil {
 			status := statusOf(err)
-			if status == http.StatusInternalServerError && r.Context().Err() != nil {
+			if httpguard.Stopped(r, status) {
 				// the browser went away (a refresh in flight when the visitor left the
 				// page) or the server's read timeout passed: nothing failed here
 				s.cfg.Logger.Info("dashboard page stopped: the browser went away or the read timeout passed",

@@ -43,3 +43,12 @@ func InternalText(err error) string {
 	}
 	return text
 }
+
+// Stopped reports whether a request's failure answered with status was the request's
+// own end: a failure with no other meaning (a 500; a body cut short stays a 400) while
+// its context had ended, because the client went away or the server's read timeout
+// passed, which stopped the work, the database statement included. The servers answer
+// it 503 and log it as no failure of theirs.
+func Stopped(r *http.Request, status int) bool {
+	return status == http.StatusInternalServerError && r.Context().Err() != nil
+}

@@ -253,10 +253,7 @@ func (s *server) handle(rt route) http.Handler {
 		var cut bool
 		if err != nil {
 			status = statusOf(err)
-			// A failure with no other meaning (a body cut short is a 400 still) while the
-			// request's context had ended: the client went away or the read timeout passed,
-			// which stopped the work, the database statement included.
-			if cut = status == http.StatusInternalServerError && r.Context().Err() != nil; cut {
+			if cut = httpguard.Stopped(r, status); cut {
 				status = http.StatusServiceUnavailable
 			}
 		}

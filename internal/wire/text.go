@@ -278,12 +278,12 @@ func checkFieldsOnce(body []byte) error {
 				// encoding/json matches a field's name whatever its case: "Identifier"
 				// after "identifier" would replace it too, as would "inſertion" (a long s)
 				key, _ := tok.(string)
-				folded := foldKey(key)
+				folded := foldKey(key) // "input" folds to "INPUT"
 				if look && seen[folded] {
 					return fmt.Errorf("%sfield %q is given twice", at, key)
 				}
 				seen[folded] = true
-				if err := value(&jsonPath{parent: at, key: key}, depth+1, look && folded != foldKey("input")); err != nil {
+				if err := value(&jsonPath{parent: at, key: key}, depth+1, look && folded != "INPUT"); err != nil {
 					return err
 				}
 			}
