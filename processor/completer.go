@@ -319,13 +319,13 @@ func (c *completer) gather(ctx context.Context) {
 // a slot), indefinitely behind a task that hangs without a HandlerTimeout, while the
 // topic's limit kept other processes' idle workers from it. The loop polls once the
 // batch ends.
+//
+// A flush holds one report a batch (add joins a batch's decisions in its open report),
+// so each report is checked alone: were a batch's decisions ever split over two, the
+// flush would only not lease, and the loop would poll.
 func settlesABatch(reports []*report) bool {
-	deciding := make(map[*Batch]int64, len(reports))
 	for _, r := range reports {
-		deciding[r.batch] += int64(len(r.completions))
-	}
-	for b, n := range deciding {
-		if n > 0 && n >= b.unsettled.Load() {
+		if n := int64(len(r.completions)); n > 0 && n >= r.batch.unsettled.Load() {
 			return true
 		}
 	}
