@@ -743,7 +743,9 @@ WHERE t.topic = $2
                                                       $4::smallint, $5::integer,
                                                       $6::smallint,
                                                       $7::bigint)))
-RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key, (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = $2)::boolean AS keyed
+RETURNING t.topic, t.sequence, t.identifier, t.state, t.descent, t.owner, t.created, t.completed, t.input, t.output, t.reference, t.priority, t.not_before, t.attempt, t.returned, t.errors, t.cancelled, t.concurrency_key, (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = $2)::boolean AS keyed,
+          (SELECT tt.concurrency IS NOT NULL OR tt.key_concurrency IS NOT NULL OR tt.rate IS NOT NULL OR tt.fair
+           FROM task_topic tt WHERE tt.topic = $2)::boolean AS limited
 `
 
 type TaskPollParams struct {
@@ -776,6 +778,7 @@ type TaskPollRow struct {
 	Cancelled      bool
 	ConcurrencyKey *string
 	Keyed          bool
+	Limited        bool
 }
 
 // Leases up to size READY tasks in poll order: the function
@@ -788,7 +791,8 @@ type TaskPollRow struct {
 // on a near-empty table); the topic equality prunes the UPDATE to the table holding the
 // topic.
 // keyed: the topic is polled key by key (migration 000015), and its tasks come in turns of
-// their keys (repository.Poll)
+// their keys (repository.Poll); limited: the topic has limits, and its next polls go
+// through TaskPollLimited
 func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]TaskPollRow, error) {
 	rows, err := db.Query(ctx, taskPoll,
 		arg.Owner,
@@ -826,6 +830,105 @@ func (q *Queries) TaskPoll(ctx context.Context, db DBTX, arg TaskPollParams) ([]
 			&i.Cancelled,
 			&i.ConcurrencyKey,
 			&i.Keyed,
+			&i.Limited,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskPollLimited = `-- name: TaskPollLimited :many
+SELECT p.topic, p.sequence, p.identifier, p.state, p.descent, p.owner, p.created, p.completed, p.input,
+       p.output, p.reference, p.priority, p.not_before, p.attempt, p.returned, p.errors, p.cancelled,
+       p.concurrency_key,
+       (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = $1)::boolean AS keyed,
+       (SELECT tt.concurrency IS NOT NULL OR tt.key_concurrency IS NOT NULL OR tt.rate IS NOT NULL OR tt.fair
+        FROM task_topic tt WHERE tt.topic = $1)::boolean AS limited
+FROM task_poll($1::text, $2::text, $3::boolean, $4::smallint,
+               $5::integer, $6::smallint, $7::bigint) p
+`
+
+type TaskPollLimitedParams struct {
+	Topic        string
+	Owner        string
+	Lifo         bool
+	Condition    int16
+	Size         int32
+	FromPriority *int16
+	FromSequence *int64
+}
+
+type TaskPollLimitedRow struct {
+	Topic          string
+	Sequence       int64
+	Identifier     string
+	State          int16
+	Descent        int16
+	Owner          *string
+	Created        time.Time
+	Completed      *time.Time
+	Input          *string
+	Output         *string
+	Reference      *string
+	Priority       int16
+	NotBefore      *time.Time
+	Attempt        int32
+	Returned       int32
+	Errors         []string
+	Cancelled      bool
+	ConcurrencyKey *string
+	Keyed          bool
+	Limited        bool
+}
+
+// TaskPoll for a limited topic (task_poll, migration 000054): the tasks are chosen under
+// the topic's lock in one statement and leased in the next, whose snapshot sees every
+// task the choice took, one pushed while the choice waited for its turn included (a
+// single statement's UPDATE, on its snapshot of before the wait, left such a task READY,
+// charged a rate token or a key's turn).
+func (q *Queries) TaskPollLimited(ctx context.Context, db DBTX, arg TaskPollLimitedParams) ([]TaskPollLimitedRow, error) {
+	rows, err := db.Query(ctx, taskPollLimited,
+		arg.Topic,
+		arg.Owner,
+		arg.Lifo,
+		arg.Condition,
+		arg.Size,
+		arg.FromPriority,
+		arg.FromSequence,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskPollLimitedRow
+	for rows.Next() {
+		var i TaskPollLimitedRow
+		if err := rows.Scan(
+			&i.Topic,
+			&i.Sequence,
+			&i.Identifier,
+			&i.State,
+			&i.Descent,
+			&i.Owner,
+			&i.Created,
+			&i.Completed,
+			&i.Input,
+			&i.Output,
+			&i.Reference,
+			&i.Priority,
+			&i.NotBefore,
+			&i.Attempt,
+			&i.Returned,
+			&i.Errors,
+			&i.Cancelled,
+			&i.ConcurrencyKey,
+			&i.Keyed,
+			&i.Limited,
 		); err != nil {
 			return nil, err
 		}

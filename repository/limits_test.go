@@ -464,7 +464,7 @@ func TestLimitLoweredWhileAPollWaits(t *testing.T) {
 		done <- result{tasks, err}
 	}()
 	// the poll read the limit of 10 and waits for the lock
-	waitForLock(t, f.pool, "task_poll_candidates")
+	waitForLock(t, f.pool, "task_poll")
 	f.limit(repository.TopicSettings{Concurrency: 1})
 	if err := holder.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
@@ -472,6 +472,87 @@ func TestLimitLoweredWhileAPollWaits(t *testing.T) {
 	r := <-done
 	if r.err != nil || len(r.tasks) != 1 {
 		t.Fatalf("the poll that waited leased %d, %v; want 1 under the limit lowered to 1", len(r.tasks), r.err)
+	}
+}
+
+// TestLimitedPollAfterAWaitLeasesWhatItCharges: a poll of a rate-limited topic that
+// waited for the topic's lock while a task was pushed leases that task too, and is
+// charged a token for each task it leases. Before 000054 the statement that leased
+// (TaskPoll's UPDATE, task_complete_poll's last) took its snapshot before the wait: the
+// choice, made after it, took and charged the task pushed meanwhile, which the UPDATE
+// could not see and left READY. A repository that configured the topic, one that
+// learned the limit from a poll's rows, and the chain's statement. Plain PostgreSQL
+// only, as TestLimitLoweredWhileAPollWaits (task_citus_poll chose and leased in two
+// statements already).
+func TestLimitedPollAfterAWaitLeasesWhatItCharges(t *testing.T) {
+	for _, mode := range []string{"Poll", "PollLearned", "CompleteAndPoll"} {
+		t.Run(mode, func(t *testing.T) {
+			f := setup(t)
+			// a token an hour: none comes back during the test
+			f.limit(repository.TopicSettings{Concurrency: 10, Rate: 1, RatePeriod: time.Hour, RateBurst: 10})
+			repo := f.repo
+			var leased []repository.Task
+			switch mode {
+			case "PollLearned":
+				// a repository that never read the topic learns the limit from its poll
+				var err error
+				if repo, err = repository.New(repository.Config{Owner: "owner-2"}); err != nil {
+					t.Fatal(err)
+				}
+				f.push(repository.Append, "first")
+				if leased, err = repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 1); err != nil || len(leased) != 1 {
+					t.Fatalf("poll: %v, %v", leased, err)
+				}
+			case "CompleteAndPoll":
+				// the chain's statement (task_complete_poll), with a task to complete
+				f.push(repository.Append, "first")
+				var err error
+				if leased, err = repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 1); err != nil || len(leased) != 1 {
+					t.Fatalf("poll: %v, %v", leased, err)
+				}
+			}
+			old := f.push(repository.Append, "old")
+			tokens := func() float64 {
+				t.Helper()
+				var v float64
+				if err := f.pool.QueryRow(f.ctx, "SELECT coalesce(tokens, 10) FROM task_topic_limit WHERE topic = $1 UNION ALL SELECT 10 LIMIT 1", f.topic).Scan(&v); err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			before := tokens()
+			holder := f.holdTopicLock()
+			type result struct {
+				tasks []repository.Task
+				err   error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				if mode == "CompleteAndPoll" {
+					_, r.tasks, r.err = repo.CompleteAndPoll(f.ctx, f.pool, f.topic, []repository.Completion{leased[0].Decide(repository.Succeed(""))},
+						repository.FIFO, repository.None, 10, repository.Position{})
+				} else {
+					r.tasks, r.err = repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+				}
+				done <- r
+			}()
+			waitForLock(t, f.pool, map[string]string{"Poll": "task_poll", "PollLearned": "task_poll", "CompleteAndPoll": "task_complete_poll"}[mode])
+			late := f.push(repository.Append, "late")
+			if err := holder.Rollback(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil || len(r.tasks) != 2 || r.tasks[0].Sequence != old[0].Sequence || r.tasks[1].Sequence != late[0].Sequence {
+				t.Fatalf("the poll that waited leased %v, %v; want %d and the task pushed during the wait, %d", r.tasks, r.err, old[0].Sequence, late[0].Sequence)
+			}
+			if spent := before - tokens(); spent < 1.5 || spent > 2.5 {
+				t.Errorf("the poll that waited spent %.2f tokens for the 2 tasks it leased", spent)
+			}
+			if next, err := repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10); err != nil || len(next) != 0 {
+				t.Fatalf("the next poll leased %v, %v; want nothing left", next, err)
+			}
+		})
 	}
 }
 

@@ -2820,3 +2820,62 @@ func TestNotifiedDueTimeMigration(t *testing.T) {
 		t.Errorf("tasks after 000053 up, down and up: %v, want the three READY", got)
 	}
 }
+
+// TestLeaseAfterTheTurnMigration: 000054 adds task_poll (a poll's choice and its lease in
+// two statements) and has task_complete_poll lease through it, and keeps the rows; a
+// limited topic's polls, and its chain's statement, lease under the limit at 53, at 54
+// and reverted. A repository of each version polls (this build's polls a topic it saw
+// limited through task_poll, which 53 lacks).
+func TestLeaseAfterTheTurnMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository lease after the turn test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 53)
+	create("emails")
+	execEach(t, pool, "SELECT task_topic_set_limits('emails', concurrency => 2, rate => 100, rate_period => '1 second', rate_burst => 100)")
+	for i := range 9 {
+		execEach(t, pool, fmt.Sprintf("SELECT task_push('emails', 'e%d')", i))
+	}
+	// each version polls 2 under the limit, completes one and leases the next in one
+	// statement, and completes the rest
+	poll := func(at string) {
+		t.Helper()
+		r, err := New(Config{Owner: "owner-" + at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leased, err := r.Poll(ctx, pool, "emails", FIFO, None, 10)
+		if err != nil || len(leased) != 2 {
+			t.Fatalf("poll at %s: %v, %v; want 2 under the limit", at, leased, err)
+		}
+		_, next, err := r.CompleteAndPoll(ctx, pool, "emails", []Completion{leased[0].Decide(Succeed(""))}, FIFO, None, 10, Position{})
+		if err != nil || len(next) != 1 {
+			t.Fatalf("complete and poll at %s: %v, %v; want 1 leased in the slot freed", at, next, err)
+		}
+		if _, err := r.Complete(ctx, pool, "emails", leased[1].Decide(Succeed("")), next[0].Decide(Succeed(""))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hasPoll := func() bool {
+		return len(textRows(t, pool, "SELECT 1 FROM pg_proc WHERE proname = 'task_poll'")) == 1
+	}
+	poll("53")
+	steps(1)
+	if def := textRows(t, pool, "SELECT pg_get_functiondef('task_complete_poll'::regproc)"); !hasPoll() || len(def) != 1 ||
+		!strings.Contains(def[0], "FROM task_poll(") {
+		t.Errorf("at 54: task_poll %v, task_complete_poll %v; want task_poll, and task_complete_poll leasing through it", hasPoll(), def)
+	}
+	poll("54")
+	steps(-1)
+	if def := textRows(t, pool, "SELECT pg_get_functiondef('task_complete_poll'::regproc)"); hasPoll() || len(def) != 1 ||
+		strings.Contains(def[0], "FROM task_poll(") {
+		t.Errorf("after 000054 down: task_poll %v, task_complete_poll %v; want 000026's alone", hasPoll(), def)
+	}
+	poll("53-again")
+	steps(1)
+	if got := textRows(t, pool, "SELECT count(*) || ' ' || state FROM task WHERE topic = 'emails' GROUP BY state ORDER BY state"); !slices.Equal(got,
+		[]string{"9 6"}) {
+		t.Errorf("tasks after 000054 up, down and up: %v, want the nine SUCCEEDED", got)
+	}
+}

@@ -66,7 +66,7 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 		return nil, err
 	}
 	rows, err := either(ctx, r, h, func() ([]db.TaskPollRow, error) { return r.pollCitus(ctx, h, params) },
-		func() ([]db.TaskPollRow, error) { return r.q.TaskPoll(ctx, h, params) })
+		func() ([]db.TaskPollRow, error) { return r.pollPlain(ctx, h, params) })
 	if err != nil {
 		return nil, mapError(fmt.Sprintf("poll topic %q", topic), err)
 	}
@@ -78,6 +78,47 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 		return nil, nil
 	}
 	return polledTasks(rows, order), nil
+}
+
+// pollPlain is TaskPoll on plain PostgreSQL, through TaskPollLimited for a topic this
+// Repository last saw limited (its poll's rows, Topic): a limited topic's tasks are
+// chosen under its lock, which TaskPoll's single statement takes after its snapshot,
+// so that a task committed while the poll waited for its turn would be chosen,
+// charged and not leased. The rows of either statement say whether the topic is
+// limited now.
+func (r *Repository) pollPlain(ctx context.Context, h Handle, arg db.TaskPollParams) ([]db.TaskPollRow, error) {
+	var rows []db.TaskPollRow
+	if _, limited := r.limited.Load(arg.Topic); !limited {
+		var err error
+		if rows, err = r.q.TaskPoll(ctx, h, arg); err != nil {
+			return nil, err
+		}
+	} else {
+		found, err := r.q.TaskPollLimited(ctx, h, db.TaskPollLimitedParams{
+			Topic: arg.Topic, Owner: arg.Owner, Lifo: arg.Lifo, Condition: arg.Condition, Size: arg.Size,
+			FromPriority: arg.FromPriority, FromSequence: arg.FromSequence,
+		})
+		if err != nil {
+			return nil, err
+		}
+		rows = make([]db.TaskPollRow, len(found))
+		for i, row := range found {
+			rows[i] = db.TaskPollRow(row)
+		}
+	}
+	if len(rows) > 0 {
+		r.noteLimited(arg.Topic, rows[0].Limited)
+	}
+	return rows, nil
+}
+
+// noteLimited records whether topic is limited, for its next polls (pollPlain).
+func (r *Repository) noteLimited(topic string, limited bool) {
+	if limited {
+		r.limited.Store(topic, struct{}{})
+	} else {
+		r.limited.Delete(topic)
+	}
 }
 
 // pollParams checks a poll's arguments and returns its statement's parameters.

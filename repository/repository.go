@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -110,6 +111,9 @@ type Repository struct {
 	graceNs atomic.Int64
 	// retries are the schedules and topics FireSchedules passes over for now.
 	retries fireRetries
+	// limited holds the topics last seen limited (a poll's rows, Topic), whose polls
+	// choose their tasks before the statement that leases them (pollPlain).
+	limited sync.Map
 }
 
 // New validates cfg and returns a Repository.

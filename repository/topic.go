@@ -62,7 +62,9 @@ func (r *Repository) Topic(ctx context.Context, h Handle, topic string) (Topic, 
 	if err != nil {
 		return Topic{}, mapError(fmt.Sprintf("get topic %q", topic), err)
 	}
-	return topicFrom(row), nil
+	t := topicFrom(row)
+	r.noteLimited(topic, t.Limited())
+	return t, nil
 }
 
 func unknownTopic(op, topic string) error {
@@ -261,7 +263,9 @@ func (r *Repository) configure(ctx context.Context, h Handle, topic string, s To
 			return Topic{}, mapError(fmt.Sprintf("configure topic %q", topic), err)
 		}
 	}
-	return topicFrom(db.TaskTopic(row)), nil
+	t := topicFrom(db.TaskTopic(row))
+	r.noteLimited(topic, t.Limited())
+	return t, nil
 }
 
 // SetActive pauses (false) or resumes (true) a topic. The state is persisted, and every

@@ -15,8 +15,26 @@ WHERE t.topic = sqlc.arg(topic)
                                                       sqlc.narg(from_priority)::smallint,
                                                       sqlc.narg(from_sequence)::bigint)))
 -- keyed: the topic is polled key by key (migration 000015), and its tasks come in turns of
--- their keys (repository.Poll)
-RETURNING t.*, (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))::boolean AS keyed;
+-- their keys (repository.Poll); limited: the topic has limits, and its next polls go
+-- through TaskPollLimited
+RETURNING t.*, (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))::boolean AS keyed,
+          (SELECT tt.concurrency IS NOT NULL OR tt.key_concurrency IS NOT NULL OR tt.rate IS NOT NULL OR tt.fair
+           FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))::boolean AS limited;
+
+-- name: TaskPollLimited :many
+-- TaskPoll for a limited topic (task_poll, migration 000054): the tasks are chosen under
+-- the topic's lock in one statement and leased in the next, whose snapshot sees every
+-- task the choice took, one pushed while the choice waited for its turn included (a
+-- single statement's UPDATE, on its snapshot of before the wait, left such a task READY,
+-- charged a rate token or a key's turn).
+SELECT p.topic, p.sequence, p.identifier, p.state, p.descent, p.owner, p.created, p.completed, p.input,
+       p.output, p.reference, p.priority, p.not_before, p.attempt, p.returned, p.errors, p.cancelled,
+       p.concurrency_key,
+       (SELECT tt.fair OR tt.key_concurrency IS NOT NULL FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))::boolean AS keyed,
+       (SELECT tt.concurrency IS NOT NULL OR tt.key_concurrency IS NOT NULL OR tt.rate IS NOT NULL OR tt.fair
+        FROM task_topic tt WHERE tt.topic = sqlc.arg(topic))::boolean AS limited
+FROM task_poll(sqlc.arg(topic)::text, sqlc.arg(owner)::text, sqlc.arg(lifo)::boolean, sqlc.arg(condition)::smallint,
+               sqlc.arg(size)::integer, sqlc.narg(from_priority)::smallint, sqlc.narg(from_sequence)::bigint) p;
 
 -- name: TaskComplete :many
 -- Completes a batch of leased tasks in one statement, all or nothing: task_complete

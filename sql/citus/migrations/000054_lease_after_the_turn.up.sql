@@ -1,0 +1,7 @@
+-- 000054 on a distributed database: nothing to change.
+--
+-- The plain migration adds task_poll (the choice of a poll in one statement, its lease in
+-- the next) and has task_complete_poll lease through it. On Citus a poll is
+-- task_citus_poll, which chose and leased so already, and a limited topic's completion
+-- and next lease are task_citus_complete and task_citus_poll in one transaction
+-- (repository.CompleteAndPoll): neither function of the plain migration runs there.
