@@ -2036,18 +2036,30 @@ func TestTopicSettings(t *testing.T) {
 // statement that mentions what.
 func waitForLock(t *testing.T, pool *pgxpool.Pool, what string) {
 	t.Helper()
+	awaitLockWait(t, pool, what, true)
+}
+
+// waitForNoLockWait waits until no session of the database waits for a lock while
+// running a statement that mentions what.
+func waitForNoLockWait(t *testing.T, pool *pgxpool.Pool, what string) {
+	t.Helper()
+	awaitLockWait(t, pool, what, false)
+}
+
+func awaitLockWait(t *testing.T, pool *pgxpool.Pool, what string, want bool) {
+	t.Helper()
 	for {
 		var waiting bool
 		if err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, what).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting {
+		if waiting == want {
 			return
 		}
 		select {
 		case <-t.Context().Done():
-			t.Fatal("no session waited for the lock")
+			t.Fatalf("waiting for a lock in a statement of %q: still %v", what, waiting)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

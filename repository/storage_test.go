@@ -496,12 +496,24 @@ func TestDestroySharedTopic(t *testing.T) {
 		if _, err := tx.Exec(f.ctx, "SELECT 1 FROM task_topic WHERE topic = $1 FOR KEY SHARE", f.topic); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+		// the caller gives up while the topic's deletion waits for the lock
+		ctx, cancel := context.WithCancel(f.ctx)
 		defer cancel()
+		go func() {
+			waitForLock(t, f.pool, "task_topic_destroy")
+			cancel()
+		}()
 		ok, err := f.repo.Destroy(ctx, f.pool, f.topic)
 		if ok || err == nil || !strings.Contains(err.Error(), "after 12000 of its tasks were deleted") {
-			t.Errorf("destroy with the topic's row held: %v, %v; want an error saying 12000 tasks were deleted", ok, err)
+			t.Fatalf("destroy with the topic's row held: %v, %v; want an error saying 12000 tasks were deleted", ok, err)
 		}
+		if !strings.Contains(err.Error(), "unless the statement the cancellation interrupted still ends on the server") {
+			t.Errorf("destroy given up by its context: %v; want it to say that its last statement may still end", err)
+		}
+		// The context's end closed the destroy's connection without cancelling its
+		// statement, which waits for the lock until its lock_timeout: the topic
+		// remains once the server has given up.
+		waitForNoLockWait(t, f.pool, "task_topic_destroy")
 		_ = tx.Rollback(f.ctx)
 		if _, err := f.repo.Topic(f.ctx, f.pool, f.topic); err != nil {
 			t.Errorf("the topic after the failed destroy: %v, want it still there", err)

@@ -96,7 +96,13 @@ func (r *Repository) Destroy(ctx context.Context, h Handle, topic string) (bool,
 	if deleted > 0 {
 		// the batches before committed: the error's "nothing was changed" (a lock
 		// timeout's) is not so
-		err = fmt.Errorf("%w (after %d of its tasks were deleted, each batch committed: the topic and the rest of its tasks remain; destroy it again to finish)", err, deleted)
+		remain := "the topic and the rest of its tasks remain"
+		if ctx.Err() != nil {
+			// pgx's default on a cancelled context closes the connection without telling
+			// the server, whose statement goes on until it ends (a lock wait: its 1 s)
+			remain += ", unless the statement the cancellation interrupted still ends on the server"
+		}
+		err = fmt.Errorf("%w (after %d of its tasks were deleted, each batch committed: %s; destroy it again to finish)", err, deleted, remain)
 	}
 	return false, err
 }
