@@ -2825,7 +2825,7 @@ func TestNotifiedDueTimeMigration(t *testing.T) {
 // two statements) and has task_complete_poll lease through it, and keeps the rows; a
 // limited topic's polls, and its chain's statement, lease under the limit at 53, at 54
 // and reverted. A repository of each version polls (this build's polls a topic it saw
-// limited through task_poll, which 53 lacks).
+// limited through task_poll; at 53, which lacks it, it polls with TaskPoll).
 func TestLeaseAfterTheTurnMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -2845,6 +2845,10 @@ func TestLeaseAfterTheTurnMigration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// the repository knows the topic limited, as a processor does from its start
+		if _, err := r.Topic(ctx, pool, "emails"); err != nil {
+			t.Fatal(err)
+		}
 		leased, err := r.Poll(ctx, pool, "emails", FIFO, None, 10)
 		if err != nil || len(leased) != 2 {
 			t.Fatalf("poll at %s: %v, %v; want 2 under the limit", at, leased, err)
@@ -2855,6 +2859,9 @@ func TestLeaseAfterTheTurnMigration(t *testing.T) {
 		}
 		if _, err := r.Complete(ctx, pool, "emails", leased[1].Decide(Succeed("")), next[0].Decide(Succeed(""))); err != nil {
 			t.Fatal(err)
+		}
+		if got := r.noTaskPoll.Load(); got != strings.HasPrefix(at, "53") {
+			t.Errorf("at %s the repository found task_poll missing: %v", at, got)
 		}
 	}
 	hasPoll := func() bool {

@@ -86,30 +86,45 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 // so that a task committed while the poll waited for its turn would be chosen,
 // charged and not leased. The rows of either statement say whether the topic is
 // limited now.
+//
+// On a schema before 54, which lacks task_poll (a process newer than its database's
+// schema, against docs/cli.md's order of an upgrade), the first such poll fails inside
+// a transaction and goes on as TaskPoll outside one; the Repository polls every topic
+// with TaskPoll from then on.
 func (r *Repository) pollPlain(ctx context.Context, h Handle, arg db.TaskPollParams) ([]db.TaskPollRow, error) {
-	var rows []db.TaskPollRow
-	if _, limited := r.limited.Load(arg.Topic); !limited {
-		var err error
-		if rows, err = r.q.TaskPoll(ctx, h, arg); err != nil {
-			return nil, err
-		}
-	} else {
+	if _, limited := r.limited.Load(arg.Topic); limited && !r.noTaskPoll.Load() {
 		found, err := r.q.TaskPollLimited(ctx, h, db.TaskPollLimitedParams{
 			Topic: arg.Topic, Owner: arg.Owner, Lifo: arg.Lifo, Condition: arg.Condition, Size: arg.Size,
 			FromPriority: arg.FromPriority, FromSequence: arg.FromSequence,
 		})
-		if err != nil {
+		if err == nil {
+			rows := make([]db.TaskPollRow, len(found))
+			for i, row := range found {
+				rows[i] = db.TaskPollRow(row)
+			}
+			return r.notedPoll(arg.Topic, rows), nil
+		}
+		if SQLState(err) != sqlstateUndefinedFunction || !strings.Contains(err.Error(), "task_poll(") {
 			return nil, err
 		}
-		rows = make([]db.TaskPollRow, len(found))
-		for i, row := range found {
-			rows[i] = db.TaskPollRow(row)
+		r.noTaskPoll.Store(true)
+		if !autocommit(h) {
+			return nil, err
 		}
 	}
-	if len(rows) > 0 {
-		r.noteLimited(arg.Topic, rows[0].Limited)
+	rows, err := r.q.TaskPoll(ctx, h, arg)
+	if err != nil {
+		return nil, err
 	}
-	return rows, nil
+	return r.notedPoll(arg.Topic, rows), nil
+}
+
+// notedPoll records whether a poll's rows say topic is limited, and returns them.
+func (r *Repository) notedPoll(topic string, rows []db.TaskPollRow) []db.TaskPollRow {
+	if len(rows) > 0 {
+		r.noteLimited(topic, rows[0].Limited)
+	}
+	return rows
 }
 
 // noteLimited records whether topic is limited, for its next polls (pollPlain).

@@ -114,6 +114,8 @@ type Repository struct {
 	// limited holds the topics last seen limited (a poll's rows, Topic), whose polls
 	// choose their tasks before the statement that leases them (pollPlain).
 	limited sync.Map
+	// noTaskPoll is set once a poll found the schema without task_poll (pollPlain).
+	noTaskPoll atomic.Bool
 }
 
 // New validates cfg and returns a Repository.
