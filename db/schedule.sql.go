@@ -374,6 +374,50 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX) ([]TaskSchedule, er
 	return items, nil
 }
 
+const scheduleListOfTopic = `-- name: ScheduleListOfTopic :many
+SELECT name, topic, spec, time_zone, identifier, input, priority, insertion, catch_up, paused, next_fire, last_fire, last_fired_at, last_sequence, fires, created, updated, fire_from FROM task_schedule WHERE topic = $1::text ORDER BY name
+`
+
+// A topic's schedules, by name (task_schedule_topic, migration 000055).
+func (q *Queries) ScheduleListOfTopic(ctx context.Context, db DBTX, topic string) ([]TaskSchedule, error) {
+	rows, err := db.Query(ctx, scheduleListOfTopic, topic)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskSchedule
+	for rows.Next() {
+		var i TaskSchedule
+		if err := rows.Scan(
+			&i.Name,
+			&i.Topic,
+			&i.Spec,
+			&i.TimeZone,
+			&i.Identifier,
+			&i.Input,
+			&i.Priority,
+			&i.Insertion,
+			&i.CatchUp,
+			&i.Paused,
+			&i.NextFire,
+			&i.LastFire,
+			&i.LastFiredAt,
+			&i.LastSequence,
+			&i.Fires,
+			&i.Created,
+			&i.Updated,
+			&i.FireFrom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const scheduleLockDue = `-- name: ScheduleLockDue :one
 SELECT s.name, s.topic, s.spec, s.time_zone, s.identifier, s.input, s.priority, s.insertion, s.catch_up, s.paused, s.next_fire, s.last_fire, s.last_fired_at, s.last_sequence, s.fires, s.created, s.updated, s.fire_from, COALESCE($1::timestamptz, now())::timestamptz AS now
 FROM task_schedule s

@@ -2886,3 +2886,44 @@ func TestLeaseAfterTheTurnMigration(t *testing.T) {
 		t.Errorf("tasks after 000054 up, down and up: %v, want the nine SUCCEEDED", got)
 	}
 }
+
+// TestScheduleTopicIndexMigration: 000055 indexes task_schedule by topic and keeps the
+// schedules; a topic's schedules are read through the index among many others, and the
+// schedules are as they were after up, down and up.
+func TestScheduleTopicIndexMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository schedule topic index test: empty database", nil)
+	steps, _ := stepper(t, pool)
+	migrateTo(t, pool, 54)
+	execEach(t, pool,
+		"SELECT task_topic_create('t' || g) FROM generate_series(1, 300) g",
+		"INSERT INTO task_schedule (name, topic, spec, identifier) SELECT 's' || g, 't' || (g % 300 + 1), '@daily', 'i' FROM generate_series(1, 3000) g")
+	names := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT string_agg(name, ',' ORDER BY name) FROM task_schedule WHERE topic = 't7'")
+	}
+	before := names()
+	steps(1)
+	execEach(t, pool, "ANALYZE task_schedule")
+	plan := textRows(t, pool, "EXPLAIN SELECT * FROM task_schedule WHERE topic = 't7' ORDER BY name")
+	if !strings.Contains(strings.Join(plan, "\n"), "task_schedule_topic") {
+		t.Errorf("a topic's schedules at 55: %s; want them read through task_schedule_topic", strings.Join(plan, "\n"))
+	}
+	r, err := New(Config{Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	of, err := r.SchedulesOf(ctx, pool, "t7")
+	if err != nil || len(of) != 10 {
+		t.Errorf("SchedulesOf t7 at 55: %d schedules, %v; want 10", len(of), err)
+	}
+	steps(-1)
+	if got := textRows(t, pool, "SELECT count(*) FROM pg_indexes WHERE indexname = 'task_schedule_topic'"); !slices.Equal(got, []string{"0"}) {
+		t.Errorf("task_schedule_topic after 000055 down: %v, want none", got)
+	}
+	steps(1)
+	if after := names(); !slices.Equal(after, before) || len(textRows(t, pool, "SELECT 1 FROM task_schedule")) != 3000 {
+		t.Errorf("t7's schedules after 000055 up, down and up: %v, want %v of 3000", after, before)
+	}
+}

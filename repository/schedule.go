@@ -865,6 +865,23 @@ func (r *Repository) Schedules(ctx context.Context, h Handle) ([]Schedule, error
 	return out, nil
 }
 
+// SchedulesOf returns the schedules of topic, by name: those that go with it when it is
+// destroyed. An unknown topic has none.
+func (r *Repository) SchedulesOf(ctx context.Context, h Handle, topic string) ([]Schedule, error) {
+	if err := validTopic(topic); err != nil {
+		return nil, err
+	}
+	rows, err := r.q.ScheduleListOfTopic(ctx, h, topic)
+	if err != nil {
+		return nil, mapError(fmt.Sprintf("list schedules of topic %q", topic), err)
+	}
+	out := make([]Schedule, len(rows))
+	for i, row := range rows {
+		out[i] = scheduleFrom(row)
+	}
+	return out, nil
+}
+
 // ExistingSchedules returns which of names are schedules now, by name: for a process
 // that keeps something per schedule (metrics series) to drop what removed schedules
 // left. Unknown and invalid names are simply left out.

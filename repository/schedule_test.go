@@ -138,6 +138,26 @@ func appendEach(spec string) repository.ScheduleSettings {
 	return repository.ScheduleSettings{Spec: spec, Identifier: "{time}", Insertion: new(repository.Append)}
 }
 
+// TestSchedulesOf: a topic's schedules, by name, and no other topic's; an unknown topic
+// has none; a topic name that cannot be is refused.
+func TestSchedulesOf(t *testing.T) {
+	s := setupSchedules(t)
+	s.createTopic("other")
+	s.create("weekly", repository.ScheduleSettings{Spec: "@weekly"})
+	s.create("daily", repository.ScheduleSettings{Spec: "@daily"})
+	s.create("elsewhere", repository.ScheduleSettings{Topic: "other", Spec: "@daily"})
+	got, err := s.sched.SchedulesOf(s.ctx, s.pool, s.topic)
+	if err != nil || len(got) != 2 || got[0].Name != "daily" || got[1].Name != "weekly" || got[0].Topic != s.topic {
+		t.Errorf("schedules of %s: %+v, %v; want daily and weekly", s.topic, got, err)
+	}
+	if got, err := s.sched.SchedulesOf(s.ctx, s.pool, "unknown"); err != nil || len(got) != 0 {
+		t.Errorf("schedules of an unknown topic: %+v, %v; want none", got, err)
+	}
+	if _, err := s.sched.SchedulesOf(s.ctx, s.pool, ""); !errors.Is(err, repository.ErrInvalid) {
+		t.Errorf("schedules of an empty topic name: %v, want ErrInvalid", err)
+	}
+}
+
 func TestScheduleCreate(t *testing.T) {
 	t.Run("DefaultsAndFirstFireTime", func(t *testing.T) {
 		s := setupSchedules(t)

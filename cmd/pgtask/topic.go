@@ -546,15 +546,13 @@ func runTopicDestroy(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 	// the schedules go with the topic (ON DELETE CASCADE): read before, to name them
-	all, err := c.repo.Schedules(ctx, c.pool)
+	of, err := c.repo.SchedulesOf(ctx, c.pool, pos[0])
 	if err != nil {
 		return err
 	}
-	var schedules []string
-	for _, s := range all {
-		if s.Topic == pos[0] {
-			schedules = append(schedules, strconv.Quote(s.Name))
-		}
+	schedules := make([]string, len(of))
+	for i, s := range of {
+		schedules[i] = strconv.Quote(s.Name)
 	}
 	destroyed, err := c.repo.Destroy(ctx, c.pool, pos[0])
 	if err != nil {

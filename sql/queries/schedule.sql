@@ -27,6 +27,10 @@ SELECT name FROM task_schedule WHERE name = ANY(sqlc.arg(names)::text[]) ORDER B
 -- name: ScheduleList :many
 SELECT * FROM task_schedule ORDER BY name;
 
+-- name: ScheduleListOfTopic :many
+-- A topic's schedules, by name (task_schedule_topic, migration 000055).
+SELECT * FROM task_schedule WHERE topic = sqlc.arg(topic)::text ORDER BY name;
+
 -- name: SchedulePage :many
 -- Up to size schedules after the name `after` (keyset: '' starts at the first), by name,
 -- whose name or topic contains `search` (case-insensitive; '' matches every schedule):
