@@ -425,9 +425,9 @@ func TestPoolCancelsInServer(t *testing.T) {
 				return n > 0
 			}
 			if tc.left {
-				if !running() {
-					t.Fatal("pgx's default stopped the statement in the database: this test no longer tells the two apart")
-				}
+				// on a loaded machine the server may not have started the statement yet
+				// (pg_stat_activity still showing the connection's SELECT 1)
+				eventually(t, 2*time.Second, "the statement running in the database after its context ended (if pgx's default now stops it there, this test no longer tells the two apart)", running)
 				return
 			}
 			eventually(t, 2*time.Second, "the statement stopped in the database", func() bool { return !running() })
