@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -2834,16 +2835,19 @@ func TestLeaseAfterTheTurnMigration(t *testing.T) {
 	migrateTo(t, pool, 53)
 	create("emails")
 	execEach(t, pool, "SELECT task_topic_set_limits('emails', concurrency => 2, rate => 100, rate_period => '1 second', rate_burst => 100)")
-	for i := range 9 {
+	for i := range 12 {
 		execEach(t, pool, fmt.Sprintf("SELECT task_push('emails', 'e%d')", i))
 	}
 	// each version polls 2 under the limit, completes one and leases the next in one
 	// statement, and completes the rest
-	poll := func(at string) {
+	var clock atomic.Int64 // minutes ahead of time.Now
+	poll := func(at string, r *Repository) {
 		t.Helper()
-		r, err := New(Config{Owner: "owner-" + at})
-		if err != nil {
-			t.Fatal(err)
+		if r == nil {
+			var err error
+			if r, err = New(Config{Owner: "owner-" + at, Now: func() time.Time { return time.Now().Add(time.Duration(clock.Load()) * time.Minute) }}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		// the repository knows the topic limited, as a processor does from its start
 		if _, err := r.Topic(ctx, pool, "emails"); err != nil {
@@ -2860,30 +2864,37 @@ func TestLeaseAfterTheTurnMigration(t *testing.T) {
 		if _, err := r.Complete(ctx, pool, "emails", leased[1].Decide(Succeed("")), next[0].Decide(Succeed(""))); err != nil {
 			t.Fatal(err)
 		}
-		if got := r.noTaskPoll.Load(); got != strings.HasPrefix(at, "53") {
+		if got := r.noTaskPollUntil.Load() != 0; got != strings.HasPrefix(at, "53") {
 			t.Errorf("at %s the repository found task_poll missing: %v", at, got)
 		}
 	}
 	hasPoll := func() bool {
 		return len(textRows(t, pool, "SELECT 1 FROM pg_proc WHERE proname = 'task_poll'")) == 1
 	}
-	poll("53")
+	old, err := New(Config{Owner: "owner-53", Now: func() time.Time { return time.Now().Add(time.Duration(clock.Load()) * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("53", old)
 	steps(1)
 	if def := textRows(t, pool, "SELECT pg_get_functiondef('task_complete_poll'::regproc)"); !hasPoll() || len(def) != 1 ||
 		!strings.Contains(def[0], "FROM task_poll(") {
 		t.Errorf("at 54: task_poll %v, task_complete_poll %v; want task_poll, and task_complete_poll leasing through it", hasPoll(), def)
 	}
-	poll("54")
+	poll("54", nil)
+	// the repository that found task_poll missing tries it again a minute later
+	clock.Store(2)
+	poll("54 for the repository of 53", old)
 	steps(-1)
 	if def := textRows(t, pool, "SELECT pg_get_functiondef('task_complete_poll'::regproc)"); hasPoll() || len(def) != 1 ||
 		strings.Contains(def[0], "FROM task_poll(") {
 		t.Errorf("after 000054 down: task_poll %v, task_complete_poll %v; want 000026's alone", hasPoll(), def)
 	}
-	poll("53-again")
+	poll("53-again", nil)
 	steps(1)
 	if got := textRows(t, pool, "SELECT count(*) || ' ' || state FROM task WHERE topic = 'emails' GROUP BY state ORDER BY state"); !slices.Equal(got,
-		[]string{"9 6"}) {
-		t.Errorf("tasks after 000054 up, down and up: %v, want the nine SUCCEEDED", got)
+		[]string{"12 6"}) {
+		t.Errorf("tasks after 000054 up, down and up: %v, want the twelve SUCCEEDED", got)
 	}
 }
 

@@ -90,14 +90,18 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 // On a schema before 54, which lacks task_poll (a process newer than its database's
 // schema, against docs/cli.md's order of an upgrade), the first such poll fails inside
 // a transaction and goes on as TaskPoll outside one; the Repository polls every topic
-// with TaskPoll from then on.
+// with TaskPoll for the next taskPollRetry, then tries task_poll again (the schema
+// migrated meanwhile).
 func (r *Repository) pollPlain(ctx context.Context, h Handle, arg db.TaskPollParams) ([]db.TaskPollRow, error) {
-	if _, limited := r.limited.Load(arg.Topic); limited && !r.noTaskPoll.Load() {
+	if _, limited := r.limited.Load(arg.Topic); limited && r.timeNow().UnixNano() >= r.noTaskPollUntil.Load() {
 		found, err := r.q.TaskPollLimited(ctx, h, db.TaskPollLimitedParams{
 			Topic: arg.Topic, Owner: arg.Owner, Lifo: arg.Lifo, Condition: arg.Condition, Size: arg.Size,
 			FromPriority: arg.FromPriority, FromSequence: arg.FromSequence,
 		})
 		if err == nil {
+			if r.noTaskPollUntil.Load() != 0 {
+				r.noTaskPollUntil.Store(0) // the schema has it now
+			}
 			rows := make([]db.TaskPollRow, len(found))
 			for i, row := range found {
 				rows[i] = db.TaskPollRow(row)
@@ -107,7 +111,7 @@ func (r *Repository) pollPlain(ctx context.Context, h Handle, arg db.TaskPollPar
 		if SQLState(err) != sqlstateUndefinedFunction || !strings.Contains(err.Error(), "task_poll(") {
 			return nil, err
 		}
-		r.noTaskPoll.Store(true)
+		r.noTaskPollUntil.Store(r.timeNow().Add(taskPollRetry).UnixNano())
 		if !autocommit(h) {
 			return nil, err
 		}
@@ -118,6 +122,10 @@ func (r *Repository) pollPlain(ctx context.Context, h Handle, arg db.TaskPollPar
 	}
 	return r.notedPoll(arg.Topic, rows), nil
 }
+
+// taskPollRetry is how long a Repository that found the schema without task_poll polls
+// limited topics with TaskPoll before it tries task_poll again (pollPlain).
+const taskPollRetry = time.Minute
 
 // notedPoll records whether a poll's rows say topic is limited, and returns them.
 func (r *Repository) notedPoll(topic string, rows []db.TaskPollRow) []db.TaskPollRow {

@@ -114,8 +114,9 @@ type Repository struct {
 	// limited holds the topics last seen limited (a poll's rows, Topic), whose polls
 	// choose their tasks before the statement that leases them (pollPlain).
 	limited sync.Map
-	// noTaskPoll is set once a poll found the schema without task_poll (pollPlain).
-	noTaskPoll atomic.Bool
+	// noTaskPollUntil is until when (Unix nanoseconds) polls go without task_poll, which
+	// a poll found the schema without (pollPlain); 0 never.
+	noTaskPollUntil atomic.Int64
 }
 
 // New validates cfg and returns a Repository.

@@ -151,6 +151,7 @@ func (r *Repository) UpdateSettings(ctx context.Context, h Handle, topic string,
 		change(&s)
 		if s == stored.TopicSettings {
 			out = stored
+			r.noteLimited(topic, stored.Limited())
 			return nil
 		}
 		err = s.validate()
