@@ -2046,12 +2046,20 @@ func waitForNoLockWait(t *testing.T, pool *pgxpool.Pool, what string) {
 	awaitLockWait(t, pool, what, false)
 }
 
+// lockWaited reports whether a session of the database waits for a lock while running a
+// statement that mentions what.
+func lockWaited(ctx context.Context, pool *pgxpool.Pool, what string) (bool, error) {
+	var waiting bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, what).Scan(&waiting)
+	return waiting, err
+}
+
 func awaitLockWait(t *testing.T, pool *pgxpool.Pool, what string, want bool) {
 	t.Helper()
 	for {
-		var waiting bool
-		if err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%')`, what).Scan(&waiting); err != nil {
+		waiting, err := lockWaited(t.Context(), pool, what)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if waiting == want {
