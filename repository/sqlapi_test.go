@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -825,5 +826,38 @@ func TestSQLPushDelayByTheCalendar(t *testing.T) {
 		if got := f.get(seq).NotBefore; got.Before(want) || got.Sub(want) > 5*time.Second {
 			t.Errorf("delay %s: not-before %v, want now() + delay = %v", delay, got, want)
 		}
+	}
+}
+
+// TestSQLDedicate: task_topic_dedicate gives a paused topic a table of its own on plain
+// PostgreSQL; on a distributed database it refuses (0A000), naming Citus's way, and
+// changes nothing (before 000056 it failed with "null values cannot be formatted as an
+// SQL identifier").
+func TestSQLDedicate(t *testing.T) {
+	f := setup(t)
+	pushed := f.push(repository.Append, "a")
+	if err := f.repo.SetActive(f.ctx, f.pool, f.topic, false); err != nil {
+		t.Fatal(err)
+	}
+	var done bool
+	err := f.pool.QueryRow(f.ctx, "SELECT task_topic_dedicate($1)", f.topic).Scan(&done)
+	topic, terr := f.repo.Topic(f.ctx, f.pool, f.topic)
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	if !pgtest.OnCitus() {
+		if err != nil || !done || !topic.Dedicated {
+			t.Fatalf("task_topic_dedicate: %v, %v, dedicated %v; want the topic dedicated", done, err, topic.Dedicated)
+		}
+		return
+	}
+	if repository.SQLState(err) != "0A000" || !strings.Contains(err.Error(), "isolate_tenant_to_new_shard('task', 'topic', 'CASCADE')") {
+		t.Errorf("task_topic_dedicate on a distributed database: %v, %v; want 0A000 naming isolate_tenant_to_new_shard", done, err)
+	}
+	if topic.Dedicated {
+		t.Errorf("topic after the refused dedicate: dedicated")
+	}
+	if got, err := f.repo.Get(f.ctx, f.pool, f.topic, pushed[0].Sequence); err != nil || got.Identifier != "a" {
+		t.Errorf("the topic's task after the refused dedicate: %v, %v", got, err)
 	}
 }

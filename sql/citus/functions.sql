@@ -529,6 +529,18 @@ BEGIN
 END
 $$;
 
+-- task_topic_dedicate refuses on a distributed database (000056): a topic's tasks are in
+-- its shard of task, not in a table of a bucket, and Citus gives a topic a shard of its
+-- own (docs/citus.md). Repository.Dedicate refuses before it (ErrDistributed).
+CREATE OR REPLACE FUNCTION task_topic_dedicate(p_topic text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'topic %: a distributed database gives a topic a shard of its own, not a table: SELECT isolate_tenant_to_new_shard(''task'', %, ''CASCADE'')',
+        quote_literal(p_topic), quote_literal(p_topic)
+        USING ERRCODE = 'feature_not_supported';
+END
+$$;
+
 -- task_schedule_topic_check is, on a distributed database, what task_schedule's foreign
 -- key to task_topic does on a plain one (a table of the coordinator cannot keep one to a
 -- distributed table; migration 000046): a schedule written (INSERT, or an UPDATE of its

@@ -1,0 +1,2 @@
+-- 000056 reverted: nothing to undo on a plain database.
+SELECT 1;
