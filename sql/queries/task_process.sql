@@ -98,8 +98,14 @@ ORDER BY t.sequence;
 -- notifies topics that received READY work. Without orphans, nothing is read beyond
 -- task_owner unless a registered owner is stale: the tasks of owners whose row is gone
 -- are then left for a call with orphans.
-WITH stale AS (
-    SELECT t.topic, t.sequence FROM task t
+--
+-- The stale leases are read first, as the statement's snapshot has them, and locked
+-- after, each only as long as it is the same lease (owner and attempt: a lease counts
+-- an attempt). A row changed since the snapshot is checked again as it is now, but
+-- task_owner is still read as of the snapshot: a task leased again meanwhile by an
+-- owner registered meanwhile looked orphaned, and its live lease was taken back.
+WITH candidate AS MATERIALIZED (
+    SELECT t.topic, t.sequence, t.owner, t.attempt FROM task t
     WHERE t.state = 0 AND t.owner <> sqlc.arg(owner)::text
       -- depends on no row of t: evaluated once, before the scan, which it can skip
       AND (sqlc.arg(orphans)::boolean
@@ -112,6 +118,10 @@ WITH stale AS (
             WHERE w.owner = t.owner
               AND w.heartbeat >= COALESCE(sqlc.narg('now')::timestamptz, now())
                                  - GREATEST(sqlc.arg(timeout_ms)::bigint, w.expiry_ms) * interval '1 millisecond')
+),
+stale AS (
+    SELECT t.topic, t.sequence FROM candidate c JOIN task t ON t.topic = c.topic AND t.sequence = c.sequence
+    WHERE t.state = 0 AND t.owner = c.owner AND t.attempt = c.attempt
     FOR UPDATE OF t SKIP LOCKED
 ),
 expired AS (
