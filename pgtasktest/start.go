@@ -14,7 +14,8 @@ import (
 // Start runs p until the test ends, or until the returned stop is called: stop cancels
 // Run's context (a graceful shutdown) and returns Run's error. If Run fails before
 // anything stopped it (an unknown topic, a database that refuses it), the test fails
-// at once with Run's error, so that a test waiting on the processor says why. If the
+// at once with Run's error, and the processor's Wait returns it, so that a test waiting
+// on the processor ends and says why. If the
 // test did not call stop, Start stops p when the test ends and fails it if Run returned
 // an error; an error the test got from stop is the test's to judge.
 func Start(tb testing.TB, p *processor.Processor) (stop func() error) {

@@ -191,6 +191,26 @@ func TestWait(t *testing.T) {
 			t.Fatalf("Wait on an unknown topic: err = %v, want ErrUnknownTopic", err)
 		}
 	})
+	// A processor whose Run failed (a topic it manages unknown) never finishes the tasks
+	// waited for: Wait said so only at its deadline (a test's timeout), without why.
+	t.Run("EndsWhenRunFails", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(1)
+		p, _ := f.processor("worker", processor.Config{},
+			processor.ManagerConfig{Topic: "missing", Handler: processor.TaskFunc(succeed)})
+		ran := make(chan error, 1)
+		go func() { ran <- p.Run(f.ctx) }()
+		ctx, cancel := context.WithTimeout(f.ctx, 20*time.Second)
+		defer cancel()
+		_, err := p.Wait(ctx, f.topic, tasks[0].Sequence)
+		if runErr := <-ran; runErr == nil {
+			t.Fatal("Run with an unknown topic: nil")
+		}
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "the processor's Run ended") ||
+			!strings.Contains(err.Error(), `"missing"`) || !errors.Is(err, repository.ErrUnknownTopic) {
+			t.Fatalf("Wait after Run failed: %v; want Run's error", err)
+		}
+	})
 	t.Run("EndsWithItsContextNamingWhatIsUnfinished", func(t *testing.T) {
 		f := setup(t)
 		tasks := f.pushN(1)

@@ -155,6 +155,9 @@ func (c *Config) validate() error {
 // ONE listening connection to its managers, and shuts them down gracefully.
 type Processor struct {
 	cfg Config
+	// failed is closed when Run has returned an error, runErr (written before).
+	failed chan struct{}
+	runErr error
 	// reconcileEvery is how often each manager reconciles its leases besides after a
 	// fault (TaskManager.reconcile): defaultReconcileEvery, or a test's.
 	reconcileEvery time.Duration
@@ -282,6 +285,7 @@ func New(cfg Config) (*Processor, error) {
 		faults:         newFaults(cfg.Logger, cfg.ErrorLogInterval, max(30*time.Second, 3*cfg.HeartbeatInterval)),
 		managers:       make(map[string][]*TaskManager),
 		beaten:         make(chan struct{}),
+		failed:         make(chan struct{}),
 		beatNow:        make(chan struct{}, 1),
 	}
 	p.faults.outage = func(cause string, begins bool) {
@@ -451,6 +455,19 @@ func (p *Processor) Run(ctx context.Context) error {
 		return errors.New("processor: Run called twice")
 	}
 	p.running = true
+	p.mu.Unlock()
+	err := p.run(ctx)
+	if err != nil {
+		// Wait returns it: the tasks waited for may never finish now
+		p.runErr = err
+		close(p.failed)
+	}
+	return err
+}
+
+// run is Run, called once.
+func (p *Processor) run(ctx context.Context) error {
+	p.mu.Lock()
 	// The observers join each manager's listener now that no more come.
 	observers := p.observers
 	for _, ms := range p.managers {

@@ -129,8 +129,11 @@ func (s *Subscription) send(tasks []repository.Task) {
 // (repository.ErrUnknownTopic). A read that fails because the server cannot be reached
 // or is restarting (a connection lost in a failover) is tried again at the next
 // interval; any other failure ends Wait with its error. When ctx ends first, Wait returns ctx's
-// error naming the tasks still unfinished, and the last read's error if it failed. Tests
-// use it to wait for the work they pushed.
+// error naming the tasks still unfinished, and the last read's error if it failed. When
+// this processor's Run returns an error (a topic unknown, a database that refused it),
+// Wait reads the tasks once more and, if some are unfinished, returns that error (a test
+// waiting for its work learns why none comes, not at its deadline). Tests use it to
+// wait for the work they pushed.
 func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) ([]repository.Task, error) {
 	sub := p.Subscribe(topic)
 	defer sub.Close()
@@ -200,6 +203,13 @@ func (p *Processor) Wait(ctx context.Context, topic string, sequences ...int64) 
 		case <-ticker.C:
 			if err := read(); err != nil {
 				return nil, err
+			}
+		case <-p.failed:
+			if err := read(); err != nil {
+				return nil, err
+			}
+			if left := remaining(); len(left) > 0 {
+				return nil, fmt.Errorf("wait for tasks of topic %q: %d unfinished (%v), the processor's Run ended: %w", topic, len(left), left, p.runErr)
 			}
 		case <-ctx.Done():
 			return nil, ended()
