@@ -325,6 +325,34 @@ func TestWork(t *testing.T) {
 	if _, err := newRepo(t, pool).Topic(ctx, pool, "jobs"); !errors.Is(err, repository.ErrUnknownTopic) {
 		t.Errorf("after the rollback the topic is still there: %v", err)
 	}
+	// A handler may reorder and filter its batch's tasks in place, as a processor lets it
+	// (the tasks are its to modify): Work completed from the slice the handler was given,
+	// and the filter below made it complete one task twice.
+	t.Run("AHandlerMayFilterItsTasksInPlace", func(t *testing.T) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		filter := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			kept := b.Tasks[:0]
+			for _, task := range b.Tasks {
+				if task.Input == "skip" {
+					_ = b.Decide(task.Sequence, repository.Skip("skipped"))
+					continue
+				}
+				kept = append(kept, task)
+			}
+			for _, task := range kept {
+				_ = b.Decide(task.Sequence, repository.Succeed("done"))
+			}
+		})
+		res := pgtasktest.Work(ctx, t, tx, filter, "filtered",
+			repository.Creation{Identifier: "a", Input: "skip"}, repository.Creation{Identifier: "b"})
+		if len(res.Tasks) != 2 || res.Tasks[0].State != repository.Filtered || res.Tasks[1].State != repository.Succeeded {
+			t.Fatalf("tasks %+v, want a FILTERED and b SUCCEEDED", res.Tasks)
+		}
+	})
 	t.Run("OtherReadyTasksAreSaidInTheWay", func(t *testing.T) {
 		tx, err := pool.Begin(ctx)
 		if err != nil {

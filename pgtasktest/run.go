@@ -223,7 +223,8 @@ func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, to
 	}
 	hctx, cancel := handlerContext(ctx, RunTimeout)
 	defer cancel()
-	b, err := processor.NewBatch(hctx, topic, leased)
+	// a copy, as Run's: the completions below are made from leased
+	b, err := processor.NewBatch(hctx, topic, slices.Clone(leased))
 	if err != nil {
 		tb.Fatalf("pgtasktest.Work: %v", err)
 	}
