@@ -516,10 +516,12 @@ func TestRunWithABufferAProcessorStopped(t *testing.T) {
 		t.Fatalf("Run after the processor stopped the Buffer: %+v, want the handler's SUCCESS \"ran\"", out)
 	}
 
-	// a Buffer stopped by a call of Stop hands batches back, as documented
+	// A Buffer stopped by a call of Stop hands batches back, as documented: Run fails
+	// the test, saying so. It returned the snooze, whose Result is the zero value
+	// (FAILURE): a test expecting a failure passed without the handler running.
 	buf.Stop()
-	out = pgtasktest.Run(t.Context(), t, buf, repository.Task{Topic: "jobs", Sequence: 8, Identifier: "c"})
-	if d, ok := out.Decisions[8]; !ok || !d.Snooze {
-		t.Fatalf("Run after Stop: %+v, want the task handed back", out)
-	}
+	msg := failure(t, func(tb testing.TB) {
+		pgtasktest.Run(t.Context(), tb, buf, repository.Task{Topic: "jobs", Sequence: 8, Identifier: "c"})
+	})
+	mustContain(t, msg, "tasks [8] were handed back before the handler began them", "Buffered.Stop")
 }

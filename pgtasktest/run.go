@@ -170,7 +170,13 @@ wait:
 	select { // both may be ready: say which
 	case <-b.Done():
 		if ctx.Err() == nil {
-			return b.Outcome()
+			o := b.Outcome()
+			if len(o.HandedBack) > 0 {
+				// read as failures (a snooze's Result is the zero value) by a test that
+				// expects one, the handler never having seen them
+				tb.Fatalf("pgtasktest.%s: tasks %v were handed back before the handler began them: the Buffer that runs it stopped (Buffered.Stop, or the shutdown of the last processor that shares it)", fn, o.HandedBack)
+			}
+			return o
 		}
 		if decidedFirst {
 			tb.Fatalf("pgtasktest.%s: the handler decided every task but returned only once its context had ended (%v): it holds its worker until it returns", fn, ctx.Err())

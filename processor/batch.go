@@ -119,6 +119,7 @@ type Batch struct {
 	followups                   []FollowUp
 	sent                        int           // followups[:sent] went with decisions or were dropped
 	went                        []FollowUp    // the follow-ups that went with decisions (Outcome)
+	handedBack                  []int64       // the tasks handed back unstarted (Outcome)
 	done                        chan struct{} // closed when no task is undecided
 	timeout                     *time.Timer   // HandlerTimeout, stopped once the batch is committed
 	cancel                      context.CancelFunc
@@ -391,6 +392,11 @@ type Outcome struct {
 	// FollowUps are the follow-ups that went with decisions (in a processor: that
 	// committed with them, or would have), in the order declared.
 	FollowUps []FollowUp
+	// HandedBack lists the tasks handed back unstarted (a shutdown, a Buffer stopped,
+	// a HandlerTimeout before the handler began them), in the order handed back: their
+	// decisions are snoozes without delay (READY again, no attempt used) that the handler
+	// did not make.
+	HandedBack []int64
 }
 
 // Outcome returns what the batch's handler reported so far. Wait for Done to see every
@@ -400,7 +406,7 @@ func (b *Batch) Outcome() Outcome {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	o := Outcome{Decisions: make(map[int64]repository.Decision, len(b.leases)), Failed: b.failed,
-		FollowUps: slices.Clone(b.went)}
+		FollowUps: slices.Clone(b.went), HandedBack: slices.Clone(b.handedBack)}
 	for i, l := range b.leases {
 		if b.decided[i] {
 			o.Decisions[l.Sequence] = l.Decision
@@ -537,11 +543,18 @@ func (b *Batch) handBack() bool {
 	b.setup()
 	b.mu.Lock()
 	b.closed = true
-	completions := b.decideRestLocked(func(int) repository.Decision { return repository.SnoozeFor(0) })
+	completions := b.decideRestLocked(func(i int) repository.Decision { return b.handBackLocked(i) })
 	b.sent = len(b.followups)
 	b.mu.Unlock()
 	b.emit(completions, nil, reportHandedBack, nil)
 	return len(completions) > 0
+}
+
+// handBackLocked records the task at i as handed back (Outcome.HandedBack) and returns
+// its decision: READY again, its attempt not consumed. b.mu is held.
+func (b *Batch) handBackLocked(i int) repository.Decision {
+	b.handedBack = append(b.handedBack, b.leases[i].Sequence)
+	return repository.SnoozeFor(0)
 }
 
 // handBackUnstarted hands back the tasks of the batch its handler has not started
@@ -557,7 +570,7 @@ func (b *Batch) handBackUnstarted() bool {
 	var back []repository.Completion
 	for i := range b.leases {
 		if !b.decided[i] && !b.begun[i] {
-			back = append(back, b.decideLocked(i, repository.SnoozeFor(0)))
+			back = append(back, b.decideLocked(i, b.handBackLocked(i)))
 		}
 	}
 	b.mu.Unlock()
@@ -580,7 +593,7 @@ func (b *Batch) abandon(err error) (failed, handedBack int) {
 		if b.allBegun || b.begun[i] {
 			fail = append(fail, b.decideLocked(i, repository.Fail(err)))
 		} else {
-			back = append(back, b.decideLocked(i, repository.SnoozeFor(0)))
+			back = append(back, b.decideLocked(i, b.handBackLocked(i)))
 		}
 	}
 	b.sent = len(b.followups)
