@@ -26,9 +26,10 @@ type Want struct {
 	// Identifier is the task's identifier.
 	Identifier string
 	// Input, when not empty, is the task's input: compared as JSON when both are JSON
-	// (so key order and spacing do not matter), as text otherwise. Numbers compare by
-	// value, so 2.0 matches 2: a handler decoding into an int (processor.Typed) refuses
-	// 2.0, so give the spelling you mean to check it.
+	// objects or arrays (so key order and spacing do not matter), as text otherwise (an
+	// input "1.10" does not match "1.1"). Numbers inside compare by value, so {"n": 2.0}
+	// matches {"n": 2}: a handler decoding into an int (processor.Typed) refuses 2.0, so
+	// give the spelling you mean to check it.
 	Input string
 	// Reference, when not empty, is the task's reference.
 	Reference string
@@ -176,14 +177,25 @@ func (w Want) matches(t repository.Task) bool {
 		(w.Priority == nil || t.Priority == *w.Priority) && (len(w.States) == 0 || slices.Contains(w.States, t.State))
 }
 
-// sameInput compares inputs as JSON when both are, else as text.
+// sameInput compares inputs as JSON when both are JSON objects or arrays, else as text:
+// an input that is only a number, a string, true, false or null as JSON is text a
+// handler may read as such (a version "1.10", which as a JSON number is 1.1).
 func sameInput(got, want string) bool {
 	g, gerr := decodeJSON(got)
 	w, werr := decodeJSON(want)
-	if gerr == nil && werr == nil {
+	if gerr == nil && werr == nil && structured(g) && structured(w) {
 		return reflect.DeepEqual(g, w)
 	}
 	return got == want
+}
+
+// structured reports whether a decoded JSON value is an object or an array.
+func structured(v any) bool {
+	switch v.(type) {
+	case map[string]any, []any:
+		return true
+	}
+	return false
 }
 
 // decodeJSON decodes one JSON value, its numbers as written (json.Number: as float64,

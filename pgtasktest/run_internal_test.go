@@ -95,7 +95,8 @@ func TestRunHandsACopy(t *testing.T) {
 }
 
 // TestSameInput: inputs compare as JSON values, key order, spacing and the writing of a
-// number aside, and numbers exactly (decoded as float64, 2^53 + 1 matched 2^53).
+// number aside, and numbers exactly (decoded as float64, 2^53 + 1 matched 2^53); an
+// input that is JSON only as a scalar compares as text.
 func TestSameInput(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -113,6 +114,11 @@ func TestSameInput(t *testing.T) {
 		{`{"to": "a"}}`, `{"to": "a"}`, false}, // a handler's json.Unmarshal refuses the first
 		{`[1]]`, `[1]`, false},
 		{"{\"to\": \"a\"} \n", `{"to": "a"}`, true},
+		// text that is JSON only as a scalar compares as text: a version, a number
+		{`1.10`, `1.1`, false},
+		{`1e2`, `100`, false},
+		{`100`, `100`, true},
+		{`"a"`, `"\u0061"`, false},
 	} {
 		if got := sameInput(tc.got, tc.want); got != tc.same {
 			t.Errorf("sameInput(%s, %s) = %v, want %v", tc.got, tc.want, got, tc.same)
