@@ -43,7 +43,10 @@ func RunTests(m *testing.M) int {
 type Template struct {
 	// Key names what Migrate does: the template is reused for as long as the key (and
 	// pgtask's schema) stays the same, so change it whenever Migrate changes, e.g. to a
-	// hash of the program's migration files. Required with Migrate.
+	// hash of the program's migration files. The templates of a server are shared by
+	// every program that tests against it: two programs giving the same key share the
+	// first one's template, so put the program's module path in it. Required with
+	// Migrate.
 	Key string
 	// Migrate, when set, runs on the template after pgtask's migrations: create the
 	// program's tables there. It must not keep connections open after it returns.

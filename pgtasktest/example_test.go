@@ -55,7 +55,7 @@ func TestSendWelcomeWithoutADatabase(t *testing.T) {
 
 // signupTemplate is pgtask's schema and the program's own table.
 var signupTemplate = pgtasktest.Template{
-	Key: "signup v1", // change it when Migrate changes
+	Key: "example.com/signup v1", // the program's own; change it when Migrate changes
 	Migrate: func(ctx context.Context, pool *pgxpool.Pool) error {
 		_, err := pool.Exec(ctx, "CREATE TABLE signup (email text PRIMARY KEY)")
 		return err
