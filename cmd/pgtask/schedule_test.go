@@ -61,6 +61,10 @@ func TestSchedule(t *testing.T) {
 		wantUsage(t, f.cli("schedule", "add", "a", "--topic", "t", "--spec", "@hourly", "--insertion", "sideways"), "--insertion", "sideways")
 		wantUsage(t, f.cli("schedule", "add", "", "--topic", "t", "--spec", "@hourly"), "schedule name is empty")
 		wantUsage(t, f.cli("schedule", "add", "a\tb", "--topic", "t", "--spec", "@hourly"), "schedule name has a control character (U+0009)")
+		// a name whose {time} placeholders make the default identifier too long is
+		// refused before connecting (the database URL leads nowhere)
+		wantUsage(t, runCLI(f.ctx, "", nil, "schedule", "add", strings.Repeat("{time}", 41), "--topic", "t", "--spec", "@hourly",
+			"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"), "name as its tasks' identifier", "identifier")
 		wantUsage(t, f.cli("schedule", "set", "taken"), "no setting given")
 		wantUsage(t, f.cli("schedule", "set", "taken", "--spec", "nope"), "spec")
 		wantRuntime(t, f.cli("schedule", "add", "a", "--topic", "nope", "--spec", "@hourly"), repository.ErrUnknownTopic)
