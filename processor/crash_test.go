@@ -340,6 +340,38 @@ func TestOwnerNameInUse(t *testing.T) {
 	}
 }
 
+// TestOwnerNameTakenOverWhileRunning: a process whose owner row another process claimed
+// (started under the same name while this one was silent for the expiry timeout: a
+// pause, a network cut, a replacement given the name) stops with ErrOwnerInUse at its
+// next heartbeat, and leaves the row, the other's now, alone. It heart-beat the claimed
+// row on as its own, and both processes leased as one owner.
+func TestOwnerNameTakenOverWhileRunning(t *testing.T) {
+	f := setup(t)
+	pushed := f.pushN(1)
+	p, _ := f.processor("pod-0", processor.Config{HeartbeatInterval: 50 * time.Millisecond},
+		processor.ManagerConfig{Handler: processor.TaskFunc(succeed)})
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(f.ctx) }()
+	f.eventually("the process ran its task", func() bool { return f.get(pushed[0].Sequence).State == repository.Succeeded })
+	// what another process's claim (repository.ClaimOwner) writes
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task_owner SET started = now(), host = 'elsewhere.example', pid = 4242
+		WHERE owner = 'pod-0'`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ran:
+		if !errors.Is(err, processor.ErrOwnerInUse) || !strings.Contains(err.Error(), "taken over") {
+			t.Fatalf("Run after its owner row was claimed: %v; want ErrOwnerInUse", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the process went on after its owner row was claimed by another")
+	}
+	var host string
+	if err := f.pool.QueryRow(f.ctx, "SELECT host FROM task_owner WHERE owner = 'pod-0'").Scan(&host); err != nil || host != "elsewhere.example" {
+		t.Errorf("the owner row after the stop: host %q, %v; want the other process's, kept", host, err)
+	}
+}
+
 // TestStoppedWhileAnEarlierOwnerMayRun: a process told to stop while it waits for the
 // silence of an owner row that another process wrote returns without error and leaves
 // that row as it was (it leases nothing, so a clean stop's deregistration would delete

@@ -158,6 +158,14 @@ type Processor struct {
 	// failed is closed when Run has returned an error, runErr (written before).
 	failed chan struct{}
 	runErr error
+	// ownRow is the owner row as this process made it its own (registered it, or
+	// claimed it at its start): its start time, host and pid. A heartbeat that finds them
+	// changed finds the name taken over by another process (takenOver).
+	ownRow atomic.Pointer[repository.Owner]
+	// takeOver stops Run with the error of a take-over, once Run is running; taken is
+	// set once it did (Run then leaves the owner row, the other process's, alone).
+	takeOver func(error)
+	taken    atomic.Bool
 	// reconcileEvery is how often each manager reconciles its leases besides after a
 	// fault (TaskManager.reconcile): defaultReconcileEvery, or a test's.
 	reconcileEvery time.Duration
@@ -507,10 +515,28 @@ func (p *Processor) run(ctx context.Context) error {
 		return err
 	}
 	p.beatSucceeded(registering) // the registration beat the row
+	if row, _, err := p.repo.RegisteredOwner(ctx, p.pool); err == nil {
+		p.ownRow.Store(&row)
+	}
 	// A manager that stops fatally stops the others, gracefully, and Run returns its
 	// error: the process cannot do what it was told to.
 	ctx, stopManagers := context.WithCancel(ctx)
 	defer stopManagers()
+	var (
+		errs = make([]error, 0)
+		emu  sync.Mutex
+	)
+	// so does a take-over of the owner name (beat)
+	p.takeOver = func(err error) {
+		if p.taken.Swap(true) {
+			return
+		}
+		p.logger.Error("owner name taken over by another process: stopping", slog.String("owner", p.repo.Owner()), slog.Any("error", err))
+		emu.Lock()
+		errs = append(errs, err)
+		emu.Unlock()
+		stopManagers()
+	}
 	// The notifier and the liveness loop outlive the managers' polling: they keep
 	// heart-beating while handlers finish during a graceful shutdown.
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
@@ -531,11 +557,7 @@ func (p *Processor) run(ctx context.Context) error {
 	stopVacuums := context.AfterFunc(ctx, func() { p.draining.Store(true) })
 	defer stopVacuums()
 
-	var (
-		wg   sync.WaitGroup
-		errs = make([]error, 0)
-		emu  sync.Mutex
-	)
+	var wg sync.WaitGroup
 	for _, m := range p.allManagers() {
 		wg.Go(func() {
 			if err := m.run(ctx); err != nil {
@@ -553,7 +575,11 @@ func (p *Processor) run(ctx context.Context) error {
 	stopBackground()
 	bg.Wait()
 	p.vacuums.Wait()
-	p.deregister(ctx)
+	if !p.taken.Load() { // the row is the other process's now
+		p.deregister(ctx)
+	}
+	emu.Lock()
+	defer emu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -827,13 +853,42 @@ func (p *Processor) awaitBeat(ctx context.Context) {
 // beat heart-beats the owner row on h, or registers it again when it is gone: this
 // owner was silent long enough to be purged as dead (its leases were taken back, and its
 // late completions will be refused), and comes back as a fresh owner row.
+//
+// It then reads the row back: a row whose start time, host or pid are no longer those
+// this process registered or claimed was claimed by another process started under the
+// same name while this one was silent for the expiry timeout (a process paused, a
+// network cut off, the name given to a replacement): that process took back this one's
+// leases and runs under the name now. Run stops (ErrOwnerInUse): both would lease as
+// one owner and each take the other's tasks for leases it lost.
 func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
 	err := p.repo.Heartbeat(ctx, h)
+	reregistered := false
 	if errors.Is(err, repository.ErrNotRegistered) {
 		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
 		_, err = p.repo.RegisterOwner(ctx, h)
+		reregistered = true
 	}
-	return err
+	own := p.ownRow.Load()
+	if err != nil || own == nil {
+		return err
+	}
+	row, _, err := p.repo.RegisteredOwner(ctx, h)
+	if err != nil {
+		return err
+	}
+	if reregistered {
+		p.ownRow.Store(&row)
+		return nil
+	}
+	if !row.Started.Equal(own.Started) || row.Host != own.Host || row.PID != own.PID {
+		err := fmt.Errorf("processor: owner %q was taken over by another process (host %q, pid %d, started %s) while this one was silent: %w",
+			p.repo.Owner(), row.Host, row.PID, row.Started.Format(time.RFC3339Nano), ErrOwnerInUse)
+		if p.takeOver != nil {
+			p.takeOver(err)
+		}
+		return err
+	}
+	return nil
 }
 
 // beatConn is the heartbeat's own connection, made when first needed as the pool makes
