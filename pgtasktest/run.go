@@ -61,7 +61,8 @@ func JSON(tb testing.TB, v any) string {
 // goroutine, not the test's) fails the test at once. Run fails the test when the tasks
 // are not one batch (two of one sequence, or of different topics) or when h has not
 // decided every task (or not returned, ignoring its context) by the end of ctx, or
-// RunTimeout when ctx has no deadline.
+// RunTimeout when ctx has no deadline, or when the batch was handed back before h began
+// its tasks (a Buffer stopped: Outcome.HandedBack).
 func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repository.Task) processor.Outcome {
 	tb.Helper()
 	topic := ""
@@ -206,8 +207,8 @@ type WorkResult struct {
 // its own does not see the tasks, nor stays after the rollback. Work fails the test when
 // the lease does not get exactly the pushed tasks (the topic holds other READY tasks, a
 // creation is delayed or suspended, or a limit of the topic (concurrency, per key, rate)
-// leases fewer), when h does not decide them in time (see Run),
-// or when the decisions or follow-ups are refused.
+// leases fewer), when h does not decide them in time or the batch was handed back (see
+// Run), or when the decisions or follow-ups are refused.
 func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, topic string, creations ...repository.Creation) WorkResult {
 	tb.Helper()
 	if _, err := reader.CreateTopic(ctx, tx, topic); err != nil {

@@ -65,9 +65,9 @@ func TestExpireSparesALeaseTakenDuringTheStatement(t *testing.T) {
 	if _, err := tx.Exec(f.ctx, "SET LOCAL lock_timeout = '1s'"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(f.ctx, `UPDATE task SET owner = 'newcomer', attempt = attempt + 1
-		WHERE topic = $1 AND sequence = $2 AND state = 0`, f.topic, target); err != nil {
-		t.Fatalf("the new lease (the expiry reached the task first: the bulk is too small for this machine): %v", err)
+	if tag, err := tx.Exec(f.ctx, `UPDATE task SET owner = 'newcomer', attempt = attempt + 1
+		WHERE topic = $1 AND sequence = $2 AND state = 0`, f.topic, target); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("the new lease: %d rows, %v (the expiry reached the task first: the bulk is too small for this machine)", tag.RowsAffected(), err)
 	}
 	if err := tx.Commit(f.ctx); err != nil {
 		t.Fatal(err)
