@@ -353,9 +353,16 @@ func TestOwnerNameTakenOverWhileRunning(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(f.ctx) }()
 	f.eventually("the process ran its task", func() bool { return f.get(pushed[0].Sequence).State == repository.Succeeded })
-	// what another process's claim (repository.ClaimOwner) writes
+	// what another process's claim (repository.ClaimOwner) writes, and a task it leased
+	// under the name, which this process must leave alone (not run it, nor hand it
+	// back, as a lease of its own it lost)
 	if _, err := f.pool.Exec(f.ctx, `UPDATE task_owner SET started = now(), host = 'elsewhere.example', pid = 4242
 		WHERE owner = 'pod-0'`); err != nil {
+		t.Fatal(err)
+	}
+	var theirs int64
+	if err := f.pool.QueryRow(f.ctx, `INSERT INTO task (topic, identifier, state, owner, attempt) VALUES ($1, 'theirs', 0, 'pod-0', 1)
+		RETURNING sequence`, f.topic).Scan(&theirs); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -369,6 +376,9 @@ func TestOwnerNameTakenOverWhileRunning(t *testing.T) {
 	var host string
 	if err := f.pool.QueryRow(f.ctx, "SELECT host FROM task_owner WHERE owner = 'pod-0'").Scan(&host); err != nil || host != "elsewhere.example" {
 		t.Errorf("the owner row after the stop: host %q, %v; want the other process's, kept", host, err)
+	}
+	if got := f.get(theirs); got.State != repository.Active || got.Attempt != 1 {
+		t.Errorf("the other process's lease after the stop: %v, attempt %d; want ACTIVE, untouched", got.State, got.Attempt)
 	}
 }
 

@@ -765,7 +765,9 @@ func (m *TaskManager) run(ctx context.Context) error {
 	}
 	select {
 	case <-pollDone:
-		if m.unsure.Load() {
+		// after a take-over of the owner name the stranded leases are the other
+		// process's (its leases are under the same name)
+		if m.unsure.Load() && !m.p.taken.Load() {
 			m.handBackStranded()
 		}
 	default: // still running (logged above): what it leases is its own
@@ -853,6 +855,15 @@ func (m *TaskManager) poll(ctx context.Context) {
 			m.handle(b)
 			continue
 		}
+		if m.p.beatStale() {
+			// Other processors may soon take back what this one leases, or have (the
+			// owner name taken over, its leases theirs): no lease, and no reconciliation,
+			// which would take their leases for lost ones of this process, until a
+			// heartbeat succeeds (Processor.beatStale).
+			m.cfg.Limiter.Release()
+			m.p.awaitBeat(ctx)
+			continue
+		}
 		// cleared first: a flush whose outcome is unknown may set it again meanwhile
 		if m.unsure.Swap(false) || time.Since(reconciled) >= m.p.reconcileEvery {
 			reconciled = time.Now()
@@ -878,13 +889,6 @@ func (m *TaskManager) poll(ctx context.Context) {
 			// would lease none. The flush that frees capacity leases the next ones.
 			m.cfg.Limiter.Release()
 			m.park(ctx)
-			continue
-		}
-		if m.p.beatStale() {
-			// Other processors may soon take back what this one leases: no lease until
-			// a heartbeat succeeds (Processor.beatStale).
-			m.cfg.Limiter.Release()
-			m.p.awaitBeat(ctx)
 			continue
 		}
 		start := time.Now()

@@ -861,34 +861,59 @@ func (p *Processor) awaitBeat(ctx context.Context) {
 // leases and runs under the name now. Run stops (ErrOwnerInUse): both would lease as
 // one owner and each take the other's tasks for leases it lost.
 func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
+	own := p.ownRow.Load()
+	if own != nil {
+		// read first: a row taken over is not written (its heartbeat is the other's)
+		row, _, err := p.repo.RegisteredOwner(ctx, h)
+		if err != nil && !errors.Is(err, repository.ErrNotRegistered) {
+			return err
+		}
+		if err == nil && takenOver(row, *own) {
+			return p.takenOverBy(row)
+		}
+	}
 	err := p.repo.Heartbeat(ctx, h)
-	reregistered := false
 	if errors.Is(err, repository.ErrNotRegistered) {
 		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
-		_, err = p.repo.RegisterOwner(ctx, h)
-		reregistered = true
-	}
-	own := p.ownRow.Load()
-	if err != nil || own == nil {
-		return err
-	}
-	row, _, err := p.repo.RegisteredOwner(ctx, h)
-	if err != nil {
-		return err
-	}
-	if reregistered {
+		var created bool
+		if created, err = p.repo.RegisterOwner(ctx, h); err != nil {
+			return err
+		}
+		row, _, err := p.repo.RegisteredOwner(ctx, h)
+		if err != nil {
+			return err
+		}
+		if !created && own != nil && takenOver(row, *own) {
+			return p.takenOverBy(row) // another process registered the name meanwhile
+		}
 		p.ownRow.Store(&row)
 		return nil
 	}
-	if !row.Started.Equal(own.Started) || row.Host != own.Host || row.PID != own.PID {
-		err := fmt.Errorf("processor: owner %q was taken over by another process (host %q, pid %d, started %s) while this one was silent: %w",
-			p.repo.Owner(), row.Host, row.PID, row.Started.Format(time.RFC3339Nano), ErrOwnerInUse)
-		if p.takeOver != nil {
-			p.takeOver(err)
+	if err == nil && own == nil {
+		// the read-back after the start failed: the row is this process's, which has
+		// heart-beaten it since
+		if row, _, rerr := p.repo.RegisteredOwner(ctx, h); rerr == nil {
+			p.ownRow.Store(&row)
 		}
-		return err
 	}
-	return nil
+	return err
+}
+
+// takenOver reports whether the owner row is no longer the one this process registered
+// or claimed (own): another process's claim wrote its start, host and pid.
+func takenOver(row, own repository.Owner) bool {
+	return !row.Started.Equal(own.Started) || row.Host != own.Host || row.PID != own.PID
+}
+
+// takenOverBy stops Run for the take-over of its owner row, now row, and returns the
+// error it stops with.
+func (p *Processor) takenOverBy(row repository.Owner) error {
+	err := fmt.Errorf("processor: owner %q was taken over by another process (host %q, pid %d, started %s) while this one was silent: %w",
+		p.repo.Owner(), row.Host, row.PID, row.Started.Format(time.RFC3339Nano), ErrOwnerInUse)
+	if p.takeOver != nil {
+		p.takeOver(err)
+	}
+	return err
 }
 
 // beatConn is the heartbeat's own connection, made when first needed as the pool makes
