@@ -854,7 +854,7 @@ func (p *Processor) awaitBeat(ctx context.Context) {
 // owner was silent long enough to be purged as dead (its leases were taken back, and its
 // late completions will be refused), and comes back as a fresh owner row.
 //
-// It then reads the row back: a row whose start time, host or pid are no longer those
+// It reads the row first: a row whose start time, host or pid are no longer those
 // this process registered or claimed was claimed by another process started under the
 // same name while this one was silent for the expiry timeout (a process paused, a
 // network cut off, the name given to a replacement): that process took back this one's
