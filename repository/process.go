@@ -81,7 +81,8 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 }
 
 // pollPlain is TaskPoll on plain PostgreSQL, through TaskPollLimited for a topic this
-// Repository last saw limited (its poll's rows, Topic): a limited topic's tasks are
+// Repository last saw limited (its polls' rows, Topic, Configure, UpdateSettings:
+// noteLimited): a limited topic's tasks are
 // chosen under its lock, which TaskPoll's single statement takes after its snapshot,
 // so that a task committed while the poll waited for its turn would be chosen,
 // charged and not leased. The rows of either statement say whether the topic is

@@ -111,8 +111,8 @@ type Repository struct {
 	graceNs atomic.Int64
 	// retries are the schedules and topics FireSchedules passes over for now.
 	retries fireRetries
-	// limited holds the topics last seen limited (a poll's rows, Topic), whose polls
-	// choose their tasks before the statement that leases them (pollPlain).
+	// limited holds the topics last seen limited (noteLimited), whose polls choose
+	// their tasks before the statement that leases them (pollPlain).
 	limited sync.Map
 	// noTaskPollUntil is until when (Unix nanoseconds) polls go without task_poll, which
 	// a poll found the schema without (pollPlain); 0 never.

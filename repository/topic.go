@@ -98,8 +98,9 @@ func (r *Repository) Destroy(ctx context.Context, h Handle, topic string) (bool,
 		// timeout's) is not so
 		remain := "the topic and the rest of its tasks remain"
 		if ctx.Err() != nil {
-			// pgx's default on a cancelled context closes the connection without telling
-			// the server, whose statement goes on until it ends (a lock wait: its 1 s)
+			// the server learns of the cancellation later (a cancel request) or not at
+			// all (pgx's default closes the connection): its statement may go on until
+			// then, or until it ends (a lock wait: its 1 s)
 			remain += ", unless the statement the cancellation interrupted still ends on the server"
 		}
 		err = fmt.Errorf("%w (after %d of its tasks were deleted, each batch committed: %s; destroy it again to finish)", err, deleted, remain)
