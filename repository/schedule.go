@@ -736,11 +736,11 @@ func (c *cronSchedule) count(start, before time.Time) int64 {
 // (every fire time is 20 characters in RFC 3339 in UTC).
 var fireSample = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// checkNameAsIdentifier refuses a schedule that would never fire because its tasks'
-// identifier, its name when its settings give none, is too long once each {time} is
-// replaced by the fire time (a name of 250 characters holds 41 {time}, 820 so replaced).
-// task_schedule_check refuses it too (migration 000044).
-func checkNameAsIdentifier(name string, s ScheduleSettings) error {
+// CheckNameAsIdentifier refuses (ErrInvalid) a schedule of name and settings s that
+// would never fire because its tasks' identifier, its name when s gives none, is too
+// long once each {time} is replaced by the fire time (a name of 250 characters holds 41
+// {time}, 820 so replaced). task_schedule_check refuses it too (migration 000044).
+func CheckNameAsIdentifier(name string, s ScheduleSettings) error {
 	if s.Identifier != "" {
 		return nil
 	}
@@ -803,7 +803,7 @@ func (r *Repository) CreateSchedule(ctx context.Context, h Handle, name string, 
 	if err := s.Validate(); err != nil {
 		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
 	}
-	if err := checkNameAsIdentifier(name, s); err != nil {
+	if err := CheckNameAsIdentifier(name, s); err != nil {
 		return Schedule{}, fmt.Errorf("create schedule %q: %w", name, err)
 	}
 	if err := r.checkZone(ctx, h, s.TimeZone); err != nil {
@@ -993,7 +993,7 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 			return fmt.Errorf("%s schedule %q: %w", op, name, err)
 		}
 		if s.Identifier != old.Identifier {
-			if err := checkNameAsIdentifier(name, s); err != nil {
+			if err := CheckNameAsIdentifier(name, s); err != nil {
 				return fmt.Errorf("%s schedule %q: %w", op, name, err)
 			}
 		}

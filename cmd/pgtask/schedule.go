@@ -128,14 +128,10 @@ func runScheduleAdd(ctx context.Context, e *env, args []string) error {
 	if err := settings.apply(f, &s); err != nil {
 		return err
 	}
-	if s.Identifier == "" {
-		// the tasks' identifier is then the name, its {time} replaced at each fire:
-		// checked before connecting, as a given identifier is
-		named := s
-		named.Identifier = name
-		if err := named.ValidateKeepingZone(); err != nil {
-			return f.usagef("the schedule's name as its tasks' identifier (no --identifier given): %s", stripInvalid(err))
-		}
+	// without --identifier the tasks' identifier is the name, {time} replaced at each
+	// fire: checked before connecting, as a given identifier is
+	if err := repository.CheckNameAsIdentifier(name, s); err != nil {
+		return f.usagef("the name as its tasks' identifier: %s", stripInvalid(err))
 	}
 	c, err := f.connect(ctx, *url)
 	if err != nil {
