@@ -136,8 +136,12 @@ func (r *Repository) notedPoll(topic string, rows []db.TaskPollRow) []db.TaskPol
 	return rows
 }
 
-// noteLimited records whether topic is limited, for its next polls (pollPlain).
+// noteLimited records whether topic is limited, for its next polls (pollPlain). The
+// map is written only when that changes: every poll of every topic tells it.
 func (r *Repository) noteLimited(topic string, limited bool) {
+	if _, was := r.limited.Load(topic); was == limited {
+		return
+	}
 	if limited {
 		r.limited.Store(topic, struct{}{})
 	} else {
