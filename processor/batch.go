@@ -122,7 +122,7 @@ type Batch struct {
 	handedBack                  []int64       // the tasks handed back unstarted (Outcome)
 	done                        chan struct{} // closed when no task is undecided
 	timeout                     *time.Timer   // HandlerTimeout, stopped once the batch is committed
-	cancel                      context.CancelFunc
+	cancel                      context.CancelCauseFunc
 	taskCtx                     []context.Context
 	cancels                     []context.CancelCauseFunc
 
@@ -147,6 +147,14 @@ const (
 // ErrTaskCancelled is the cause of a task context cancelled because the task was
 // cancelled.
 var ErrTaskCancelled = errors.New("task cancelled")
+
+// ErrLeaseLost is the cause of a task context cancelled because the processor's
+// heartbeat has failed for so long that other processors may soon count it dead and
+// take its leases back (Config.ExpiryTimeout): the task would then run again elsewhere
+// while this handler still works on it. The handler should stop; its decision is not
+// committed (the task FAILS with this error, an attempt used, as an expiry would count
+// it, or its lease is already another's).
+var ErrLeaseLost = errors.New("lease may be lost")
 
 // NewBatch returns a batch of tasks that no manager leased, for running a handler
 // outside a processor: in a test (package pgtasktest builds on it), or in a tool. The
@@ -689,7 +697,7 @@ func (b *Batch) release() {
 		b.timeout.Stop()
 	}
 	if b.cancel != nil {
-		b.cancel()
+		b.cancel(context.Canceled)
 	}
 	for _, cancel := range b.cancels {
 		cancel(context.Canceled)

@@ -177,3 +177,147 @@ func TestHeartbeatOnThePoolWhenItsConnectionIsRefused(t *testing.T) {
 		t.Errorf("heartbeat %v after registering at %v: the owner row was not beaten", last, first)
 	}
 }
+
+// TestHandlersStopWhenTheHeartbeatGoesStale: a processor whose heartbeat fails (its
+// owner row locked here; a network cut off, a server that does not answer it, in
+// production) while a handler runs cancels the handler's context with ErrLeaseLost
+// once the heartbeat is stale, before other processors count it dead: another
+// processor then takes the lease back and runs the task, after the first handler
+// ended. The handler used to go on, and the task ran twice at once.
+func TestHandlersStopWhenTheHeartbeatGoesStale(t *testing.T) {
+	f := setup(t)
+	f.createTopic("lost", 2)
+	type run struct {
+		owner      string
+		start, end time.Time
+		cause      error
+	}
+	runs := make(chan run, 10)
+	started := make(chan struct{}, 1)
+	handler := func(owner string) processor.Handler {
+		return processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			r := run{owner: owner, start: time.Now()}
+			if owner == "stalling" {
+				started <- struct{}{}
+				select {
+				case <-ctx.Done():
+					r.cause = context.Cause(ctx)
+				case <-time.After(30 * time.Second):
+				}
+			}
+			r.end = time.Now()
+			runs <- r
+			return repository.Succeed("")
+		})
+	}
+	const heartbeat, expiry = 100 * time.Millisecond, time.Second
+	stalling, _ := f.processor("stalling", processor.Config{HeartbeatInterval: heartbeat, ExpiryTimeout: expiry},
+		processor.ManagerConfig{Topic: "lost", Handler: handler("stalling")})
+	f.start(stalling)
+	task, err := f.repo.Push(f.ctx, f.pool, "lost", repository.Append, repository.Creation{Identifier: "long", Input: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task did not start")
+	}
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if _, err := tx.Exec(f.ctx, `SELECT FROM task_owner WHERE owner = 'stalling' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := f.processor("other", processor.Config{HeartbeatInterval: heartbeat, ExpiryTimeout: expiry},
+		processor.ManagerConfig{Topic: "lost", Handler: handler("other")})
+	f.start(other)
+
+	var first, second run
+	for _, r := range []*run{&first, &second} {
+		select {
+		case *r = <-runs:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("runs: got %+v, %+v; want the first run cancelled and the task run by the other processor", first, second)
+		}
+	}
+	if first.owner != "stalling" || !errors.Is(first.cause, processor.ErrLeaseLost) {
+		t.Fatalf("first run %+v, want stalling's, its context cancelled with ErrLeaseLost", first)
+	}
+	if second.owner != "other" {
+		t.Fatalf("second run %+v, want the other processor's", second)
+	}
+	if second.start.Before(first.end) {
+		t.Fatalf("the other processor started the task at %v, before the first run ended at %v: it ran twice at once",
+			second.start.Format(time.StampMicro), first.end.Format(time.StampMicro))
+	}
+	f.eventually("the task SUCCEEDED by the other processor", func() bool {
+		got, err := f.repo.Get(f.ctx, f.pool, "lost", task[0].Sequence)
+		return err == nil && got.State == repository.Succeeded
+	})
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-runs:
+		t.Fatalf("the task ran a third time: %+v", r)
+	case <-time.After(3 * heartbeat):
+	}
+}
+
+// TestLeaseLostAloneIsRetried: when no other processor takes the lease back (the
+// database unreachable for everyone, say), the task whose handler was stopped for a
+// stale heartbeat FAILS with ErrLeaseLost once the heartbeat succeeds again, an attempt
+// used, as an expiry would count it, and runs again: nothing is lost.
+func TestLeaseLostAloneIsRetried(t *testing.T) {
+	f := setup(t)
+	f.createTopic("alone", 2)
+	started := make(chan int32, 2)
+	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		started <- task.Attempt
+		if task.Attempt == 1 {
+			<-ctx.Done()
+		}
+		return repository.Succeed("done")
+	})
+	p, _ := f.processor("alone", processor.Config{HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: time.Second},
+		processor.ManagerConfig{Topic: "alone", Handler: handler})
+	f.start(p)
+	pushed, err := f.repo.Push(f.ctx, f.pool, "alone", repository.Append, repository.Creation{Identifier: "long", Input: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-started; got != 1 {
+		t.Fatalf("first run's attempt %d, want 1", got)
+	}
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if _, err := tx.Exec(f.ctx, `SELECT FROM task_owner WHERE owner = 'alone' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the heartbeat stale (900 ms), the handler stopped
+	if err := tx.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-started:
+		if got != 2 {
+			t.Fatalf("second run's attempt %d, want 2", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task did not run again once the heartbeat succeeded")
+	}
+	var task repository.Task
+	f.eventually("the task SUCCEEDED at its second attempt", func() bool {
+		task, err = f.repo.Get(f.ctx, f.pool, "alone", pushed[0].Sequence)
+		return err == nil && task.State == repository.Succeeded
+	})
+	if task.Attempt != 2 {
+		t.Fatalf("task %+v, want SUCCEEDED at attempt 2", task)
+	}
+}

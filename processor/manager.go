@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"runtime/debug"
 	"slices"
@@ -809,15 +810,32 @@ func (m *TaskManager) drained() <-chan struct{} {
 }
 
 func (m *TaskManager) failInflight(err error) {
-	m.mu.Lock()
-	batches := make([]*Batch, 0, len(m.inflight))
-	for b := range m.inflight {
-		batches = append(batches, b)
-	}
-	m.mu.Unlock()
-	for _, b := range batches {
+	for _, b := range m.inflightBatches() {
 		m.relieve(b, err)
 	}
+}
+
+// inflightBatches returns the batches in flight.
+func (m *TaskManager) inflightBatches() []*Batch {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Collect(maps.Keys(m.inflight))
+}
+
+// leasesLost relieves the handlers of the tasks in flight that they have not decided,
+// err (wrapping ErrLeaseLost) failing those begun and the others handed back, then
+// cancels the batches' contexts, and the tasks', with ErrLeaseLost: the owner's
+// heartbeat is stale (Processor.guardLeases), and other processors may soon take the
+// leases back and run the tasks again. It returns how many tasks it relieved.
+func (m *TaskManager) leasesLost(err error) int {
+	relieved := 0
+	for _, b := range m.inflightBatches() {
+		relieved += m.relieve(b, err)
+		if b.cancel != nil {
+			b.cancel(ErrLeaseLost)
+		}
+	}
+	return relieved
 }
 
 // poll is the poll loop proper; it returns when ctx is done.
@@ -1293,7 +1311,7 @@ func (m *TaskManager) prepare(tasks []repository.Task) *Batch {
 func (m *TaskManager) prepareWaiting(tasks []repository.Task) *Batch {
 	// Each batch has its own context, cancelled once the batch is committed (after a
 	// timeout, say), so a handler cannot go on working on tasks that were failed.
-	batchCtx, cancel := context.WithCancel(m.handlerCtx)
+	batchCtx, cancel := context.WithCancelCause(m.handlerCtx)
 	// The handler's context (b.ctx, which newBatch derives) carries the manager's
 	// stopping channel, as each task's does: Stopping works on either, and in the steps
 	// of a Composite.

@@ -54,7 +54,9 @@ type Config struct {
 	// has not returned within it fails (Health names it) and the next tick tries again.
 	// While the last heartbeat that succeeded is older than ExpiryTimeout less a
 	// HeartbeatInterval (or halfway between them, when they are closer), the managers
-	// lease nothing: other processors would soon take the tasks back.
+	// lease nothing: other processors would soon take the tasks back. Once it is that old,
+	// the handlers are relieved of the tasks in flight, and their contexts cancelled with
+	// ErrLeaseLost, so that they stop before the tasks run again elsewhere.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
@@ -550,6 +552,7 @@ func (p *Processor) run(ctx context.Context) error {
 	}
 	bg.Go(func() { p.heartbeats(bgCtx) })
 	bg.Go(func() { p.liveness(bgCtx) })
+	bg.Go(func() { p.guardLeases(bgCtx) })
 	if !p.cfg.DisableSchedules {
 		// Schedules stop with the managers: a stopping process pushes no more.
 		bg.Go(func() { p.schedules(ctx) })
@@ -822,7 +825,60 @@ func (p *Processor) beatSucceeded(start time.Time) {
 // its owner row locked), each time with an attempt used.
 func (p *Processor) beatStale() bool {
 	since := time.Since(p.epoch) - time.Duration(p.lastBeat.Load())
-	return since > max(p.cfg.ExpiryTimeout-p.cfg.HeartbeatInterval, (p.cfg.HeartbeatInterval+p.cfg.ExpiryTimeout)/2)
+	return since > p.staleAfter()
+}
+
+// staleAfter is how old the last heartbeat that succeeded is when it is stale
+// (beatStale).
+func (p *Processor) staleAfter() time.Duration {
+	return max(p.cfg.ExpiryTimeout-p.cfg.HeartbeatInterval, (p.cfg.HeartbeatInterval+p.cfg.ExpiryTimeout)/2)
+}
+
+// guardLeases, while the owner's last heartbeat that succeeded is stale (beatStale),
+// relieves every manager's handlers of the tasks in flight and cancels their contexts
+// with ErrLeaseLost (TaskManager.leasesLost), every quarter of a heartbeat interval (a
+// poll answered late leases a batch meanwhile): other processors count the owner dead
+// once its heartbeat is as old as the expiry timeout, and would run its tasks again
+// while its handlers still work on them. A handler has the rest of the timeout, a
+// heartbeat interval by default, to stop. It goes on until ctx ends, waking when the
+// last heartbeat would go stale, or at the next one.
+func (p *Processor) guardLeases(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		p.beatMu.Lock()
+		beaten := p.beaten
+		p.beatMu.Unlock()
+		last := time.Duration(p.lastBeat.Load())
+		wait := last + p.staleAfter() - time.Since(p.epoch)
+		if wait < 0 {
+			p.leasesLost(last)
+			wait = p.cfg.HeartbeatInterval / 4
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-beaten:
+		case <-timer.C:
+		}
+	}
+}
+
+// leasesLost gives up the leases of every manager's tasks in flight, the owner's last
+// heartbeat that succeeded having begun at last (since epoch).
+func (p *Processor) leasesLost(last time.Duration) {
+	silent := time.Since(p.epoch) - last
+	err := fmt.Errorf("%w: the processor's heartbeat has not succeeded for %v, and other processors take back the leases of an owner silent for %v (the expiry timeout)",
+		ErrLeaseLost, silent.Round(time.Millisecond), p.cfg.ExpiryTimeout)
+	relieved := 0
+	for _, m := range p.allManagers() {
+		relieved += m.leasesLost(err)
+	}
+	if relieved > 0 {
+		p.logger.Error("heartbeat stale: cancelled the tasks in flight, which other processors may soon take back and run again",
+			slog.String("owner", p.repo.Owner()), slog.Int("tasks", relieved), slog.Duration("silent", silent), slog.Duration("expiry_timeout", p.cfg.ExpiryTimeout))
+	}
 }
 
 // awaitBeat asks the heartbeat goroutine for a heartbeat now and waits until one
