@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -182,6 +183,23 @@ func TestTopic(t *testing.T) {
 		wantContains(t, f.ok("topic", "add", "fresh", "--max-attempts", "4", "--dedicated"), `topic "fresh" dedicated`, "settings: ")
 		if topic, _ := f.repo.Topic(f.ctx, f.pool, "fresh"); topic.MaxAttempts != 4 || !topic.Dedicated {
 			t.Errorf("topic fresh: max attempts %d, dedicated %v; want 4 and dedicated", topic.MaxAttempts, topic.Dedicated)
+		}
+		// a new topic whose dedication fails is not left behind, shared (a table of the
+		// name the dedication gives the topic's, left over, makes it fail)
+		if _, err := f.pool.Exec(f.ctx, `CREATE TABLE "task_`+fmt.Sprintf("%x", md5.Sum([]byte("blocked")))+`" (x int)`); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{}, {"--max-attempts", "3"}} {
+			r = f.cli(append([]string{"topic", "add", "blocked", "--dedicated"}, args...)...)
+			if r.err == nil || !strings.Contains(r.stderr, "already exists") {
+				t.Fatalf("topic add --dedicated %v of a topic whose table exists: %v, stderr %q; want refused", args, r.err, r.stderr)
+			}
+			if strings.Contains(r.stdout, "added") {
+				t.Errorf("refused topic add --dedicated %v says %q", args, r.stdout)
+			}
+			if _, err := f.repo.Topic(f.ctx, f.pool, "blocked"); !errors.Is(err, repository.ErrUnknownTopic) {
+				t.Fatalf("topic blocked after a refused add --dedicated %v: %v, want unknown (nothing written)", args, err)
+			}
 		}
 		wantContains(t, f.ok("topic", "destroy", "heavy"), `topic "heavy" destroyed`)
 	})

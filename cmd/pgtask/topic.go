@@ -304,34 +304,46 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		topic, err = c.repo.UpdateSettings(ctx, tx, name, func(t *repository.TopicSettings) { settings.update(f, t) })
 		return settings.refused(f, name, err)
 	}
-	if *dedicated && settings.anyGiven(f) {
-		// Dedicating commits on its own, and may be refused (a topic in use): the settings
-		// are applied after it, so that a refusal leaves the topic as it was. They are
-		// checked first, so that settings the repository refuses leave nothing either.
-		errChecked := errors.New("checked")
-		if err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			if err := register(tx); err != nil {
+	existing := false // --dedicated of a topic registered already
+	if *dedicated {
+		// A new topic is registered, given its settings and dedicated in one
+		// transaction, which commits at once (dedicating locks the topic's bucket until
+		// then): a refusal leaves no topic behind, shared or not.
+		errExists := errors.New("exists")
+		var done bool
+		err = retryLocked(ctx, func() error {
+			return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+				if err := register(tx); err != nil {
+					return err
+				}
+				if !created {
+					return errExists
+				}
+				done, err = c.repo.Dedicate(ctx, tx, name)
+				return err
+			})
+		})
+		if errors.Is(err, errExists) {
+			// Dedicating a topic registered already commits on its own, and may be
+			// refused (a topic in use): the settings are applied after it, so that a
+			// refusal leaves the topic as it was. They were checked above (the
+			// transaction rolled back), so that settings the repository refuses leave
+			// nothing either.
+			existing, err = true, nil
+		} else if err == nil {
+			fmt.Fprintf(e.stdout, "topic %q added\n", name)
+			if err := reportDedicated(ctx, e, c, name, done); err != nil {
 				return err
 			}
-			return errChecked
-		}); !errors.Is(err, errChecked) {
-			return err
 		}
-		created, err = c.repo.CreateTopic(ctx, c.pool, name)
 	} else {
 		err = pgx.BeginFunc(ctx, c.pool, register)
 	}
 	if err != nil {
 		return err
 	}
-	if created {
-		fmt.Fprintf(e.stdout, "topic %q added\n", name)
-	} else {
+	if existing {
 		fmt.Fprintf(e.stdout, "topic %q already exists\n", name)
-	}
-	if *dedicated {
-		// after the registration committed: dedicating locks the topic's bucket until
-		// its own commit, which must come at once
 		if err := dedicate(ctx, e, c, name); err != nil {
 			if settings.anyGiven(f) {
 				return fmt.Errorf("%w (the settings given were not applied)", err)
@@ -343,6 +355,12 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 			if err := settings.refused(f, name, err); err != nil {
 				return err
 			}
+		}
+	} else if !*dedicated {
+		if created {
+			fmt.Fprintf(e.stdout, "topic %q added\n", name)
+		} else {
+			fmt.Fprintf(e.stdout, "topic %q already exists\n", name)
 		}
 	}
 	if settings.anyGiven(f) {
@@ -520,6 +538,30 @@ func dedicate(ctx context.Context, e *env, c *conn, topic string) error {
 	if err != nil {
 		return err
 	}
+	return reportDedicated(ctx, e, c, topic, done)
+}
+
+// retryLocked runs op, again after a pause when it failed for a lock not available
+// within its lock_timeout (repository.ErrLockTimeout: a VACUUM of the topic's bucket,
+// say), as Repository.Dedicate does outside a transaction: 8 attempts in all.
+func retryLocked(ctx context.Context, op func() error) error {
+	pause := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if attempt == 8 || !errors.Is(err, repository.ErrLockTimeout) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// reportDedicated says where the tasks of a topic dedicated now (done) or before are.
+func reportDedicated(ctx context.Context, e *env, c *conn, topic string, done bool) error {
 	t, err := c.repo.Topic(ctx, c.pool, topic)
 	if err != nil {
 		return err
