@@ -345,11 +345,20 @@ func closePool(tb testing.TB, pool *pgxpool.Pool, wait time.Duration) {
 	}
 }
 
-// templateState makes each template be ensured once per process.
+// templateState makes each template be ensured once per process, and a failed build
+// be tried again once buildRetryAfter has passed (mu is held while it builds).
 type templateState struct {
-	once sync.Once
-	err  error
+	mu       sync.Mutex
+	built    bool
+	err      error
+	failedAt time.Time
 }
+
+// buildRetryAfter is how long the failure of a template's build is returned to the
+// tests that ask for the template, before one tries again: a failure that passes (too
+// many clients, a server restarting) does not fail every later test of the process,
+// and one that stays (a migration that fails) is not tried again by every test.
+var buildRetryAfter = 5 * time.Second
 
 var (
 	templatesMu sync.Mutex
@@ -420,8 +429,9 @@ func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (s
 }
 
 // buildOnce runs build for template tpl the first time this process asks for it, and
-// returns its error to every caller. build is not tied to the calling test (other tests
-// wait for it too): it gets five minutes of its own.
+// returns its error to the callers until buildRetryAfter has passed; the first caller
+// after that runs it again. build is not tied to the calling test (other tests wait
+// for it too): it gets five minutes of its own.
 func buildOnce(ctx context.Context, tpl string, build func(context.Context) error) error {
 	templatesMu.Lock()
 	st := templates[tpl]
@@ -430,12 +440,22 @@ func buildOnce(ctx context.Context, tpl string, build func(context.Context) erro
 		templates[tpl] = st
 	}
 	templatesMu.Unlock()
-	st.once.Do(func() {
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-		defer cancel()
-		st.err = build(bctx)
-	})
-	return st.err
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.built {
+		return nil
+	}
+	if st.err != nil && time.Since(st.failedAt) < buildRetryAfter {
+		return st.err
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer cancel()
+	if st.err = build(bctx); st.err != nil {
+		st.failedAt = time.Now()
+		return st.err
+	}
+	st.built = true
+	return nil
 }
 
 // templateName returns the name of the template database for key.

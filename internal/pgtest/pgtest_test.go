@@ -564,3 +564,36 @@ func TestTemplateMarkedUsed(t *testing.T) {
 		t.Errorf("the template's comment: %q, want %s<now>", comment, usedComment)
 	}
 }
+
+// TestBuildOnceRetriesAFailure: a template's build that failed (too many clients, say)
+// is returned to the callers for buildRetryAfter, then tried again; one that succeeded
+// is not run again. A failure used to be kept for the whole process, failing every
+// later test of the package.
+func TestBuildOnceRetriesAFailure(t *testing.T) {
+	defer func(d time.Duration) { buildRetryAfter = d }(buildRetryAfter)
+	buildRetryAfter = 50 * time.Millisecond
+	tpl := "pgtest_build_once_" + t.Name()
+	builds := 0
+	build := func(context.Context) error {
+		builds++
+		if builds == 1 {
+			return errors.New("too many clients")
+		}
+		return nil
+	}
+	if err := buildOnce(t.Context(), tpl, build); err == nil {
+		t.Fatal("first build: no error")
+	}
+	if err := buildOnce(t.Context(), tpl, build); err == nil || builds != 1 {
+		t.Fatalf("within buildRetryAfter: error %v after %d builds, want the first failure without a second build", err, builds)
+	}
+	time.Sleep(2 * buildRetryAfter)
+	for range 2 {
+		if err := buildOnce(t.Context(), tpl, build); err != nil {
+			t.Fatalf("after buildRetryAfter: %v", err)
+		}
+	}
+	if builds != 2 {
+		t.Fatalf("%d builds, want 2: one failed, one succeeded and kept", builds)
+	}
+}
