@@ -151,9 +151,10 @@ var ErrTaskCancelled = errors.New("task cancelled")
 // ErrLeaseLost is the cause of a task context cancelled because the processor's
 // heartbeat has failed for so long that other processors may soon count it dead and
 // take its leases back (Config.ExpiryTimeout): the task would then run again elsewhere
-// while this handler still works on it. The handler should stop; its decision is not
-// committed (the task FAILS with this error, an attempt used, as an expiry would count
-// it, or its lease is already another's).
+// while this handler still works on it. The handler should stop at once: what it
+// decides within the expiry timeout is committed as usual; at the timeout, a task it has
+// not decided FAILS with this error (an attempt used, as an expiry counts it), when its
+// lease is still this processor's.
 var ErrLeaseLost = errors.New("lease may be lost")
 
 // NewBatch returns a batch of tasks that no manager leased, for running a handler
@@ -644,6 +645,20 @@ func (b *Batch) cancelTask(sequence int64) bool {
 	}
 	b.cancels[i](ErrTaskCancelled)
 	return true
+}
+
+// loseLeases cancels the batch's context, and its tasks', with ErrLeaseLost, and hands
+// back the tasks its handler has not started (Processor.guardLeases); it reports
+// whether the batch's context was live until then. It does nothing for a batch of no
+// manager.
+func (b *Batch) loseLeases() bool {
+	if b.cancel == nil {
+		return false
+	}
+	live := b.ctx.Err() == nil
+	b.cancel(ErrLeaseLost)
+	b.handBackUnstarted()
+	return live
 }
 
 // settle books completions' tasks as settled: their decisions are committed, or given up

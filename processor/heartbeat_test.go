@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -181,12 +182,20 @@ func TestHeartbeatOnThePoolWhenItsConnectionIsRefused(t *testing.T) {
 // TestHandlersStopWhenTheHeartbeatGoesStale: a processor whose heartbeat fails (its
 // owner row locked here; a network cut off, a server that does not answer it, in
 // production) while a handler runs cancels the handler's context with ErrLeaseLost
-// once the heartbeat is stale, before other processors count it dead: another
-// processor then takes the lease back and runs the task, after the first handler
-// ended. The handler used to go on, and the task ran twice at once.
+// once the heartbeat is stale, a heartbeat interval before other processors count it
+// dead: the handler stops (in 50 ms here, within the interval), its failure is
+// committed, and the task runs again (at once: no backoff) after the first run ended.
+// The handler used to go on, and the task ran twice at once; with the failure
+// committed as the context was cancelled, the other processor started it before the
+// handler had stopped.
 func TestHandlersStopWhenTheHeartbeatGoesStale(t *testing.T) {
 	f := setup(t)
 	f.createTopic("lost", 2)
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "lost", func(s *repository.TopicSettings) {
+		s.BackoffBase, s.BackoffCap, s.BackoffJitter = 0, 0, 0
+	}); err != nil {
+		t.Fatal(err)
+	}
 	type run struct {
 		owner      string
 		start, end time.Time
@@ -194,23 +203,25 @@ func TestHandlersStopWhenTheHeartbeatGoesStale(t *testing.T) {
 	}
 	runs := make(chan run, 10)
 	started := make(chan struct{}, 1)
+	const heartbeat, expiry = 100 * time.Millisecond, time.Second
 	handler := func(owner string) processor.Handler {
 		return processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
 			r := run{owner: owner, start: time.Now()}
-			if owner == "stalling" {
-				started <- struct{}{}
-				select {
-				case <-ctx.Done():
-					r.cause = context.Cause(ctx)
-				case <-time.After(30 * time.Second):
-				}
+			defer func() { r.end = time.Now(); runs <- r }()
+			if owner != "stalling" {
+				return repository.Succeed("")
 			}
-			r.end = time.Now()
-			runs <- r
-			return repository.Succeed("")
+			started <- struct{}{}
+			select {
+			case <-ctx.Done():
+				r.cause = context.Cause(ctx)
+				time.Sleep(heartbeat / 2) // winding down
+				return repository.Fail(r.cause)
+			case <-time.After(30 * time.Second):
+				return repository.Succeed("never cancelled")
+			}
 		})
 	}
-	const heartbeat, expiry = 100 * time.Millisecond, time.Second
 	stalling, _ := f.processor("stalling", processor.Config{HeartbeatInterval: heartbeat, ExpiryTimeout: expiry},
 		processor.ManagerConfig{Topic: "lost", Handler: handler("stalling")})
 	f.start(stalling)
@@ -243,8 +254,8 @@ func TestHandlersStopWhenTheHeartbeatGoesStale(t *testing.T) {
 			t.Fatalf("runs: got %+v, %+v; want the first run cancelled and the task run by the other processor", first, second)
 		}
 	}
-	if first.owner != "stalling" || !errors.Is(first.cause, processor.ErrLeaseLost) {
-		t.Fatalf("first run %+v, want stalling's, its context cancelled with ErrLeaseLost", first)
+	if first.owner != "stalling" || first.cause != processor.ErrLeaseLost {
+		t.Fatalf("first run %+v, want stalling's, its context cancelled with cause ErrLeaseLost", first)
 	}
 	if second.owner != "other" {
 		t.Fatalf("second run %+v, want the other processor's", second)
@@ -268,29 +279,53 @@ func TestHandlersStopWhenTheHeartbeatGoesStale(t *testing.T) {
 }
 
 // TestLeaseLostAloneIsRetried: when no other processor takes the lease back (the
-// database unreachable for everyone, say), the task whose handler was stopped for a
-// stale heartbeat FAILS with ErrLeaseLost once the heartbeat succeeds again, an attempt
-// used, as an expiry would count it, and runs again: nothing is lost.
+// database unreachable for everyone, say), the task whose handler did not decide it
+// before the expiry timeout, though its context was cancelled, FAILS with ErrLeaseLost
+// (an attempt used, as an expiry would count it), and runs again once the heartbeat
+// succeeds: nothing is lost. A task of the batch not started yet is handed back,
+// its attempt unused.
 func TestLeaseLostAloneIsRetried(t *testing.T) {
 	f := setup(t)
 	f.createTopic("alone", 2)
-	started := make(chan int32, 2)
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "alone", func(s *repository.TopicSettings) {
+		s.BackoffBase, s.BackoffCap, s.BackoffJitter = 0, 0, 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	type call struct {
+		identifier string
+		attempt    int32
+	}
+	calls := make(chan call, 10)
+	release := make(chan struct{})
 	handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
-		started <- task.Attempt
-		if task.Attempt == 1 {
-			<-ctx.Done()
+		calls <- call{task.Identifier, task.Attempt}
+		if task.Identifier == "long" && task.Attempt == 1 {
+			<-release // ignores its context
+			return repository.Succeed("too late")
 		}
 		return repository.Succeed("done")
 	})
 	p, _ := f.processor("alone", processor.Config{HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: time.Second},
-		processor.ManagerConfig{Topic: "alone", Handler: handler})
+		processor.ManagerConfig{Topic: "alone", Handler: handler, BatchSize: 2})
 	f.start(p)
-	pushed, err := f.repo.Push(f.ctx, f.pool, "alone", repository.Append, repository.Creation{Identifier: "long", Input: "1"})
+	pushed, err := f.repo.Push(f.ctx, f.pool, "alone", repository.Append,
+		repository.Creation{Identifier: "long", Input: "1"}, repository.Creation{Identifier: "next", Input: "2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := <-started; got != 1 {
-		t.Fatalf("first run's attempt %d, want 1", got)
+	next := func(what string) call {
+		t.Helper()
+		select {
+		case c := <-calls:
+			return c
+		case <-time.After(30 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+			return call{}
+		}
+	}
+	if c := next("the first run"); c != (call{"long", 1}) {
+		t.Fatalf("first run %+v, want long at attempt 1", c)
 	}
 	tx, err := f.pool.Begin(f.ctx)
 	if err != nil {
@@ -300,24 +335,38 @@ func TestLeaseLostAloneIsRetried(t *testing.T) {
 	if _, err := tx.Exec(f.ctx, `SELECT FROM task_owner WHERE owner = 'alone' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // the heartbeat stale (900 ms), the handler stopped
+	f.eventually("long FAILED with ErrLeaseLost, READY again", func() bool {
+		got := f.getIn("alone", pushed[0].Sequence)
+		return got.State == repository.Ready && len(got.Errors) == 1 && strings.Contains(got.Errors[0], processor.ErrLeaseLost.Error())
+	})
+	close(release)
+	if got := f.getIn("alone", pushed[1].Sequence); got.State != repository.Ready || got.Attempt-got.Returned != 0 {
+		t.Fatalf("the task not started %+v, want handed back READY, no attempt used", got)
+	}
 	if err := tx.Rollback(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-started:
-		if got != 2 {
-			t.Fatalf("second run's attempt %d, want 2", got)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the task did not run again once the heartbeat succeeded")
+	seen := map[call]bool{}
+	for range 2 {
+		seen[next("the runs once the heartbeat succeeds")] = true
 	}
-	var task repository.Task
-	f.eventually("the task SUCCEEDED at its second attempt", func() bool {
-		task, err = f.repo.Get(f.ctx, f.pool, "alone", pushed[0].Sequence)
-		return err == nil && task.State == repository.Succeeded
-	})
-	if task.Attempt != 2 {
-		t.Fatalf("task %+v, want SUCCEEDED at attempt 2", task)
+	if !seen[call{"long", 2}] || !seen[call{"next", 2}] {
+		t.Fatalf("runs after the heartbeat came back %v, want long and next, each at attempt 2", seen)
 	}
+	for _, task := range pushed {
+		f.eventually("the tasks SUCCEEDED", func() bool { return f.getIn("alone", task.Sequence).State == repository.Succeeded })
+	}
+	if got := f.getIn("alone", pushed[0].Sequence); got.Output != "done" {
+		t.Fatalf("long's output %q, want the second run's: the first run's late decision is not committed", got.Output)
+	}
+}
+
+// getIn reads task sequence of topic.
+func (f *fixture) getIn(topic string, sequence int64) repository.Task {
+	f.t.Helper()
+	got, err := f.repo.Get(f.ctx, f.pool, topic, sequence)
+	if err != nil {
+		f.t.Fatalf("get task %d of %q: %v", sequence, topic, err)
+	}
+	return got
 }

@@ -822,20 +822,29 @@ func (m *TaskManager) inflightBatches() []*Batch {
 	return slices.Collect(maps.Keys(m.inflight))
 }
 
-// leasesLost relieves the handlers of the tasks in flight that they have not decided,
-// err (wrapping ErrLeaseLost) failing those begun and the others handed back, then
-// cancels the batches' contexts, and the tasks', with ErrLeaseLost: the owner's
-// heartbeat is stale (Processor.guardLeases), and other processors may soon take the
-// leases back and run the tasks again. It returns how many tasks it relieved.
-func (m *TaskManager) leasesLost(err error) int {
-	relieved := 0
+// leasesAtRisk cancels the contexts of the batches in flight, and their tasks', with
+// ErrLeaseLost, and hands back the tasks their handlers have not started: the owner's
+// heartbeat is stale (Processor.guardLeases). It returns how many batches it
+// cancelled that were not cancelled already.
+func (m *TaskManager) leasesAtRisk() int {
+	cancelled := 0
 	for _, b := range m.inflightBatches() {
-		relieved += m.relieve(b, err)
-		if b.cancel != nil {
-			b.cancel(ErrLeaseLost)
+		if b.loseLeases() {
+			cancelled++
 		}
 	}
-	return relieved
+	return cancelled
+}
+
+// leasesLost relieves the handlers of the tasks in flight that they have not decided,
+// err (wrapping ErrLeaseLost) failing those begun and the others handed back: the
+// owner's heartbeat is as old as the expiry timeout (Processor.guardLeases), and
+// other processors may take the leases back and run the tasks again.
+func (m *TaskManager) leasesLost(err error) {
+	for _, b := range m.inflightBatches() {
+		b.loseLeases()
+		m.relieve(b, err)
+	}
 }
 
 // poll is the poll loop proper; it returns when ctx is done.
@@ -1345,6 +1354,12 @@ func (m *TaskManager) handle(b *Batch) {
 		b.handBack()
 		return
 	default:
+	}
+	if m.p.beatStale() {
+		// Leased by a poll answered after the heartbeat went stale: other processors
+		// may take the tasks back before they are done (Processor.guardLeases).
+		b.handBack()
+		return
 	}
 	// The handler runs on a goroutine of its own, which the loop waits for: a handler
 	// that ends its goroutine (runtime.Goexit, as t.FailNow does) would otherwise end

@@ -834,14 +834,19 @@ func (p *Processor) staleAfter() time.Duration {
 	return max(p.cfg.ExpiryTimeout-p.cfg.HeartbeatInterval, (p.cfg.HeartbeatInterval+p.cfg.ExpiryTimeout)/2)
 }
 
-// guardLeases, while the owner's last heartbeat that succeeded is stale (beatStale),
-// relieves every manager's handlers of the tasks in flight and cancels their contexts
-// with ErrLeaseLost (TaskManager.leasesLost), every quarter of a heartbeat interval (a
-// poll answered late leases a batch meanwhile): other processors count the owner dead
-// once its heartbeat is as old as the expiry timeout, and would run its tasks again
-// while its handlers still work on them. A handler has the rest of the timeout, a
-// heartbeat interval by default, to stop. It goes on until ctx ends, waking when the
-// last heartbeat would go stale, or at the next one.
+// guardLeases protects the tasks in flight when the owner's heartbeat fails: other
+// processors count the owner dead once its last heartbeat that succeeded is as old as
+// the expiry timeout, and take its leases back, and its tasks would then run twice at
+// once. From the moment that heartbeat is stale (beatStale: a heartbeat interval before
+// the expiry timeout, by default), the batches' contexts, and their tasks', are
+// cancelled with ErrLeaseLost and the tasks not started are handed back
+// (TaskManager.leasesAtRisk): a handler has until the expiry timeout to stop, and what
+// it decides by then is committed as usual (the lease is still this owner's). At the
+// expiry timeout, the tasks still undecided are taken from their handlers
+// (TaskManager.leasesLost: they FAIL with ErrLeaseLost, when the lease is still this
+// owner's). Both are done again every quarter of a heartbeat interval while no
+// heartbeat succeeds (a poll answered late leases a batch meanwhile). It goes on until
+// ctx ends, waking when the last heartbeat would go stale, or at the next one.
 func (p *Processor) guardLeases(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -849,11 +854,17 @@ func (p *Processor) guardLeases(ctx context.Context) {
 		p.beatMu.Lock()
 		beaten := p.beaten
 		p.beatMu.Unlock()
-		last := time.Duration(p.lastBeat.Load())
-		wait := last + p.staleAfter() - time.Since(p.epoch)
-		if wait < 0 {
-			p.leasesLost(last)
+		silent := time.Since(p.epoch) - time.Duration(p.lastBeat.Load())
+		wait := p.staleAfter() - silent
+		if wait <= 0 {
+			p.leasesAtRisk(silent)
+			if silent >= p.cfg.ExpiryTimeout {
+				p.leasesLost(silent)
+			}
 			wait = p.cfg.HeartbeatInterval / 4
+			if silent < p.cfg.ExpiryTimeout {
+				wait = min(wait, p.cfg.ExpiryTimeout-silent)
+			}
 		}
 		timer.Reset(wait)
 		select {
@@ -865,19 +876,29 @@ func (p *Processor) guardLeases(ctx context.Context) {
 	}
 }
 
-// leasesLost gives up the leases of every manager's tasks in flight, the owner's last
-// heartbeat that succeeded having begun at last (since epoch).
-func (p *Processor) leasesLost(last time.Duration) {
-	silent := time.Since(p.epoch) - last
+// leasesAtRisk cancels every manager's batches in flight with ErrLeaseLost and hands
+// back their tasks not started, the owner's last heartbeat that succeeded being silent
+// old (guardLeases).
+func (p *Processor) leasesAtRisk(silent time.Duration) {
+	cancelled := 0
+	for _, m := range p.allManagers() {
+		cancelled += m.leasesAtRisk()
+	}
+	if cancelled > 0 {
+		p.logger.Error("heartbeat stale: cancelled the handlers' work, which other processors may take back and run again once it is as old as the expiry timeout",
+			slog.String("owner", p.repo.Owner()), slog.Int("batches", cancelled), slog.Duration("silent", silent),
+			slog.Duration("expiry_timeout", p.cfg.ExpiryTimeout))
+	}
+}
+
+// leasesLost takes from every manager's handlers the tasks in flight they have not
+// decided, the owner's last heartbeat that succeeded being silent old, the expiry
+// timeout or more (guardLeases).
+func (p *Processor) leasesLost(silent time.Duration) {
 	err := fmt.Errorf("%w: the processor's heartbeat has not succeeded for %v, and other processors take back the leases of an owner silent for %v (the expiry timeout)",
 		ErrLeaseLost, silent.Round(time.Millisecond), p.cfg.ExpiryTimeout)
-	relieved := 0
 	for _, m := range p.allManagers() {
-		relieved += m.leasesLost(err)
-	}
-	if relieved > 0 {
-		p.logger.Error("heartbeat stale: cancelled the tasks in flight, which other processors may soon take back and run again",
-			slog.String("owner", p.repo.Owner()), slog.Int("tasks", relieved), slog.Duration("silent", silent), slog.Duration("expiry_timeout", p.cfg.ExpiryTimeout))
+		m.leasesLost(err)
 	}
 }
 

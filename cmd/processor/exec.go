@@ -95,9 +95,10 @@ type execOutcome struct {
 	signal   string // such as "9 (killed)"
 	// started: the program ran (whatever became of it)
 	started bool
-	// timedOut or cancelled say why the processor killed it, if it did.
-	timedOut, cancelled, shutdown bool
-	stdout, stderr                string
+	// timedOut, cancelled, leaseLost or shutdown say why the processor killed it, if it
+	// did.
+	timedOut, cancelled, leaseLost, shutdown bool
+	stdout, stderr                           string
 }
 
 // handle runs the program for one task and decides the task's result from how it ended.
@@ -171,6 +172,8 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 			o.cancelled = true
 		case errors.Is(cause, errTimedOut):
 			o.timedOut = true
+		case errors.Is(cause, processor.ErrLeaseLost):
+			o.leaseLost = true
 		default:
 			o.shutdown = true
 		}
@@ -189,6 +192,8 @@ func (h *execHandler) run(ctx context.Context, task repository.Task) execOutcome
 				o.timedOut = true
 			case errors.Is(cause, processor.ErrTaskCancelled):
 				o.cancelled = true
+			case errors.Is(cause, processor.ErrLeaseLost):
+				o.leaseLost = true
 			default:
 				o.shutdown = true
 			}
@@ -252,6 +257,8 @@ func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.D
 		return repository.Fail(errors.New("cancelled"))
 	case o.timedOut:
 		return repository.Fail(withTail(fmt.Sprintf("timed out after %v", timeout), o.stderr))
+	case o.leaseLost:
+		return repository.Fail(withTail("killed: "+leaseLostReason, o.stderr))
 	case o.shutdown:
 		return repository.Fail(withTail("killed at processor shutdown", o.stderr))
 	case o.signal != "":
@@ -277,6 +284,10 @@ func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.D
 		return repository.Fail(withTail(fmt.Sprintf("exit status %d", o.exitCode), o.stderr))
 	}
 }
+
+// leaseLostReason says why a task was stopped when the processor's heartbeat went stale
+// (processor.ErrLeaseLost).
+const leaseLostReason = "lease may be lost: the processor's heartbeat has failed, and other processors may run the task again"
 
 // withTail joins a reason and the program's stderr tail into an error.
 func withTail(reason, tail string) error {

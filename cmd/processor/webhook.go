@@ -133,6 +133,8 @@ func (h *httpHandler) transportError(ctx context.Context, err error) error {
 			return fmt.Errorf("timed out after %v", h.timeout)
 		case errors.Is(cause, processor.ErrTaskCancelled):
 			return errors.New("cancelled")
+		case errors.Is(cause, processor.ErrLeaseLost):
+			return errors.New("aborted: " + leaseLostReason)
 		default:
 			return errors.New("aborted at processor shutdown")
 		}
