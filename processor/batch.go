@@ -349,14 +349,47 @@ func (b *Batch) Fail(err error) error {
 // Push declares tasks to push when, and only if, the batch's next decisions commit: they
 // are pushed in the same transaction. Managers of that topic in this process are resumed
 // after the commit. Once every task of the batch is decided it returns
-// ErrAlreadyReported: there is nothing left for the push to commit with.
+// ErrAlreadyReported: there is nothing left for the push to commit with. A push the
+// repository would refuse whatever the database holds (an invalid topic name, an
+// unknown insertion, a creation that Creation.Validate refuses) is refused here, its
+// error wrapping repository.ErrInvalid, and not declared: at the commit it would fail
+// every decision that went with it.
 func (b *Batch) Push(topic string, insertion repository.Insertion, creations ...repository.Creation) error {
+	err := repository.ValidateTopic(topic)
+	if err == nil && !insertion.Valid() {
+		err = fmt.Errorf("unknown insertion %d: %w", insertion, repository.ErrInvalid)
+	}
+	for i := 0; err == nil && i < len(creations); i++ {
+		if err = creations[i].Validate(); err != nil {
+			err = fmt.Errorf("creation %d: %w", i, err)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("push follow-up of a batch of topic %q: %w", b.Topic, err)
+	}
 	return b.declare(FollowUp{Topic: topic, Push: true, Insertion: insertion, Creations: creations})
 }
 
 // Junction declares a junction to run in the transaction of the batch's next decisions
-// (see Push).
+// (see Push). A junction the repository would refuse whatever the database holds (an
+// invalid topic name, an unknown kind, an invalid identifier) is refused here, its
+// error wrapping repository.ErrInvalid.
 func (b *Batch) Junction(topic string, junction repository.Junction, groups ...[]string) error {
+	err := repository.ValidateTopic(topic)
+	if err == nil && junction != repository.Singular && junction != repository.Eternal {
+		err = fmt.Errorf("unknown junction %d: %w", junction, repository.ErrInvalid)
+	}
+	for g := 0; err == nil && g < len(groups); g++ {
+		for _, id := range groups[g] {
+			if err = repository.ValidateIdentifier(id); err != nil {
+				err = fmt.Errorf("group %d: %w", g, err)
+				break
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("junction follow-up of a batch of topic %q: %w", b.Topic, err)
+	}
 	return b.declare(FollowUp{Topic: topic, Junction: junction, Groups: groups})
 }
 

@@ -329,3 +329,46 @@ func (o *optionalInt) UnmarshalJSON(b []byte) error {
 	}
 	return json.Unmarshal(b, &o.n)
 }
+
+// TestFollowUpsCheckedWhenDeclared: a push or a junction the repository would refuse
+// whatever the database holds is refused by Batch.Push and Batch.Junction, wrapping
+// repository.ErrInvalid and naming what is wrong, and not declared. It was declared,
+// and refused only at the commit, failing the decision it went with.
+func TestFollowUpsCheckedWhenDeclared(t *testing.T) {
+	b := batchOf(t, 1)
+	long := strings.Repeat("x", 501)
+	for _, tc := range []struct {
+		name    string
+		declare func() error
+		says    string
+	}{
+		{"PushToNoTopic", func() error { return b.Push("", repository.Append, repository.Creation{Identifier: "a"}) }, "topic"},
+		{"PushUnknownInsertion", func() error { return b.Push("t", repository.Insertion(9), repository.Creation{Identifier: "a"}) }, "unknown insertion 9"},
+		{"PushEmptyIdentifier", func() error {
+			return b.Push("t", repository.Append, repository.Creation{Identifier: "a"}, repository.Creation{})
+		}, "creation 1"},
+		{"PushNegativeDelay", func() error {
+			return b.Push("t", repository.Append, repository.Creation{Identifier: "a", Delay: -time.Second})
+		}, "negative"},
+		{"JunctionUnknownKind", func() error { return b.Junction("t", repository.Junction(7), []string{"a"}) }, "unknown junction 7"},
+		{"JunctionLongIdentifier", func() error { return b.Junction("t", repository.Singular, []string{"a"}, []string{"b", long}) }, "group 1"},
+		{"JunctionOfNoTopic", func() error { return b.Junction("", repository.Singular, []string{"a"}) }, "topic"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.declare()
+			if !errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("declared: %v, want ErrInvalid saying %q", err, tc.says)
+			}
+		})
+	}
+	if err := b.Push("t", repository.Append, repository.Creation{Identifier: "fine"}); err != nil {
+		t.Fatalf("a valid push: %v", err)
+	}
+	if err := b.Decide(1, repository.Succeed("")); err != nil {
+		t.Fatal(err)
+	}
+	<-b.Done()
+	if got := b.Outcome().FollowUps; len(got) != 1 || got[0].Creations[0].Identifier != "fine" {
+		t.Fatalf("follow-ups %+v, want the valid push alone", got)
+	}
+}
