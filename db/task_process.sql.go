@@ -516,7 +516,11 @@ released AS (
     -- READY from now, for the wait task_topic_stats counts (a later not-before stays);
     -- no longer completed (a SUSPENSION decision set the time) nor cancelled (a cancelled
     -- task reassigned SUSPENDED), as a reset
-    UPDATE task t SET state = 1, not_before = GREATEST(t.not_before, now()), completed = NULL, cancelled = false
+    -- The lease that ended in the SUSPENSION is handed back (returned), as a snooze's
+    -- is: a suspension is no failure, and the task's retries are left whole (a task
+    -- pushed SUSPENDED has no lease to hand back).
+    UPDATE task t SET state = 1, not_before = GREATEST(t.not_before, now()), completed = NULL, cancelled = false,
+                      returned = LEAST(t.attempt, t.returned + 1)
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
     WHERE t.state = 4 AND hashtext(t.topic) = hashtext($1) AND t.topic = $1
       AND t.identifier = r.identifier AND EXISTS (SELECT 1 FROM admitted)
@@ -592,9 +596,12 @@ func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionPar
 	return items, nil
 }
 
-const taskJunctionLock = `-- name: TaskJunctionLock :exec
-SELECT count(pg_advisory_xact_lock(1885828202, hashtext($1::text || E'\n' || i.identifier)))
-FROM unnest($2::text[]) AS i(identifier)
+const taskJunctionLock = `-- name: TaskJunctionLock :one
+SELECT current_setting('transaction_isolation')::text AS isolation,
+       count(pg_advisory_xact_lock(1885828202, k.key))::bigint AS locks
+FROM (SELECT DISTINCT (hashtext($1::text) & ~63) | (hashtext($1::text || E'\n' || i.identifier) & 63) AS key
+      FROM unnest($2::text[]) AS i(identifier)
+      ORDER BY 1) k
 `
 
 type TaskJunctionLockParams struct {
@@ -602,17 +609,29 @@ type TaskJunctionLockParams struct {
 	Identifiers []string
 }
 
-// Takes the transaction's advisory lock of each identifier of a junction's groups in this
-// topic, in the order given (sorted by the caller, so that two junctions of overlapping
-// groups never wait on each other in turn), before TaskJunction reads their states: a
-// junction run by another transaction that suspended one of the group's tasks, and not
-// committed yet, is waited for, and its suspension seen by TaskJunction's snapshot,
-// taken after. Without it, two completions each suspending one task of a group and
-// declaring the junction each saw the other's task not yet SUSPENDED, and the group was
-// never released. The class 1885828202 ('pgtj') is the junctions' own.
-func (q *Queries) TaskJunctionLock(ctx context.Context, db DBTX, arg TaskJunctionLockParams) error {
-	_, err := db.Exec(ctx, taskJunctionLock, arg.Topic, arg.Identifiers)
-	return err
+type TaskJunctionLockRow struct {
+	Isolation string
+	Locks     int64
+}
+
+// Takes the transaction's advisory locks of a junction's identifiers in this topic
+// before TaskJunction reads their states: a junction run by another transaction that
+// suspended one of the group's tasks, and not committed yet, is waited for, and its
+// suspension seen by TaskJunction's snapshot, taken after (under READ COMMITTED, which
+// it returns for the caller to check: under REPEATABLE READ the snapshot is the
+// transaction's, taken before). Without it, two completions each suspending one task of
+// a group and declaring the junction each saw the other's task not yet SUSPENDED, and
+// the group was never released. An identifier's lock is one of 64 of the topic (the
+// topic's hash, its low 6 bits those of the identifier's), so that a group of 20 000
+// identifiers takes 64 locks, not 20 000 (which filled the server's lock table: "out of
+// shared memory"), taken in the order of their keys, so that two junctions of
+// overlapping groups never wait on each other in turn. The class 1885828202 ('pgtj') is
+// the junctions' own.
+func (q *Queries) TaskJunctionLock(ctx context.Context, db DBTX, arg TaskJunctionLockParams) (TaskJunctionLockRow, error) {
+	row := db.QueryRow(ctx, taskJunctionLock, arg.Topic, arg.Identifiers)
+	var i TaskJunctionLockRow
+	err := row.Scan(&i.Isolation, &i.Locks)
+	return i, err
 }
 
 const taskLeased = `-- name: TaskLeased :many

@@ -623,6 +623,15 @@ func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
 		conn = c
 	}
 	if conn == nil || conn.PgConn().TxStatus() == 'I' {
+		// a transaction of the repository's own is READ COMMITTED whatever the
+		// database's default_transaction_isolation: its statements rely on each seeing
+		// what committed before it began (a junction after its locks, a lease after the
+		// turn of a limited topic)
+		if b, ok := h.(interface {
+			BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+		}); ok {
+			return b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+		}
 		return h.Begin(ctx)
 	}
 	// pgx closes a connection whose begin fails for a reason other than the server's (a
@@ -809,14 +818,16 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 // Junction releases groups of identifiers: for each non-empty group whose
 // identifiers ALL have a task in this topic that is SUSPENDED (Singular) or in any state
 // but REDUNDANT (Eternal), counting distinct identifiers, every SUSPENDED task of the
-// group in this topic becomes READY. It returns the identifiers of the released tasks,
-// sorted, and notifies the topic when anything was released. When the tasks released
-// would take the topic above its queue cap, it releases nothing and returns a
-// *QueueFullError of Op "junction". It locks the groups' identifiers first
-// (transaction-scoped advisory locks), so that junctions of one group declared by
-// concurrent completions, each suspending one of its tasks, release it once both
-// commit: run it in a READ COMMITTED transaction (the default), whose next statement
-// sees what a junction it waited for committed.
+// group in this topic becomes READY, the lease that ended in its SUSPENSION, if any,
+// handed back (Task.Returned: its retries are left whole). It returns the identifiers
+// of the released tasks, sorted, and notifies the topic when anything was released.
+// When the tasks released would take the topic above its queue cap, it releases
+// nothing and returns a *QueueFullError of Op "junction". It locks the groups'
+// identifiers first (transaction-scoped advisory locks, one of 64 of the topic for
+// each), so that junctions of one group declared by concurrent completions, each
+// suspending one of its tasks, release it once both commit: run it in a READ
+// COMMITTED transaction (the default), whose next statement sees what a junction it
+// waited for committed; in a REPEATABLE READ one it is refused (ErrInvalid).
 func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junction Junction, groups ...[]string) ([]string, error) {
 	if err := validTopic(topic); err != nil {
 		return nil, err
@@ -845,10 +856,14 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	// the group's identifiers locked first, in one order for every junction, in a
 	// statement of its own: TaskJunction's snapshot then sees what a junction that held
 	// them committed (TaskJunctionLock)
-	locked := slices.Clone(arg.Identifiers)
-	slices.Sort(locked)
-	if err := r.q.TaskJunctionLock(ctx, h, db.TaskJunctionLockParams{Topic: topic, Identifiers: slices.Compact(locked)}); err != nil {
+	lock, err := r.q.TaskJunctionLock(ctx, h, db.TaskJunctionLockParams{Topic: topic, Identifiers: arg.Identifiers})
+	if err != nil {
 		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
+	}
+	if lock.Isolation == "repeatable read" && !autocommit(h) {
+		// its snapshot, the transaction's, was taken before the locks: it would miss a
+		// concurrent junction's suspension, and the group would never be released
+		return nil, invalid("junction in topic %q: the transaction is REPEATABLE READ: a junction must run in a READ COMMITTED transaction (or SERIALIZABLE), where it sees the suspensions of the junctions it waited for", topic)
 	}
 	rows, err := r.q.TaskJunction(ctx, h, arg)
 	if err != nil {

@@ -230,17 +230,25 @@ FROM cancelled c
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY c.sequence;
 
--- name: TaskJunctionLock :exec
--- Takes the transaction's advisory lock of each identifier of a junction's groups in this
--- topic, in the order given (sorted by the caller, so that two junctions of overlapping
--- groups never wait on each other in turn), before TaskJunction reads their states: a
--- junction run by another transaction that suspended one of the group's tasks, and not
--- committed yet, is waited for, and its suspension seen by TaskJunction's snapshot,
--- taken after. Without it, two completions each suspending one task of a group and
--- declaring the junction each saw the other's task not yet SUSPENDED, and the group was
--- never released. The class 1885828202 ('pgtj') is the junctions' own.
-SELECT count(pg_advisory_xact_lock(1885828202, hashtext(sqlc.arg(topic)::text || E'\n' || i.identifier)))
-FROM unnest(sqlc.arg(identifiers)::text[]) AS i(identifier);
+-- name: TaskJunctionLock :one
+-- Takes the transaction's advisory locks of a junction's identifiers in this topic
+-- before TaskJunction reads their states: a junction run by another transaction that
+-- suspended one of the group's tasks, and not committed yet, is waited for, and its
+-- suspension seen by TaskJunction's snapshot, taken after (under READ COMMITTED, which
+-- it returns for the caller to check: under REPEATABLE READ the snapshot is the
+-- transaction's, taken before). Without it, two completions each suspending one task of
+-- a group and declaring the junction each saw the other's task not yet SUSPENDED, and
+-- the group was never released. An identifier's lock is one of 64 of the topic (the
+-- topic's hash, its low 6 bits those of the identifier's), so that a group of 20 000
+-- identifiers takes 64 locks, not 20 000 (which filled the server's lock table: "out of
+-- shared memory"), taken in the order of their keys, so that two junctions of
+-- overlapping groups never wait on each other in turn. The class 1885828202 ('pgtj') is
+-- the junctions' own.
+SELECT current_setting('transaction_isolation')::text AS isolation,
+       count(pg_advisory_xact_lock(1885828202, k.key))::bigint AS locks
+FROM (SELECT DISTINCT (hashtext(sqlc.arg(topic)::text) & ~63) | (hashtext(sqlc.arg(topic)::text || E'\n' || i.identifier) & 63) AS key
+      FROM unnest(sqlc.arg(identifiers)::text[]) AS i(identifier)
+      ORDER BY 1) k;
 
 -- name: TaskJunction :many
 -- Releases the SUSPENDED tasks of every group whose identifiers all have a qualifying
@@ -298,7 +306,11 @@ released AS (
     -- READY from now, for the wait task_topic_stats counts (a later not-before stays);
     -- no longer completed (a SUSPENSION decision set the time) nor cancelled (a cancelled
     -- task reassigned SUSPENDED), as a reset
-    UPDATE task t SET state = 1, not_before = GREATEST(t.not_before, now()), completed = NULL, cancelled = false
+    -- The lease that ended in the SUSPENSION is handed back (returned), as a snooze's
+    -- is: a suspension is no failure, and the task's retries are left whole (a task
+    -- pushed SUSPENDED has no lease to hand back).
+    UPDATE task t SET state = 1, not_before = GREATEST(t.not_before, now()), completed = NULL, cancelled = false,
+                      returned = LEAST(t.attempt, t.returned + 1)
     FROM (SELECT DISTINCT q.identifier FROM qualified q JOIN complete_group g ON g.grp = q.grp) r
     WHERE t.state = 4 AND hashtext(t.topic) = hashtext(sqlc.arg(topic)) AND t.topic = sqlc.arg(topic)
       AND t.identifier = r.identifier AND EXISTS (SELECT 1 FROM admitted)
