@@ -599,13 +599,13 @@ func (q *Queries) TaskJunction(ctx context.Context, db DBTX, arg TaskJunctionPar
 const taskJunctionLock = `-- name: TaskJunctionLock :one
 SELECT current_setting('transaction_isolation')::text AS isolation,
        count(pg_advisory_xact_lock(1885828202, k.key))::bigint AS locks
-FROM (SELECT DISTINCT (hashtext($1::text) & ~63) | (hashtext($1::text || E'\n' || i.identifier) & 63) AS key
-      FROM unnest($2::text[]) AS i(identifier)
+FROM (SELECT DISTINCT (hashtext(i.topic) & ~63) | (hashtext(i.topic || E'\n' || i.identifier) & 63) AS key
+      FROM (SELECT unnest($1::text[]) AS topic, unnest($2::text[]) AS identifier) i
       ORDER BY 1) k
 `
 
 type TaskJunctionLockParams struct {
-	Topic       string
+	Topics      []string
 	Identifiers []string
 }
 
@@ -614,21 +614,22 @@ type TaskJunctionLockRow struct {
 	Locks     int64
 }
 
-// Takes the transaction's advisory locks of a junction's identifiers in this topic
-// before TaskJunction reads their states: a junction run by another transaction that
-// suspended one of the group's tasks, and not committed yet, is waited for, and its
-// suspension seen by TaskJunction's snapshot, taken after (under READ COMMITTED, which
-// it returns for the caller to check: under REPEATABLE READ the snapshot is the
-// transaction's, taken before). Without it, two completions each suspending one task of
-// a group and declaring the junction each saw the other's task not yet SUSPENDED, and
-// the group was never released. An identifier's lock is one of 64 of the topic (the
-// topic's hash, its low 6 bits those of the identifier's), so that a group of 20 000
-// identifiers takes 64 locks, not 20 000 (which filled the server's lock table: "out of
-// shared memory"), taken in the order of their keys, so that two junctions of
-// overlapping groups never wait on each other in turn. The class 1885828202 ('pgtj') is
-// the junctions' own.
+// Takes the transaction's advisory locks of junctions' identifiers (parallel arrays of
+// topic and identifier) before TaskJunction reads their states: a junction run by
+// another transaction that suspended one of the group's tasks, and not committed yet,
+// is waited for, and its suspension seen by TaskJunction's snapshot, taken after (under
+// READ COMMITTED, which it returns for the caller to check: under REPEATABLE READ the
+// snapshot is the transaction's, taken before). Without it, two completions each
+// suspending one task of a group and declaring the junction each saw the other's task
+// not yet SUSPENDED, and the group was never released. An identifier's lock is one of
+// 64 of its topic (the topic's hash, its low 6 bits those of the identifier's), so that
+// a group of 20 000 identifiers takes 64 locks, not 20 000 (which filled the server's
+// lock table: "out of shared memory"), taken in the order of their keys, so that two
+// transactions locking overlapping sets never wait on each other in turn (a commit of
+// several junctions locks them all at once: Repository.LockJunctions). The class
+// 1885828202 ('pgtj') is the junctions' own.
 func (q *Queries) TaskJunctionLock(ctx context.Context, db DBTX, arg TaskJunctionLockParams) (TaskJunctionLockRow, error) {
-	row := db.QueryRow(ctx, taskJunctionLock, arg.Topic, arg.Identifiers)
+	row := db.QueryRow(ctx, taskJunctionLock, arg.Topics, arg.Identifiers)
 	var i TaskJunctionLockRow
 	err := row.Scan(&i.Isolation, &i.Locks)
 	return i, err

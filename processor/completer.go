@@ -723,6 +723,26 @@ func (c *completer) decide(ctx context.Context, tx pgx.Tx, reports []*report) ([
 	if err != nil {
 		return nil, err
 	}
+	// Several junctions lock their identifiers together first, in one order: one by
+	// one, two commits running two fan-ins' junctions in opposite orders could each
+	// wait for the other (a deadlock, one of them failed and retried).
+	junctions := map[string][]string{}
+	n := 0
+	for _, r := range reports {
+		for _, f := range r.followups {
+			if !f.Push {
+				n++
+				for _, g := range f.Groups {
+					junctions[f.Topic] = append(junctions[f.Topic], g...)
+				}
+			}
+		}
+	}
+	if n > 1 {
+		if err := repo.LockJunctions(ctx, tx, junctions); err != nil {
+			return nil, err
+		}
+	}
 	for _, r := range reports {
 		for _, f := range r.followups {
 			if err := runFollowup(ctx, repo, tx, f); err != nil {

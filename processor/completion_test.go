@@ -392,3 +392,35 @@ func TestAnInvalidDecisionFailsItsTaskAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestSeveralJunctionsInOneCommit: a commit of decisions that declared several
+// junctions locks their identifiers together first (Repository.LockJunctions) and runs
+// each: a batch whose two tasks each suspend and release themselves runs them again.
+func TestSeveralJunctionsInOneCommit(t *testing.T) {
+	f := setup(t)
+	var runs sync.Map
+	handler := processor.HandlerFunc(func(_ context.Context, b *processor.Batch) {
+		decisions := map[int64]repository.Decision{}
+		for _, task := range b.Tasks {
+			n, _ := runs.LoadOrStore(task.Identifier, new(atomic.Int32))
+			if n.(*atomic.Int32).Add(1) > 1 {
+				decisions[task.Sequence] = repository.Succeed("released")
+				continue
+			}
+			if err := b.Junction(f.topic, repository.Singular, []string{task.Identifier}); err != nil {
+				t.Errorf("junction: %v", err)
+			}
+			decisions[task.Sequence] = repository.Suspend("waiting")
+		}
+		_ = b.Complete(decisions)
+	})
+	tasks := f.pushN(2)
+	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, BatchSize: 2})
+	f.start(p)
+	for _, task := range tasks {
+		f.eventually("each task released by its junction and run again", func() bool {
+			got := f.get(task.Sequence)
+			return got.State == repository.Succeeded && got.Output == "released"
+		})
+	}
+}

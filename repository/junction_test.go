@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,5 +154,82 @@ func TestJunctionReleaseKeepsRetries(t *testing.T) {
 	if got := f.get(pushed[0].Sequence); got.State != repository.Ready {
 		t.Fatalf("a after its first failure since the release: %v (attempt %d, returned %d), want READY: one retry left",
 			got.State, got.Attempt, got.Returned)
+	}
+}
+
+// TestLockJunctionsAllAtOnce: two transactions each running the junctions of two groups,
+// in opposite orders, deadlocked (one failed with 40P01) when each junction took its
+// locks alone; with LockJunctions first, which the processor calls for a commit of
+// several junctions, the second waits for the first, and both commit. It refuses a
+// REPEATABLE READ transaction and an invalid identifier, as Junction does.
+func TestLockJunctionsAllAtOnce(t *testing.T) {
+	f := setup(t)
+	// two identifiers whose locks differ (their buckets of the topic's 64)
+	var x, y string
+	if err := f.pool.QueryRow(f.ctx, `
+		SELECT min(id) FILTER (WHERE b = 0), min(id) FILTER (WHERE b = 1)
+		FROM (SELECT 'id-' || i AS id, hashtext($1 || E'\n' || 'id-' || i) & 63 AS b FROM generate_series(1, 1000) i) s`,
+		f.topic).Scan(&x, &y); err != nil {
+		t.Fatal(err)
+	}
+	lockAll := func(tx pgx.Tx, ids ...string) error {
+		return f.repo.LockJunctions(f.ctx, tx, map[string][]string{f.topic: ids})
+	}
+	junction := func(tx pgx.Tx, id string) error {
+		_, err := f.repo.Junction(f.ctx, tx, f.topic, repository.Singular, []string{id})
+		return err
+	}
+	txA, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback(context.WithoutCancel(f.ctx))
+	txB, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txB.Rollback(context.WithoutCancel(f.ctx))
+	// A: x, then y; B: y, then x, begun between A's two
+	if err := lockAll(txA, y, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := junction(txA, x); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := lockAll(txB, x, y)
+		if err == nil {
+			err = junction(txB, y)
+		}
+		if err == nil {
+			err = junction(txB, x)
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := junction(txA, y); err != nil {
+		t.Fatalf("transaction A's second junction: %v", err)
+	}
+	if err := txA.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("transaction B, once A committed: %v", err)
+	}
+	if err := txB.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	rr, err := f.pool.BeginTx(f.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Rollback(context.WithoutCancel(f.ctx))
+	if err := f.repo.LockJunctions(f.ctx, rr, map[string][]string{f.topic: {x}}); !errors.Is(err, repository.ErrInvalid) {
+		t.Fatalf("LockJunctions in a REPEATABLE READ transaction: %v, want ErrInvalid", err)
+	}
+	if err := f.repo.LockJunctions(f.ctx, f.pool, map[string][]string{f.topic: {""}}); !errors.Is(err, repository.ErrInvalid) {
+		t.Fatalf("LockJunctions of an empty identifier: %v, want ErrInvalid", err)
 	}
 }

@@ -815,6 +815,48 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 	return tasksFrom(rows), nil
 }
 
+// LockJunctions takes, in h's transaction, the locks that Junction takes for each
+// junction given (topic to the identifiers of its groups), all in one statement and in
+// one order: a transaction that runs several junctions calls it first, so that it
+// never waits for one transaction's lock while holding another that transaction waits
+// for (two commits running the junctions of two fan-ins in opposite orders). It
+// refuses a REPEATABLE READ transaction, as Junction does. Outside a transaction it
+// does nothing that lasts.
+func (r *Repository) LockJunctions(ctx context.Context, h Handle, junctions map[string][]string) error {
+	var topics, identifiers []string
+	for topic, ids := range junctions {
+		if err := validTopic(topic); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := validIdentifier(id); err != nil {
+				return fmt.Errorf("junction in topic %q: %w", topic, err)
+			}
+			topics = append(topics, topic)
+			identifiers = append(identifiers, id)
+		}
+	}
+	if len(identifiers) == 0 {
+		return nil
+	}
+	return r.lockJunctions(ctx, h, topics, identifiers)
+}
+
+// lockJunctions takes the junctions' locks of the identifiers, each of the topic at
+// its index (TaskJunctionLock), refusing a REPEATABLE READ transaction.
+func (r *Repository) lockJunctions(ctx context.Context, h Handle, topics, identifiers []string) error {
+	lock, err := r.q.TaskJunctionLock(ctx, h, db.TaskJunctionLockParams{Topics: topics, Identifiers: identifiers})
+	if err != nil {
+		return mapError("lock junctions", err)
+	}
+	if lock.Isolation == "repeatable read" && !autocommit(h) {
+		// its snapshot, the transaction's, was taken before the locks: it would miss a
+		// concurrent junction's suspension, and the group would never be released
+		return invalid("the transaction is REPEATABLE READ: a junction must run in a READ COMMITTED transaction (or SERIALIZABLE), where it sees the suspensions of the junctions it waited for")
+	}
+	return nil
+}
+
 // Junction releases groups of identifiers: for each non-empty group whose
 // identifiers ALL have a task in this topic that is SUSPENDED (Singular) or in any state
 // but REDUNDANT (Eternal), counting distinct identifiers, every SUSPENDED task of the
@@ -856,14 +898,8 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	// the group's identifiers locked first, in one order for every junction, in a
 	// statement of its own: TaskJunction's snapshot then sees what a junction that held
 	// them committed (TaskJunctionLock)
-	lock, err := r.q.TaskJunctionLock(ctx, h, db.TaskJunctionLockParams{Topic: topic, Identifiers: arg.Identifiers})
-	if err != nil {
-		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)
-	}
-	if lock.Isolation == "repeatable read" && !autocommit(h) {
-		// its snapshot, the transaction's, was taken before the locks: it would miss a
-		// concurrent junction's suspension, and the group would never be released
-		return nil, invalid("junction in topic %q: the transaction is REPEATABLE READ: a junction must run in a READ COMMITTED transaction (or SERIALIZABLE), where it sees the suspensions of the junctions it waited for", topic)
+	if err := r.lockJunctions(ctx, h, slices.Repeat([]string{topic}, len(arg.Identifiers)), arg.Identifiers); err != nil {
+		return nil, fmt.Errorf("junction in topic %q: %w", topic, err)
 	}
 	rows, err := r.q.TaskJunction(ctx, h, arg)
 	if err != nil {

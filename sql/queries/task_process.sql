@@ -231,23 +231,24 @@ WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY c.sequence;
 
 -- name: TaskJunctionLock :one
--- Takes the transaction's advisory locks of a junction's identifiers in this topic
--- before TaskJunction reads their states: a junction run by another transaction that
--- suspended one of the group's tasks, and not committed yet, is waited for, and its
--- suspension seen by TaskJunction's snapshot, taken after (under READ COMMITTED, which
--- it returns for the caller to check: under REPEATABLE READ the snapshot is the
--- transaction's, taken before). Without it, two completions each suspending one task of
--- a group and declaring the junction each saw the other's task not yet SUSPENDED, and
--- the group was never released. An identifier's lock is one of 64 of the topic (the
--- topic's hash, its low 6 bits those of the identifier's), so that a group of 20 000
--- identifiers takes 64 locks, not 20 000 (which filled the server's lock table: "out of
--- shared memory"), taken in the order of their keys, so that two junctions of
--- overlapping groups never wait on each other in turn. The class 1885828202 ('pgtj') is
--- the junctions' own.
+-- Takes the transaction's advisory locks of junctions' identifiers (parallel arrays of
+-- topic and identifier) before TaskJunction reads their states: a junction run by
+-- another transaction that suspended one of the group's tasks, and not committed yet,
+-- is waited for, and its suspension seen by TaskJunction's snapshot, taken after (under
+-- READ COMMITTED, which it returns for the caller to check: under REPEATABLE READ the
+-- snapshot is the transaction's, taken before). Without it, two completions each
+-- suspending one task of a group and declaring the junction each saw the other's task
+-- not yet SUSPENDED, and the group was never released. An identifier's lock is one of
+-- 64 of its topic (the topic's hash, its low 6 bits those of the identifier's), so that
+-- a group of 20 000 identifiers takes 64 locks, not 20 000 (which filled the server's
+-- lock table: "out of shared memory"), taken in the order of their keys, so that two
+-- transactions locking overlapping sets never wait on each other in turn (a commit of
+-- several junctions locks them all at once: Repository.LockJunctions). The class
+-- 1885828202 ('pgtj') is the junctions' own.
 SELECT current_setting('transaction_isolation')::text AS isolation,
        count(pg_advisory_xact_lock(1885828202, k.key))::bigint AS locks
-FROM (SELECT DISTINCT (hashtext(sqlc.arg(topic)::text) & ~63) | (hashtext(sqlc.arg(topic)::text || E'\n' || i.identifier) & 63) AS key
-      FROM unnest(sqlc.arg(identifiers)::text[]) AS i(identifier)
+FROM (SELECT DISTINCT (hashtext(i.topic) & ~63) | (hashtext(i.topic || E'\n' || i.identifier) & 63) AS key
+      FROM (SELECT unnest(sqlc.arg(topics)::text[]) AS topic, unnest(sqlc.arg(identifiers)::text[]) AS identifier) i
       ORDER BY 1) k;
 
 -- name: TaskJunction :many
