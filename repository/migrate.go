@@ -154,6 +154,13 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, version uint) error {
 	return nil
 }
 
+// testHookMigrate, when set (by tests only), is called as withMigrate begins, and the
+// function it returns as it ends: the tests bound how many of them migrate at once (a
+// migration takes a lock of every relation it touches until its commit: 877 for
+// 000009, and a dozen at once filled a server's lock table at the default
+// max_locks_per_transaction, failing one with "out of shared memory").
+var testHookMigrate func() (done func())
+
 // testHookMigrateToSteps, when set (by tests only), runs in MigrateTo between reading
 // the version and stepping from it: where another migrator can move the schema.
 var testHookMigrateToSteps func()
@@ -338,6 +345,9 @@ func newest(src source.Driver) uint {
 // migrates in, for restoring the version after a refused migration. A distributed
 // database is migrated up with forms (migrateDistributed) instead, and not down.
 func withMigrate(ctx context.Context, pool *pgxpool.Pool, up bool, forms fs.FS, fn func(*migrate.Migrate) error) (err error) {
+	if testHookMigrate != nil {
+		defer testHookMigrate()()
+	}
 	src, err := iofs.New(schema.FS, ".")
 	if err != nil {
 		return fmt.Errorf("migrate: read embedded migrations: %w", err)
