@@ -355,6 +355,10 @@ func (b *Batch) Fail(err error) error {
 // error wrapping repository.ErrInvalid, and not declared: at the commit it would fail
 // every decision that went with it.
 func (b *Batch) Push(topic string, insertion repository.Insertion, creations ...repository.Creation) error {
+	if len(creations) == 0 {
+		// nothing to push, as Repository.Push takes it
+		return b.declare(FollowUp{Topic: topic, Push: true, Insertion: insertion})
+	}
 	err := repository.ValidateTopic(topic)
 	if err == nil && !insertion.Valid() {
 		err = fmt.Errorf("unknown insertion %d: %w", insertion, repository.ErrInvalid)

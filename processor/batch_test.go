@@ -364,11 +364,15 @@ func TestFollowUpsCheckedWhenDeclared(t *testing.T) {
 	if err := b.Push("t", repository.Append, repository.Creation{Identifier: "fine"}); err != nil {
 		t.Fatalf("a valid push: %v", err)
 	}
+	// a push of nothing is nothing, whatever its topic, as Repository.Push takes it
+	if err := b.Push("", repository.Insertion(9)); err != nil {
+		t.Fatalf("a push of no creation: %v", err)
+	}
 	if err := b.Decide(1, repository.Succeed("")); err != nil {
 		t.Fatal(err)
 	}
 	<-b.Done()
-	if got := b.Outcome().FollowUps; len(got) != 1 || got[0].Creations[0].Identifier != "fine" {
-		t.Fatalf("follow-ups %+v, want the valid push alone", got)
+	if got := b.Outcome().FollowUps; len(got) != 2 || got[0].Creations[0].Identifier != "fine" || len(got[1].Creations) != 0 {
+		t.Fatalf("follow-ups %+v, want the valid push and the empty one", got)
 	}
 }

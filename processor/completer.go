@@ -723,22 +723,27 @@ func (c *completer) decide(ctx context.Context, tx pgx.Tx, reports []*report) ([
 	if err != nil {
 		return nil, err
 	}
-	// Several junctions lock their identifiers together first, in one order: one by
-	// one, two commits running two fan-ins' junctions in opposite orders could each
-	// wait for the other (a deadlock, one of them failed and retried).
+	// Several junctions lock their identifiers together first, in one order, before any
+	// follow-up: one by one, two commits running two fan-ins' junctions in opposite
+	// orders could each wait for the other (a deadlock, one of them failed and retried).
+	// So do a junction and a push: a REPLACE or a DELETE locks the older rows of its
+	// identifiers, which another commit's junction may release while it holds the lock
+	// this commit's junction waits for.
 	junctions := map[string][]string{}
-	n := 0
+	n, pushes := 0, 0
 	for _, r := range reports {
 		for _, f := range r.followups {
-			if !f.Push {
-				n++
-				for _, g := range f.Groups {
-					junctions[f.Topic] = append(junctions[f.Topic], g...)
-				}
+			if f.Push {
+				pushes++
+				continue
+			}
+			n++
+			for _, g := range f.Groups {
+				junctions[f.Topic] = append(junctions[f.Topic], g...)
 			}
 		}
 	}
-	if n > 1 {
+	if n > 1 || n == 1 && pushes > 0 {
 		if err := repo.LockJunctions(ctx, tx, junctions); err != nil {
 			return nil, err
 		}

@@ -294,7 +294,8 @@ type Task struct {
 	// never goes down, so a completion of an earlier lease never matches a later one.
 	Attempt int32
 	// Returned counts the leases that do not use the retry budget: handed back by a
-	// snooze, or forgiven by a reset. The attempts used are Attempt − Returned.
+	// snooze or at a shutdown, by a junction's release (the lease that ended in the
+	// SUSPENSION), or forgiven by a reset. The attempts used are Attempt − Returned.
 	Returned int32
 	// Errors holds the error text of every failed attempt, oldest first.
 	Errors []string
