@@ -2938,3 +2938,41 @@ func TestScheduleTopicIndexMigration(t *testing.T) {
 		t.Errorf("t7's schedules after 000055 up, down and up: %v, want %v of 3000", after, before)
 	}
 }
+
+// TestPushNotBeforeMigration: 000057 gives task_push and task_push_batch a not_before
+// parameter; the tasks pushed before are kept as they were, a call without it works as
+// before, and the revert drops the parameter (a call naming it is refused) and keeps the
+// tasks, those pushed with it included.
+func TestPushNotBeforeMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository push not-before test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 56)
+	create("emails")
+	execEach(t, pool,
+		"SELECT task_push('emails', 'a', 'in', delay => '1 hour', priority => 3)",
+		"SELECT task_push_batch('emails', '{b,c}', '{x,y}', 'replace', NULL, 0, 'ref', false, 'key')")
+	tasks := func() []string {
+		t.Helper()
+		return textRows(t, pool, "SELECT concat_ws(' ', sequence, identifier, state, input, reference, priority, concurrency_key, not_before) FROM task ORDER BY sequence")
+	}
+	before := tasks()
+	steps(1)
+	sameRows(t, "tasks after 000057", tasks(), before)
+	execEach(t, pool,
+		"SELECT task_push('emails', 'c', 'in', 'append', NULL, 0, NULL, false, NULL)",
+		"SELECT task_push('emails', 'd', not_before => '2031-01-01T00:00:00Z')")
+	if got := textRows(t, pool, "SELECT not_before::text FROM task WHERE identifier = 'd'"); !slices.Equal(got, []string{"2031-01-01 00:00:00+00"}) {
+		t.Fatalf("not-before of the task pushed with not_before: %v", got)
+	}
+	after := tasks()
+	steps(-1)
+	sameRows(t, "tasks after reverting 000057", tasks(), after)
+	if _, err := pool.Exec(ctx, "SELECT task_push('emails', 'e', not_before => now())"); SQLState(err) != "42883" {
+		t.Fatalf("a push naming not_before after the revert: %v, want 42883 (no such parameter)", err)
+	}
+	execEach(t, pool, "SELECT task_push('emails', 'e', delay => '1 minute')")
+	steps(1)
+	execEach(t, pool, "SELECT task_push('emails', 'f', not_before => now())")
+}

@@ -861,3 +861,53 @@ func TestSQLDedicate(t *testing.T) {
 		t.Errorf("the topic's task after the refused dedicate: %v, %v", got, err)
 	}
 }
+
+// TestSQLPushNotBefore: task_push and task_push_batch take a not-before time
+// (not_before, migration 000057), as the Go push, the REST API and the CLI do: a future
+// one is the tasks', a past one too (due at once: a poll leases the task), and one
+// after the year 9999, an infinite one, or one given with a delay is refused with 22023
+// naming it, nothing written. Before, SQL had only a delay, which a trigger computing it
+// from a time already past found refused ("delay is negative").
+func TestSQLPushNotBefore(t *testing.T) {
+	t.Run("FutureAndPast", func(t *testing.T) {
+		f := setup(t)
+		at := time.Date(2031, 5, 5, 8, 0, 0, 123000, time.UTC)
+		future := sqlPush(f, "SELECT task_push('topic', 'later', not_before => '2031-05-05 10:00:00.000123+02')")
+		if got := f.get(future); !got.NotBefore.Equal(at) || got.State != repository.Ready {
+			t.Errorf("task pushed with a future not_before: %v %v, want READY not before %v", got.State, got.NotBefore, at)
+		}
+		var batch []int64
+		rows, err := f.pool.Query(f.ctx, "SELECT task_push_batch('topic', '{b1,b2}', not_before => $1)", at)
+		if err == nil {
+			batch, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+		if err != nil || len(batch) != 2 {
+			t.Fatalf("task_push_batch with not_before: %v, %v", batch, err)
+		}
+		for _, seq := range batch {
+			if got := f.get(seq); !got.NotBefore.Equal(at) {
+				t.Errorf("batch task %d not before %v, want %v", seq, got.NotBefore, at)
+			}
+		}
+		past := sqlPush(f, "SELECT task_push('topic', 'overdue', not_before => now() - interval '1 hour')")
+		leased := f.poll(repository.FIFO, repository.None, 10)
+		if len(leased) != 1 || leased[0].Sequence != past {
+			t.Fatalf("poll leased %v, want the task due an hour ago alone", leased)
+		}
+	})
+	for _, tc := range []struct{ name, query, says string }{
+		{"AfterTheYear9999", "SELECT task_push('topic', 'a', not_before => '10000-01-01T00:00:00Z')", "after the year 9999"},
+		{"Infinity", "SELECT task_push_batch('topic', '{a}', not_before => 'infinity')", "after the year 9999"},
+		{"MinusInfinity", "SELECT task_push('topic', 'a', not_before => '-infinity')", "is not a time"},
+		{"WithADelay", "SELECT task_push('topic', 'a', delay => '1 minute', not_before => now())", "both given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			_, err := f.pool.Exec(f.ctx, tc.query)
+			wantPgError(t, err, "22023", tc.says)
+			if n := taskCount(f); n != 0 {
+				t.Errorf("%d tasks written, want none", n)
+			}
+		})
+	}
+}

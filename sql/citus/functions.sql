@@ -975,7 +975,7 @@ $$;
 -- task_push_batch, the SQL API's push (migration 000015's, whose checks and errors it
 -- keeps word for word; 000034's delay check, 000047's calendar delay: the milliseconds
 -- task_citus_push adds are those from now() to now() + delay; 000037's cap counts a
--- replacing push net, on the topic's node): on Citus its
+-- replacing push net, on the topic's node; 000057's not_before): on Citus its
 -- statement, which notifies from inside, cannot run; this one takes the Go push's path.
 CREATE OR REPLACE FUNCTION task_push_batch(
     topic       text,
@@ -986,7 +986,8 @@ CREATE OR REPLACE FUNCTION task_push_batch(
     priority    integer  DEFAULT 0,
     reference   text     DEFAULT NULL,
     suspended   boolean  DEFAULT false,
-    concurrency_key text DEFAULT NULL
+    concurrency_key text DEFAULT NULL,
+    not_before  timestamptz DEFAULT NULL
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 -- Parameters share their names with task's columns (that is what makes named-argument calls
@@ -1006,6 +1007,7 @@ DECLARE
     v_pushed     bigint[];
     v_notice     text;
     v_delay_ms   numeric;
+    v_at_us      bigint := 0; -- not_before, in microseconds since the epoch (0: none)
 BEGIN
     v_mode := array_position(ARRAY['APPEND', 'REPLACE', 'SUPERSEDE', 'DELETE'],
                              upper(task_push_batch.insertion)) - 1;
@@ -1044,6 +1046,26 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         v_delay_ms := ceil(extract(epoch FROM v_not_before - now()) * 1000);
+    END IF;
+    -- A not-before time given is the tasks' as it is (one already past: due at once), as
+    -- the Go push takes Creation.NotBefore (migration 000057), and goes to
+    -- task_citus_push as the Go push's does; with a delay too, which of the two is meant
+    -- is not known.
+    IF task_push_batch.not_before IS NOT NULL THEN
+        IF task_push_batch.delay IS NOT NULL THEN
+            RAISE EXCEPTION 'delay % and not_before % both given: give one', quote_literal(task_push_batch.delay),
+                quote_literal(task_push_batch.not_before)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF task_push_batch.not_before > timestamptz '9999-12-31 23:59:59.999999+00' THEN
+            RAISE EXCEPTION 'not_before % is after the year 9999', quote_literal(task_push_batch.not_before)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NOT isfinite(task_push_batch.not_before) THEN
+            RAISE EXCEPTION 'not_before % is not a time', quote_literal(task_push_batch.not_before)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        v_at_us := (extract(epoch FROM task_push_batch.not_before) * 1000000)::bigint;
     END IF;
     IF task_push_batch.priority IS NULL OR task_push_batch.priority NOT BETWEEN -32768 AND 32767 THEN
         RAISE EXCEPTION 'priority % is out of range -32768..32767', coalesce(task_push_batch.priority::text, 'NULL')
@@ -1126,7 +1148,7 @@ BEGIN
                          array_fill(coalesce(task_push_batch.reference, ''), ARRAY[v_count]),
                          array_fill(task_push_batch.suspended, ARRAY[v_count]),
                          array_fill(task_push_batch.priority::smallint, ARRAY[v_count]),
-                         array_fill(0::bigint, ARRAY[v_count]),
+                         array_fill(v_at_us, ARRAY[v_count]),
                          array_fill(v_delay_ms::bigint, ARRAY[v_count]),
                          array_fill(coalesce(task_push_batch.concurrency_key, ''), ARRAY[v_count])) p;
     IF v_pushed IS NULL THEN
