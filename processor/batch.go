@@ -550,7 +550,7 @@ type startTracker interface{ tracksStarts() }
 // from the queue as its HandlerTimeout relieved it (handing its tasks back, which other
 // processes may be running already) looked before that, and would run them again.
 func handleBatch(ctx context.Context, h Handler, b *Batch) {
-	if _, ok := h.(startTracker); !ok && !b.beginAll() {
+	if _, ok := h.(startTracker); !ok && (b.failCancelled() || !b.beginAll()) {
 		return
 	}
 	h.Handle(ctx, b)
@@ -681,6 +681,44 @@ func (b *Batch) cancelTask(sequence int64) bool {
 		return false
 	}
 	b.cancels[i](ErrTaskCancelled)
+	if b.cancel != nil && b.undecidedCancelledLocked() {
+		// every task left is cancelled: so is the batch's context, which a BatchFunc
+		// works on (it cannot see the tasks' own)
+		b.cancel(ErrTaskCancelled)
+	}
+	return true
+}
+
+// undecidedCancelledLocked reports whether every task of the batch not decided yet, one
+// at least, is cancelled (cancelTask). b.mu is held.
+func (b *Batch) undecidedCancelledLocked() bool {
+	found := false
+	for i := range b.leases {
+		if b.decided[i] {
+			continue
+		}
+		if context.Cause(b.taskCtx[i]) != ErrTaskCancelled {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// failCancelled decides FAILED with ErrTaskCancelled every task not decided yet when
+// each of them is cancelled, and reports whether it did: a batch of a handler that does
+// not say which tasks it starts (a BatchFunc), queued in a Buffer while its tasks were
+// cancelled, is not handed over to work on them.
+func (b *Batch) failCancelled() bool {
+	b.setup()
+	b.mu.Lock()
+	if b.closed || !b.undecidedCancelledLocked() {
+		b.mu.Unlock()
+		return false
+	}
+	failed := b.decideRestLocked(func(int) repository.Decision { return repository.Fail(ErrTaskCancelled) })
+	b.mu.Unlock()
+	b.emit(failed, nil, reportDecided, nil)
 	return true
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,6 +218,61 @@ func TestCancel(t *testing.T) {
 		defer mu.Unlock()
 		if !slices.Equal(ran, []int64{tasks[0].Sequence}) {
 			t.Errorf("the handler ran tasks %v, want only %d (the others were cancelled before their turn)", ran, tasks[0].Sequence)
+		}
+	})
+
+	// A BatchFunc works on the batch's context, not the tasks': it is cancelled once
+	// every task of the batch left undecided is, and a batch whose tasks were all
+	// cancelled while it waited in a Buffer is not handed to the function. Before, the
+	// function worked on, and a queued batch of cancelled tasks was run.
+	t.Run("ABatchFuncSeesItsBatchCancelled", func(t *testing.T) {
+		f := setup(t)
+		tasks := f.pushN(3)
+		started := make(chan struct{}, 1)
+		sawCancel := make(chan error, 1)
+		var ran atomic.Int32
+		batchFn := processor.BatchFunc(func(ctx context.Context, tasks []repository.Task) (map[int64]repository.Decision, error) {
+			ran.Add(1)
+			started <- struct{}{}
+			<-ctx.Done()
+			sawCancel <- context.Cause(ctx)
+			out := map[int64]repository.Decision{}
+			for _, task := range tasks {
+				out[task.Sequence] = repository.Succeed("ignored the cancel")
+			}
+			return out, nil
+		})
+		h, err := processor.Buffer(batchFn, processor.BufferConfig{Queue: 1, MinWorkers: 1, MaxWorkers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// batches of two and one: the first runs, the second waits in the queue
+		p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: h, BatchSize: 2})
+		connected := p.Notifier().Connected()
+		f.start(p)
+		<-connected
+		<-started
+		f.eventually("every task leased", func() bool { return f.count(repository.Active) == 3 })
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", tasks[2].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", tasks[0].Sequence, tasks[1].Sequence); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case cause := <-sawCancel:
+			if !errors.Is(cause, processor.ErrTaskCancelled) {
+				t.Fatalf("the batch's context cause = %v, want ErrTaskCancelled", cause)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the BatchFunc's context was not cancelled when every task of its batch was")
+		}
+		for _, task := range tasks {
+			f.eventually("the cancelled task failed", func() bool { return f.get(task.Sequence).State == repository.Failed })
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n := ran.Load(); n != 1 {
+			t.Fatalf("the BatchFunc ran %d batches, want 1: the queued batch's only task was cancelled", n)
 		}
 	})
 
