@@ -2950,6 +2950,32 @@ func TestPushNotBeforeMigration(t *testing.T) {
 	steps, create := stepper(t, pool)
 	migrateTo(t, pool, 56)
 	create("emails")
+	// an installation's privileges on the functions: EXECUTE revoked from PUBLIC and
+	// granted to its role (roles are the server's: one of this test's own)
+	role := fmt.Sprintf("pgtask_push_%d", time.Now().UnixNano())
+	execEach(t, pool, "CREATE ROLE "+role)
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		_, _ = pool.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = pool.Exec(ctx, "DROP ROLE "+role)
+	})
+	privileges := func(signature string) []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' WHEN a.grantee::regrole::text = '`+role+`' THEN 'role' ELSE 'owner' END || ' ' || a.privilege_type
+			FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+			WHERE p.oid = '`+signature+`'::regprocedure ORDER BY 1`)
+	}
+	const push9, batch9 = "task_push(text, text, text, text, interval, integer, text, boolean, text)",
+		"task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text)"
+	const push10, batch10 = "task_push(text, text, text, text, interval, integer, text, boolean, text, timestamptz)",
+		"task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text, timestamptz)"
+	for _, f := range []string{push9, batch9} {
+		execEach(t, pool, "REVOKE ALL ON FUNCTION "+f+" FROM PUBLIC", "GRANT EXECUTE ON FUNCTION "+f+" TO "+role)
+	}
+	want := []string{"owner EXECUTE", "role EXECUTE"}
+	if got := privileges(push9); !slices.Equal(got, want) {
+		t.Fatalf("privileges at 56: %v, want %v", got, want)
+	}
 	execEach(t, pool,
 		"SELECT task_push('emails', 'a', 'in', delay => '1 hour', priority => 3)",
 		"SELECT task_push_batch('emails', '{b,c}', '{x,y}', 'replace', NULL, 0, 'ref', false, 'key')")
@@ -2960,6 +2986,11 @@ func TestPushNotBeforeMigration(t *testing.T) {
 	before := tasks()
 	steps(1)
 	sameRows(t, "tasks after 000057", tasks(), before)
+	for _, f := range []string{push10, batch10} {
+		if got := privileges(f); !slices.Equal(got, want) {
+			t.Errorf("privileges of %s after 000057: %v, want %v (kept)", f, got, want)
+		}
+	}
 	execEach(t, pool,
 		"SELECT task_push('emails', 'c', 'in', 'append', NULL, 0, NULL, false, NULL)",
 		"SELECT task_push('emails', 'd', not_before => '2031-01-01T00:00:00Z')")
@@ -2969,6 +3000,11 @@ func TestPushNotBeforeMigration(t *testing.T) {
 	after := tasks()
 	steps(-1)
 	sameRows(t, "tasks after reverting 000057", tasks(), after)
+	for _, f := range []string{push9, batch9} {
+		if got := privileges(f); !slices.Equal(got, want) {
+			t.Errorf("privileges of %s after reverting 000057: %v, want %v (kept)", f, got, want)
+		}
+	}
 	if _, err := pool.Exec(ctx, "SELECT task_push('emails', 'e', not_before => now())"); SQLState(err) != "42883" {
 		t.Fatalf("a push naming not_before after the revert: %v, want 42883 (no such parameter)", err)
 	}

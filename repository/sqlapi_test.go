@@ -889,6 +889,11 @@ func TestSQLPushNotBefore(t *testing.T) {
 				t.Errorf("batch task %d not before %v, want %v", seq, got.NotBefore, at)
 			}
 		}
+		// a zero delay is none, as the Go push has it
+		zero := sqlPush(f, "SELECT task_push('topic', 'zero', delay => '0', not_before => '2031-05-05 10:00:00.000123+02')")
+		if got := f.get(zero); !got.NotBefore.Equal(at) {
+			t.Errorf("task pushed with a zero delay and a not_before: not before %v, want %v", got.NotBefore, at)
+		}
 		past := sqlPush(f, "SELECT task_push('topic', 'overdue', not_before => now() - interval '1 hour')")
 		leased := f.poll(repository.FIFO, repository.None, 10)
 		if len(leased) != 1 || leased[0].Sequence != past {

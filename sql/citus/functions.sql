@@ -1052,7 +1052,7 @@ BEGIN
     -- task_citus_push as the Go push's does; with a delay too, which of the two is meant
     -- is not known.
     IF task_push_batch.not_before IS NOT NULL THEN
-        IF task_push_batch.delay IS NOT NULL THEN
+        IF task_push_batch.delay > interval '0' THEN
             RAISE EXCEPTION 'delay % and not_before % both given: give one', quote_literal(task_push_batch.delay),
                 quote_literal(task_push_batch.not_before)
                 USING ERRCODE = 'invalid_parameter_value';
@@ -1065,7 +1065,8 @@ BEGIN
             RAISE EXCEPTION 'not_before % is not a time', quote_literal(task_push_batch.not_before)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        v_at_us := (extract(epoch FROM task_push_batch.not_before) * 1000000)::bigint;
+        -- 0 would say none: the epoch itself, long past, is due at once either way
+        v_at_us := greatest((extract(epoch FROM task_push_batch.not_before) * 1000000)::bigint, 1);
     END IF;
     IF task_push_batch.priority IS NULL OR task_push_batch.priority NOT BETWEEN -32768 AND 32767 THEN
         RAISE EXCEPTION 'priority % is out of range -32768..32767', coalesce(task_push_batch.priority::text, 'NULL')

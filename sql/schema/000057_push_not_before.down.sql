@@ -1,6 +1,12 @@
 -- 000057 reverted: task_push_batch as 000053 made it and task_push as 000015 did, without
 -- not_before.
 
+-- The functions' owner and privileges, kept across the DROP and CREATE below: an
+-- installation that revoked EXECUTE from PUBLIC, or granted it to its roles, keeps that.
+CREATE TEMP TABLE pgtask_push_kept AS
+SELECT p.proname::text AS name, p.proowner::regrole::text AS owner, p.proacl
+FROM pg_catalog.pg_proc p WHERE p.oid IN ('task_push(text, text, text, text, interval, integer, text, boolean, text, timestamptz)'::regprocedure, 'task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text, timestamptz)'::regprocedure);
+
 DROP FUNCTION task_push(text, text, text, text, interval, integer, text, boolean, text, timestamptz);
 DROP FUNCTION task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text, timestamptz);
 
@@ -305,3 +311,29 @@ $$;
 
 COMMENT ON FUNCTION task_push(text, text, text, text, interval, integer, text, boolean, text) IS
 'Pushes one task to a topic and returns its sequence; see docs/sql.md.';
+
+DO $$
+DECLARE
+    v_kept      record;
+    v_grant     record;
+    v_signature text;
+BEGIN
+    FOR v_kept IN SELECT * FROM pgtask_push_kept LOOP
+        v_signature := CASE v_kept.name WHEN 'task_push' THEN 'task_push(text, text, text, text, interval, integer, text, boolean, text)'
+                                        ELSE 'task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text)' END;
+        IF v_kept.owner IS DISTINCT FROM current_user::regrole::text THEN
+            EXECUTE format('ALTER FUNCTION %s OWNER TO %s', v_signature, v_kept.owner);
+        END IF;
+        IF v_kept.proacl IS NOT NULL THEN
+            EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_signature);
+            FOR v_grant IN SELECT * FROM aclexplode(v_kept.proacl) LOOP
+                EXECUTE format('GRANT %s ON FUNCTION %s TO %s%s', v_grant.privilege_type, v_signature,
+                               CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC' ELSE v_grant.grantee::regrole::text END,
+                               CASE WHEN v_grant.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            END LOOP;
+        END IF;
+    END LOOP;
+END
+$$;
+
+DROP TABLE pgtask_push_kept;

@@ -9,6 +9,12 @@
 -- functions (task_push_batch as 000053 made it, task_push as 000015 did). Rows are kept
 -- as they are.
 
+-- The functions' owner and privileges, kept across the DROP and CREATE below: an
+-- installation that revoked EXECUTE from PUBLIC, or granted it to its roles, keeps that.
+CREATE TEMP TABLE pgtask_push_kept AS
+SELECT p.proname::text AS name, p.proowner::regrole::text AS owner, p.proacl
+FROM pg_catalog.pg_proc p WHERE p.oid IN ('task_push(text, text, text, text, interval, integer, text, boolean, text)'::regprocedure, 'task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text)'::regprocedure);
+
 DROP FUNCTION task_push(text, text, text, text, interval, integer, text, boolean, text);
 DROP FUNCTION task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text);
 
@@ -78,7 +84,7 @@ BEGIN
     -- the Go push takes Creation.NotBefore; with a delay too, which of the two is meant
     -- is not known.
     IF task_push_batch.not_before IS NOT NULL THEN
-        IF task_push_batch.delay IS NOT NULL THEN
+        IF task_push_batch.delay > interval '0' THEN
             RAISE EXCEPTION 'delay % and not_before % both given: give one', quote_literal(task_push_batch.delay),
                 quote_literal(task_push_batch.not_before)
                 USING ERRCODE = 'invalid_parameter_value';
@@ -335,3 +341,29 @@ $$;
 
 COMMENT ON FUNCTION task_push(text, text, text, text, interval, integer, text, boolean, text, timestamptz) IS
 'Pushes one task to a topic and returns its sequence; see docs/sql.md.';
+
+DO $$
+DECLARE
+    v_kept      record;
+    v_grant     record;
+    v_signature text;
+BEGIN
+    FOR v_kept IN SELECT * FROM pgtask_push_kept LOOP
+        v_signature := CASE v_kept.name WHEN 'task_push' THEN 'task_push(text, text, text, text, interval, integer, text, boolean, text, timestamptz)'
+                                        ELSE 'task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text, timestamptz)' END;
+        IF v_kept.owner IS DISTINCT FROM current_user::regrole::text THEN
+            EXECUTE format('ALTER FUNCTION %s OWNER TO %s', v_signature, v_kept.owner);
+        END IF;
+        IF v_kept.proacl IS NOT NULL THEN
+            EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_signature);
+            FOR v_grant IN SELECT * FROM aclexplode(v_kept.proacl) LOOP
+                EXECUTE format('GRANT %s ON FUNCTION %s TO %s%s', v_grant.privilege_type, v_signature,
+                               CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC' ELSE v_grant.grantee::regrole::text END,
+                               CASE WHEN v_grant.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            END LOOP;
+        END IF;
+    END LOOP;
+END
+$$;
+
+DROP TABLE pgtask_push_kept;
