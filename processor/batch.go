@@ -125,6 +125,11 @@ type Batch struct {
 	cancel                      context.CancelCauseFunc
 	taskCtx                     []context.Context
 	cancels                     []context.CancelCauseFunc
+	// cancelled marks the tasks cancelled while undecided (cancelTask); cancelledLeft
+	// counts those not decided since: when it reaches undecided, the batch's context is
+	// cancelled too.
+	cancelled     []bool
+	cancelledLeft int
 
 	// open is the batch's report waiting in the completer for its next flush, which
 	// later reports join (guarded by the completer's mutex). unsettled counts the tasks
@@ -151,10 +156,10 @@ var ErrTaskCancelled = errors.New("task cancelled")
 // ErrLeaseLost is the cause of a task context cancelled because the processor's
 // heartbeat has failed for so long that other processors may soon count it dead and
 // take its leases back (Config.ExpiryTimeout): the task would then run again elsewhere
-// while this handler still works on it. The handler should stop at once: what it
-// decides within the expiry timeout is committed as usual; at the timeout, a task it has
-// not decided FAILS with this error (an attempt used, as an expiry counts it), when its
-// lease is still this processor's.
+// while this handler still works on it. The handler should stop at once. What it
+// decides is committed as usual when the lease is still this processor's, except a
+// failure, which hands the task back (READY, its attempt unused): the outage failed
+// it, not the task.
 var ErrLeaseLost = errors.New("lease may be lost")
 
 // NewBatch returns a batch of tasks that no manager leased, for running a handler
@@ -203,6 +208,7 @@ func (b *Batch) build(ctx context.Context) {
 	}
 	b.taskCtx = make([]context.Context, n)
 	b.cancels = make([]context.CancelCauseFunc, n)
+	b.cancelled = make([]bool, n)
 	b.unsettled.Store(int64(n))
 	ctx = context.WithValue(ctx, stoppingKey{}, b.stopping)
 	for i, t := range b.leased {
@@ -463,16 +469,27 @@ func (b *Batch) Outcome() Outcome {
 	return o
 }
 
-// decideLocked records the decision of task i and returns its completion.
+// decideLocked records the decision of task i and returns its completion. A failure of
+// a task whose context was cancelled for a stale heartbeat (ErrLeaseLost) hands the task
+// back instead, its attempt unused: the processor's outage stopped it, not the task
+// (its handler's error is most often the context's).
 func (b *Batch) decideLocked(i int, d repository.Decision) repository.Completion {
 	if err := d.Validate(); err != nil {
 		// Refused by the completion, it would fail every decision committed with it:
 		// the task alone fails, saying why.
 		d = repository.Fail(fmt.Errorf("invalid decision: %w", err))
 	}
+	if d.Result == repository.Failure && !d.Snooze && b.taskCtx != nil && context.Cause(b.taskCtx[i]) == ErrLeaseLost {
+		d = repository.SnoozeFor(0)
+	}
 	b.decided[i] = true
 	b.leases[i].Decision = d
 	b.undecided--
+	if b.cancelled[i] {
+		b.cancelledLeft--
+	} else {
+		b.cancelIfAllCancelledLocked()
+	}
 	b.lastDecision = time.Now()
 	if b.firstDecision.IsZero() {
 		b.firstDecision = b.lastDecision
@@ -533,7 +550,7 @@ func (b *Batch) beginAll() bool {
 	b.setup()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.closed || b.undecided == 0 {
 		return false
 	}
 	b.allBegun = true
@@ -681,28 +698,27 @@ func (b *Batch) cancelTask(sequence int64) bool {
 		return false
 	}
 	b.cancels[i](ErrTaskCancelled)
-	if b.cancel != nil && b.undecidedCancelledLocked() {
-		// every task left is cancelled: so is the batch's context, which a BatchFunc
-		// works on (it cannot see the tasks' own)
+	if !b.decided[i] {
+		b.cancelled[i] = true
+		b.cancelledLeft++
+	}
+	b.cancelIfAllCancelledLocked()
+	return true
+}
+
+// cancelIfAllCancelledLocked cancels the batch's context, which a BatchFunc works on (it
+// cannot see the tasks' own), with ErrTaskCancelled once every task left undecided, one
+// at least, is cancelled. b.mu is held.
+func (b *Batch) cancelIfAllCancelledLocked() {
+	if b.cancel != nil && b.cancelledLeft > 0 && b.cancelledLeft == b.undecided {
 		b.cancel(ErrTaskCancelled)
 	}
-	return true
 }
 
 // undecidedCancelledLocked reports whether every task of the batch not decided yet, one
 // at least, is cancelled (cancelTask). b.mu is held.
 func (b *Batch) undecidedCancelledLocked() bool {
-	found := false
-	for i := range b.leases {
-		if b.decided[i] {
-			continue
-		}
-		if context.Cause(b.taskCtx[i]) != ErrTaskCancelled {
-			return false
-		}
-		found = true
-	}
-	return found
+	return b.cancelledLeft > 0 && b.cancelledLeft == b.undecided
 }
 
 // failCancelled decides FAILED with ErrTaskCancelled every task not decided yet when

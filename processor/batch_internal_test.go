@@ -37,3 +37,84 @@ func TestABatchRelievedBeforeItStartsIsNotHandled(t *testing.T) {
 		}
 	}
 }
+
+// managedBatch is a batch of tasks 1..n as a manager makes it: a context of its own,
+// which cancelTask and loseLeases cancel.
+func managedBatch(t *testing.T, n int) *Batch {
+	t.Helper()
+	tasks := make([]repository.Task, n)
+	for i := range tasks {
+		tasks[i] = repository.Task{Sequence: int64(i + 1), Attempt: 1}
+	}
+	ctx, cancel := context.WithCancelCause(t.Context())
+	b := newBatch(ctx, "t", tasks, nil, nil)
+	b.cancel = cancel
+	return b
+}
+
+// TestABatchCancelledTaskByTask: the batch's context (a BatchFunc's) is cancelled, with
+// ErrTaskCancelled, once every task left undecided is cancelled, whether the last
+// cancel or the last decision of a task not cancelled brings it there.
+func TestABatchCancelledTaskByTask(t *testing.T) {
+	b := managedBatch(t, 3)
+	b.cancelTask(3)
+	if b.ctx.Err() != nil {
+		t.Fatal("the batch's context ended with two of its three tasks not cancelled")
+	}
+	if err := b.Decide(1, repository.Succeed("")); err != nil {
+		t.Fatal(err)
+	}
+	if b.ctx.Err() != nil {
+		t.Fatal("the batch's context ended with task 2 neither decided nor cancelled")
+	}
+	if err := b.Decide(2, repository.Succeed("")); err != nil {
+		t.Fatal(err)
+	}
+	if cause := context.Cause(b.ctx); cause != ErrTaskCancelled {
+		t.Fatalf("the batch's context, its one task left cancelled: cause %v, want ErrTaskCancelled", cause)
+	}
+
+	b = managedBatch(t, 2)
+	b.cancelTask(1)
+	b.cancelTask(2)
+	if cause := context.Cause(b.ctx); cause != ErrTaskCancelled {
+		t.Fatalf("the batch's context, both its tasks cancelled: cause %v, want ErrTaskCancelled", cause)
+	}
+}
+
+// TestLostLeasesHandBack: at a stale heartbeat (loseLeases) a batch's context ends with
+// ErrLeaseLost, its tasks not started are handed back, and the failure its handler then
+// reports for a started one hands that one back too (the outage failed it); a batch
+// whose tasks were all handed back is not handed to a handler afterwards, nor taken
+// from the loop's queue (takeHanded), whose slot it would hold for ever.
+func TestLostLeasesHandBack(t *testing.T) {
+	b := managedBatch(t, 3)
+	if !b.begin(1) {
+		t.Fatal("begin 1")
+	}
+	if !b.loseLeases() {
+		t.Fatal("loseLeases: the batch's context was live")
+	}
+	if cause := context.Cause(b.Context(1)); cause != ErrLeaseLost {
+		t.Fatalf("task 1's context cause %v, want ErrLeaseLost", cause)
+	}
+	if err := b.Decide(1, repository.Fail(context.Cause(b.Context(1)))); err != nil {
+		t.Fatal(err)
+	}
+	o := b.Outcome()
+	for seq := int64(1); seq <= 3; seq++ {
+		if d := o.Decisions[seq]; !d.Snooze || d.Delay != 0 {
+			t.Errorf("task %d decided %+v, want handed back (a snooze of 0)", seq, d)
+		}
+	}
+	if b.beginAll() {
+		t.Fatal("beginAll of a batch every task of which is decided")
+	}
+
+	waiting, live := managedBatch(t, 1), managedBatch(t, 1)
+	waiting.loseLeases()
+	m := &TaskManager{handed: []*Batch{waiting, live}}
+	if got := m.takeHanded(); got != live {
+		t.Fatalf("takeHanded = %p, want the live batch %p (the other's tasks were handed back)", got, live)
+	}
+}

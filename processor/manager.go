@@ -822,11 +822,13 @@ func (m *TaskManager) inflightBatches() []*Batch {
 	return slices.Collect(maps.Keys(m.inflight))
 }
 
-// leasesAtRisk cancels the contexts of the batches in flight, and their tasks', with
-// ErrLeaseLost, and hands back the tasks their handlers have not started: the owner's
-// heartbeat is stale (Processor.guardLeases). It returns how many batches it
-// cancelled that were not cancelled already.
+// leasesAtRisk hands back the batches waiting for the poll loop (returnHanded), and
+// cancels the contexts of the batches in flight, and their tasks', with ErrLeaseLost,
+// handing back the tasks their handlers have not started: the owner's heartbeat is
+// stale (Processor.guardLeases). It returns how many batches it cancelled that were not
+// cancelled already.
 func (m *TaskManager) leasesAtRisk() int {
+	m.returnHanded(false)
 	cancelled := 0
 	for _, b := range m.inflightBatches() {
 		if b.loseLeases() {
@@ -834,17 +836,6 @@ func (m *TaskManager) leasesAtRisk() int {
 		}
 	}
 	return cancelled
-}
-
-// leasesLost relieves the handlers of the tasks in flight that they have not decided,
-// err (wrapping ErrLeaseLost) failing those begun and the others handed back: the
-// owner's heartbeat is as old as the expiry timeout (Processor.guardLeases), and
-// other processors may take the leases back and run the tasks again.
-func (m *TaskManager) leasesLost(err error) {
-	for _, b := range m.inflightBatches() {
-		b.loseLeases()
-		m.relieve(b, err)
-	}
 }
 
 // poll is the poll loop proper; it returns when ctx is done.
@@ -1115,14 +1106,19 @@ func (m *TaskManager) queueHanded(b *Batch) bool {
 func (m *TaskManager) takeHanded() *Batch {
 	m.handMu.Lock()
 	defer m.handMu.Unlock()
-	if len(m.handed) == 0 {
-		return nil
+	for len(m.handed) > 0 {
+		b := m.handed[0]
+		m.handed = m.handed[1:]
+		if b.isClosed() {
+			// every task decided while it waited (handed back: Batch.loseLeases): its
+			// report needs no slot, and nothing is left to handle
+			continue
+		}
+		b.slotless.Store(false)
+		m.armTimeout(b)
+		return b
 	}
-	b := m.handed[0]
-	m.handed = m.handed[1:]
-	b.slotless.Store(false)
-	m.armTimeout(b)
-	return b
+	return nil
 }
 
 // returnHanded hands back the batches waiting for the poll loop (it stops, or the topic

@@ -55,8 +55,9 @@ type Config struct {
 	// While the last heartbeat that succeeded is older than ExpiryTimeout less a
 	// HeartbeatInterval (or halfway between them, when they are closer), the managers
 	// lease nothing: other processors would soon take the tasks back. Once it is that old,
-	// the handlers are relieved of the tasks in flight, and their contexts cancelled with
-	// ErrLeaseLost, so that they stop before the tasks run again elsewhere.
+	// the contexts of the tasks in flight are cancelled with ErrLeaseLost, and those not
+	// started handed back, so that the handlers stop before the tasks run again
+	// elsewhere; a failure a handler then reports hands its task back, attempt unused.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
@@ -837,16 +838,15 @@ func (p *Processor) staleAfter() time.Duration {
 // guardLeases protects the tasks in flight when the owner's heartbeat fails: other
 // processors count the owner dead once its last heartbeat that succeeded is as old as
 // the expiry timeout, and take its leases back, and its tasks would then run twice at
-// once. From the moment that heartbeat is stale (beatStale: a heartbeat interval before
-// the expiry timeout, by default), the batches' contexts, and their tasks', are
-// cancelled with ErrLeaseLost and the tasks not started are handed back
-// (TaskManager.leasesAtRisk): a handler has until the expiry timeout to stop, and what
-// it decides by then is committed as usual (the lease is still this owner's). At the
-// expiry timeout, the tasks still undecided are taken from their handlers
-// (TaskManager.leasesLost: they FAIL with ErrLeaseLost, when the lease is still this
-// owner's). Both are done again every quarter of a heartbeat interval while no
-// heartbeat succeeds (a poll answered late leases a batch meanwhile). It goes on until
-// ctx ends, waking when the last heartbeat would go stale, or at the next one.
+// once. While that heartbeat is stale (beatStale: a heartbeat interval before the
+// expiry timeout, by default), the batches' contexts, and their tasks', are cancelled
+// with ErrLeaseLost, and the tasks not started are handed back
+// (TaskManager.leasesAtRisk), every quarter of a heartbeat interval (a poll answered
+// late leases a batch meanwhile): a handler has until the expiry timeout to stop. What
+// it decides is committed as usual, when the lease is still this owner's, except that a
+// failure of a task so cancelled hands the task back, its attempt unused
+// (Batch.decideLocked): the outage, not the task, failed it. It goes on until ctx ends,
+// waking when the last heartbeat would go stale, or at the next one.
 func (p *Processor) guardLeases(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -858,13 +858,7 @@ func (p *Processor) guardLeases(ctx context.Context) {
 		wait := p.staleAfter() - silent
 		if wait <= 0 {
 			p.leasesAtRisk(silent)
-			if silent >= p.cfg.ExpiryTimeout {
-				p.leasesLost(silent)
-			}
 			wait = p.cfg.HeartbeatInterval / 4
-			if silent < p.cfg.ExpiryTimeout {
-				wait = min(wait, p.cfg.ExpiryTimeout-silent)
-			}
 		}
 		timer.Reset(wait)
 		select {
@@ -888,17 +882,6 @@ func (p *Processor) leasesAtRisk(silent time.Duration) {
 		p.logger.Error("heartbeat stale: cancelled the handlers' work, which other processors may take back and run again once it is as old as the expiry timeout",
 			slog.String("owner", p.repo.Owner()), slog.Int("batches", cancelled), slog.Duration("silent", silent),
 			slog.Duration("expiry_timeout", p.cfg.ExpiryTimeout))
-	}
-}
-
-// leasesLost takes from every manager's handlers the tasks in flight they have not
-// decided, the owner's last heartbeat that succeeded being silent old, the expiry
-// timeout or more (guardLeases).
-func (p *Processor) leasesLost(silent time.Duration) {
-	err := fmt.Errorf("%w: the processor's heartbeat has not succeeded for %v, and other processors take back the leases of an owner silent for %v (the expiry timeout)",
-		ErrLeaseLost, silent.Round(time.Millisecond), p.cfg.ExpiryTimeout)
-	for _, m := range p.allManagers() {
-		m.leasesLost(err)
 	}
 }
 

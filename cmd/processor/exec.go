@@ -258,7 +258,9 @@ func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.D
 	case o.timedOut:
 		return repository.Fail(withTail(fmt.Sprintf("timed out after %v", timeout), o.stderr))
 	case o.leaseLost:
-		return repository.Fail(withTail("killed: "+leaseLostReason, o.stderr))
+		// killed by the processor's outage, not the task's doing: back READY, no
+		// attempt used (as the processor takes any failure of such a task)
+		return repository.SnoozeFor(0)
 	case o.shutdown:
 		return repository.Fail(withTail("killed at processor shutdown", o.stderr))
 	case o.signal != "":
@@ -284,10 +286,6 @@ func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.D
 		return repository.Fail(withTail(fmt.Sprintf("exit status %d", o.exitCode), o.stderr))
 	}
 }
-
-// leaseLostReason says why a task was stopped when the processor's heartbeat went stale
-// (processor.ErrLeaseLost).
-const leaseLostReason = "lease may be lost: the processor's heartbeat has failed, and other processors may run the task again"
 
 // withTail joins a reason and the program's stderr tail into an error.
 func withTail(reason, tail string) error {

@@ -125,6 +125,10 @@ func (h *httpHandler) post(ctx context.Context, task repository.Task) (httpRespo
 	return httpResponse{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), head: head.String(), tail: tail.String()}, nil
 }
 
+// leaseLostReason says why a task was stopped when the processor's heartbeat went stale
+// (processor.ErrLeaseLost).
+const leaseLostReason = "lease may be lost: the processor's heartbeat has failed, and other processors may run the task again"
+
 // transportError names a timeout or a cancel as such, or else keeps err.
 func (h *httpHandler) transportError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
