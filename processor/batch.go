@@ -157,9 +157,10 @@ var ErrTaskCancelled = errors.New("task cancelled")
 // heartbeat has failed for so long that other processors may soon count it dead and
 // take its leases back (Config.ExpiryTimeout): the task would then run again elsewhere
 // while this handler still works on it. The handler should stop at once. What it
-// decides is committed as usual when the lease is still this processor's, except a
-// failure, which hands the task back (READY, its attempt unused): the outage failed
-// it, not the task.
+// decides is committed as usual when the lease is still this processor's: a failure
+// uses an attempt, as an expiry would count it; a handler that would rather give the
+// task back with its attempt unused decides repository.SnoozeFor(0) (a task whose work
+// itself breaks the heartbeat would then come back for ever).
 var ErrLeaseLost = errors.New("lease may be lost")
 
 // NewBatch returns a batch of tasks that no manager leased, for running a handler
@@ -469,18 +470,12 @@ func (b *Batch) Outcome() Outcome {
 	return o
 }
 
-// decideLocked records the decision of task i and returns its completion. A failure of
-// a task whose context was cancelled for a stale heartbeat (ErrLeaseLost) hands the task
-// back instead, its attempt unused: the processor's outage stopped it, not the task
-// (its handler's error is most often the context's).
+// decideLocked records the decision of task i and returns its completion.
 func (b *Batch) decideLocked(i int, d repository.Decision) repository.Completion {
 	if err := d.Validate(); err != nil {
 		// Refused by the completion, it would fail every decision committed with it:
 		// the task alone fails, saying why.
 		d = repository.Fail(fmt.Errorf("invalid decision: %w", err))
-	}
-	if d.Result == repository.Failure && !d.Snooze && b.taskCtx != nil && context.Cause(b.taskCtx[i]) == ErrLeaseLost {
-		d = repository.SnoozeFor(0)
 	}
 	b.decided[i] = true
 	b.leases[i].Decision = d

@@ -83,10 +83,10 @@ func TestABatchCancelledTaskByTask(t *testing.T) {
 }
 
 // TestLostLeasesHandBack: at a stale heartbeat (loseLeases) a batch's context ends with
-// ErrLeaseLost, its tasks not started are handed back, and the failure its handler then
-// reports for a started one hands that one back too (the outage failed it); a batch
-// whose tasks were all handed back is not handed to a handler afterwards, nor taken
-// from the loop's queue (takeHanded), whose slot it would hold for ever.
+// ErrLeaseLost and its tasks not started are handed back, while what its handler
+// decides for a started one stands (a failure uses an attempt, as an expiry would); a
+// batch whose tasks were all handed back is not handed to a handler afterwards, nor
+// taken from the loop's queue (takeHanded), whose slot it would hold for ever.
 func TestLostLeasesHandBack(t *testing.T) {
 	b := managedBatch(t, 3)
 	if !b.begin(1) {
@@ -102,7 +102,10 @@ func TestLostLeasesHandBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := b.Outcome()
-	for seq := int64(1); seq <= 3; seq++ {
+	if d := o.Decisions[1]; d.Snooze || d.Result != repository.Failure {
+		t.Errorf("started task 1 decided %+v, want the FAILURE its handler reported", d)
+	}
+	for seq := int64(2); seq <= 3; seq++ {
 		if d := o.Decisions[seq]; !d.Snooze || d.Delay != 0 {
 			t.Errorf("task %d decided %+v, want handed back (a snooze of 0)", seq, d)
 		}

@@ -279,11 +279,11 @@ func TestHandlersStopWhenTheHeartbeatGoesStale(t *testing.T) {
 
 // TestLeaseLostAloneIsRetried: when no other processor takes the leases back (the
 // database unreachable for everyone, say), a task whose handler stopped for a stale
-// heartbeat and failed with its context's error is handed back, its attempt unused (the
-// outage, not the task, failed it), and a task of the batch not started yet is handed
-// back too; both run again once the heartbeat succeeds: nothing is lost, no attempt
-// spent. Before the guard, the handler ran on; with its first form, the failure was
-// committed at the expiry timeout, an attempt spent for every task in flight.
+// heartbeat and gave it back (SnoozeFor(0) on ErrLeaseLost, as the docs suggest) is
+// READY with its attempt unused, and a task of the batch not started yet is handed back
+// by the processor; both run again once the heartbeat succeeds: nothing is lost, no
+// attempt spent. Before the guard, the handler ran on; with its first form, a failure
+// was committed at the expiry timeout, an attempt spent for every task in flight.
 func TestLeaseLostAloneIsRetried(t *testing.T) {
 	f := setup(t)
 	f.createTopic("alone", 1) // a failure would be final
@@ -296,6 +296,9 @@ func TestLeaseLostAloneIsRetried(t *testing.T) {
 		calls <- call{task.Identifier, task.Attempt - task.Returned}
 		if task.Identifier == "long" && task.Attempt == 1 {
 			<-ctx.Done()
+			if context.Cause(ctx) == processor.ErrLeaseLost {
+				return repository.SnoozeFor(0)
+			}
 			return repository.Fail(context.Cause(ctx))
 		}
 		return repository.Succeed("done")

@@ -57,7 +57,7 @@ type Config struct {
 	// lease nothing: other processors would soon take the tasks back. Once it is that old,
 	// the contexts of the tasks in flight are cancelled with ErrLeaseLost, and those not
 	// started handed back, so that the handlers stop before the tasks run again
-	// elsewhere; a failure a handler then reports hands its task back, attempt unused.
+	// elsewhere.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
@@ -843,10 +843,8 @@ func (p *Processor) staleAfter() time.Duration {
 // with ErrLeaseLost, and the tasks not started are handed back
 // (TaskManager.leasesAtRisk), every quarter of a heartbeat interval (a poll answered
 // late leases a batch meanwhile): a handler has until the expiry timeout to stop. What
-// it decides is committed as usual, when the lease is still this owner's, except that a
-// failure of a task so cancelled hands the task back, its attempt unused
-// (Batch.decideLocked): the outage, not the task, failed it. It goes on until ctx ends,
-// waking when the last heartbeat would go stale, or at the next one.
+// it decides is committed as usual, when the lease is still this owner's. It goes on
+// until ctx ends, waking when the last heartbeat would go stale, or at the next one.
 func (p *Processor) guardLeases(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

@@ -25,8 +25,8 @@ import (
 // nothing at INFO.
 
 // relieve takes the undecided tasks of b away from its handler (HandlerTimeout, the
-// shutdown deadline, a stale heartbeat): the started ones fail with err, the others are
-// handed back. It returns how many it took.
+// shutdown deadline): the started ones fail with err, the others are handed back. It
+// returns how many it took.
 func (m *TaskManager) relieve(b *Batch, err error) int {
 	failed, handedBack := b.abandon(err)
 	if failed+handedBack == 0 {

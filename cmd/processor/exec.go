@@ -258,9 +258,9 @@ func execDecision(o execOutcome, timeout, retryDelay time.Duration) repository.D
 	case o.timedOut:
 		return repository.Fail(withTail(fmt.Sprintf("timed out after %v", timeout), o.stderr))
 	case o.leaseLost:
-		// killed by the processor's outage, not the task's doing: back READY, no
-		// attempt used (as the processor takes any failure of such a task)
-		return repository.SnoozeFor(0)
+		// an attempt used, as an expiry would count it: a program whose run itself
+		// breaks the heartbeat (a server it overloads) does not come back for ever
+		return repository.Fail(withTail("killed: "+leaseLostReason, o.stderr))
 	case o.shutdown:
 		return repository.Fail(withTail("killed at processor shutdown", o.stderr))
 	case o.signal != "":

@@ -37,7 +37,7 @@ func TestExecDecision(t *testing.T) {
 		{"TimeoutFails", execOutcome{exitCode: -1, signal: "killed", timedOut: true}, repository.Fail(errors.New("timed out after 5m0s"))},
 		{"TimeoutKeepsStderr", execOutcome{exitCode: -1, signal: "killed", timedOut: true, stderr: "stuck"}, repository.Fail(errors.New("timed out after 5m0s: stuck"))},
 		{"CancelFails", execOutcome{exitCode: -1, signal: "killed", cancelled: true, stderr: "x"}, repository.Fail(errors.New("cancelled"))},
-		{"LeaseLostKillHandsBack", execOutcome{exitCode: -1, signal: "killed", leaseLost: true, stderr: "x"}, repository.SnoozeFor(0)},
+		{"LeaseLostKillFails", execOutcome{exitCode: -1, signal: "killed", leaseLost: true, stderr: "x"}, repository.Fail(errors.New("killed: " + leaseLostReason + ": x"))},
 		{"ShutdownKillFails", execOutcome{exitCode: -1, signal: "killed", shutdown: true}, repository.Fail(errors.New("killed at processor shutdown"))},
 		{"ForeignSignalFails", execOutcome{exitCode: -1, signal: "11 (segmentation fault)", stderr: "core"}, repository.Fail(errors.New("killed by signal 11 (segmentation fault): core"))},
 		{"StartErrorRetriesLater", execOutcome{exitCode: -1, startErr: errors.New("permission denied")}, repository.SnoozeFor(retryDelay)},
