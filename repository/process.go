@@ -626,11 +626,16 @@ func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
 		// a transaction of the repository's own is READ COMMITTED whatever the
 		// database's default_transaction_isolation: its statements rely on each seeing
 		// what committed before it began (a junction after its locks, a lease after the
-		// turn of a limited topic)
-		if b, ok := h.(interface {
-			BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-		}); ok {
-			return b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+		// turn of a limited topic). A Handle of the caller's own type (a wrapper that
+		// traces, say) begins with its own Begin, which it may have overridden.
+		readCommitted := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+		switch c := h.(type) {
+		case *pgxpool.Pool:
+			return c.BeginTx(ctx, readCommitted)
+		case *pgxpool.Conn:
+			return c.BeginTx(ctx, readCommitted)
+		case *pgx.Conn:
+			return c.BeginTx(ctx, readCommitted)
 		}
 		return h.Begin(ctx)
 	}

@@ -488,10 +488,11 @@ func inTxCommitting(ctx, commitCtx context.Context, h Handle, fn func(tx pgx.Tx)
 // calls safe to retry, and pgx.BeginFunc replaces the commit's error with its
 // rollback's). Only a COMMIT the server answered by rolling back is certain
 // (rolledBack): the transaction was already aborted, or a deferred constraint failed.
-// A transaction of its own is READ COMMITTED whatever the database's
-// default_transaction_isolation, as every transaction the repository opens: its
-// statements rely on each seeing what committed before it began. It is the
-// repository's own inTx.
+// A transaction of its own on a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn is READ
+// COMMITTED whatever the database's default_transaction_isolation, as every
+// transaction the repository opens there: its statements rely on each seeing what
+// committed before it began (a Handle of another type begins with its own Begin). It is
+// the repository's own inTx.
 func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	return inTx(ctx, h, fn)
 }
