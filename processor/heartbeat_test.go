@@ -365,3 +365,83 @@ func (f *fixture) getIn(topic string, sequence int64) repository.Task {
 	}
 	return got
 }
+
+// TestNoExpiryRightAfterAnOutage: a processor whose own heartbeat comes back after an
+// outage (its owner row locked here; the database down for every owner, in production)
+// does not expire other owners' leases for an expiry timeout, in which the live ones
+// heart-beat again: the other processor here, its heartbeat back half a second later,
+// keeps its lease, and its handler's success (late: it ignored the cancel) is committed,
+// the task run once. The first processor back used to take the other's lease at once
+// and run the task again.
+func TestNoExpiryRightAfterAnOutage(t *testing.T) {
+	f := setup(t)
+	f.createTopic("outage", 2)
+	runs := make(chan string, 10)
+	started := make(chan struct{}, 1)
+	handler := func(owner string) processor.Handler {
+		return processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+			runs <- owner
+			if owner == "b" && task.Attempt == 1 {
+				started <- struct{}{}
+				time.Sleep(3500 * time.Millisecond) // ignores its context
+			}
+			return repository.Succeed(owner)
+		})
+	}
+	cfg := processor.Config{HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: time.Second}
+	b, _ := f.processor("b", cfg, processor.ManagerConfig{Topic: "outage", Handler: handler("b")})
+	f.start(b)
+	pushed, err := f.repo.Push(f.ctx, f.pool, "outage", repository.Append, repository.Creation{Identifier: "t", Input: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task did not start")
+	}
+	a, _ := f.processor("a", cfg, processor.ManagerConfig{Topic: "outage", Handler: handler("a")})
+	f.start(a)
+	f.eventually("a registered", func() bool {
+		var n int
+		_ = f.pool.QueryRow(f.ctx, `SELECT count(*) FROM task_owner WHERE owner = 'a'`).Scan(&n)
+		return n == 1
+	})
+	lock := func(owner string) pgx.Tx {
+		t.Helper()
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(f.ctx)) })
+		if _, err := tx.Exec(f.ctx, `SELECT FROM task_owner WHERE owner = $1 FOR UPDATE`, owner); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	txA, txB := lock("a"), lock("b")
+	time.Sleep(2 * time.Second) // both heartbeats stale, and as old as the expiry timeout
+	if err := txA.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // a is back; b is not yet
+	if err := txB.Rollback(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var task repository.Task
+	f.eventually("the task SUCCEEDED", func() bool {
+		task = f.getIn("outage", pushed[0].Sequence)
+		return task.State == repository.Succeeded
+	})
+	if task.Output != "b" || task.Attempt != 1 {
+		t.Fatalf("task %+v, want SUCCEEDED by b at its first attempt: a took b's lease and ran it again", task)
+	}
+	close(runs)
+	var all []string
+	for r := range runs {
+		all = append(all, r)
+	}
+	if len(all) != 1 {
+		t.Fatalf("runs %v, want b's alone", all)
+	}
+}
