@@ -57,9 +57,7 @@ type Config struct {
 	// lease nothing: other processors would soon take the tasks back. Once it is that old,
 	// the contexts of the tasks in flight are cancelled with ErrLeaseLost, and those not
 	// started handed back, so that the handlers stop before the tasks run again
-	// elsewhere. While it is stale, and for an ExpiryTimeout after the heartbeat comes back,
-	// this processor expires no other owner's leases: a database outage makes every
-	// owner's heartbeat old at once.
+	// elsewhere.
 	ExpiryTimeout time.Duration
 	// DisableNotifications turns off LISTEN: managers then find work only by polling
 	// every PauseInterval.
@@ -223,11 +221,6 @@ type Processor struct {
 	beatMu   sync.Mutex
 	beaten   chan struct{}
 	beatNow  chan struct{}
-	// expireAfter is when, after an outage of this owner's heartbeat (beatSucceeded), it
-	// may expire other owners' leases again (nanoseconds since epoch); graceNoted is the
-	// value last logged (only the liveness goroutine touches it).
-	expireAfter atomic.Int64
-	graceNoted  int64
 
 	// retentionAfter is the topic the retention's next batch starts after (retain; only
 	// the liveness goroutine touches it).
@@ -814,20 +807,8 @@ func (p *Processor) heartbeat(ctx context.Context, conn *beatConn) {
 }
 
 // beatSucceeded records a heartbeat of the owner row that succeeded, begun at start.
-//
-// A heartbeat that comes after the last one had gone stale ends an outage of this
-// owner's, which may have been the database's, for every owner: their heartbeats are as
-// old as the outage, though they are alive. Until an expiry timeout has passed, in
-// which the live ones heart-beat again, this processor expires no other owner's leases
-// and purges no owner (tick), as it does not while its heartbeat is stale: the first
-// processor back took every other's leases, and ran their tasks again while they still
-// worked on them or committed what they decided.
 func (p *Processor) beatSucceeded(start time.Time) {
-	now := start.Sub(p.epoch)
-	if prev := time.Duration(p.lastBeat.Load()); prev > 0 && now-prev > p.staleAfter() {
-		p.expireAfter.Store(int64(time.Since(p.epoch) + p.cfg.ExpiryTimeout))
-	}
-	p.lastBeat.Store(int64(now))
+	p.lastBeat.Store(int64(start.Sub(p.epoch)))
 	p.beatMu.Lock()
 	close(p.beaten)
 	p.beaten = make(chan struct{})
@@ -1285,31 +1266,19 @@ func (p *Processor) logUnlessStopping(ctx context.Context, level slog.Level, msg
 // orphans (once per ExpiryTimeout, less often when slow: orphansDue) it also looks for
 // leases whose owner row is gone. It returns how long the expiry took.
 func (p *Processor) tick(ctx context.Context, orphans bool) (expiry time.Duration) {
-	if p.beatStale() {
-		// its own heartbeat failing, it judges no other's (an outage of the database's
-		// fails theirs too); it leases nothing either (awaitBeat)
-	} else if after := p.expireAfter.Load(); int64(time.Since(p.epoch)) < after {
-		// just back from an outage of its own (beatSucceeded)
-		if p.graceNoted != after {
-			p.graceNoted = after
-			p.logger.Info("heartbeat back after an outage: other owners' leases are not expired for an expiry timeout, so that the live ones heart-beat again first",
-				slog.String("owner", p.repo.Owner()), slog.Duration("expiry_timeout", p.cfg.ExpiryTimeout))
-		}
-	} else {
-		expire := p.repo.ExpireStale
-		if orphans {
-			expire = p.repo.Expire
-		}
-		start := time.Now()
-		expired, _ := maintain(ctx, p, "expire dead owners' leases", func(c context.Context) ([]repository.Expiry, error) {
-			return expire(c, p.pool, p.cfg.ExpiryTimeout)
-		})
-		expiry = time.Since(start)
-		p.tookBack(expired)
-		_, _ = maintain(ctx, p, "purge dead owners", func(c context.Context) (int64, error) {
-			return p.repo.PurgeOwners(c, p.pool, 2*p.cfg.ExpiryTimeout)
-		})
+	expire := p.repo.ExpireStale
+	if orphans {
+		expire = p.repo.Expire
 	}
+	start := time.Now()
+	expired, _ := maintain(ctx, p, "expire dead owners' leases", func(c context.Context) ([]repository.Expiry, error) {
+		return expire(c, p.pool, p.cfg.ExpiryTimeout)
+	})
+	expiry = time.Since(start)
+	p.tookBack(expired)
+	_, _ = maintain(ctx, p, "purge dead owners", func(c context.Context) (int64, error) {
+		return p.repo.PurgeOwners(c, p.pool, 2*p.cfg.ExpiryTimeout)
+	})
 	topics := p.topics()
 	if len(topics) == 0 {
 		return expiry // nothing leased, nothing to refresh
