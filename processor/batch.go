@@ -228,7 +228,8 @@ func (b *Batch) setup() {
 }
 
 // Context returns the context of one task of the batch: it is done when the task is
-// cancelled, its decision was committed, or the shutdown deadline passes. For a
+// cancelled, its decision was committed (outside a processor, NewBatch: made), or the
+// shutdown deadline passes. For a
 // sequence outside the batch it returns an already cancelled context.
 func (b *Batch) Context(sequence int64) context.Context {
 	b.setup()
@@ -519,10 +520,21 @@ func (b *Batch) takeFollowupsLocked() []FollowUp {
 	return out
 }
 
-// emit hands a report to the manager (nothing outside a processor).
+// emit hands a report to the manager. Outside a processor (NewBatch), where nothing is
+// committed, the decided tasks' contexts end at once, as a processor's do once their
+// decisions are committed.
 func (b *Batch) emit(completions []repository.Completion, followups []FollowUp, kind reportKind, err error) {
-	if b.sink != nil && len(completions) > 0 {
+	if len(completions) == 0 {
+		return
+	}
+	if b.sink != nil {
 		b.sink(b, completions, followups, kind, err)
+		return
+	}
+	for _, c := range completions {
+		if i, ok := b.index[c.Sequence]; ok {
+			b.cancels[i](context.Canceled)
+		}
 	}
 }
 

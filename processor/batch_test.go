@@ -129,8 +129,10 @@ func TestBatchContract(t *testing.T) {
 		if len(o.Decisions) != 2 || o.Decisions[5].Result != repository.Failure {
 			t.Errorf("outcome %+v", o)
 		}
-		if err := b.Context(4).Err(); err != nil {
-			t.Errorf("task context of a batch outside a processor: %v, want it live", err)
+		// decided, outside a processor: its context ends, as a processor's does once
+		// the decision is committed
+		if err := b.Context(4).Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("task context of a decided task of a batch outside a processor: %v, want it ended", err)
 		}
 	})
 	t.Run("NewBatchRefusesDuplicatesAndOtherTopics", func(t *testing.T) {

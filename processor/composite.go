@@ -227,9 +227,33 @@ func (r *compositeRun) step(ctx context.Context, s *compositeStep) {
 		own map[int64]repository.Decision
 		err error
 	)
+	returned := false
+	defer func() {
+		if !returned {
+			// The step's function ended the goroutine (runtime.Goexit, which t.FailNow
+			// calls) and never returned: its tasks fail, reported as a panic is, and
+			// the unwinding goes on (the steps after it are let go by the deferred
+			// close). Without this the run went on as if the step had not been given
+			// them, and a task whose other steps succeeded SUCCEEDED.
+			err := errors.New("ended its goroutine (runtime.Goexit, which t.FailNow and t.Fatal call) before returning")
+			if r.batch.onPanic != nil {
+				r.batch.onPanic(fmt.Errorf("step %s %w", s.name, err), nil, debug.Stack())
+			}
+			r.recordStep(s, tasks, cancelled, prior, nil, err)
+		}
+	}()
 	if len(tasks) > 0 {
 		own, err = r.call(ctx, s, tasks)
 	}
+	returned = true
+	r.recordStep(s, tasks, cancelled, prior, own, err)
+}
+
+// recordStep records what step s decided for its tasks (own, or err for all of them)
+// and for those cancelled before its turn, merged with what each task carried into it
+// (prior).
+func (r *compositeRun) recordStep(s *compositeStep, tasks, cancelled []repository.Task,
+	prior, own map[int64]repository.Decision, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cum := make(map[int64]repository.Decision, len(tasks)+len(cancelled))
@@ -248,6 +272,10 @@ func (r *compositeRun) step(ctx context.Context, s *compositeStep) {
 		case !ok:
 			record(t, repository.Fail(fmt.Errorf("step %s reported no decision", s.name)))
 		default:
+			if verr := d.Validate(); verr != nil {
+				// merged, an unknown result would pass for the seed's SUCCESS
+				d = repository.Fail(fmt.Errorf("step %s: invalid decision: %w", s.name, verr))
+			}
 			record(t, d)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -426,4 +427,72 @@ func TestComposite(t *testing.T) {
 			t.Errorf("unknown dependency: err = %v", err)
 		}
 	})
+}
+
+// TestCompositeStepsThatMisbehave (no database: batches outside a processor): a step's
+// invalid decision fails its task, naming the step (merged, an unknown result passed for
+// SUCCESS and the task SUCCEEDED); a step that ends its goroutine (t.FailNow) fails its
+// tasks (the run went on as if the step had not had them, and they SUCCEEDED).
+func TestCompositeStepsThatMisbehave(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		step processor.Step
+		says string
+	}{
+		{"InvalidDecision", processor.TaskStep(func(context.Context, repository.Task, *processor.Supplement) repository.Decision {
+			return repository.Decision{Result: 4}
+		}), "step b: invalid decision"},
+		{"EndsItsGoroutine", processor.TaskStep(func(context.Context, repository.Task, *processor.Supplement) repository.Decision {
+			runtime.Goexit()
+			return repository.Succeed("never")
+		}), "step b: ended its goroutine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := processor.NewComposite()
+			ok := processor.TaskStep(func(context.Context, repository.Task, *processor.Supplement) repository.Decision {
+				return repository.Succeed("a ok")
+			})
+			if err := c.Step("a", ok); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Step("b", tc.step, "a"); err != nil {
+				t.Fatal(err)
+			}
+			b, err := processor.NewBatch(t.Context(), "t", []repository.Task{{Sequence: 1, Identifier: "x"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Handle(t.Context(), b)
+			<-b.Done()
+			d := b.Outcome().Decisions[1]
+			if d.Result != repository.Failure || !strings.Contains(d.Message, tc.says) {
+				t.Fatalf("decision %+v, want FAILURE saying %q", d, tc.says)
+			}
+		})
+	}
+}
+
+// TestNewBatchContextsEndWhenDecided: outside a processor, where nothing is committed,
+// a task's context ends once it is decided, as a processor's does once the decision is
+// committed; it stayed live for ever.
+func TestNewBatchContextsEndWhenDecided(t *testing.T) {
+	b, err := processor.NewBatch(t.Context(), "t", []repository.Task{{Sequence: 1}, {Sequence: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Decide(1, repository.Succeed("")); err != nil {
+		t.Fatal(err)
+	}
+	if b.Context(1).Err() == nil {
+		t.Error("task 1's context is live after its decision")
+	}
+	if b.Context(2).Err() != nil {
+		t.Error("task 2's context ended before its decision")
+	}
+	if err := b.Fail(errors.New("boom")); err != nil {
+		t.Fatal(err)
+	}
+	if b.Context(2).Err() == nil {
+		t.Error("task 2's context is live after the batch failed")
+	}
 }
