@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
@@ -362,7 +364,7 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		return nil, err
 	}
 	if hook := testHookMatched.Load(); hook != nil {
-		(*hook)()
+		(*hook)(s.pool)
 	}
 	var (
 		changed int64
@@ -447,8 +449,9 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 }
 
 // testHookMatched, when set (tests), runs between a bulk action's search and its
-// statements.
-var testHookMatched atomic.Pointer[func()]
+// statements, given the dashboard's pool (the tests run in parallel, each on its own
+// database: a hook acts on its own test's bulk action alone).
+var testHookMatched atomic.Pointer[func(*pgxpool.Pool)]
 
 // passOvers is how many times a bulk action's chunk goes again without the tasks its
 // statement refused as no longer in a state the action applies to.
