@@ -25,18 +25,16 @@ import (
 // nothing at INFO.
 
 // relieve takes the undecided tasks of b away from its handler (HandlerTimeout, the
-// shutdown deadline): the started ones fail with err, the others are handed back. It
-// returns how many it took.
-func (m *TaskManager) relieve(b *Batch, err error) int {
+// shutdown deadline): the started ones fail with err, the others are handed back.
+func (m *TaskManager) relieve(b *Batch, err error) {
 	failed, handedBack := b.abandon(err)
 	if failed+handedBack == 0 {
-		return 0
+		return
 	}
 	m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("batch of %d tasks: relieved the handler of %d undecided tasks (%d failed, %d handed back): %w",
 		len(b.leased), failed+handedBack, failed, handedBack, err))
 	m.p.logger.Warn("handler relieved of tasks it did not decide", slog.String("topic", m.cfg.Topic),
 		slog.Int("failed", failed), slog.Int("handed_back", handedBack), slog.String("reason", err.Error()))
-	return failed + handedBack
 }
 
 // noteReport tells the listener about decisions reported by a batch's handler, and logs

@@ -625,9 +625,9 @@ func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
 	if conn == nil || conn.PgConn().TxStatus() == 'I' {
 		// a transaction of the repository's own is READ COMMITTED whatever the
 		// database's default_transaction_isolation: its statements rely on each seeing
-		// what committed before it began (a junction after its locks, a lease after the
-		// turn of a limited topic). A Handle of the caller's own type (a wrapper that
-		// traces, say) begins with its own Begin, which it may have overridden.
+		// what committed before it began (a junction after its locks). A Handle of the
+		// caller's own type (a wrapper that traces, say) begins with its own Begin,
+		// which it may have overridden.
 		readCommitted := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 		switch c := h.(type) {
 		case *pgxpool.Pool:
