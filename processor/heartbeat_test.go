@@ -202,7 +202,9 @@ func TestHandlersStopWhenTheHeartbeatGoesStale(t *testing.T) {
 	}
 	runs := make(chan run, 10)
 	started := make(chan struct{}, 1)
-	const heartbeat, expiry = 100 * time.Millisecond, time.Second
+	// an expiry timeout of seconds: the heartbeat of a loaded test run (-race, the
+	// package's tests in parallel on two cores) must not go stale by itself
+	const heartbeat, expiry = 250 * time.Millisecond, 3 * time.Second
 	handler := func(owner string) processor.Handler {
 		return processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
 			r := run{owner: owner, start: time.Now()}
@@ -303,7 +305,10 @@ func TestLeaseLostAloneIsRetried(t *testing.T) {
 		}
 		return repository.Succeed("done")
 	})
-	p, _ := f.processor("alone", processor.Config{HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: time.Second},
+	// an expiry timeout of seconds: the heartbeat of a loaded test run (-race, the
+	// package's tests in parallel on two cores) must not go stale by itself, which
+	// cancelled the first run before the test locked the row (a CI run here)
+	p, _ := f.processor("alone", processor.Config{HeartbeatInterval: 250 * time.Millisecond, ExpiryTimeout: 3 * time.Second},
 		processor.ManagerConfig{Topic: "alone", Handler: handler, BatchSize: 2})
 	f.start(p)
 	pushed, err := f.repo.Push(f.ctx, f.pool, "alone", repository.Append,
