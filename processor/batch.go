@@ -717,7 +717,7 @@ func (b *Batch) cancelTask(sequence int64) bool {
 // cannot see the tasks' own), with ErrTaskCancelled once every task left undecided, one
 // at least, is cancelled. b.mu is held.
 func (b *Batch) cancelIfAllCancelledLocked() {
-	if b.cancel != nil && b.cancelledLeft > 0 && b.cancelledLeft == b.undecided {
+	if b.cancel != nil && b.undecidedCancelledLocked() {
 		b.cancel(ErrTaskCancelled)
 	}
 }
