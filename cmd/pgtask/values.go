@@ -360,10 +360,11 @@ type poolOptions struct {
 	// pool_max_conns.
 	atLeast int32
 	// cancelInServer stops a statement in the database when its context ends (a
-	// command interrupted, a request past its timeout), by a cancel request. pgx's
-	// default only closes the connection, and the server goes on with the statement,
-	// a purge say, and commits it unseen. Processors keep pgx's default: their error
-	// handling tells a context's end by the context's own errors.
+	// command interrupted, a request past its timeout) by a cancel request, and keeps
+	// the connection. pgx's default (5.12) sends the cancel request too, but closes the
+	// connection, which serve would then make again for every request past its
+	// timeout. Processors keep pgx's default: their error handling tells a context's
+	// end by the context's own errors.
 	cancelInServer bool
 }
 
