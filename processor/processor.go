@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -650,6 +651,9 @@ func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
 // process starting under the name meanwhile waits on the row's lock, and then finds it
 // heart-beaten.
 func (p *Processor) registerAtStart(ctx context.Context) error {
+	if err := checkIsolation(ctx, p.pool); err != nil {
+		return err
+	}
 	owner := p.repo.Owner()
 	expirer, err := repository.New(repository.Config{})
 	if err != nil {
@@ -697,6 +701,26 @@ func (p *Processor) registerAtStart(ctx context.Context) error {
 		p.tookBack(expired)
 		return nil
 	}
+}
+
+// checkIsolation refuses a pool whose sessions begin their transactions in an isolation
+// other than READ COMMITTED (a database's, a role's or the pool's own
+// default_transaction_isolation). The processor's statements run outside a transaction
+// and each takes the rows it finds other processes changing (SKIP LOCKED), and a limited
+// topic's poll counts the topic's ACTIVE tasks after waiting for its turn: in REPEATABLE
+// READ or SERIALIZABLE a poll that meets a row another one leased fails (40001), and
+// one that waited counts from its snapshot taken before the wait, leasing past the
+// limit.
+func checkIsolation(ctx context.Context, pool *pgxpool.Pool) error {
+	var level string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
+		return fmt.Errorf("processor: read the pool's default_transaction_isolation: %w", err)
+	}
+	if level != "read committed" {
+		return fmt.Errorf("processor: the pool's sessions begin transactions %s (default_transaction_isolation, the database's or the role's): the processor needs READ COMMITTED, or its polls fail with serialization errors and a limited topic's run past its limit; set default_transaction_isolation to 'read committed' in the pool's RuntimeParams (or in its URL: ?default_transaction_isolation=read%%20committed)",
+			strings.ToUpper(level))
+	}
+	return nil
 }
 
 // ErrOwnerInUse is what Run returns when another live process heart-beats under the

@@ -436,3 +436,37 @@ func TestPoolCancelsInServer(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolIsReadCommitted: the pools of pgtask's commands, of serve and of dev's
+// processors begin READ COMMITTED transactions on a database whose default is
+// REPEATABLE READ (processor.Run refuses a pool without it), unless the URL sets the
+// isolation itself.
+func TestPoolIsReadCommitted(t *testing.T) {
+	f := setup(t)
+	if _, err := f.pool.Exec(f.ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = %L', current_database(), 'repeatable read'); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	for url, want := range map[string]string{
+		f.url: "read committed",
+		withParam(f.url, "default_transaction_isolation=serializable"): "serializable",
+	} {
+		pool, err := openPool(f.ctx, url, "isolation", poolOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var level string
+		err = pool.QueryRow(f.ctx, "SHOW transaction_isolation").Scan(&level)
+		pool.Close()
+		if err != nil || level != want {
+			t.Errorf("a statement of the pool of %s: %q, %v; want %q", url, level, err, want)
+		}
+	}
+}
+
+// withParam adds the query parameter param (key=value) to url.
+func withParam(url, param string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + param
+	}
+	return url + "?" + param
+}

@@ -385,6 +385,11 @@ func openPool(ctx context.Context, url, application string, o poolOptions) (*pgx
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		cfg.ConnConfig.RuntimeParams["application_name"] = application
 	}
+	// the processor's statements need READ COMMITTED whatever the database's
+	// default (processor.Run refuses a pool without it); a URL that sets it wins
+	if _, set := cfg.ConnConfig.RuntimeParams["default_transaction_isolation"]; !set {
+		cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	}
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
 	} else if cfg.MaxConns < o.atLeast && !strings.Contains(url, "pool_max_conns") {

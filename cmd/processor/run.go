@@ -205,6 +205,11 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, &usageError{msg: fmt.Sprintf("--database-url: %v", err)}
 	}
+	// the processor's statements need READ COMMITTED whatever the database's
+	// default (processor.Run refuses a pool without it); a URL that sets it wins
+	if _, set := pcfg.ConnConfig.RuntimeParams["default_transaction_isolation"]; !set {
+		pcfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
