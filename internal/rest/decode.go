@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -288,6 +289,18 @@ type list struct {
 type pageQuery struct {
 	search, after string
 	limit         int
+}
+
+// parseQuery reads r's query string, refusing one that does not decode: url.Query drops
+// a pair with a bad escape ("50%off") or a semicolon, and the list answered as if the
+// filter, or the page's after, had not been given (a client passing a name back
+// unescaped paged the first page for ever).
+func parseQuery(r *http.Request) (url.Values, error) {
+	values, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("malformed query string: %v (escape %%, ; and & in a value as %%25, %%3B and %%26)", err)
+	}
+	return values, nil
 }
 
 // decodePageQuery decodes the query of a listing by name (GET /topics, GET /schedules):

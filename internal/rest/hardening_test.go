@@ -115,6 +115,29 @@ func TestValidation(t *testing.T) {
 		}
 		f.call("GET", "/topics/a%00b/tasks", "").wantError(t, http.StatusBadRequest, "topic contains a NUL byte")
 	})
+	// A query string that does not decode (a bad escape, a semicolon) is refused: url.Query
+	// dropped the pair, and the list answered unfiltered, or a page's after, passed
+	// back unescaped, answered the first page again, for ever.
+	t.Run("AMalformedQueryStringIsRefused", func(t *testing.T) {
+		f := setup(t)
+		f.call("POST", "/topics/mail/tasks", `{"tasks":[{"identifier":"50%off"},{"identifier":"x"}]}`).want(t, http.StatusCreated, nil)
+		for _, path := range []string{
+			"/topics/mail/tasks?identifier=50%off",
+			"/topics/mail/tasks?identifier=order;42",
+			"/topics/mail/tasks?state=FAILED;",
+			"/topics?after=50%off",
+			"/schedules?q=zz%",
+		} {
+			f.call("GET", path, "").wantError(t, http.StatusBadRequest, "malformed query string")
+		}
+		var page struct {
+			Tasks []task `json:"tasks"`
+		}
+		f.call("GET", "/topics/mail/tasks?identifier=50%25off", "").want(t, http.StatusOK, &page)
+		if len(page.Tasks) != 1 || page.Tasks[0].Identifier != "50%off" {
+			t.Errorf("the tasks of identifier 50%%off, escaped: %+v; want the one", page.Tasks)
+		}
+	})
 	// What an endpoint does not read is refused, not ignored: a query parameter that would
 	// change nothing (insertion=delete on a push, dry_run on a removal), a body whose
 	// fields would be dropped (a pause told paused: false).

@@ -422,7 +422,11 @@ func (st *statements) failing() string {
 // listTopics answers a page of topics by name, with their stats: one read of task_topic
 // (TopicPage) and one of the page's stats (StatsAll), whatever the number of topics.
 func (s *server) listTopics(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	q, err := decodePageQuery(r.URL.Query(), "topics", repository.MaxTopicLength)
+	values, err := parseQuery(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	q, err := decodePageQuery(values, "topics", repository.MaxTopicLength)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -545,7 +549,11 @@ func (s *server) enqueue(w http.ResponseWriter, r *http.Request) (int, any, erro
 }
 
 func (s *server) listTasks(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	q, err := decodeList(r.URL.Query())
+	values, err := parseQuery(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	q, err := decodeList(values)
 	if err != nil {
 		return 0, nil, err
 	}

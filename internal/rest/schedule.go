@@ -106,7 +106,11 @@ func scheduleName(r *http.Request) (string, error) {
 // listSchedules answers a page of schedules by name (SchedulePage): q (a part of the
 // name or the topic), after (the previous page's next) and limit, as GET /topics.
 func (s *server) listSchedules(_ http.ResponseWriter, r *http.Request) (int, any, error) {
-	q, err := decodePageQuery(r.URL.Query(), "schedules", repository.MaxScheduleNameLength)
+	values, err := parseQuery(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	q, err := decodePageQuery(values, "schedules", repository.MaxScheduleNameLength)
 	if err != nil {
 		return 0, nil, err
 	}
