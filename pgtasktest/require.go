@@ -1,6 +1,7 @@
 package pgtasktest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,7 +83,7 @@ func RequireManyPushed(ctx context.Context, tb testing.TB, h repository.Handle, 
 			all = append(all, readTopic(ctx, tb, h, "RequireManyPushed", w)...)
 		}
 	}
-	slices.SortFunc(all, func(a, b repository.Task) int { return int(a.Sequence - b.Sequence) })
+	slices.SortFunc(all, func(a, b repository.Task) int { return cmp.Compare(a.Sequence, b.Sequence) })
 	ok := len(all) == len(wants)
 	for i := 0; ok && i < len(wants); i++ {
 		ok = wants[i].matches(all[i])

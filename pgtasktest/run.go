@@ -203,8 +203,9 @@ type WorkResult struct {
 // it does not exist, pushes creations (Append), leases them, hands them to h as one
 // batch, and commits its decisions and follow-ups — all in tx, which the test inspects
 // and then rolls back. The topic's retry policy applies: a failure with attempts left is
-// READY again. The handler runs outside tx: what it reads and writes through a pool of
-// its own does not see the tasks, nor stays after the rollback. Work fails the test when
+// READY again. The handler runs outside tx: what it reads through a pool of its own does
+// not see the tasks, and what it writes there commits on its own and stays after the
+// rollback. Work fails the test when
 // the lease does not get exactly the pushed tasks (the topic holds other READY tasks, a
 // creation is delayed or suspended, or a limit of the topic (concurrency, per key, rate)
 // leases fewer), when h does not decide them in time or the batch was handed back (see
