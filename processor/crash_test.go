@@ -304,7 +304,7 @@ func TestOwnerNameInUse(t *testing.T) {
 			f := setup(t)
 			pushed := f.pushN(1)
 			release := make(chan struct{})
-			first, _ := f.processor("shared", processor.Config{HeartbeatInterval: 50 * time.Millisecond},
+			first, _ := f.processor("shared", processor.Config{HeartbeatInterval: 50 * time.Millisecond, ExpiryTimeout: 2 * time.Second},
 				processor.ManagerConfig{Handler: processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
 					<-release
 					return repository.Succeed("")

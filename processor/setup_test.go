@@ -113,6 +113,14 @@ func (f *fixture) processor(owner string, pcfg processor.Config, cfgs ...process
 	pcfg.DisableSchedules = true
 	if pcfg.HeartbeatInterval == 0 {
 		pcfg.HeartbeatInterval = 100 * time.Millisecond
+		if pcfg.ExpiryTimeout == 0 {
+			// not 5 intervals (500 ms): the heartbeat of a loaded run (-race, the
+			// package's tests in parallel on two cores) stalled past the 400 ms at
+			// which the lease guard cancels the handlers (ErrLeaseLost), and tests
+			// of shutdowns, hand-backs and contexts saw their tasks failed "lease
+			// may be lost". A test of expiry sets its own.
+			pcfg.ExpiryTimeout = 2 * time.Second
+		}
 	}
 	p, err := processor.New(pcfg)
 	if err != nil {
