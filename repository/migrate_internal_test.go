@@ -3012,3 +3012,38 @@ func TestPushNotBeforeMigration(t *testing.T) {
 	steps(1)
 	execEach(t, pool, "SELECT task_push('emails', 'f', not_before => now())")
 }
+
+// TestScheduleFiniteTimesMigration: 000058 repairs a schedule whose next_fire,
+// fire_from or last_fire was written as an infinity (a '-infinity' next_fire stopped
+// every schedule's firing, its row sorted first and unreadable in Go), keeps the others
+// as they are, and refuses an infinity afterwards (23514, naming the column's check);
+// down takes one again.
+func TestScheduleFiniteTimesMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository schedule finite times test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 57)
+	create("emails")
+	execEach(t, pool,
+		"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('bad', 'emails', '@hourly', 'UTC'), ('late', 'emails', '@hourly', 'UTC'), ('good', 'emails', '@hourly', 'UTC')",
+		"UPDATE task_schedule SET next_fire = '-infinity' WHERE name = 'bad'",
+		"UPDATE task_schedule SET last_fire = 'infinity', fire_from = 'infinity' WHERE name = 'late'",
+		"UPDATE task_schedule SET next_fire = '2030-01-01 00:00:00+00', last_fire = '2029-12-31 23:00:00+00' WHERE name = 'good'")
+	steps(1)
+	if got := textRows(t, pool, `SELECT name || ' ' || coalesce(next_fire::text, '-') || ' ' || coalesce(last_fire::text, '-') || ' ' || coalesce(isfinite(fire_from)::text, 'none')
+		FROM task_schedule ORDER BY name`); !slices.Equal(got, []string{
+		"bad - - true", "good 2030-01-01 00:00:00+00 2029-12-31 23:00:00+00 none", "late - - true"}) {
+		t.Errorf("schedules after 000058: %v", got)
+	}
+	for _, c := range []struct{ column, value string }{{"next_fire", "-infinity"}, {"fire_from", "infinity"}, {"last_fire", "infinity"}} {
+		q := fmt.Sprintf("UPDATE task_schedule SET %s = '%s' WHERE name = 'good'", c.column, c.value)
+		if _, err := pool.Exec(ctx, q); SQLState(err) != "23514" || !strings.Contains(err.Error(), "task_schedule_"+c.column+"_finite") {
+			t.Errorf("after 000058: %s: %v, want 23514 naming task_schedule_%s_finite", q, err, c.column)
+		}
+	}
+	steps(-1)
+	execEach(t, pool, "UPDATE task_schedule SET next_fire = '-infinity' WHERE name = 'good'")
+	execEach(t, pool, "UPDATE task_schedule SET next_fire = NULL WHERE name = 'good'")
+	steps(1)
+}
