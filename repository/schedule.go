@@ -1014,10 +1014,18 @@ func (r *Repository) updateSchedule(ctx context.Context, h Handle, name, op stri
 		// @every spec counts real time, so its zone changes nothing. A resume without
 		// replay passes over the fire times skipped while paused, an @every schedule
 		// keeping its phase: its next fire time is the next point of its grid.
-		restart := strings.TrimSpace(s.Spec) != old.Spec || (zoneName(s.TimeZone) != old.TimeZone && c.spec != nil)
+		// A spec stored untrimmed (by hand before 000041, or by 000016's task_schedule,
+		// which trimmed spaces only) is kept as it is when the new one is the same
+		// trimmed: written trimmed, it would be a new spec to the trigger, which
+		// restarts the fire times.
+		spec := strings.TrimSpace(s.Spec)
+		if spec == strings.TrimSpace(old.Spec) {
+			spec = old.Spec
+		}
+		restart := spec != old.Spec || (zoneName(s.TimeZone) != old.TimeZone && c.spec != nil)
 		resume := old.Paused && !s.Paused
 		params := db.ScheduleUpdateParams{
-			Name: name, Topic: s.Topic, Spec: strings.TrimSpace(s.Spec), TimeZone: zoneName(s.TimeZone),
+			Name: name, Topic: s.Topic, Spec: spec, TimeZone: zoneName(s.TimeZone),
 			Identifier: ptr(s.Identifier), Input: ptr(s.Input), Priority: s.Priority,
 			Insertion: int16(insertionOf(s)), CatchUp: int32(s.CatchUp), Paused: s.Paused,
 			Now: r.clock(),

@@ -326,6 +326,34 @@ func TestScheduleEveryKeepsItsPhase(t *testing.T) {
 		}
 	})
 
+	// A spec stored untrimmed (by hand before 000041, or by 000016's task_schedule,
+	// which trimmed spaces only) is not a new spec when another setting changes: it was
+	// written trimmed, and the trigger restarted the fire times, the phase lost.
+	t.Run("AnEditOfASpecStoredUntrimmedKeepsIt", func(t *testing.T) {
+		s := setupSchedules(t)
+		created := s.create("hourly", appendEach("@every 1h"))
+		conn, err := s.pool.Acquire(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{"BEGIN", "SET LOCAL session_replication_role = replica",
+			`UPDATE task_schedule SET spec = E'@every 1h\n' WHERE name = 'hourly'`, "COMMIT"} {
+			if _, err := conn.Exec(s.ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		conn.Release()
+		s.clock.advance(10 * time.Minute)
+		sc, err := s.sched.UpdateSchedule(s.ctx, s.pool, "hourly", func(c *repository.ScheduleSettings) { c.Priority = 1 })
+		if err != nil || !sc.NextFire.Equal(created.NextFire) || sc.Priority != 1 {
+			t.Errorf("priority changed: %+v, %v; want next fire %v kept", sc, err, created.NextFire)
+		}
+		sc, err = s.sched.UpdateSchedule(s.ctx, s.pool, "hourly", func(c *repository.ScheduleSettings) { c.Spec = " @every 1h " })
+		if err != nil || !sc.NextFire.Equal(created.NextFire) {
+			t.Errorf("the same spec given again: %+v, %v; want next fire %v kept", sc, err, created.NextFire)
+		}
+	})
+
 	t.Run("ACronZoneChangeStillRestarts", func(t *testing.T) {
 		s := setupSchedules(t)
 		s.create("daily", repository.ScheduleSettings{Spec: "0 8 * * *"})
