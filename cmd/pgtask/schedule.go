@@ -150,7 +150,8 @@ func runScheduleSet(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask schedule set", "NAME --SETTING VALUE... [flags]",
 		"Changes the settings of schedule NAME given on the command line and keeps the others.\n"+
 			"A new --spec, or a new --time-zone of a cron spec, restarts its fire times from now\n"+
-			"(an @every schedule keeps its phase). --identifier '' goes back to the schedule's name.\n"+scheduleHelp)
+			"(a new --time-zone of an @every schedule changes nothing, its phase kept).\n"+
+			"--identifier '' goes back to the schedule's name.\n"+scheduleHelp)
 	url := f.databaseURL()
 	settings := f.scheduleFlags()
 	name, err := f.scheduleArg(args)
