@@ -443,6 +443,16 @@ func TestPoolCancelsInServer(t *testing.T) {
 // isolation itself.
 func TestPoolIsReadCommitted(t *testing.T) {
 	f := setup(t)
+	// on a database of READ COMMITTED, nothing more is sent (a pooler such as PgBouncer
+	// refuses a connection parameter it does not know)
+	pool, err := openPool(f.ctx, f.url, "isolation", poolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent, ok := pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"]; ok {
+		t.Errorf("the pool on a database of READ COMMITTED sends default_transaction_isolation = %q", sent)
+	}
+	pool.Close()
 	if _, err := f.pool.Exec(f.ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = %L', current_database(), 'repeatable read'); END $$`); err != nil {
 		t.Fatal(err)
 	}

@@ -373,8 +373,30 @@ type poolOptions struct {
 // answer).
 const cancelGrace = 5 * time.Second
 
-// openPool opens a pool on url and pings it.
+// openPool opens a pool on url and pings it. When the database's (or the role's)
+// default_transaction_isolation is not READ COMMITTED and url does not set it, it opens
+// the pool again with READ COMMITTED as a connection parameter: the processor's
+// statements need it (processor.Run refuses a pool without it). It is not sent
+// otherwise: a connection pooler such as PgBouncer refuses a parameter it does not know.
 func openPool(ctx context.Context, url, application string, o poolOptions) (*pgxpool.Pool, error) {
+	pool, err := openPoolWith(ctx, url, application, o, false)
+	if err != nil {
+		return nil, err
+	}
+	var level string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if level == "read committed" || pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"] != "" {
+		return pool, nil
+	}
+	pool.Close()
+	return openPoolWith(ctx, url, application, o, true)
+}
+
+// openPoolWith is openPool, readCommitted saying whether to set the isolation.
+func openPoolWith(ctx context.Context, url, application string, o poolOptions, readCommitted bool) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, &badURLError{err}
@@ -385,9 +407,7 @@ func openPool(ctx context.Context, url, application string, o poolOptions) (*pgx
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		cfg.ConnConfig.RuntimeParams["application_name"] = application
 	}
-	// the processor's statements need READ COMMITTED whatever the database's
-	// default (processor.Run refuses a pool without it); a URL that sets it wins
-	if _, set := cfg.ConnConfig.RuntimeParams["default_transaction_isolation"]; !set {
+	if readCommitted {
 		cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	}
 	if o.maxConns > 0 {

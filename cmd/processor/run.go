@@ -199,15 +199,35 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 // connect opens the pool and checks that the database answers, so a wrong URL is
-// reported at once.
+// reported at once. When the database's (or the role's) default_transaction_isolation
+// is not READ COMMITTED and url does not set it, it opens the pool again with READ
+// COMMITTED as a connection parameter: the processor's statements need it
+// (processor.Run refuses a pool without it). It is not sent otherwise: a connection
+// pooler such as PgBouncer refuses a parameter it does not know.
 func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pool, err := connectWith(ctx, url, false)
+	if err != nil {
+		return nil, err
+	}
+	var level string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if level == "read committed" || pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"] != "" {
+		return pool, nil
+	}
+	pool.Close()
+	return connectWith(ctx, url, true)
+}
+
+// connectWith is connect, readCommitted saying whether to set the isolation.
+func connectWith(ctx context.Context, url string, readCommitted bool) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, &usageError{msg: fmt.Sprintf("--database-url: %v", err)}
 	}
-	// the processor's statements need READ COMMITTED whatever the database's
-	// default (processor.Run refuses a pool without it); a URL that sets it wins
-	if _, set := pcfg.ConnConfig.RuntimeParams["default_transaction_isolation"]; !set {
+	if readCommitted {
 		pcfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
