@@ -3013,11 +3013,12 @@ func TestPushNotBeforeMigration(t *testing.T) {
 	execEach(t, pool, "SELECT task_push('emails', 'f', not_before => now())")
 }
 
-// TestScheduleFiniteTimesMigration: 000058 repairs a schedule whose next_fire,
-// fire_from or last_fire was written as an infinity (a '-infinity' next_fire stopped
-// every schedule's firing, its row sorted first and unreadable in Go), keeps the others
-// as they are, and refuses an infinity afterwards (23514, naming the column's check);
-// down takes one again.
+// TestScheduleFiniteTimesMigration: 000058 repairs a schedule with an infinite time,
+// written by hand (a '-infinity' next_fire stopped every schedule's firing, its row
+// sorted first and unreadable in Go), keeping what the row meant: one parked with an
+// 'infinity' next_fire is paused, a '-infinity' one due; it keeps the others as they
+// are, and refuses an infinity afterwards (23514, naming the column's check); down
+// takes one again.
 func TestScheduleFiniteTimesMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -3026,20 +3027,32 @@ func TestScheduleFiniteTimesMigration(t *testing.T) {
 	migrateTo(t, pool, 57)
 	create("emails")
 	execEach(t, pool,
-		"INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('bad', 'emails', '@hourly', 'UTC'), ('late', 'emails', '@hourly', 'UTC'), ('good', 'emails', '@hourly', 'UTC')",
-		"UPDATE task_schedule SET next_fire = '-infinity' WHERE name = 'bad'",
-		"UPDATE task_schedule SET last_fire = 'infinity', fire_from = 'infinity' WHERE name = 'late'",
+		`INSERT INTO task_schedule (name, topic, spec, time_zone) VALUES ('due', 'emails', '@hourly', 'UTC'),
+			('parked', 'emails', '@hourly', 'UTC'), ('late', 'emails', '@hourly', 'UTC'), ('old', 'emails', '@hourly', 'UTC'),
+			('good', 'emails', '@hourly', 'UTC')`,
+		"UPDATE task_schedule SET next_fire = '-infinity' WHERE name = 'due'",
+		"UPDATE task_schedule SET next_fire = 'infinity' WHERE name = 'parked'",
+		"UPDATE task_schedule SET last_fire = 'infinity', fire_from = '-infinity', last_fired_at = 'infinity' WHERE name = 'late'",
+		"UPDATE task_schedule SET created = '-infinity', updated = 'infinity' WHERE name = 'old'",
 		"UPDATE task_schedule SET next_fire = '2030-01-01 00:00:00+00', last_fire = '2029-12-31 23:00:00+00' WHERE name = 'good'")
 	steps(1)
-	if got := textRows(t, pool, `SELECT name || ' ' || coalesce(next_fire::text, '-') || ' ' || coalesce(last_fire::text, '-') || ' ' || coalesce(isfinite(fire_from)::text, 'none')
+	if got := textRows(t, pool, `SELECT name || ' ' || paused || ' ' || coalesce(next_fire::text, '-') || ' ' || coalesce(last_fire::text, '-')
+			|| ' ' || coalesce(last_fired_at::text, '-') || ' ' || isfinite(created) || ' ' || isfinite(updated)
 		FROM task_schedule ORDER BY name`); !slices.Equal(got, []string{
-		"bad - - true", "good 2030-01-01 00:00:00+00 2029-12-31 23:00:00+00 none", "late - - true"}) {
+		"due false - - - true true",
+		"good false 2030-01-01 00:00:00+00 2029-12-31 23:00:00+00 - true true",
+		"late false - - - true true",
+		"old false - - - true true",
+		"parked true - - - true true"}) {
 		t.Errorf("schedules after 000058: %v", got)
 	}
-	for _, c := range []struct{ column, value string }{{"next_fire", "-infinity"}, {"fire_from", "infinity"}, {"last_fire", "infinity"}} {
-		q := fmt.Sprintf("UPDATE task_schedule SET %s = '%s' WHERE name = 'good'", c.column, c.value)
-		if _, err := pool.Exec(ctx, q); SQLState(err) != "23514" || !strings.Contains(err.Error(), "task_schedule_"+c.column+"_finite") {
-			t.Errorf("after 000058: %s: %v, want 23514 naming task_schedule_%s_finite", q, err, c.column)
+	if got := textRows(t, pool, "SELECT name FROM task_schedule WHERE NOT isfinite(fire_from)"); len(got) != 0 {
+		t.Errorf("schedules with an infinite fire_from after 000058: %v", got)
+	}
+	for _, column := range []string{"next_fire", "fire_from", "last_fire", "last_fired_at", "created", "updated"} {
+		q := fmt.Sprintf("UPDATE task_schedule SET %s = 'infinity' WHERE name = 'good'", column)
+		if _, err := pool.Exec(ctx, q); SQLState(err) != "23514" || !strings.Contains(err.Error(), "task_schedule_"+column+"_finite") {
+			t.Errorf("after 000058: %s: %v, want 23514 naming task_schedule_%s_finite", q, err, column)
 		}
 	}
 	steps(-1)
