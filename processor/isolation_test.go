@@ -14,10 +14,11 @@ import (
 
 // TestRepeatableReadPoolRefused: a processor on a pool whose sessions begin REPEATABLE
 // READ transactions (the database's default_transaction_isolation here) refuses to
-// start, naming the setting, and writes nothing; on a pool that sets READ COMMITTED
-// itself it runs a limited topic's tasks. Before, it started, and its polls failed with
-// serialization errors (40001) or, having waited for a limited topic's turn, counted
-// its ACTIVE tasks from a snapshot older than the wait.
+// start, naming the setting, and writes nothing; on a pool that sets READ UNCOMMITTED
+// itself (which PostgreSQL runs as READ COMMITTED) it runs a limited topic's tasks.
+// Before, it started, and its polls failed with serialization errors (40001) or, having
+// waited for a limited topic's turn, counted its ACTIVE tasks from a snapshot older
+// than the wait.
 func TestRepeatableReadPoolRefused(t *testing.T) {
 	f := setup(t)
 	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Concurrency = 1 }); err != nil {
@@ -47,7 +48,7 @@ func TestRepeatableReadPoolRefused(t *testing.T) {
 		t.Fatalf("the refused processor's owner rows: %d, %v; want none", owners, err)
 	}
 
-	cfg, err := pgxpool.ParseConfig(withParam(f.url, "default_transaction_isolation=read%20committed"))
+	cfg, err := pgxpool.ParseConfig(withParam(f.url, "default_transaction_isolation=read%20uncommitted"))
 	if err != nil {
 		t.Fatal(err)
 	}

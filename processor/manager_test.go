@@ -31,7 +31,7 @@ func TestManager(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The test is about three owners sharing a topic, not about expiry: with the
-			// fixture's 500 ms expiry, a heartbeat held up under the loaded race-detector
+			// fixture's expiry (500 ms then, 2 s now), a heartbeat held up under the loaded race-detector
 			// suite could get an owner expired and its leased tasks EXPIRED (one attempt),
 			// so that SUCCEEDED never reaches n. The test timed out once in CI and that is
 			// the suspect, not pinned: eventually now names the states when it times out.

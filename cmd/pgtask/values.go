@@ -388,7 +388,7 @@ func openPool(ctx context.Context, url, application string, o poolOptions) (*pgx
 		pool.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	if level == "read committed" || pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"] != "" {
+	if level == "read committed" || level == "read uncommitted" || pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"] != "" {
 		return pool, nil
 	}
 	pool.Close()

@@ -214,7 +214,7 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	if level == "read committed" || pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"] != "" {
+	if level == "read committed" || level == "read uncommitted" || pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"] != "" {
 		return pool, nil
 	}
 	pool.Close()
