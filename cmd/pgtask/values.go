@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgtask/pgtask/internal/pgpool"
 	"github.com/pgtask/pgtask/repository"
 )
 
@@ -373,26 +374,12 @@ type poolOptions struct {
 // answer).
 const cancelGrace = 5 * time.Second
 
-// openPool opens a pool on url and pings it. When the database's (or the role's)
-// default_transaction_isolation is not READ COMMITTED and url does not set it, it opens
-// the pool again with READ COMMITTED as a connection parameter: the processor's
-// statements need it (processor.Run refuses a pool without it). It is not sent
-// otherwise: a connection pooler such as PgBouncer refuses a parameter it does not know.
+// openPool opens a pool on url and pings it; it sets READ COMMITTED when the
+// database's default isolation is another (pgpool.ReadCommitted).
 func openPool(ctx context.Context, url, application string, o poolOptions) (*pgxpool.Pool, error) {
-	pool, err := openPoolWith(ctx, url, application, o, false)
-	if err != nil {
-		return nil, err
-	}
-	var level string
-	if err := pool.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to database: %w", err)
-	}
-	if level == "read committed" || level == "read uncommitted" || pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"] != "" {
-		return pool, nil
-	}
-	pool.Close()
-	return openPoolWith(ctx, url, application, o, true)
+	return pgpool.ReadCommitted(ctx, func(readCommitted bool) (*pgxpool.Pool, error) {
+		return openPoolWith(ctx, url, application, o, readCommitted)
+	})
 }
 
 // openPoolWith is openPool, readCommitted saying whether to set the isolation.
@@ -408,7 +395,7 @@ func openPoolWith(ctx context.Context, url, application string, o poolOptions, r
 		cfg.ConnConfig.RuntimeParams["application_name"] = application
 	}
 	if readCommitted {
-		cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+		cfg.ConnConfig.RuntimeParams[pgpool.IsolationParam] = "read committed"
 	}
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/internal/pgpool"
 	"github.com/pgtask/pgtask/metrics"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
@@ -199,26 +200,12 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 // connect opens the pool and checks that the database answers, so a wrong URL is
-// reported at once. When the database's (or the role's) default_transaction_isolation
-// is not READ COMMITTED and url does not set it, it opens the pool again with READ
-// COMMITTED as a connection parameter: the processor's statements need it
-// (processor.Run refuses a pool without it). It is not sent otherwise: a connection
-// pooler such as PgBouncer refuses a parameter it does not know.
+// reported at once; it sets READ COMMITTED when the database's default isolation is
+// another (pgpool.ReadCommitted).
 func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	pool, err := connectWith(ctx, url, false)
-	if err != nil {
-		return nil, err
-	}
-	var level string
-	if err := pool.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation')").Scan(&level); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to database: %w", err)
-	}
-	if level == "read committed" || level == "read uncommitted" || pool.Config().ConnConfig.RuntimeParams["default_transaction_isolation"] != "" {
-		return pool, nil
-	}
-	pool.Close()
-	return connectWith(ctx, url, true)
+	return pgpool.ReadCommitted(ctx, func(readCommitted bool) (*pgxpool.Pool, error) {
+		return connectWith(ctx, url, readCommitted)
+	})
 }
 
 // connectWith is connect, readCommitted saying whether to set the isolation.
@@ -228,7 +215,7 @@ func connectWith(ctx context.Context, url string, readCommitted bool) (*pgxpool.
 		return nil, &usageError{msg: fmt.Sprintf("--database-url: %v", err)}
 	}
 	if readCommitted {
-		pcfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+		pcfg.ConnConfig.RuntimeParams[pgpool.IsolationParam] = "read committed"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
