@@ -718,7 +718,7 @@ func checkIsolation(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED
 	if level != "read committed" && level != "read uncommitted" {
-		return fmt.Errorf("processor: the pool's sessions begin transactions %s (default_transaction_isolation, the database's or the role's): the processor needs READ COMMITTED, or its polls fail with serialization errors and a limited topic's run past its limit; set default_transaction_isolation to 'read committed' in the pool's RuntimeParams (or in its URL: ?default_transaction_isolation=read%%20committed)",
+		return fmt.Errorf("processor: the pool's sessions begin transactions %s (default_transaction_isolation, the database's or the role's): the processor needs READ COMMITTED, or its polls fail with serialization errors and a limited topic's polls lease past its limit; set default_transaction_isolation to 'read committed' in the pool's RuntimeParams (or in its URL: ?default_transaction_isolation=read%%20committed)",
 			strings.ToUpper(level))
 	}
 	return nil
