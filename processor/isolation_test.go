@@ -48,11 +48,7 @@ func TestRepeatableReadPoolRefused(t *testing.T) {
 		t.Fatalf("the refused processor's owner rows: %d, %v; want none", owners, err)
 	}
 
-	cfg, err := pgxpool.ParseConfig(withParam(f.url, "default_transaction_isolation=read%20uncommitted"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	pool, err := pgxpool.New(f.ctx, withParam(f.url, "default_transaction_isolation=read%20uncommitted"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -636,20 +636,21 @@ func (p *Processor) deleteOwnerRow(ctx context.Context) (bool, error) {
 	return p.repo.DeregisterOwner(ctx, p.pool)
 }
 
-// registerAtStart registers the owner when Run starts. An owner row that is there
-// already belongs to an earlier process of the same owner name (a fixed name, such as a
-// pod's, restarted after a crash within the expiry timeout), or to another process
-// running under this name now, which is a mistake: owner names must be unique. So it
-// first waits for the row to be silent for the expiry timeout, the silence after which
-// expiry counts an owner dead, and fails with ErrOwnerInUse when the row heart-beats
-// meanwhile (awaitSilence). The earlier process's leases would stay ACTIVE for as long
-// as this one heart-beats the row, in every topic, so it then takes them back as a dead
-// owner's (expired: the attempt counts, the topic's retry policy applies) in one
-// transaction: the row taken over if nobody beat or took it over since
-// (Repository.ClaimOwner: it names this process now, its heartbeat far in the past), the
-// expiry under another name, and the heartbeat that makes the row live again. Another
-// process starting under the name meanwhile waits on the row's lock, and then finds it
-// heart-beaten.
+// registerAtStart registers the owner when Run starts, once the pool's isolation is
+// known to suit the processor (checkIsolation: nothing is written otherwise). An owner
+// row that is there already belongs to an earlier process of the same owner name (a
+// fixed name, such as a pod's, restarted after a crash within the expiry timeout), or
+// to another process running under this name now, which is a mistake: owner names must
+// be unique. So it first waits for the row to be silent for the expiry timeout, the
+// silence after which expiry counts an owner dead, and fails with ErrOwnerInUse when
+// the row heart-beats meanwhile (awaitSilence). The earlier process's leases would stay
+// ACTIVE for as long as this one heart-beats the row, in every topic, so it then takes
+// them back as a dead owner's (expired: the attempt counts, the topic's retry policy
+// applies) in one transaction: the row taken over if nobody beat or took it over since
+// (Repository.ClaimOwner: it names this process now, its heartbeat far in the past),
+// the expiry under another name, and the heartbeat that makes the row live again.
+// Another process starting under the name meanwhile waits on the row's lock, and then
+// finds it heart-beaten.
 func (p *Processor) registerAtStart(ctx context.Context) error {
 	if err := checkIsolation(ctx, p.pool); err != nil {
 		return err
