@@ -62,6 +62,12 @@ type enqueue struct {
 	single bool
 }
 
+// BatchMax is the most tasks a batch push may hold. The 1 MiB body alone let through some
+// 50 000 tiny tasks, whose answer (every task created, in full) came to some 16 MB and
+// took the server some 150 MB to build; a client with more pushes them in several
+// requests.
+const BatchMax = 10_000
+
 // decodeEnqueue decodes the body of POST /topics/{topic}/tasks: either one task
 //
 //	{"identifier": "a", "input": …, "insertion": "append", "delay": "10s", …}
@@ -99,6 +105,9 @@ func decodeEnqueue(body []byte) (enqueue, error) {
 	}
 	if len(top.Tasks) == 0 {
 		return enqueue{}, badRequest(`"tasks" is empty: want at least one task`)
+	}
+	if len(top.Tasks) > BatchMax {
+		return enqueue{}, badRequest(`"tasks" holds %d tasks: at most %d per request`, len(top.Tasks), BatchMax)
 	}
 	out.creations = make([]repository.Creation, len(top.Tasks))
 	for i, t := range top.Tasks {

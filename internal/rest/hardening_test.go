@@ -55,6 +55,29 @@ func TestValidation(t *testing.T) {
 			}
 		}
 	})
+	// A batch within the body's 1 MiB could hold some 50 000 tiny tasks, each answered
+	// in full: a batch holds at most rest.BatchMax, beyond which nothing is written.
+	t.Run("ABatchOfTooManyTasksIsRefused", func(t *testing.T) {
+		f := setup(t)
+		batch := func(n int) string {
+			tasks := make([]string, n)
+			for i := range tasks {
+				tasks[i] = fmt.Sprintf(`{"identifier":"t%d"}`, i)
+			}
+			return `{"tasks":[` + strings.Join(tasks, ",") + `]}`
+		}
+		f.call("POST", "/topics/mail/tasks", batch(rest.BatchMax+1)).wantError(t, http.StatusBadRequest,
+			fmt.Sprintf(`"tasks" holds %d tasks: at most %d per request`, rest.BatchMax+1, rest.BatchMax))
+		if n := f.count(); n != 0 {
+			t.Fatalf("%d tasks written by a refused batch, want none", n)
+		}
+		if resp := f.call("POST", "/topics/mail/tasks", batch(rest.BatchMax)); resp.status != http.StatusCreated {
+			t.Fatalf("a batch of %d: %d %s, want 201", rest.BatchMax, resp.status, resp.body)
+		}
+		if n := f.count(); n != rest.BatchMax {
+			t.Errorf("%d tasks written by a batch of %d", n, rest.BatchMax)
+		}
+	})
 	t.Run("ATopicThatIsNotUTF8Is400", func(t *testing.T) {
 		f := setup(t)
 		f.call("GET", "/topics/a%FFb/tasks", "").wantError(t, http.StatusBadRequest, "UTF-8")
