@@ -3120,3 +3120,39 @@ func TestUpdateSettingsBesideAnOpenPush(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPushNotBeforeKeepsItsMicroseconds: the push converted a not-before time to a
+// timestamp through a float of seconds, whose precision past the year 2255 is coarser
+// than a microsecond: 9999-12-31T23:59:59.999999Z, the latest time a push accepts, was
+// stored as the year 10000, which no JSON answer of the task can write. Both forms of
+// the push (a topic without and with a queue cap) keep the time to the microsecond.
+func TestPushNotBeforeKeepsItsMicroseconds(t *testing.T) {
+	f := setup(t)
+	f.createTopic("capped")
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "capped", func(s *repository.TopicSettings) { s.QueueCap = 10 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []time.Time{
+		time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		time.Date(3000, 1, 1, 0, 0, 0, 1000, time.UTC),
+		time.Date(2026, 12, 7, 5, 0, 0, 123456000, time.UTC),
+	} {
+		for _, topic := range []string{f.topic, "capped"} {
+			id := topic + at.Format(time.RFC3339Nano)
+			pushed, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, repository.Creation{Identifier: id, NotBefore: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := pushed[0].NotBefore; !got.Equal(at) {
+				t.Errorf("%s: pushed with a not-before %s, answered %s", topic, at.Format(time.RFC3339Nano), got.UTC().Format(time.RFC3339Nano))
+			}
+			var stored time.Time
+			if err := f.pool.QueryRow(f.ctx, "SELECT not_before FROM task WHERE topic = $1 AND identifier = $2", topic, id).Scan(&stored); err != nil {
+				t.Fatal(err)
+			}
+			if !stored.Equal(at) {
+				t.Errorf("%s: pushed with a not-before %s, stored %s", topic, at.Format(time.RFC3339Nano), stored.UTC().Format(time.RFC3339Nano))
+			}
+		}
+	}
+}

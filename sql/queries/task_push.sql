@@ -26,7 +26,10 @@ creation AS (
     SELECT c.ord, c.identifier, NULLIF(c.input, '') AS input, NULLIF(c.reference, '') AS reference,
            c.suspended, c.priority,
            coalesce(NULLIF(c.concurrency_key, ''), CASE WHEN (SELECT tp.keyed FROM topic tp) THEN '' END) AS concurrency_key,
-           CASE WHEN c.not_before_us <> 0 THEN to_timestamp(c.not_before_us / 1e6)
+           -- whole seconds, then microseconds: a float of seconds (us / 1e6) is coarser
+           -- than a microsecond past the year 2255, and put 9999-12-31T23:59:59.999999Z
+           -- in the year 10000
+           CASE WHEN c.not_before_us <> 0 THEN to_timestamp(c.not_before_us / 1000000) + c.not_before_us % 1000000 * interval '1 microsecond'
                 WHEN c.delay_ms > 0 THEN now() + c.delay_ms * interval '1 millisecond'
            END AS not_before,
            c.last
@@ -212,7 +215,8 @@ inserted AS (
     SELECT sqlc.arg(topic), nextval('task_sequence'), e.identifier,
            CASE WHEN e.suspended THEN 4 ELSE 1 END, 1, -- descent READY, as TaskPush
            NULLIF(e.input, ''), NULLIF(e.reference, ''), e.priority,
-           CASE WHEN e.not_before_us <> 0 THEN to_timestamp(e.not_before_us / 1e6)
+           -- exact to the microsecond, as TaskPush
+           CASE WHEN e.not_before_us <> 0 THEN to_timestamp(e.not_before_us / 1000000) + e.not_before_us % 1000000 * interval '1 microsecond'
                 WHEN e.delay_ms > 0 THEN now() + e.delay_ms * interval '1 millisecond'
            END,
            coalesce(NULLIF(e.concurrency_key, ''), CASE WHEN (SELECT tp.keyed FROM topic tp) THEN '' END)
