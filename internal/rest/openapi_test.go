@@ -84,6 +84,34 @@ func TestOpenAPI(t *testing.T) {
 		}
 		walk(all)
 	})
+	// Every request passes httpguard's checks before its route (403, and 415 for a write
+	// without a token), and any may be stopped before its answer (503): each operation
+	// lists those statuses, as docs/rest.md's table does.
+	t.Run("ListsTheStatusesOfEveryRoute", func(t *testing.T) {
+		t.Parallel()
+		for path, ops := range doc.Paths {
+			for m, raw := range ops {
+				if m == "parameters" {
+					continue
+				}
+				var op struct {
+					Responses map[string]json.RawMessage `json:"responses"`
+				}
+				if err := json.Unmarshal(raw, &op); err != nil {
+					t.Fatalf("%s %s: %v", m, path, err)
+				}
+				want := []string{"403", "503"}
+				if m != "get" {
+					want = append(want, "415")
+				}
+				for _, status := range want {
+					if _, ok := op.Responses[status]; !ok {
+						t.Errorf("%s %s does not list %s", strings.ToUpper(m), path, status)
+					}
+				}
+			}
+		}
+	})
 	t.Run("IsServedAsJSON", func(t *testing.T) {
 		t.Parallel()
 		rec := httptest.NewRecorder()
