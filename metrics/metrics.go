@@ -327,9 +327,9 @@ func (m *Metrics) NewQueueCollector(pool *pgxpool.Pool, repo *repository.Reposit
 
 // pruneAfterReads makes each read of queue forget the series of removed schedules.
 func (m *Metrics) pruneAfterReads(queue *queueCollector) {
-	queue.afterRead = func(ctx context.Context) error {
+	queue.afterRead = func(ctx context.Context, h repository.Handle) error {
 		return m.forgetRemovedSchedules(func(names []string) ([]string, error) {
-			return queue.repo.ExistingSchedules(ctx, queue.pool, names...)
+			return queue.repo.ExistingSchedules(ctx, h, names...)
 		})
 	}
 }

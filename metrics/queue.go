@@ -63,7 +63,7 @@ type queueCollector struct {
 	afterStats func()
 	// afterRead, when set (Instrument), runs at the end of each successful read of the
 	// database: the series of removed schedules are dropped (a failure is ignored).
-	afterRead func(ctx context.Context) error
+	afterRead func(ctx context.Context, h repository.Handle) error
 
 	mu      sync.Mutex // held during a read: the scrapes that wait for it share its outcome
 	read    time.Time
@@ -84,7 +84,9 @@ type queueCollector struct {
 // owner included, so that every process of a fleet reports the same number). Given topics, it reports
 // only those (a processor reports its own); otherwise every registered topic. A
 // successful read is served for ttl, so frequent scrapes cost one read per ttl; ttl 0
-// reads on every scrape. A failed read is reported to the scrape as an invalid metric
+// reads on every scrape. It reads through the pool, or, when every connection the pool
+// may hold is in use, over a connection of its own for the read (made as the pool makes
+// its connections), so that busy handlers do not fail the scrape. A failed read is reported to the scrape as an invalid metric
 // carrying the error, and retried at the next scrape; a failure to connect, or a broken
 // connection, is told without the database's address, name or user.
 func NewQueueCollector(pool *pgxpool.Pool, repo *repository.Repository, ttl time.Duration, topics ...string) prometheus.Collector {
@@ -164,6 +166,26 @@ func limits(t repository.Topic, u repository.LimitUsage, gauge func(*prometheus.
 	}
 }
 
+// reader is what a read goes through, and done ends it: the pool, unless every
+// connection the pool may hold is in use (a processor whose handlers hold them for long
+// work through its pool), where a scrape waited out its 8 s for one and failed, the
+// process's own series with it; then a connection of its own made as the pool makes
+// its connections, closed after the read.
+func (c *queueCollector) reader(ctx context.Context) (h repository.Handle, done func(), err error) {
+	if s := c.pool.Stat(); s.AcquiredConns() < s.MaxConns() {
+		return c.pool, func() {}, nil
+	}
+	conn, err := repository.ConnectAsPool(ctx, c.pool.Config())
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(ctx)
+	}, nil
+}
+
 // collect reads the topics, their stats and the live owners.
 func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	if c.pool == nil || c.repo == nil {
@@ -171,13 +193,18 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queueReadTimeout)
 	defer cancel()
+	h, done, err := c.reader(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue collector: connect: %w", err)
+	}
+	defer done()
 	var topics []repository.TopicStatus
 	if names := c.topics; c.topicsOf == nil || len(c.topicsOf()) > 0 {
 		if c.topicsOf != nil {
 			names = c.topicsOf()
 		}
 		var err error
-		if topics, err = c.repo.StatsAll(ctx, c.pool, names...); err != nil {
+		if topics, err = c.repo.StatsAll(ctx, h, names...); err != nil {
 			return nil, fmt.Errorf("queue collector: %w", err)
 		}
 	}
@@ -190,7 +217,7 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 			limited = append(limited, t.Name)
 		}
 	}
-	usage, err := c.repo.LimitUsageAll(ctx, c.pool, limited...)
+	usage, err := c.repo.LimitUsageAll(ctx, h, limited...)
 	if err != nil {
 		return nil, fmt.Errorf("queue collector: %w", err)
 	}
@@ -223,7 +250,7 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 			limits(t.Topic, u, gauge)
 		}
 	}
-	owners, err := c.repo.CountLiveOwners(ctx, c.pool, processor.ExpiryTimeoutDefault)
+	owners, err := c.repo.CountLiveOwners(ctx, h, processor.ExpiryTimeoutDefault)
 	if err != nil {
 		return nil, fmt.Errorf("queue collector: %w", err)
 	}
@@ -231,7 +258,7 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	if c.afterRead != nil {
 		// housekeeping: a failure leaves the removed schedules' series to the next read,
 		// and takes nothing from this one
-		_ = c.afterRead(ctx)
+		_ = c.afterRead(ctx, h)
 	}
 	return out, nil
 }

@@ -227,3 +227,42 @@ func TestQueueCollectorScrapesShareARead(t *testing.T) {
 		t.Errorf("a scrape after the failed read: %v, want a read of its own, which succeeds", err)
 	}
 }
+
+// TestQueueCollectorReadsBesideAFullPool: with every connection of the pool held (a
+// processor whose handlers use its pool for long work), a scrape waited its 8 s for one
+// and failed, the process's own series with it. It reads over a connection of its own.
+func TestQueueCollectorReadsBesideAFullPool(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	shared, repo := collectorDatabase(t, []string{"a"}, nil)
+	if _, err := repo.Push(ctx, shared, "a", repository.Append, repository.Creation{Identifier: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	config := shared.Config()
+	config.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for range config.MaxConns {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+	}
+	c := NewQueueCollector(pool, repo, 0).(*queueCollector)
+	var ready float64 = -1
+	for _, m := range collect(t, c) {
+		if m.Desc() == depthDesc && labelled(t, m, "state", "READY") {
+			ready = value(t, m)
+		}
+	}
+	if ready != 1 {
+		t.Fatalf("READY = %v beside a pool whose connections are all held (err: %v), want 1", ready, c.failed)
+	}
+	if s := pool.Stat(); s.TotalConns() != config.MaxConns {
+		t.Errorf("the pool holds %d connections after the read, want its %d", s.TotalConns(), config.MaxConns)
+	}
+}

@@ -70,10 +70,10 @@ func NewNotifier(connConfig *pgx.ConnConfig, logger *slog.Logger) *Notifier {
 }
 
 // newPoolNotifier returns a notifier that connects as the pool of config does
-// (connectAsPool): a pool whose password a BeforeConnect hook sets, say, would
+// (repository.ConnectAsPool): a pool whose password a BeforeConnect hook sets, say, would
 // otherwise give the processor tasks to poll but no notifications.
 func newPoolNotifier(config *pgxpool.Config, logger *slog.Logger) *Notifier {
-	return newNotifier(func(ctx context.Context) (*pgx.Conn, error) { return connectAsPool(ctx, config) }, logger)
+	return newNotifier(func(ctx context.Context) (*pgx.Conn, error) { return repository.ConnectAsPool(ctx, config) }, logger)
 }
 
 func newNotifier(connect func(ctx context.Context) (*pgx.Conn, error), logger *slog.Logger) *Notifier {

@@ -1001,7 +1001,7 @@ func (p *Processor) takenOverBy(row repository.Owner) error {
 }
 
 // beatConn is the heartbeat's own connection, made when first needed as the pool makes
-// its own (connectAsPool).
+// its own (repository.ConnectAsPool).
 type beatConn struct {
 	pool *pgxpool.Config
 	conn *pgx.Conn
@@ -1012,34 +1012,11 @@ func (b *beatConn) get(ctx context.Context) (*pgx.Conn, error) {
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := connectAsPool(ctx, b.pool)
+	conn, err := repository.ConnectAsPool(ctx, b.pool)
 	if err != nil {
 		return nil, err
 	}
 	b.conn = conn
-	return conn, nil
-}
-
-// connectAsPool makes one connection outside the pool as the pool makes its own: with
-// its configuration and its BeforeConnect and AfterConnect hooks (a password rotated
-// before each connection, a search_path set after): the heartbeat's and the notifier's.
-func connectAsPool(ctx context.Context, pool *pgxpool.Config) (*pgx.Conn, error) {
-	config := pool.ConnConfig.Copy()
-	if pool.BeforeConnect != nil {
-		if err := pool.BeforeConnect(ctx, config); err != nil {
-			return nil, err
-		}
-	}
-	conn, err := pgx.ConnectConfig(ctx, config)
-	if err != nil {
-		return nil, err
-	}
-	if pool.AfterConnect != nil {
-		if err := pool.AfterConnect(ctx, conn); err != nil {
-			_ = conn.Close(ctx)
-			return nil, err
-		}
-	}
 	return conn, nil
 }
 
