@@ -283,23 +283,9 @@ func (f *flags) connect(ctx context.Context, flagValue string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	version, dirty, err := repository.MigrationVersion(ctx, c.pool)
-	if errors.Is(err, repository.ErrVersionUnreadable) {
-		// a role granted pgtask's tables but not its version table: run as before
-		return c, nil
-	}
-	if err != nil {
+	if err := pgpool.CheckSchema(ctx, c.pool, "pgtask"); err != nil {
 		c.Close()
 		return nil, err
-	}
-	if latest := repository.LatestMigration(); version < latest || dirty {
-		c.Close()
-		state := ""
-		if dirty {
-			state = ", dirty (a migration was interrupted)"
-		}
-		return nil, fmt.Errorf("%w: the database's schema is at version %d%s and this pgtask needs %d: run `pgtask migrate up`",
-			repository.ErrSchemaMissing, version, state, latest)
 	}
 	return c, nil
 }

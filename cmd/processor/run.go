@@ -68,6 +68,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return starting(err)
 		}
 		logger.Info("schema migrated")
+	} else if err := pgpool.CheckSchema(ctx, pool, "processor"); err != nil {
+		// the check pgtask's commands make: a processor upgraded before the database
+		// was migrated ran on the older schema, a limited topic's polls unlimited
+		return starting(err)
 	}
 	repo, err := repository.New(repository.Config{})
 	if err != nil {

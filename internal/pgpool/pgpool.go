@@ -1,5 +1,5 @@
 // Package pgpool holds what the pools of pgtask's binaries (pgtask, processor) share
-// beyond pgx's defaults.
+// beyond pgx's defaults: their isolation, and the check of the schema's version.
 package pgpool
 
 import (
