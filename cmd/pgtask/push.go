@@ -123,6 +123,10 @@ func runPush(ctx context.Context, e *env, args []string) error {
 
 	if single != nil {
 		tasks, err := conn.repo.Push(ctx, conn.pool, *topic, insertion, *single)
+		if repository.Uncertain(err) {
+			return fmt.Errorf("%w (the connection was lost before the answer: the task may have been pushed; "+
+				"see with `pgtask list --topic %s --identifier %s` before pushing it again)", err, shellQuote(*topic), shellQuote(single.Identifier))
+		}
 		if err != nil {
 			return err
 		}
@@ -139,8 +143,13 @@ func runPush(ctx context.Context, e *env, args []string) error {
 		pushed      int
 		first, last int64
 		batch       = make([]repository.Creation, 0, min(*batchSize, pushBatchDefault))
+		batchStart  int // the input line of the batch's first task
 		batchEnd    int // the input line of the batch's last task
 		through     int // the input line of the last task pushed
+		// the batch whose push may or may not have been committed (its answer lost
+		// with the connection): its input lines, and its first task's identifier
+		unknownFrom, unknownTo int
+		unknownID              string
 	)
 	// A signal stops the reading, never a push under way: the batch read so far is
 	// pushed, and the message says where the input stopped. A push that has not
@@ -154,6 +163,9 @@ func runPush(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 		tasks, err := conn.repo.Push(pushCtx, conn.pool, *topic, insertion, batch...)
+		if repository.Uncertain(err) {
+			unknownFrom, unknownTo, unknownID = batchStart, batchEnd, batch[0].Identifier
+		}
 		if err != nil {
 			return err
 		}
@@ -169,6 +181,17 @@ func runPush(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	partial := func(err error) error {
+		if unknownTo > 0 {
+			// a batch is one statement: all of its tasks were pushed, or none
+			done := "nothing pushed before it"
+			if pushed > 0 {
+				done = fmt.Sprintf("%d tasks pushed before it, sequences %d..%d, standard input lines 1..%d", pushed, first, last, through)
+			}
+			return fmt.Errorf("%w (%s; the connection was lost before the answer to the batch of lines %d..%d: "+
+				"it may have been pushed, all of it or none; see with `pgtask list --topic %s --identifier %s` (line %d's task) "+
+				"before pushing those lines again; the lines after %d were not pushed)",
+				err, done, unknownFrom, unknownTo, shellQuote(*topic), shellQuote(unknownID), unknownFrom, unknownTo)
+		}
 		if pushed == 0 {
 			return fmt.Errorf("%w (nothing pushed: resume at standard input line 1)", err)
 		}
@@ -210,6 +233,9 @@ read:
 		c, err := parseLine(in.text, defaults)
 		if err != nil {
 			return partial(fmt.Errorf("push: standard input line %d: %w", in.number, err))
+		}
+		if len(batch) == 0 {
+			batchStart = in.number
 		}
 		batch = append(batch, c)
 		batchEnd = in.number
