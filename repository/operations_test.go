@@ -3156,3 +3156,33 @@ func TestPushNotBeforeKeepsItsMicroseconds(t *testing.T) {
 		}
 	}
 }
+
+// TestPurgeAllSaysWhatItDeleted: PurgeAll on a pool deletes a shared topic's tasks in
+// batches, each committed; stopped after some (its context ended while a task locked by
+// another transaction held the next batch), it returned 0 and an error that said
+// nothing of them. It returns their number, and the error says so.
+func TestPurgeAllSaysWhatItDeleted(t *testing.T) {
+	f := setup(t)
+	ids := make([]string, 10_001)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i)
+	}
+	tasks := f.push(repository.Append, ids...)
+	holder, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.WithoutCancel(f.ctx)) }()
+	if _, err := holder.Exec(f.ctx, "SELECT 1 FROM task WHERE topic = $1 AND sequence = $2 FOR UPDATE", f.topic, tasks[len(tasks)-1].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+	defer cancel()
+	n, err := f.repo.PurgeAll(ctx, f.pool, f.topic)
+	if err == nil || n != 10_000 || !strings.Contains(err.Error(), "after 10000 of its tasks were deleted, each batch committed; purge again to finish") {
+		t.Fatalf("purge all stopped by its context after a batch: %d, %v; want 10000 and an error saying so", n, err)
+	}
+	if left := len(allTasks(f)); left != 1 {
+		t.Errorf("%d tasks left, want the locked one", left)
+	}
+}

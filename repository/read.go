@@ -800,18 +800,25 @@ const purgeStatementTimeout = time.Minute
 // were. A shared topic's tasks are deleted as Destroy deletes them (in batches on a pool,
 // in one statement inside the caller's transaction): no other topic waits. A dedicated
 // topic's table is truncated, which locks it (its own pushes and polls wait) until the
-// caller commits.
+// caller commits. On an error after batches were deleted (each committed), it returns
+// their number with the error, which says so.
 func (r *Repository) PurgeAll(ctx context.Context, h Handle, topic string) (int64, error) {
 	if err := validTopic(topic); err != nil {
 		return 0, err
 	}
 	batched, err := r.deleteInBatches(ctx, h, topic)
-	if err != nil {
-		return 0, mapError(fmt.Sprintf("purge all of topic %q", topic), err)
+	var n int64
+	if err == nil {
+		n, err = retryLocked(ctx, h, func() (int64, error) { return r.q.TopicTruncate(ctx, h, topic) })
 	}
-	n, err := retryLocked(ctx, h, func() (int64, error) { return r.q.TopicTruncate(ctx, h, topic) })
 	if err != nil {
-		return 0, mapError(fmt.Sprintf("purge all of topic %q", topic), err)
+		err = mapError(fmt.Sprintf("purge all of topic %q", topic), err)
+		if batched > 0 {
+			// the batches before committed: the error's "nothing was changed" (a lock
+			// timeout's) is not so
+			err = fmt.Errorf("%w (after %d of its tasks were deleted, each batch committed; purge again to finish)", err, batched)
+		}
+		return batched, err
 	}
 	if n < 0 {
 		return 0, unknownTopic("purge all of", topic)
