@@ -145,6 +145,9 @@ func TestUsageErrors(t *testing.T) {
 		{"MigrateDownToNegative", []string{"migrate", "down", "--yes", "--to", "-1"}, []string{"migrate down: --to -1: a version is 0 or more"}},
 		{"NoDatabaseURL", []string{"stats"}, []string{"stats: --database-url: no database URL: pass --database-url or set DATABASE_URL"}},
 		{"BadDatabaseURL", []string{"stats", "--database-url", "postgres://x:y@host:notaport/db"}, []string{"stats: --database-url:"}},
+		// pgx quotes the URL, its password masked up to the first @ only: "u:xxxxx@cret@host"
+		{"BadDatabaseURLWithAnAtInItsPassword", []string{"stats", "--database-url", "postgres://u:se@cret@host:99999/db"},
+			[]string{"stats: --database-url: cannot parse the URL: invalid port"}},
 		{"ServeNegativeMaxBody", []string{"serve", "--max-body", "-1"}, []string{"serve: --max-body: -1 is below 1"}},
 		{"ServeReadPastWrite", []string{"serve", "--read-timeout", "2m"}, []string{"serve: read timeout 2m0s is longer than the write timeout 1m0s"}},
 		// Refused only after the command had connected (and, with --migrate, migrated).

@@ -370,7 +370,7 @@ func openPool(ctx context.Context, url, application string, o poolOptions) (*pgx
 
 // openPoolWith is openPool, readCommitted saying whether to set the isolation.
 func openPoolWith(ctx context.Context, url, application string, o poolOptions, readCommitted bool) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgpool.ParseConfig(url)
 	if err != nil {
 		return nil, &badURLError{err}
 	}

@@ -8,21 +8,16 @@ import (
 	"log/slog"
 	"net/url"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/internal/pgpool"
 	"github.com/pgtask/pgtask/processor"
 	"github.com/pgtask/pgtask/repository"
 )
-
-// quotedURL is the URL a pgx parse error quotes.
-var quotedURL = regexp.MustCompile("`[^`]*`")
 
 // Defaults of the flags that differ from the processor package's.
 const (
@@ -253,10 +248,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 	cfg.databaseURL, origin = lookup("database-url")
 	if cfg.databaseURL == "" {
 		required(origin, "a database URL", "DATABASE_URL")
-	} else if _, err := pgxpool.ParseConfig(cfg.databaseURL); err != nil {
-		// pgx quotes the URL with its password masked, but not all of a password that
-		// holds an unescaped @: the URL is left out
-		bad(origin, "%s", quotedURL.ReplaceAllString(err.Error(), "the URL"))
+	} else if _, err := pgpool.ParseConfig(cfg.databaseURL); err != nil {
+		bad(origin, "%v", err)
 	}
 	cfg.topic, origin = lookup("topic")
 	switch n := utf8.RuneCountInString(cfg.topic); {

@@ -214,7 +214,7 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 
 // connectWith is connect, readCommitted saying whether to set the isolation.
 func connectWith(ctx context.Context, url string, readCommitted bool) (*pgxpool.Pool, error) {
-	pcfg, err := pgxpool.ParseConfig(url)
+	pcfg, err := pgpool.ParseConfig(url)
 	if err != nil {
 		return nil, &usageError{msg: fmt.Sprintf("--database-url: %v", err)}
 	}

@@ -4,7 +4,9 @@ package pgpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -35,4 +37,18 @@ func ReadCommitted(ctx context.Context, open func(readCommitted bool) (*pgxpool.
 	}
 	pool.Close()
 	return open(true)
+}
+
+// quotedURL is the URL a pgx parse error quotes.
+var quotedURL = regexp.MustCompile("`[^`]*`")
+
+// ParseConfig is pgxpool.ParseConfig whose error leaves the URL out: pgx quotes it with
+// its password masked, but not all of a password that holds an unescaped @
+// ("postgres://u:p@ss@host:99999/db" is quoted "u:xxxxx@ss@host…").
+func ParseConfig(url string) (*pgxpool.Config, error) {
+	config, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New(quotedURL.ReplaceAllString(err.Error(), "the URL"))
+	}
+	return config, nil
 }
