@@ -349,6 +349,31 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	// The bulk form carries the filter the list was loaded with: a state chosen above
+	// but not applied was ignored, and a purge deleted every finished state.
+	t.Run("ABulkActionRefusesAFilterNotApplied", func(t *testing.T) {
+		f.createTopic("unapplied")
+		if _, err := f.pool.Exec(f.ctx, `INSERT INTO task (topic, identifier, state, descent, completed)
+			VALUES ('unapplied', 'failed', 3, 1, now()), ('unapplied', 'succeeded', 6, 1, now())`); err != nil {
+			t.Fatal(err)
+		}
+		run(t, ctx,
+			chromedp.Navigate(base+"/ui/topics/unapplied"),
+			waitFor(`document.body.dataset.ready === "1"`),
+			act(chromedp.SetValue(chromedp.CSS("#filter-state"), "FAILED")),
+			act(chromedp.SetValue(chromedp.CSS("#bulk-action"), "purge")),
+			click("#bulk"),
+			waitFor(`document.querySelector("#toast").textContent.includes("The filter above has changes not applied")`),
+		)
+		if got := eval[string](t, ctx, `document.querySelector("#bulk").textContent`); got != "Apply to the filter" {
+			t.Errorf("the bulk button says %q after the refusal, want it not armed", got)
+		}
+		var n int
+		if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = 'unapplied'").Scan(&n); err != nil || n != 2 {
+			t.Fatalf("%d tasks after the refused purge (%v), want both", n, err)
+		}
+	})
+
 	t.Run("PauseATopicAndPollingStops", func(t *testing.T) {
 		run(t, ctx,
 			chromedp.Navigate(base+"/ui/topics/work"),

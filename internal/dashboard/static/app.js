@@ -137,6 +137,19 @@
 
   const apiPath = (topic) => "/ui/api/topics/" + encodeURIComponent(topic);
 
+  // edited tells whether a form's fields differ from what the page was loaded with.
+  function edited(form) {
+    for (const el of form.elements) {
+      if (el.tagName === "SELECT") {
+        const initial = Math.max(0, Array.from(el.options).findIndex((o) => o.defaultSelected));
+        if (el.selectedIndex !== initial) return true;
+      } else if ("defaultValue" in el && el.type !== "submit" && el.value !== el.defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   document.addEventListener("click", async (ev) => {
     const btn = ev.target.closest("button[data-post]");
     if (!btn) return;
@@ -171,6 +184,14 @@
           return;
         }
         case "bulk": {
+          // The bulk form carries the filter the list was loaded with: one edited
+          // above and not applied would be taken for it (a state chosen but not
+          // filtered by purged every finished state).
+          const filter = document.getElementById("filter-form");
+          if (filter && edited(filter)) {
+            toast("The filter above has changes not applied: press Filter first, or Clear; the bulk action applies to the filter the list shows", true);
+            return;
+          }
           if (button.dataset.armed !== "1") { // ask once more: it changes many tasks
             button.dataset.armed = "1";
             button.dataset.label = button.textContent;
