@@ -181,6 +181,28 @@ func (q *Queries) OwnerHeartbeat(ctx context.Context, db DBTX, arg OwnerHeartbea
 	return result.RowsAffected(), nil
 }
 
+const ownerIsLive = `-- name: OwnerIsLive :one
+SELECT EXISTS (
+    SELECT 1 FROM task_owner
+    WHERE owner = $1
+      AND heartbeat > COALESCE($2::timestamptz, now()) - GREATEST($3::bigint, expiry_ms) * interval '1 millisecond'
+) AS live
+`
+
+type OwnerIsLiveParams struct {
+	Name      string
+	Now       *time.Time
+	TimeoutMs int64
+}
+
+// Whether the named owner heart-beats within OwnerLive's terms (its primary key: one row).
+func (q *Queries) OwnerIsLive(ctx context.Context, db DBTX, arg OwnerIsLiveParams) (bool, error) {
+	row := db.QueryRow(ctx, ownerIsLive, arg.Name, arg.Now, arg.TimeoutMs)
+	var live bool
+	err := row.Scan(&live)
+	return live, err
+}
+
 const ownerList = `-- name: OwnerList :many
 WITH page AS (
     SELECT o.owner, o.heartbeat, o.started, o.host, o.pid, o.expiry_ms

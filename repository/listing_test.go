@@ -87,6 +87,27 @@ func TestOwners(t *testing.T) {
 	}
 }
 
+// TestOwnerLive: whether one owner heart-beats, by the terms LiveOwners lists them by: a
+// silent owner is dead unless the expiry timeout it declares is longer than its silence;
+// an unknown name is dead.
+func TestOwnerLive(t *testing.T) {
+	f := setup(t)
+	f.newRepo("owner-2")
+	f.newRepo("owner-3")
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task_owner SET heartbeat = now() - interval '1 hour' WHERE owner = 'owner-2';
+		UPDATE task_owner SET heartbeat = now() - interval '1 hour', expiry_ms = 7200000 WHERE owner = 'owner-3'`); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"owner-1": true, "owner-2": false, "owner-3": true, "nobody": false} {
+		if live, err := f.repo.OwnerLive(f.ctx, f.pool, name, time.Minute); err != nil || live != want {
+			t.Errorf("OwnerLive(%s) = %v, %v; want %v", name, live, err, want)
+		}
+	}
+	if _, err := f.repo.OwnerLive(f.ctx, f.pool, "owner-1", -time.Second); !errors.Is(err, repository.ErrInvalid) {
+		t.Errorf("a negative timeout: %v, want ErrInvalid", err)
+	}
+}
+
 // TestRegisteredOwner: an owner reads its own row, with how long its heartbeat has been
 // silent; an owner without a row gets ErrNotRegistered. ClaimOwner takes the row over
 // only while its heartbeat is the one read.

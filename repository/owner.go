@@ -185,6 +185,20 @@ func (r *Repository) LiveOwners(ctx context.Context, h Handle, timeout time.Dura
 	return owners, nil
 }
 
+// OwnerLive reports whether the named owner's heartbeat is newer than now − timeout (or
+// its own declared expiry timeout, when longer), as LiveOwners lists them: one row read,
+// where a page showing one task's owner read them all.
+func (r *Repository) OwnerLive(ctx context.Context, h Handle, name string, timeout time.Duration) (bool, error) {
+	if err := validTimeout("timeout", timeout); err != nil {
+		return false, err
+	}
+	live, err := r.q.OwnerIsLive(ctx, h, db.OwnerIsLiveParams{Name: name, Now: r.clock(), TimeoutMs: durationMs(timeout)})
+	if err != nil {
+		return false, mapError("read owner "+name, err)
+	}
+	return live, nil
+}
+
 // CountLiveOwners returns how many owners, this repository's own included, heart-beat
 // within timeout (as LiveOwners decides): the live processes, for a gauge.
 func (r *Repository) CountLiveOwners(ctx context.Context, h Handle, timeout time.Duration) (int64, error) {

@@ -109,6 +109,25 @@ func TestTaskPage(t *testing.T) {
 			t.Error("?full=1 does not show the whole input")
 		}
 	})
+	t.Run("SaysWhetherItsOwnerIsAlive", func(t *testing.T) {
+		task := f.push("mail", repository.Creation{Identifier: "leased"})[0]
+		owner, err := repository.New(repository.Config{Owner: "page-owner"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := owner.RegisterOwner(f.ctx, f.pool); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.pool.Exec(f.ctx, "UPDATE task SET state = 2, owner = 'page-owner', attempt = 1 WHERE topic = 'mail' AND sequence = $1", task.Sequence); err != nil {
+			t.Fatal(err)
+		}
+		path := fmt.Sprintf("/ui/topics/mail/tasks/%d", task.Sequence)
+		mustContain(t, f.page(path), `<code>page-owner</code> <span class="badge ok">alive</span>`)
+		if _, err := f.pool.Exec(f.ctx, "UPDATE task_owner SET heartbeat = now() - interval '1 hour' WHERE owner = 'page-owner'"); err != nil {
+			t.Fatal(err)
+		}
+		mustContain(t, f.page(path), `<code>page-owner</code> <span class="badge bad">not alive</span>`)
+	})
 	t.Run("UnknownTaskIs404", func(t *testing.T) {
 		if status, _, _ := f.get("/ui/topics/mail/tasks/999999"); status != http.StatusNotFound {
 			t.Errorf("status = %d, want 404", status)

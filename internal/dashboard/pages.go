@@ -741,14 +741,11 @@ func (s *server) task(r *http.Request) (string, any, error) {
 		v.Errors = append(v.Errors, showText(e, whole, full))
 	}
 	if task.Owner != "" {
-		live, err := s.repo.LiveOwners(ctx, s.pool, s.cfg.OwnerTimeout)
+		live, err := s.repo.OwnerLive(ctx, s.pool, task.Owner, s.cfg.OwnerTimeout)
 		if err != nil {
 			return "", nil, err
 		}
-		v.OwnerKnown = true
-		for _, o := range live {
-			v.OwnerAlive = v.OwnerAlive || o.Name == task.Owner
-		}
+		v.OwnerKnown, v.OwnerAlive = true, live
 	}
 	timeline, err := s.repo.Timeline(ctx, s.pool, topic, task.Identifier, repository.MaxSequence, timelineSize+1)
 	if err != nil {

@@ -25,6 +25,14 @@ WHERE owner <> sqlc.arg(owner)
   AND heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, expiry_ms) * interval '1 millisecond'
 ORDER BY owner;
 
+-- name: OwnerIsLive :one
+-- Whether the named owner heart-beats within OwnerLive's terms (its primary key: one row).
+SELECT EXISTS (
+    SELECT 1 FROM task_owner
+    WHERE owner = sqlc.arg(name)
+      AND heartbeat > COALESCE(sqlc.narg('now')::timestamptz, now()) - GREATEST(sqlc.arg(timeout_ms)::bigint, expiry_ms) * interval '1 millisecond'
+) AS live;
+
 -- name: OwnerCountLive :one
 -- How many owners, the caller's own included, heart-beat within OwnerLive's terms.
 SELECT count(*) FROM task_owner
