@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -26,6 +25,12 @@ call) or --state S to revive tasks of that state, oldest first, at most --limit 
 (not with --reassign, which takes them all), optionally within --from/--to. A reset or
 copies that would take the topic above its queue cap are refused whole, nothing changed.`
 
+// reviveLimitMax is the largest --limit of a reset or recreate by state: one transaction
+// that locks the tasks and answers each whole (input, output, errors), which the command
+// holds in memory; a mistyped limit of millions held locks for minutes and exhausted the
+// memory (the dashboard's bulk actions take 10 000 at once, push's batches 100 000).
+const reviveLimitMax = 100_000
+
 func runRevive(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask revive", "--topic T (--reset|--recreate MODE|--reassign RESULT) (SEQUENCE...|--state S) [flags]", reviveAbout)
 	url := f.databaseURL()
@@ -34,7 +39,7 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 	recreate := f.String("recreate", "", "push fresh copies with insertion `MODE` (append, replace or supersede)")
 	reassign := f.String("reassign", "", "give the tasks the state of `RESULT` (SUCCESS, FAILURE, SUSPENSION, FILTER)")
 	stateName := f.String("state", "", "revive tasks of this `STATE` instead of listed sequences")
-	limit := f.Int("limit", 1000, "with --state: revive at most `N` tasks")
+	limit := f.Int("limit", 1000, fmt.Sprintf("with --state: revive at most `N` tasks (at most %d)", reviveLimitMax))
 	from, to := f.rangeFlags()
 	pos, err := f.parse(args)
 	if err != nil {
@@ -103,8 +108,8 @@ func runRevive(ctx context.Context, e *env, args []string) error {
 		if *limit < 1 {
 			return f.usagef("--limit: %d is below 1", *limit)
 		}
-		if *limit > math.MaxInt32 {
-			return f.usagef("--limit: %d is above %d", *limit, math.MaxInt32)
+		if *limit > reviveLimitMax {
+			return f.usagef("--limit: %d is above %d: run it again for the next ones", *limit, reviveLimitMax)
 		}
 		if err := f.checkRange(*from, *to); err != nil {
 			return err

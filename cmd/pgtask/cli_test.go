@@ -125,7 +125,10 @@ func TestUsageErrors(t *testing.T) {
 		{"ListLimitAboveAPage", []string{"list", "--topic", "t", "--limit", "1001"}, []string{"--limit: 1001 is above 1000, a page's most"}},
 		{"ListEmptyIdentifier", []string{"list", "--topic", "t", "--identifier", ""}, []string{"list: --identifier is empty: give one, or leave the flag out"}},
 		{"ListEmptyReference", []string{"list", "--topic", "t", "--reference", ""}, []string{"list: --reference is empty"}},
-		{"ReviveLimitTooLarge", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "--limit", "99999999999"}, []string{"--limit: 99999999999 is above 2147483647"}},
+		{"ReviveLimitTooLarge", []string{"revive", "--topic", "t", "--reset", "--state", "FAILED", "--limit", "99999999999"}, []string{"--limit: 99999999999 is above 100000"}},
+		// one transaction whose tasks come back whole: millions held locks for minutes
+		{"ReviveLimitAboveMax", []string{"revive", "--topic", "t", "--recreate", "append", "--state", "FAILED", "--limit", "100001"},
+			[]string{"revive: --limit: 100001 is above 100000: run it again for the next ones"}},
 		{"ExpireNegativeTimeout", []string{"expire", "--timeout", "-1s"}, []string{"--timeout", "must not be negative"}},
 		{"TopicAddWithoutName", []string{"topic", "add"}, []string{"topic add: missing topic NAME"}},
 		{"TopicTooLong", []string{"list", "--topic", strings.Repeat("t", 10000)}, []string{"list: --topic: topic is 10000 characters long, at most 250 allowed"}},
@@ -158,6 +161,11 @@ func TestUsageErrors(t *testing.T) {
 		// The batch was preallocated whole: a panic (makeslice) or the memory exhausted.
 		{"PushBatchSizeOverflowing", []string{"push", "--topic", "t", "--batch-size", "9223372036854775807"}, []string{"push: --batch-size: 9223372036854775807 is above 100000"}},
 		{"PushBatchSizeExhaustingMemory", []string{"push", "--topic", "t", "--batch-size", "2000000000"}, []string{"push: --batch-size: 2000000000 is above 100000"}},
+		// Accepted, and ignored.
+		{"PushBatchSizeWithAnIdentifier", []string{"push", "--topic", "t", "--batch-size", "5", "a"},
+			[]string{"push: --batch-size applies to the lines of standard input, not to an IDENTIFIER given as an argument"}},
+		{"ShowInputAsJSON", []string{"show", "--topic", "t", "--input", "--json", "1"},
+			[]string{"show: --input prints the input as it is: give --json or --input, not both"}},
 		{"PushBatchSizeAboveMax", []string{"push", "--topic", "t", "--batch-size", "100001"}, []string{"push: --batch-size: 100001 is above 100000"}},
 		// The repository refused these (exit 1) without naming the argument or the flag.
 		{"CancelSequenceTwice", []string{"cancel", "--topic", "t", "1", "1"}, []string{"cancel: task SEQUENCE 1 is given twice"}},

@@ -88,6 +88,9 @@ func runPush(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(pos) > 0 && f.given("batch-size") {
+		return f.usagef("--batch-size applies to the lines of standard input, not to an IDENTIFIER given as an argument")
+	}
 	if *batchSize < 1 {
 		return f.usagef("--batch-size: %d is below 1", *batchSize)
 	}

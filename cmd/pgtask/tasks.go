@@ -154,6 +154,10 @@ func runShow(ctx context.Context, e *env, args []string) error {
 	if err := f.need("topic"); err != nil {
 		return err
 	}
+	if *inputOnly && *asJSON {
+		// the input alone is printed as it is: --json was ignored
+		return f.usagef("--input prints the input as it is: give --json or --input, not both")
+	}
 	seqs, err := f.sequences(pos)
 	if err != nil {
 		return err
