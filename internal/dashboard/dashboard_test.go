@@ -108,6 +108,14 @@ func TestTaskPage(t *testing.T) {
 		if strings.Count(whole, "y") < 40_000 {
 			t.Error("?full=1 does not show the whole input")
 		}
+		// the whole texts are read once: the page is not refreshed live (each refresh
+		// of every viewer read megabytes again); the cut one is
+		if strings.Contains(whole, "data-live") || !strings.Contains(whole, `id="not-live"`) {
+			t.Error("?full=1 is refreshed live, or does not say it is not")
+		}
+		if !strings.Contains(cut, `<div id="task" data-live>`) {
+			t.Error("the task page is not refreshed live")
+		}
 	})
 	t.Run("SaysWhetherItsOwnerIsAlive", func(t *testing.T) {
 		task := f.push("mail", repository.Creation{Identifier: "leased"})[0]

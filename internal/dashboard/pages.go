@@ -691,7 +691,10 @@ type taskView struct {
 	TimelineMore  bool
 	Skipped       []reason
 	FullURL       string
-	Now           time.Time
+	// Full is true when the texts are shown whole (full=1): the page is then not
+	// refreshed live, each refresh reading megabytes of them again
+	Full bool
+	Now  time.Time
 }
 
 func (v taskView) title() string {
@@ -705,7 +708,7 @@ func (v taskView) TopicURL() string { return topicURL(v.Task.Topic) }
 // identifier and, for a READY task, why polls skip it. Its texts are read cut to
 // textShown characters in the database (Repository.GetExcerpt), so that the page and
 // each of its live refreshes cost that much whatever their size; full=1 reads and shows
-// them whole (Repository.Get).
+// them whole (Repository.Get), once: that page is not refreshed live.
 func (s *server) task(r *http.Request) (string, any, error) {
 	ctx, topic := r.Context(), r.PathValue("topic")
 	seq, err := strconv.ParseInt(r.PathValue("sequence"), 10, 64)
@@ -729,7 +732,7 @@ func (s *server) task(r *http.Request) (string, any, error) {
 	}
 	task := ex.Task
 	v := taskView{Task: task, Input: showText(task.Input, ex.InputBytes, full), Output: showText(task.Output, ex.OutputBytes, full),
-		Paused: !t.Active, FullURL: taskURL(topic, seq) + "?full=1", Now: time.Now()}
+		Paused: !t.Active, FullURL: taskURL(topic, seq) + "?full=1", Full: full, Now: time.Now()}
 	// the last errorsShown errors (a task retried a thousand times would make a page of
 	// a thousand texts, read again at each refresh); full=1 shows them all
 	v.ErrorsLeftOut = !full && ex.ErrorsCut && len(task.Errors) == errorsShown
