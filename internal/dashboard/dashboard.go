@@ -206,7 +206,13 @@ func (s *server) signedIn(r *http.Request) bool {
 func (s *server) apiProxy() http.Handler {
 	strip := http.StripPrefix(strings.TrimSuffix(Prefix, "/")+"/api", s.cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.sessions != nil && r.Header.Get("Authorization") == "" && s.signedIn(r) {
+		if s.sessions != nil && r.Header.Get("Authorization") == "" {
+			if !s.signedIn(r) {
+				// a session ended (expired, signed out in another tab): the API's
+				// "missing bearer token" would read as the page's own fault
+				httpguard.WriteError(w, http.StatusUnauthorized, "sign in first: "+Prefix+"login")
+				return
+			}
 			r = r.Clone(r.Context())
 			r.Header.Set("Authorization", "Bearer "+s.cfg.Token)
 		}
