@@ -181,6 +181,39 @@ func (q *Queries) OwnerHeartbeat(ctx context.Context, db DBTX, arg OwnerHeartbea
 	return result.RowsAffected(), nil
 }
 
+const ownerHeartbeatRow = `-- name: OwnerHeartbeatRow :execrows
+UPDATE task_owner SET heartbeat = COALESCE($1::timestamptz, now()), expiry_ms = $2
+WHERE owner = $3 AND started = $4::timestamptz
+  AND COALESCE(host, '') = $5::text AND COALESCE(pid, 0) = $6::int
+`
+
+type OwnerHeartbeatRowParams struct {
+	Now      *time.Time
+	ExpiryMs *int64
+	Owner    string
+	Started  time.Time
+	Host     string
+	Pid      int32
+}
+
+// OwnerHeartbeat of the row as this process registered or claimed it (its start time,
+// host and pid), in one statement: a row another process claimed since (OwnerClaim) is
+// left alone, where a read then a write let the claim fall between them.
+func (q *Queries) OwnerHeartbeatRow(ctx context.Context, db DBTX, arg OwnerHeartbeatRowParams) (int64, error) {
+	result, err := db.Exec(ctx, ownerHeartbeatRow,
+		arg.Now,
+		arg.ExpiryMs,
+		arg.Owner,
+		arg.Started,
+		arg.Host,
+		arg.Pid,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const ownerIsLive = `-- name: OwnerIsLive :one
 SELECT EXISTS (
     SELECT 1 FROM task_owner

@@ -938,16 +938,20 @@ func (p *Processor) awaitBeat(ctx context.Context) {
 // owner was silent long enough to be purged as dead (its leases were taken back, and its
 // late completions will be refused), and comes back as a fresh owner row.
 //
-// It reads the row first: a row whose start time, host or pid are no longer those
-// this process registered or claimed was claimed by another process started under the
-// same name while this one was silent for the expiry timeout (a process paused, a
-// network cut off, the name given to a replacement): that process took back this one's
-// leases and runs under the name now. Run stops (ErrOwnerInUse): both would lease as
-// one owner and each take the other's tasks for leases it lost.
+// It writes the row only as this process registered or claimed it (HeartbeatRow): a row
+// whose start time, host or pid are no longer those was claimed by another process
+// started under the same name while this one was silent for the expiry timeout (a
+// process paused, a network cut off, the name given to a replacement): that process
+// took back this one's leases and runs under the name now. Run stops (ErrOwnerInUse):
+// both would lease as one owner and each take the other's tasks for leases it lost.
 func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
 	own := p.ownRow.Load()
 	if own != nil {
-		// read first: a row taken over is not written (its heartbeat is the other's)
+		// one statement: a row taken over is not written (its heartbeat is the other's),
+		// however close the claim came to the beat
+		if ok, err := p.repo.HeartbeatRow(ctx, h, *own); err != nil || ok {
+			return err
+		}
 		row, _, err := p.repo.RegisteredOwner(ctx, h)
 		if err != nil && !errors.Is(err, repository.ErrNotRegistered) {
 			return err
@@ -955,6 +959,7 @@ func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
 		if err == nil && takenOver(row, *own) {
 			return p.takenOverBy(row)
 		}
+		// gone (purged as dead): registered again below
 	}
 	err := p.repo.Heartbeat(ctx, h)
 	if errors.Is(err, repository.ErrNotRegistered) {

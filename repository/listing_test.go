@@ -108,6 +108,65 @@ func TestOwnerLive(t *testing.T) {
 	}
 }
 
+// TestHeartbeatRow: a heartbeat of the row as this process registered it writes it; once
+// another process of the name has claimed the row, it writes nothing and says so, and a
+// row gone says so too. Hosts and pids left empty (NULL) compare equal.
+func TestHeartbeatRow(t *testing.T) {
+	f := setup(t)
+	for _, cfg := range []repository.Config{{Owner: "pod-0", Host: "host-a", PID: 42}, {Owner: "anonymous"}} {
+		repo, err := repository.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.RegisterOwner(f.ctx, f.pool); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.pool.Exec(f.ctx, "UPDATE task_owner SET heartbeat = now() - interval '90 seconds' WHERE owner = $1", cfg.Owner); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Owner == "anonymous" {
+			// as a row written before the columns, or by hand
+			if _, err := f.pool.Exec(f.ctx, "UPDATE task_owner SET host = NULL, pid = NULL WHERE owner = $1", cfg.Owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+		own, _, err := repo.RegisteredOwner(f.ctx, f.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := repo.HeartbeatRow(f.ctx, f.pool, own); err != nil || !ok {
+			t.Fatalf("%s: a heartbeat of its own row: %v, %v; want written", cfg.Owner, ok, err)
+		}
+		if _, silent, err := repo.RegisteredOwner(f.ctx, f.pool); err != nil || silent > 10*time.Second {
+			t.Fatalf("%s: silent %v after its heartbeat (%v)", cfg.Owner, silent, err)
+		}
+		// another process of the name claims the row (its host and pid, a new start)
+		successor, err := repository.New(repository.Config{Owner: cfg.Owner, Host: "host-b", PID: 43})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen, _, err := successor.RegisteredOwner(f.ctx, f.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := successor.ClaimOwner(f.ctx, f.pool, seen.Heartbeat); err != nil || !ok {
+			t.Fatalf("%s: claim: %v, %v", cfg.Owner, ok, err)
+		}
+		if ok, err := repo.HeartbeatRow(f.ctx, f.pool, own); err != nil || ok {
+			t.Fatalf("%s: a heartbeat of the row claimed by another: %v, %v; want nothing written", cfg.Owner, ok, err)
+		}
+		if row, _, err := repo.RegisteredOwner(f.ctx, f.pool); err != nil || row.Host != "host-b" || !row.Heartbeat.Equal(time.Unix(0, 0)) {
+			t.Fatalf("%s: the row after the refused heartbeat: %+v, %v; want the claim's, its heartbeat untouched", cfg.Owner, row, err)
+		}
+		if _, err := f.pool.Exec(f.ctx, "DELETE FROM task_owner WHERE owner = $1", cfg.Owner); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := repo.HeartbeatRow(f.ctx, f.pool, own); err != nil || ok {
+			t.Fatalf("%s: a heartbeat of a row gone: %v, %v; want nothing written", cfg.Owner, ok, err)
+		}
+	}
+}
+
 // TestRegisteredOwner: an owner reads its own row, with how long its heartbeat has been
 // silent; an owner without a row gets ErrNotRegistered. ClaimOwner takes the row over
 // only while its heartbeat is the one read.

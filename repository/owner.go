@@ -71,6 +71,22 @@ func (r *Repository) Heartbeat(ctx context.Context, h Handle) error {
 	return nil
 }
 
+// HeartbeatRow is Heartbeat of the owner row as row has it (its Started, Host and PID:
+// what RegisteredOwner read once this process had registered or claimed it), in one
+// statement. It reports false, writing nothing, when the row is gone or no longer that
+// one: another process started under the same name claimed it (ClaimOwner) while this
+// one was silent. A processor heart-beats so: a read of the row and then a write let
+// such a claim fall between them, and the process heart-beat the other's row and went
+// on leasing under its name for another interval.
+func (r *Repository) HeartbeatRow(ctx context.Context, h Handle, row Owner) (bool, error) {
+	n, err := r.q.OwnerHeartbeatRow(ctx, h, db.OwnerHeartbeatRowParams{Now: r.clock(), ExpiryMs: r.declaredExpiry(),
+		Owner: r.owner, Started: row.Started, Host: row.Host, Pid: int32(row.PID)})
+	if err != nil {
+		return false, mapError("heartbeat owner "+r.owner, err)
+	}
+	return n == 1, nil
+}
+
 // SetExpiryTimeout declares how long this owner may be silent before other owners take
 // its leases back: RegisterOwner and each Heartbeat record it with the owner row, and an
 // expiry (Expire, ExpireStale), PurgeOwners and LiveOwners then wait for the longer of

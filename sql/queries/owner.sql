@@ -15,6 +15,14 @@ SELECT EXISTS (SELECT 1 FROM inserted)::boolean AS new;
 UPDATE task_owner SET heartbeat = COALESCE(sqlc.narg('now')::timestamptz, now()), expiry_ms = sqlc.narg('expiry_ms')
 WHERE owner = sqlc.arg(owner);
 
+-- name: OwnerHeartbeatRow :execrows
+-- OwnerHeartbeat of the row as this process registered or claimed it (its start time,
+-- host and pid), in one statement: a row another process claimed since (OwnerClaim) is
+-- left alone, where a read then a write let the claim fall between them.
+UPDATE task_owner SET heartbeat = COALESCE(sqlc.narg('now')::timestamptz, now()), expiry_ms = sqlc.narg('expiry_ms')
+WHERE owner = sqlc.arg(owner) AND started = sqlc.arg(started)::timestamptz
+  AND COALESCE(host, '') = sqlc.arg(host)::text AND COALESCE(pid, 0) = sqlc.arg(pid)::int;
+
 -- name: OwnerLive :many
 -- Other owners whose heartbeat is newer than now - timeout, or - the owner's own expiry
 -- timeout when longer (as in every test of an owner's silence below).
