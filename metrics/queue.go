@@ -84,9 +84,9 @@ type queueCollector struct {
 // owner included, so that every process of a fleet reports the same number). Given topics, it reports
 // only those (a processor reports its own); otherwise every registered topic. A
 // successful read is served for ttl, so frequent scrapes cost one read per ttl; ttl 0
-// reads on every scrape. It reads through the pool, or, when every connection the pool
-// may hold is in use, over a connection of its own for the read (made as the pool makes
-// its connections), so that busy handlers do not fail the scrape. A failed read is reported to the scrape as an invalid metric
+// reads on every scrape. A read goes through one of the pool's connections, or, when
+// none is free within a second, over a connection of its own for the read (made as the
+// pool makes its connections), so that busy handlers do not fail the scrape. A failed read is reported to the scrape as an invalid metric
 // carrying the error, and retried at the next scrape; a failure to connect, or a broken
 // connection, is told without the database's address, name or user.
 func NewQueueCollector(pool *pgxpool.Pool, repo *repository.Repository, ttl time.Duration, topics ...string) prometheus.Collector {
@@ -166,25 +166,40 @@ func limits(t repository.Topic, u repository.LimitUsage, gauge func(*prometheus.
 	}
 }
 
-// reader is what a read goes through, and done ends it: the pool, unless every
-// connection the pool may hold is in use (a processor whose handlers hold them for long
-// work through its pool), where a scrape waited out its 8 s for one and failed, the
-// process's own series with it; then a connection of its own made as the pool makes
-// its connections, closed after the read.
+// reader is the connection a read goes through, and done ends it: one of the pool's,
+// when one is free within queueAcquireWait; else, every connection the pool may hold in
+// use (a processor whose handlers hold them for long work, where a scrape waited out its
+// 8 s and failed, the process's own series with it), a connection of its own made as
+// the pool makes its connections, closed after the read; and when the database refuses
+// that one too (a role's connection limit), the pool's first free one after all.
 func (c *queueCollector) reader(ctx context.Context) (h repository.Handle, done func(), err error) {
-	if s := c.pool.Stat(); s.AcquiredConns() < s.MaxConns() {
-		return c.pool, func() {}, nil
+	wait, cancel := context.WithTimeout(ctx, queueAcquireWait)
+	pooled, err := c.pool.Acquire(wait)
+	full := errors.Is(wait.Err(), context.DeadlineExceeded)
+	cancel()
+	if err == nil {
+		return pooled, pooled.Release, nil
 	}
-	conn, err := repository.ConnectAsPool(ctx, c.pool.Config())
-	if err != nil {
+	if !full || ctx.Err() != nil {
+		// not for want of a free connection: a pool closed, the database down
 		return nil, nil, err
 	}
-	return conn, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = conn.Close(ctx)
-	}, nil
+	if conn, err := repository.ConnectAsPool(ctx, c.pool.Config()); err == nil {
+		return conn, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = conn.Close(ctx)
+		}, nil
+	}
+	if pooled, err = c.pool.Acquire(ctx); err != nil {
+		return nil, nil, err
+	}
+	return pooled, pooled.Release, nil
 }
+
+// queueAcquireWait is how long a read waits for one of the pool's connections before it
+// makes one of its own.
+const queueAcquireWait = time.Second
 
 // collect reads the topics, their stats and the live owners.
 func (c *queueCollector) collect() ([]prometheus.Metric, error) {
@@ -195,7 +210,7 @@ func (c *queueCollector) collect() ([]prometheus.Metric, error) {
 	defer cancel()
 	h, done, err := c.reader(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("queue collector: connect: %w", err)
+		return nil, fmt.Errorf("queue collector: %w", err)
 	}
 	defer done()
 	var topics []repository.TopicStatus
