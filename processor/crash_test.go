@@ -382,6 +382,33 @@ func TestOwnerNameTakenOverWhileRunning(t *testing.T) {
 	}
 }
 
+// TestOwnerRowPurgedRegistersAgain: a process whose owner row was purged (as dead, while
+// it was silent) registers it again at its next heartbeat, as itself, and runs on.
+func TestOwnerRowPurgedRegistersAgain(t *testing.T) {
+	f := setup(t)
+	p, _ := f.processor("pod-0", processor.Config{HeartbeatInterval: 50 * time.Millisecond},
+		processor.ManagerConfig{Handler: processor.TaskFunc(succeed)})
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(f.ctx) }()
+	first := f.pushN(1)
+	f.eventually("the process ran its task", func() bool { return f.get(first[0].Sequence).State == repository.Succeeded })
+	var started time.Time
+	if err := f.pool.QueryRow(f.ctx, "DELETE FROM task_owner WHERE owner = 'pod-0' RETURNING started").Scan(&started); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("the owner row registered again", func() bool {
+		var again time.Time
+		return f.pool.QueryRow(f.ctx, "SELECT started FROM task_owner WHERE owner = 'pod-0'").Scan(&again) == nil && again.After(started)
+	})
+	later := f.pushN(1)
+	f.eventually("the process ran a task pushed after", func() bool { return f.get(later[0].Sequence).State == repository.Succeeded })
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned %v after its row was registered again", err)
+	default:
+	}
+}
+
 // TestStoppedWhileAnEarlierOwnerMayRun: a process told to stop while it waits for the
 // silence of an owner row that another process wrote returns without error and leaves
 // that row as it was (it leases nothing, so a clean stop's deregistration would delete

@@ -946,46 +946,59 @@ func (p *Processor) awaitBeat(ctx context.Context) {
 // both would lease as one owner and each take the other's tasks for leases it lost.
 func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
 	own := p.ownRow.Load()
-	if own != nil {
-		// one statement: a row taken over is not written (its heartbeat is the other's),
-		// however close the claim came to the beat
-		if ok, err := p.repo.HeartbeatRow(ctx, h, *own); err != nil || ok {
-			return err
+	if own == nil {
+		err := p.repo.Heartbeat(ctx, h)
+		if errors.Is(err, repository.ErrNotRegistered) {
+			return p.registerAgain(ctx, h, nil)
 		}
-		row, _, err := p.repo.RegisteredOwner(ctx, h)
-		if err != nil && !errors.Is(err, repository.ErrNotRegistered) {
-			return err
+		if err == nil {
+			// the read-back after the start failed: the row is this process's, which
+			// has heart-beaten it since
+			if row, _, rerr := p.repo.RegisteredOwner(ctx, h); rerr == nil {
+				p.ownRow.Store(&row)
+			}
 		}
-		if err == nil && takenOver(row, *own) {
-			return p.takenOverBy(row)
-		}
-		// gone (purged as dead): registered again below
+		return err
 	}
-	err := p.repo.Heartbeat(ctx, h)
-	if errors.Is(err, repository.ErrNotRegistered) {
-		p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
-		var created bool
-		if created, err = p.repo.RegisterOwner(ctx, h); err != nil {
-			return err
-		}
-		row, _, err := p.repo.RegisteredOwner(ctx, h)
-		if err != nil {
-			return err
-		}
-		if !created && own != nil && takenOver(row, *own) {
-			return p.takenOverBy(row) // another process registered the name meanwhile
-		}
-		p.ownRow.Store(&row)
-		return nil
+	// one statement: a row taken over is not written (its heartbeat is the other's),
+	// however close the claim came to the beat
+	if ok, err := p.repo.HeartbeatRow(ctx, h, *own); err != nil || ok {
+		return err
 	}
-	if err == nil && own == nil {
-		// the read-back after the start failed: the row is this process's, which has
-		// heart-beaten it since
-		if row, _, rerr := p.repo.RegisteredOwner(ctx, h); rerr == nil {
-			p.ownRow.Store(&row)
-		}
+	row, _, err := p.repo.RegisteredOwner(ctx, h)
+	switch {
+	case errors.Is(err, repository.ErrNotRegistered):
+		// gone (purged as dead): registered again, not heart-beaten by name, which
+		// would write a row another process registered meanwhile as this one's
+		return p.registerAgain(ctx, h, own)
+	case err != nil:
+		return err
+	case takenOver(row, *own):
+		return p.takenOverBy(row)
 	}
+	// the row as this process has it after all (gone and back between the statements)
+	_, err = p.repo.HeartbeatRow(ctx, h, *own)
 	return err
+}
+
+// registerAgain registers the owner row anew, its earlier one (own, when known) gone:
+// purged as dead while this process was silent. A row of the name registered meanwhile
+// by another process (not created here, its start, host or pid not own's) is a take-over.
+func (p *Processor) registerAgain(ctx context.Context, h repository.Handle, own *repository.Owner) error {
+	p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
+	created, err := p.repo.RegisterOwner(ctx, h)
+	if err != nil {
+		return err
+	}
+	row, _, err := p.repo.RegisteredOwner(ctx, h)
+	if err != nil {
+		return err
+	}
+	if !created && own != nil && takenOver(row, *own) {
+		return p.takenOverBy(row) // another process registered the name meanwhile
+	}
+	p.ownRow.Store(&row)
+	return nil
 }
 
 // takenOver reports whether the owner row is no longer the one this process registered
