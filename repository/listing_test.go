@@ -155,7 +155,16 @@ func TestHeartbeatRow(t *testing.T) {
 		if ok, err := repo.HeartbeatRow(f.ctx, f.pool, own); err != nil || ok {
 			t.Fatalf("%s: a heartbeat of the row claimed by another: %v, %v; want nothing written", cfg.Owner, ok, err)
 		}
-		if row, _, err := repo.RegisteredOwner(f.ctx, f.pool); err != nil || row.Host != "host-b" || !row.Heartbeat.Equal(time.Unix(0, 0)) {
+		// a replacement of the same host and pid (a pod restarted: pid 1 again) whose
+		// claim changed the start time alone
+		if _, err := f.pool.Exec(f.ctx, "UPDATE task_owner SET host = NULLIF($2, ''), pid = NULLIF($3, 0), started = started + interval '1 second' WHERE owner = $1",
+			cfg.Owner, own.Host, own.PID); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := repo.HeartbeatRow(f.ctx, f.pool, own); err != nil || ok {
+			t.Fatalf("%s: a heartbeat of the row claimed by a process of the same host and pid: %v, %v; want nothing written", cfg.Owner, ok, err)
+		}
+		if row, _, err := repo.RegisteredOwner(f.ctx, f.pool); err != nil || row.Host != own.Host || !row.Heartbeat.Equal(time.Unix(0, 0)) {
 			t.Fatalf("%s: the row after the refused heartbeat: %+v, %v; want the claim's, its heartbeat untouched", cfg.Owner, row, err)
 		}
 		if _, err := f.pool.Exec(f.ctx, "DELETE FROM task_owner WHERE owner = $1", cfg.Owner); err != nil {

@@ -19,10 +19,11 @@ import (
 // A row already there (false) may be an earlier process's of the same name (a program
 // restarted under a fixed name, a pod's): its leases are not this process's, and a
 // Heartbeat would keep them alive, never expired. A program that leases by itself
-// rather than through a processor waits until that row is silent past the expiry
-// timeout (RegisteredOwner says for how long), then takes it over with ClaimOwner and
-// takes the leases back with Expire, as a processor's start does; or it uses a name of
-// its own at each start.
+// rather than through a processor uses a name of its own at each start; or, as a
+// processor's start does, waits until that row is silent past the expiry timeout
+// (RegisteredOwner says for how long), then in one transaction takes it over with
+// ClaimOwner, takes the leases back with Expire called on a Repository of another
+// owner name (an owner's Expire passes over its own leases), and heart-beats.
 func (r *Repository) RegisterOwner(ctx context.Context, h Handle) (bool, error) {
 	// Learn here, once, whether the database is distributed (onCitus), rather than at
 	// the first push or poll, which are one statement each.
