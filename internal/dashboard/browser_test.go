@@ -280,6 +280,19 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	// The page of a task shown whole is not refreshed live: after an action it reloads
+	// (it showed the state before, its button left disabled).
+	t.Run("CancelAReadyTaskShownWhole", func(t *testing.T) {
+		task := f.push("idle", repository.Creation{Identifier: "to-cancel-whole"})[0]
+		run(t, ctx,
+			chromedp.Navigate(fmt.Sprintf("%s/ui/topics/idle/tasks/%d?full=1", base, task.Sequence)),
+			waitFor(textIs("#task-state", "READY")),
+			waitFor(`document.body.dataset.ready === "1"`),
+			click("#cancel"),
+			waitFor(textIs("#task-state", "REDUNDANT")),
+		)
+	})
+
 	// The settings form posted every field as the page had loaded it, so a save undid
 	// what was set elsewhere since: it posts the fields changed in it.
 	t.Run("SaveSettingsKeepsWhatChangedElsewhere", func(t *testing.T) {
@@ -372,6 +385,14 @@ func TestBrowser(t *testing.T) {
 		if err := f.pool.QueryRow(f.ctx, "SELECT count(*) FROM task WHERE topic = 'unapplied'").Scan(&n); err != nil || n != 2 {
 			t.Fatalf("%d tasks after the refused purge (%v), want both", n, err)
 		}
+		// a filter applied whose identifier holds a line break (a text field's value
+		// drops it, its attribute keeps it) is no change
+		run(t, ctx,
+			chromedp.Navigate(base+"/ui/topics/unapplied?identifier=a%0Ab"),
+			waitFor(`document.body.dataset.ready === "1"`),
+			click("#bulk"),
+			waitFor(textIs("#bulk", "Click again to confirm")),
+		)
 	})
 
 	t.Run("PauseATopicAndPollingStops", func(t *testing.T) {

@@ -110,6 +110,16 @@
     } catch (e) { /* the next refresh tries again */ }
   }
 
+  // refreshed shows an action's outcome: the live parts fetched again, or, on a page
+  // without any (a task shown whole), the page reloaded.
+  async function refreshed() {
+    if (!live.length) {
+      location.reload();
+      return;
+    }
+    await refresh();
+  }
+
   async function post(url, body) {
     const res = await fetch(url, {
       method: "POST", credentials: "same-origin",
@@ -143,7 +153,9 @@
       if (el.tagName === "SELECT") {
         const initial = Math.max(0, Array.from(el.options).findIndex((o) => o.defaultSelected));
         if (el.selectedIndex !== initial) return true;
-      } else if ("defaultValue" in el && el.type !== "submit" && el.value !== el.defaultValue) {
+      } else if ("defaultValue" in el && el.type !== "submit" &&
+                 el.value !== el.defaultValue.replace(/[\r\n]/g, "")) {
+        // (a text field's value loses the line breaks its attribute may hold)
         return true;
       }
     }
@@ -158,7 +170,7 @@
     try {
       await post(btn.dataset.post, JSON.parse(btn.dataset.body || "{}"));
       toast(btn.textContent.trim() + ": done");
-      await refresh();
+      await refreshed();
     } catch (e) {
       toast(e.message, true);
       btn.disabled = false;
