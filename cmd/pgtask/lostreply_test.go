@@ -58,8 +58,8 @@ func TestPushWhoseAnswerIsLost(t *testing.T) {
 			t.Errorf("%d tasks after the lost answer, want 4 (the batch committed)", got)
 		}
 		want := "2 tasks pushed before it, sequences 1..2, standard input lines 1..2; " +
-			"the connection was lost before the answer to the batch of lines 3..4: " +
-			"it may have been pushed, all of it or none; see with `pgtask list --topic t --identifier c` (line 3's task) " +
+			"the answer to the batch of lines 3..4 did not come: " +
+			"it may have been pushed, all of it or none; see with `pgtask list --topic t --identifier c` (line 3's task, created just now) " +
 			"before pushing those lines again; the lines after 4 were not pushed)"
 		if !strings.Contains(r.err.Error(), want) || strings.Contains(r.err.Error(), "resume at line") {
 			t.Errorf("a push whose answer was lost: %v\nwant it to say %q, not to resume", r.err, want)
@@ -77,7 +77,7 @@ func TestPushWhoseAnswerIsLost(t *testing.T) {
 		if got := count(); got != before+1 {
 			t.Errorf("%d tasks after the lost answer, want %d (the push committed)", got, before+1)
 		}
-		want := fmt.Sprintf("the task may have been pushed; see with `pgtask list --topic t --identifier %s` before pushing it again", `'it'\''s'`)
+		want := fmt.Sprintf("the task may have been pushed; see with `pgtask list --topic t --identifier %s`, a task created just now, before pushing it again", `'it'\''s'`)
 		if !strings.Contains(r.err.Error(), want) {
 			t.Errorf("a push whose answer was lost: %v\nwant it to say %q", r.err, want)
 		}

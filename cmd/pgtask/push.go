@@ -127,8 +127,8 @@ func runPush(ctx context.Context, e *env, args []string) error {
 	if single != nil {
 		tasks, err := conn.repo.Push(ctx, conn.pool, *topic, insertion, *single)
 		if repository.Uncertain(err) {
-			return fmt.Errorf("%w (the connection was lost before the answer: the task may have been pushed; "+
-				"see with `pgtask list --topic %s --identifier %s` before pushing it again)", err, shellQuote(*topic), shellQuote(single.Identifier))
+			return fmt.Errorf("%w (its answer did not come: the task may have been pushed; "+
+				"see with `pgtask list --topic %s --identifier %s`, a task created just now, before pushing it again)", err, shellQuote(*topic), shellQuote(single.Identifier))
 		}
 		if err != nil {
 			return err
@@ -190,8 +190,8 @@ func runPush(ctx context.Context, e *env, args []string) error {
 			if pushed > 0 {
 				done = fmt.Sprintf("%d tasks pushed before it, sequences %d..%d, standard input lines 1..%d", pushed, first, last, through)
 			}
-			return fmt.Errorf("%w (%s; the connection was lost before the answer to the batch of lines %d..%d: "+
-				"it may have been pushed, all of it or none; see with `pgtask list --topic %s --identifier %s` (line %d's task) "+
+			return fmt.Errorf("%w (%s; the answer to the batch of lines %d..%d did not come: "+
+				"it may have been pushed, all of it or none; see with `pgtask list --topic %s --identifier %s` (line %d's task, created just now) "+
 				"before pushing those lines again; the lines after %d were not pushed)",
 				err, done, unknownFrom, unknownTo, shellQuote(*topic), shellQuote(unknownID), unknownFrom, unknownTo)
 		}

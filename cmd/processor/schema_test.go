@@ -30,7 +30,7 @@ func TestOlderSchemaRefused(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--database-url", url, "--topic", "t", "--init", "--exec", "true"}, io.Discard, io.Discard)
+		done <- run(ctx, []string{"--database-url", url, "--topic", "t", "--init", "--exec", "true", "--addr", "", "--migrate=false"}, io.Discard, io.Discard)
 	}()
 	select {
 	case err = <-done:
