@@ -846,6 +846,20 @@ func TestProcesses(t *testing.T) {
 	body := f.page("/ui/processes")
 	row := regexp.MustCompile(`(?s)<code>worker-1</code>.*?</tr>`).FindString(body)
 	mustContain(t, row, "alive", "box", "4242", "<td>7s</td>", `<td class="num">1</td>`, `<a href="/ui/topics/mail?state=ACTIVE">mail</a>`)
+	if strings.Contains(body, `id="owners-more"`) {
+		t.Error("the page says more owners are registered than it lists")
+	}
+	// more owners than the page lists: it says so (it left them out without a word,
+	// the dead ones, which heart-beat last, first)
+	if _, err := f.pool.Exec(f.ctx, `INSERT INTO task_owner (owner, heartbeat, started)
+		SELECT 'old-' || g, now() - g * interval '1 minute', now() - interval '1 day' FROM generate_series(1, 600) g`); err != nil {
+		t.Fatal(err)
+	}
+	body = f.page("/ui/processes")
+	mustContain(t, body, `id="owners-more"`, "<code>worker-1</code>", "<code>old-1</code>")
+	if strings.Contains(body, "<code>old-600</code>") {
+		t.Error("the page lists the owner that heart-beat longest ago, past its 500")
+	}
 }
 
 func TestLogin(t *testing.T) {

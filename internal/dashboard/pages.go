@@ -813,6 +813,9 @@ type processesView struct {
 	Owners  []repository.OwnerStatus
 	Timeout time.Duration
 	Now     time.Time
+	// More is true when more owners are registered than listed (the dead ones, which
+	// heart-beat last, left out first)
+	More bool
 }
 
 func (processesView) title() string { return "Processes" }
@@ -870,11 +873,15 @@ func nextPage[T any](items []T, size int, name func(T) string) ([]T, string) {
 
 // processes lists the owners, live and dead, with their leases.
 func (s *server) processes(r *http.Request) (string, any, error) {
-	owners, err := s.repo.Owners(r.Context(), s.pool, s.cfg.OwnerTimeout, ownersShown)
+	owners, err := s.repo.Owners(r.Context(), s.pool, s.cfg.OwnerTimeout, ownersShown+1)
 	if err != nil {
 		return "", nil, err
 	}
-	return "processes", processesView{Owners: owners, Timeout: s.cfg.OwnerTimeout, Now: time.Now()}, nil
+	v := processesView{Owners: owners, Timeout: s.cfg.OwnerTimeout, Now: time.Now()}
+	if len(owners) > ownersShown {
+		v.Owners, v.More = owners[:ownersShown], true
+	}
+	return "processes", v, nil
 }
 
 // pages holds the parsed templates, one set per page (each with the layout).
