@@ -41,7 +41,7 @@ func TestLostReplies(t *testing.T) {
 		{"Poll", "TaskPoll", 0.5, 0},
 		{"Complete", "TaskComplete", 0.2, 0},
 		{"CompleteAndLease", "TaskCompletePoll", 0.2, 10},
-		{"Heartbeat", "OwnerHeartbeat", 0.5, 0},
+		{"Heartbeat", "OwnerHeartbeatRow", 0.5, 0},
 		{"Expiry", "TaskExpire", 0.5, 0},
 		{"Push", "TaskPushAppend", 0.2, 0},
 	} {

@@ -977,8 +977,10 @@ func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
 		return p.takenOverBy(row)
 	}
 	// the row as this process has it after all (gone and back between the statements)
-	_, err = p.repo.HeartbeatRow(ctx, h, *own)
-	return err
+	if ok, err := p.repo.HeartbeatRow(ctx, h, *own); err != nil || ok {
+		return err
+	}
+	return errors.New("processor: owner row changed during the heartbeat: the next one settles it")
 }
 
 // registerAgain registers the owner row anew, its earlier one (own, when known) gone:
@@ -992,6 +994,11 @@ func (p *Processor) registerAgain(ctx context.Context, h repository.Handle, own 
 	}
 	row, _, err := p.repo.RegisteredOwner(ctx, h)
 	if err != nil {
+		if created {
+			// the row is this process's, its start unknown here: judged against the
+			// purged one, the next beat would take it for another process's
+			p.ownRow.Store(nil)
+		}
 		return err
 	}
 	if !created && own != nil && takenOver(row, *own) {
