@@ -184,7 +184,8 @@ func (c *queueCollector) reader(ctx context.Context) (h repository.Handle, done 
 		// not for want of a free connection: a pool closed, the database down
 		return nil, nil, err
 	}
-	if conn, err := repository.ConnectAsPool(ctx, c.pool.Config()); err == nil {
+	conn, connErr := repository.ConnectAsPool(ctx, c.pool.Config())
+	if connErr == nil {
 		return conn, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -192,7 +193,8 @@ func (c *queueCollector) reader(ctx context.Context) (h repository.Handle, done 
 		}, nil
 	}
 	if pooled, err = c.pool.Acquire(ctx); err != nil {
-		return nil, nil, err
+		// the connection refused says why (the database down, its connection limit)
+		return nil, nil, errors.Join(connErr, err)
 	}
 	return pooled, pooled.Release, nil
 }
