@@ -3,6 +3,8 @@ package repository_test
 import (
 	"context"
 	"flag"
+	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,17 +14,20 @@ import (
 	"github.com/pgtask/pgtask/sql/schema"
 )
 
-// TestMain runs the tests 6 at a time on plain PostgreSQL unless -parallel says
-// otherwise: most of them wait on the database (lock timeouts, a schedule's next second,
-// an owner's silence) rather than use the CPU, and two at a time (GOMAXPROCS on the
-// 2-core CI machines) took 8 to 13 minutes under -race, 6 about 6. On a Citus cluster
-// (three servers on the same cores) they keep the default: 4 at a time took longer.
+// TestMain runs the tests 6 at a time on plain PostgreSQL (or GOMAXPROCS, when more)
+// unless -parallel says otherwise: most of them wait on the database (lock timeouts, a
+// schedule's next second, an owner's silence) rather than use the CPU, and two at a time
+// (GOMAXPROCS on the 2-core CI machines) took 8 to 13 minutes under -race, 6 about 6.
+// On a Citus cluster (three servers on the same cores) they keep the default: 4 at a
+// time took longer. So does a fuzz run, whose workers -parallel counts (a process each).
 func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given && !pgtest.OnCitus() {
-		if err := flag.Set("test.parallel", "6"); err != nil {
+	fuzzing := flag.Lookup("test.fuzz") != nil && flag.Lookup("test.fuzz").Value.String() != "" ||
+		flag.Lookup("test.fuzzworker") != nil && flag.Lookup("test.fuzzworker").Value.String() == "true"
+	if !given && !fuzzing && !pgtest.OnCitus() {
+		if err := flag.Set("test.parallel", strconv.Itoa(max(6, runtime.GOMAXPROCS(0)))); err != nil {
 			panic(err)
 		}
 	}

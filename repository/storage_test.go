@@ -428,7 +428,7 @@ func TestDedicate(t *testing.T) {
 		f.eventually("the destroy to wait for the bucket's lock", func() bool {
 			var waiting bool
 			err := f.pool.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-				WHERE NOT l.granted AND a.query LIKE '%task_topic_destroy%')`).Scan(&waiting)
+				WHERE NOT l.granted AND a.datname = current_database() AND a.query LIKE '%task_topic_destroy%')`).Scan(&waiting)
 			return err == nil && waiting
 		})
 		select {
