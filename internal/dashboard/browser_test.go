@@ -290,6 +290,7 @@ func TestBrowser(t *testing.T) {
 			waitFor(`document.body.dataset.ready === "1"`),
 			click("#cancel"),
 			waitFor(textIs("#task-state", "REDUNDANT")),
+			waitFor(`document.querySelector("#toast").textContent === "Cancel: done"`),
 		)
 	})
 

@@ -114,6 +114,9 @@
   // without any (a task shown whole), the page reloaded.
   async function refreshed() {
     if (!live.length) {
+      // the toast shown again once reloaded
+      const el = document.getElementById("toast");
+      if (el) sessionStorage.setItem("pgtask-toast", el.textContent);
       location.reload();
       return;
     }
@@ -258,5 +261,10 @@
   document.body.dataset.refreshes = "0";
   draw();
   setInterval(refresh, refreshMs);
+  const kept = sessionStorage.getItem("pgtask-toast");
+  if (kept) {
+    sessionStorage.removeItem("pgtask-toast");
+    toast(kept);
+  }
   document.body.dataset.ready = "1";
 })();
