@@ -86,9 +86,10 @@ type queueCollector struct {
 // successful read is served for ttl, so frequent scrapes cost one read per ttl; ttl 0
 // reads on every scrape. A read goes through one of the pool's connections, or, when
 // none is free within a second, over a connection of its own for the read (made as the
-// pool makes its connections), so that busy handlers do not fail the scrape. A failed read is reported to the scrape as an invalid metric
-// carrying the error, and retried at the next scrape; a failure to connect, or a broken
-// connection, is told without the database's address, name or user.
+// pool makes its connections), so that busy handlers do not fail the scrape. A failed
+// read is reported to the scrape as an invalid metric carrying the error, and retried
+// at the next scrape; a failure to connect, or a broken connection, is told without the
+// database's address, name or user.
 func NewQueueCollector(pool *pgxpool.Pool, repo *repository.Repository, ttl time.Duration, topics ...string) prometheus.Collector {
 	return &queueCollector{pool: pool, repo: repo, ttl: ttl, topics: topics, now: time.Now}
 }

@@ -24,8 +24,13 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	fuzzing := flag.Lookup("test.fuzz") != nil && flag.Lookup("test.fuzz").Value.String() != "" ||
-		flag.Lookup("test.fuzzworker") != nil && flag.Lookup("test.fuzzworker").Value.String() == "true"
+	value := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	fuzzing := value("test.fuzz") != "" || value("test.fuzzworker") == "true"
 	if !given && !fuzzing && !pgtest.OnCitus() {
 		if err := flag.Set("test.parallel", strconv.Itoa(max(6, runtime.GOMAXPROCS(0)))); err != nil {
 			panic(err)
