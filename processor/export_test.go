@@ -46,3 +46,10 @@ func SetCommitTimeout(p *Processor, d time.Duration) { p.commitTimeout = d }
 func SetNotifierPing(n *Notifier, every, timeout time.Duration) {
 	n.pingEvery, n.pingTimeout = every, timeout
 }
+
+// Queued reports how many batches wait in b's queue for a worker.
+func Queued(b *Buffered) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pending
+}
