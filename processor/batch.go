@@ -77,7 +77,7 @@ type Batch struct {
 	// drained is set by a Buffer that drains at shutdown (OnClose: Drain) before it
 	// hands the batch over: a TaskFunc then goes on past Stopping.
 	drained atomic.Bool
-	started time.Time
+	started atomic.Pointer[time.Time] // when the handler was given the batch (OnCallback's handling)
 	// sink receives each report: the decided tasks' completions and the follow-ups
 	// declared before them (TaskManager.reported); nil outside a processor.
 	sink func(b *Batch, completions []repository.Completion, followups []FollowUp, kind reportKind, err error)
@@ -122,6 +122,7 @@ type Batch struct {
 	handedBack                  []int64       // the tasks handed back unstarted (Outcome)
 	done                        chan struct{} // closed when no task is undecided
 	timeout                     *time.Timer   // HandlerTimeout, stopped once the batch is committed
+	timeoutAfter                time.Duration // the HandlerTimeout timeout runs
 	cancel                      context.CancelCauseFunc
 	taskCtx                     []context.Context
 	cancels                     []context.CancelCauseFunc
@@ -195,7 +196,8 @@ func newBatch(ctx context.Context, topic string, tasks []repository.Task, stoppi
 func (b *Batch) build(ctx context.Context) {
 	b.leased = slices.Clone(b.Tasks)
 	n := len(b.leased)
-	b.started = time.Now()
+	now := time.Now()
+	b.started.Store(&now)
 	b.leases = make([]repository.Completion, n)
 	b.index = make(map[int64]int, n)
 	b.decided = make([]bool, n)
@@ -562,6 +564,19 @@ func (b *Batch) beginAll() bool {
 	}
 	b.allBegun = true
 	return true
+}
+
+// handOver is called by a Buffer's worker as it takes the batch from its queue to run
+// it: the handler's time (OnCallback's handling, the HandlerTimeout) counts from now, not
+// from the poll. A timeout that has fired already is left to relieve the batch.
+func (b *Batch) handOver() {
+	now := time.Now()
+	b.started.Store(&now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timeout != nil && b.timeout.Stop() {
+		b.timeout.Reset(b.timeoutAfter)
+	}
 }
 
 // startTracker is implemented by the handlers that mark themselves which tasks of a

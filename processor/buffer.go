@@ -271,6 +271,7 @@ func (b *Buffered) run(q queued) {
 		returned = true
 		return
 	}
+	q.batch.handOver()
 	callHandler(q.ctx, b.inner, q.batch)
 	returned = true
 }

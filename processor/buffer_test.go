@@ -155,3 +155,56 @@ func TestBufferRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestBufferHandlerTimeoutCountsFromTheWorker: a batch polled while the Buffer's only
+// worker was busy waited in the queue, and its HandlerTimeout ran from the poll: the
+// worker took it with the timeout half gone, and its task, running no longer than the
+// first, failed "did not decide this task within" the timeout (an attempt used, FAILED
+// without retries). The timeout and the handling time OnCallback reports count from
+// when a worker takes the batch.
+func TestBufferHandlerTimeoutCountsFromTheWorker(t *testing.T) {
+	f := setup(t)
+	tasks := f.pushN(2)
+	const work, timeout = 600 * time.Millisecond, time.Second
+	var mu sync.Mutex
+	ran := map[int64]time.Duration{}      // how long the handler ran each task
+	handling := map[int64]time.Duration{} // what OnCallback reported
+	h, err := processor.Buffer(processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+		start := time.Now()
+		time.Sleep(work)
+		mu.Lock()
+		ran[task.Sequence] = time.Since(start)
+		mu.Unlock()
+		return repository.Succeed("done")
+	}), processor.BufferConfig{Queue: 1, MinWorkers: 1, MaxWorkers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener := processor.Listener{OnCallback: func(_ string, tasks []repository.Task, _ map[int64]repository.Decision, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, task := range tasks {
+			handling[task.Sequence] = d
+		}
+	}}
+	// batches of one: the first runs, the second waits in the queue behind it
+	p, _ := f.processor("worker", processor.Config{},
+		processor.ManagerConfig{Handler: h, BatchSize: 1, HandlerTimeout: timeout, Listener: listener})
+	f.start(p)
+	for _, task := range tasks {
+		f.eventually("the task finished", func() bool {
+			s := f.get(task.Sequence).State
+			return s != repository.Active && s != repository.Ready
+		})
+		if got := f.get(task.Sequence); got.State != repository.Succeeded || got.Output != "done" {
+			t.Errorf("task %d = %v %q, want SUCCEEDED done", task.Sequence, got.State, got.Output)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, task := range tasks {
+		if handling[task.Sequence] > ran[task.Sequence]+300*time.Millisecond {
+			t.Errorf("task %d: OnCallback reported %v of handling, the handler ran %v", task.Sequence, handling[task.Sequence], ran[task.Sequence])
+		}
+	}
+}

@@ -25,7 +25,8 @@ type Listener struct {
 	// each of a Buffer's workers (ManagerConfig.BatchSize).
 	OnDispatch func(topic string, tasks []repository.Task, poll time.Duration)
 	// OnCallback: the handler reported decisions for these tasks of a batch, the given
-	// time after the batch was handed to it. A batch whose tasks are decided one at a
+	// time after the batch was handed to it (by a Buffer: after a worker took it from
+	// the queue). A batch whose tasks are decided one at a
 	// time (Batch.Decide, TaskFunc) calls it for each report. The manager's own
 	// decisions (a handler relieved after HandlerTimeout or the shutdown deadline) come
 	// here too; unstarted tasks handed back come to OnHandBack instead. It returns

@@ -68,7 +68,9 @@ type ManagerConfig struct {
 	Listener Listener
 	// HandlerTimeout, when positive, relieves a handler of the tasks of a batch it has
 	// not decided within it: those it started fail, the others are handed back (see
-	// Batch). Zero waits for ever (until shutdown).
+	// Batch). With a Buffer it counts again from when a worker takes the batch: one
+	// that waits in the queue as long is handed back unstarted. Zero waits for ever
+	// (until shutdown).
 	HandlerTimeout time.Duration
 	// ShutdownTimeout is how long a graceful shutdown lets running handlers decide their
 	// tasks before their contexts are cancelled: then the tasks they started fail and
@@ -1328,11 +1330,14 @@ func (m *TaskManager) prepareWaiting(tasks []repository.Task) *Batch {
 	return b
 }
 
-// armTimeout starts b's HandlerTimeout, if any.
+// armTimeout starts b's HandlerTimeout, if any. A Buffer's worker starts it again when it
+// takes the batch (Batch.handOver): the time it waited in the queue, which the timeout
+// bounds too (those tasks go back READY unstarted), is not the handler's.
 func (m *TaskManager) armTimeout(b *Batch) {
 	if m.cfg.HandlerTimeout > 0 {
 		timeout := m.cfg.HandlerTimeout
 		b.mu.Lock()
+		b.timeoutAfter = timeout
 		b.timeout = time.AfterFunc(timeout, func() {
 			m.relieve(b, fmt.Errorf("handler timed out: it did not decide this task within %v", timeout))
 		})
