@@ -96,8 +96,12 @@ func DistributeCitus(ctx context.Context, pool *pgxpool.Pool, opts CitusOptions)
 		return report, fmt.Errorf("distribute: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	// Writers wait (and processors that start meanwhile with them); then the checks that
-	// depend on the data run again under the lock.
+	// Writers wait (and processors that start meanwhile with them), as does a
+	// Repository's first look at whether its database is distributed (onCitus); then the
+	// checks that depend on the data run again under the lock.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", int32(citusLockClass)); err != nil {
+		return report, fmt.Errorf("distribute: lock: %w", err)
+	}
 	if _, err := tx.Exec(ctx, "LOCK TABLE task, task_topic, task_topic_limit, task_owner, task_schedule, task_tally IN EXCLUSIVE MODE"); err != nil {
 		return report, fmt.Errorf("distribute: lock pgtask's tables: %w", err)
 	}

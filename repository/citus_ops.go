@@ -25,16 +25,26 @@ const (
 	citusYes
 )
 
+// citusLockClass is the first key of the transaction-scoped advisory lock that
+// DistributeCitus holds exclusively, and onCitus shares for a moment (the second is 0).
+const citusLockClass = 1885828300
+
 // onCitus reports whether the database of h was distributed by DistributeCitus (it has
 // the function task_distributed). The answer is read once per Repository, at
 // RegisterOwner or the first statement that differs on Citus: a process that was
-// running when its database was distributed must be restarted.
+// running when its database was distributed must be restarted. It waits first for a
+// distribution under way (citusLockClass), then reads in a statement of its own, which
+// sees what that committed: read while one ran, the answer "plain" stayed, and a process
+// started meanwhile ran the plain statements on the distributed tables until restarted.
 func (r *Repository) onCitus(ctx context.Context, h Handle) (bool, error) {
 	switch r.citus.Load() {
 	case citusNo:
 		return false, nil
 	case citusYes:
 		return true, nil
+	}
+	if _, err := h.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1, 0)", int32(citusLockClass)); err != nil {
+		return false, err
 	}
 	var yes bool
 	if err := h.QueryRow(ctx, "SELECT to_regprocedure('task_distributed()') IS NOT NULL").Scan(&yes); err != nil {

@@ -1,0 +1,56 @@
+package repository
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgtask/pgtask/internal/pgtest"
+	"github.com/pgtask/pgtask/sql/schema"
+)
+
+// TestOnCitusWaitsForADistribution: a Repository's first look at whether its database
+// is distributed read "plain" while DistributeCitus ran (its function task_distributed
+// not committed yet) and kept that answer: a processor started then ran the plain
+// statements on the distributed tables until restarted. The look waits for the
+// distribution's lock, then reads what it committed. (On plain PostgreSQL: the
+// transaction below stands for DistributeCitus, whose lock it takes.)
+func TestOnCitusWaitsForADistribution(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, schema.Hash(), Migrate)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", int32(citusLockClass)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE FUNCTION task_distributed() RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true'"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		citus bool
+		err   error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		citus, err := r.onCitus(ctx, pool)
+		answered <- answer{citus, err}
+	}()
+	select {
+	case a := <-answered:
+		t.Fatalf("onCitus answered %v, %v while a distribution ran; want it to wait for its end", a.citus, a.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-answered; a.err != nil || !a.citus {
+		t.Fatalf("onCitus after the distribution committed: %v, %v; want distributed", a.citus, a.err)
+	}
+}
