@@ -226,6 +226,25 @@ func noLiveOwners(ctx context.Context, tx pgx.Tx, timeout time.Duration) error {
 }
 
 // distribute runs the conversion in tx (DistributeCitus), after the checks.
+// keptSQL is a SQL expression of the statements that give an object dropped and made
+// again its owner and privileges: kind is its kind for ALTER (TABLE, VIEW, FUNCTION), on
+// what GRANT puts before its name, and name, owner and acl SQL expressions of its name
+// (as a statement names it), its owner's oid and its ACL. It gives none when the owner
+// is the current user and the ACL the default (NULL). The owner's own privileges are
+// all of them on the new object (one who revoked some of their own gets them back).
+func keptSQL(kind, on, name, owner, acl string) string {
+	return fmt.Sprintf(`ARRAY(SELECT k.q FROM (
+		SELECT 0 AS o, format('ALTER %[1]s %%s OWNER TO %%I', %[3]s, pg_get_userbyid(%[4]s)) AS q
+		WHERE %[4]s <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)
+		UNION ALL
+		SELECT 1, format('REVOKE ALL ON %[2]s%%s FROM PUBLIC', %[3]s) WHERE %[5]s IS NOT NULL
+		UNION ALL
+		SELECT 2, format('GRANT %%s ON %[2]s%%s TO %%s%%s', g.privilege_type, %[3]s,
+		                 CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
+		                 CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+		FROM aclexplode(%[5]s) g WHERE g.grantee <> %[4]s) k ORDER BY k.o)`, kind, on, name, owner, acl)
+}
+
 func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 	step := func(what, q string, args ...any) error {
 		if _, err := tx.Exec(ctx, q, args...); err != nil {
@@ -239,18 +258,24 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		return err
 	}
 	// What depends on task's row type goes and comes back: the views and functions
-	// (task_pretty, task_complete), by their definitions, with their comments.
-	type object struct{ drop, create, comment string }
+	// (task_pretty, task_complete), by their definitions, with their comments, their
+	// owners and their privileges (kept: the statements that give them back).
+	type object struct {
+		drop, create, comment string
+		kept                  []string
+	}
 	var dependents []object
 	rows, err := tx.Query(ctx, `
 		SELECT 'DROP VIEW ' || c.oid::regclass, 'CREATE VIEW ' || c.oid::regclass || ' AS ' || pg_get_viewdef(c.oid),
-		       coalesce('COMMENT ON VIEW ' || c.oid::regclass || ' IS ' || quote_literal(obj_description(c.oid, 'pg_class')), '')
+		       coalesce('COMMENT ON VIEW ' || c.oid::regclass || ' IS ' || quote_literal(obj_description(c.oid, 'pg_class')), ''),
+		       `+keptSQL("VIEW", "", "c.oid::regclass::text", "c.relowner", "c.relacl")+`
 		FROM pg_class c WHERE c.relkind = 'v' AND c.oid IN (
 		    SELECT r.ev_class FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
 		    WHERE d.refobjid = 'task'::regclass)
 		UNION ALL
 		SELECT 'DROP FUNCTION ' || p.oid::regprocedure, pg_get_functiondef(p.oid),
-		       coalesce('COMMENT ON FUNCTION ' || p.oid::regprocedure || ' IS ' || quote_literal(obj_description(p.oid, 'pg_proc')), '')
+		       coalesce('COMMENT ON FUNCTION ' || p.oid::regprocedure || ' IS ' || quote_literal(obj_description(p.oid, 'pg_proc')), ''),
+		       `+keptSQL("FUNCTION", "FUNCTION ", "p.oid::regprocedure::text", "p.proowner", "p.proacl")+`
 		FROM pg_proc p WHERE p.oid IN (
 		    SELECT d.objid FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
 		    AND d.refobjid = (SELECT reltype FROM pg_class WHERE oid = 'task'::regclass))`)
@@ -259,10 +284,17 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 	}
 	dependents, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (object, error) {
 		var o object
-		return o, r.Scan(&o.drop, &o.create, &o.comment)
+		return o, r.Scan(&o.drop, &o.create, &o.comment, &o.kept)
 	})
 	if err != nil {
 		return fmt.Errorf("distribute: read what depends on task: %w", err)
+	}
+	// task's own owner and privileges, which the new table (LIKE the old) would not have:
+	// an application's role granted its rows would be refused every push and poll
+	var taskKept []string
+	if err := tx.QueryRow(ctx, `SELECT `+keptSQL("TABLE", "TABLE ", "'task'", "c.relowner", "c.relacl")+`
+		FROM pg_class c WHERE c.oid = 'task'::regclass`).Scan(&taskKept); err != nil {
+		return fmt.Errorf("distribute: read task's owner and privileges: %w", err)
 	}
 	// The indexes of task (the partitioned parent's), to create again by name.
 	rows, err = tx.Query(ctx, `SELECT i.relname, pg_get_indexdef(i.oid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
@@ -299,6 +331,18 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		{"create task", `CREATE TABLE task (LIKE task_undistributed INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`},
 		{"drop the sequence default", `ALTER TABLE task ALTER COLUMN sequence DROP DEFAULT`},
 		{"add the key", `ALTER TABLE task ADD CONSTRAINT task_pkey PRIMARY KEY (sequence, topic) WITH (fillfactor = 50)`},
+	} {
+		if err := step(s.what, s.q); err != nil {
+			return err
+		}
+	}
+	// before the shards are made, which take the table's owner and privileges
+	for _, q := range taskKept {
+		if err := step("give task back its owner and privileges", q); err != nil {
+			return err
+		}
+	}
+	for _, s := range []struct{ what, q string }{
 		{"distribute task", `SELECT create_distributed_table('task', 'topic', colocate_with := 'none')`},
 		{"move the tasks", `INSERT INTO task SELECT * FROM task_undistributed`},
 	} {
@@ -328,6 +372,11 @@ func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 		}
 		if o.comment != "" {
 			if err := step("comment "+strings.TrimPrefix(o.drop, "DROP "), o.comment); err != nil {
+				return err
+			}
+		}
+		for _, q := range o.kept {
+			if err := step("give "+strings.TrimPrefix(o.drop, "DROP ")+" back its owner and privileges", q); err != nil {
 				return err
 			}
 		}

@@ -34,6 +34,7 @@ func TestDistribute(t *testing.T) {
 	}
 	fill(t, ctx, pool, repo)
 	before := dump(t, ctx, pool)
+	grants := keepPrivileges(t, ctx, pool)
 
 	refused := func(t *testing.T, want string) {
 		t.Helper()
@@ -114,6 +115,25 @@ func TestDistribute(t *testing.T) {
 			t.Errorf("%s: distribution %q, want %q", table, got, want)
 		}
 	}
+	t.Run("KeepsOwnersAndPrivileges", func(t *testing.T) {
+		if got := privileges(t, ctx, pool); got != grants {
+			t.Errorf("owners and privileges of task and what depends on it:\nbefore:\n%s\nafter:\n%s", grants, got)
+		}
+		// the application's role reads its topic's rows on their worker (the shards'
+		// privileges), and calls the function granted to it alone
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		var n int
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE pgtask_citus_app"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM task WHERE topic = (SELECT min(topic) FROM task)").Scan(&n); err != nil || n == 0 {
+			t.Errorf("the application's role reads task: %d rows, %v; want its rows", n, err)
+		}
+	})
 	var groups int
 	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT colocationid) FROM pg_dist_partition
 		WHERE logicalrelid IN ('task'::regclass, 'task_topic'::regclass, 'task_topic_limit'::regclass, 'task_tally'::regclass)`).
@@ -498,4 +518,56 @@ func distributed(t *testing.T, ctx context.Context, pool *pgxpool.Pool, table st
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(method + " " + column)
+}
+
+// privilegesQuery lists the owner and the privileges of task, of the views on it and of
+// the functions of its row type: what distributing drops and makes again.
+const privilegesQuery = `
+	SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+		SELECT c.oid::regclass::text || ' ' || c.relowner::regrole::text || ' '
+		       || coalesce((SELECT string_agg(a, ',' ORDER BY a) FROM unnest(c.relacl::text[]) a), 'default') AS x
+		FROM pg_class c WHERE c.oid = 'task'::regclass OR c.relkind = 'v' AND c.oid IN (
+		    SELECT r.ev_class FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+		    WHERE d.refobjid = 'task'::regclass)
+		UNION ALL
+		SELECT p.oid::regprocedure::text || ' ' || p.proowner::regrole::text || ' '
+		       || coalesce((SELECT string_agg(a, ',' ORDER BY a) FROM unnest(p.proacl::text[]) a), 'default')
+		FROM pg_proc p WHERE p.oid IN (SELECT d.objid FROM pg_depend d
+		    WHERE d.classid = 'pg_proc'::regclass AND d.refobjid = 'task'::regtype)) s`
+
+func privileges(t *testing.T, ctx context.Context, pool *pgxpool.Pool) string {
+	t.Helper()
+	var got string
+	if err := pool.QueryRow(ctx, privilegesQuery).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// keepPrivileges gives task, a view on it and a function of its row type an owner and
+// privileges other than the defaults, as an installation with an application's role
+// does (SECURITY.md), and returns them (privileges).
+func keepPrivileges(t *testing.T, ctx context.Context, pool *pgxpool.Pool) string {
+	t.Helper()
+	var fn string
+	if err := pool.QueryRow(ctx, `SELECT min(p.oid::regprocedure::text) FROM pg_proc p WHERE p.oid IN (SELECT d.objid FROM pg_depend d
+		WHERE d.classid = 'pg_proc'::regclass AND d.refobjid = 'task'::regtype)`).Scan(&fn); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		// roles are the cluster's: made once, by whichever test run comes first
+		`DO $$ BEGIN CREATE ROLE pgtask_citus_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`,
+		`DO $$ BEGIN CREATE ROLE pgtask_citus_owner; EXCEPTION WHEN duplicate_object THEN NULL; END $$`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON task TO pgtask_citus_app`,
+		`ALTER VIEW task_pretty OWNER TO pgtask_citus_owner`,
+		`GRANT SELECT ON task_pretty TO pgtask_citus_app`,
+		`REVOKE EXECUTE ON FUNCTION ` + fn + ` FROM PUBLIC`,
+		`GRANT EXECUTE ON FUNCTION ` + fn + ` TO pgtask_citus_app`,
+		`ALTER TABLE task OWNER TO pgtask_citus_owner`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return privileges(t, ctx, pool)
 }
