@@ -3125,7 +3125,8 @@ func TestUpdateSettingsBesideAnOpenPush(t *testing.T) {
 // timestamp through a float of seconds, whose precision past the year 2255 is coarser
 // than a microsecond: 9999-12-31T23:59:59.999999Z, the latest time a push accepts, was
 // stored as the year 10000, which no JSON answer of the task can write. Both forms of
-// the push (a topic without and with a queue cap) keep the time to the microsecond.
+// the push (a topic without and with a queue cap) keep the time to the microsecond; on
+// a Citus cluster (.ci/run) task_citus_push does too (migration 000059).
 func TestPushNotBeforeKeepsItsMicroseconds(t *testing.T) {
 	f := setup(t)
 	f.createTopic("capped")

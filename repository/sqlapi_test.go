@@ -865,8 +865,9 @@ func TestSQLDedicate(t *testing.T) {
 // TestSQLPushNotBefore: task_push and task_push_batch take a not-before time
 // (not_before, migration 000057), as the Go push, the REST API and the CLI do: a future
 // one is the tasks', a past one too (due at once: a poll leases the task), and one
-// after the year 9999, an infinite one, or one given with a delay is refused with 22023
-// naming it, nothing written. Before, SQL had only a delay, which a trigger computing it
+// after the year 9999 or before the year 1 (000059), an infinite one, or one given
+// with a delay is refused with 22023 naming it, nothing written; a time is kept as given,
+// to the microsecond (on Citus too since 000059). Before, SQL had only a delay, which a trigger computing it
 // from a time already past found refused ("delay is negative").
 func TestSQLPushNotBefore(t *testing.T) {
 	t.Run("FutureAndPast", func(t *testing.T) {
@@ -894,6 +895,22 @@ func TestSQLPushNotBefore(t *testing.T) {
 		if got := f.get(zero); !got.NotBefore.Equal(at) {
 			t.Errorf("task pushed with a zero delay and a not_before: not before %v, want %v", got.NotBefore, at)
 		}
+		// kept as given, before 1970 too (on Citus it was the epoch) and to the
+		// microsecond past the year 2255 (on Citus a float of seconds was coarser)
+		for _, at := range []time.Time{
+			time.Date(1960, 2, 29, 12, 0, 0, 999999000, time.UTC),
+			time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+			time.Date(1969, 12, 31, 23, 59, 59, 999999000, time.UTC),
+			time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		} {
+			seq := sqlPush(f, "SELECT task_push('topic', $1, not_before => $2)", at.Format(time.RFC3339Nano), at)
+			if got := f.get(seq); !got.NotBefore.Equal(at) {
+				t.Errorf("task pushed with not_before %s: not before %s", at.Format(time.RFC3339Nano), got.NotBefore.UTC().Format(time.RFC3339Nano))
+			}
+			if _, err := f.pool.Exec(f.ctx, "DELETE FROM task WHERE topic = 'topic' AND sequence = $1", seq); err != nil {
+				t.Fatal(err)
+			}
+		}
 		past := sqlPush(f, "SELECT task_push('topic', 'overdue', not_before => now() - interval '1 hour')")
 		leased := f.poll(repository.FIFO, repository.None, 10)
 		if len(leased) != 1 || leased[0].Sequence != past {
@@ -904,6 +921,7 @@ func TestSQLPushNotBefore(t *testing.T) {
 		{"AfterTheYear9999", "SELECT task_push('topic', 'a', not_before => '10000-01-01T00:00:00Z')", "after the year 9999"},
 		{"Infinity", "SELECT task_push_batch('topic', '{a}', not_before => 'infinity')", "after the year 9999"},
 		{"MinusInfinity", "SELECT task_push('topic', 'a', not_before => '-infinity')", "is not a time"},
+		{"BeforeTheYear1", "SELECT task_push_batch('topic', '{a}', not_before => '0001-12-31 23:59:59.999999+00 BC')", "before the year 1"},
 		{"WithADelay", "SELECT task_push('topic', 'a', delay => '1 minute', not_before => now())", "both given"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -78,7 +78,12 @@ BEGIN
              AND t.topic = p_topic AND t.state = 1 AND t.identifier = ANY (p_identifiers)))) THEN
         RETURN;
     END IF;
-    v_after := ARRAY(SELECT CASE WHEN u.us <> 0 THEN to_timestamp(u.us / 1e6)
+    -- a not-before given in microseconds: whole seconds, then the microseconds added in
+    -- UTC (immutable), as TaskPush does; a float of seconds (us / 1e6) is coarser than a
+    -- microsecond past the year 2255 and put 9999-12-31 23:59:59.999999 in the year 10000
+    -- (migration 000059)
+    v_after := ARRAY(SELECT CASE WHEN u.us <> 0 THEN timezone('UTC', timezone('UTC', to_timestamp(u.us / 1000000))
+                                                                 + u.us % 1000000 * interval '1 microsecond')
                                  WHEN u.ms > 0 THEN to_timestamp(v_epoch + u.ms / 1e3) END
                      FROM unnest(p_not_befores_us, p_delays_ms) WITH ORDINALITY AS u(us, ms, ord) ORDER BY u.ord);
     IF p_insertion <> 0 THEN
@@ -1065,8 +1070,18 @@ BEGIN
             RAISE EXCEPTION 'not_before % is not a time', quote_literal(task_push_batch.not_before)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        -- 0 would say none: the epoch itself, long past, is due at once either way
-        v_at_us := greatest((extract(epoch FROM task_push_batch.not_before) * 1000000)::bigint, 1);
+        -- nor before the year 1 (000059), which no RFC 3339 time, and so no JSON answer
+        -- of the task (the REST API, pgtask --json), can write
+        IF task_push_batch.not_before < timestamptz '0001-01-01 00:00:00+00' THEN
+            RAISE EXCEPTION 'not_before % is before the year 1', quote_literal(task_push_batch.not_before)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- as given, before 1970 too (000059; before, the epoch); 0 would say none: the
+        -- epoch itself, long past, is due at once either way, a microsecond after
+        v_at_us := (extract(epoch FROM task_push_batch.not_before) * 1000000)::bigint;
+        IF v_at_us = 0 THEN
+            v_at_us := 1;
+        END IF;
     END IF;
     IF task_push_batch.priority IS NULL OR task_push_batch.priority NOT BETWEEN -32768 AND 32767 THEN
         RAISE EXCEPTION 'priority % is out of range -32768..32767', coalesce(task_push_batch.priority::text, 'NULL')
