@@ -3060,3 +3060,54 @@ func TestScheduleFiniteTimesMigration(t *testing.T) {
 	execEach(t, pool, "UPDATE task_schedule SET next_fire = NULL WHERE name = 'good'")
 	steps(1)
 }
+
+// TestPushNotBeforeBoundsMigration: 000059 refuses a not_before before the year 1 from
+// SQL (22023 naming it), which no JSON answer of the task could write; the tasks stored
+// before stay as they are, one before the year 1 too, and the function keeps its
+// privileges (replaced in place); down accepts such a time again.
+func TestPushNotBeforeBoundsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository not-before bounds test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 58)
+	create("emails")
+	const batch = "task_push_batch(text, text[], text[], text, interval, integer, text, boolean, text, timestamptz)"
+	execEach(t, pool,
+		"SELECT task_push('emails', 'ancient', not_before => '0100-01-01 00:00:00+00 BC')",
+		"SELECT task_push('emails', 'old', not_before => '1960-01-01 00:00:00+00')",
+		"SELECT task_push('emails', 'due', not_before => '2031-01-01 00:00:00+00')",
+		"REVOKE EXECUTE ON FUNCTION "+batch+" FROM PUBLIC",
+		"GRANT EXECUTE ON FUNCTION "+batch+" TO pg_monitor")
+	rows := func() []string {
+		return textRows(t, pool, "SELECT identifier || ' ' || not_before::text || ' ' || state FROM task ORDER BY sequence")
+	}
+	acl := func() []string {
+		return textRows(t, pool, "SELECT coalesce(proacl::text, 'default') FROM pg_proc WHERE oid = '"+batch+"'::regprocedure")
+	}
+	before, grants := rows(), acl()
+	steps(1)
+	sameRows(t, "tasks after 000059", rows(), before)
+	if got := acl(); !slices.Equal(got, grants) {
+		t.Errorf("privileges of task_push_batch after 000059: %v, want %v (kept)", got, grants)
+	}
+	for _, q := range []string{
+		"SELECT task_push('emails', 'a', not_before => '0001-12-31 23:59:59.999999+00 BC')",
+		"SELECT task_push_batch('emails', '{a,b}', not_before => '0100-01-01 00:00:00+00 BC')",
+	} {
+		if _, err := pool.Exec(ctx, q); SQLState(err) != "22023" || !strings.Contains(err.Error(), "not_before") || !strings.Contains(err.Error(), "before the year 1") {
+			t.Errorf("%s: %v; want 22023 saying the not_before is before the year 1", q, err)
+		}
+	}
+	execEach(t, pool, "SELECT task_push('emails', 'first', not_before => '0001-01-01 00:00:00+00')")
+	after := rows()
+	if len(after) != len(before)+1 {
+		t.Fatalf("tasks after the pushes under 000059: %v", after)
+	}
+	steps(-1)
+	sameRows(t, "tasks after reverting 000059", rows(), after)
+	if got := acl(); !slices.Equal(got, grants) {
+		t.Errorf("privileges of task_push_batch after reverting 000059: %v, want %v (kept)", got, grants)
+	}
+	execEach(t, pool, "SELECT task_push('emails', 'ancient again', not_before => '0100-01-01 00:00:00+00 BC')")
+}
