@@ -369,6 +369,22 @@ func TestGetTask(t *testing.T) {
 		f := setup(t)
 		f.call("GET", "/topics/mail/tasks/42", "").wantError(t, http.StatusNotFound, "unknown task")
 	})
+	// A time before the year 0, which no RFC 3339 string can write (stored from SQL
+	// before migration 000059), failed the encoding: the answer was a 200 with an empty
+	// body. It is answered as the first instant RFC 3339 can write, as a time after the
+	// year 9999 is as the last.
+	t.Run("AnswersATimeBeforeTheYear0AsTheFirstItCanWrite", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		if _, err := f.pool.Exec(f.ctx, "UPDATE task SET not_before = '0100-01-01 00:00:00+00 BC' WHERE topic = 'mail'"); err != nil {
+			t.Fatal(err)
+		}
+		var got task
+		f.call("GET", "/topics/mail/tasks/1", "").want(t, http.StatusOK, &got)
+		if got.NotBefore == nil || !got.NotBefore.Equal(time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)) {
+			t.Errorf("not_before %v, want 0000-01-01T00:00:00Z", got.NotBefore)
+		}
+	})
 	t.Run("AnswersNotFoundNamingAnUnknownTopic", func(t *testing.T) {
 		f := setup(t)
 		f.call("GET", "/topics/nope/tasks/1", "").wantError(t, http.StatusNotFound, "unknown topic")

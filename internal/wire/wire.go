@@ -113,15 +113,21 @@ func nullTime(t time.Time) *time.Time {
 	}
 	// RFC 3339, and so encoding/json, has years 0 to 9999 only: a later time (a
 	// not-before SQL could store before migration 000034) is answered as the last
-	// instant it can write, rather than failing the whole answer.
+	// instant it can write, an earlier one (before 000059) as the first, rather than
+	// failing the whole answer.
 	if t.After(lastWritable) {
 		t = lastWritable
+	} else if t.Before(firstWritable) {
+		t = firstWritable
 	}
 	return &t
 }
 
-// lastWritable is the latest time RFC 3339 can write.
-var lastWritable = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+// firstWritable and lastWritable are the earliest and the latest times RFC 3339 can write.
+var (
+	firstWritable = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	lastWritable  = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
 
 // Topic is a topic with its settings (durations in milliseconds) and, where asked for,
 // its stats.
