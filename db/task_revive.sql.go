@@ -10,6 +10,47 @@ import (
 	"time"
 )
 
+const taskHold = `-- name: TaskHold :many
+SELECT t.sequence, t.state
+FROM task t
+WHERE hashtext(t.topic) = hashtext($1::text) AND t.topic = $1
+  AND t.sequence = ANY($2::bigint[])
+ORDER BY t.sequence
+FOR UPDATE
+`
+
+type TaskHoldParams struct {
+	Topic     string
+	Sequences []int64
+}
+
+type TaskHoldRow struct {
+	Sequence int64
+	State    int16
+}
+
+// Locks the given tasks of a topic, for an operation run next in the same transaction
+// (Repository.Hold), and reads their states.
+func (q *Queries) TaskHold(ctx context.Context, db DBTX, arg TaskHoldParams) ([]TaskHoldRow, error) {
+	rows, err := db.Query(ctx, taskHold, arg.Topic, arg.Sequences)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskHoldRow
+	for rows.Next() {
+		var i TaskHoldRow
+		if err := rows.Scan(&i.Sequence, &i.State); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskReassign = `-- name: TaskReassign :many
 WITH target AS (
     SELECT t.topic, t.sequence FROM task t

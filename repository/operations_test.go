@@ -3187,3 +3187,31 @@ func TestPurgeAllSaysWhatItDeleted(t *testing.T) {
 		t.Errorf("%d tasks left, want the locked one", left)
 	}
 }
+
+// TestHold: Hold refuses tasks not in the wanted states, naming each (a *TaskError), and
+// holds those it accepts for the rest of the transaction: a completion elsewhere waits.
+func TestHold(t *testing.T) {
+	f := setup(t)
+	pushed := f.push(repository.Append, "a", "b")
+	suspended := func(s repository.State) bool { return s == repository.Suspended }
+	err := f.repo.Hold(f.ctx, f.pool, "recreate", f.topic, suspended, "SUSPENDED", pushed[0].Sequence, pushed[1].Sequence, 999)
+	var te *repository.TaskError
+	if !errors.As(err, &te) || len(te.Problems) != 3 || !errors.Is(te.Problems[0].Err, repository.ErrWrongState) ||
+		te.Problems[0].State != repository.Ready || !errors.Is(te.Problems[2].Err, repository.ErrUnknownTask) {
+		t.Fatalf("Hold of two READY tasks and an unknown one: %v; want each named", err)
+	}
+	ready := func(s repository.State) bool { return s == repository.Ready }
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	if err := f.repo.Hold(f.ctx, tx, "recreate", f.topic, ready, "READY", pushed[0].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := f.pool.Exec(ctx, "UPDATE task SET state = 6 WHERE topic = $1 AND sequence = $2", f.topic, pushed[0].Sequence); err == nil {
+		t.Fatal("a held task was changed by another transaction")
+	}
+}

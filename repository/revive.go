@@ -35,6 +35,38 @@ func (r *Repository) Reassign(ctx context.Context, h Handle, topic string, resul
 	return sortedTasks(tasksFrom(rows), sequences), nil
 }
 
+// Hold locks the tasks of sequences in topic for the rest of h's transaction, and
+// refuses them all unless each is in a state ok allows: a *TaskError of op naming each
+// task gone (ErrUnknownTask) or in another state (ErrWrongState, the Detail saying want),
+// as the all-or-nothing operations refuse. Run first in a transaction, it makes the
+// operation that follows (Reassign, Recreate) meet the tasks as they were checked: a
+// task an operator chose as SUSPENDED and that succeeded since is refused, where a
+// Recreate would have made it READY and run it again. Outside a transaction it checks
+// only.
+func (r *Repository) Hold(ctx context.Context, h Handle, op, topic string, ok func(State) bool, want string, sequences ...int64) error {
+	if len(sequences) == 0 {
+		return nil
+	}
+	if err := validTopic(topic); err != nil {
+		return err
+	}
+	if err := validSequences(sequences); err != nil {
+		return fmt.Errorf("%s in topic %q: %w", op, topic, err)
+	}
+	rows, err := r.q.TaskHold(ctx, h, db.TaskHoldParams{Topic: topic, Sequences: sequences})
+	if err != nil {
+		return mapError(fmt.Sprintf("%s in topic %q", op, topic), err)
+	}
+	held := len(rows) == len(sequences)
+	for _, row := range rows {
+		held = held && ok(State(row.State))
+	}
+	if held {
+		return nil
+	}
+	return r.explainStates(ctx, h, op, topic, sequences, ok, want)
+}
+
 // ReassignBatchSize is how many tasks one statement of ReassignAll changes.
 const ReassignBatchSize = 10000
 

@@ -281,6 +281,8 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		// search passes over: "apply again" would otherwise find it again and again
 		done  func(repository.Excerpt) bool
 		apply func(h repository.Handle, seqs []int64) (int, error)
+		// exact: the action changes only tasks in the state the filter names, if any
+		exact bool
 	)
 	switch in.Action {
 	case "purge":
@@ -325,7 +327,10 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		// rewritten, at every "apply again"
 		keep = func(st repository.State) bool { return st.Revivable() && st != result.State() }
 		what += " to " + result.String()
-		fallback, apply = broken, counted(func(h repository.Handle, seqs []int64) ([]repository.Task, error) {
+		exact, fallback, apply = true, broken, counted(func(h repository.Handle, seqs []int64) ([]repository.Task, error) {
+			if err := s.repo.Hold(wctx, h, what, topic, keep, statesOf(keep), seqs...); err != nil {
+				return nil, err
+			}
 			return s.repo.Reassign(wctx, h, topic, result, seqs...)
 		})
 	case "recreate":
@@ -333,7 +338,10 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 		if err != nil {
 			return nil, badRequest("mode %q is unknown: want reset, append, replace or supersede", in.Mode)
 		}
-		keep, fallback, apply = repository.State.Revivable, broken, counted(func(h repository.Handle, seqs []int64) ([]repository.Revival, error) {
+		keep, exact, fallback, apply = repository.State.Revivable, true, broken, counted(func(h repository.Handle, seqs []int64) ([]repository.Revival, error) {
+			if err := s.repo.Hold(wctx, h, what, topic, keep, statesOf(keep), seqs...); err != nil {
+				return nil, err
+			}
 			return s.repo.Recreate(wctx, h, topic, mode, seqs...)
 		})
 	default:
@@ -342,19 +350,19 @@ func (s *server) bulk(r *http.Request, body []byte) (any, error) {
 	if st := res.filter.State; st != nil && !keep(*st) {
 		// a filter on a state the action never changes would change nothing, answered
 		// as a success (purge refuses its own such mistake, as REST's revive does)
-		var names []string
-		for _, state := range repository.States() {
-			if keep(state) {
-				names = append(names, state.String())
-			}
-		}
-		return nil, badRequest("%s applies to tasks %s, not %s: change the state filter", what, strings.Join(names, ", "), *st)
+		return nil, badRequest("%s applies to tasks %s, not %s: change the state filter", what, statesOf(keep), *st)
 	}
 	if res.filter.State == nil {
 		// without a state, a revival touches the broken tasks only: the finished ones
 		// (FILTERED, SUCCEEDED) need the filter to name their state
 		applies := keep
 		keep = func(st repository.State) bool { return applies(st) && fallback(st) }
+	} else if exact {
+		// A revival changes the tasks still in the state the filter names, which its
+		// statements hold (Repository.Hold) and pass over the others: a task searched
+		// as SUSPENDED that succeeded since was reset to READY, and ran again.
+		st := *res.filter.State
+		keep = func(s repository.State) bool { return s == st }
 	}
 	if res.from > res.to {
 		return nothing, nil
@@ -634,4 +642,15 @@ func (s *server) matchingWindow(r *http.Request, topic string, res resolved, bef
 		return seqs, floor + 1, nil
 	}
 	return seqs, 0, nil
+}
+
+// statesOf names the states keep allows, for a refusal's "want".
+func statesOf(keep func(repository.State) bool) string {
+	var names []string
+	for _, st := range repository.States() {
+		if keep(st) {
+			names = append(names, st.String())
+		}
+	}
+	return strings.Join(names, ", ")
 }

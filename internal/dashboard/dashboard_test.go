@@ -1281,20 +1281,60 @@ func TestBulkCancelPassesOverTasksThatMovedOn(t *testing.T) {
 	if err != nil || len(leased) != 1 {
 		t.Fatalf("poll: %v, %v", leased, err)
 	}
-	dashboard.SetMatchedHook(func(pool *pgxpool.Pool) {
-		if pool != f.pool {
-			return // another test's bulk action, running beside this one
-		}
+	dashboard.SetMatchedHook(f.pool, func() {
 		if _, err := f.repo.Complete(f.ctx, f.pool, "mail", leased[0].Decide(repository.Succeed(""))); err != nil {
 			t.Error(err)
 		}
 	})
-	defer dashboard.SetMatchedHook(nil)
+	defer dashboard.SetMatchedHook(f.pool, nil)
 	status, text := f.post("/ui/topics/mail/bulk", `{"action": "cancel"}`)
 	if status != http.StatusOK || !strings.Contains(text, `"changed":2`) || !strings.Contains(text, "1 passed over") {
 		t.Errorf("bulk cancel with an ACTIVE task ending meanwhile: %d %s; want the 2 READY ones cancelled, 1 passed over", status, text)
 	}
 	if got, err := f.repo.Get(f.ctx, f.pool, "mail", leased[0].Sequence); err != nil || got.State != repository.Succeeded || got.Cancelled {
 		t.Errorf("the task that ended: %+v, %v; want SUCCEEDED, not cancelled", got, err)
+	}
+}
+
+// TestBulkRevivalPassesOverTasksThatFinished: a bulk recreate (or reassign) of the tasks
+// the filter found SUSPENDED changed a task that had been released and had succeeded
+// between the search and the statement (the revival statements take any state from
+// EXPIRED to SUCCEEDED): reset, it was READY and ran again; reassigned FAILURE, a
+// success became a failure. The statements hold the tasks still in the filter's state
+// and pass over the others.
+func TestBulkRevivalPassesOverTasksThatFinished(t *testing.T) {
+	for name, action := range map[string]string{
+		"RecreateReset":   `{"action": "recreate", "mode": "reset", "state": "SUSPENDED"}`,
+		"ReassignFailure": `{"action": "reassign", "result": "FAILURE", "state": "SUSPENDED"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := setup(t, "")
+			f.push("mail", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"})
+			leased, err := f.repo.Poll(f.ctx, f.pool, "mail", repository.FIFO, repository.None, 2)
+			if err != nil || len(leased) != 2 {
+				t.Fatalf("poll: %v, %v", leased, err)
+			}
+			if _, err := f.repo.Complete(f.ctx, f.pool, "mail", leased[0].Decide(repository.Suspend("")), leased[1].Decide(repository.Suspend(""))); err != nil {
+				t.Fatal(err)
+			}
+			finished := leased[0].Sequence
+			dashboard.SetMatchedHook(f.pool, func() {
+				// released, leased and succeeded since the search
+				if _, err := f.pool.Exec(f.ctx, "UPDATE task SET state = 6, completed = now() WHERE topic = 'mail' AND sequence = $1", finished); err != nil {
+					t.Error(err)
+				}
+			})
+			defer dashboard.SetMatchedHook(f.pool, nil)
+			status, text := f.post("/ui/topics/mail/bulk", action)
+			if status != http.StatusOK || !strings.Contains(text, `"changed":1`) || !strings.Contains(text, "1 passed over") {
+				t.Errorf("bulk %s with a task succeeding meanwhile: %d %s; want the other one changed, 1 passed over", action, status, text)
+			}
+			if got, err := f.repo.Get(f.ctx, f.pool, "mail", finished); err != nil || got.State != repository.Succeeded {
+				t.Errorf("the task that succeeded: %v (%v); want SUCCEEDED still", got.State, err)
+			}
+			if got, err := f.repo.Get(f.ctx, f.pool, "mail", leased[1].Sequence); err != nil || got.State == repository.Suspended {
+				t.Errorf("the task still SUSPENDED: %v (%v); want it changed", got.State, err)
+			}
+		})
 	}
 }

@@ -1,14 +1,28 @@
 package dashboard
 
-import "github.com/jackc/pgx/v5/pgxpool"
+import (
+	"sync"
 
-// SetMatchedHook sets a function that runs between a bulk action's search and its
-// statements, given the dashboard's pool, for the tests of what changes meanwhile; nil
-// removes it. Every parallel test's bulk action runs it: it acts on its own pool's.
-func SetMatchedHook(f func(*pgxpool.Pool)) {
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SetMatchedHook sets a function that runs between the search and the statements of a
+// bulk action of the dashboard on pool, for the tests of what changes meanwhile; nil
+// removes it. Each test sets its own pool's: the tests run in parallel.
+func SetMatchedHook(pool *pgxpool.Pool, f func()) {
 	if f == nil {
-		testHookMatched.Store(nil)
+		matchedHooks.Delete(pool)
 		return
 	}
-	testHookMatched.Store(&f)
+	matchedHooks.Store(pool, f)
+	dispatch := func(p *pgxpool.Pool) {
+		if f, ok := matchedHooks.Load(p); ok {
+			f.(func())()
+		}
+	}
+	testHookMatched.Store(&dispatch)
 }
+
+// matchedHooks holds SetMatchedHook's functions by pool: tests run in parallel, each on
+// its own database.
+var matchedHooks sync.Map

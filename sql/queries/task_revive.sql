@@ -168,3 +168,13 @@ UNION ALL
 SELECT t.* FROM task t
 WHERE t.topic = sqlc.arg(topic) AND t.sequence IN (SELECT g.sequence FROM target g) AND NOT EXISTS (SELECT 1 FROM admitted)
 ORDER BY sequence;
+
+-- name: TaskHold :many
+-- Locks the given tasks of a topic, for an operation run next in the same transaction
+-- (Repository.Hold), and reads their states.
+SELECT t.sequence, t.state
+FROM task t
+WHERE hashtext(t.topic) = hashtext(sqlc.arg(topic)::text) AND t.topic = sqlc.arg(topic)
+  AND t.sequence = ANY(sqlc.arg(sequences)::bigint[])
+ORDER BY t.sequence
+FOR UPDATE;
