@@ -25,8 +25,9 @@ const (
 	citusYes
 )
 
-// citusLockClass is the first key of the transaction-scoped advisory lock that
-// DistributeCitus holds exclusively, and onCitus shares for a moment (the second is 0).
+// citusLockClass is the first key of the transaction-scoped advisory locks of a
+// distributed database: with 0, the lock DistributeCitus holds exclusively and onCitus
+// shares for a moment; with 1, the one a retention pass holds (PurgeRetentionAfter).
 const citusLockClass = 1885828300
 
 // onCitus reports whether the database of h was distributed by DistributeCitus (it has

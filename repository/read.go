@@ -840,7 +840,10 @@ func (r *Repository) PurgeRetention(ctx context.Context, h Handle, size int) (in
 // topic to pass as after to the next call ("" when it deleted none), so that calls in
 // a row serve every topic in turn, however many old tasks one of them holds. On a
 // distributed database the topics are served in no set order (Citus does not keep the
-// statement's order of the topics), and it always returns "" as last.
+// statement's order of the topics), and it always returns "" as last; and one call runs
+// at a time in the whole cluster (a transaction-scoped advisory lock): one made while
+// another runs deletes nothing and returns 0, since the two would read the same rows
+// (no SKIP LOCKED there), wait for each other and deadlock.
 func (r *Repository) PurgeRetentionAfter(ctx context.Context, h Handle, after string, size int) (deleted int64, last string, err error) {
 	if size <= 0 {
 		return 0, "", invalid("size %d is not positive", size)
@@ -862,6 +865,10 @@ func (r *Repository) PurgeRetentionAfter(ctx context.Context, h Handle, after st
 	err = withSettingsOff(ctx, h, []string{"jit", "enable_hashjoin", "enable_mergejoin"}, func(tx pgx.Tx) error {
 		size := int32(min(size, 1<<31-1))
 		if citus {
+			var alone bool
+			if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, 1)", int32(citusLockClass)).Scan(&alone); err != nil || !alone {
+				return err
+			}
 			row, err := r.q.TaskPurgeRetentionDistributed(ctx, tx, size)
 			deleted, last = row.Deleted, row.Last
 			return err
