@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -177,4 +178,68 @@ func TestWakeup(t *testing.T) {
 		finished.wait(t, first[0].Sequence, 10*time.Second)
 		finished.wait(t, second[0].Sequence, 10*time.Second)
 	})
+}
+
+// TestRevivalWakesWhatItUnblocks: a task of an identifier that failed is held back by
+// SINGULAR_BY_IDENTIFIER_SUSPEND_ON_FAILURE (one behind a SUSPENDED task by
+// SUSPEND_UNTIL_SUCCESS); reassigning the failed task SUCCESS (cancelling the suspended
+// one) frees it, but no notification said so, and the processor, whose poll had found it
+// held back, slept until its pause interval (an hour here, 5 s by default). Reassign, and
+// a cancel that makes a task REDUNDANT, send WORK.
+func TestRevivalWakesWhatItUnblocks(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		condition repository.Condition
+		first     repository.Decision
+		held      repository.State
+		free      func(f *fixture, sequence int64) error
+	}{
+		{"Reassign", repository.SingularByIdentifierSuspendOnFailure, repository.Fail(errors.New("boom")), repository.Failed,
+			func(f *fixture, sequence int64) error {
+				_, err := f.repo.Reassign(f.ctx, f.pool, f.topic, repository.Success, sequence)
+				return err
+			}},
+		{"Cancel", repository.SingularByIdentifierSuspendUntilSuccess, repository.Suspend("wait"), repository.Suspended,
+			func(f *fixture, sequence int64) error {
+				_, err := f.repo.Cancel(f.ctx, f.pool, f.topic, "operator", sequence)
+				return err
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := setup(t)
+			handler := processor.TaskFunc(func(ctx context.Context, task repository.Task) repository.Decision {
+				if task.Input == "first" {
+					return c.first
+				}
+				return repository.Succeed("ok")
+			})
+			p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: handler, Condition: c.condition})
+			connected := p.Notifier().Connected()
+			f.start(p)
+			<-connected
+			first, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "x", Input: "first"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.eventually("the first task decided", func() bool { return f.get(first[0].Sequence).State == c.held })
+			second, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "x", Input: "second"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond) // its push's notification polled: held back
+			if got := f.get(second[0].Sequence).State; got != repository.Ready {
+				t.Fatalf("the second task of the identifier is %v, want READY (held back)", got)
+			}
+			if err := c.free(f, first[0].Sequence); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for f.get(second[0].Sequence).State != repository.Succeeded {
+				if time.Now().After(deadline) {
+					t.Fatalf("the task freed is %v after 10 s, want SUCCEEDED (the processor was not woken)", f.get(second[0].Sequence).State)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
 }

@@ -789,7 +789,8 @@ func (r *Repository) expire(ctx context.Context, h Handle, timeout time.Duration
 // Cancel cancels tasks: READY, SUSPENDED and EXPIRED ones become REDUNDANT with an output
 // saying who cancelled them; ACTIVE ones are flagged, the process running them is told
 // (CANCEL notification) and they end FAILED "cancelled", never retried. All or nothing: a
-// task in another state, or unknown, fails the call with a *TaskError.
+// task in another state, or unknown, fails the call with a *TaskError. A task made
+// REDUNDANT wakes the topic's processors (WORK), for what a poll condition held behind it.
 func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, sequences ...int64) ([]Task, error) {
 	if len(sequences) == 0 {
 		return nil, nil
@@ -817,7 +818,18 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 			return s == Active || s == Ready || s == Suspended || s == Expired
 		}, "READY, SUSPENDED, EXPIRED or ACTIVE")
 	}
-	return tasksFrom(rows), nil
+	tasks := tasksFrom(rows)
+	for _, t := range tasks {
+		// a task made REDUNDANT (not ACTIVE: that one ends with its handler) may free
+		// what a poll condition held behind it: wake the processors (reassigned)
+		if t.State == Redundant {
+			if err := r.reassigned(ctx, h, topic); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	return tasks, nil
 }
 
 // LockJunctions takes, in h's transaction, the locks that Junction takes for each

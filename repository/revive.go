@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"crypto/md5"
 	"errors"
 	"fmt"
 
@@ -12,6 +13,8 @@ import (
 
 // Reassign gives tasks in EXPIRED..SUCCEEDED the state of result, all or
 // nothing: an unknown task or one in another state fails the call with a *TaskError.
+// It wakes the topic's processors (a WORK notification, at the commit): the tasks a
+// poll condition held behind the reassigned ones may be free.
 func (r *Repository) Reassign(ctx context.Context, h Handle, topic string, result Result, sequences ...int64) ([]Task, error) {
 	if len(sequences) == 0 {
 		return nil, nil
@@ -32,7 +35,24 @@ func (r *Repository) Reassign(ctx context.Context, h Handle, topic string, resul
 	if len(rows) != len(sequences) {
 		return nil, r.explainStates(ctx, h, "reassign", topic, sequences, State.Revivable, "EXPIRED..SUCCEEDED")
 	}
+	if err := r.reassigned(ctx, h, topic); err != nil {
+		return nil, err
+	}
 	return sortedTasks(tasksFrom(rows), sequences), nil
+}
+
+// reassigned wakes the topic's processors after tasks were reassigned, or cancelled out
+// of READY, EXPIRED or SUSPENDED: a task that leaves those states (or enters them) may
+// free the READY tasks of its identifier that a poll condition held back; the
+// processors, whose polls found them held back, slept until their pause interval. A
+// WORK notification without a position sends them to the head of the topic: one poll
+// each. Sent at the caller's commit in a transaction; on a pool after the statement,
+// which a failure to send does not undo (notify).
+func (r *Repository) reassigned(ctx context.Context, h Handle, topic string) error {
+	if err := notify(ctx, h, fmt.Sprintf("%s %x", EventWork, md5.Sum([]byte(topic)))); err != nil {
+		return mapError(fmt.Sprintf("wake the processors of topic %q", topic), err)
+	}
+	return nil
 }
 
 // Hold locks the tasks of sequences in topic for the rest of h's transaction, and
@@ -109,6 +129,11 @@ func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, fr
 		total += n
 		if n < r.reassignBatch {
 			break
+		}
+	}
+	if total > 0 {
+		if err := r.reassigned(ctx, h, topic); err != nil {
+			return total, err
 		}
 	}
 	return total, r.knownTopic(ctx, h, "reassign all", topic, total)
