@@ -119,6 +119,10 @@ func nullTime(t time.Time) *time.Time {
 		t = lastWritable
 	} else if t.Before(firstWritable) {
 		t = firstWritable
+	} else if y := t.Year(); y < 0 || y > 9999 {
+		// within them in UTC, not in the server's zone (9999-12-31T23:59:59Z is in the
+		// year 10000 east of UTC): written in UTC
+		t = t.UTC()
 	}
 	return &t
 }
