@@ -1,6 +1,7 @@
 package repository
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -52,5 +53,46 @@ func TestOnCitusWaitsForADistribution(t *testing.T) {
 	}
 	if a := <-answered; a.err != nil || !a.citus {
 		t.Fatalf("onCitus after the distribution committed: %v, %v; want distributed", a.citus, a.err)
+	}
+}
+
+// TestOnCitusInATransactionDoesNotWait: in a transaction, which may hold locks of
+// pgtask's tables that a distribution under way waits for, the first look does not wait
+// for the distribution (the two would deadlock), and does not keep an answer read while
+// one runs; a look after it ends does.
+func TestOnCitusInATransactionDoesNotWait(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, schema.Hash(), Migrate)
+	distribution, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = distribution.Rollback(ctx) }()
+	if _, err := distribution.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", int32(citusLockClass)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if citus, err := r.onCitus(wait, tx); err != nil || citus {
+		t.Fatalf("onCitus in a transaction while a distribution ran: %v, %v; want plain at once", citus, err)
+	}
+	if r.citus.Load() != citusUnknown {
+		t.Fatal("the answer read while a distribution ran was kept")
+	}
+	if err := distribution.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if citus, err := r.onCitus(ctx, tx); err != nil || citus || r.citus.Load() != citusNo {
+		t.Fatalf("onCitus once no distribution runs: %v, %v (kept %d); want plain, kept", citus, err, r.citus.Load())
 	}
 }

@@ -33,10 +33,13 @@ const citusLockClass = 1885828300
 // onCitus reports whether the database of h was distributed by DistributeCitus (it has
 // the function task_distributed). The answer is read once per Repository, at
 // RegisterOwner or the first statement that differs on Citus: a process that was
-// running when its database was distributed must be restarted. It waits first for a
-// distribution under way (citusLockClass), then reads in a statement of its own, which
-// sees what that committed: read while one ran, the answer "plain" stayed, and a process
-// started meanwhile ran the plain statements on the distributed tables until restarted.
+// running when its database was distributed must be restarted. Outside a transaction it
+// waits first for a distribution under way (citusLockClass), then reads in a statement
+// of its own, which sees what that committed: read while one ran, the answer "plain"
+// stayed, and a process started meanwhile ran the plain statements on the distributed
+// tables until restarted. In a transaction, which may hold locks of pgtask's tables
+// that a distribution waits for, it does not wait (the two would deadlock): an answer
+// read while a distribution is under way is not kept.
 func (r *Repository) onCitus(ctx context.Context, h Handle) (bool, error) {
 	switch r.citus.Load() {
 	case citusNo:
@@ -44,17 +47,39 @@ func (r *Repository) onCitus(ctx context.Context, h Handle) (bool, error) {
 	case citusYes:
 		return true, nil
 	}
-	if _, err := h.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1, 0)", int32(citusLockClass)); err != nil {
+	if autocommit(h) {
+		if err := waitForDistribution(ctx, h); err != nil {
+			return false, err
+		}
+		return r.readCitus(ctx, h, true)
+	}
+	var free bool
+	if err := h.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock_shared($1, 0)", int32(citusLockClass)).Scan(&free); err != nil {
 		return false, err
 	}
+	return r.readCitus(ctx, h, free)
+}
+
+// waitForDistribution waits, in h's transaction (to its end) or its statement, for a
+// distribution under way (DistributeCitus's lock), and makes one that begins later wait
+// for that.
+func waitForDistribution(ctx context.Context, h Handle) error {
+	_, err := h.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1, 0)", int32(citusLockClass))
+	return err
+}
+
+// readCitus reads whether the database is distributed, and keeps the answer when keep.
+func (r *Repository) readCitus(ctx context.Context, h Handle, keep bool) (bool, error) {
 	var yes bool
 	if err := h.QueryRow(ctx, "SELECT to_regprocedure('task_distributed()') IS NOT NULL").Scan(&yes); err != nil {
 		return false, err
 	}
-	if yes {
-		r.citus.Store(citusYes)
-	} else {
-		r.citus.Store(citusNo)
+	if keep {
+		if yes {
+			r.citus.Store(citusYes)
+		} else {
+			r.citus.Store(citusNo)
+		}
 	}
 	return yes, nil
 }

@@ -26,18 +26,43 @@ import (
 // owner name (an owner's Expire passes over its own leases), and heart-beats.
 func (r *Repository) RegisterOwner(ctx context.Context, h Handle) (bool, error) {
 	// Learn here, once, whether the database is distributed (onCitus), rather than at
-	// the first push or poll, which are one statement each.
+	// the first push or poll, which are one statement each. On a pool, in the
+	// registration's transaction, after waiting for a distribution under way: one that
+	// begins between the look and the registration would not see this owner, which it
+	// refuses to distribute under, and the look's answer "plain" would be wrong once it
+	// committed.
+	if r.citus.Load() == citusUnknown && autocommit(h) {
+		var created bool
+		err := inTx(ctx, h, func(tx pgx.Tx) error {
+			if err := waitForDistribution(ctx, tx); err != nil {
+				return err
+			}
+			if _, err := r.readCitus(ctx, tx, true); err != nil {
+				return err
+			}
+			var err error
+			created, err = r.q.OwnerRegister(ctx, tx, r.registration())
+			return err
+		})
+		if err != nil {
+			return false, mapError("register owner "+r.owner, err)
+		}
+		return created, nil
+	}
 	if _, err := r.onCitus(ctx, h); err != nil {
 		return false, mapError("register owner "+r.owner, err)
 	}
-	pid := int32(r.pid)
-	created, err := r.q.OwnerRegister(ctx, h, db.OwnerRegisterParams{
-		Owner: r.owner, Now: r.clock(), Host: ptr(r.host), Pid: ptr(pid), ExpiryMs: r.declaredExpiry(),
-	})
+	created, err := r.q.OwnerRegister(ctx, h, r.registration())
 	if err != nil {
 		return false, mapError("register owner "+r.owner, err)
 	}
 	return created, nil
+}
+
+// registration is the owner row RegisterOwner writes.
+func (r *Repository) registration() db.OwnerRegisterParams {
+	pid := int32(r.pid)
+	return db.OwnerRegisterParams{Owner: r.owner, Now: r.clock(), Host: ptr(r.host), Pid: ptr(pid), ExpiryMs: r.declaredExpiry()}
 }
 
 // Register is the former name of RegisterOwner.
