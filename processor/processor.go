@@ -1255,6 +1255,9 @@ func (p *Processor) retain(ctx context.Context, budget time.Duration) (more bool
 		// tasks than a pass deletes does not hold the others back until it is cleared
 		n, err := maintain(ctx, p, "purge by retention", func(c context.Context) (int64, error) {
 			n, last, err := p.repo.PurgeRetentionAfter(c, p.pool, p.retentionAfter, retentionBatch)
+			if errors.Is(err, repository.ErrRetentionUnderWay) {
+				return 0, nil // another processor's pass (Citus): it deletes them
+			}
 			if err == nil {
 				p.retentionAfter = last
 			}

@@ -826,6 +826,10 @@ func (r *Repository) PurgeAll(ctx context.Context, h Handle, topic string) (int6
 	return batched + n, nil
 }
 
+// ErrRetentionUnderWay: on a distributed database, another retention pass
+// (PurgeRetentionAfter, a processor's) is under way; this one deleted nothing.
+var ErrRetentionUnderWay = errors.New("another retention pass is under way")
+
 // PurgeRetention deletes up to size finished tasks whose completion is older than their
 // topic's retention, and returns how many; topics without retention keep everything.
 // It serves the topics in name order from the first: PurgeRetentionAfter takes them in
@@ -842,8 +846,8 @@ func (r *Repository) PurgeRetention(ctx context.Context, h Handle, size int) (in
 // distributed database the topics are served in no set order (Citus does not keep the
 // statement's order of the topics), and it always returns "" as last; and one call runs
 // at a time in the whole cluster (a transaction-scoped advisory lock): one made while
-// another runs deletes nothing and returns 0, since the two would read the same rows
-// (no SKIP LOCKED there), wait for each other and deadlock.
+// another runs deletes nothing and fails with ErrRetentionUnderWay, since the two would
+// read the same rows (no SKIP LOCKED there), wait for each other and deadlock.
 func (r *Repository) PurgeRetentionAfter(ctx context.Context, h Handle, after string, size int) (deleted int64, last string, err error) {
 	if size <= 0 {
 		return 0, "", invalid("size %d is not positive", size)
@@ -866,8 +870,11 @@ func (r *Repository) PurgeRetentionAfter(ctx context.Context, h Handle, after st
 		size := int32(min(size, 1<<31-1))
 		if citus {
 			var alone bool
-			if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, 1)", int32(citusLockClass)).Scan(&alone); err != nil || !alone {
+			if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, 1)", int32(citusLockClass)).Scan(&alone); err != nil {
 				return err
+			}
+			if !alone {
+				return ErrRetentionUnderWay
 			}
 			row, err := r.q.TaskPurgeRetentionDistributed(ctx, tx, size)
 			deleted, last = row.Deleted, row.Last

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -320,6 +321,16 @@ func purgeRetention(ctx context.Context, e *env, f *flags, url string) error {
 	var total int64
 	for {
 		n, err := c.repo.PurgeRetention(ctx, c.pool, retentionBatch)
+		if errors.Is(err, repository.ErrRetentionUnderWay) {
+			// a processor's pass, on a distributed database: its turn is short (a
+			// processor stops its passes after a few seconds), this one goes on after it
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (%d tasks purged before it)", ctx.Err(), total)
+			case <-time.After(time.Second):
+			}
+			continue
+		}
 		if err != nil {
 			if total > 0 {
 				return fmt.Errorf("%w (%d tasks purged before it)", err, total)
