@@ -225,7 +225,6 @@ func noLiveOwners(ctx context.Context, tx pgx.Tx, timeout time.Duration) error {
 		ErrCitusRefused, len(live), timeout, strings.Join(quoted, ", "), more)
 }
 
-// distribute runs the conversion in tx (DistributeCitus), after the checks.
 // keptSQL is a SQL expression of the statements that give an object dropped and made
 // again its owner and privileges: kind is its kind for ALTER (TABLE, VIEW, FUNCTION), on
 // what GRANT puts before its name, and name, owner and acl SQL expressions of its name
@@ -245,6 +244,7 @@ func keptSQL(kind, on, name, owner, acl string) string {
 		FROM aclexplode(%[5]s) g WHERE g.grantee <> %[4]s) k ORDER BY k.o)`, kind, on, name, owner, acl)
 }
 
+// distribute runs the conversion in tx (DistributeCitus), after the checks.
 func distribute(ctx context.Context, tx pgx.Tx, report *CitusReport) error {
 	step := func(what, q string, args ...any) error {
 		if _, err := tx.Exec(ctx, q, args...); err != nil {

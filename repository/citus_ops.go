@@ -26,8 +26,9 @@ const (
 )
 
 // citusLockClass is the first key of the transaction-scoped advisory locks of a
-// distributed database: with 0, the lock DistributeCitus holds exclusively and onCitus
-// shares for a moment; with 1, the one a retention pass holds (PurgeRetentionAfter).
+// distributed database: with 0, the lock DistributeCitus holds exclusively and a
+// Repository's first look shares (onCitus, RegisterOwner); with 1, the one a retention
+// pass holds (PurgeRetentionAfter).
 const citusLockClass = 1885828300
 
 // onCitus reports whether the database of h was distributed by DistributeCitus (it has

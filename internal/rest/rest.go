@@ -336,8 +336,8 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// writeJSON answers body with status. A body that cannot be encoded (a time stored out
-// of RFC 3339's years, written into the table by hand) is answered 500 saying why: the
+// writeJSON answers body with status. A body that cannot be encoded (a value
+// encoding/json refuses, a time RFC 3339 cannot write) is answered 500 saying why: the
 // status written first, it was a 200 with an empty body.
 func writeJSON(w http.ResponseWriter, status int, body any) {
 	b, err := json.Marshal(body)
