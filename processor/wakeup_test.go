@@ -243,3 +243,48 @@ func TestRevivalWakesWhatItUnblocks(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiryWakesWhatItUnblocks: a dead owner's task expired for good (no attempt left)
+// frees the READY task of its identifier that SINGULAR_BY_IDENTIFIER held back while it
+// was ACTIVE; the expiry told only the topics where it made tasks READY, and a processor
+// of the topic other than the one that expired the task, whose poll had found it held
+// back, slept until its pause interval.
+func TestExpiryWakesWhatItUnblocks(t *testing.T) {
+	f := setup(t)
+	dead, err := repository.New(repository.Config{Owner: "dead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.RegisterOwner(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
+	first, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leased, err := dead.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 1); err != nil || len(leased) != 1 {
+		t.Fatalf("the dead owner's poll: %v, %v", leased, err)
+	}
+	second, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, repository.Creation{Identifier: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the worker's first poll finds the second task held back; the other processor's
+	// expiry (2 s of silence, the fixture's; the worker's own waits a minute) takes the
+	// first back, EXPIRED: its one attempt was used
+	worker, _ := f.processor("worker", processor.Config{ExpiryTimeout: time.Minute}, processor.ManagerConfig{
+		Handler:   processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { return repository.Succeed("ok") }),
+		Condition: repository.SingularByIdentifier,
+	})
+	f.start(worker)
+	expirer, _ := f.processor("expirer", processor.Config{})
+	f.start(expirer)
+	f.eventually("the dead owner's task expired", func() bool { return f.get(first[0].Sequence).State == repository.Expired })
+	deadline := time.Now().Add(10 * time.Second)
+	for f.get(second[0].Sequence).State != repository.Succeeded {
+		if time.Now().After(deadline) {
+			t.Fatalf("the task freed by the expiry is %v 10 s after it, want SUCCEEDED (the processor was not woken)", f.get(second[0].Sequence).State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

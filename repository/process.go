@@ -783,6 +783,18 @@ func (r *Repository) expire(ctx context.Context, h Handle, timeout time.Duration
 	if err != nil {
 		return out, mapError("expire", err)
 	}
+	// A task expired for good (EXPIRED, or FAILED cancelled) may free the READY tasks of
+	// its identifier a poll condition held behind it (SINGULAR_BY_IDENTIFIER: no longer
+	// ACTIVE); the statement tells only the topics where tasks were made READY.
+	var final []string
+	for _, e := range out {
+		if e.Expired > e.Retried {
+			final = append(final, e.Topic)
+		}
+	}
+	if err := r.wake(ctx, h, final...); err != nil {
+		return out, err
+	}
 	return out, nil
 }
 
@@ -821,9 +833,9 @@ func (r *Repository) Cancel(ctx context.Context, h Handle, topic, by string, seq
 	tasks := tasksFrom(rows)
 	for _, t := range tasks {
 		// a task made REDUNDANT (not ACTIVE: that one ends with its handler) may free
-		// what a poll condition held behind it: wake the processors (reassigned)
+		// what a poll condition held behind it: wake the processors
 		if t.State == Redundant {
-			if err := r.reassigned(ctx, h, topic); err != nil {
+			if err := r.wake(ctx, h, topic); err != nil {
 				return nil, err
 			}
 			break

@@ -2,7 +2,6 @@ package repository
 
 import (
 	"context"
-	"crypto/md5"
 	"errors"
 	"fmt"
 
@@ -35,22 +34,27 @@ func (r *Repository) Reassign(ctx context.Context, h Handle, topic string, resul
 	if len(rows) != len(sequences) {
 		return nil, r.explainStates(ctx, h, "reassign", topic, sequences, State.Revivable, "EXPIRED..SUCCEEDED")
 	}
-	if err := r.reassigned(ctx, h, topic); err != nil {
+	if err := r.wake(ctx, h, topic); err != nil {
 		return nil, err
 	}
 	return sortedTasks(tasksFrom(rows), sequences), nil
 }
 
-// reassigned wakes the topic's processors after tasks were reassigned, or cancelled out
-// of READY, EXPIRED or SUSPENDED: a task that leaves those states (or enters them) may
-// free the READY tasks of its identifier that a poll condition held back; the
-// processors, whose polls found them held back, slept until their pause interval. A
+// wake wakes the processors of topics after tasks left, or entered, READY's neighbours
+// (reassigned, cancelled out of READY, EXPIRED or SUSPENDED, expired for good): the
+// READY tasks of their identifiers that a poll condition held back may be free, and
+// the processors, whose polls found them held back, slept until their pause interval. A
 // WORK notification without a position sends them to the head of the topic: one poll
-// each. Sent at the caller's commit in a transaction; on a pool after the statement,
-// which a failure to send does not undo (notify).
-func (r *Repository) reassigned(ctx context.Context, h Handle, topic string) error {
-	if err := notify(ctx, h, fmt.Sprintf("%s %x", EventWork, md5.Sum([]byte(topic)))); err != nil {
-		return mapError(fmt.Sprintf("wake the processors of topic %q", topic), err)
+// each. One statement for every topic; sent at the caller's commit in a transaction, on
+// a pool after the statement, which a failure to send does not undo (notify).
+func (r *Repository) wake(ctx context.Context, h Handle, topics ...string) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	committed := autocommit(h)
+	_, err := h.Exec(ctx, "SELECT count(pg_notify('task_notification', 'WORK ' || md5(t))) FROM unnest($1::text[]) t", topics)
+	if err != nil && !committed {
+		return mapError(fmt.Sprintf("wake the processors of topic %q", topics[0]), err)
 	}
 	return nil
 }
@@ -132,7 +136,7 @@ func (r *Repository) ReassignAll(ctx context.Context, h Handle, topic string, fr
 		}
 	}
 	if total > 0 {
-		if err := r.reassigned(ctx, h, topic); err != nil {
+		if err := r.wake(ctx, h, topic); err != nil {
 			return total, err
 		}
 	}
