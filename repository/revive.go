@@ -40,10 +40,10 @@ func (r *Repository) Reassign(ctx context.Context, h Handle, topic string, resul
 	return sortedTasks(tasksFrom(rows), sequences), nil
 }
 
-// wake wakes the processors of topics after tasks left, or entered, READY's neighbours
-// (reassigned, cancelled out of READY, EXPIRED or SUSPENDED, expired for good): the
-// READY tasks of their identifiers that a poll condition held back may be free, and
-// the processors, whose polls found them held back, slept until their pause interval. A
+// wake wakes the processors of topics whose tasks changed in a way that can free READY
+// tasks a poll condition held back (reassigned; cancelled out of READY, EXPIRED or
+// SUSPENDED; expired for good): the processors, whose polls found those tasks held
+// back, would sleep until their pause interval. A
 // WORK notification without a position sends them to the head of the topic: one poll
 // each. One statement for every topic; sent at the caller's commit in a transaction, on
 // a pool after the statement, which a failure to send does not undo (notify).
