@@ -709,7 +709,7 @@ func (c *completer) commitLeasing(ctx context.Context, reports []*report) (tasks
 		m.floor.restart()
 		return tasks, nil, nil, err
 	}
-	m.floor.polled(from, polled, leased)
+	m.polled(from, polled, leased)
 	if len(leased) == 0 {
 		return tasks, nil, nil, nil
 	}

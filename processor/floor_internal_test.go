@@ -141,6 +141,34 @@ func TestFloor(t *testing.T) {
 	}
 }
 
+// TestPolledHoldsBackOnALimitedTopic: a poll that finds nothing on a limited topic,
+// the poll loop's or a flush's that leased (completer.commitLeasing: a lowered limit, the
+// slots held by other processes), starts the next where it started; the flush's spent
+// the position a notification gave, and the next polls started past the task it was
+// sent to. On a topic without a limit, found empty is found empty.
+func TestPolledHoldsBackOnALimitedTopic(t *testing.T) {
+	for _, limited := range []bool{true, false} {
+		m := &TaskManager{floor: newFloor(repository.FIFO, repository.None)}
+		m.limited.Store(limited)
+		at := repository.Position{Priority: 0, Sequence: 100}
+		m.polled(m.floor.next(), 20*time.Millisecond, []repository.Task{{Sequence: at.Sequence}}) // reading from the head is not cheap
+		urgent := repository.Position{Priority: -1, Sequence: 40}
+		m.floor.notified(urgent)
+		from := m.floor.next()
+		if from != urgent {
+			t.Fatalf("next = %+v, want the notified %+v", from, urgent)
+		}
+		m.polled(from, 0, nil)
+		want := at
+		if limited {
+			want = urgent
+		}
+		if got := m.floor.next(); got != want {
+			t.Errorf("limited %v: the poll after one from %+v that found nothing starts at %+v, want %+v", limited, urgent, got, want)
+		}
+	}
+}
+
 // TestWakeAtKeepsOneEntryPerTask: the same due time of the same task, found again by
 // each empty poll's probe, is kept once; it filled the list of a thousand with copies.
 // Once the manager stops, its timer is disarmed.

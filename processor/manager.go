@@ -959,11 +959,8 @@ func (m *TaskManager) poll(ctx context.Context) {
 		}
 		m.p.faults.ok(m.pollOp)
 		backoff.reset()
-		m.floor.polled(from, elapsed, tasks)
+		m.polled(from, elapsed, tasks)
 		if len(tasks) == 0 {
-			if m.limited.Load() {
-				m.floor.heldBack(from)
-			}
 			m.cfg.Limiter.Release()
 			m.cfg.Listener.empty(topic, elapsed)
 			if probe {
@@ -1052,6 +1049,17 @@ func (m *TaskManager) park(ctx context.Context) {
 		return // a flush freed capacity meanwhile
 	}
 	m.hibernate(ctx)
+}
+
+// polled records with the floor a poll from from that took took and leased tasks: the
+// poll loop's or a flush's (completer.commitLeasing). One that found nothing on a limited
+// topic starts the next poll where it started (floor.heldBack): the limit may have held
+// back the work a notification sent it to.
+func (m *TaskManager) polled(from repository.Position, took time.Duration, tasks []repository.Task) {
+	m.floor.polled(from, took, tasks)
+	if len(tasks) == 0 && m.limited.Load() {
+		m.floor.heldBack(from)
+	}
 }
 
 // wantsLease reports whether a flush committing now should lease the next tasks of the
