@@ -833,7 +833,7 @@ func TestShowNamesTheUnknownTopic(t *testing.T) {
 	}
 }
 
-// TestOlderSchemaRefused: a command run against a schema older than the binary's says
+// TestOlderSchemaRefused: a command (serve too) run against a schema older than the binary's says
 // to migrate (an upgraded binary on a database not yet migrated failed with
 // PostgreSQL's "column … does not exist", or said the schema was missing); the migrate
 // commands still run.
@@ -844,6 +844,14 @@ func TestOlderSchemaRefused(t *testing.T) {
 	if !errors.Is(r.err, repository.ErrSchemaMissing) || !strings.Contains(r.err.Error(), "schema is at version 30") ||
 		!strings.Contains(r.err.Error(), "pgtask migrate up") {
 		t.Errorf("topic list on schema 30: %v, want the version and pgtask migrate up", r.err)
+	}
+	// so does serve, before it listens (it started, answered /healthz, then failed each
+	// request with a 500); under a deadline: a serve that listens runs until cancelled
+	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	r = runCLI(ctx, "", nil, "serve", "--addr", "127.0.0.1:0", "--database-url", f.url)
+	if !errors.Is(r.err, repository.ErrSchemaMissing) || !strings.Contains(r.err.Error(), "this pgtask serve needs") {
+		t.Errorf("serve on schema 30: %v, want the version and pgtask migrate up", r.err)
 	}
 	if got := f.ok("migrate", "version"); got != "30\n" {
 		t.Errorf("migrate version = %q, want 30", got)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pgtask/pgtask/internal/httpguard"
+	"github.com/pgtask/pgtask/internal/pgpool"
 	"github.com/pgtask/pgtask/internal/rest"
 	"github.com/pgtask/pgtask/metrics"
 	"github.com/pgtask/pgtask/processor"
@@ -95,6 +96,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		if err := repository.Migrate(ctx, pool); err != nil {
 			return err
 		}
+	}
+	// before listening: a server on an older schema answered /healthz, then failed
+	// every request with a 500
+	if err := pgpool.CheckSchema(ctx, pool, "pgtask serve"); err != nil {
+		return err
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, nil))
 	ln, guard, err := sec.listen(*addr)
