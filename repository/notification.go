@@ -87,10 +87,13 @@ func ParseNotification(payload string) (Notification, error) {
 		}
 		if len(fields) >= 5 {
 			ms, err := strconv.ParseInt(fields[4], 10, 64)
-			if err != nil || ms < 0 {
+			if err != nil {
 				return Notification{}, invalid("notification %q: delay %q is not a number of milliseconds", payload, fields[4])
 			}
-			n.Delay = time.Duration(min(ms, int64(maxDelay/time.Millisecond))) * time.Millisecond
+			// Below 0: due now. The senders read the clock twice (is the task due yet, and
+			// how long until it is), so a backend paused between the two reads sends a
+			// task falling due meanwhile with a delay of -1 or less.
+			n.Delay = time.Duration(min(max(ms, 0), int64(maxDelay/time.Millisecond))) * time.Millisecond
 		}
 		if len(fields) >= 4 {
 			priority, err := strconv.ParseInt(fields[2], 10, 16)
