@@ -157,8 +157,15 @@ func (n *Notifier) Run(ctx context.Context) {
 
 // listen connects, listens and delivers until the connection fails; connected reports
 // whether it got as far as listening.
+//
+// Connecting and the LISTEN are bounded by pingEvery + pingTimeout, as a silent
+// connection is: pgx sets no connect timeout of its own, and an address that drops
+// packets (a failed-over primary's) or a peer that accepts and never answers held the
+// attempt for minutes, every wake-up lost meanwhile.
 func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
-	conn, err := n.connect(ctx)
+	setup, cancel := context.WithTimeout(ctx, n.pingEvery+n.pingTimeout)
+	defer cancel()
+	conn, err := n.connect(setup)
 	if err != nil {
 		return false, err
 	}
@@ -170,9 +177,10 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+repository.NotificationChannel); err != nil {
+	if _, err := conn.Exec(setup, "LISTEN "+repository.NotificationChannel); err != nil {
 		return false, err
 	}
+	cancel()
 	n.connMu.Lock()
 	n.conn = conn
 	close(n.connected)

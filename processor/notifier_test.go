@@ -3,8 +3,11 @@ package processor_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgtask/pgtask/processor"
 )
@@ -49,5 +52,51 @@ func TestNotifierPingsASilentConnection(t *testing.T) {
 	proxy.Delay(0)
 	if got := n.PID(); got == pid {
 		t.Errorf("still listening on backend %d, the silent connection", got)
+	}
+}
+
+// TestNotifierGivesUpAConnectionThatNeverAnswers: an attempt to connect to a peer that
+// accepts and never answers (a proxy whose server is gone, say) is given up after the
+// ping's bounds, and made again; it waited for as long as the peer kept the connection
+// open, every wake-up lost meanwhile.
+func TestNotifierGivesUpAConnectionThatNeverAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	}()
+	cfg, err := pgx.ParseConfig("postgres://nobody@" + ln.Addr().String() + "/none?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := processor.NewNotifier(cfg, slog.New(slog.DiscardHandler))
+	processor.SetNotifierPing(n, 200*time.Millisecond, 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); n.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	for i := range 2 {
+		select {
+		case c := <-accepted:
+			defer c.Close()
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d attempts to connect in 30 s: the first, never answered, was not given up", i)
+		}
 	}
 }
