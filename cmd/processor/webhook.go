@@ -83,16 +83,28 @@ func (h *httpHandler) handle(ctx context.Context, task repository.Task) reposito
 	start := time.Now()
 	resp, err := h.post(ctx, task)
 	var d repository.Decision
-	if err != nil {
-		d = repository.Fail(err)
-	} else {
+	switch {
+	case err == nil:
 		d = httpDecision(resp, h.retryDelay, time.Now())
+	case resp.status != 0:
+		// The answer broke off (a reset, a proxy cutting it, the timeout) after its
+		// status: a status that decides other than FAILURE stands, with what was read,
+		// since the endpoint did the work it answers for (it ran again, and with
+		// --max-attempts 1 a success became a failure); any other is the error.
+		if d = httpDecision(resp, h.retryDelay, time.Now()); d.Result == repository.Failure && !d.Snooze {
+			d = repository.Fail(err)
+		} else if d.Result != repository.Failure {
+			d.Message = strings.TrimSpace(d.Message + " (answer cut short: " + err.Error() + ")")
+		}
+	default:
+		d = repository.Fail(err)
 	}
 	logTask(h.logger, task, d, time.Since(start), slog.Int("status", resp.status))
 	return d
 }
 
-// post sends the task and reads the answer; an error says why there is none.
+// post sends the task and reads the answer; an error says why there is none, or, with
+// the answer's status, why it broke off (what was read is returned).
 func (h *httpHandler) post(ctx context.Context, task repository.Task) (httpResponse, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, h.timeout, errTimedOut)
 	defer cancel()
@@ -119,10 +131,10 @@ func (h *httpHandler) post(ctx context.Context, task repository.Task) (httpRespo
 	defer context.AfterFunc(ctx, func() { _ = res.Body.Close() })()
 	head := &headBuffer{limit: outputLimit}
 	tail := &tailBuffer{limit: outputLimit}
-	if _, err := io.Copy(io.MultiWriter(head, tail), io.LimitReader(res.Body, bodyLimit)); err != nil {
-		return httpResponse{status: res.StatusCode}, h.transportError(ctx, fmt.Errorf("read response of HTTP %d: %w", res.StatusCode, err))
+	if _, err = io.Copy(io.MultiWriter(head, tail), io.LimitReader(res.Body, bodyLimit)); err != nil {
+		err = h.transportError(ctx, fmt.Errorf("read response of HTTP %d: %w", res.StatusCode, err))
 	}
-	return httpResponse{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), head: head.String(), tail: tail.String()}, nil
+	return httpResponse{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), head: head.String(), tail: tail.String()}, err
 }
 
 // leaseLostReason says why a task was stopped when the processor's heartbeat went stale

@@ -213,6 +213,39 @@ func TestHTTPHandler(t *testing.T) {
 		}
 	})
 
+	// An answer whose body breaks off after its status: a success stands (the endpoint
+	// did the work; it ran again, and with --max-attempts 1 it became a failure), with
+	// what was read; a failing status is the failure it was.
+	t.Run("AnAnswerCutShortAfterItsStatus", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			status string
+			want   repository.Result
+		}{{"200 OK", repository.Success}, {"422 Unprocessable Entity", repository.Filter}, {"500 Internal Server Error", repository.Failure}} {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				buf := make([]byte, 4096)
+				_, _ = conn.Read(buf)
+				// 100 bytes promised, 4 sent, then the connection closes
+				_, _ = io.WriteString(conn, "HTTP/1.1 "+tc.status+"\r\nContent-Length: 100\r\n\r\nsent")
+			}()
+			d := newHTTPHandler("http://"+ln.Addr().String()+"/t", time.Minute, time.Second, 1, logger).handle(t.Context(), task)
+			if d.Result != tc.want || d.Snooze || !strings.Contains(d.Message, "unexpected EOF") ||
+				tc.want != repository.Failure && !strings.HasPrefix(d.Message, "sent (answer cut short: read response of HTTP") {
+				t.Errorf("HTTP %s cut short: decision %+v, want %v saying what was read and that it was cut short", tc.status, d, tc.want)
+			}
+		}
+	})
+
 	t.Run("RedirectIsNotFollowed", func(t *testing.T) {
 		t.Parallel()
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
