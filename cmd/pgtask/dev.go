@@ -40,8 +40,8 @@ a crash of the machine can lose or corrupt what it holds, so keep nothing there 
 need. With a URL it uses that database: it applies pending migrations and registers the
 demo topics. An empty --database-url or DATABASE_URL is refused, not taken as none.
 
-It prints the URLs and example commands, then "pgtask dev ready"; Ctrl-C or SIGTERM
-stops everything gracefully.`
+It prints the URLs and example commands, then "pgtask dev ready"; Ctrl-C, SIGTERM or
+SIGHUP (the terminal closed) stops everything gracefully.`
 
 // Demo topics served by "pgtask dev".
 const (

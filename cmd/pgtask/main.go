@@ -18,10 +18,11 @@ func main() {
 	os.Exit(runProcess(os.Args[1:]))
 }
 
-// runProcess runs the command line args as this process's command, with SIGINT and
-// SIGTERM cancelling it, and returns the exit code.
+// runProcess runs the command line args as this process's command, with SIGINT,
+// SIGTERM and SIGHUP cancelling it, and returns the exit code. SIGHUP (the terminal
+// closed) killed it at once: `pgtask dev` left its throwaway cluster running.
 func runProcess(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	// After the first signal, a second one gets the default behaviour (exit at once).
 	context.AfterFunc(ctx, stop)
 	err := run(ctx, args, os.Stdout, os.Stderr)

@@ -299,7 +299,8 @@ func startChild(t *testing.T, bin string, env []string, args ...string) *child {
 }
 
 // TestDev runs "pgtask dev" as its own process, with no database URL so that it starts
-// a throwaway cluster, and drives it like a user: REST push, demo processor, Ctrl-C.
+// a throwaway cluster, and drives it like a user: REST push, demo processor, and the
+// terminal closed (SIGHUP).
 func TestDev(t *testing.T) {
 	t.Parallel()
 	bin := buildPgtask(t)
@@ -341,16 +342,18 @@ func TestDev(t *testing.T) {
 		return state == "SUCCEEDED"
 	})
 
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	// the terminal closed (the README's test stops its pgtask dev with Ctrl-C, SIGINT):
+	// SIGHUP killed it at once, and the cluster stayed
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-exited:
 		if c.err != nil {
-			t.Fatalf("pgtask dev exited with %v after SIGINT", c.err)
+			t.Fatalf("pgtask dev exited with %v after SIGHUP", c.err)
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("pgtask dev did not exit within a minute of SIGINT")
+		t.Fatal("pgtask dev did not exit within a minute of SIGHUP")
 	}
 	if _, err := os.Stat(clusterDir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("cluster directory %s still there after exit (stat: %v)", clusterDir, err)
