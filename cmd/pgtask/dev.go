@@ -87,6 +87,13 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 			}
 		}
 	}
+	// Listening first: an address in use (another pgtask dev) is said before a cluster
+	// is made or the user's database migrated.
+	ln, guard, err := sec.listen(*addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	var cluster *pgcluster.Cluster
 	if dbURL == "" {
 		fmt.Fprintln(out, "pgtask dev: no database URL given: starting a throwaway PostgreSQL cluster (durability off: not for data you need)")
@@ -123,11 +130,6 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 		return err
 	}
 
-	ln, guard, err := sec.listen(*addr)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	api, err := newAPI(pool, guard, 0, logger, reg, m)
@@ -242,9 +244,12 @@ func echoHandler() processor.TaskFunc {
 }
 
 func printDevBanner(w io.Writer, base, dbURL, token string, cluster *pgcluster.Cluster) {
-	auth := ""
+	// The examples read the token from the environment, as they read a URL with a
+	// password: the banner shows neither (a terminal's scroll-back, a shared screen).
+	auth, tokenNote := "", ""
 	if token != "" {
-		auth = " -H " + shellQuote("Authorization: Bearer "+token)
+		auth = ` -H "Authorization: Bearer $PGTASK_TOKEN"`
+		tokenNote = "\n  token         hidden: the curl commands below read $PGTASK_TOKEN; export it first where it is not set, as when it came from --token"
 	}
 	q := shellQuote(dbURL)
 	shown, hidden := hidePassword(dbURL)
@@ -261,7 +266,7 @@ pgtask dev is running.
   REST API      %[1]s   (description: %[1]s/openapi.json)
   metrics       %[1]s/metrics
   health        %[1]s/healthz
-  DATABASE_URL  %[2]s
+  DATABASE_URL  %[2]s%[6]s
   topics        demo (logs each task, succeeds after 50ms; input "fail" fails, 3 attempts)
                 echo (succeeds with its input as output)
 
@@ -275,7 +280,7 @@ Try, in another terminal:
   %[5]s stats --database-url %[4]s
   psql %[4]s -c 'SELECT * FROM task_pretty'
 
-`, base, shown, auth, q, selfName())
+`, base, shown, auth, q, selfName(), tokenNote)
 	if cluster != nil {
 		fmt.Fprintf(w, "The throwaway cluster lives in %s; Ctrl-C stops everything and removes it (unless --keep).\n\n", cluster.Dir())
 	} else {

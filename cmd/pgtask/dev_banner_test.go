@@ -34,3 +34,20 @@ func TestDevBannerHidesThePassword(t *testing.T) {
 		t.Errorf("banner for a URL without a password:\n%s", out.String())
 	}
 }
+
+// TestDevBannerHidesTheToken: the banner's curl commands read the token from
+// $PGTASK_TOKEN rather than show it, and say so.
+func TestDevBannerHidesTheToken(t *testing.T) {
+	var out bytes.Buffer
+	printDevBanner(&out, "http://127.0.0.1:8080", "postgres://postgres@127.0.0.1:5432/pgtask_dev", "s3cret", nil)
+	banner := out.String()
+	if strings.Contains(banner, "s3cret") || !strings.Contains(banner, `-H "Authorization: Bearer $PGTASK_TOKEN"`) ||
+		!strings.Contains(banner, "export it first") {
+		t.Errorf("banner with a token shows it, or its commands do not read $PGTASK_TOKEN:\n%s", banner)
+	}
+	out.Reset()
+	printDevBanner(&out, "http://127.0.0.1:8080", "postgres://postgres@127.0.0.1:5432/pgtask_dev", "", nil)
+	if strings.Contains(out.String(), "Authorization") || strings.Contains(out.String(), "PGTASK_TOKEN") {
+		t.Errorf("banner without a token mentions one:\n%s", out.String())
+	}
+}

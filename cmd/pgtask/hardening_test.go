@@ -204,7 +204,34 @@ func TestServeRefusesAnEmptySetting(t *testing.T) {
 	})
 }
 
-// TestDevWarnsWhenOpenToTheNetwork runs `pgtask dev --addr 0.0.0.0:0` without a token.
+// TestAnAddressInUseIsSaidBeforeMigrating: serve --migrate and dev on an address
+// another server listens on say so before they touch the database (dev made its
+// throwaway cluster, or migrated the user's database, then found the address taken).
+func TestAnAddressInUseIsSaidBeforeMigrating(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { taken.Close() }) // after the parallel subtests
+	for _, args := range [][]string{{"serve", "--migrate"}, {"dev"}} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewDatabase(t, "pgtask-cli-empty", nil)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			r := runCLI(ctx, "", nil, append(args, "--addr", taken.Addr().String(), "--ui=false", "--database-url", url)...)
+			if r.err == nil || !strings.Contains(r.err.Error(), "address already in use") {
+				t.Errorf("%s on an address in use: %v, want it said", args[0], r.err)
+			}
+			version := runCLI(t.Context(), "", nil, "migrate", "version", "--database-url", url)
+			if version.err != nil || version.stdout != "0\n" {
+				t.Errorf("migrate version after %s refused the address: %q, %v; want 0 (nothing migrated)", args[0], version.stdout, version.err)
+			}
+		})
+	}
+}
+
 // TestServeRefusesABadAllowHostBeforeMigrating: a bad or empty --allow-host is a usage
 // error naming it that leaves an empty database as it was. The hosts were checked when
 // the server was about to listen, after `serve --migrate` and `dev` had migrated it, and
@@ -239,6 +266,7 @@ func TestServeRefusesABadAllowHostBeforeMigrating(t *testing.T) {
 	}
 }
 
+// TestDevWarnsWhenOpenToTheNetwork runs `pgtask dev --addr 0.0.0.0:0` without a token.
 func TestDevWarnsWhenOpenToTheNetwork(t *testing.T) {
 	f := setup(t)
 	s := runServer(t, f, nil, "dev", "--addr", "0.0.0.0:0")

@@ -87,6 +87,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Listening first: an address in use is said before the database is migrated.
+	ln, guard, err := sec.listen(*addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	pool, err := f.openPool(ctx, dbURL, poolOptions{atLeast: serveConns, cancelInServer: true})
 	if err != nil {
 		return err
@@ -103,11 +109,6 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, nil))
-	ln, guard, err := sec.listen(*addr)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
 	reg := prometheus.NewRegistry()
 	var m *metrics.Metrics // the fired schedules' series
 	if !*noSchedules {
