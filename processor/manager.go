@@ -181,10 +181,14 @@ type TaskManager struct {
 	topicReads   atomic.Uint64
 	topicMu      sync.Mutex
 	topicApplied uint64
-	// startOp, pollOp, dueOp, watchOp and commitOp name the manager's start, polls,
-	// look-ups of the next due task, looks for work before its poll position (watchFloor)
-	// and commits in Processor.Health.
-	startOp, pollOp, dueOp, watchOp, commitOp string
+	// reread asks for a read of the topic's state on an ACTIVATION notification
+	// (rereadTopic, one read at a time however many notifications come).
+	reread chan struct{}
+	// startOp, pollOp, dueOp, rateOp, watchOp and commitOp name the manager's start,
+	// polls, look-ups of the next due task and of when the rate limit lets one start,
+	// looks for work before its poll position (watchFloor) and commits in
+	// Processor.Health.
+	startOp, pollOp, dueOp, rateOp, watchOp, commitOp string
 
 	// leased counts tasks leased since the topic's statistics were last refreshed;
 	// analyzeAt and analyzeSoonAt are how many make the next refresh due after
@@ -264,11 +268,13 @@ func newManager(p *Processor, cfg ManagerConfig) (*TaskManager, error) {
 		p:        p,
 		cfg:      cfg,
 		wake:     make(chan struct{}, 1),
+		reread:   make(chan struct{}, 1),
 		inflight: make(map[*Batch]struct{}),
 		bySeq:    make(map[int64]*Batch),
 		startOp:  fmt.Sprintf("start topic %q", cfg.Topic),
 		pollOp:   fmt.Sprintf("poll topic %q", cfg.Topic),
 		dueOp:    fmt.Sprintf("find the next due task of topic %q", cfg.Topic),
+		rateOp:   fmt.Sprintf("find when the rate limit of topic %q lets a task start", cfg.Topic),
 		watchOp:  fmt.Sprintf("look for work before the poll position of topic %q", cfg.Topic),
 		commitOp: fmt.Sprintf("commit decisions of topic %q", cfg.Topic),
 		floor:    newFloor(cfg.Order, cfg.Condition),
@@ -413,10 +419,11 @@ func (m *TaskManager) probeRate(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("find when the rate limit lets a task start: %w", err))
-			m.p.faults.fail(ctx, m.dueOp, err)
+			m.p.faults.fail(ctx, m.rateOp, err)
 		}
 		return
 	}
+	m.p.faults.ok(m.rateOp)
 	if ok {
 		m.wakeAt(time.Now().Add(wait), repository.Position{})
 	}
@@ -565,7 +572,10 @@ func (m *TaskManager) notify(n repository.Notification) {
 		// Paused, resumed, or its limits changed (Configure, task_topic_set_limits).
 		m.floor.restart()
 		// Re-read the persisted state now rather than at the next heartbeat.
-		go m.refreshActive(context.Background())
+		select {
+		case m.reread <- struct{}{}:
+		default: // a read is asked for already, and begins after this notification
+		}
 	case repository.EventCancel:
 		m.cancelTask(n.Sequence)
 	}
@@ -581,6 +591,27 @@ func (m *TaskManager) refreshActive(ctx context.Context) error {
 	}
 	m.setTopic(read, t)
 	return nil
+}
+
+// rereadTopic reads the topic's state each time an ACTIVATION notification asks for it
+// (notify), until ctx is done: one read at a time, however many notifications come (a
+// script pausing and resuming topics in a loop started a read, up to 10 s long, per
+// notification, which nothing waited for). A failure is reported as the heartbeat's
+// reads of every topic's state are, under their name, which the next of those clears.
+func (m *TaskManager) rereadTopic(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.reread:
+		}
+		if err := m.refreshActive(ctx); err != nil {
+			if ctx.Err() == nil {
+				m.cfg.Listener.error(m.cfg.Topic, fmt.Errorf("read the topic's state: %w", err))
+				m.p.faults.fail(ctx, readTopicsOp, err)
+			}
+		}
+	}
 }
 
 // readingTopic numbers a read of the topic's state about to begin, for setTopic.
@@ -706,13 +737,14 @@ func (m *TaskManager) run(ctx context.Context) error {
 		defer close(pollDone)
 		m.poll(ctx)
 	}()
+	asideCtx, stopAside := context.WithCancel(ctx)
+	var aside sync.WaitGroup
+	aside.Go(func() { m.rereadTopic(asideCtx) })
 	if m.floor.enabled {
-		watchCtx, stopWatch := context.WithCancel(ctx)
-		var watch sync.WaitGroup
-		watch.Go(func() { m.watchFloor(watchCtx) })
-		defer watch.Wait()
-		defer stopWatch()
+		aside.Go(func() { m.watchFloor(asideCtx) })
 	}
+	defer aside.Wait()
+	defer stopAside()
 	select {
 	case <-ctx.Done():
 	case <-pollDone:

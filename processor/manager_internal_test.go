@@ -138,3 +138,17 @@ func TestNotifiedDue(t *testing.T) {
 		})
 	}
 }
+
+// TestActivationsAskForOneReadAtATime: ACTIVATION notifications in a burst (a script
+// pausing and resuming topics) ask for one read of the topic's state, which the
+// manager's reader (rereadTopic, tracked by Run) makes; each started a read of its own
+// on a goroutine nothing waited for.
+func TestActivationsAskForOneReadAtATime(t *testing.T) {
+	m := &TaskManager{reread: make(chan struct{}, 1), floor: newFloor(repository.FIFO, repository.None)}
+	for range 100 {
+		m.notify(repository.Notification{Event: repository.EventActivation})
+	}
+	if n := len(m.reread); n != 1 {
+		t.Errorf("%d reads asked for after 100 ACTIVATION notifications, want 1", n)
+	}
+}

@@ -1349,6 +1349,10 @@ func maintain[T any](ctx context.Context, p *Processor, what string, f func(cont
 // orphaned leases under a long-held snapshot reads for seconds (1-8 s seen).
 const maintenanceTimeout = 30 * time.Second
 
+// readTopicsOp names the reads of the topics' state (activation and limits) in
+// Processor.Health: the heartbeat's (refreshTopics) and a manager's on an ACTIVATION.
+const readTopicsOp = "read topic activation"
+
 // refreshTopics reads the state of topics (activation and limits) in one statement and
 // gives it to their managers (TaskManager.setTopic).
 func (p *Processor) refreshTopics(ctx context.Context, topics []string) {
@@ -1358,7 +1362,7 @@ func (p *Processor) refreshTopics(ctx context.Context, topics []string) {
 			reads[m] = m.readingTopic()
 		}
 	}
-	states, _ := maintain(ctx, p, "read topic activation", func(c context.Context) ([]repository.Topic, error) {
+	states, _ := maintain(ctx, p, readTopicsOp, func(c context.Context) ([]repository.Topic, error) {
 		return p.repo.TopicsNamed(c, p.pool, topics...)
 	})
 	for _, t := range states {
