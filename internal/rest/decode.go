@@ -226,35 +226,54 @@ func inputText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// revive is a decoded revive request: exactly one of mode and result is set.
+// revive is a decoded revive request: exactly one of mode and result is set; state,
+// when set, is the state the task must still be in.
 type revive struct {
 	mode   *repository.RecreateMode
 	result *repository.Result
+	state  *repository.State
 }
 
 // decodeRevive decodes {"mode": "reset|append|replace|supersede"} (recreate) or
-// {"result": "SUCCESS|FAILURE|SUSPENSION|FILTER"} (reassign).
+// {"result": "SUCCESS|FAILURE|SUSPENSION|FILTER"} (reassign), either with an optional
+// "state" (EXPIRED..SUCCEEDED): the state the client saw the task in.
 func decodeRevive(body []byte) (revive, error) {
 	var in struct {
 		Mode   *string `json:"mode"`
 		Result *string `json:"result"`
+		State  *string `json:"state"`
 	}
 	if err := decodeStrict(body, &in); err != nil {
 		return revive{}, err
 	}
+	var state *repository.State
+	if in.State != nil {
+		st, err := repository.ParseState(*in.State)
+		if err != nil || !st.Revivable() {
+			return revive{}, badRequest(`"state" %q is not a state a task is revived from: want expired, failed, suspended, filtered or succeeded`, *in.State)
+		}
+		state = &st
+	}
+	rv, err := decodeReviveAction(in.Mode, in.Result)
+	rv.state = state
+	return rv, err
+}
+
+// decodeReviveAction decodes a revive request's mode or result.
+func decodeReviveAction(mode, result *string) (revive, error) {
 	switch {
-	case in.Mode != nil && in.Result != nil:
+	case mode != nil && result != nil:
 		return revive{}, badRequest(`give either "mode" (recreate) or "result" (reassign), not both`)
-	case in.Mode != nil:
-		m, err := repository.ParseRecreateMode(*in.Mode)
+	case mode != nil:
+		m, err := repository.ParseRecreateMode(*mode)
 		if err != nil {
-			return revive{}, badRequest(`"mode" %q is unknown: want reset, append, replace or supersede`, *in.Mode)
+			return revive{}, badRequest(`"mode" %q is unknown: want reset, append, replace or supersede`, *mode)
 		}
 		return revive{mode: &m}, nil
-	case in.Result != nil:
-		r, err := repository.ParseResult(*in.Result)
+	case result != nil:
+		r, err := repository.ParseResult(*result)
 		if err != nil {
-			return revive{}, badRequest(`"result" %q is unknown: want success, failure, suspension or filter`, *in.Result)
+			return revive{}, badRequest(`"result" %q is unknown: want success, failure, suspension or filter`, *result)
 		}
 		return revive{result: &r}, nil
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/httpguard"
@@ -665,23 +666,44 @@ func (s *server) revive(w http.ResponseWriter, r *http.Request) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	if req.result != nil {
-		tasks, err := s.repo.Reassign(ctx, s.pool, topic, *req.result, seq)
-		if err != nil {
-			return 0, nil, err
+	var out revivalJSON
+	err = repository.Atomically(ctx, s.pool, func(tx pgx.Tx) error {
+		// The state the client saw, held until the revival commits: a task released and
+		// finished since (a SUSPENDED one that succeeded) is not run again.
+		if req.state != nil {
+			want := *req.state
+			if err := s.repo.Hold(ctx, tx, "revive", topic, func(st repository.State) bool { return st == want }, want.String(), seq); err != nil {
+				return err
+			}
 		}
-		return http.StatusOK, revivalJSON{Task: wire.FromTask(tasks[0])}, nil
-	}
-	revivals, err := s.repo.Recreate(ctx, s.pool, topic, *req.mode, seq)
+		out, err = s.reviveIn(ctx, tx, topic, req, seq)
+		return err
+	})
 	if err != nil {
 		return 0, nil, err
+	}
+	return http.StatusOK, out, nil
+}
+
+// reviveIn revives task seq of topic as req says, in h.
+func (s *server) reviveIn(ctx context.Context, h repository.Handle, topic string, req revive, seq int64) (revivalJSON, error) {
+	if req.result != nil {
+		tasks, err := s.repo.Reassign(ctx, h, topic, *req.result, seq)
+		if err != nil {
+			return revivalJSON{}, err
+		}
+		return revivalJSON{Task: wire.FromTask(tasks[0])}, nil
+	}
+	revivals, err := s.repo.Recreate(ctx, h, topic, *req.mode, seq)
+	if err != nil {
+		return revivalJSON{}, err
 	}
 	out := revivalJSON{Task: wire.FromTask(revivals[0].Old)}
 	if revivals[0].New.Sequence != revivals[0].Old.Sequence {
 		c := wire.FromTask(revivals[0].New)
 		out.Copy = &c
 	}
-	return http.StatusOK, out, nil
+	return out, nil
 }
 
 // revivalJSON answers a revive: the task as now stored and, for recreate modes other

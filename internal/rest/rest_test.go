@@ -609,6 +609,29 @@ func TestRevive(t *testing.T) {
 			t.Errorf("task 1 is %s after the refused revivals, want FAILED", got.State)
 		}
 	})
+	// With the state the client saw, the revival is made only while the task is still
+	// in it: a SUSPENDED task released and finished since the page showed it was reset
+	// and ran again.
+	t.Run("OnlyFromTheStateGiven", func(t *testing.T) {
+		f := setup(t)
+		f.enqueue(`{"identifier":"a"}`)
+		f.finish(repository.Succeed("done"))
+		for _, body := range []string{`{"mode":"reset","state":"suspended"}`, `{"mode":"append","state":"SUSPENDED"}`, `{"result":"failure","state":"SUSPENDED"}`} {
+			f.call("POST", "/topics/mail/tasks/1/revive", body).wantError(t, http.StatusConflict, "SUCCEEDED", "SUSPENDED")
+		}
+		var got task
+		f.call("GET", "/topics/mail/tasks/1", "").want(t, http.StatusOK, &got)
+		if got.State != "SUCCEEDED" {
+			t.Errorf("task 1 is %s after revivals refused for the state, want SUCCEEDED", got.State)
+		}
+		var rev revival
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset","state":"succeeded"}`).want(t, http.StatusOK, &rev)
+		if rev.Task.State != "READY" {
+			t.Errorf("revival from the state the task is in: %+v, want READY", rev)
+		}
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset","state":"READY"}`).wantError(t, http.StatusBadRequest, `"state" "READY"`)
+		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset","state":"done"}`).wantError(t, http.StatusBadRequest, `"state" "done"`)
+	})
 	t.Run("RejectsAmbiguousMissingOrUnknownModes", func(t *testing.T) {
 		f := setup(t)
 		f.call("POST", "/topics/mail/tasks/1/revive", `{"mode":"reset","result":"success"}`).wantError(t, http.StatusBadRequest, "not both")
