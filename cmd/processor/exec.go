@@ -42,38 +42,64 @@ type execHandler struct {
 	retryDelay time.Duration
 	logger     *slog.Logger
 	lifeline   *lifeline
-	// unstartable counts the tasks in a row whose program could not be started, the
-	// first of them at unstartableSince (health), under unstartableMu (the workers
-	// report at once)
-	unstartableMu    sync.Mutex
-	unstartable      int
-	unstartableSince time.Time
-	// unstartableFor is how long they must have gone on (unstartableForDefault)
-	unstartableFor time.Duration
+	// unstartable counts the tasks in a row whose program could not be started (health)
+	unstartable streak
 }
 
-// unstartableLimit tasks in a row whose program could not be started, over at least
-// unstartableForDefault, make the processor unhealthy: a program swapped by a redeploy
-// fails for a moment (the tasks it failed start after --retry-delay), one that can
-// never start (a missing interpreter, a binary of another architecture, a script with
-// CRLF line ends) fails every task, snoozed again and again without using an attempt,
-// which nothing but the log would show.
+// streakLimit tasks in a row retried later for the same reason, over at least
+// streakForDefault, make the processor unhealthy: a program swapped by a redeploy
+// fails to start for a moment (the tasks it failed start after --retry-delay), one that
+// can never start (a missing interpreter, a binary of another architecture, a script
+// with CRLF line ends) fails every task, snoozed again and again without using an
+// attempt, which nothing but the log would show; so does an endpoint that answers 503
+// to everything (a load balancer without a healthy backend).
 const (
-	unstartableLimit      = 3
-	unstartableForDefault = time.Minute
+	streakLimit      = 3
+	streakForDefault = time.Minute
 )
 
-// health reports the program failing to start for the last unstartableLimit tasks or
-// more, over unstartableFor or more, until one starts.
-func (h *execHandler) health() error {
-	h.unstartableMu.Lock()
-	n, since := h.unstartable, h.unstartableSince
-	h.unstartableMu.Unlock()
-	if n >= unstartableLimit && time.Since(since) >= h.unstartableFor {
-		return fmt.Errorf("the program could not be started for the last %d tasks, over %v (see the log)",
-			n, time.Since(since).Round(time.Second))
+// streak counts the tasks in a row that met one condition, the first of them at since;
+// the workers report at once.
+type streak struct {
+	mu    sync.Mutex
+	n     int
+	since time.Time
+	// after is how long they must have gone on to count (streakForDefault)
+	after time.Duration
+}
+
+// add records a task that met the condition (met) or did not, and returns how many in
+// a row did.
+func (s *streak) add(met bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !met:
+		s.n = 0
+	case s.n == 0:
+		s.n, s.since = 1, time.Now()
+	default:
+		s.n++
+	}
+	return s.n
+}
+
+// health says what (a sentence's subject and verb: "the program could not be started")
+// for the last streakLimit tasks or more, over after or more, until a task does not.
+func (s *streak) health(what string) error {
+	s.mu.Lock()
+	n, since := s.n, s.since
+	s.mu.Unlock()
+	if n >= streakLimit && time.Since(since) >= s.after {
+		return fmt.Errorf("%s for the last %d tasks, over %v (see the log)", what, n, time.Since(since).Round(time.Second))
 	}
 	return nil
+}
+
+// health reports the program failing to start for the last streakLimit tasks or more,
+// over streakForDefault or more, until one starts.
+func (h *execHandler) health() error {
+	return h.unstartable.health("the program could not be started")
 }
 
 // newExecHandler returns a handler whose programs die with this process (guard.go).
@@ -83,7 +109,7 @@ func newExecHandler(program string, args []string, timeout, retryDelay time.Dura
 		return nil, err
 	}
 	return &execHandler{program: program, args: args, timeout: timeout, retryDelay: retryDelay, logger: logger, lifeline: l,
-		unstartableFor: unstartableForDefault}, nil
+		unstartable: streak{after: streakForDefault}}, nil
 }
 
 // execOutcome is how one run of the program ended.
@@ -107,16 +133,7 @@ func (h *execHandler) handle(ctx context.Context, task repository.Task) reposito
 	o := h.run(ctx, task)
 	d := execDecision(o, h.timeout, h.retryDelay)
 	if o.startErr != nil || o.started {
-		h.unstartableMu.Lock()
-		switch {
-		case o.started:
-			h.unstartable = 0
-		case h.unstartable == 0:
-			h.unstartable, h.unstartableSince = 1, time.Now()
-		default:
-			h.unstartable++
-		}
-		h.unstartableMu.Unlock()
+		h.unstartable.add(!o.started)
 	}
 	if o.startErr != nil {
 		h.logger.Error("program could not be started: the task is retried after the retry delay, no attempt used",

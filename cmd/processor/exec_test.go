@@ -130,11 +130,11 @@ func TestExecHandler(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.unstartableFor = 300 * time.Millisecond
+		h.unstartable.after = 300 * time.Millisecond
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)
 		}
-		for i := range unstartableLimit {
+		for i := range streakLimit {
 			if err := h.health(); err != nil {
 				t.Fatalf("health after %d failed starts: %v, want healthy", i, err)
 			}
@@ -142,11 +142,11 @@ func TestExecHandler(t *testing.T) {
 		}
 		// a moment's failures (a redeploy swapping the program) do not make it unhealthy
 		if err := h.health(); err != nil {
-			t.Fatalf("health right after %d failed starts: %v, want healthy until they have gone on for a while", unstartableLimit, err)
+			t.Fatalf("health right after %d failed starts: %v, want healthy until they have gone on for a while", streakLimit, err)
 		}
-		time.Sleep(h.unstartableFor)
+		time.Sleep(h.unstartable.after)
 		if err := h.health(); err == nil || !strings.Contains(err.Error(), "could not be started for the last 3 tasks") {
-			t.Fatalf("health after %d failed starts over %v: %v, want unhealthy saying so", unstartableLimit, h.unstartableFor, err)
+			t.Fatalf("health after %d failed starts over %v: %v, want unhealthy saying so", streakLimit, h.unstartable.after, err)
 		}
 		write()
 		// (a fork of a parallel test may hold the new file open for a moment: "text file

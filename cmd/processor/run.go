@@ -88,7 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var handle processor.TaskFunc
 	handlerHealth := func() error { return nil }
 	if cfg.httpURL != "" {
-		handle = newHTTPHandler(cfg.httpURL, cfg.timeout, cfg.retryDelay, cfg.workers, logger).handle
+		h := newHTTPHandler(cfg.httpURL, cfg.timeout, cfg.retryDelay, cfg.workers, logger)
+		handle, handlerHealth = h.handle, h.health
 	} else {
 		h, err := newExecHandler(cfg.execArgs[0], cfg.execArgs[1:], cfg.timeout, cfg.retryDelay, logger)
 		if err != nil {

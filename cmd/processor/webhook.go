@@ -49,6 +49,16 @@ type httpHandler struct {
 	timeout    time.Duration
 	retryDelay time.Duration
 	logger     *slog.Logger
+	// unavailable counts the tasks in a row the endpoint answered 503 (health)
+	unavailable streak
+}
+
+// health reports the endpoint answering 503 Service Unavailable to the last
+// streakLimit tasks or more, over streakForDefault or more (a load balancer without a
+// healthy backend: every task is retried later without using an attempt, for ever),
+// until it answers anything else.
+func (h *httpHandler) health() error {
+	return h.unavailable.health("the endpoint answered 503 Service Unavailable")
 }
 
 // newHTTPHandler POSTs to url from up to workers tasks at once: it keeps as many idle
@@ -66,9 +76,10 @@ func newHTTPHandler(url string, timeout, retryDelay time.Duration, workers int, 
 			// POST silently turned into a GET would lose the task.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		timeout:    timeout,
-		retryDelay: retryDelay,
-		logger:     logger,
+		timeout:     timeout,
+		retryDelay:  retryDelay,
+		logger:      logger,
+		unavailable: streak{after: streakForDefault},
 	}
 }
 
@@ -98,6 +109,13 @@ func (h *httpHandler) handle(ctx context.Context, task repository.Task) reposito
 		}
 	default:
 		d = repository.Fail(err)
+	}
+	if resp.status != 0 || ctx.Err() == nil {
+		unavailable := resp.status == http.StatusServiceUnavailable
+		if h.unavailable.add(unavailable) == streakLimit {
+			h.logger.Warn("the endpoint answers 503 Service Unavailable to every task: they are retried later, no attempt used",
+				slog.String("endpoint", shownURL(h.url)), slog.Int("tasks", streakLimit), slog.Duration("retry_delay", h.retryDelay))
+		}
 	}
 	logTask(h.logger, task, d, time.Since(start), slog.Int("status", resp.status))
 	return d

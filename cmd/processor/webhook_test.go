@@ -246,6 +246,44 @@ func TestHTTPHandler(t *testing.T) {
 		}
 	})
 
+	// An endpoint answering 503 to every task (a load balancer without a healthy
+	// backend) retried them later for ever, no attempt used, /healthz ok and the
+	// snoozes logged at DEBUG: after streakLimit tasks in a row over a while, the
+	// processor is unhealthy until the endpoint answers anything else.
+	t.Run("AnEndpointAnswering503MakesItUnhealthy", func(t *testing.T) {
+		t.Parallel()
+		var status atomic.Int64
+		status.Store(http.StatusServiceUnavailable)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(int(status.Load()))
+		}))
+		defer srv.Close()
+		h := newHTTPHandler(srv.URL, time.Minute, time.Second, 1, logger)
+		h.unavailable.after = 300 * time.Millisecond
+		for i := range streakLimit {
+			if err := h.health(); err != nil {
+				t.Fatalf("health after %d answers 503: %v, want healthy", i, err)
+			}
+			if d := h.handle(t.Context(), task); !d.Snooze {
+				t.Fatalf("decision on a 503: %+v, want retried later", d)
+			}
+		}
+		if err := h.health(); err != nil {
+			t.Fatalf("health right after %d answers 503: %v, want healthy until they have gone on for a while", streakLimit, err)
+		}
+		time.Sleep(h.unavailable.after)
+		if err := h.health(); err == nil || !strings.Contains(err.Error(), "answered 503 Service Unavailable for the last 3 tasks") {
+			t.Fatalf("health after %d answers 503 over %v: %v, want unhealthy saying so", streakLimit, h.unavailable.after, err)
+		}
+		status.Store(http.StatusOK)
+		if d := h.handle(t.Context(), task); d.Result != repository.Success {
+			t.Fatalf("decision once the endpoint answers 200: %+v", d)
+		}
+		if err := h.health(); err != nil {
+			t.Errorf("health once the endpoint answered 200: %v, want healthy", err)
+		}
+	})
+
 	t.Run("RedirectIsNotFollowed", func(t *testing.T) {
 		t.Parallel()
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
