@@ -1,7 +1,10 @@
 package processor
 
 import (
+	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +153,22 @@ func TestActivationsAskForOneReadAtATime(t *testing.T) {
 	}
 	if n := len(m.reread); n != 1 {
 		t.Errorf("%d reads asked for after 100 ACTIVATION notifications, want 1", n)
+	}
+}
+
+// TestMalformedNotificationsWarnOnceAMinute: notifications the notifier cannot read (a
+// newer release's event during a rolling upgrade) are warned of once, then at most once
+// a minute with how many were ignored; each was a warning, at the push rate.
+func TestMalformedNotificationsWarnOnceAMinute(t *testing.T) {
+	var out strings.Builder
+	n := newNotifier(nil, slog.New(slog.NewTextHandler(&out, nil)))
+	now := time.Now()
+	for i := range 100 {
+		n.ignored("LATER abc", errors.New("unknown event"), now.Add(time.Duration(i)*time.Millisecond))
+	}
+	n.ignored("LATER abc", errors.New("unknown event"), now.Add(malformedWarning))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "ignored_since_last_warning=1") || !strings.Contains(lines[1], "ignored_since_last_warning=100") {
+		t.Errorf("101 malformed notifications over a minute logged:\n%s\nwant 2 warnings, the second counting 100", out.String())
 	}
 }

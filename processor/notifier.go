@@ -41,6 +41,11 @@ type Notifier struct {
 	connMu    sync.Mutex
 	conn      *pgx.Conn
 
+	// malformed counts the notifications ignored since the last warning about them, the
+	// last of those at warnedAt (malformedWarning); only the notifier's goroutine uses them
+	malformed int
+	warnedAt  time.Time
+
 	// pingEvery and pingTimeout: after pingEvery without a notification the connection
 	// is pinged, and taken for lost when the ping does not answer within pingTimeout
 	// (pingEveryDefault and pingTimeoutDefault; tests set shorter ones).
@@ -210,11 +215,28 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 		}
 		note, err := repository.ParseNotification(msg.Payload)
 		if err != nil {
-			n.logger.Warn("ignoring malformed notification", slog.String("payload", msg.Payload), slog.Any("error", err))
+			n.ignored(msg.Payload, err, time.Now())
 			continue
 		}
 		n.deliver(note)
 	}
+}
+
+// malformedWarning is how often at most the notifier warns of notifications it cannot
+// read: a newer release's functions sending an event this one does not know (a rolling
+// upgrade) would otherwise log a warning at every push.
+const malformedWarning = time.Minute
+
+// ignored logs a notification it cannot read: the first, then at most one a
+// malformedWarning, saying how many were ignored since the last.
+func (n *Notifier) ignored(payload string, err error, now time.Time) {
+	n.malformed++
+	if !n.warnedAt.IsZero() && now.Sub(n.warnedAt) < malformedWarning {
+		return
+	}
+	n.logger.Warn("ignoring malformed notification", slog.String("payload", payload), slog.Any("error", err),
+		slog.Int("ignored_since_last_warning", n.malformed))
+	n.malformed, n.warnedAt = 0, now
 }
 
 // ping checks the listening connection after a wait without a notification: an error
