@@ -898,7 +898,8 @@ func (r *Repository) lockJunctions(ctx context.Context, h Handle, topics, identi
 // each), so that junctions of one group declared by concurrent completions, each
 // suspending one of its tasks, release it once both commit: run it in a READ
 // COMMITTED transaction (the default), whose next statement sees what a junction it
-// waited for committed; in a REPEATABLE READ one it is refused (ErrInvalid).
+// waited for committed; in a REPEATABLE READ one it is refused (ErrInvalid). Called on a
+// pool (or a connection outside a transaction) it runs in a transaction of its own.
 func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junction Junction, groups ...[]string) ([]string, error) {
 	if err := validTopic(topic); err != nil {
 		return nil, err
@@ -918,6 +919,19 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	}
 	if len(arg.Identifiers) == 0 {
 		return nil, nil
+	}
+	if autocommit(h) {
+		// In a transaction of its own: the groups' locks are then held until the release
+		// commits, and on Citus a failure of the notification's statement after it
+		// (junctionWorkOnCitus) takes the release back with it; each committed alone,
+		// and the error was answered for tasks released (a retry found nothing to release).
+		var released []string
+		err := inTx(ctx, h, func(tx pgx.Tx) error {
+			var err error
+			released, err = r.Junction(ctx, tx, topic, junction, groups...)
+			return err
+		})
+		return released, err
 	}
 	citus, err := r.onCitus(ctx, h)
 	if err != nil {
@@ -947,6 +961,11 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	released := make([]string, len(rows))
 	for i, row := range rows {
 		released[i] = row.Identifier
+	}
+	if r.junctionHook != nil {
+		if err := r.junctionHook(); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.junctionWorkOnCitus(ctx, h, topic, released); err != nil {
 		return nil, mapError(fmt.Sprintf("junction in topic %q", topic), err)

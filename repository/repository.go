@@ -107,6 +107,9 @@ type Repository struct {
 	// expireHook, when set (by tests only), runs in expireCitus before each topic's
 	// expiry, after the owners to take back were read.
 	expireHook func()
+	// junctionHook, when set (by tests only), runs in Junction after the release, before
+	// its notification on Citus; an error it returns is Junction's.
+	junctionHook func() error
 	// graceNs is FireSchedules' grace (SetScheduleGrace), 0 ScheduleGraceDefault.
 	graceNs atomic.Int64
 	// retries are the schedules and topics FireSchedules passes over for now.
