@@ -71,6 +71,9 @@ type Buffered struct {
 	detached bool
 	stop     chan struct{}
 	space    chan struct{} // closed (and replaced) whenever a worker takes a batch
+	// detachHook, when set (by tests only), runs in detach once the last manager's
+	// detach stopped the Buffer, before the queue is emptied.
+	detachHook func()
 }
 
 type queued struct {
@@ -294,20 +297,36 @@ func (b *Buffered) halt(detached bool) {
 		b.mu.Unlock()
 		return
 	}
+	b.stopLocked(detached)
+	b.mu.Unlock()
+	b.emptyStopped()
+}
+
+// stopLocked stops the Buffer; called with b.mu held.
+func (b *Buffered) stopLocked(detached bool) {
 	b.stopped, b.detached = true, detached
 	close(b.stop)
-	b.mu.Unlock()
+}
+
+// emptyStopped disposes of the queued batches as OnClose says, while the Buffer stays
+// stopped: a manager that starts with it meanwhile (attach) runs what it queues.
+func (b *Buffered) emptyStopped() {
 	if b.cfg.OnClose == Drain {
 		return
 	}
 	for {
+		b.mu.Lock()
+		if !b.stopped {
+			b.mu.Unlock()
+			return
+		}
 		select {
 		case q := <-b.queue:
-			b.mu.Lock()
 			b.pending--
 			b.mu.Unlock()
 			b.dispose(q)
 		default:
+			b.mu.Unlock()
 			return
 		}
 	}
@@ -348,8 +367,18 @@ func (b *Buffered) detach() {
 		b.users--
 	}
 	if b.users == 0 {
+		// Stopped under the lock that counted the last user gone: a manager that starts
+		// with the Buffer right after (a processor restarted, another sharing it) starts
+		// it again. Stopped after the lock was let go, it stopped under such a manager,
+		// which handed back every batch it polled, for ever.
+		if !b.stopped {
+			b.stopLocked(true)
+		}
 		b.mu.Unlock()
-		b.halt(true)
+		if b.detachHook != nil {
+			b.detachHook()
+		}
+		b.emptyStopped()
 		return
 	}
 	if b.cfg.OnClose == Drain {

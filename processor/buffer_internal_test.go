@@ -73,3 +73,37 @@ func TestBufferGrowsForABatchSentToAWaitingWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestBufferAttachedWhileTheLastDetachesRuns: a manager that attaches to a shared
+// Buffer while the last one of before detaches (a processor restarted, another sharing
+// the Buffer) finds it running, and its batches run. detach decided to stop the Buffer,
+// let go of its lock and then stopped it: an attach in between (detachHook stands for
+// it) counted itself a user of a Buffer stopped under it, whose every batch it handed
+// back, polling and handing back for ever.
+func TestBufferAttachedWhileTheLastDetachesRuns(t *testing.T) {
+	ran := make(chan struct{}, 1)
+	b, err := Buffer(HandlerFunc(func(context.Context, *Batch) { ran <- struct{}{} }), BufferConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	b.attach()
+	b.detachHook = b.attach
+	b.detach()
+	b.mu.Lock()
+	users, stopped := b.users, b.stopped
+	b.mu.Unlock()
+	if users != 1 || stopped {
+		t.Fatalf("after an attach during the last detach: %d users, stopped %v; want 1 user of a running Buffer", users, stopped)
+	}
+	batch, err := NewBatch(t.Context(), "t", []repository.Task{{Topic: "t", Sequence: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Handle(t.Context(), batch)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a batch of the manager attached during the last detach did not run")
+	}
+}
