@@ -700,6 +700,21 @@ func (b *Batch) pace() (between time.Duration, last time.Time, all bool) {
 }
 
 // isClosed reports whether the batch takes no more reports.
+// takeSlot makes a batch a flush leased hold the limiter slot the poll loop acquired for
+// it (TaskManager.takeHanded), unless every task of it was decided meanwhile (false:
+// its report needs no slot). One lock for both: a batch whose tasks were all decided
+// between a look and the mark (its leases lost), and whose decisions committed, was
+// finished as holding no slot, and the slot the loop acquired was never released.
+func (b *Batch) takeSlot() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.undecided == 0 {
+		return false
+	}
+	b.slotless.Store(false)
+	return true
+}
+
 func (b *Batch) isClosed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

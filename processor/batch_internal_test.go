@@ -121,3 +121,29 @@ func TestLostLeasesHandBack(t *testing.T) {
 		t.Fatalf("takeHanded = %p, want the live batch %p (the other's tasks were handed back)", got, live)
 	}
 }
+
+// TestTakeSlotOfABatchDecidedMeanwhile: a batch a flush leased holds the poll loop's
+// limiter slot only while some task of it is undecided; once every task is decided
+// (its leases lost while it waited), it stays without a slot, so that its finish
+// releases none (the loop releases the one it acquired).
+func TestTakeSlotOfABatchDecidedMeanwhile(t *testing.T) {
+	open, err := NewBatch(t.Context(), "t", []repository.Task{{Sequence: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open.slotless.Store(true)
+	if !open.takeSlot() || open.slotless.Load() {
+		t.Errorf("an undecided batch: takeSlot %v, slotless %v; want it to hold the slot", false, open.slotless.Load())
+	}
+	decided, err := NewBatch(t.Context(), "t", []repository.Task{{Sequence: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decided.slotless.Store(true)
+	if _, handedBack := decided.abandon(errors.New("leases lost")); handedBack != 1 {
+		t.Fatalf("abandon handed back %d, want 1", handedBack)
+	}
+	if decided.takeSlot() || !decided.slotless.Load() {
+		t.Errorf("a batch decided whole: takeSlot true or slotless %v; want it without a slot", decided.slotless.Load())
+	}
+}

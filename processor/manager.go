@@ -1151,12 +1151,11 @@ func (m *TaskManager) takeHanded() *Batch {
 	for len(m.handed) > 0 {
 		b := m.handed[0]
 		m.handed = m.handed[1:]
-		if b.isClosed() {
+		if !b.takeSlot() {
 			// every task decided while it waited (handed back: Batch.loseLeases): its
 			// report needs no slot, and nothing is left to handle
 			continue
 		}
-		b.slotless.Store(false)
 		m.armTimeout(b)
 		return b
 	}
