@@ -169,6 +169,24 @@ func citusReady(ctx context.Context, conn *pgx.Conn) error {
 	if coordinatorShards {
 		return refuse("the coordinator would hold shards too: run SELECT citus_set_node_property(host, port, 'shouldhaveshards', false) for it, or leave it out of pg_dist_node")
 	}
+	// What the table made again (LIKE task) and the views made again from their
+	// definitions would not keep, while they keep the grants: a role confined to some
+	// topics by a policy or a security barrier would read every topic.
+	var security []string
+	if err := conn.QueryRow(ctx, `SELECT ARRAY(
+		SELECT 'row security on task' FROM pg_class WHERE oid = 'task'::regclass AND (relrowsecurity OR relforcerowsecurity)
+		UNION ALL
+		SELECT 'policy ' || quote_ident(polname) || ' on task' FROM pg_policy WHERE polrelid = 'task'::regclass
+		UNION ALL
+		SELECT 'view ' || c.oid::regclass || ' (' || array_to_string(c.reloptions, ', ') || ')'
+		FROM pg_class c WHERE c.relkind = 'v' AND c.reloptions IS NOT NULL AND c.oid IN (
+		    SELECT r.ev_class FROM pg_rewrite r JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+		    WHERE d.refobjid = 'task'::regclass))`).Scan(&security); err != nil {
+		return fmt.Errorf("distribute: read task's row security: %w", err)
+	}
+	if len(security) > 0 {
+		return refuse("%s: the distributed table and the views made again would not keep them, while they keep the grants; remove them, enable, and make them again on the distributed table", strings.Join(security, ", "))
+	}
 	return nil
 }
 

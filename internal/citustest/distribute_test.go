@@ -80,6 +80,18 @@ func TestDistribute(t *testing.T) {
 		defer exec("UPDATE "+schema.VersionTable+" SET version = $1", int64(version))
 		refused(t, fmt.Sprintf("the schema is at version %d, not %d: run pgtask migrate up first", version-1, version))
 	})
+	// Row security and a view's security options, which the table and the views made
+	// again would not keep while they keep the grants (a role confined to some topics
+	// would read every one): refused, naming them.
+	t.Run("RefusedWithRowSecurity", func(t *testing.T) {
+		exec("ALTER TABLE task ENABLE ROW LEVEL SECURITY")
+		exec("CREATE POLICY tenant_a ON task USING (topic = 'a')")
+		exec("CREATE VIEW task_of_a WITH (security_barrier) AS SELECT * FROM task WHERE topic = 'a'")
+		defer exec("DROP VIEW task_of_a")
+		defer exec("ALTER TABLE task DISABLE ROW LEVEL SECURITY")
+		defer exec("DROP POLICY tenant_a ON task")
+		refused(t, "row security on task, policy tenant_a on task, view task_of_a (security_barrier=true)")
+	})
 
 	// Two at once: one distributes, the other is refused.
 	type outcome struct {
