@@ -20,11 +20,24 @@ func main() {
 
 // runProcess runs the command line args as this process's command, with SIGINT,
 // SIGTERM and SIGHUP cancelling it, and returns the exit code. SIGHUP (the terminal
-// closed) killed it at once: `pgtask dev` left its throwaway cluster running.
+// closed) killed it at once: `pgtask dev` left its throwaway cluster running. A process
+// started with SIGHUP ignored (nohup) keeps ignoring it.
 func runProcess(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	// After the first signal, a second one gets the default behaviour (exit at once).
-	context.AfterFunc(ctx, stop)
+	signals := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	hangup := !signal.Ignored(syscall.SIGHUP)
+	if hangup {
+		signals = append(signals, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), signals...)
+	// After the first signal, a second SIGINT or SIGTERM gets the default behaviour
+	// (exit at once); a second SIGHUP (a shell's, then the kernel's as the session ends)
+	// is ignored, so that the graceful stop the first began finishes.
+	context.AfterFunc(ctx, func() {
+		stop()
+		if hangup {
+			signal.Ignore(syscall.SIGHUP)
+		}
+	})
 	err := run(ctx, args, os.Stdout, os.Stderr)
 	stop()
 	return exitCode(err, os.Stderr)

@@ -343,10 +343,13 @@ func TestDev(t *testing.T) {
 	})
 
 	// the terminal closed (the README's test stops its pgtask dev with Ctrl-C, SIGINT):
-	// SIGHUP killed it at once, and the cluster stayed
+	// SIGHUP killed it at once, and the cluster stayed; a second one (a shell's, then
+	// the kernel's as the session ends) must not cut the graceful stop short
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(50 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGHUP) // an error: it has exited already
 	select {
 	case <-exited:
 		if c.err != nil {
@@ -360,6 +363,45 @@ func TestDev(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "demo processor: handling task") {
 		t.Errorf("the demo processor logged nothing:\n%s", stderr.String())
+	}
+}
+
+// TestServeUnderNohup: a pgtask serve started with SIGHUP ignored (nohup) keeps
+// ignoring it, as nohup means: a handler for SIGHUP undoes the ignoring, and it stopped
+// when the user logged out.
+func TestServeUnderNohup(t *testing.T) {
+	f := setup(t) // parallel
+	bin := buildPgtask(t)
+	nohup, err := exec.LookPath("nohup")
+	if err != nil {
+		t.Fatalf("nohup (coreutils) is needed: %v", err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "PGTASK_TOKEN=") {
+			env = append(env, kv)
+		}
+	}
+	c := startChild(t, nohup, env, bin, "serve", "--addr", "127.0.0.1:0", "--database-url", f.url)
+	c.out.waitFor(t, regexp.MustCompile(`^pgtask serve: listening on `), time.Minute)
+	if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.exited:
+		t.Fatalf("pgtask serve under nohup exited on SIGHUP: %v", c.err)
+	case <-time.After(time.Second):
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.exited:
+		if c.err != nil {
+			t.Fatalf("pgtask serve exited with %v after SIGINT", c.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("pgtask serve did not exit within a minute of SIGINT")
 	}
 }
 
