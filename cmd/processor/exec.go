@@ -58,12 +58,12 @@ const (
 	streakForDefault = time.Minute
 )
 
-// streak counts the tasks in a row that met one condition, the first of them at since;
-// the workers report at once.
+// streak counts the tasks in a row that met one condition, the first of them at since
+// and the latest at last; the workers report at once.
 type streak struct {
-	mu    sync.Mutex
-	n     int
-	since time.Time
+	mu          sync.Mutex
+	n           int
+	since, last time.Time
 	// after is how long they must have gone on to count (streakForDefault)
 	after time.Duration
 }
@@ -73,25 +73,28 @@ type streak struct {
 func (s *streak) add(met bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
 	switch {
 	case !met:
 		s.n = 0
 	case s.n == 0:
-		s.n, s.since = 1, time.Now()
+		s.n, s.since, s.last = 1, now, now
 	default:
-		s.n++
+		s.n, s.last = s.n+1, now
 	}
 	return s.n
 }
 
 // health says what (a sentence's subject and verb: "the program could not be started")
-// for the last streakLimit tasks or more, over after or more, until a task does not.
+// for the last streakLimit tasks or more, from the first to the latest over after or
+// more, until a task does not. A burst that ended at once (an endpoint's own redeploy,
+// its tasks retried later) is no streak, however long ago it began.
 func (s *streak) health(what string) error {
 	s.mu.Lock()
-	n, since := s.n, s.since
+	n, over := s.n, s.last.Sub(s.since)
 	s.mu.Unlock()
-	if n >= streakLimit && time.Since(since) >= s.after {
-		return fmt.Errorf("%s for the last %d tasks, over %v (see the log)", what, n, time.Since(since).Round(time.Second))
+	if n >= streakLimit && over >= s.after {
+		return fmt.Errorf("%s for the last %d tasks, over %v (see the log)", what, n, over.Round(time.Second))
 	}
 	return nil
 }

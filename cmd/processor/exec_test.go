@@ -145,7 +145,8 @@ func TestExecHandler(t *testing.T) {
 			t.Fatalf("health right after %d failed starts: %v, want healthy until they have gone on for a while", streakLimit, err)
 		}
 		time.Sleep(h.unstartable.after)
-		if err := h.health(); err == nil || !strings.Contains(err.Error(), "could not be started for the last 3 tasks") {
+		h.handle(t.Context(), task) // the failures go on
+		if err := h.health(); err == nil || !strings.Contains(err.Error(), "could not be started for the last 4 tasks") {
 			t.Fatalf("health after %d failed starts over %v: %v, want unhealthy saying so", streakLimit, h.unstartable.after, err)
 		}
 		write()

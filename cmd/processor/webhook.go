@@ -98,8 +98,8 @@ func (h *httpHandler) handle(ctx context.Context, task repository.Task) reposito
 	case err == nil:
 		d = httpDecision(resp, h.retryDelay, time.Now())
 	case resp.status != 0:
-		// The answer broke off (a reset, a proxy cutting it, the timeout) after its
-		// status: a status that decides other than FAILURE stands, with what was read,
+		// The peer broke the answer off (a reset, a proxy cutting it) after its status:
+		// a status that decides other than FAILURE stands, with what was read,
 		// since the endpoint did the work it answers for (it ran again, and with
 		// --max-attempts 1 a success became a failure); any other is the error.
 		if d = httpDecision(resp, h.retryDelay, time.Now()); d.Result == repository.Failure && !d.Snooze {
@@ -150,7 +150,12 @@ func (h *httpHandler) post(ctx context.Context, task repository.Task) (httpRespo
 	head := &headBuffer{limit: outputLimit}
 	tail := &tailBuffer{limit: outputLimit}
 	if _, err = io.Copy(io.MultiWriter(head, tail), io.LimitReader(res.Body, bodyLimit)); err != nil {
-		err = h.transportError(ctx, fmt.Errorf("read response of HTTP %d: %w", res.StatusCode, err))
+		if ctx.Err() != nil {
+			// cut by the processor (--timeout, a cancel, the shutdown), not by the peer:
+			// the endpoint had not finished answering, whatever its status said
+			return httpResponse{}, h.transportError(ctx, err)
+		}
+		err = withoutURL(fmt.Errorf("read response of HTTP %d: %w", res.StatusCode, err))
 	}
 	return httpResponse{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), head: head.String(), tail: tail.String()}, err
 }

@@ -271,9 +271,15 @@ func TestHTTPHandler(t *testing.T) {
 		if err := h.health(); err != nil {
 			t.Fatalf("health right after %d answers 503: %v, want healthy until they have gone on for a while", streakLimit, err)
 		}
+		// a burst that ended (the endpoint's own redeploy, its tasks retried later) is
+		// no streak, however long ago it began
 		time.Sleep(h.unavailable.after)
-		if err := h.health(); err == nil || !strings.Contains(err.Error(), "answered 503 Service Unavailable for the last 3 tasks") {
-			t.Fatalf("health after %d answers 503 over %v: %v, want unhealthy saying so", streakLimit, h.unavailable.after, err)
+		if err := h.health(); err != nil {
+			t.Fatalf("health %v after a burst of %d answers 503: %v, want healthy", h.unavailable.after, streakLimit, err)
+		}
+		h.handle(t.Context(), task) // the 503s go on
+		if err := h.health(); err == nil || !strings.Contains(err.Error(), "answered 503 Service Unavailable for the last 4 tasks") {
+			t.Fatalf("health after 4 answers 503 over %v: %v, want unhealthy saying so", h.unavailable.after, err)
 		}
 		status.Store(http.StatusOK)
 		if d := h.handle(t.Context(), task); d.Result != repository.Success {
@@ -281,6 +287,22 @@ func TestHTTPHandler(t *testing.T) {
 		}
 		if err := h.health(); err != nil {
 			t.Errorf("health once the endpoint answered 200: %v, want healthy", err)
+		}
+	})
+
+	// An endpoint that sent its status and is still answering when --timeout ends it
+	// (a streamed answer) had not finished: its status does not decide.
+	t.Run("AnAnswerTheTimeoutCutAfterItsStatusFails", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, "started")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}))
+		defer srv.Close()
+		d := newHTTPHandler(srv.URL, 300*time.Millisecond, time.Second, 1, logger).handle(t.Context(), task)
+		if want := repository.Fail(errors.New("timed out after 300ms")); d != want {
+			t.Errorf("decision %+v, want %+v", d, want)
 		}
 	})
 
