@@ -1,6 +1,7 @@
 package repository
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -45,5 +46,34 @@ func TestJunctionOnAPoolIsAllOrNothing(t *testing.T) {
 	}
 	if got, err := r.Get(ctx, pool, "topic", seq); err != nil || got.State != Ready {
 		t.Fatalf("task after the junction: %v, %v; want READY", got.State, err)
+	}
+}
+
+// TestAnOperationOnADoneContextKeepsTheCallersConnection: an operation of several
+// statements given the caller's connection outside a transaction, with a context
+// already done, fails with the context's error and leaves the connection usable: pgx
+// closes a connection whose BEGIN its context interrupted.
+func TestAnOperationOnADoneContextKeepsTheCallersConnection(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, schema.Hash(), migrateDistributing)
+	r, err := New(Config{Owner: "done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CreateTopic(t.Context(), pool, "topic"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := r.Junction(done, conn, "topic", Singular, []string{"a"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("junction on a done context: %v, want context.Canceled", err)
+	}
+	if err := conn.Ping(t.Context()); err != nil {
+		t.Fatalf("the caller's connection after an operation on a done context: %v", err)
 	}
 }

@@ -466,6 +466,11 @@ func withSettingsOff(ctx context.Context, h Handle, off []string, fn func(tx pgx
 // leave a commit the server may well have made reported as failed (FireSchedules).
 func inTxCommitting(ctx, commitCtx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	own := autocommit(h) // before begin, which opens a transaction on a connection
+	if err := ctx.Err(); err != nil {
+		// pgx closes a connection whose BEGIN its context interrupted: the caller's own,
+		// given outside a transaction, would be lost to a context already done
+		return err
+	}
 	tx, err := begin(ctx, h)
 	if err != nil {
 		return err
