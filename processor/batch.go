@@ -699,7 +699,6 @@ func (b *Batch) pace() (between time.Duration, last time.Time, all bool) {
 	return between, b.lastDecision, b.undecided == 0
 }
 
-// isClosed reports whether the batch takes no more reports.
 // takeSlot makes a batch a flush leased hold the limiter slot the poll loop acquired for
 // it (TaskManager.takeHanded), unless every task of it was decided meanwhile (false:
 // its report needs no slot). One lock for both: a batch whose tasks were all decided
@@ -715,6 +714,7 @@ func (b *Batch) takeSlot() bool {
 	return true
 }
 
+// isClosed reports whether the batch takes no more reports.
 func (b *Batch) isClosed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -103,8 +103,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	// before listening: a server on an older schema answered /healthz, then failed
-	// every request with a 500
+	// before serving: a server on an older schema answered /healthz, then failed every
+	// request with a 500
 	if err := pgpool.CheckSchema(ctx, pool, "pgtask serve"); err != nil {
 		return err
 	}
