@@ -47,6 +47,10 @@ func SetNotifierPing(n *Notifier, every, timeout time.Duration) {
 	n.pingEvery, n.pingTimeout = every, timeout
 }
 
+// SetNotifierConnectTimeout sets, for a test and before n runs, how long an attempt to
+// connect and listen may take.
+func SetNotifierConnectTimeout(n *Notifier, d time.Duration) { n.connectTimeout = d }
+
 // Queued reports how many batches wait in b's queue for a worker.
 func Queued(b *Buffered) int {
 	b.mu.Lock()

@@ -50,6 +50,8 @@ type Notifier struct {
 	// is pinged, and taken for lost when the ping does not answer within pingTimeout
 	// (pingEveryDefault and pingTimeoutDefault; tests set shorter ones).
 	pingEvery, pingTimeout time.Duration
+	// connectTimeout bounds an attempt to connect and listen (connectTimeoutDefault).
+	connectTimeout time.Duration
 }
 
 // A listening connection that goes silent without a reset (its host gone, a NAT or a
@@ -60,6 +62,11 @@ type Notifier struct {
 const (
 	pingEveryDefault   = 30 * time.Second
 	pingTimeoutDefault = 10 * time.Second
+	// connectTimeoutDefault bounds an attempt to connect and listen as a silent
+	// connection is bounded: pgx sets no connect timeout of its own, and an address that
+	// drops packets (a failed-over primary's) or a peer that accepts and never answers
+	// held the attempt for minutes, every wake-up lost meanwhile.
+	connectTimeoutDefault = pingEveryDefault + pingTimeoutDefault
 )
 
 type subscription struct {
@@ -86,12 +93,13 @@ func newNotifier(connect func(ctx context.Context) (*pgx.Conn, error), logger *s
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Notifier{
-		connect:     connect,
-		logger:      logger,
-		subs:        make(map[string]map[*subscription]struct{}),
-		connected:   make(chan struct{}),
-		pingEvery:   pingEveryDefault,
-		pingTimeout: pingTimeoutDefault,
+		connect:        connect,
+		logger:         logger,
+		subs:           make(map[string]map[*subscription]struct{}),
+		connected:      make(chan struct{}),
+		pingEvery:      pingEveryDefault,
+		pingTimeout:    pingTimeoutDefault,
+		connectTimeout: connectTimeoutDefault,
 	}
 }
 
@@ -162,13 +170,9 @@ func (n *Notifier) Run(ctx context.Context) {
 
 // listen connects, listens and delivers until the connection fails; connected reports
 // whether it got as far as listening.
-//
-// Connecting and the LISTEN are bounded by pingEvery + pingTimeout, as a silent
-// connection is: pgx sets no connect timeout of its own, and an address that drops
-// packets (a failed-over primary's) or a peer that accepts and never answers held the
-// attempt for minutes, every wake-up lost meanwhile.
+// Connecting and the LISTEN are bounded by connectTimeout.
 func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
-	setup, cancel := context.WithTimeout(ctx, n.pingEvery+n.pingTimeout)
+	setup, cancel := context.WithTimeout(ctx, n.connectTimeout)
 	defer cancel()
 	conn, err := n.connect(setup)
 	if err != nil {

@@ -56,8 +56,8 @@ func TestNotifierPingsASilentConnection(t *testing.T) {
 }
 
 // TestNotifierGivesUpAConnectionThatNeverAnswers: an attempt to connect to a peer that
-// accepts and never answers (a proxy whose server is gone, say) is given up after the
-// ping's bounds, and made again; it waited for as long as the peer kept the connection
+// accepts and never answers (a proxy whose server is gone, say) is given up after its
+// timeout (40 s by default), and made again; it waited for as long as the peer kept the connection
 // open, every wake-up lost meanwhile.
 func TestNotifierGivesUpAConnectionThatNeverAnswers(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -80,7 +80,7 @@ func TestNotifierGivesUpAConnectionThatNeverAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := processor.NewNotifier(cfg, slog.New(slog.DiscardHandler))
-	processor.SetNotifierPing(n, 200*time.Millisecond, 300*time.Millisecond)
+	processor.SetNotifierConnectTimeout(n, 500*time.Millisecond)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); n.Run(ctx) }()
