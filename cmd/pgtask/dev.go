@@ -195,6 +195,7 @@ func runDev(ctx context.Context, e *env, args []string) (err error) {
 
 	printDevBanner(out, "http://"+ln.Addr().String(), dbURL, sec.token, cluster)
 	warnOpen(logWriter, "pgtask dev", ln.Addr(), guard, false)
+	warnWeakToken(logWriter, "pgtask dev", sec.token)
 	fmt.Fprintln(out, devReadyLine)
 
 	<-runCtx.Done()

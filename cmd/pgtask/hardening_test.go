@@ -195,6 +195,10 @@ func TestServeRefusesAnEmptySetting(t *testing.T) {
 	t.Run("ATokenFlagBeatsAnEmptyVariable", func(t *testing.T) {
 		t.Parallel()
 		s := runServer(t, f, map[string]string{"PGTASK_TOKEN": ""}, "serve", "--addr", "127.0.0.1:0", "--token", "s3cret")
+		// accepted, and warned of: nothing limits the guesses of a token
+		if !strings.Contains(s.stderr.String(), "warning: the token is 6 characters long") {
+			t.Errorf("serve with a 6-character token did not warn of it; stderr:\n%s", s.stderr)
+		}
 		if status, body := request(t, http.MethodGet, s.base+"/topics", "", ""); status != http.StatusUnauthorized {
 			t.Errorf("GET /topics without the token: %d %s, want 401", status, body)
 		}

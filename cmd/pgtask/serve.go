@@ -134,6 +134,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}()
 	}
 	warnOpen(e.stderr, "pgtask serve", ln.Addr(), guard, true)
+	warnWeakToken(e.stderr, "pgtask serve", sec.token)
 	fmt.Fprintf(e.stdout, "pgtask serve: listening on http://%s (metrics at /metrics)\n", ln.Addr())
 	if err := serveHTTP(ctx, ln, guard, api, timeouts, logger, *shutdown); err != nil {
 		return err
@@ -211,6 +212,20 @@ func (l *listValue) Set(v string) error {
 	}
 	l.values = append(l.values, items...)
 	return nil
+}
+
+// weakToken is the length below which a token is warned of (warnWeakToken).
+const weakToken = 16
+
+// warnWeakToken warns on w of a token shorter than weakToken characters: nothing limits
+// the guesses of a token (at the API or the dashboard's sign-in), and a dashboard
+// session cookie, leaked, lets a weak one be guessed offline. Accepted all the same: a
+// token on a loopback address of a development machine may be short on purpose.
+func warnWeakToken(w io.Writer, name, token string) {
+	if token != "" && len(token) < weakToken {
+		fmt.Fprintf(w, "%s: warning: the token is %d characters long: nothing limits the guesses of it; use %d or more random characters (openssl rand -hex 16)\n",
+			name, len(token), weakToken)
+	}
 }
 
 // warnOpen warns on w when the API answers without a token: loudly on an address other
