@@ -183,25 +183,13 @@ func TestHTTPHandler(t *testing.T) {
 	// shutdown deadline).
 	t.Run("TimeoutBoundsASwitchedProtocol", func(t *testing.T) {
 		t.Parallel()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-			buf := make([]byte, 4096)
-			_, _ = conn.Read(buf)
+		addr := answerOnce(t, func(conn net.Conn) {
 			_, _ = io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n")
-			_, _ = conn.Read(buf) // silent until the client goes
-		}()
+			_, _ = conn.Read(make([]byte, 4096)) // silent until the client goes
+		})
 		done := make(chan repository.Decision, 1)
 		go func() {
-			done <- newHTTPHandler("http://"+ln.Addr().String()+"/t", 300*time.Millisecond, time.Second, 1, logger).handle(t.Context(), task)
+			done <- newHTTPHandler("http://"+addr+"/t", 300*time.Millisecond, time.Second, 1, logger).handle(t.Context(), task)
 		}()
 		select {
 		case d := <-done:
@@ -222,23 +210,11 @@ func TestHTTPHandler(t *testing.T) {
 			status string
 			want   repository.Result
 		}{{"200 OK", repository.Success}, {"422 Unprocessable Entity", repository.Filter}, {"500 Internal Server Error", repository.Failure}} {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			go func() {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer conn.Close()
-				buf := make([]byte, 4096)
-				_, _ = conn.Read(buf)
+			addr := answerOnce(t, func(conn net.Conn) {
 				// 100 bytes promised, 4 sent, then the connection closes
 				_, _ = io.WriteString(conn, "HTTP/1.1 "+tc.status+"\r\nContent-Length: 100\r\n\r\nsent")
-			}()
-			d := newHTTPHandler("http://"+ln.Addr().String()+"/t", time.Minute, time.Second, 1, logger).handle(t.Context(), task)
+			})
+			d := newHTTPHandler("http://"+addr+"/t", time.Minute, time.Second, 1, logger).handle(t.Context(), task)
 			if d.Result != tc.want || d.Snooze || !strings.Contains(d.Message, "unexpected EOF") ||
 				tc.want != repository.Failure && !strings.HasPrefix(d.Message, "sent (answer cut short: read response of HTTP") {
 				t.Errorf("HTTP %s cut short: decision %+v, want %v saying what was read and that it was cut short", tc.status, d, tc.want)
@@ -317,4 +293,26 @@ func TestHTTPHandler(t *testing.T) {
 			t.Errorf("decision %+v, want FAILURE HTTP 302", d)
 		}
 	})
+}
+
+// answerOnce listens on a port of its own until the test ends and answers the first
+// connection by hand: answer writes to it once its request has been read (one read),
+// and the connection closes when answer returns. It returns the address.
+func answerOnce(t *testing.T, answer func(conn net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = conn.Read(make([]byte, 4096))
+		answer(conn)
+	}()
+	return ln.Addr().String()
 }
