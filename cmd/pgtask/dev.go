@@ -41,7 +41,7 @@ need. With a URL it uses that database: it applies pending migrations and regist
 demo topics. An empty --database-url or DATABASE_URL is refused, not taken as none.
 
 It prints the URLs and example commands, then "pgtask dev ready"; Ctrl-C, SIGTERM or
-SIGHUP (the terminal closed) stops everything gracefully.`
+SIGHUP (the terminal closed; not under nohup) stops everything gracefully.`
 
 // Demo topics served by "pgtask dev".
 const (

@@ -32,11 +32,13 @@ func runProcess(args []string) int {
 	// After the first signal, a second SIGINT or SIGTERM gets the default behaviour
 	// (exit at once); a second SIGHUP (a shell's, then the kernel's as the session ends)
 	// is ignored, so that the graceful stop the first began finishes.
+	// (Ignored before stop: stop lets go of SIGHUP, and one arriving in between would
+	// kill the process.)
 	context.AfterFunc(ctx, func() {
-		stop()
 		if hangup {
 			signal.Ignore(syscall.SIGHUP)
 		}
+		stop()
 	})
 	err := run(ctx, args, os.Stdout, os.Stderr)
 	stop()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -222,9 +223,9 @@ const weakToken = 16
 // session cookie, leaked, lets a weak one be guessed offline. Accepted all the same: a
 // token on a loopback address of a development machine may be short on purpose.
 func warnWeakToken(w io.Writer, name, token string) {
-	if token != "" && len(token) < weakToken {
+	if n := utf8.RuneCountInString(token); token != "" && n < weakToken {
 		fmt.Fprintf(w, "%s: warning: the token is %d characters long: nothing limits the guesses of it; use %d or more random characters (openssl rand -hex 16)\n",
-			name, len(token), weakToken)
+			name, n, weakToken)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -343,20 +344,28 @@ func TestDev(t *testing.T) {
 	})
 
 	// the terminal closed (the README's test stops its pgtask dev with Ctrl-C, SIGINT):
-	// SIGHUP killed it at once, and the cluster stayed; a second one (a shell's, then
-	// the kernel's as the session ends) must not cut the graceful stop short
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	// SIGHUP killed it at once, and the cluster stayed; more (a shell's, then the
+	// kernel's as the session ends) must not cut the graceful stop short. Tests run
+	// with SIGHUP ignored (nohup go test) start pgtask dev so: it keeps ignoring it,
+	// and Ctrl-C stops it.
+	stopWith := syscall.SIGHUP
+	if signal.Ignored(syscall.SIGHUP) {
+		stopWith = syscall.SIGINT
+	}
+	if err := cmd.Process.Signal(stopWith); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
-	_ = cmd.Process.Signal(syscall.SIGHUP) // an error: it has exited already
+	for _, after := range []time.Duration{0, time.Millisecond, 50 * time.Millisecond} {
+		time.Sleep(after)
+		_ = cmd.Process.Signal(syscall.SIGHUP) // an error if it has exited already
+	}
 	select {
 	case <-exited:
 		if c.err != nil {
-			t.Fatalf("pgtask dev exited with %v after SIGHUP", c.err)
+			t.Fatalf("pgtask dev exited with %v after %v", c.err, stopWith)
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("pgtask dev did not exit within a minute of SIGHUP")
+		t.Fatalf("pgtask dev did not exit within a minute of %v", stopWith)
 	}
 	if _, err := os.Stat(clusterDir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("cluster directory %s still there after exit (stat: %v)", clusterDir, err)

@@ -147,7 +147,7 @@ func TestExecHandler(t *testing.T) {
 		time.Sleep(h.unstartable.after)
 		h.handle(t.Context(), task) // the failures go on
 		if err := h.health(); err == nil || !strings.Contains(err.Error(), "could not be started for the last 4 tasks") {
-			t.Fatalf("health after %d failed starts over %v: %v, want unhealthy saying so", streakLimit, h.unstartable.after, err)
+			t.Fatalf("health after %d failed starts over %v: %v, want unhealthy saying so", streakLimit+1, h.unstartable.after, err)
 		}
 		write()
 		// (a fork of a parallel test may hold the new file open for a moment: "text file

@@ -88,6 +88,9 @@ type httpResponse struct {
 	status     int
 	retryAfter string
 	head, tail string // the body's first and last outputLimit bytes, trimmed
+	// cut: the processor broke the answer off after its status (--timeout, a cancel,
+	// the shutdown): the endpoint had not finished answering
+	cut bool
 }
 
 func (h *httpHandler) handle(ctx context.Context, task repository.Task) repository.Decision {
@@ -98,13 +101,18 @@ func (h *httpHandler) handle(ctx context.Context, task repository.Task) reposito
 	case err == nil:
 		d = httpDecision(resp, h.retryDelay, time.Now())
 	case resp.status != 0:
-		// The peer broke the answer off (a reset, a proxy cutting it) after its status:
-		// a status that decides other than FAILURE stands, with what was read,
-		// since the endpoint did the work it answers for (it ran again, and with
-		// --max-attempts 1 a success became a failure); any other is the error.
-		if d = httpDecision(resp, h.retryDelay, time.Now()); d.Result == repository.Failure && !d.Snooze {
+		// The answer broke off after its status. The peer's break (a reset, a proxy
+		// cutting it): a status that decides other than FAILURE stands, with what was
+		// read, since the endpoint did the work it answers for (it ran again, and with
+		// --max-attempts 1 a success became a failure). The processor's (--timeout):
+		// the endpoint had not finished, and only a "retry later" stands, as it asks
+		// for no work done. Any other is the error.
+		d = httpDecision(resp, h.retryDelay, time.Now())
+		switch {
+		case d.Snooze:
+		case d.Result == repository.Failure || resp.cut:
 			d = repository.Fail(err)
-		} else if d.Result != repository.Failure {
+		default:
 			d.Message = strings.TrimSpace(d.Message + " (answer cut short: " + err.Error() + ")")
 		}
 	default:
@@ -150,14 +158,12 @@ func (h *httpHandler) post(ctx context.Context, task repository.Task) (httpRespo
 	head := &headBuffer{limit: outputLimit}
 	tail := &tailBuffer{limit: outputLimit}
 	if _, err = io.Copy(io.MultiWriter(head, tail), io.LimitReader(res.Body, bodyLimit)); err != nil {
-		if ctx.Err() != nil {
-			// cut by the processor (--timeout, a cancel, the shutdown), not by the peer:
-			// the endpoint had not finished answering, whatever its status said
-			return httpResponse{}, h.transportError(ctx, err)
-		}
-		err = withoutURL(fmt.Errorf("read response of HTTP %d: %w", res.StatusCode, err))
+		err = h.transportError(ctx, fmt.Errorf("read response of HTTP %d: %w", res.StatusCode, err))
 	}
-	return httpResponse{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), head: head.String(), tail: tail.String()}, err
+	// cut by the processor (--timeout, a cancel, the shutdown), not by the peer: the
+	// endpoint had not finished answering, whatever its status said
+	cut := err != nil && ctx.Err() != nil
+	return httpResponse{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), head: head.String(), tail: tail.String(), cut: cut}, err
 }
 
 // leaseLostReason says why a task was stopped when the processor's heartbeat went stale

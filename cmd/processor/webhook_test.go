@@ -280,6 +280,17 @@ func TestHTTPHandler(t *testing.T) {
 		if want := repository.Fail(errors.New("timed out after 300ms")); d != want {
 			t.Errorf("decision %+v, want %+v", d, want)
 		}
+		// a "retry later" asks for no work done: it stands, and uses no attempt
+		unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, "busy")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}))
+		defer unavailable.Close()
+		if d := newHTTPHandler(unavailable.URL, 300*time.Millisecond, time.Second, 1, logger).handle(t.Context(), task); !d.Snooze {
+			t.Errorf("a 503 whose body the timeout cut: decision %+v, want retried later", d)
+		}
 	})
 
 	t.Run("RedirectIsNotFollowed", func(t *testing.T) {
