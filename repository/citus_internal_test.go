@@ -5,9 +5,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgtask/pgtask/internal/pgtest"
 	"github.com/pgtask/pgtask/sql/schema"
 )
+
+// distributing begins a transaction that stands for DistributeCitus under way: it holds
+// the distribution's lock until it ends (rolled back when the test ends).
+func distributing(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) })
+	if _, err := tx.Exec(t.Context(), "SELECT pg_advisory_xact_lock($1, 0)", int32(citusLockClass)); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
 
 // TestOnCitusWaitsForADistribution: a Repository's first look at whether its database
 // is distributed read "plain" while DistributeCitus ran (its function task_distributed
@@ -19,14 +37,7 @@ func TestOnCitusWaitsForADistribution(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.NewPool(t, schema.Hash(), Migrate)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", int32(citusLockClass)); err != nil {
-		t.Fatal(err)
-	}
+	tx := distributing(t, pool)
 	if _, err := tx.Exec(ctx, "CREATE FUNCTION task_distributed() RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true'"); err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +75,7 @@ func TestOnCitusInATransactionDoesNotWait(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.NewPool(t, schema.Hash(), Migrate)
-	distribution, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = distribution.Rollback(ctx) }()
-	if _, err := distribution.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", int32(citusLockClass)); err != nil {
-		t.Fatal(err)
-	}
+	distribution := distributing(t, pool)
 	r, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)

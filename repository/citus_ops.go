@@ -96,12 +96,19 @@ func notify(ctx context.Context, h Handle, payload string) error {
 	if payload == "" {
 		return nil
 	}
+	return sendNotifications(ctx, h, "SELECT pg_notify('task_notification', $1)", payload)
+}
+
+// sendNotifications runs statement, which sends notifications: in a transaction they go
+// at its commit, and an error is the caller's; on a pool the change they tell of has
+// committed, which a failure to send does not undo (nil).
+func sendNotifications(ctx context.Context, h Handle, statement string, args ...any) error {
 	committed := autocommit(h)
 	var err error
 	if fault := notifyFault.Load(); fault != nil {
 		err = (*fault)()
 	} else {
-		_, err = h.Exec(ctx, "SELECT pg_notify('task_notification', $1)", payload)
+		_, err = h.Exec(ctx, statement, args...)
 	}
 	if committed {
 		return nil
@@ -109,8 +116,8 @@ func notify(ctx context.Context, h Handle, payload string) error {
 	return err
 }
 
-// notifyFault, when set (tests: SetNotifyFault), gives notify its error in place of
-// sending the notification.
+// notifyFault, when set (tests: SetNotifyFault), gives sendNotifications its error in
+// place of sending the notifications.
 var notifyFault atomic.Pointer[func() error]
 
 // notifyReturned is notify of the payload a delegated function returned (NULL: none).

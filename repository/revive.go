@@ -51,9 +51,8 @@ func (r *Repository) wake(ctx context.Context, h Handle, topics ...string) error
 	if len(topics) == 0 {
 		return nil
 	}
-	committed := autocommit(h)
-	_, err := h.Exec(ctx, "SELECT count(pg_notify('task_notification', 'WORK ' || md5(t))) FROM unnest($1::text[]) t", topics)
-	if err != nil && !committed {
+	err := sendNotifications(ctx, h, "SELECT count(pg_notify('task_notification', 'WORK ' || md5(t))) FROM unnest($1::text[]) t", topics)
+	if err != nil {
 		return mapError(fmt.Sprintf("wake the processors of topic %q", topics[0]), err)
 	}
 	return nil
