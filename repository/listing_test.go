@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -701,6 +702,93 @@ func TestPageAmongManyOthers(t *testing.T) {
 		}
 		if blocks := read() - before; blocks > 400 {
 			t.Errorf("big's last page read %d blocks of its table and indexes, want at most 400", blocks)
+		}
+	})
+
+	// A state rare among big's 125 000 tasks: a page of it read big whole, walking on
+	// from the window until it found its tasks or the topic ended. Within a span it
+	// reads that many sequences at most and says where a next call goes on; the calls
+	// give every task of the state once, in order.
+	t.Run("ARareStateASpanAtATime", func(t *testing.T) {
+		redundant := repository.Redundant
+		rows, err := f.pool.Query(f.ctx, `SELECT sequence FROM task WHERE topic = 'big' AND state = $1 ORDER BY sequence`, redundant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rare := []int64{all[1], all[len(all)/2], all[len(all)-2]}
+		if _, err := f.pool.Exec(f.ctx, `UPDATE task SET state = $1 WHERE topic = 'big' AND state = $2 AND NOT sequence = ANY($3)`,
+			repository.Succeeded, redundant, rare); err != nil {
+			t.Fatal(err)
+		}
+		filter := repository.TaskFilter{State: &redundant}
+		const span = 30_000
+		for _, direction := range []repository.Direction{repository.Forward, repository.Backward} {
+			name := map[repository.Direction]string{repository.Forward: "forward", repository.Backward: "backward"}[direction]
+			cursor := repository.MinSequence
+			if direction == repository.Backward {
+				cursor = repository.MaxSequence
+			}
+			var got []int64
+			calls, cut := 0, 0
+			for ; calls < 100; calls++ {
+				page, more, err := f.repo.ExcerptsWithin(f.ctx, f.pool, "big", filter, cursor, 10, direction, span)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, excerptSequences(page)...)
+				if more == 0 {
+					break
+				}
+				cut++
+				if len(page) == 10 {
+					t.Fatalf("%s from %d: a full page and more %d", name, cursor, more)
+				}
+				if direction == repository.Forward && (more <= cursor || more > cursor+2*span+20_000) ||
+					direction == repository.Backward && cursor != repository.MaxSequence && (more >= cursor || more < cursor-2*span-20_000) {
+					t.Fatalf("%s from %d: more %d, want a step of at most a window and a span", name, cursor, more)
+				}
+				cursor = more
+			}
+			want := slices.Clone(rare)
+			if direction == repository.Backward {
+				slices.Reverse(want)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: the calls gave %v, want %v", name, got, want)
+			}
+			if cut < 2 {
+				t.Errorf("%s: %d of %d calls stopped at the span, want the walk cut (big spans %d sequences)", name, cut, calls+1, big[len(big)-1]-big[0])
+			}
+		}
+
+		// The first call reads far less than the walk without a bound.
+		tx, read := f.blockCounter(t, table("big"))
+		before := read()
+		if _, _, err := f.repo.ExcerptsWithin(f.ctx, tx, "big", filter, repository.MinSequence, 10, repository.Forward, span); err != nil {
+			t.Fatal(err)
+		}
+		within := read() - before
+		before = read()
+		whole, err := f.repo.Excerpts(f.ctx, tx, "big", filter, repository.MinSequence, 10, repository.Forward)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unbounded := read() - before
+		if len(whole) != len(rare) {
+			t.Fatalf("the unbounded page found %d tasks, want %d", len(whole), len(rare))
+		}
+		if within*3 > unbounded {
+			t.Errorf("the first call within a span read %d blocks, the walk without a bound %d: want less than a third", within, unbounded)
+		}
+		t.Logf("blocks read: within a span of %d %d, the whole walk %d", span, within, unbounded)
+
+		if _, _, err := f.repo.ExcerptsWithin(f.ctx, f.pool, "big", filter, repository.MinSequence, 10, repository.Forward, -1); err == nil ||
+			!errors.Is(err, repository.ErrInvalid) || !strings.Contains(err.Error(), "span -1") {
+			t.Errorf("a negative span: %v, want an error naming it", err)
 		}
 	})
 }

@@ -30,7 +30,7 @@ func (r *Repository) Page(ctx context.Context, h Handle, topic string, filter Ta
 	if err != nil || size == 0 {
 		return nil, err
 	}
-	rows, err := readPage(ctx, r, h, p, filter, direction, pageReader[db.Task]{
+	rows, _, err := readPage(ctx, r, h, p, filter, direction, 0, pageReader[db.Task]{
 		walk: func(h Handle, p db.TaskPageForwardParams) ([]db.Task, error) {
 			if direction == Forward {
 				return r.q.TaskPageForward(ctx, h, p)
@@ -94,24 +94,28 @@ var pageStep atomic.Pointer[func(topic, statement string)]
 // table for a state few or none of the topic's tasks are in. Other filtered pages walk
 // as before (see Excerpts).
 //
+// With a span above 0, that walk on reads at most span sequences: when it stops there
+// with the page short, more is the cursor a next call goes on from (what was read is
+// every task of the page's before it), 0 otherwise (ExcerptsWithin).
+//
 // Its statements read one snapshot: a transaction of their own, REPEATABLE READ and
 // READ ONLY, when h is not in one (inSnapshot); otherwise the caller's transaction's,
 // which under READ COMMITTED takes one a statement, so that a task deleted between two
 // of them can shorten the page, and one committed between them can be passed over.
-func readPage[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPageForwardParams, filter TaskFilter, direction Direction, rd pageReader[T]) ([]T, error) {
+func readPage[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPageForwardParams, filter TaskFilter, direction Direction, span int64, rd pageReader[T]) (rows []T, more int64, err error) {
 	p.Ceiling = MaxSequence
 	if filter != (TaskFilter{}) && !windowed(filter) ||
 		direction == Forward && p.Cursor >= MaxSequence-pageWindow-1 ||
 		direction == Backward && p.Cursor <= pageWindow+1 {
-		return rd.walk(h, p)
+		rows, err = rd.walk(h, p)
+		return rows, 0, err
 	}
-	var rows []T
-	err := inSnapshot(ctx, h, func(h Handle) error {
+	err = inSnapshot(ctx, h, func(h Handle) error {
 		var err error
-		rows, err = readWindowed(ctx, r, h, p, direction, rd)
+		rows, more, err = readWindowed(ctx, r, h, p, direction, span, rd)
 		return err
 	})
-	return rows, err
+	return rows, more, err
 }
 
 // windowed reports whether a filtered page goes through readWindowed: it keeps one
@@ -122,7 +126,7 @@ func windowed(filter TaskFilter) bool {
 }
 
 // readWindowed is readPage's walk of a window and what follows, on one snapshot.
-func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPageForwardParams, direction Direction, rd pageReader[T]) ([]T, error) {
+func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.TaskPageForwardParams, direction Direction, span int64, rd pageReader[T]) ([]T, int64, error) {
 	step := func(statement string) {
 		if f := pageStep.Load(); f != nil {
 			(*f)(p.Topic, statement)
@@ -136,11 +140,12 @@ func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.Task
 	if direction == Backward && from == MaxSequence {
 		last, err := r.q.TaskLastSequence(ctx, h)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if from = last + 1; from <= pageWindow+1 {
 			step("TaskPageBackward")
-			return rd.walk(h, p)
+			rows, err := rd.walk(h, p)
+			return rows, 0, err
 		}
 	}
 	window := p
@@ -157,37 +162,64 @@ func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.Task
 		lo, hi = -1, window.Floor+1
 	}
 	var rows []T
+	last := int64(-1) // the highest sequence taken, once read
 	if window != p {
 		var err error
 		if rows, err = rd.walk(h, window); err != nil || len(rows) == int(p.Size) {
-			return rows, err
+			return rows, 0, err
 		}
 		if direction == Forward {
 			// Nothing beyond the highest sequence taken: every task of this snapshot has
 			// its sequence (taken before its push committed).
 			step("TaskLastSequence")
-			last, err := r.q.TaskLastSequence(ctx, h)
-			if err != nil || window.Ceiling > last {
-				return rows, err
+			if last, err = r.q.TaskLastSequence(ctx, h); err != nil || window.Ceiling > last {
+				return rows, 0, err
 			}
 		}
 	}
 	step("TaskTopicSequences")
 	all, err := r.q.TaskTopicSequences(ctx, h, db.TaskTopicSequencesParams{Topic: p.Topic, Size: int32(few + 1)})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(all) > few { // many: walk on
 		rest := p
 		rest.Size -= int32(len(rows))
 		if direction == Forward {
 			rest.Cursor = lo
+			if span > 0 && lo < MaxSequence-span-1 {
+				rest.Ceiling = lo + span + 1
+			}
 		} else {
 			rest.Cursor = hi
+			if span > 0 && hi > span+1 {
+				rest.Floor = hi - span - 1
+			}
 		}
 		step("TaskPageWalk")
-		more, err := rd.walk(h, rest)
-		return append(rows, more...), err
+		found, err := rd.walk(h, rest)
+		rows = append(rows, found...)
+		if err != nil || len(found) == int(rest.Size) {
+			return rows, 0, err
+		}
+		if direction == Backward {
+			if rest.Floor > 0 { // sequences below the floor are left: on from above it
+				return rows, rest.Floor + 1, nil
+			}
+			return rows, 0, nil
+		}
+		if rest.Ceiling == MaxSequence {
+			return rows, 0, nil
+		}
+		if last < 0 {
+			if last, err = r.q.TaskLastSequence(ctx, h); err != nil {
+				return nil, 0, err
+			}
+		}
+		if rest.Ceiling <= last { // sequences from the ceiling on are left
+			return rows, rest.Ceiling - 1, nil
+		}
+		return rows, 0, nil
 	}
 	sequences := all[:0]
 	for _, s := range all {
@@ -196,7 +228,7 @@ func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.Task
 		}
 	}
 	if len(sequences) == 0 {
-		return rows, nil
+		return rows, 0, nil
 	}
 	want := int(p.Size) - len(rows)
 	if p.State == nil {
@@ -211,7 +243,7 @@ func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.Task
 	}
 	step("TaskPageAt")
 	more, err := rd.at(h, sequences, int32(want))
-	return append(rows, more...), err
+	return append(rows, more...), 0, err
 }
 
 // inSnapshot runs fn on one snapshot: in a REPEATABLE READ, READ ONLY transaction of
@@ -280,14 +312,31 @@ func (e Excerpt) OutputCut() bool { return int64(len(e.Output)) < e.OutputBytes 
 // walk), walks the topic's sequences from the cursor, cheap while the tasks it keeps
 // are common.
 func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filter TaskFilter, cursor int64, size int, direction Direction) ([]Excerpt, error) {
+	tasks, _, err := r.ExcerptsWithin(ctx, h, topic, filter, cursor, size, direction, 0)
+	return tasks, err
+}
+
+// ExcerptsWithin is Excerpts whose walk through the topic's table, where a page has one
+// (without a filter, or with a finished state alone), reads at most span sequences
+// beyond the first window: a page of a state that is rare among a topic's millions of
+// tasks (FILTERED among SUCCEEDED) is found a span at a time rather than by reading the
+// topic whole. When the walk stopped at that bound before the page was full, more is
+// the cursor from which a next call goes on (in the page's direction), and the page
+// holds every task of the filter's before it: it may hold fewer than size, even none.
+// more is 0 otherwise, and with a span of 0 (no bound). A negative span is an error.
+func (r *Repository) ExcerptsWithin(ctx context.Context, h Handle, topic string, filter TaskFilter, cursor int64, size int, direction Direction, span int64) (tasks []Excerpt, more int64, err error) {
+	if span < 0 {
+		return nil, 0, invalid("span %d is negative", span)
+	}
 	p, err := pageParams(topic, filter, cursor, size, direction)
 	if err != nil || size == 0 {
-		return nil, err
+		return nil, 0, err
 	}
 	if path := indexPath(filter); path != 0 && filter.Floor == 0 {
-		return r.excerptsIndexed(ctx, h, p, path, direction)
+		tasks, err := r.excerptsIndexed(ctx, h, p, path, direction)
+		return tasks, 0, err
 	}
-	rows, err := readPage(ctx, r, h, p, filter, direction, pageReader[db.TaskExcerptForwardRow]{
+	rows, more, err := readPage(ctx, r, h, p, filter, direction, span, pageReader[db.TaskExcerptForwardRow]{
 		walk: func(h Handle, p db.TaskPageForwardParams) ([]db.TaskExcerptForwardRow, error) {
 			if direction == Forward {
 				return r.q.TaskExcerptForward(ctx, h, db.TaskExcerptForwardParams{
@@ -316,9 +365,9 @@ func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filte
 		},
 	})
 	if err := r.pageError(ctx, h, topic, len(rows), err); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return excerptsFrom(rows), nil
+	return excerptsFrom(rows), more, nil
 }
 
 // excerptsFrom converts the rows of an excerpt query.

@@ -519,6 +519,41 @@ func TestListAndShow(t *testing.T) {
 	t.Run("UnknownTopicFails", func(t *testing.T) {
 		wantRuntime(t, f.cli("list", "--topic", "nope"), repository.ErrUnknownTopic)
 	})
+	// A state rare among a topic's many tasks: the page is searched --span sequences at
+	// a time, a short one (or none) saying where the next search starts.
+	t.Run("ARareStateASpanAtATime", func(t *testing.T) {
+		if _, err := f.repo.CreateTopic(f.ctx, f.pool, "many"); err != nil {
+			t.Fatal(err)
+		}
+		var rare []int64
+		err := f.pool.QueryRow(f.ctx, `
+			WITH pushed AS (
+				INSERT INTO task (topic, identifier, state, completed)
+				SELECT 'many', 'x' || g, CASE WHEN g IN (3, 20990) THEN $1::smallint ELSE $2::smallint END, now()
+				FROM generate_series(1, 21000) g
+				RETURNING sequence, state)
+			SELECT array_agg(sequence ORDER BY sequence) FROM pushed WHERE state = $1::smallint`,
+			int16(repository.Filtered), int16(repository.Succeeded)).Scan(&rare)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := f.ok("list", "--topic", "many", "--state", "FILTERED", "--limit", "5", "--span", "2000")
+		wantContains(t, out, fmt.Sprintf("%d", rare[0]), "searched as far as sequence ", "; next page: --cursor ")
+		out = f.ok("list", "--topic", "many", "--state", "FILTERED", "--limit", "5", "--span", "2000", "--cursor", strconv.FormatInt(rare[0]+5000, 10))
+		wantContains(t, out, "no tasks\nsearched as far as sequence ")
+		// without a bound, the walk goes on to the end of the topic
+		var page struct {
+			Tasks      []wire.Task `json:"tasks"`
+			NextCursor *int64      `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(f.ok("list", "--topic", "many", "--state", "FILTERED", "--span", "0", "--json")), &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Tasks) != 2 || page.Tasks[1].Sequence != rare[1] || page.NextCursor != nil {
+			t.Fatalf("page %+v, want tasks %v and no next cursor", page, rare)
+		}
+		wantUsage(t, f.cli("list", "--topic", "many", "--span", "-1"), "--span: -1 is negative")
+	})
 	t.Run("ShowPrintsEverything", func(t *testing.T) {
 		out := f.ok("show", "--topic", "t", strconv.FormatInt(seqs[0], 10))
 		wantContains(t, out, "identifier:  a", "state:       FAILED (descent READY)", "attempt:     1",

@@ -17,7 +17,10 @@ import (
 const listAbout = `
 Lists the tasks of a topic, oldest first (or newest first with --backward), --limit at a
 time. When more may follow, the last line says which --cursor gives the next page (the
-cursor is exclusive: the page starts after it, or before it with --backward).`
+cursor is exclusive: the page starts after it, or before it with --backward). In a topic
+of many tasks, a page of a state that is rare among them (FILTERED among SUCCEEDED) is
+searched --span sequences at a time: a page may then be short, or say "no tasks", and
+still give a next --cursor to search on from.`
 
 func runList(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask list", "--topic T [flags]", listAbout)
@@ -29,6 +32,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	cursor := f.Int64("cursor", 0, "start after (or with --backward before) this `SEQUENCE`")
 	limit := f.Int("limit", 50, "at most `N` tasks")
 	backward := f.Bool("backward", false, "newest first, paging towards older tasks")
+	span := f.Int64("span", rest.ListSpanDefault, "walk at most `N` sequences of a large topic a page (0: no bound)")
 	asJSON := f.Bool("json", false, `print {"tasks": [...], "next_cursor": N} instead of a table`)
 	p := f.rawFlag()
 	if err := f.noArgs(args); err != nil {
@@ -57,6 +61,9 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if *limit > rest.ListLimitMax {
 		return f.usagef("--limit: %d is above %d, a page's most (page on with --cursor)", *limit, rest.ListLimitMax)
 	}
+	if *span < 0 {
+		return f.usagef("--span: %d is negative", *span)
+	}
 	if f.given("cursor") && *cursor < 0 {
 		return f.usagef("--cursor: %d is negative", *cursor)
 	}
@@ -75,9 +82,10 @@ func runList(ctx context.Context, e *env, args []string) error {
 	// Excerpts, as the REST API lists: a page stays small whatever the tasks hold, and
 	// "pgtask show" prints one task whole.
 	// One task more than the page: a next cursor only when a task follows it, so that
-	// a script paging on never makes a last call for an empty page.
-	tasks, err := c.repo.Excerpts(ctx, c.pool, *topic,
-		repository.TaskFilter{State: state, Identifier: *identifier, Reference: *reference}, from, *limit+1, direction)
+	// a script paging on never makes a last call for an empty page — or when the walk
+	// stopped at the span, the page short.
+	tasks, more, err := c.repo.ExcerptsWithin(ctx, c.pool, *topic,
+		repository.TaskFilter{State: state, Identifier: *identifier, Reference: *reference}, from, *limit+1, direction, *span)
 	if err != nil {
 		return err
 	}
@@ -86,6 +94,8 @@ func runList(ctx context.Context, e *env, args []string) error {
 		tasks = tasks[:*limit]
 		n := tasks[len(tasks)-1].Sequence
 		next = &n
+	} else if more != 0 {
+		next = &more
 	}
 	if *asJSON {
 		out := struct {
@@ -97,8 +107,22 @@ func runList(ctx context.Context, e *env, args []string) error {
 		}
 		return p.json(e.stdout, out)
 	}
+	pageOn := func() {
+		if next == nil {
+			return
+		}
+		flag := ""
+		if *backward {
+			flag = " --backward"
+		}
+		if len(tasks) < *limit {
+			fmt.Fprintf(e.stdout, "searched as far as sequence %d; ", *next)
+		}
+		fmt.Fprintf(e.stdout, "next page: --cursor %d%s\n", *next, flag)
+	}
 	if len(tasks) == 0 {
 		fmt.Fprintln(e.stdout, "no tasks")
+		pageOn()
 		return nil
 	}
 	tw := table(e.stdout)
@@ -118,13 +142,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if next != nil {
-		flag := ""
-		if *backward {
-			flag = " --backward"
-		}
-		fmt.Fprintf(e.stdout, "next page: --cursor %d%s\n", *next, flag)
-	}
+	pageOn()
 	return nil
 }
 

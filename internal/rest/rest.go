@@ -38,6 +38,11 @@ const (
 	// TopicLimitMax is the largest limit GET /topics accepts (a page and the one after
 	// it, which says whether there is a next page, within repository.TopicPageMax).
 	TopicLimitMax = 500
+	// ListSpanDefault is how many sequences a listing of a topic of many tasks walks
+	// at most beyond its first window when Config.ListSpan is zero (about 50 ms): a
+	// page of a state rare among millions is found a span at a time
+	// (repository.Repository.ExcerptsWithin), each answer's next_cursor going on.
+	ListSpanDefault int64 = 100_000
 	// healthTimeout bounds the database ping of GET /healthz.
 	healthTimeout = 5 * time.Second
 )
@@ -60,6 +65,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, is served at GET /metrics (behind the token like the API).
 	Metrics http.Handler
+	// ListSpan is how many sequences a listing walks at most beyond its first window
+	// (ListSpanDefault when zero).
+	ListSpan int64
 }
 
 func (c *Config) validate() error {
@@ -71,6 +79,12 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if c.ListSpan < 0 {
+		return fmt.Errorf("rest: config: ListSpan %d is negative", c.ListSpan)
+	}
+	if c.ListSpan == 0 {
+		c.ListSpan = ListSpanDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -98,6 +112,7 @@ type server struct {
 	repo    *repository.Repository
 	logger  *slog.Logger
 	maxBody int64
+	span    int64
 	guard   *httpguard.Guard
 	mux     *http.ServeMux
 	// statements is what GET /healthz knows of the API's statements.
@@ -165,6 +180,7 @@ func New(cfg Config) (http.Handler, error) {
 		repo:    cfg.Repository,
 		logger:  cfg.Logger,
 		maxBody: cfg.MaxBodyBytes,
+		span:    cfg.ListSpan,
 		guard:   cfg.Guard,
 		mux:     http.NewServeMux(),
 	}
@@ -567,8 +583,10 @@ func (s *server) listTasks(_ http.ResponseWriter, r *http.Request) (int, any, er
 		return 0, nil, err
 	}
 	// One more than asked tells whether another page follows. Excerpts cuts long texts
-	// in the database, so the page's size does not grow with the tasks'.
-	tasks, err := s.repo.Excerpts(r.Context(), s.pool, r.PathValue("topic"), q.filter, q.cursor, q.limit+1, q.direction)
+	// in the database, so the page's size does not grow with the tasks'. A walk that
+	// stopped at the span gives a short page, or an empty one, with the cursor it
+	// reached.
+	tasks, more, err := s.repo.ExcerptsWithin(r.Context(), s.pool, r.PathValue("topic"), q.filter, q.cursor, q.limit+1, q.direction, s.span)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -576,6 +594,8 @@ func (s *server) listTasks(_ http.ResponseWriter, r *http.Request) (int, any, er
 	if len(tasks) > q.limit {
 		page.tasks = tasks[:q.limit]
 		page.next = &page.tasks[q.limit-1].Sequence
+	} else if more != 0 {
+		page.next = &more
 	}
 	return http.StatusOK, page, nil
 }

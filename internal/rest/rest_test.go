@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -494,6 +495,55 @@ func TestListTasks(t *testing.T) {
 	t.Run("AnswersNotFoundForAnUnknownTopic", func(t *testing.T) {
 		f := setup(t)
 		f.call("GET", "/topics/nope/tasks", "").wantError(t, http.StatusNotFound, "unknown topic")
+	})
+	// A state rare among a topic's many tasks is searched a span at a time: a page
+	// that reached the span short says where to go on, and the pages, followed to a
+	// next_cursor of null, give each of its tasks once. Without the span, one page read
+	// the topic whole.
+	t.Run("ARareStateIsSearchedASpanAtATime", func(t *testing.T) {
+		f := setup(t, func(_ *fixture, c *rest.Config) { c.ListSpan = 2_000 })
+		var rare []int64
+		err := f.pool.QueryRow(f.ctx, `
+			WITH pushed AS (
+				INSERT INTO task (topic, identifier, state, completed)
+				SELECT 'mail', 'x' || g, CASE WHEN g IN (3, 20990) THEN $1::smallint ELSE $2::smallint END, now()
+				FROM generate_series(1, 21000) g
+				RETURNING sequence, state)
+			SELECT array_agg(sequence ORDER BY sequence) FROM pushed WHERE state = $1::smallint`,
+			int16(repository.Filtered), int16(repository.Succeeded)).Scan(&rare)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, direction := range []string{"forward", "backward"} {
+			var got []int64
+			calls, short := 0, 0
+			path := "/topics/mail/tasks?state=FILTERED&limit=10&direction=" + direction
+			for next := (*int64)(nil); calls < 100; calls++ {
+				p := path
+				if next != nil {
+					p += "&cursor=" + strconv.FormatInt(*next, 10)
+				}
+				var seqs []int64
+				seqs, next = list(t, f, p)
+				got = append(got, seqs...)
+				if next == nil {
+					break
+				}
+				if len(seqs) < 10 {
+					short++
+				}
+			}
+			want := slices.Clone(rare)
+			if direction == "backward" {
+				slices.Reverse(want)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: the pages gave %v, want %v", direction, got, want)
+			}
+			if short == 0 || calls >= 100 {
+				t.Errorf("%s: %d short pages with a next cursor in %d calls, want the walk cut at the span", direction, short, calls+1)
+			}
+		}
 	})
 }
 
