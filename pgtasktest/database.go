@@ -50,6 +50,9 @@ type Template struct {
 	Key string
 	// Migrate, when set, runs on the template after pgtask's migrations: create the
 	// program's tables there. It must not keep connections open after it returns.
+	// A copy of a database takes what it holds, not the settings made on the database
+	// itself (ALTER DATABASE … SET search_path, TimeZone…): a test that depends on
+	// one sets it on its pool (pgxpool.Config's RuntimeParams) or on its role.
 	Migrate func(ctx context.Context, pool *pgxpool.Pool) error
 }
 

@@ -275,6 +275,26 @@ func TestRun(t *testing.T) {
 			t.Errorf("outcome %+v", o)
 		}
 	})
+	// A panic once every task is decided fails no task: it passed unseen.
+	t.Run("APanicAfterDecidingEveryTaskFailsTheTest", func(t *testing.T) {
+		for name, decide := range map[string]func(b *processor.Batch){
+			"Complete": func(b *processor.Batch) { _ = b.Complete(nil) },
+			"Decide": func(b *processor.Batch) {
+				for _, task := range b.Tasks {
+					_ = b.Decide(task.Sequence, repository.Succeed(""))
+				}
+			},
+		} {
+			msg := failure(t, func(tb testing.TB) {
+				pgtasktest.Run(ctx, tb, processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+					decide(b)
+					panic("late boom")
+				}), tasks...)
+			})
+			mustContain(t, msg, "pgtasktest.Run: the handler panicked after deciding every task: late boom", "goroutine")
+			t.Logf("%s: %.120s", name, msg)
+		}
+	})
 	t.Run("AHandlerThatNeverDecidesFailsTheTest", func(t *testing.T) {
 		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
@@ -291,6 +311,13 @@ func TestRun(t *testing.T) {
 				append(pgtasktest.NewTasks("a", repository.Creation{Identifier: "x"}), repository.Task{Topic: "b", Sequence: 9})...)
 		})
 		mustContain(t, msg, `task 9 is of topic "b"`)
+		// in either order: a task without a topic is the batch's
+		for _, order := range [][]repository.Task{{{Sequence: 8}, {Topic: "b", Sequence: 9}}, {{Topic: "b", Sequence: 9}, {Sequence: 8}}} {
+			o := pgtasktest.Run(ctx, t, processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { return repository.Succeed("") }), order...)
+			if len(o.Decisions) != 2 {
+				t.Errorf("tasks %+v: outcome %+v, want both decided", order, o)
+			}
+		}
 	})
 }
 
@@ -352,6 +379,27 @@ func TestWork(t *testing.T) {
 		if len(res.Tasks) != 2 || res.Tasks[0].State != repository.Filtered || res.Tasks[1].State != repository.Succeeded {
 			t.Fatalf("tasks %+v, want a FILTERED and b SUCCEEDED", res.Tasks)
 		}
+	})
+	// A follow-up that deleted a task of the batch: Tasks gave the others, shifted, so
+	// that Tasks[0] was the second creation's task.
+	t.Run("ATaskAFollowUpDeletedFailsTheTest", func(t *testing.T) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		again := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			for _, task := range b.Tasks {
+				if task.Identifier == "a" {
+					_ = b.Push("again", repository.Delete, repository.Creation{Identifier: "a"})
+				}
+				_ = b.Decide(task.Sequence, repository.Succeed(""))
+			}
+		})
+		msg := failure(t, func(tb testing.TB) {
+			pgtasktest.Work(ctx, tb, tx, again, "again", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"})
+		})
+		mustContain(t, msg, "(creation 0, identifier \"a\") is gone once the decisions and follow-ups were committed")
 	})
 	t.Run("OtherReadyTasksAreSaidInTheWay", func(t *testing.T) {
 		tx, err := pool.Begin(ctx)

@@ -129,14 +129,16 @@ func RequireNotPushed(ctx context.Context, tb testing.TB, h repository.Handle, w
 	}
 }
 
-// reader reads tasks for the assertions; its owner name is never registered.
-var reader = func() *repository.Repository {
+// newReader returns the Repository of one call of the kit (its owner name is never
+// registered). One for each call: a Repository reads once whether its database is
+// distributed on Citus, and a test binary may hold plain databases and distributed ones.
+func newReader() *repository.Repository {
 	r, err := repository.New(repository.Config{Owner: "pgtasktest"})
 	if err != nil {
 		panic(err) // a constant, valid configuration
 	}
 	return r
-}()
+}
 
 // readTopic returns every task of want's topic, by sequence.
 func readTopic(ctx context.Context, tb testing.TB, h repository.Handle, fn string, want Want) []repository.Task {
@@ -152,6 +154,7 @@ func readTopicWith(ctx context.Context, tb testing.TB, h repository.Handle, fn s
 	}
 	var all []repository.Task
 	cursor := repository.MinSequence
+	reader := newReader()
 	for {
 		page, err := reader.Page(ctx, h, want.Topic, filter, cursor, 1000, repository.Forward)
 		if errors.Is(err, repository.ErrUnknownTopic) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"testing"
 	"time"
@@ -18,6 +19,9 @@ import (
 // RunTimeout bounds how long Run and Work wait for a handler to decide every task when
 // their context has no deadline of its own.
 const RunTimeout = time.Minute
+
+// workWait bounds Work's statements before the handler's (RunTimeout; tests shorten it).
+var workWait = RunTimeout
 
 // NewTasks makes tasks of topic from creations as a poll would lease them, without a
 // database: ACTIVE, attempt 1, sequences 1, 2, 3… in order, created now, with the
@@ -57,7 +61,8 @@ func JSON(tb testing.TB, v any) string {
 // failed the batch with, the follow-ups it declared. Nothing touches a database, so
 // handlers that only compute can be tested alone; a handler that reports from other
 // goroutines (Buffer, or one of your own) is waited for. A panic in h fails its batch, as
-// in a processor; a handler that calls t.FailNow or t.Fatal (which end the handler's
+// in a processor, and fails the test when it came after every task was decided (it
+// fails no task then, and a processor logs it as an error); a handler that calls t.FailNow or t.Fatal (which end the handler's
 // goroutine, not the test's) fails the test at once. Run fails the test when the tasks
 // are not one batch (two of one sequence, or of different topics) or when h has not
 // decided every task (or not returned, ignoring its context) by the end of ctx, or
@@ -65,9 +70,12 @@ func JSON(tb testing.TB, v any) string {
 // its tasks (a Buffer stopped: Outcome.HandedBack).
 func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repository.Task) processor.Outcome {
 	tb.Helper()
-	topic := ""
-	if len(tasks) > 0 {
-		topic = tasks[0].Topic
+	topic := "" // the first topic named: a task without one is the batch's (NewBatch)
+	for _, t := range tasks {
+		if t.Topic != "" {
+			topic = t.Topic
+			break
+		}
 	}
 	return run(ctx, tb, h, RunTimeout, topic, tasks)
 }
@@ -105,14 +113,19 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 	// test's -timeout; such a handler's goroutine is left behind.
 	// A handler that calls t.FailNow, t.Fatal or t.SkipNow ends its own goroutine
 	// (runtime.Goexit) with tasks undecided: said at once, not at the end of ctx.
+	// A panic after every task was decided fails no task (the batch is reported): it
+	// fails the test, which would otherwise pass on decisions made before the bug.
 	returned := make(chan struct{})
 	var exited []int64 // the tasks undecided when the handler's goroutine exited
+	var late string    // a panic after every task was decided, with its stack
 	go func() {
 		defer close(returned)
 		normal := false
 		defer func() {
 			if r := recover(); r != nil {
-				_ = b.Fail(fmt.Errorf("handler panicked: %v", r))
+				if len(b.Outcome().Undecided) == 0 || b.Fail(fmt.Errorf("handler panicked: %v", r)) != nil {
+					late = fmt.Sprintf("%v\n%s", r, debug.Stack())
+				}
 			} else if !normal {
 				exited = append([]int64{}, b.Outcome().Undecided...)
 				_ = b.Fail(errors.New("the handler's goroutine exited (runtime.Goexit)"))
@@ -122,6 +135,9 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 		normal = true
 	}()
 	goexited := func() { // once returned is closed
+		if late != "" {
+			tb.Fatalf("pgtasktest.%s: the handler panicked after deciding every task: %s", fn, late)
+		}
 		if exited == nil {
 			return
 		}
@@ -209,19 +225,37 @@ type WorkResult struct {
 // the lease does not get exactly the pushed tasks (the topic holds other READY tasks, a
 // creation is delayed or suspended, or a limit of the topic (concurrency, per key, rate)
 // leases fewer), when h does not decide them in time or the batch was handed back (see
-// Run), or when the decisions or follow-ups are refused.
+// Run), when the decisions or follow-ups are refused, or when a follow-up deleted one of
+// the tasks (WorkResult.Tasks holds one per creation). Creating the topic waits for any
+// other open transaction that created it, and a limited topic's poll for one that polled
+// it (tx holds the topic's turn until it ends): Work fails the test after RunTimeout
+// saying so, rather than waiting for go test's -timeout.
 func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, topic string, creations ...repository.Creation) WorkResult {
 	tb.Helper()
-	if _, err := reader.CreateTopic(ctx, tx, topic); err != nil {
+	reader := newReader()
+	// The topic's creation waits for another open transaction that created it, and a
+	// limited topic's poll for one that polled it (its turn is held to the end of the
+	// transaction): one the test holds open would hang it until go test's -timeout.
+	sctx, cancel := handlerContext(ctx, workWait)
+	defer cancel()
+	waited := func(step string, err error) {
+		tb.Helper()
+		if sctx.Err() != nil && ctx.Err() == nil {
+			tb.Fatalf("pgtasktest.Work: %s of topic %q waited %v: another open transaction holds it (one that created the topic, or polled it under a limit, and has not ended: Work's own transactions of earlier calls too): %v",
+				step, topic, workWait, err)
+		}
 		tb.Fatalf("pgtasktest.Work: %v", err)
 	}
-	pushed, err := reader.Push(ctx, tx, topic, repository.Append, creations...)
-	if err != nil {
-		tb.Fatalf("pgtasktest.Work: %v", err)
+	if _, err := reader.CreateTopic(sctx, tx, topic); err != nil {
+		waited("the creation", err)
 	}
-	leased, err := reader.Poll(ctx, tx, topic, repository.FIFO, repository.None, len(pushed))
+	pushed, err := reader.Push(sctx, tx, topic, repository.Append, creations...)
 	if err != nil {
-		tb.Fatalf("pgtasktest.Work: %v", err)
+		waited("a push", err)
+	}
+	leased, err := reader.Poll(sctx, tx, topic, repository.FIFO, repository.None, len(pushed))
+	if err != nil {
+		waited("the poll", err)
 	}
 	want, got := sequencesOf(pushed), sequencesOf(leased)
 	slices.Sort(want)
@@ -267,11 +301,13 @@ func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, to
 	}
 	byPush := make([]repository.Task, 0, len(stored))
 	for _, p := range pushed {
-		for _, s := range stored {
-			if s.Sequence == p.Sequence {
-				byPush = append(byPush, s)
-			}
+		i := slices.IndexFunc(stored, func(s repository.Task) bool { return s.Sequence == p.Sequence })
+		if i < 0 {
+			// the rest would shift: Tasks[i] would be another creation's task
+			tb.Fatalf("pgtasktest.Work: task %d (creation %d, identifier %q) is gone once the decisions and follow-ups were committed (a follow-up pushed with Delete, say): WorkResult.Tasks has one task per creation; read the topic instead (RequireNotPushed)",
+				p.Sequence, len(byPush), p.Identifier)
 		}
+		byPush = append(byPush, stored[i])
 	}
 	return WorkResult{Tasks: byPush, Outcome: outcome}
 }

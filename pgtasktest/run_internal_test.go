@@ -192,3 +192,43 @@ func TestRunSaysAHandlerEndedItsGoroutine(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkSaysATransactionHoldsTheTopic: Work in a transaction while another open one
+// created the topic waited on it until go test's -timeout, without a word; it fails the
+// test after its bound, saying what holds it.
+func TestWorkSaysATransactionHoldsTheTopic(t *testing.T) {
+	// not parallel: workWait is the package's
+	defer func(d time.Duration) { workWait = d }(workWait)
+	workWait = 300 * time.Millisecond
+	pool := NewPool(t)
+	ctx := t.Context()
+	first, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx)
+	if _, err := newReader().CreateTopic(ctx, first, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Rollback(ctx)
+	tb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Work(ctx, tb, second, processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+			return repository.Succeed("")
+		}), "jobs", repository.Creation{Identifier: "a"})
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Work did not return 30 s after its 300 ms bound")
+	}
+	if !strings.Contains(tb.message, `the creation of topic "jobs" waited 300ms: another open transaction holds it`) {
+		t.Errorf("Work's failure: %q, want it to say another transaction holds the topic", tb.message)
+	}
+}
