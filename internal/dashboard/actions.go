@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/internal/httpguard"
 	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
@@ -522,7 +524,10 @@ func (s *server) runChunk(ctx context.Context, deadline time.Time, apply func(re
 	if left < 1 {
 		return 0, errStatementTimeout
 	}
-	tx, err := s.pool.Begin(ctx)
+	// READ COMMITTED whatever the database's default, as the repository's own
+	// transactions: a task another transaction changed meanwhile is taken as it is then
+	// (under REPEATABLE READ the chunk failed with a serialization error)
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return 0, err
 	}

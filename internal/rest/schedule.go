@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtask/pgtask/internal/wire"
 	"github.com/pgtask/pgtask/repository"
 )
@@ -192,7 +194,10 @@ func (s *server) updateSchedule(w http.ResponseWriter, r *http.Request) (int, an
 	// In a transaction of its own, which a refusal of apply's rolls back: UpdateSchedule
 	// writes what its own validation takes, and apply's is stricter (a zone given is
 	// checked as at creation, even the one stored: pgtask schedule set does the same).
-	tx, err := s.pool.Begin(r.Context())
+	// READ COMMITTED whatever the database's default, as the repository's own: the row
+	// is locked, maybe after a processor's fire, and read as it is then (a REPEATABLE
+	// READ default failed the PATCH with a serialization error).
+	tx, err := s.pool.BeginTx(r.Context(), pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return 0, nil, err
 	}

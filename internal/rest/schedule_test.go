@@ -230,3 +230,44 @@ func TestScheduleLegacyIdentifierPatch(t *testing.T) {
 	f.call(http.MethodPatch, "/schedules/legacy", `{"identifier":"`+long+`x"}`).
 		wantError(t, http.StatusBadRequest, "identifier is 502 characters long")
 }
+
+// TestSchedulePatchUnderRepeatableRead: a PATCH of a schedule that another transaction
+// changes meanwhile (a processor firing it) waits for it and then changes the schedule as
+// it is, whatever the database's default isolation: its transaction began at that
+// default, and under REPEATABLE READ the wait ended in a serialization failure.
+func TestSchedulePatchUnderRepeatableRead(t *testing.T) {
+	f := setup(t)
+	f.call(http.MethodPost, "/schedules", `{"name":"nightly","topic":"mail","spec":"@hourly"}`).want(t, http.StatusCreated, nil)
+	if _, err := f.pool.Exec(f.ctx, "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = %L', current_database(), 'repeatable read'); END$$"); err != nil {
+		t.Fatal(err)
+	}
+	f.pool.Reset() // the next connections take the setting
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx)
+	if _, err := tx.Exec(f.ctx, "UPDATE task_schedule SET priority = 5 WHERE name = 'nightly'"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan response, 1)
+	go func() { done <- f.call(http.MethodPatch, "/schedules/nightly", `{"catch_up":3}`) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for waiting := false; !waiting; {
+		if time.Now().After(deadline) {
+			t.Fatal("the PATCH did not wait for the schedule's row")
+		}
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var sc wire.Schedule
+	(<-done).want(t, http.StatusOK, &sc)
+	if sc.CatchUp != 3 || sc.Priority != 5 {
+		t.Errorf("after the PATCH %+v, want catch_up 3 and the priority the other transaction set, 5", sc)
+	}
+}
