@@ -262,9 +262,16 @@ func TestOwnerNameReused(t *testing.T) {
 	}
 	runs := newRunBook()
 	var logs logbuf.Buffer
-	p, _ := f.processor("pod-0", processor.Config{ExpiryTimeout: 500 * time.Millisecond,
+	// An expiry timeout the start is sure to begin within, from the heartbeat just
+	// before it: with 500 ms a loaded machine (a CI run under -race) started the
+	// processor after the row had been silent that long, and it took the leases back
+	// at once, rightly, without the wait this test looks for.
+	p, _ := f.processor("pod-0", processor.Config{ExpiryTimeout: 2 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))},
 		processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle)})
+	if err := crashed.Heartbeat(f.ctx, f.pool); err != nil {
+		t.Fatal(err)
+	}
 	f.start(p)
 	f.eventually("every task succeeded", func() bool { return f.count(repository.Succeeded) == 3 })
 	runs.mu.Lock()
