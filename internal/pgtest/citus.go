@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -78,7 +80,10 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 	c := citusNodes(tb)
 	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
 	defer cancel()
-	tpl := templateName("citus " + key)
+	// The migrator's name is part of the key here: a package's tests may pass one key
+	// with a migrator that distributes the tables and with one that does not (both make
+	// the same database on PostgreSQL), and the template was whichever came first.
+	tpl := templateName("citus " + migratorName(migrate) + " " + key)
 	if err := buildOnce(ctx, tpl, func(ctx context.Context) error { return citusTemplate(ctx, c, tpl, migrate) }); err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
@@ -102,6 +107,18 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 	return c.Coordinator.ConnString(name)
 }
 
+// migratorName names migrate's function (nil: "none"), the same in every run of a
+// test binary.
+func migratorName(migrate Migrator) string {
+	if migrate == nil {
+		return "none"
+	}
+	if f := runtime.FuncForPC(reflect.ValueOf(migrate).Pointer()); f != nil {
+		return f.Name()
+	}
+	return "unnamed"
+}
+
 // registering serialises the registration of the nodes in the templates built at
 // once (each test's key its own): citus_add_node creates or alters the role on the
 // worker (worker_create_or_alter_role), a catalog of the whole node, and two at once
@@ -109,8 +126,22 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 // essential" on the coordinator).
 var registering sync.Mutex
 
-// citusTemplate builds the template tpl on every node of c.
-func citusTemplate(ctx context.Context, c *citustest.Cluster, tpl string, migrate Migrator) error {
+// citusTemplate builds the template tpl on every node of c. A build that fails drops
+// what it made, so that the next attempt (buildOnce) starts from nothing: it failed
+// with the database already there, on every later test.
+func citusTemplate(ctx context.Context, c *citustest.Cluster, tpl string, migrate Migrator) (err error) {
+	defer func() {
+		if err == nil {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		for _, n := range c.Nodes() {
+			if derr := dropCitusDatabase(dctx, n, tpl); derr != nil {
+				err = errors.Join(err, fmt.Errorf("undo the failed build: %w", derr))
+			}
+		}
+	}()
 	for _, n := range c.Nodes() {
 		if err := onNode(ctx, n, "CREATE DATABASE "+ident(tpl)); err != nil {
 			return err
@@ -125,7 +156,7 @@ func citusTemplate(ctx context.Context, c *citustest.Cluster, tpl string, migrat
 		register = append(register, fmt.Sprintf("SELECT citus_add_node(%s, %d)", literal(w.SocketDir()), w.Port()))
 	}
 	registering.Lock()
-	err := inDatabase(ctx, c.Coordinator, tpl, register...)
+	err = inDatabase(ctx, c.Coordinator, tpl, register...)
 	registering.Unlock()
 	if err != nil {
 		return err
