@@ -765,6 +765,27 @@ func TestPageAmongManyOthers(t *testing.T) {
 			}
 		}
 
+		// From a cursor far above the highest sequence taken (a client's own "newest"),
+		// the first call finds the newest: it stepped a span at a time through the
+		// sequences no task had.
+		page, _, err := f.repo.ExcerptsWithin(f.ctx, f.pool, "big", filter, 1<<53, 1, repository.Backward, span)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := excerptSequences(page); !slices.Equal(got, rare[2:]) {
+			t.Errorf("backward from 2^53: %v, want %v", got, rare[2:])
+		}
+		// Without a filter, every task of the topic is the page's: the span does not cut
+		// the walk to its first tasks (an empty first page, the others' sequences before
+		// them).
+		page, more, err := f.repo.ExcerptsWithin(f.ctx, f.pool, "big", repository.TaskFilter{}, repository.MinSequence, 10, repository.Forward, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := excerptSequences(page); !slices.Equal(got, big[:10]) || more != 0 {
+			t.Errorf("the first page without a filter: %v, more %d; want %v", got, more, big[:10])
+		}
+
 		// The first call reads far less than the walk without a bound.
 		tx, read := f.blockCounter(t, table("big"))
 		before := read()

@@ -94,8 +94,8 @@ var pageStep atomic.Pointer[func(topic, statement string)]
 // table for a state few or none of the topic's tasks are in. Other filtered pages walk
 // as before (see Excerpts).
 //
-// With a span above 0, that walk on reads at most span sequences: when it stops there
-// with the page short, more is the cursor a next call goes on from (what was read is
+// With a span above 0, that walk on for a state reads at most span sequences: when it
+// stops there with the page short, more is the cursor a next call goes on from (what was read is
 // every task of the page's before it), 0 otherwise (ExcerptsWithin).
 //
 // Its statements read one snapshot: a transaction of their own, REPEATABLE READ and
@@ -137,12 +137,15 @@ func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.Task
 	// cursor stays). Forward from MinSequence has no such start to go by (the lowest
 	// sequence is in every table): it asks at once whether the topic has few tasks.
 	from := p.Cursor
-	if direction == Backward && from == MaxSequence {
+	if direction == Backward && (from == MaxSequence || span > 0) {
+		// A walk bounded by a span starts below the highest sequence taken too: from a
+		// cursor far above it (a client's "newest" of its own), each call would step
+		// through sequences no task has.
 		last, err := r.q.TaskLastSequence(ctx, h)
 		if err != nil {
 			return nil, 0, err
 		}
-		if from = last + 1; from <= pageWindow+1 {
+		if from = min(from, last+1); from <= pageWindow+1 {
 			step("TaskPageBackward")
 			rows, err := rd.walk(h, p)
 			return rows, 0, err
@@ -185,6 +188,12 @@ func readWindowed[T any](ctx context.Context, r *Repository, h Handle, p db.Task
 	if len(all) > few { // many: walk on
 		rest := p
 		rest.Size -= int32(len(rows))
+		// The span bounds a walk for a state: without one, every task of the topic is
+		// the page's, and its walk ends at its first tasks (an empty page would only
+		// send the caller on through the sequences other topics took).
+		if p.State == nil {
+			span = 0
+		}
 		if direction == Forward {
 			rest.Cursor = lo
 			if span > 0 && lo < MaxSequence-span-1 {
@@ -316,9 +325,9 @@ func (r *Repository) Excerpts(ctx context.Context, h Handle, topic string, filte
 	return tasks, err
 }
 
-// ExcerptsWithin is Excerpts whose walk through the topic's table, where a page has one
-// (without a filter, or with a finished state alone), reads at most span sequences
-// beyond the first window: a page of a state that is rare among a topic's millions of
+// ExcerptsWithin is Excerpts whose walk through the topic's table for a finished state
+// alone (FILTERED and after, which no index holds) reads at most span sequences beyond
+// the first window: a page of a state that is rare among a topic's millions of
 // tasks (FILTERED among SUCCEEDED) is found a span at a time rather than by reading the
 // topic whole. When the walk stopped at that bound before the page was full, more is
 // the cursor from which a next call goes on (in the page's direction), and the page

@@ -18,9 +18,9 @@ const listAbout = `
 Lists the tasks of a topic, oldest first (or newest first with --backward), --limit at a
 time. When more may follow, the last line says which --cursor gives the next page (the
 cursor is exclusive: the page starts after it, or before it with --backward). In a topic
-of many tasks, a page of a state that is rare among them (FILTERED among SUCCEEDED) is
-searched --span sequences at a time: a page may then be short, or say "no tasks", and
-still give a next --cursor to search on from.`
+of many tasks, a page of a finished state that is rare among them (FILTERED among
+SUCCEEDED) is searched --span sequences at a time: a page may then be short, or say
+"no tasks", and still give a next --cursor to search on from.`
 
 func runList(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "pgtask list", "--topic T [flags]", listAbout)
@@ -32,7 +32,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	cursor := f.Int64("cursor", 0, "start after (or with --backward before) this `SEQUENCE`")
 	limit := f.Int("limit", 50, "at most `N` tasks")
 	backward := f.Bool("backward", false, "newest first, paging towards older tasks")
-	span := f.Int64("span", rest.ListSpanDefault, "walk at most `N` sequences of a large topic a page (0: no bound)")
+	span := f.Int64("span", rest.ListSpanDefault, "with a finished --state, walk at most `N` sequences of a large topic a page (0: no bound)")
 	asJSON := f.Bool("json", false, `print {"tasks": [...], "next_cursor": N} instead of a table`)
 	p := f.rawFlag()
 	if err := f.noArgs(args); err != nil {
