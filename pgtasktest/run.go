@@ -62,7 +62,8 @@ func JSON(tb testing.TB, v any) string {
 // handlers that only compute can be tested alone; a handler that reports from other
 // goroutines (Buffer, or one of your own) is waited for. A panic in h fails its batch, as
 // in a processor, and fails the test when it came after every task was decided (it
-// fails no task then, and a processor logs it as an error); a handler that calls t.FailNow or t.Fatal (which end the handler's
+// fails no task then, and a processor logs it as an error; one on a Buffer's worker, after
+// the Buffer's Handle returned, is not seen); a handler that calls t.FailNow or t.Fatal (which end the handler's
 // goroutine, not the test's) fails the test at once. Run fails the test when the tasks
 // are not one batch (two of one sequence, or of different topics) or when h has not
 // decided every task (or not returned, ignoring its context) by the end of ctx, or
@@ -236,7 +237,7 @@ func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, to
 	// The topic's creation waits for another open transaction that created it, and a
 	// limited topic's poll for one that polled it (its turn is held to the end of the
 	// transaction): one the test holds open would hang it until go test's -timeout.
-	sctx, cancel := handlerContext(ctx, workWait)
+	sctx, cancel := context.WithTimeout(ctx, workWait) // ctx's deadline when earlier
 	defer cancel()
 	waited := func(step string, err error) {
 		tb.Helper()

@@ -217,9 +217,11 @@ func TestWorkSaysATransactionHoldsTheTopic(t *testing.T) {
 	defer second.Rollback(ctx)
 	tb := &fatalTB{TB: t}
 	done := make(chan struct{})
+	long, cancel := context.WithTimeout(ctx, 10*time.Minute) // a deadline of the test's own, later
+	defer cancel()
 	go func() {
 		defer close(done)
-		Work(ctx, tb, second, processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+		Work(long, tb, second, processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
 			return repository.Succeed("")
 		}), "jobs", repository.Creation{Identifier: "a"})
 	}()

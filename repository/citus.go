@@ -91,7 +91,9 @@ func DistributeCitus(ctx context.Context, pool *pgxpool.Pool, opts CitusOptions)
 	if err := citusReady(ctx, conn.Conn()); err != nil {
 		return report, err
 	}
-	tx, err := conn.Begin(ctx)
+	// READ COMMITTED whatever the database's default: the checks made again under the
+	// lock below read what committed while it was waited for
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return report, fmt.Errorf("distribute: %w", err)
 	}

@@ -49,7 +49,7 @@ func migrateDistributed(ctx context.Context, conn *pgxpool.Conn, src source.Driv
 		return err
 	}
 	for _, f := range pending {
-		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 			for _, stmt := range statements(f.sql) {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
 					return err

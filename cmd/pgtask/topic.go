@@ -305,6 +305,10 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		return settings.refused(f, name, err)
 	}
 	existing := false // --dedicated of a topic registered already
+	// READ COMMITTED whatever the database's default, as the repository's own
+	// transactions: the topic's row is locked after the first statement and read as it
+	// is then (under REPEATABLE READ a change made meanwhile failed the command).
+	readCommitted := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	if *dedicated {
 		// A new topic is registered, given its settings and dedicated in one
 		// transaction, which commits at once (dedicating locks the topic's bucket until
@@ -312,7 +316,7 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		errExists := errors.New("exists")
 		var done bool
 		err = retryLocked(ctx, func() error {
-			return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			return pgx.BeginTxFunc(ctx, c.pool, readCommitted, func(tx pgx.Tx) error {
 				if err := register(tx); err != nil {
 					return err
 				}
@@ -337,7 +341,7 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	} else {
-		err = pgx.BeginFunc(ctx, c.pool, register)
+		err = pgx.BeginTxFunc(ctx, c.pool, readCommitted, register)
 	}
 	if err != nil {
 		return err

@@ -82,7 +82,9 @@ func newCitusDatabase(tb testing.TB, key string, migrate Migrator) string {
 	defer cancel()
 	// The migrator's name is part of the key here: a package's tests may pass one key
 	// with a migrator that distributes the tables and with one that does not (both make
-	// the same database on PostgreSQL), and the template was whichever came first.
+	// the same database on PostgreSQL), and the template was whichever came first. The
+	// name is its function's: closures of one function literal share it whatever they
+	// captured (pgtasktest.Template's), so such migrators still need keys of their own.
 	tpl := templateName("citus " + migratorName(migrate) + " " + key)
 	if err := buildOnce(ctx, tpl, func(ctx context.Context) error { return citusTemplate(ctx, c, tpl, migrate) }); err != nil {
 		tb.Fatalf("pgtest: %v", err)
