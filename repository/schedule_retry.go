@@ -13,7 +13,7 @@ import (
 // schedule that could fire. So a Repository passes over, for a while, the schedules
 // whose fire was refused in its calls (and the other schedules of a topic whose queue
 // cap refused one): 1 s after the first refusal, doubling up to a minute, forgotten at
-// a fire that succeeds. A failure of the database is no refusal: it is retried at the
+// a fire that succeeds; a schedule the cap refused, a second longer than its topic. A failure of the database is no refusal: it is retried at the
 // next call, and reported there (the processor's health says so).
 const (
 	scheduleRetryFirst = time.Second
@@ -80,6 +80,14 @@ func (f *fireRetries) failed(now time.Time, name, topic string) {
 	f.names.refused(now, name)
 	if topic != "" {
 		f.topics.refused(now, topic)
+		// The schedule refused waits a moment past its topic: when the topic's wait
+		// ends, its other schedules come first. Due the longest, it came first again,
+		// was refused again, and the topic's others (a push that replaces as many READY
+		// tasks as it adds, which the cap admits) were never tried while it was.
+		if t, r := f.topics[topic], f.names[name]; !r.at.After(t.at) {
+			r.at = t.at.Add(scheduleRetryFirst)
+			f.names[name] = r
+		}
 	}
 }
 

@@ -1613,6 +1613,52 @@ func TestScheduleFullTopicDoesNotStarveOthers(t *testing.T) {
 	}
 }
 
+// TestScheduleRefusedLetsItsTopicsOthersGoFirst: a schedule the queue cap refuses, due
+// the longest, came first whenever its topic was tried again, and was refused again: a
+// schedule of the topic whose push the cap admits (one that supersedes as many READY
+// tasks as it adds) was never tried while it was.
+func TestScheduleRefusedLetsItsTopicsOthersGoFirst(t *testing.T) {
+	f := setup(t)
+	f.createTopic("full")
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "full", func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.repo.Push(f.ctx, f.pool, "full", repository.Append, repository.Creation{Identifier: "digest"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SELECT task_schedule('grows', 'full', '@every 1s', identifier => 'g{time}')`,
+		`SELECT task_schedule('replaces', 'full', '@every 1s', identifier => 'digest', insertion => 'supersede')`,
+		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '10 minutes' WHERE name = 'grows'`,
+		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '1 minute' WHERE name = 'replaces'`,
+	} {
+		if _, err := f.pool.Exec(f.ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	start := time.Now()
+	var at atomic.Int64 // the firer's clock, moved by hand
+	at.Store(start.UnixNano())
+	firer, err := repository.New(repository.Config{Owner: "firer", Now: func() time.Time { return time.Unix(0, at.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fired []string
+	for call, offset := range []time.Duration{0, 1500 * time.Millisecond} { // the topic's first wait is 1 s
+		at.Store(start.Add(offset).UnixNano())
+		fires, err := firer.FireSchedules(f.ctx, f.pool)
+		if call == 0 && !errors.Is(err, repository.ErrQueueFull) {
+			t.Errorf("first call: %v, want the full queue reported", err)
+		}
+		for _, fire := range fires {
+			fired = append(fired, fire.Schedule)
+		}
+	}
+	if !slices.Contains(fired, "replaces") {
+		t.Errorf("fired %v in two calls, want the schedule the cap admits", fired)
+	}
+}
+
 // TestScheduleFailingOnManyTopicsDoNotStarveOthers: schedules on many full topics (their
 // consumers down), whose missed fire times come first, took each call's every try: a
 // schedule that could fire never did while they failed. A Repository passes over a
