@@ -41,6 +41,9 @@ source "$here/common.sh"
 
 raws=() ours=()
 for i in $(seq "$pairs"); do
+	# the previous pgtask run's dead rows (its destroyed topic) vacuumed first: autovacuum
+	# would clean them during the raw run, slowing that side alone
+	checkpoint "$pgtask_url"
 	raw="$(raw_baseline "$raw_url")"
 	checkpoint "$pgtask_url"
 	out="$(DATABASE_URL="$pgtask_url" "$pgtask" bench --tasks 200000 --pushers 2 --json "$@" | tail -n 1)"

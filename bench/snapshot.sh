@@ -14,7 +14,9 @@
 #
 # Prints, every minute, the size of the table holding the run's topic (heap and
 # indexes) and its dead rows; then, for before, during and after the hold, the tasks
-# processed per task pushed and the worst push → completed p99 of a 10 s interval.
+# processed (and pushed) per task offered at RATE and the worst push → completed p99 of
+# a 10 s interval. The push → completed latency starts at a task's push, not at the
+# moment RATE made it due: a pusher that falls behind shows in "pushed", not in it.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -76,12 +78,15 @@ done
 wait "${pids[0]}" || { cat "$out" >&2; exit 1; }
 
 # the bench's progress lines: "  10.0s  pushed N (R/s)  processed N (R/s)  backlog N  completed p99 X ms"
-awk -v b="$before" -v h="$hold" '
+# "of the offered rate": processed over RATE times the phase's seconds, not over what
+# was pushed (a pusher that fell behind would hide a processing that fell behind too);
+# pushed is shown beside it.
+awk -v b="$before" -v h="$hold" -v rate="$rate" '
 	/^ *[0-9.]+s  pushed/ {
 		gsub(/\( +/, "(")
 		t = $1 + 0
 		phase = (t <= b) ? "before" : (t <= b + h + 10) ? "held" : "after"
-		pushed[phase] += substr($4, 2) + 0; done[phase] += substr($7, 2) + 0
+		pushed[phase] += substr($4, 2) + 0; done[phase] += substr($7, 2) + 0; ticks[phase]++
 		p = $NF == "ms" ? $(NF - 1) : 0
 		if (p > worst[phase]) worst[phase] = p
 		seen[phase] = 1
@@ -91,8 +96,8 @@ awk -v b="$before" -v h="$hold" '
 		for (i = 1; i <= 3; i++) {
 			ph = order[i]
 			if (!seen[ph]) continue
-			printf "%-6s: processed %.3f of the offered rate, worst 10 s push → completed p99 %.0f ms\n",
-				ph, pushed[ph] ? done[ph] / pushed[ph] : 0, worst[ph]
+			printf "%-6s: processed %.3f of the offered rate (pushed %.3f), worst 10 s push → completed p99 %.0f ms\n",
+				ph, done[ph] / (rate * ticks[ph]), pushed[ph] / (rate * ticks[ph]), worst[ph]
 		}
 	}' "$out"
 tail -n 4 "$out" | grep -v '^{' || true

@@ -50,6 +50,9 @@ source "$here/common.sh"
 
 raws=() processed=() ratios=() met=0
 for i in $(seq "$runs"); do
+	# the previous pgtask run's dead rows (its destroyed topic) vacuumed first: autovacuum
+	# would clean them during the raw run, slowing that side alone
+	checkpoint "$pgtask_url"
 	raw="$(raw_baseline "$raw_url")"
 	life="$(field lifecycle_rows_per_second "$raw")"
 	[[ -n "$life" ]] || { echo "sustained: run $i: the baseline gave no figure: $raw" >&2; exit 1; }

@@ -24,11 +24,14 @@ or --topics of them, runs one of three modes, and destroys the topics at the end
 when interrupted. With --topics K, the pushes go to the topics in turn and processor i
 (in-process manager or child process) works on topic i mod K. With --idle-topics N, it
 first registers N more topics, one per transaction, that stay idle during the run, and
-destroys them after it (the registration time is reported).
+destroys them after it (the registration time is reported). Run it on a database of
+its own: its processors fire no schedule and purge nothing past a retention, but they
+take back any dead owner's leases and VACUUM the tables its topics share.
 
   burndown   push --tasks no-op tasks (in batches of --push-batch), then process them
-             all. tasks/s counts from the start of the push (push included, as River
-             counts it); push-only and process-only rates are reported too.
+             all. tasks/s is the tasks processed over the time from the start of the
+             push (push included, as River counts it); push-only and process-only rates
+             are reported too.
   sustained  producers push as fast as they can (or --rate tasks/s in all) while the
              processors work, for --duration; reports pushed/s, processed/s, the backlog
              at the end and how fast it grew over the second half, and the push →

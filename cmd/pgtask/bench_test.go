@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,32 @@ func TestBench(t *testing.T) {
 			"--insertion", "replace", "--condition", "singular-by-identifier")
 		if r["processed"] != float64(100) || r["insertion"] != "REPLACE" || r["condition"] != "SINGULAR_BY_IDENTIFIER" {
 			t.Errorf("result %v", r)
+		}
+		// the rate of the tasks processed: it counted the 300 pushed
+		tps, _ := r["tasks_per_second"].(float64)
+		secs, _ := r["seconds"].(float64)
+		if got := tps * secs; math.Abs(got-100) > 2 {
+			t.Errorf("tasks_per_second %v over %v s: %v tasks, want the 100 processed", tps, secs, got)
+		}
+		f.wantOnlyTopicT()
+	})
+	// A bench run's processors fire none of the database's schedules and purge none of
+	// its topics' finished tasks: they were full processors, doing that work on the
+	// data of a database the user shares with them.
+	t.Run("LeavesTheDatabasesSchedulesAlone", func(t *testing.T) {
+		if _, err := f.pool.Exec(f.ctx, `SELECT task_schedule('users', 't', '@every 1s', identifier => 'u{time}')`); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = f.pool.Exec(context.WithoutCancel(f.ctx), `DELETE FROM task_schedule WHERE name = 'users'`)
+		})
+		f.benchJSON("--mode", "sustained", "--duration", "2500ms", "--rate", "100", "--push-batch", "10")
+		var fired bool
+		if err := f.pool.QueryRow(f.ctx, `SELECT last_fire IS NOT NULL FROM task_schedule WHERE name = 'users'`).Scan(&fired); err != nil {
+			t.Fatal(err)
+		}
+		if fired {
+			t.Error("the bench's processors fired the database's schedule")
 		}
 		f.wantOnlyTopicT()
 	})
