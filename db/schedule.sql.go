@@ -69,13 +69,23 @@ SELECT EXISTS (
     SELECT FROM task_schedule s
     WHERE NOT s.paused
       AND (s.next_fire IS NULL OR s.next_fire <= COALESCE($1::timestamptz, now()))
+      AND s.name <> ALL ($2::text[])
+      AND s.topic <> ALL ($3::text[])
 )::boolean AS due
 `
 
-// Whether any running schedule is due, without a lock or a transaction: an idle round of
-// the firers costs one read of task_schedule_due.
-func (q *Queries) ScheduleAnyDue(ctx context.Context, db DBTX, now *time.Time) (bool, error) {
-	row := db.QueryRow(ctx, scheduleAnyDue, now)
+type ScheduleAnyDueParams struct {
+	Now        *time.Time
+	Skip       []string
+	SkipTopics []string
+}
+
+// Whether any running schedule is due that the firer does not pass over for now (skip,
+// skip_topics: ScheduleDue's), without a lock or a transaction: an idle round of the
+// firers costs one read of task_schedule_due, and so does a round in which only
+// schedules refused a moment ago are due (it began two transactions that found nothing).
+func (q *Queries) ScheduleAnyDue(ctx context.Context, db DBTX, arg ScheduleAnyDueParams) (bool, error) {
+	row := db.QueryRow(ctx, scheduleAnyDue, arg.Now, arg.Skip, arg.SkipTopics)
 	var due bool
 	err := row.Scan(&due)
 	return due, err

@@ -886,6 +886,56 @@ func TestSchedulesDueReadOnlyTheDue(t *testing.T) {
 	}
 }
 
+// TestSchedulesPassedOverAreNotLookedForAgain: while the only schedule due is one this
+// firer passes over for now (its push refused a moment ago), a call reads
+// task_schedule_due once and ends: the look for any due schedule counted it, and every
+// call of every processor began the rounds' two transactions to find nothing.
+func TestSchedulesPassedOverAreNotLookedForAgain(t *testing.T) {
+	f := setup(t)
+	f.createTopic("full")
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "full", func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.repo.Push(f.ctx, f.pool, "full", repository.Append, repository.Creation{Identifier: "filler"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, `SELECT task_schedule('grows', 'full', '@every 1s', identifier => 'g{time}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, `UPDATE task_schedule SET next_fire = now() - interval '1 minute' WHERE name = 'grows'`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	firer, err := repository.New(repository.Config{Owner: "firer", Now: func() time.Time { return start }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, capture := explainedConn(f)
+	if _, err := firer.FireSchedules(f.ctx, conn); !errors.Is(err, repository.ErrQueueFull) {
+		t.Fatalf("first call: %v, want the full queue", err)
+	}
+	capture.take(t)
+	if fires, err := firer.FireSchedules(f.ctx, conn); err != nil || len(fires) != 0 {
+		t.Fatalf("second call: %+v, %v; want nothing, the schedule passed over", fires, err)
+	}
+	var names []string
+	for _, p := range capture.take(t) {
+		if name, ok := strings.CutPrefix(p.Query, "-- name: "); ok {
+			name, _, _ = strings.Cut(name, " ")
+			names = append(names, name)
+		}
+	}
+	if !slices.Contains(names, "ScheduleAnyDue") {
+		t.Fatalf("statements planned %v: no ScheduleAnyDue, the capture is broken", names)
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, "ScheduleDue") {
+			t.Errorf("statements planned %v: the call looked for due schedules with only one passed over due", names)
+			break
+		}
+	}
+}
+
 // TestOwnersReadTheLeasesOnce: the list of owners reads the ACTIVE tasks once for the
 // page, not once per owner listed (each look read every table's ACTIVE entries: 56 000
 // buffers for a page of 100 owners in an audit).

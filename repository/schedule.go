@@ -1160,7 +1160,8 @@ func (r *Repository) FireSchedules(ctx context.Context, h Handle) ([]Fire, error
 		// ErrScheduleWait
 		return nil, fmt.Errorf("fire schedules: %w", err)
 	}
-	if due, err := r.q.ScheduleAnyDue(ctx, customPlans{h}, r.clock()); err != nil || !due {
+	due, err := r.q.ScheduleAnyDue(ctx, customPlans{h}, db.ScheduleAnyDueParams{Now: r.clock(), Skip: skip, SkipTopics: skipTopics})
+	if err != nil || !due {
 		return nil, waitError(ctx, mapError("find due schedules", err))
 	}
 	// A fire in a transaction of its own bounds how long it may sit idle in it (a firer

@@ -82,12 +82,16 @@ RETURNING *;
 DELETE FROM task_schedule WHERE name = sqlc.arg(name);
 
 -- name: ScheduleAnyDue :one
--- Whether any running schedule is due, without a lock or a transaction: an idle round of
--- the firers costs one read of task_schedule_due.
+-- Whether any running schedule is due that the firer does not pass over for now (skip,
+-- skip_topics: ScheduleDue's), without a lock or a transaction: an idle round of the
+-- firers costs one read of task_schedule_due, and so does a round in which only
+-- schedules refused a moment ago are due (it began two transactions that found nothing).
 SELECT EXISTS (
     SELECT FROM task_schedule s
     WHERE NOT s.paused
       AND (s.next_fire IS NULL OR s.next_fire <= COALESCE(sqlc.narg('now')::timestamptz, now()))
+      AND s.name <> ALL (sqlc.arg(skip)::text[])
+      AND s.topic <> ALL (sqlc.arg(skip_topics)::text[])
 )::boolean AS due;
 
 -- name: ScheduleDue :one
