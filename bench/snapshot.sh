@@ -27,6 +27,7 @@ rate="${RATE:-15000}" before="${BEFORE:-60}" hold="${HOLD:-600}" after="${AFTER:
 for v in "$rate" "$before" "$hold" "$after"; do
 	[[ "$v" =~ ^[0-9]+$ ]] || { echo "snapshot: RATE, BEFORE, HOLD and AFTER must be whole numbers, got $v" >&2; exit 2; }
 done
+((rate > 0)) || { echo "snapshot: RATE must be above 0: the run is measured against it" >&2; exit 2; }
 
 # shellcheck source=bench/common.sh
 source "$here/common.sh"

@@ -1137,7 +1137,8 @@ func (r *Repository) RunSchedule(ctx context.Context, h Handle, name string) (Ta
 // untried. When its fire was refused (a full queue, a spec or setting that does not
 // hold, its topic gone; not a failure of the database) the calls of this Repository
 // then pass over it (and them) for a while: 1 s after the first refusal, doubling up to
-// a minute, until a fire of it succeeds; so that schedules refused again and again,
+// a minute, until a fire of it succeeds (one the queue cap refused, a second past its
+// topic, whose other schedules are tried first); so that schedules refused again and again,
 // whose missed fire times come first, do not take every call's tries from those that
 // can fire.
 // Every processor calls it on its heartbeat (processor.Config.DisableSchedules).

@@ -30,10 +30,12 @@ type fireRetries struct {
 // waits are the keys passed over until their time, with the wait that led there.
 type waits map[string]retryAfter
 
-// retryAfter is when a schedule or topic is tried again, and the wait that led there.
+// retryAfter is when a schedule or topic is tried again, and the wait that led there;
+// full, of a schedule, the topic whose queue cap refused it last.
 type retryAfter struct {
 	at   time.Time
 	wait time.Duration
+	full string
 }
 
 // waiting returns the keys to pass over at now, and forgets those whose wait ended
@@ -54,12 +56,12 @@ func (w waits) waiting(now time.Time) []string {
 
 // refused passes k over from now: scheduleRetryFirst after its first refusal, twice
 // the last wait after the next ones, up to scheduleRetryCap.
-func (w waits) refused(now time.Time, k string) {
+func (w waits) refused(now time.Time, k, full string) {
 	wait := scheduleRetryFirst
 	if r, ok := w[k]; ok {
 		wait = min(2*r.wait, scheduleRetryCap)
 	}
-	w[k] = retryAfter{at: now.Add(wait), wait: wait}
+	w[k] = retryAfter{at: now.Add(wait), wait: wait, full: full}
 }
 
 // waiting returns the schedules and topics to pass over at now.
@@ -77,16 +79,20 @@ func (f *fireRetries) failed(now time.Time, name, topic string) {
 	if f.names == nil {
 		f.names, f.topics = waits{}, waits{}
 	}
-	f.names.refused(now, name)
+	f.names.refused(now, name, topic)
 	if topic != "" {
-		f.topics.refused(now, topic)
-		// The schedule refused waits a moment past its topic: when the topic's wait
-		// ends, its other schedules come first. Due the longest, it came first again,
-		// was refused again, and the topic's others (a push that replaces as many READY
-		// tasks as it adds, which the cap admits) were never tried while it was.
-		if t, r := f.topics[topic], f.names[name]; !r.at.After(t.at) {
-			r.at = t.at.Add(scheduleRetryFirst)
-			f.names[name] = r
+		f.topics.refused(now, topic, "")
+		// Every schedule of the topic its cap refused waits a moment past the topic:
+		// when the topic's wait ends, its other schedules come first. Due the longest,
+		// a refused one came first again, was refused again, and the topic's others (a
+		// push that replaces as many READY tasks as it adds, which the cap admits)
+		// were never tried while any was.
+		t := f.topics[topic]
+		for k, r := range f.names {
+			if r.full == topic && !r.at.After(t.at) {
+				r.at = t.at.Add(scheduleRetryFirst)
+				f.names[k] = r
+			}
 		}
 	}
 }

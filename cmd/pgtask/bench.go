@@ -26,7 +26,8 @@ when interrupted. With --topics K, the pushes go to the topics in turn and proce
 first registers N more topics, one per transaction, that stay idle during the run, and
 destroys them after it (the registration time is reported). Run it on a database of
 its own: its processors fire no schedule and purge nothing past a retention, but they
-take back any dead owner's leases and VACUUM the tables its topics share.
+take back any dead owner's leases, remove dead owners' rows, and VACUUM and ANALYZE the
+tables its topics share.
 
   burndown   push --tasks no-op tasks (in batches of --push-batch), then process them
              all. tasks/s is the tasks processed over the time from the start of the
