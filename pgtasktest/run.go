@@ -56,19 +56,19 @@ func JSON(tb testing.TB, v any) string {
 	return string(b)
 }
 
-// Run hands tasks to h as one batch outside a processor (processor.NewBatch), waits until
-// h has decided every task, and returns what it reported: the decisions, the error it
-// failed the batch with, the follow-ups it declared. Nothing touches a database, so
+// Run hands tasks to h as one batch outside a processor (processor.NewBatch), waits
+// until h has decided every task, and returns what it reported: the decisions, the error
+// it failed the batch with, the follow-ups it declared. Nothing touches a database, so
 // handlers that only compute can be tested alone; a handler that reports from other
-// goroutines (Buffer, or one of your own) is waited for. A panic in h fails its batch, as
-// in a processor, and fails the test when it came after every task was decided (it
-// fails no task then, and a processor logs it as an error; one on a Buffer's worker, after
-// the Buffer's Handle returned, is not seen); a handler that calls t.FailNow or t.Fatal (which end the handler's
-// goroutine, not the test's) fails the test at once. Run fails the test when the tasks
-// are not one batch (two of one sequence, or of different topics) or when h has not
-// decided every task (or not returned, ignoring its context) by the end of ctx, or
-// RunTimeout when ctx has no deadline, or when the batch was handed back before h began
-// its tasks (a Buffer stopped: Outcome.HandedBack).
+// goroutines (Buffer, or one of your own) is waited for. A panic in h fails its batch,
+// as in a processor, and fails the test when it came after every task was decided (it
+// fails no task then, and a processor logs it as an error; one on a Buffer's worker,
+// after the Buffer's Handle returned, is not seen); a handler that calls t.FailNow or
+// t.Fatal (which end the handler's goroutine, not the test's) fails the test at once.
+// Run fails the test when the tasks are not one batch (two of one sequence, or of
+// different topics) or when h has not decided every task (or not returned, ignoring its
+// context) by the end of ctx, or RunTimeout when ctx has no deadline, or when the batch
+// was handed back before h began its tasks (a Buffer stopped: Outcome.HandedBack).
 func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repository.Task) processor.Outcome {
 	tb.Helper()
 	topic := "" // the first topic named: a task without one is the batch's (NewBatch)

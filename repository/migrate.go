@@ -234,7 +234,9 @@ func adoptVersion(ctx context.Context, conn *pgxpool.Conn) error {
 	if err != nil {
 		return err
 	}
-	return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { // READ COMMITTED: the version is read again after the locks
+	// READ COMMITTED whatever the database's default: the version is read again after
+	// the locks
+	return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		var locked bool
 		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1::bigint) AND pg_try_advisory_xact_lock($2::bigint)",
 			id, legacyID).Scan(&locked); err != nil {

@@ -95,8 +95,8 @@ var pageStep atomic.Pointer[func(topic, statement string)]
 // as before (see Excerpts).
 //
 // With a span above 0, that walk on for a state reads at most span sequences: when it
-// stops there with the page short, more is the cursor a next call goes on from (what was read is
-// every task of the page's before it), 0 otherwise (ExcerptsWithin).
+// stops there with the page short, more is the cursor a next call goes on from (what
+// was read is every task of the page's before it), 0 otherwise (ExcerptsWithin).
 //
 // Its statements read one snapshot: a transaction of their own, REPEATABLE READ and
 // READ ONLY, when h is not in one (inSnapshot); otherwise the caller's transaction's,

@@ -13,8 +13,9 @@ import (
 // schedule that could fire. So a Repository passes over, for a while, the schedules
 // whose fire was refused in its calls (and the other schedules of a topic whose queue
 // cap refused one): 1 s after the first refusal, doubling up to a minute, forgotten at
-// a fire that succeeds; a schedule the cap refused, a second longer than its topic. A failure of the database is no refusal: it is retried at the
-// next call, and reported there (the processor's health says so).
+// a fire that succeeds; a schedule the cap refused, a second longer than its topic. A
+// failure of the database is no refusal: it is retried at the next call, and reported
+// there (the processor's health says so).
 const (
 	scheduleRetryFirst = time.Second
 	scheduleRetryCap   = time.Minute
