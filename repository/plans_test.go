@@ -892,19 +892,9 @@ func TestSchedulesDueReadOnlyTheDue(t *testing.T) {
 // call of every processor began the rounds' two transactions to find nothing.
 func TestSchedulesPassedOverAreNotLookedForAgain(t *testing.T) {
 	f := setup(t)
-	f.createTopic("full")
-	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "full", func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.repo.Push(f.ctx, f.pool, "full", repository.Append, repository.Creation{Identifier: "filler"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.pool.Exec(f.ctx, `SELECT task_schedule('grows', 'full', '@every 1s', identifier => 'g{time}')`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.pool.Exec(f.ctx, `UPDATE task_schedule SET next_fire = now() - interval '1 minute' WHERE name = 'grows'`); err != nil {
-		t.Fatal(err)
-	}
+	f.fullTopic("full", "filler")
+	f.exec(`SELECT task_schedule('grows', 'full', '@every 1s', identifier => 'g{time}')`,
+		`UPDATE task_schedule SET next_fire = now() - interval '1 minute' WHERE name = 'grows'`)
 	start := time.Now()
 	firer, err := repository.New(repository.Config{Owner: "firer", Now: func() time.Time { return start }})
 	if err != nil {

@@ -1573,14 +1573,8 @@ func TestSchedulePage(t *testing.T) {
 // topics never fired while the queue stayed full.
 func TestScheduleFullTopicDoesNotStarveOthers(t *testing.T) {
 	f := setup(t)
-	f.createTopic("full")
-	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "full", func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.repo.Push(f.ctx, f.pool, "full", repository.Append, repository.Creation{Identifier: "filler"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
+	f.fullTopic("full", "filler")
+	f.exec(
 		// one schedule by the function (which checks its zone: 25 ms a call), and 2 000
 		// copies of its row
 		`SELECT task_schedule('full-0', 'full', '@every 1s', identifier => 'f{time}')`,
@@ -1589,11 +1583,7 @@ func TestScheduleFullTopicDoesNotStarveOthers(t *testing.T) {
 		`SELECT task_schedule('healthy', 'topic', '@every 1s', identifier => 'h{time}')`,
 		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '10 minutes' WHERE topic = 'full'`,
 		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '1 minute' WHERE name = 'healthy'`,
-	} {
-		if _, err := f.pool.Exec(f.ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	// a clock that stands still: with the wall clock, a second that turned during the
 	// call made the healthy schedule due again, and fired twice
 	start := time.Now()
@@ -1619,25 +1609,15 @@ func TestScheduleFullTopicDoesNotStarveOthers(t *testing.T) {
 // tasks as it adds) was never tried while it was.
 func TestScheduleRefusedLetsItsTopicsOthersGoFirst(t *testing.T) {
 	f := setup(t)
-	f.createTopic("full")
-	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, "full", func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.repo.Push(f.ctx, f.pool, "full", repository.Append, repository.Creation{Identifier: "digest"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
+	f.fullTopic("full", "digest")
+	f.exec(
 		`SELECT task_schedule('grows', 'full', '@every 1s', identifier => 'g{time}')`,
 		`SELECT task_schedule('grows-too', 'full', '@every 1s', identifier => 'h{time}')`,
 		`SELECT task_schedule('replaces', 'full', '@every 1s', identifier => 'digest', insertion => 'supersede')`,
 		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '10 minutes' WHERE name = 'grows'`,
 		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '9 minutes' WHERE name = 'grows-too'`,
 		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '1 minute' WHERE name = 'replaces'`,
-	} {
-		if _, err := f.pool.Exec(f.ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	start := time.Now()
 	var at atomic.Int64 // the firer's clock, moved by hand
 	at.Store(start.UnixNano())
@@ -1674,26 +1654,16 @@ func TestScheduleFailingOnManyTopicsDoNotStarveOthers(t *testing.T) {
 	const full = 12               // more than a call's tries in its two passes
 	for i := range full {
 		topic := fmt.Sprintf("full-%d", i)
-		f.createTopic(topic)
-		if _, err := f.repo.UpdateSettings(f.ctx, f.pool, topic, func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, repository.Creation{Identifier: "filler"}); err != nil {
-			t.Fatal(err)
-		}
+		f.fullTopic(topic, "filler")
 		if _, err := f.pool.Exec(f.ctx, `SELECT task_schedule($1, $1, '@every 1s', identifier => 'f{time}')`, topic); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, q := range []string{
+	f.exec(
 		`SELECT task_schedule('healthy', 'topic', '@every 1s', identifier => 'h{time}')`,
 		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '10 minutes' WHERE topic LIKE 'full-%'`,
 		`UPDATE task_schedule SET next_fire = date_trunc('second', now()) - interval '1 minute' WHERE name = 'healthy'`,
-	} {
-		if _, err := f.pool.Exec(f.ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
 	// a clock that stands still: the calls come within the first refusals' second
 	// however loaded the machine
 	start := time.Now()

@@ -88,6 +88,29 @@ func (f *fixture) createTopic(topic string) {
 	}
 }
 
+// fullTopic creates a topic (createTopic) whose queue cap of 1 is reached: it holds one
+// READY task, of identifier filler.
+func (f *fixture) fullTopic(topic, filler string) {
+	f.t.Helper()
+	f.createTopic(topic)
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, topic, func(s *repository.TopicSettings) { s.QueueCap = 1 }); err != nil {
+		f.t.Fatalf("cap topic %q: %v", topic, err)
+	}
+	if _, err := f.repo.Push(f.ctx, f.pool, topic, repository.Append, repository.Creation{Identifier: filler}); err != nil {
+		f.t.Fatalf("fill topic %q: %v", topic, err)
+	}
+}
+
+// exec runs each statement on the fixture's pool, failing the test at the first error.
+func (f *fixture) exec(statements ...string) {
+	f.t.Helper()
+	for _, q := range statements {
+		if _, err := f.pool.Exec(f.ctx, q); err != nil {
+			f.t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
 // newRepo returns a registered repository with the given owner name.
 func (f *fixture) newRepo(owner string) *repository.Repository {
 	f.t.Helper()
