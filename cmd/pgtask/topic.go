@@ -305,10 +305,6 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		return settings.refused(f, name, err)
 	}
 	existing := false // --dedicated of a topic registered already
-	// READ COMMITTED whatever the database's default, as the repository's own
-	// transactions: the topic's row is locked after the first statement and read as it
-	// is then (under REPEATABLE READ a change made meanwhile failed the command).
-	readCommitted := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	if *dedicated {
 		// A new topic is registered, given its settings and dedicated in one
 		// transaction, which commits at once (dedicating locks the topic's bucket until
@@ -316,7 +312,9 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 		errExists := errors.New("exists")
 		var done bool
 		err = retryLocked(ctx, func() error {
-			return pgx.BeginTxFunc(ctx, c.pool, readCommitted, func(tx pgx.Tx) error {
+			// Atomically's, READ COMMITTED whatever the database's default: the
+			// topic's row is read as it is once locked
+			return repository.Atomically(ctx, c.pool, func(tx pgx.Tx) error {
 				if err := register(tx); err != nil {
 					return err
 				}
@@ -341,7 +339,7 @@ func runTopicAdd(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	} else {
-		err = pgx.BeginTxFunc(ctx, c.pool, readCommitted, register)
+		err = repository.Atomically(ctx, c.pool, register)
 	}
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 package rest
 
 import (
-	"context"
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -194,23 +194,16 @@ func (s *server) updateSchedule(w http.ResponseWriter, r *http.Request) (int, an
 	// In a transaction of its own, which a refusal of apply's rolls back: UpdateSchedule
 	// writes what its own validation takes, and apply's is stricter (a zone given is
 	// checked as at creation, even the one stored: pgtask schedule set does the same).
-	// READ COMMITTED whatever the database's default, as the repository's own: the row
-	// is locked, maybe after a processor's fire, and read as it is then (a REPEATABLE
-	// READ default failed the PATCH with a serialization error).
-	tx, err := s.pool.BeginTx(r.Context(), pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	// Atomically's, READ COMMITTED whatever the database's default: the row is locked,
+	// maybe after a processor's fire, and read as it is then (a REPEATABLE READ default
+	// failed the PATCH with a serialization error).
+	var sc repository.Schedule
+	err = repository.Atomically(r.Context(), s.pool, func(tx pgx.Tx) error {
+		var bad, err error
+		sc, err = s.repo.UpdateSchedule(r.Context(), tx, name, func(st *repository.ScheduleSettings) { bad = q.apply(st) })
+		return cmp.Or(bad, err)
+	})
 	if err != nil {
-		return 0, nil, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(r.Context())) }()
-	var bad error
-	sc, err := s.repo.UpdateSchedule(r.Context(), tx, name, func(st *repository.ScheduleSettings) { bad = q.apply(st) })
-	if bad != nil {
-		return 0, nil, bad
-	}
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := tx.Commit(r.Context()); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, wire.FromSchedule(sc), nil
