@@ -406,8 +406,7 @@ func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (s
 		if err == nil {
 			return name, nil
 		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "3D000" && !rebuilt {
+		if gone(err) && !rebuilt {
 			// the template was dropped (by hand, or by a sweep of a process with a
 			// clock far ahead): build it again, once
 			rebuilt = true
@@ -417,6 +416,7 @@ func createDatabase(ctx context.Context, admin, key string, migrate Migrator) (s
 			continue
 		}
 		// 55006 object_in_use: someone is connected to the template.
+		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "55006" || attempt >= 10 {
 			return "", fmt.Errorf("%s: %w", stmt, err)
 		}

@@ -510,6 +510,26 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestSweepOfADatabaseGoneMeanwhile: a database the sweep listed and another process
+// dropped before the sweep came to it (a failed build drops its template, a test drops
+// one by hand, neither under the sweep's lock) is gone, not a failure of the sweep.
+func TestSweepOfADatabaseGoneMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	name := templatePrefix + "gone" + randomHex(4)
+	if kept, err := markUsed(ctx, conn, name, time.Now()); kept || err != nil {
+		t.Errorf("stamping the use of a template gone meanwhile: kept %v, %v; want false, nil", kept, err)
+	}
+	if dropped, err := dropUnused(ctx, conn, name, true); dropped || err != nil {
+		t.Errorf("dropping a template gone meanwhile: dropped %v, %v; want false, nil", dropped, err)
+	}
+}
+
 // TestTemplateDroppedIsBuiltAgain: a template dropped after this process built it (by
 // hand, or by a sweep) is built again at the next clone, rather than every later test
 // of the process failing on a template that does not exist.

@@ -72,8 +72,16 @@ func markUsed(ctx context.Context, conn *pgx.Conn, tpl string, at time.Time) (bo
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", tpl).Scan(&exists); err != nil || !exists {
 		return false, err
 	}
+	// A template dropped after this look (a failed build drops its own, a test drops
+	// one by hand, without this lock) only makes the comment a warning.
 	_, err := conn.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS '%s%d'", ident(tpl), usedComment, at.Unix()))
 	return true, err
+}
+
+// gone reports whether err says the database named is not there (any more).
+func gone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "3D000" // invalid_catalog_name
 }
 
 // markTemplateUsed is markUsed on a connection of its own, for a process about to clone
@@ -255,6 +263,9 @@ func dropStaleTemplate(ctx context.Context, conn *pgx.Conn, tpl string, now time
 func dropUnused(ctx context.Context, conn *pgx.Conn, name string, template bool) (bool, error) {
 	if template {
 		if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE false"); err != nil {
+			if gone(err) { // dropped since the sweep listed it
+				return false, nil
+			}
 			return false, err
 		}
 	}
