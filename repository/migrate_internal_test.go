@@ -3111,3 +3111,64 @@ func TestPushNotBeforeBoundsMigration(t *testing.T) {
 	}
 	execEach(t, pool, "SELECT task_push('emails', 'ancient again', not_before => '0100-01-01 00:00:00+00 BC')")
 }
+
+// TestScheduleCreatedStatementTimeMigration: 000060 makes a schedule's created and
+// updated default to the time of the statement that writes the row, not its
+// transaction's start; the schedules stored before stay as they are, and down brings
+// the transaction's start back.
+func TestScheduleCreatedStatementTimeMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository schedule created test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 59)
+	create("emails")
+	execEach(t, pool,
+		"SELECT task_schedule('old', 'emails', '@every 1h', identifier => 'o{time}', catch_up => 3)",
+		"UPDATE task_schedule SET next_fire = '2030-01-01 00:00:00+00' WHERE name = 'old'")
+	rows := func() []string {
+		return textRows(t, pool, `SELECT name || ' ' || spec || ' ' || catch_up || ' ' || coalesce(next_fire::text, '-')
+			|| ' ' || created::text || ' ' || updated::text FROM task_schedule ORDER BY name`)
+	}
+	// declared in a transaction that began a while before the statement: how long after
+	// the transaction's start created is
+	declare := func(name string) time.Duration {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		var after time.Duration
+		_, err = tx.Exec(ctx, "SELECT pg_sleep(0.2)")
+		if err == nil {
+			_, err = tx.Exec(ctx, "SELECT task_schedule($1, 'emails', '@every 1h')", name)
+		}
+		if err == nil {
+			err = tx.QueryRow(ctx, "SELECT created - now() FROM task_schedule WHERE name = $1", name).Scan(&after)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return after
+	}
+	before := rows()
+	steps(1)
+	sameRows(t, "schedules after 000060", rows(), before)
+	if after := declare("declared"); after < 200*time.Millisecond {
+		t.Errorf("after 000060 a schedule declared 0.2 s into its transaction is created %v after its start, want the statement's time", after)
+	}
+	after := rows()
+	if len(after) != len(before)+1 {
+		t.Fatalf("schedules after a declaration under 000060: %v", after)
+	}
+	steps(-1)
+	sameRows(t, "schedules after reverting 000060", rows(), after)
+	if after := declare("reverted"); after != 0 {
+		t.Errorf("after reverting 000060 a schedule is created %v after its transaction's start, want at it", after)
+	}
+	steps(1)
+}

@@ -1685,3 +1685,49 @@ func TestScheduleFailingOnManyTopicsDoNotStarveOthers(t *testing.T) {
 		t.Errorf("fired %v in three calls, want the healthy schedule among them", fired)
 	}
 }
+
+// TestScheduleDeclaredInALongTransaction: a schedule declared by task_schedule() in a
+// transaction open for a while is created when the statement runs, not when the
+// transaction began (migration 000060): its first fire time, counted from created, was
+// as old as the transaction, so it fired at once on commit (and a catch_up pushed the
+// fire times from before it existed).
+func TestScheduleDeclaredInALongTransaction(t *testing.T) {
+	s := setupSchedules(t)
+	tx, err := s.pool.Begin(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(s.ctx)
+	var began time.Time
+	if err := tx.QueryRow(s.ctx, "SELECT now()").Scan(&began); err != nil {
+		t.Fatal(err)
+	}
+	// fire times are whole seconds: the first is created + 1 h cut to the second, more
+	// than open − 1 s after the transaction began
+	const open = 2 * time.Second
+	if _, err := tx.Exec(s.ctx, "SELECT pg_sleep($1)", open.Seconds()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(s.ctx, "SELECT task_schedule('late', 'topic', '@every 1h', identifier => 'l{time}')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := s.sched.Schedule(s.ctx, s.pool, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Created.Sub(began) < open {
+		t.Errorf("created %v, %v after its transaction began; want at least %v (the statement's time)", sc.Created, sc.Created.Sub(began), open)
+	}
+	// an hour after the transaction began, the schedule has not been there an hour
+	s.clock.set(began.Add(time.Hour + open/4))
+	if fires, err := s.sched.FireSchedules(s.ctx, s.pool); err != nil || len(fires) != 0 {
+		t.Errorf("an hour after its transaction began: fired %+v, %v; want nothing", fires, err)
+	}
+	s.clock.set(sc.Created.Add(time.Hour))
+	if fires, err := s.sched.FireSchedules(s.ctx, s.pool); err != nil || len(fires) != 1 {
+		t.Errorf("an hour after it was created: fired %+v, %v; want its first fire", fires, err)
+	}
+}
