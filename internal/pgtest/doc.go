@@ -63,8 +63,9 @@
 // by a test process killed before its cleanup) and the templates not used for
 // a week (their migrations changed), never by force, one process at a time
 // (a template under an advisory lock that a process stamping its use holds
-// shared; a process whose template was dropped anyway builds it again). Ages
-// are by the server's clock.
+// shared; a process whose template was dropped anyway builds it again), and
+// the build databases no process is building (left by a process killed while
+// it migrated one). Ages are by the server's clock.
 // A template without a recorded use is given the sweep's time, and a test
 // database whose name carries no time (named by an earlier version) is left.
 package pgtest

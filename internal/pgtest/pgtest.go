@@ -487,8 +487,7 @@ func ensureTemplate(ctx context.Context, admin, key string, migrate Migrator) er
 		return err
 	}
 
-	sum := sha256.Sum256([]byte("pgtest template lock " + tpl))
-	lockID := int64(binary.BigEndian.Uint64(sum[:8]))
+	lockID := buildLock(tpl)
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
 		return fmt.Errorf("lock template %s: %w", tpl, err)
 	}
@@ -525,6 +524,13 @@ func ensureTemplate(ctx context.Context, admin, key string, migrate Migrator) er
 		}
 	}
 	return nil
+}
+
+// buildLock is the advisory lock a process holds while it builds template tpl (in its
+// build database, buildPrefix and tpl's hash), until it has renamed it to tpl.
+func buildLock(tpl string) int64 {
+	sum := sha256.Sum256([]byte("pgtest template lock " + tpl))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 // runMigrator runs migrate with a pool connected to connString, closing the

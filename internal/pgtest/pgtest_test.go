@@ -449,6 +449,19 @@ func TestSweep(t *testing.T) {
 	stale := create(templatePrefix+"sweep"+randomHex(4), used(templateUnused+time.Hour), true)
 	lately := create(templatePrefix+"sweep"+randomHex(4), used(24*time.Hour), true)
 	unstamped := create(templatePrefix+"sweep"+randomHex(4), "", true)
+	// build databases: of a killed builder, of one killed while it published it (a
+	// template already), and of a builder at work, which holds the build's lock
+	killed := create(buildPrefix+"sweep"+randomHex(4), "", false)
+	publishing := create(buildPrefix+"sweep"+randomHex(4), "", true)
+	building := create(buildPrefix+"sweep"+randomHex(4), "", false)
+	builder, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer builder.Close(context.Background())
+	if _, err := builder.Exec(ctx, "SELECT pg_advisory_lock($1)", buildLock(templatePrefix+strings.TrimPrefix(building, buildPrefix))); err != nil {
+		t.Fatal(err)
+	}
 	user, err := pgx.Connect(ctx, withDatabase(admin, inUse))
 	if err != nil {
 		t.Fatal(err)
@@ -487,12 +500,12 @@ func TestSweep(t *testing.T) {
 		}
 		return ok
 	}
-	for _, name := range []string{abandoned, stale} {
+	for _, name := range []string{abandoned, stale, killed, publishing} {
 		if exists(name) || !slices.Contains(dropped, name) {
 			t.Errorf("%s is still there (dropped %v)", name, dropped)
 		}
 	}
-	for _, name := range []string{inUse, recent, unnamed, lately, unstamped} {
+	for _, name := range []string{inUse, recent, unnamed, lately, unstamped, building} {
 		if !exists(name) {
 			t.Errorf("%s was dropped", name)
 		}

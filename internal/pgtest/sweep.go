@@ -172,7 +172,7 @@ func sweepLocked(ctx context.Context, conn *pgx.Conn, now time.Time) ([]string, 
 		SELECT d.datname, COALESCE(shobj_description(d.oid, 'pg_database'), ''),
 		       EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datid = d.oid)
 		FROM pg_database d
-		WHERE d.datname LIKE 'pgtask\_test\_%' OR d.datname LIKE 'pgtask\_tpl\_%'`)
+		WHERE d.datname LIKE 'pgtask\_test\_%' OR d.datname LIKE 'pgtask\_tpl\_%' OR d.datname LIKE 'pgtask\_tplbuild\_%'`)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +192,14 @@ func sweepLocked(ctx context.Context, conn *pgx.Conn, now time.Time) ([]string, 
 	for _, d := range dbs {
 		switch {
 		case d.connected:
+		case strings.HasPrefix(d.name, buildPrefix):
+			drop, err := dropAbandonedBuild(ctx, conn, d.name)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if drop {
+				dropped = append(dropped, d.name)
+			}
 		case strings.HasPrefix(d.name, templatePrefix):
 			if _, ok := lastUsed(d.comment); !ok {
 				_, err := markUsed(ctx, conn, d.name, now)
@@ -255,6 +263,28 @@ func dropStaleTemplate(ctx context.Context, conn *pgx.Conn, tpl string, now time
 		return false, nil
 	}
 	return dropUnused(ctx, conn, tpl, true)
+}
+
+// dropAbandonedBuild drops build, a template's build database, if no process builds it:
+// one whose builder was killed is otherwise dropped only when a process builds the same
+// template again, never if its key (a schema's hash) is not used any more. A builder
+// holds the build's lock from before it creates the database until it has renamed it.
+func dropAbandonedBuild(ctx context.Context, conn *pgx.Conn, build string) (bool, error) {
+	lock := buildLock(templatePrefix + strings.TrimPrefix(build, buildPrefix))
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lock).Scan(&locked); err != nil || !locked {
+		return false, err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lock)
+	var template bool // killed while it published the build
+	err := conn.QueryRow(ctx, "SELECT datistemplate FROM pg_database WHERE datname = $1", build).Scan(&template)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return dropUnused(ctx, conn, build, template)
 }
 
 // dropUnused drops the database name unless someone is connected to it (or clones it),
