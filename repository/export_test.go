@@ -27,3 +27,11 @@ func SetFireRound(t interface{ Cleanup(func()) }, n int) {
 	fireRound = n
 	t.Cleanup(func() { fireRound = old })
 }
+
+// SetFireInputBudget bounds the bytes of input and identifiers one fire pushes to n
+// until the test ends.
+func SetFireInputBudget(t interface{ Cleanup(func()) }, n int) {
+	old := fireInputBudget
+	fireInputBudget = n
+	t.Cleanup(func() { fireInputBudget = old })
+}

@@ -44,6 +44,11 @@ const (
 // tests: SetFireRound).
 var fireRound = 1000
 
+// fireInputBudget bounds the bytes of input and identifiers one fire pushes (a variable
+// for tests: SetFireInputBudget): a catch-up of up to MaxCatchUp times of a large input
+// could exceed what one statement may carry (1 GB), and would fail every round.
+var fireInputBudget = 64 << 20
+
 // ScheduleGraceDefault is FireSchedules' grace until SetScheduleGrace: two of the
 // processors' default heartbeat intervals.
 const ScheduleGraceDefault = 2 * time.Second
@@ -122,7 +127,8 @@ type ScheduleSettings struct {
 	// MaxCatchUp); or, when more fell due within the grace before the fire
 	// (SetScheduleGrace: two heartbeats of the processors), every one of those: they
 	// are on time, not missed, so a spec that fires more often than the processors'
-	// heartbeat loses nothing while they run.
+	// heartbeat loses nothing while they run. One fire pushes at most 64 MiB of inputs
+	// and identifiers: the latest times that fit (at least one), the others missed.
 	CatchUp int
 	// Paused stops the schedule firing (PauseSchedule, ResumeSchedule).
 	Paused bool
@@ -1384,6 +1390,12 @@ func (r *Repository) fire(ctx context.Context, tx pgx.Tx, s Schedule, expected, 
 	// the latest CatchUp times (at least one), or more when more fell due within the
 	// grace: those are on time, not missed
 	n := max(1, s.CatchUp, c.countAfter(start, now.Add(-r.scheduleGrace()), now, MaxCatchUp))
+	// as many as fireInputBudget carries (every time's task is as large: a time is
+	// written in 20 characters), the older ones missed
+	first := s.creation(start)
+	if size := len(first.Input) + len(first.Identifier); size > 0 {
+		n = min(n, max(1, fireInputBudget/size))
+	}
 	times, missed, next := c.due(start, now, n)
 	if next.IsZero() {
 		return nil, fmt.Errorf("fire schedule %q: %w: spec %q has no fire time after %v", s.Name, ErrInvalid, s.Spec, now)

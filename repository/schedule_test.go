@@ -1731,3 +1731,28 @@ func TestScheduleDeclaredInALongTransaction(t *testing.T) {
 		t.Errorf("an hour after it was created: fired %+v, %v; want its first fire", fires, err)
 	}
 }
+
+// TestScheduleCatchUpOfALargeInput: a catch-up pushes at most the fire budget's bytes of
+// input and identifiers, its latest times, the older ones missed: 10 000 times of a
+// large input in one push could exceed what a statement may carry, and failed every
+// round, the schedule never firing again.
+func TestScheduleCatchUpOfALargeInput(t *testing.T) {
+	// Not parallel: the budget is the package's.
+	s := setupSchedules(t)
+	repository.SetFireInputBudget(t, 10_000)
+	settings := appendEach("@every 1s")
+	settings.Identifier = "c{time}"           // 21 bytes once {time} is written
+	settings.Input = strings.Repeat("x", 999) // 1 020 bytes a task: 9 fit
+	settings.CatchUp = 100
+	s.create("large", settings)
+	s.clock.advance(60 * time.Second)
+	fires := s.fire()
+	if len(fires) != 1 {
+		t.Fatalf("fires %+v, want one", fires)
+	}
+	f := fires[0]
+	if len(f.Times) != 9 || len(f.Tasks) != 9 || f.Missed != 51 || !f.Times[8].Equal(s.clock.now()) {
+		t.Errorf("pushed %d times (%d tasks, the last %v), %d missed; want the 9 latest up to %v, 51 missed",
+			len(f.Times), len(f.Tasks), f.Times[len(f.Times)-1], f.Missed, s.clock.now())
+	}
+}
