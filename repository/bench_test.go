@@ -187,6 +187,27 @@ func BenchmarkPoll(b *testing.B) {
 	}
 }
 
+// BenchmarkPollSingular is BenchmarkPoll under SingularByIdentifier (every task its own
+// identifier): what the condition's checks cost a poll, the identifiers' locks of a
+// lease in flight (migration 000061) included.
+func BenchmarkPollSingular(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			f := benchSetup(b)
+			f.pushN(b.N * size)
+			f.analyze()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.SingularByIdentifier, size)
+				if err != nil || len(tasks) != size {
+					b.Fatalf("poll leased %d tasks (%v), want %d", len(tasks), err, size)
+				}
+			}
+			reportTasks(b, size)
+		})
+	}
+}
+
 // BenchmarkComplete completes batches leased beforehand; only the completions are timed.
 func BenchmarkComplete(b *testing.B) {
 	for _, size := range []int{100, 1000} {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
@@ -254,5 +255,61 @@ func singularWorker(ctx context.Context, l *ledger, w int, repo *repository.Repo
 		if n := l.completed(w, done); n >= total {
 			return nil
 		}
+	}
+}
+
+// TestSingularLeaseInFlight: under SingularByIdentifier a poll leasing a task of an
+// identifier, not committed yet, keeps every other poll from leasing another task of
+// it. Their snapshots saw the task READY, not ACTIVE: under LIFO the newer task of the
+// identifier went to a second poll while the first one's lease was in flight, and under
+// FIFO an older one (its push committed after the newer's) did; both then ran at once.
+func TestSingularLeaseInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		order repository.Order
+	}{{"LIFO", repository.LIFO}, {"FIFO", repository.FIFO}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			other := f.newRepo("other")
+			var late pgx.Tx // FIFO: the older task's push, committed after the lease began
+			if tc.order == repository.FIFO {
+				var err error
+				if late, err = f.pool.Begin(f.ctx); err != nil {
+					t.Fatal(err)
+				}
+				defer late.Rollback(f.ctx)
+				if _, err := f.repo.Push(f.ctx, late, f.topic, repository.Append, repository.Creation{Identifier: "foo"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.push(repository.Append, "foo")
+			leasing, err := f.pool.Begin(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer leasing.Rollback(f.ctx)
+			leased, err := f.repo.Poll(f.ctx, leasing, f.topic, tc.order, repository.SingularByIdentifier, 10)
+			if err != nil || len(leased) != 1 {
+				t.Fatalf("the first poll: %v, %v; want foo", leased, err)
+			}
+			if late != nil {
+				if err := late.Commit(f.ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				f.push(repository.Append, "foo")
+			}
+			got, err := other.Poll(f.ctx, f.pool, f.topic, tc.order, repository.SingularByIdentifier, 10)
+			if err != nil || len(got) != 0 {
+				t.Errorf("a poll while foo %d's lease is in flight: %v, %v; want none", leased[0].Sequence, got, err)
+			}
+			if err := leasing.Commit(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			got, err = other.Poll(f.ctx, f.pool, f.topic, tc.order, repository.SingularByIdentifier, 10)
+			if err != nil || len(got) != 0 {
+				t.Errorf("a poll while foo %d runs: %v, %v; want none", leased[0].Sequence, got, err)
+			}
+		})
 	}
 }

@@ -3172,3 +3172,44 @@ func TestScheduleCreatedStatementTimeMigration(t *testing.T) {
 	}
 	steps(1)
 }
+
+// TestSingularLeaseInFlightMigration: 000061 keeps the tasks as they are, and a
+// conditional poll after it leases as before when no lease is in flight (the oldest READY
+// task of an identifier none runs, under FIFO); down drops task_poll_singular and polls
+// as 000021 did.
+func TestSingularLeaseInFlightMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, "pgtask repository singular lease test: empty database", nil)
+	steps, create := stepper(t, pool)
+	migrateTo(t, pool, 60)
+	create("emails")
+	execEach(t, pool,
+		"SELECT task_push_batch('emails', '{a,a,b,c}')",
+		"UPDATE task SET state = 0, owner = 'gone', attempt = 1 WHERE topic = 'emails' AND identifier = 'c'")
+	rows := func() []string {
+		return textRows(t, pool, "SELECT sequence || ' ' || identifier || ' ' || state FROM task ORDER BY sequence")
+	}
+	poll := func() []string {
+		t.Helper()
+		return textRows(t, pool, `SELECT t.identifier || ' ' || t.sequence FROM task t
+			WHERE t.topic = 'emails' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('emails', false, 1::smallint, 10, NULL, NULL)))
+			ORDER BY t.sequence`)
+	}
+	before := rows()
+	steps(1)
+	sameRows(t, "tasks after 000061", rows(), before)
+	if got := poll(); !slices.Equal(got, []string{"a 1", "b 3"}) {
+		t.Errorf("a FIFO poll under SINGULAR_BY_IDENTIFIER after 000061 chose %v, want [a 1 b 3]", got)
+	}
+	steps(-1)
+	sameRows(t, "tasks after reverting 000061", rows(), before)
+	var gone bool
+	if err := pool.QueryRow(ctx, "SELECT to_regprocedure('task_poll_singular(text,tid[])') IS NULL").Scan(&gone); err != nil || !gone {
+		t.Errorf("task_poll_singular after reverting 000061: gone %v, %v", gone, err)
+	}
+	if got := poll(); !slices.Equal(got, []string{"a 1", "b 3"}) {
+		t.Errorf("a FIFO poll under SINGULAR_BY_IDENTIFIER after reverting 000061 chose %v, want [a 1 b 3]", got)
+	}
+	steps(1)
+}
