@@ -31,6 +31,7 @@ func OnCitus() bool { return os.Getenv(EnvOnCitus) == "1" }
 
 var (
 	citusOnce    sync.Once
+	citusMu      sync.Mutex // guards citusCluster, which a signal's handler reads
 	citusCluster *citustest.Cluster
 	citusErr     error
 )
@@ -49,10 +50,19 @@ func citusNodes(tb testing.TB) *citustest.Cluster {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		citusCluster, citusErr = citustest.Start(ctx, "", 2)
-		if citusErr == nil {
+		// As AdminURL's discovery: an interrupt while the nodes start stops the start,
+		// which removes the nodes it made, rather than kill this process and leave them.
+		done := make(chan struct{})
+		stop := catchSignals(cancel, done)
+		c, err := citustest.Start(ctx, "", 2)
+		citusMu.Lock()
+		citusCluster, citusErr = c, err
+		citusMu.Unlock()
+		close(done)
+		if err == nil {
 			stopOnSignal()
 		}
+		stop()
 	})
 	if citusErr != nil {
 		tb.Fatal(citusErr)
@@ -62,12 +72,15 @@ func citusNodes(tb testing.TB) *citustest.Cluster {
 
 // stopCitus stops the cluster this process started, if any.
 func stopCitus() error {
-	if citusCluster == nil {
+	citusMu.Lock()
+	c := citusCluster
+	citusMu.Unlock()
+	if c == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return citusCluster.Stop(ctx)
+	return c.Stop(ctx) // each node stops once, whoever calls
 }
 
 // newCitusDatabase is NewDatabase on the Citus cluster: the template for key is built

@@ -127,6 +127,7 @@ func AdminURL(tb testing.TB) string {
 // done (discover returned, having removed a cluster it was starting) and exits, after
 // stopping a cluster discover started meanwhile.
 func catchSignals(cancel func(), done <-chan struct{}) (stop func()) {
+	starting.Add(1)
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	stopped := make(chan struct{})
@@ -144,20 +145,33 @@ func catchSignals(cancel func(), done <-chan struct{}) (stop func()) {
 	return func() {
 		signal.Stop(ch)
 		close(stopped)
+		starting.Done()
 	}
 }
 
-// stopOnSignal stops the throwaway cluster when the test process is
-// interrupted (the server runs detached and would otherwise survive).
+var (
+	// starting counts the starts in progress under catchSignals, whose handler
+	// removes what a start interrupted made before this process exits.
+	starting   sync.WaitGroup
+	signalOnce sync.Once
+)
+
+// stopOnSignal stops the throwaway clusters (the server's, the Citus nodes) when the
+// test process is interrupted (they run detached and would otherwise survive): one
+// handler for both, which lets a start in progress (the Citus nodes', after the
+// server's) be cancelled and removed first rather than exit in the middle of it.
 func stopOnSignal() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		sig := <-ch
-		err := errors.Join(stopCluster(), stopCitus())
-		fmt.Fprintf(os.Stderr, "pgtest: %v: stopped throwaway cluster (err: %v)\n", sig, err)
-		os.Exit(1)
-	}()
+	signalOnce.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		go func() {
+			sig := <-ch
+			starting.Wait()
+			err := errors.Join(stopCluster(), stopCitus())
+			fmt.Fprintf(os.Stderr, "pgtest: %v: stopped throwaway cluster (err: %v)\n", sig, err)
+			os.Exit(1)
+		}()
+	})
 }
 
 // discover finds a server as described in the package documentation.
