@@ -455,7 +455,9 @@ func (p *Processor) allManagers() []*TaskManager {
 // Run registers the owner and runs every manager until ctx is done, then shuts them down
 // gracefully (each within its ShutdownTimeout: at its end, the tasks still running are
 // failed and their handlers' contexts cancelled; a handler that ignores its context can
-// keep its manager up to 5 s more, and the last commits up to 10 s more) and returns.
+// keep its manager up to 5 s more, and the last commits up to 10 s more; right after
+// database faults, handing back the tasks of a poll whose reply was lost up to 5 s more,
+// and deleting the owner's row 5 s: docs/processor.md) and returns.
 // It returns an error if the
 // owner cannot be registered or a manager stopped fatally (an unknown topic without
 // CreateTopic, say), which shuts the other managers down as a done ctx does; a ctx done
