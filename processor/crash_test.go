@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtask/pgtask/internal/faultproxy"
 	"github.com/pgtask/pgtask/internal/logbuf"
 	"github.com/pgtask/pgtask/internal/victim"
 	"github.com/pgtask/pgtask/processor"
@@ -447,4 +448,39 @@ func TestStoppedWhileAnEarlierOwnerMayRun(t *testing.T) {
 	if err := f.pool.QueryRow(f.ctx, "SELECT host FROM task_owner WHERE owner = 'pod-0'").Scan(&host); err != nil || host != "elsewhere.example" {
 		t.Fatalf("the earlier owner's row: host %q, %v; want it left there", host, err)
 	}
+}
+
+// TestOwnerRowRegisteredAgainReplyLost: a process whose owner row was purged registers it
+// again, and the reply of that registration is lost (the row written all the same): the
+// row it then finds is its own, not another process's take-over; it ran on, where it
+// stopped with ErrOwnerInUse naming its own host and pid.
+func TestOwnerRowRegisteredAgainReplyLost(t *testing.T) {
+	f := setup(t)
+	proxy := f.startProxy()
+	p, _ := f.processor("pod-0", processor.Config{Pool: proxiedPool(t, proxy, f.url), HeartbeatInterval: 50 * time.Millisecond},
+		processor.ManagerConfig{Handler: processor.TaskFunc(succeed)})
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(f.ctx) }()
+	first := f.pushN(1)
+	f.eventually("the process ran its task", func() bool { return f.get(first[0].Sequence).State == repository.Succeeded })
+	cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement("OwnerRegister"), Times: 1})
+	var started time.Time
+	if err := f.pool.QueryRow(f.ctx, "DELETE FROM task_owner WHERE owner = 'pod-0' RETURNING started").Scan(&started); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("the registration's reply lost", func() bool { return cut.Lost() == 1 })
+	select { // heartbeats after it
+	case err := <-ran:
+		t.Fatalf("Run returned %v after the reply of its registration was lost", err)
+	case <-time.After(time.Second):
+	}
+	later := f.pushN(1)
+	f.eventually("the process ran a task pushed after", func() bool {
+		select {
+		case err := <-ran:
+			t.Fatalf("Run returned %v after the reply of its registration was lost", err)
+		default:
+		}
+		return f.get(later[0].Sequence).State == repository.Succeeded
+	})
 }

@@ -166,6 +166,10 @@ type Processor struct {
 	// claimed it at its start): its start time, host and pid. A heartbeat that finds them
 	// changed finds the name taken over by another process (takenOver).
 	ownRow atomic.Pointer[repository.Owner]
+	// registering says a registration again (registerAgain) failed without telling
+	// whether it wrote the row (its reply lost): the row of the name found next, of this
+	// process's host and pid and a later start, is its own, not a take-over.
+	registering atomic.Bool
 	// takeOver stops Run with the error of a take-over, once Run is running; taken is
 	// set once it did (Run then leaves the owner row, the other process's, alone).
 	takeOver func(error)
@@ -975,10 +979,14 @@ func (p *Processor) beat(ctx context.Context, h repository.Handle) error {
 		return p.registerAgain(ctx, h, own)
 	case err != nil:
 		return err
+	case p.registeredUnsure(row, *own):
+		p.ownRow.Store(&row)
+		own = &row
 	case takenOver(row, *own):
 		return p.takenOverBy(row)
 	}
-	// the row as this process has it after all (gone and back between the statements)
+	// the row as this process has it after all (gone and back between the statements,
+	// or its registration's outcome learnt only now)
 	if ok, err := p.repo.HeartbeatRow(ctx, h, *own); err != nil || ok {
 		return err
 	}
@@ -992,8 +1000,12 @@ func (p *Processor) registerAgain(ctx context.Context, h repository.Handle, own 
 	p.logUnlessStopping(ctx, slog.LevelWarn, "owner row missing, registering again", slog.String("owner", p.repo.Owner()))
 	created, err := p.repo.RegisterOwner(ctx, h)
 	if err != nil {
+		if repository.Uncertain(err) {
+			p.registering.Store(true)
+		}
 		return err
 	}
+	p.registering.Store(false)
 	row, _, err := p.repo.RegisteredOwner(ctx, h)
 	if err != nil {
 		if created {
@@ -1003,11 +1015,25 @@ func (p *Processor) registerAgain(ctx context.Context, h repository.Handle, own 
 		}
 		return err
 	}
-	if !created && own != nil && takenOver(row, *own) {
+	if !created && own != nil && takenOver(row, *own) && !p.registeredUnsure(row, *own) {
 		return p.takenOverBy(row) // another process registered the name meanwhile
 	}
 	p.ownRow.Store(&row)
 	return nil
+}
+
+// registeredUnsure reports whether row, not own, is the one a registration of this
+// process wrote though its reply was lost (registering): this host's and pid's, started
+// after own. It clears the mark when it says so. (A process of another container
+// sharing the host's name and pid that registered the name in that moment would be
+// taken for this one: that takes a replacement started while this process runs, on the
+// host's network with the same pid, and a lost reply at that instant.)
+func (p *Processor) registeredUnsure(row, own repository.Owner) bool {
+	if !p.registering.Load() || row.Host != own.Host || row.PID != own.PID || !row.Started.After(own.Started) {
+		return false
+	}
+	p.registering.Store(false)
+	return true
 }
 
 // takenOver reports whether the owner row is no longer the one this process registered
