@@ -57,3 +57,7 @@ func Queued(b *Buffered) int {
 	defer b.mu.Unlock()
 	return b.pending
 }
+
+// SetUnsure makes m take its owner's leases for uncertain, as a poll whose reply was lost
+// does: its next round, or its shutdown, looks for the leases no manager knows of.
+func SetUnsure(m *TaskManager) { m.unsure.Store(true) }

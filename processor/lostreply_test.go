@@ -826,3 +826,43 @@ func TestSilentCommit(t *testing.T) {
 	}
 	t.Logf("all SUCCEEDED %v after the push", time.Since(start).Round(time.Millisecond))
 }
+
+// TestNoHandBackUnderAStaleHeartbeat: a process whose heartbeat is stale at its shutdown
+// does not hand back the leases under its owner name that no manager of its knows of:
+// its name may have been taken over meanwhile (a replacement started under it, once the
+// row was silent for the expiry timeout), and those leases are the other process's, which
+// it runs; handed back READY, they ran twice at once. The poll loop reconciles nothing
+// while the heartbeat is stale for that reason.
+func TestNoHandBackUnderAStaleHeartbeat(t *testing.T) {
+	f := setup(t)
+	proxy := f.startProxy()
+	started := make(chan struct{})
+	p, managers := f.processor("pod-0", processor.Config{
+		Pool: proxiedPool(t, proxy, f.url), HeartbeatInterval: 100 * time.Millisecond, ExpiryTimeout: time.Second,
+	}, processor.ManagerConfig{
+		Listener: processor.Listener{OnStart: func(string) { close(started) }},
+		Handler:  processor.TaskFunc(succeed), PauseInterval: time.Minute, ShutdownTimeout: 2 * time.Second,
+	})
+	stop := f.start(p)
+	<-started
+	// every heartbeat from here hangs: after 0.9 s the process takes its own for stale
+	proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement("OwnerHeartbeatRow"), Hold: time.Minute})
+	time.Sleep(2 * time.Second)
+	// the replacement's lease, under the same name
+	replacement, err := repository.New(repository.Config{Owner: "pod-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.pushN(1)
+	theirs, err := replacement.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 1)
+	if err != nil || len(theirs) != 1 {
+		t.Fatalf("the replacement's poll: %v, %v", theirs, err)
+	}
+	processor.SetUnsure(managers[0])
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(theirs[0].Sequence); got.State != repository.Active || got.Attempt != 1 {
+		t.Errorf("the replacement's lease after the shutdown: %v, attempt %d; want ACTIVE, untouched", got.State, got.Attempt)
+	}
+}

@@ -801,8 +801,10 @@ func (m *TaskManager) run(ctx context.Context) error {
 	select {
 	case <-pollDone:
 		// after a take-over of the owner name the stranded leases are the other
-		// process's (its leases are under the same name)
-		if m.unsure.Load() && !m.p.taken.Load() {
+		// process's (its leases are under the same name); so they may be while the
+		// heartbeat is stale, the take-over not seen yet (the poll loop reconciles
+		// nothing then either): left, this process's own expire, an attempt used
+		if m.unsure.Load() && !m.p.taken.Load() && !m.p.beatStale() {
 			m.handBackStranded()
 		}
 	default: // still running (logged above): what it leases is its own
