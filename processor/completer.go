@@ -394,9 +394,11 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		// taken back, cancelled, or, after an outage that lost commits, leased under
 		// another attempt. The others of the report are still ours: commit them without
 		// the refused ones, and reconcile (the refused may be ours in another attempt,
-		// which a reconciliation left alone while this batch held them).
-		c.m.unsure.Store(true)
-		defer c.m.Resume()
+		// which a reconciliation left alone while this batch held them). Marked once the
+		// reports are settled: a reconciliation of the poll loop's before then would
+		// leave the tasks they hold alone and clear the mark, and the kept tasks of a
+		// report with follow-ups would wait for the next periodic one.
+		defer c.m.reconcileSoon()
 		// Not when the report carries follow-ups: they may be declared for a refused
 		// task, and would then be pushed without its decision (and again when it runs
 		// again); the kept tasks are found by the reconciliation and run again instead.
