@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -284,6 +285,34 @@ func TestExpiryWakesWhatItUnblocks(t *testing.T) {
 	for f.get(second[0].Sequence).State != repository.Succeeded {
 		if time.Now().After(deadline) {
 			t.Fatalf("the task freed by the expiry is %v 10 s after it, want SUCCEEDED (the processor was not woken)", f.get(second[0].Sequence).State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCompletionWakesWhatItUnblocks: under SINGULAR_BY_IDENTIFIER a task's completion
+// frees the next READY task of its identifier, which the poll loop's poll, made before
+// the completion committed, had found held back: the processor that committed it polls
+// again at once, as a limited topic's does, rather than sleep until its pause interval.
+func TestCompletionWakesWhatItUnblocks(t *testing.T) {
+	f := setup(t)
+	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{
+		Handler:       processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { return repository.Succeed("ok") }),
+		Condition:     repository.SingularByIdentifier,
+		PauseInterval: time.Hour,
+	})
+	connected := p.Notifier().Connected()
+	f.start(p)
+	<-connected
+	const n = 5
+	tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, slices.Repeat([]repository.Creation{{Identifier: "x"}}, n)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for f.get(tasks[n-1].Sequence).State != repository.Succeeded {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the push of %d tasks of one identifier: %s, want every one SUCCEEDED", n, f.states())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
