@@ -3173,14 +3173,15 @@ func TestScheduleCreatedStatementTimeMigration(t *testing.T) {
 	steps(1)
 }
 
-// TestSingularLeaseInFlightMigration: 000061 keeps the tasks as they are, and a
-// conditional poll after it leases as before when no lease is in flight (the oldest READY
-// task of an identifier none runs, under FIFO); down drops task_poll_singular and polls
-// as 000021 did.
-func TestSingularLeaseInFlightMigration(t *testing.T) {
+// TestSingularPollMigrations: 000061 (a lease in flight holds its identifier back) and
+// 000062 (a probe of each candidate's identifier) keep the tasks as they are, and a
+// conditional poll after each leases as before when no lease is in flight (the oldest
+// READY task of an identifier none runs, under FIFO); down drops task_poll_singular and
+// polls as 000021 and 000043 did.
+func TestSingularPollMigrations(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := pgtest.NewPool(t, "pgtask repository singular lease test: empty database", nil)
+	pool := pgtest.NewPool(t, "pgtask repository singular poll test: empty database", nil)
 	steps, create := stepper(t, pool)
 	migrateTo(t, pool, 60)
 	create("emails")
@@ -3190,26 +3191,29 @@ func TestSingularLeaseInFlightMigration(t *testing.T) {
 	rows := func() []string {
 		return textRows(t, pool, "SELECT sequence || ' ' || identifier || ' ' || state FROM task ORDER BY sequence")
 	}
-	poll := func() []string {
+	poll := func(what string) {
 		t.Helper()
-		return textRows(t, pool, `SELECT t.identifier || ' ' || t.sequence FROM task t
+		got := textRows(t, pool, `SELECT t.identifier || ' ' || t.sequence FROM task t
 			WHERE t.topic = 'emails' AND t.ctid = ANY (ARRAY(SELECT task_poll_candidates('emails', false, 1::smallint, 10, NULL, NULL)))
 			ORDER BY t.sequence`)
+		if !slices.Equal(got, []string{"a 1", "b 3"}) {
+			t.Errorf("a FIFO poll under SINGULAR_BY_IDENTIFIER %s chose %v, want [a 1 b 3]", what, got)
+		}
 	}
 	before := rows()
-	steps(1)
-	sameRows(t, "tasks after 000061", rows(), before)
-	if got := poll(); !slices.Equal(got, []string{"a 1", "b 3"}) {
-		t.Errorf("a FIFO poll under SINGULAR_BY_IDENTIFIER after 000061 chose %v, want [a 1 b 3]", got)
+	for _, version := range []string{"000061", "000062"} {
+		steps(1)
+		sameRows(t, "tasks after "+version, rows(), before)
+		poll("after " + version)
 	}
-	steps(-1)
-	sameRows(t, "tasks after reverting 000061", rows(), before)
+	for _, version := range []string{"000062", "000061"} {
+		steps(-1)
+		sameRows(t, "tasks after reverting "+version, rows(), before)
+		poll("after reverting " + version)
+	}
 	var gone bool
 	if err := pool.QueryRow(ctx, "SELECT to_regprocedure('task_poll_singular(text,tid[])') IS NULL").Scan(&gone); err != nil || !gone {
 		t.Errorf("task_poll_singular after reverting 000061: gone %v, %v", gone, err)
 	}
-	if got := poll(); !slices.Equal(got, []string{"a 1", "b 3"}) {
-		t.Errorf("a FIFO poll under SINGULAR_BY_IDENTIFIER after reverting 000061 chose %v, want [a 1 b 3]", got)
-	}
-	steps(1)
+	steps(2)
 }

@@ -1206,3 +1206,56 @@ func TestReplaceReadsNoRedundantVersions(t *testing.T) {
 		t.Errorf("%d REDUNDANT tasks after the pushes, want 2 004", redundant)
 	}
 }
+
+// TestConditionProbesPerCandidate: a conditional poll looks for an ACTIVE task of each
+// candidate's identifier with one descent of task_open bounded by the identifier
+// (migration 000062), whatever the statistics say. With statistics taken when no task
+// was ACTIVE, the planner joined the candidates with every ACTIVE task of the topic,
+// read once and kept: a poll of 1 000 against 3 000 ACTIVE tasks compared 3 000 000 pairs,
+// and the processor's polls slowed with every task it held.
+func TestConditionProbesPerCandidate(t *testing.T) {
+	f := setup(t)
+	creations := make([]repository.Creation, 6000)
+	for i := range creations {
+		creations[i] = repository.Creation{Identifier: fmt.Sprintf("i%d", i)}
+	}
+	if _, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, creations...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(f.ctx, "ANALYZE task"); err != nil {
+		t.Fatal(err)
+	}
+	if leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 3000); err != nil || len(leased) != 3000 {
+		t.Fatalf("poll: %d tasks, %v", len(leased), err)
+	}
+	conn, capture := explainedConn(f)
+	for _, stmt := range []string{"RESET enable_seqscan", "SET auto_explain.log_analyze = on", "SET auto_explain.log_timing = off"} {
+		if _, err := conn.Exec(f.ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, order := range []repository.Order{repository.FIFO, repository.LIFO} {
+		for _, condition := range []repository.Condition{repository.SingularByIdentifier, repository.SingularByIdentifierSuspendUntilSuccess} {
+			leased, err := f.repo.Poll(f.ctx, conn, f.topic, order, condition, 500)
+			if err != nil || len(leased) != 500 {
+				t.Fatalf("poll %v %v: %d tasks, %v", order, condition, len(leased), err)
+			}
+			probes := 0
+			for _, p := range capture.take(t) {
+				p.Root.visit(func(n planNode) {
+					if !strings.Contains(n.IndexName, "state_hashtext_identifier") {
+						return
+					}
+					probes++
+					if !strings.Contains(n.IndexCond, "identifier =") {
+						t.Errorf("poll %v %v: a probe of task_open not bounded by the identifier (%s, %v rows read %v times)\nplan: %s",
+							order, condition, n.IndexCond, n.Rows+n.Removed, n.Loops, p.raw)
+					}
+				})
+			}
+			if probes == 0 {
+				t.Fatalf("poll %v %v: no probe of task_open in its plans: the capture is broken", order, condition)
+			}
+		}
+	}
+}

@@ -37,8 +37,9 @@ BEGIN
     RETURN QUERY
         SELECT t.ctid FROM task t
         WHERE t.topic = p_topic AND t.ctid = ANY (v_locked)
+          -- OFFSET 0: a probe of each one's identifier (migration 000062 says why)
           AND NOT EXISTS (SELECT 1 FROM task o WHERE o.state = 0 AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic
-                          AND o.identifier = t.identifier);
+                          AND o.identifier = t.identifier OFFSET 0);
 END
 $$;
 

@@ -2,9 +2,11 @@
 -- is distributed (pgtask citus enable), so Citus passes its CREATE OR REPLACE on to every
 -- node; task_poll_singular, which it calls on the node of the topic's shard (where every
 -- poll of the topic runs, task_citus_poll, and so takes the identifiers' locks), is put
--- on every node as pgtask citus enable puts the other functions.
+-- on every node as pgtask citus enable puts the other functions. Both statements may run
+-- again on a database at this version (CREATE OR REPLACE; distributing a distributed
+-- function again changes nothing), as the newest form must.
 
-CREATE FUNCTION task_poll_singular(p_topic text, p_tids tid[])
+CREATE OR REPLACE FUNCTION task_poll_singular(p_topic text, p_tids tid[])
 RETURNS SETOF tid
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -24,8 +26,9 @@ BEGIN
     RETURN QUERY
         SELECT t.ctid FROM task t
         WHERE t.topic = p_topic AND t.ctid = ANY (v_locked)
+          -- OFFSET 0: a probe of each one's identifier (migration 000062 says why)
           AND NOT EXISTS (SELECT 1 FROM task o WHERE o.state = 0 AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic
-                          AND o.identifier = t.identifier);
+                          AND o.identifier = t.identifier OFFSET 0);
 END
 $$;
 
