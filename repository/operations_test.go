@@ -3215,3 +3215,71 @@ func TestHold(t *testing.T) {
 		t.Fatal("a held task was changed by another transaction")
 	}
 }
+
+// lockWatch is a Handle of a caller's own type around a pool (a wrapper that traces,
+// say): before each statement whose text holds match, in a transaction it began or not,
+// it runs observe.
+type lockWatch struct {
+	*pgxpool.Pool
+	match   string
+	observe func()
+}
+
+func (w *lockWatch) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if strings.Contains(sql, w.match) {
+		w.observe()
+	}
+	return w.Pool.Query(ctx, sql, args...)
+}
+
+func (w *lockWatch) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := w.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &lockWatchTx{Tx: tx, w: w}, nil
+}
+
+type lockWatchTx struct {
+	pgx.Tx
+	w *lockWatch
+}
+
+func (t *lockWatchTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if strings.Contains(sql, t.w.match) {
+		t.w.observe()
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+// TestJunctionOnAWrapperOfAPool: a junction given a Handle of the caller's own type
+// around a pool runs in a transaction of its own, as on the pool itself, so that its
+// groups' locks are held while it looks at the group and releases it; it ran its
+// statements one by one, each committing alone, the locks released before the look.
+func TestJunctionOnAWrapperOfAPool(t *testing.T) {
+	f := setup(t)
+	f.push(repository.Append, "a", "b")
+	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("poll: %v %v", leased, err)
+	}
+	for _, task := range leased {
+		if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, task.Decide(repository.Suspend("waiting for the group"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := -1
+	h := &lockWatch{Pool: f.pool, match: "name: TaskJunction :many", observe: func() {
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND classid = 1885828202 AND granted`).Scan(&held); err != nil {
+			t.Error(err)
+		}
+	}}
+	released, err := f.repo.Junction(f.ctx, h, f.topic, repository.Singular, []string{"a", "b"})
+	if err != nil || len(released) != 2 {
+		t.Fatalf("junction: released %v, %v; want a and b", released, err)
+	}
+	if held != 2 {
+		t.Errorf("the group's locks held while the junction looked at it: %d, want its 2 identifiers'", held)
+	}
+}

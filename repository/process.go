@@ -653,6 +653,17 @@ func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
 	return block.Begin(ctx)
 }
 
+// pgxHandle reports whether h is one of pgx's own handles (a pool, a connection, a
+// transaction), whose transaction state autocommit can tell, rather than a type of the
+// caller's around one.
+func pgxHandle(h Handle) bool {
+	switch h.(type) {
+	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn, pgx.Tx:
+		return true
+	}
+	return false
+}
+
 // autocommit reports whether a statement on h runs in a transaction of its own: a pool,
 // or a connection outside a transaction block.
 func autocommit(h Handle) bool {
@@ -920,11 +931,14 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	if len(arg.Identifiers) == 0 {
 		return nil, nil
 	}
-	if autocommit(h) {
+	if autocommit(h) || !pgxHandle(h) {
 		// In a transaction of its own: the groups' locks are then held until the release
 		// commits, and on Citus a failure of the notification's statement after it
 		// (junctionWorkOnCitus) takes the release back with it; each committed alone,
 		// and the error was answered for tasks released (a retry found nothing to release).
+		// So too on a Handle of the caller's own type, whose statements may each commit
+		// alone (a wrapper of a pool): begin gives it a transaction, or a savepoint of
+		// the caller's.
 		var released []string
 		err := inTx(ctx, h, func(tx pgx.Tx) error {
 			var err error
