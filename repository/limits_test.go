@@ -680,3 +680,48 @@ func TestWaitingBehindADelayedBacklog(t *testing.T) {
 		t.Errorf("why the last task waits behind delayed ones only: %+v", why)
 	}
 }
+
+// TestWaitingOnAKeyedTopic: in a topic polled by key (fair, or with a per-key limit) a
+// task with a key has ahead of it the due tasks of a higher priority and its key's
+// before it, not every task before it: behind 300 tasks of key a, b's one task had 300
+// "ahead in poll order", though the next poll takes it on b's turn.
+func TestWaitingOnAKeyedTopic(t *testing.T) {
+	f := setup(t)
+	if _, err := f.repo.UpdateSettings(f.ctx, f.pool, f.topic, func(s *repository.TopicSettings) { s.Fair = true }); err != nil {
+		t.Fatal(err)
+	}
+	push := func(key string, n, priority int) []repository.Task {
+		t.Helper()
+		creations := make([]repository.Creation, n)
+		for i := range creations {
+			creations[i] = repository.Creation{Identifier: fmt.Sprintf("%s%d", key, i), ConcurrencyKey: key, Priority: int16(priority)}
+		}
+		tasks, err := f.repo.Push(f.ctx, f.pool, f.topic, repository.Append, creations...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tasks
+	}
+	push("a", 300, 0)
+	b := push("b", 2, 0)
+	why, err := f.repo.Waiting(f.ctx, f.pool, f.topic, b[0].Sequence)
+	if err != nil || len(why) != 1 || why[0].Kind != "none" {
+		t.Errorf("why b's first task waits behind 300 of a: %+v, %v; want nothing (b's turn)", why, err)
+	}
+	why, err = f.repo.Waiting(f.ctx, f.pool, f.topic, b[1].Sequence)
+	if err != nil || len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, `1 due READY tasks go before it`) ||
+		!strings.Contains(why[0].Text, `key "b"`) {
+		t.Errorf("why b's second task waits: %+v, %v; want b's first ahead of it", why, err)
+	}
+	push("c", 5, -1) // a higher priority goes first, whatever its key
+	why, err = f.repo.Waiting(f.ctx, f.pool, f.topic, b[0].Sequence)
+	if err != nil || len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, `5 due READY tasks go before it`) {
+		t.Errorf("why b's first task waits behind 5 of a higher priority: %+v, %v", why, err)
+	}
+	// without a key it waits in poll order, as in a topic not polled by key
+	keyless := f.push(repository.Append, "keyless")[0]
+	why, err = f.repo.Waiting(f.ctx, f.pool, f.topic, keyless.Sequence)
+	if err != nil || len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, "307 due READY tasks are ahead of it in poll order") {
+		t.Errorf("why a keyless task waits: %+v, %v", why, err)
+	}
+}

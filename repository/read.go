@@ -967,8 +967,10 @@ type WaitReason struct {
 // Waiting says what holds a READY task back, one reason per entry, for an operator
 // asking why it has not started: its topic paused, its delay, the topic's concurrency
 // limit reached, its concurrency key at the per-key limit, the rate limit's bucket empty,
-// the due tasks polled before it (counted among the first 20 000 READY tasks before it,
-// so that a backlog of delayed tasks ahead is not read whole). It is empty when the task is
+// the due tasks polled before it (in a topic polled by key, for a task with a key,
+// those of a higher priority and its key's before it: the keys take turns; counted
+// among the first 20 000 READY tasks before it, so that a backlog of delayed tasks
+// ahead is not read whole). It is empty when the task is
 // not READY, and says so (Kind "none") when nothing holds it back: the next poll takes
 // it. A poll condition of the processors (ManagerConfig.Condition) is theirs, not the
 // database's, and is not named. One statement; it reads the topic's ACTIVE tasks and
@@ -1009,6 +1011,19 @@ func (r *Repository) Waiting(ctx context.Context, h Handle, topic string, sequen
 			time.Duration(*w.RatePeriodMs)*time.Millisecond, next.Round(time.Millisecond))
 	}
 	switch {
+	case w.Keyed && w.Ahead > 0:
+		// its key takes turns with the others: what goes first is a higher priority's
+		// tasks and its own key's before it
+		at := ""
+		if w.AheadRead >= waitingAheadRead {
+			at = "at least "
+		}
+		add("ahead", "%s%d due READY tasks go before it: of a higher priority, or of its concurrency key %q before it (the topic takes its keys in turns)",
+			at, w.Ahead, *w.ConcurrencyKey)
+	case w.Keyed && w.AheadRead >= waitingAheadRead:
+		add("ahead", "at least %d READY tasks go before it, of a higher priority or of its concurrency key %q, the first %d of them delayed (those beyond were not read)",
+			waitingAheadRead, *w.ConcurrencyKey, waitingAheadRead)
+	case w.Keyed:
 	case w.AheadRead >= waitingAheadRead && w.Ahead > 0:
 		add("ahead", "at least %d due READY tasks are ahead of it in poll order (among the first %d READY tasks before it; those beyond were not read)",
 			w.Ahead, waitingAheadRead)
