@@ -188,8 +188,8 @@ func BenchmarkPoll(b *testing.B) {
 }
 
 // BenchmarkPollSingular is BenchmarkPoll under SingularByIdentifier (every task its own
-// identifier): what the condition's checks cost a poll, the identifiers' locks of a
-// lease in flight (migration 000061) included.
+// identifier): what the condition's checks cost a poll, its turn under the topic's lock
+// (migration 000061) included.
 func BenchmarkPollSingular(b *testing.B) {
 	for _, size := range []int{100, 1000} {
 		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {

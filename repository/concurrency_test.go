@@ -299,14 +299,29 @@ func TestSingularLeaseInFlight(t *testing.T) {
 			} else {
 				f.push(repository.Append, "foo")
 			}
-			got, err := other.Poll(f.ctx, f.pool, f.topic, tc.order, repository.SingularByIdentifier, 10)
-			if err != nil || len(got) != 0 {
-				t.Errorf("a poll while foo %d's lease is in flight: %v, %v; want none", leased[0].Sequence, got, err)
+			// the other poll waits for the topic's turn, which the lease in flight holds,
+			// then sees it committed
+			type result struct {
+				tasks []repository.Task
+				err   error
+			}
+			polled := make(chan result, 1)
+			go func() {
+				got, err := other.Poll(f.ctx, f.pool, f.topic, tc.order, repository.SingularByIdentifier, 10)
+				polled <- result{got, err}
+			}()
+			select {
+			case r := <-polled:
+				t.Fatalf("a poll while foo %d's lease is in flight returned %v, %v; want it to wait for the lease's commit", leased[0].Sequence, r.tasks, r.err)
+			case <-time.After(200 * time.Millisecond):
 			}
 			if err := leasing.Commit(f.ctx); err != nil {
 				t.Fatal(err)
 			}
-			got, err = other.Poll(f.ctx, f.pool, f.topic, tc.order, repository.SingularByIdentifier, 10)
+			if r := <-polled; r.err != nil || len(r.tasks) != 0 {
+				t.Errorf("the poll that waited for foo %d's lease: %v, %v; want none", leased[0].Sequence, r.tasks, r.err)
+			}
+			got, err := other.Poll(f.ctx, f.pool, f.topic, tc.order, repository.SingularByIdentifier, 10)
 			if err != nil || len(got) != 0 {
 				t.Errorf("a poll while foo %d runs: %v, %v; want none", leased[0].Sequence, got, err)
 			}

@@ -173,13 +173,12 @@ func TestMigrateDistributed(t *testing.T) {
 		keyedTasks(t, pool, "keyed")
 		before := keyedPicks(t, pool, "keyed")
 		// what a form after citusBase creates, a database of that version has not
-		// (000025, 000039, 000040, 000045, 000046 and 000061: the functions are absent
-		// until their forms put them on every node; 000030: the index)
+		// (000025, 000039, 000040, 000045 and 000046: the functions are absent until
+		// their forms put them on every node; 000030: the index)
 		for _, drop := range []string{"DROP FUNCTION task_tally_writer()", "DROP INDEX task_retention",
 			"DROP FUNCTION task_topic_counts(text)", "DROP FUNCTION task_topic_capped_counts(text)",
 			"DROP FUNCTION task_topic_open_pass(text)", "DROP FUNCTION IF EXISTS task_citus_expire_owners(text, text[])",
-			"DROP TRIGGER IF EXISTS task_schedule_topic_check ON task_schedule", "DROP FUNCTION IF EXISTS task_schedule_topic_check()",
-			"DROP FUNCTION task_poll_singular(text, tid[])"} {
+			"DROP TRIGGER IF EXISTS task_schedule_topic_check ON task_schedule", "DROP FUNCTION IF EXISTS task_schedule_topic_check()"} {
 			if _, err := pool.Exec(ctx, drop); err != nil {
 				t.Fatal(err)
 			}

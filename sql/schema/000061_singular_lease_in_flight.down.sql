@@ -1,5 +1,5 @@
--- 000061 reverted: task_poll_candidates as 000021 made it (with 000027's settings),
--- without task_poll_singular.
+-- 000061 reverted: task_poll_candidates as 000021 made it (with 000027's settings): a
+-- conditional poll takes no turn.
 
 CREATE OR REPLACE FUNCTION task_poll_candidates(p_topic text, p_lifo boolean, p_condition smallint, p_size integer,
                                                 p_from_priority smallint, p_from_sequence bigint)
@@ -42,5 +42,3 @@ BEGIN
         FOR UPDATE OF t SKIP LOCKED;
 END
 $$;
-
-DROP FUNCTION task_poll_singular(text, tid[]);

@@ -7,41 +7,15 @@
 -- the newer's, or revived by a reset or a junction); both then ran at once, against
 -- design.md §4.3's "at most one task per identifier in flight".
 --
--- task_poll_singular takes, for each task a conditional poll chose, the transaction's
--- advisory lock of its identifier, tried (never waited for), and keeps those whose lock
--- it got and whose identifier has no ACTIVE task in a statement that begins after the
--- locks: a lease in flight holds its identifier's lock until it commits, and one that
--- committed before the lock was got is seen. A task passed over stays READY for the next
--- poll. task_poll_candidates (the six-argument form every unlimited poll goes through,
--- 000021, with 000027's settings) is restated whole to call it. A limited topic's polls
--- choose under the topic's lock in a statement after the lock (000054), which sees every
--- lease committed before: they are left as they are.
-
-CREATE FUNCTION task_poll_singular(p_topic text, p_tids tid[])
-RETURNS SETOF tid
-LANGUAGE plpgsql VOLATILE
-SET jit = off
-AS $$
-DECLARE
-    v_locked tid[];
-BEGIN
-    -- 1885828205: the class of these locks (the junctions' is 1885828202); the key is the
-    -- topic and identifier's hash (two identifiers that share it only take turns)
-    v_locked := ARRAY(
-        SELECT c.ctid FROM (SELECT t.ctid, t.identifier FROM task t
-                            WHERE t.topic = p_topic AND t.ctid = ANY (p_tids) OFFSET 0) c
-        WHERE pg_try_advisory_xact_lock(1885828205, hashtext(p_topic || E'\n' || c.identifier)));
-    IF cardinality(v_locked) = 0 THEN
-        RETURN;
-    END IF;
-    RETURN QUERY
-        SELECT t.ctid FROM task t
-        WHERE t.topic = p_topic AND t.ctid = ANY (v_locked)
-          -- OFFSET 0: a probe of each one's identifier (migration 000062 says why)
-          AND NOT EXISTS (SELECT 1 FROM task o WHERE o.state = 0 AND hashtext(o.topic) = hashtext(p_topic) AND o.topic = p_topic
-                          AND o.identifier = t.identifier OFFSET 0);
-END
-$$;
+-- A conditional poll of a topic now takes its turn under the topic's transaction-scoped
+-- advisory lock, the one a limited topic's polls take (000015), and chooses its tasks
+-- after it, in statements that see every lease committed before: a lease in flight holds
+-- the lock until it commits. The conditional polls of one topic run one at a time (an
+-- unconditional poll, or another topic's, waits for nothing); a poll in a transaction of
+-- the caller's holds the turn until that transaction ends, and one under REPEATABLE READ
+-- chooses by its transaction's snapshot. task_poll_candidates (the six-argument form
+-- every unlimited poll goes through, 000021, with 000027's settings) is restated whole.
+-- A limited topic's polls take the lock already (task_poll_limited).
 
 CREATE OR REPLACE FUNCTION task_poll_candidates(p_topic text, p_lifo boolean, p_condition smallint, p_size integer,
                                                 p_from_priority smallint, p_from_sequence bigint)
@@ -69,7 +43,10 @@ BEGIN
         RETURN;
     END IF;
     IF p_condition <> 0 THEN
-        RETURN QUERY SELECT c FROM task_poll_singular(p_topic, ARRAY(SELECT task_poll_candidates(p_topic, p_lifo, p_condition, p_size))) c;
+        -- the topic's turn (the lock of a limited topic's polls, 000015), then the choice
+        -- in statements of their own, which see every lease committed before the turn
+        PERFORM pg_advisory_xact_lock(1885828451, hashtext(p_topic));
+        RETURN QUERY SELECT c FROM task_poll_candidates(p_topic, p_lifo, p_condition, p_size) c;
         RETURN;
     END IF;
     IF p_from_sequence IS NULL OR p_lifo THEN
