@@ -1005,7 +1005,9 @@ func (p *Processor) registerAgain(ctx context.Context, h repository.Handle, own 
 		}
 		return err
 	}
-	p.registering.Store(false)
+	if created {
+		p.registering.Store(false) // this registration wrote the row
+	}
 	row, _, err := p.repo.RegisteredOwner(ctx, h)
 	if err != nil {
 		if created {
@@ -1018,6 +1020,7 @@ func (p *Processor) registerAgain(ctx context.Context, h repository.Handle, own 
 	if !created && own != nil && takenOver(row, *own) && !p.registeredUnsure(row, *own) {
 		return p.takenOverBy(row) // another process registered the name meanwhile
 	}
+	p.registering.Store(false)
 	p.ownRow.Store(&row)
 	return nil
 }
