@@ -3271,7 +3271,8 @@ func TestJunctionOnAWrapperOfAPool(t *testing.T) {
 	held := -1
 	h := &lockWatch{Pool: f.pool, match: "name: TaskJunction :many", observe: func() {
 		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND classid = 1885828202 AND granted`).Scan(&held); err != nil {
+			WHERE locktype = 'advisory' AND classid = 1885828202 AND granted
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&held); err != nil {
 			t.Error(err)
 		}
 	}}

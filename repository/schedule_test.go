@@ -1737,8 +1737,9 @@ func TestScheduleDeclaredInALongTransaction(t *testing.T) {
 // large input in one push could exceed what a statement may carry, and failed every
 // round, the schedule never firing again.
 func TestScheduleCatchUpOfALargeInput(t *testing.T) {
-	// Not parallel: the budget is the package's.
-	s := setupSchedules(t)
+	// Not parallel (setupSchedules is): the budget is the package's, read by every fire.
+	s := &scheduleFixture{fixture: fixtureOn(t, pgtest.NewPool(t, schema.Hash(), migrate)), clock: newClock(start)}
+	s.sched = s.firer("firer-1")
 	repository.SetFireInputBudget(t, 10_000)
 	settings := appendEach("@every 1s")
 	settings.Identifier = "c{time}"           // 21 bytes once {time} is written
