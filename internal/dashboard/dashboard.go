@@ -253,8 +253,13 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
-	probe := &http.Request{Header: http.Header{"Authorization": {"Bearer " + r.PostForm.Get("token")}}}
-	if r.PostForm.Get("token") == "" || !s.cfg.Guard.Authorized(probe) {
+	ok, wait := s.cfg.Guard.TryToken(r, r.PostForm.Get("token"))
+	if wait > 0 {
+		w.Header().Set("Retry-After", httpguard.RetryAfter(wait))
+		s.render(w, r, http.StatusTooManyRequests, "login", loginView{Next: next, Error: httpguard.ThrottledText(wait)})
+		return
+	}
+	if !ok {
 		s.render(w, r, http.StatusUnauthorized, "login", loginView{Next: next, Error: "wrong token"})
 		return
 	}

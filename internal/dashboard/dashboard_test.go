@@ -862,6 +862,27 @@ func TestProcesses(t *testing.T) {
 	}
 }
 
+// TestLoginThrottled: after 10 wrong tokens from one address, the login form refuses
+// that address (429, Retry-After), the right token too, without checking it; a weak
+// token could be guessed as fast as the server answered.
+func TestLoginThrottled(t *testing.T) {
+	const token = "s3cret-token"
+	f := setup(t, token)
+	login := func(given string) (int, http.Header, string) {
+		return f.do(http.MethodPost, "/ui/login", form("token", given, "next", "/"), "Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := range 10 {
+		if status, _, _ := login(fmt.Sprintf("guess-%d", i)); status != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i, status)
+		}
+	}
+	status, h, body := login(token)
+	if status != http.StatusTooManyRequests || h.Get("Retry-After") == "" || h.Get("Set-Cookie") != "" ||
+		!strings.Contains(body, "too many wrong tokens from this address") {
+		t.Errorf("the right token after 10 wrong ones: %d, Retry-After %q, cookie %q; want 429 saying why, no session", status, h.Get("Retry-After"), h.Get("Set-Cookie"))
+	}
+}
+
 func TestLogin(t *testing.T) {
 	const token = "s3cret-token"
 	f := setup(t, token)

@@ -38,6 +38,7 @@ type Guard struct {
 	bound     netip.Addr // the listening IP; the zero Addr for a loopback one
 	allow     []string
 	origins   *http.CrossOriginProtection
+	guesses   *guesses // wrong tokens by client address
 }
 
 // New checks cfg and returns its Guard.
@@ -45,7 +46,8 @@ func New(cfg Config) (*Guard, error) {
 	if err := CheckToken(cfg.Token); err != nil {
 		return nil, err
 	}
-	g := &Guard{token: cfg.Token != "", tokenHash: sha256.Sum256([]byte(cfg.Token)), origins: http.NewCrossOriginProtection()}
+	g := &Guard{token: cfg.Token != "", tokenHash: sha256.Sum256([]byte(cfg.Token)), origins: http.NewCrossOriginProtection(),
+		guesses: newGuesses()}
 	if cfg.Addr != nil {
 		host, _, err := net.SplitHostPort(cfg.Addr.String())
 		if err != nil {
@@ -165,23 +167,61 @@ func clip(s string) string {
 // Authenticate requires the bearer token, when one is configured, on the routes it
 // wraps: a request without it, or with another, gets 401 and a WWW-Authenticate
 // challenge. The comparison is of SHA-256 digests in constant time, so that neither the
-// token nor its length leaks through timing.
+// token nor its length leaks through timing. A client address that sent 10 wrong tokens
+// gets 429, its token not checked, until one more may be tried (one every 6 s): see
+// TryToken.
 func (g *Guard) Authenticate(next http.Handler) http.Handler {
 	if !g.token {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr := clientAddr(r)
+		if wait := g.guesses.wait(addr); wait > 0 {
+			w.Header().Set("Retry-After", RetryAfter(wait))
+			refuse(w, r, http.StatusTooManyRequests, ThrottledText(wait))
+			return
+		}
 		switch g.check(r) {
 		case errNoToken:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pgtask"`)
 			refuse(w, r, http.StatusUnauthorized, "missing bearer token: send the header Authorization: Bearer <token>")
 		case errWrongToken:
+			g.guesses.wrong(addr)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pgtask", error="invalid_token"`)
 			refuse(w, r, http.StatusUnauthorized, "invalid bearer token")
 		default:
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// TryToken checks token, given by the client of r (a login form's), as Authenticate
+// checks a bearer token: ok when it is the token, or none is configured. A client
+// address that sent 10 wrong tokens (to either) is refused without a check until one
+// more may be tried, one every 6 s: wait is then how long until that.
+func (g *Guard) TryToken(r *http.Request, token string) (ok bool, wait time.Duration) {
+	if !g.token {
+		return true, 0
+	}
+	addr := clientAddr(r)
+	if wait := g.guesses.wait(addr); wait > 0 {
+		return false, wait
+	}
+	if g.matches(token) {
+		return true, 0
+	}
+	g.guesses.wrong(addr)
+	return false, 0
+}
+
+// ThrottledText is what a client refused by TryToken, or by Authenticate's 429, is told.
+func ThrottledText(wait time.Duration) string {
+	return fmt.Sprintf("too many wrong tokens from this address: try again in %s", RetryAfter(wait)+" s")
+}
+
+// RetryAfter is wait in whole seconds, rounded up, for a Retry-After header.
+func RetryAfter(wait time.Duration) string {
+	return fmt.Sprint(int64((wait + time.Second - 1) / time.Second))
 }
 
 // Authorized reports whether r may see what the routes behind Authenticate show: it
@@ -199,11 +239,16 @@ func (g *Guard) check(r *http.Request) error {
 	if !found || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(given) == "" {
 		return errNoToken
 	}
-	digest := sha256.Sum256([]byte(strings.TrimSpace(given)))
-	if subtle.ConstantTimeCompare(digest[:], g.tokenHash[:]) != 1 {
+	if !g.matches(strings.TrimSpace(given)) {
 		return errWrongToken
 	}
 	return nil
+}
+
+// matches reports whether given is the token, comparing SHA-256 digests in constant time.
+func (g *Guard) matches(given string) bool {
+	digest := sha256.Sum256([]byte(given))
+	return given != "" && subtle.ConstantTimeCompare(digest[:], g.tokenHash[:]) == 1
 }
 
 // refuse answers a refused request with a JSON error, {"error": message}. The body, if
