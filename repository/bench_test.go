@@ -79,8 +79,10 @@ func (f *benchFixture) analyze() {
 	}
 }
 
-func (f *benchFixture) poll(size int) []repository.Task {
-	tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, size)
+func (f *benchFixture) poll(size int) []repository.Task { return f.pollUnder(repository.None, size) }
+
+func (f *benchFixture) pollUnder(condition repository.Condition, size int) []repository.Task {
+	tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, condition, size)
 	if err != nil {
 		f.b.Fatal(err)
 	}
@@ -172,25 +174,14 @@ func BenchmarkPollComplete(b *testing.B) {
 }
 
 // BenchmarkPoll polls batches alone (they stay ACTIVE) from a backlog pushed beforehand.
-func BenchmarkPoll(b *testing.B) {
-	for _, size := range []int{100, 1000} {
-		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
-			f := benchSetup(b)
-			f.pushN(b.N * size)
-			f.analyze()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				f.poll(size)
-			}
-			reportTasks(b, size)
-		})
-	}
-}
+func BenchmarkPoll(b *testing.B) { benchmarkPolls(b, repository.None) }
 
 // BenchmarkPollSingular is BenchmarkPoll under SingularByIdentifier (every task its own
 // identifier): what the condition's checks cost a poll, its turn under the topic's lock
 // (migration 000061) included.
-func BenchmarkPollSingular(b *testing.B) {
+func BenchmarkPollSingular(b *testing.B) { benchmarkPolls(b, repository.SingularByIdentifier) }
+
+func benchmarkPolls(b *testing.B, condition repository.Condition) {
 	for _, size := range []int{100, 1000} {
 		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
 			f := benchSetup(b)
@@ -198,10 +189,7 @@ func BenchmarkPollSingular(b *testing.B) {
 			f.analyze()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				tasks, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.SingularByIdentifier, size)
-				if err != nil || len(tasks) != size {
-					b.Fatalf("poll leased %d tasks (%v), want %d", len(tasks), err, size)
-				}
+				f.pollUnder(condition, size)
 			}
 			reportTasks(b, size)
 		})
