@@ -3284,3 +3284,47 @@ func TestJunctionOnAWrapperOfAPool(t *testing.T) {
 		t.Errorf("the group's locks held while the junction looked at it: %d, want its 2 identifiers'", held)
 	}
 }
+
+// connWrapper is a Handle of a caller's own type around a connection (embedding it).
+type connWrapper struct{ *pgx.Conn }
+
+// TestJunctionOnAWrapperInTheCallersBlock: a junction given a type of the caller's that
+// embeds a connection on which the caller ran BEGIN runs inside that block, as on the
+// connection itself: a transaction of its own would have sent BEGIN (a warning) and then
+// COMMIT, ending the caller's block.
+func TestJunctionOnAWrapperInTheCallersBlock(t *testing.T) {
+	f := setup(t)
+	f.push(repository.Append, "a", "b")
+	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("poll: %v %v", leased, err)
+	}
+	for _, task := range leased {
+		if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, task.Decide(repository.Suspend("waiting for the group"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(f.ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	released, err := f.repo.Junction(f.ctx, connWrapper{conn.Conn()}, f.topic, repository.Singular, []string{"a", "b"})
+	if err != nil || len(released) != 2 {
+		t.Fatalf("junction: released %v, %v; want a and b", released, err)
+	}
+	if status := conn.Conn().PgConn().TxStatus(); status != 'T' {
+		t.Fatalf("the caller's block after the junction: status %q, want still open ('T')", status)
+	}
+	if _, err := conn.Exec(f.ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range leased {
+		if got := f.get(task.Sequence); got.State != repository.Suspended {
+			t.Errorf("task %d after the caller's rollback: %v, want SUSPENDED (the release rolled back with the block)", task.Sequence, got.State)
+		}
+	}
+}

@@ -653,15 +653,22 @@ func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
 	return block.Begin(ctx)
 }
 
-// pgxHandle reports whether h is one of pgx's own handles (a pool, a connection, a
-// transaction), whose transaction state autocommit can tell, rather than a type of the
-// caller's around one.
-func pgxHandle(h Handle) bool {
-	switch h.(type) {
+// ownTransaction reports whether a statement on h may commit alone, so that an
+// operation of several statements needs a transaction of its own: a pool, a connection
+// outside a transaction block (autocommit), or a Handle of the caller's own type around
+// a pool (a wrapper that traces, say). Not a pgx.Tx, nor a connection in the caller's
+// block, also seen through a type that embeds it (its PgConn or Conn method): begin
+// would send that one BEGIN, a warning, and its COMMIT would end the caller's block.
+func ownTransaction(h Handle) bool {
+	switch c := h.(type) {
 	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn, pgx.Tx:
-		return true
+		return autocommit(h)
+	case interface{ PgConn() *pgconn.PgConn }:
+		return c.PgConn().TxStatus() == 'I'
+	case interface{ Conn() *pgx.Conn }:
+		return c.Conn().PgConn().TxStatus() == 'I'
 	}
-	return false
+	return true
 }
 
 // autocommit reports whether a statement on h runs in a transaction of its own: a pool,
@@ -931,7 +938,7 @@ func (r *Repository) Junction(ctx context.Context, h Handle, topic string, junct
 	if len(arg.Identifiers) == 0 {
 		return nil, nil
 	}
-	if autocommit(h) || !pgxHandle(h) {
+	if ownTransaction(h) {
 		// In a transaction of its own: the groups' locks are then held until the release
 		// commits, and on Citus a failure of the notification's statement after it
 		// (junctionWorkOnCitus) takes the release back with it; each committed alone,
