@@ -718,10 +718,21 @@ func TestWaitingOnAKeyedTopic(t *testing.T) {
 	if err != nil || len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, `5 due READY tasks go before it`) {
 		t.Errorf("why b's first task waits behind 5 of a higher priority: %+v, %v", why, err)
 	}
-	// without a key it waits in poll order, as in a topic not polled by key
-	keyless := f.push(repository.Append, "keyless")[0]
-	why, err = f.repo.Waiting(f.ctx, f.pool, f.topic, keyless.Sequence)
-	if err != nil || len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, "307 due READY tasks are ahead of it in poll order") {
-		t.Errorf("why a keyless task waits: %+v, %v", why, err)
+	// pushed without a key (stored as the key '', which takes its turn as a key does):
+	// the higher priority's 5 and its key's 1 before it
+	keyless := f.push(repository.Append, "keyless", "keyless too")
+	why, err = f.repo.Waiting(f.ctx, f.pool, f.topic, keyless[1].Sequence)
+	if err != nil || len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, "6 due READY tasks go before it") ||
+		!strings.Contains(why[0].Text, "pushed without a concurrency key") {
+		t.Errorf("why a task pushed without a key waits: %+v, %v", why, err)
+	}
+	// without a key at all (NULL: pushed before the topic was polled by key) it waits in
+	// poll order, as in a topic not polled by key
+	if _, err := f.pool.Exec(f.ctx, "UPDATE task SET concurrency_key = NULL WHERE topic = $1 AND sequence = $2", f.topic, keyless[1].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	why, err = f.repo.Waiting(f.ctx, f.pool, f.topic, keyless[1].Sequence)
+	if err != nil || len(why) != 1 || why[0].Kind != "ahead" || !strings.Contains(why[0].Text, "308 due READY tasks are ahead of it in poll order") {
+		t.Errorf("why a task without a key waits: %+v, %v", why, err)
 	}
 }

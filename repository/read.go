@@ -964,6 +964,15 @@ type WaitReason struct {
 	Text string
 }
 
+// keyOf names a task's concurrency key in Waiting's text: ”, which a keyed topic's push
+// stores for none, takes its turn as a key does.
+func keyOf(key string) string {
+	if key == "" {
+		return "pushed without a concurrency key as it was"
+	}
+	return fmt.Sprintf("of its concurrency key %q", key)
+}
+
 // Waiting says what holds a READY task back, one reason per entry, for an operator
 // asking why it has not started: its topic paused, its delay, the topic's concurrency
 // limit reached, its concurrency key at the per-key limit, the rate limit's bucket empty,
@@ -1018,11 +1027,11 @@ func (r *Repository) Waiting(ctx context.Context, h Handle, topic string, sequen
 		if w.AheadRead >= waitingAheadRead {
 			at = "at least "
 		}
-		add("ahead", "%s%d due READY tasks go before it: of a higher priority, or of its concurrency key %q before it (the topic takes its keys in turns)",
-			at, w.Ahead, *w.ConcurrencyKey)
+		add("ahead", "%s%d due READY tasks go before it: of a higher priority, or %s before it (the topic takes its keys in turns)",
+			at, w.Ahead, keyOf(*w.ConcurrencyKey))
 	case w.Keyed && w.AheadRead >= waitingAheadRead:
-		add("ahead", "at least %d READY tasks go before it, of a higher priority or of its concurrency key %q, the first %d of them delayed (those beyond were not read)",
-			waitingAheadRead, *w.ConcurrencyKey, waitingAheadRead)
+		add("ahead", "at least %d READY tasks go before it, of a higher priority or %s, the first %d of them delayed (those beyond were not read)",
+			waitingAheadRead, keyOf(*w.ConcurrencyKey), waitingAheadRead)
 	case w.Keyed:
 	case w.AheadRead >= waitingAheadRead && w.Ahead > 0:
 		add("ahead", "at least %d due READY tasks are ahead of it in poll order (among the first %d READY tasks before it; those beyond were not read)",

@@ -424,14 +424,15 @@ FROM deleted d;
 -- read, so that delayed tasks ahead, which each cost a read of the table to tell from
 -- due ones, do not make it read a backlog of millions). No row for an unknown task. The subqueries
 -- name the topic by the argument, not the task's column, so that a planner (Citus's too)
--- can tell they read one topic. A task with a concurrency key (not '', which a keyed
--- topic's push stores for none), in a topic polled by key
+-- can tell they read one topic. A task with a concurrency key ('' included: a keyed
+-- topic's push stores it for none, and it takes its turn as a key does), in a topic
+-- polled by key
 -- (fair, or a per-key limit: its keys take turns, priorities still first), has ahead of
 -- it the due READY tasks of a higher priority and those of its key before it, not every
 -- task before it (keyed; task_ready_key reads its key's).
 SELECT t.state, t.not_before, t.concurrency_key, tt.active AS topic_active,
     tt.concurrency, tt.key_concurrency, tt.rate, tt.rate_period_ms, tt.rate_burst,
-    (coalesce(t.concurrency_key, '') <> '' AND (tt.fair OR tt.key_concurrency IS NOT NULL))::boolean AS keyed,
+    (t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL))::boolean AS keyed,
     (SELECT count(*) FROM (SELECT 1 FROM task a
                            WHERE a.state = 0 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
                            LIMIT 100000) x)::bigint AS active,
@@ -448,21 +449,21 @@ CROSS JOIN LATERAL (
     FROM ((SELECT a.not_before IS NULL OR a.not_before <= now() AS due FROM task a
            WHERE a.state = 1 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
              AND (a.priority, a.sequence) < (t.priority, t.sequence)
-             AND NOT (coalesce(t.concurrency_key, '') <> '' AND (tt.fair OR tt.key_concurrency IS NOT NULL))
+             AND NOT (t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL))
            ORDER BY a.priority, a.sequence
            LIMIT 20000)
           UNION ALL
           (SELECT a.not_before IS NULL OR a.not_before <= now() FROM task a
            WHERE a.state = 1 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
              AND a.priority < t.priority
-             AND coalesce(t.concurrency_key, '') <> '' AND (tt.fair OR tt.key_concurrency IS NOT NULL)
+             AND t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL)
            ORDER BY a.priority, a.sequence
            LIMIT 20000)
           UNION ALL
           (SELECT a.not_before IS NULL OR a.not_before <= now() FROM task a
            WHERE a.state = 1 AND hashtext(a.topic) = hashtext(sqlc.arg(topic)) AND a.topic = sqlc.arg(topic)
              AND a.priority = t.priority AND a.concurrency_key = t.concurrency_key AND a.sequence < t.sequence
-             AND (tt.fair OR tt.key_concurrency IS NOT NULL)
+             AND t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL)
            ORDER BY a.sequence
            LIMIT 20000)
           LIMIT 20000) y
