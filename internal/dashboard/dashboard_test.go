@@ -881,6 +881,18 @@ func TestLoginThrottled(t *testing.T) {
 		!strings.Contains(body, "too many wrong tokens from this address") {
 		t.Errorf("the right token after 10 wrong ones: %d, Retry-After %q, cookie %q; want 429 saying why, no session", status, h.Get("Retry-After"), h.Get("Set-Cookie"))
 	}
+	// a bearer token on a page counts too (a page answered a right one 200, a wrong one
+	// 303, as fast as asked)
+	pages := *f
+	pages.srv = serve(t, f.pool, f.repo, token) // a server of its own: its own counts
+	for i := range 10 {
+		if status, _, _ := pages.get("/", "Authorization", fmt.Sprintf("Bearer guess-%d", i)); status != http.StatusSeeOther {
+			t.Fatalf("a page with wrong token %d: %d, want 303 to the login", i, status)
+		}
+	}
+	if status, _, _ := pages.get("/", "Authorization", "Bearer "+token); status != http.StatusSeeOther {
+		t.Errorf("a page with the right token after 10 wrong ones: %d, want 303 (the token not checked)", status)
+	}
 }
 
 func TestLogin(t *testing.T) {

@@ -175,18 +175,15 @@ func (g *Guard) Authenticate(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		addr := clientAddr(r)
-		if wait := g.guesses.wait(addr); wait > 0 {
+		wait, err := g.checkThrottled(r)
+		switch {
+		case wait > 0:
 			w.Header().Set("Retry-After", RetryAfter(wait))
 			refuse(w, r, http.StatusTooManyRequests, ThrottledText(wait))
-			return
-		}
-		switch g.check(r) {
-		case errNoToken:
+		case err == errNoToken:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pgtask"`)
 			refuse(w, r, http.StatusUnauthorized, "missing bearer token: send the header Authorization: Bearer <token>")
-		case errWrongToken:
-			g.guesses.wrong(addr)
+		case err == errWrongToken:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pgtask", error="invalid_token"`)
 			refuse(w, r, http.StatusUnauthorized, "invalid bearer token")
 		default:
@@ -204,14 +201,28 @@ func (g *Guard) TryToken(r *http.Request, token string) (ok bool, wait time.Dura
 		return true, 0
 	}
 	addr := clientAddr(r)
-	if wait := g.guesses.wait(addr); wait > 0 {
+	if wait := g.guesses.take(addr); wait > 0 {
 		return false, wait
 	}
-	if g.matches(token) {
-		return true, 0
+	if token == "" || g.matches(token) {
+		g.guesses.refund(addr) // none given, or the right one: not a guess
 	}
-	g.guesses.wrong(addr)
-	return false, 0
+	return token != "" && g.matches(token), 0
+}
+
+// checkThrottled is check for a client address not throttled, counting a wrong token
+// against it; wait is how long until it may try one more when it is throttled (its
+// token not checked).
+func (g *Guard) checkThrottled(r *http.Request) (wait time.Duration, err error) {
+	addr := clientAddr(r)
+	if wait := g.guesses.take(addr); wait > 0 {
+		return wait, errWrongToken
+	}
+	err = g.check(r)
+	if err != errWrongToken {
+		g.guesses.refund(addr) // the right token, or none: not a guess
+	}
+	return 0, err
 }
 
 // ThrottledText is what a client refused by TryToken, or by Authenticate's 429, is told.
@@ -227,7 +238,16 @@ func RetryAfter(wait time.Duration) string {
 // Authorized reports whether r may see what the routes behind Authenticate show: it
 // carries the token, or none is configured. A public route uses it to say more to
 // those who may know it.
-func (g *Guard) Authorized(r *http.Request) bool { return !g.token || g.check(r) == nil }
+//
+// It counts a wrong token against the client's address as Authenticate does, and says
+// false, the token not checked, while the address is throttled.
+func (g *Guard) Authorized(r *http.Request) bool {
+	if !g.token {
+		return true
+	}
+	_, err := g.checkThrottled(r)
+	return err == nil
+}
 
 var (
 	errNoToken    = errors.New("no bearer token")

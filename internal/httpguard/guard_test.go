@@ -1,6 +1,7 @@
 package httpguard_test
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -176,11 +177,16 @@ func TestProtectWrites(t *testing.T) {
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
 	g := guard(t, httpguard.Config{Token: "s3cret"})
+	clients := 0
 	request := func(auth string) *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/topics", nil)
 		if auth != "" {
 			r.Header.Set("Authorization", auth)
 		}
+		// each from an address of its own: an address's wrong tokens are throttled
+		// (TestWrongTokensThrottled)
+		clients++
+		r.RemoteAddr = fmt.Sprintf("198.51.100.%d:40000", clients)
 		return r
 	}
 	for auth, want := range map[string]int{

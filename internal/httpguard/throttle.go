@@ -3,6 +3,7 @@ package httpguard
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -36,13 +37,22 @@ func newGuesses() *guesses {
 	return &guesses{now: time.Now, seen: make(map[string]*bucket)}
 }
 
-// clientAddr is the address the request came from, without its port: behind a reverse
-// proxy, the proxy's (its X-Forwarded-For is the client's to write, and not believed).
+// clientAddr is the address the request came from, without its port, an IPv6 address
+// cut to its /64 (what one host may hold many of): behind a reverse proxy, the proxy's
+// (its X-Forwarded-For is the client's to write, and not believed).
 func clientAddr(r *http.Request) string {
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
 		return host
 	}
-	return r.RemoteAddr
+	if ip = ip.Unmap(); ip.Is6() {
+		return netip.PrefixFrom(ip, 64).Masked().String()
+	}
+	return ip.String()
 }
 
 // refill brings b's count to now.
@@ -51,24 +61,10 @@ func (b *bucket) refill(now time.Time) {
 	b.at = now
 }
 
-// wait returns how long the address must wait before its next token is checked: 0 when
-// it may be now.
-func (g *guesses) wait(addr string) time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	b, ok := g.seen[addr]
-	if !ok {
-		return 0
-	}
-	b.refill(g.now())
-	if b.left >= 1 {
-		return 0
-	}
-	return time.Duration((1 - b.left) * float64(guessEvery))
-}
-
-// wrong counts a wrong token from the address.
-func (g *guesses) wrong(addr string) {
+// take counts a token from the address as wrong before it is checked, so that
+// concurrent guesses count each: 0 when it may be checked now (refund gives the count
+// back when it was right, or none), else how long until the address may try one more.
+func (g *guesses) take(addr string) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
@@ -79,8 +75,21 @@ func (g *guesses) wrong(addr string) {
 		g.seen[addr] = b
 	}
 	b.refill(now)
-	b.left = max(0, b.left-1)
+	if b.left < 1 {
+		return time.Duration((1 - b.left) * float64(guessEvery))
+	}
+	b.left--
 	b.last = now
+	return 0
+}
+
+// refund gives back what take counted, for a token that was right (or none at all).
+func (g *guesses) refund(addr string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if b, ok := g.seen[addr]; ok {
+		b.left = min(guessBurst, b.left+1)
+	}
 }
 
 // forget makes room for one more address, when the map is full: the addresses whose

@@ -71,26 +71,51 @@ func TestWrongTokensAddressesBounded(t *testing.T) {
 	g := newGuesses()
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	g.now = func() time.Time { return now }
+	throttled := func(addr string) bool {
+		if g.take(addr) > 0 {
+			return true
+		}
+		g.refund(addr)
+		return false
+	}
 	for i := range guessAddresses {
-		g.wrong(fmt.Sprintf("a%d", i))
+		g.take(fmt.Sprintf("a%d", i))
 		now = now.Add(time.Microsecond) // none refilled by the end
 	}
 	for range guessBurst - 1 {
-		g.wrong("a0") // a0 throttled: the oldest now is a1
+		g.take("a0") // a0 throttled: the oldest now is a1
 	}
-	g.wrong("new")
+	g.take("new")
 	if len(g.seen) != guessAddresses {
 		t.Fatalf("%d addresses remembered, want %d", len(g.seen), guessAddresses)
 	}
 	if _, ok := g.seen["a1"]; ok {
 		t.Error("a1, whose last wrong token is the oldest, is still remembered")
 	}
-	if g.wait("a0") == 0 {
+	if !throttled("a0") {
 		t.Error("a0, throttled, was forgotten")
 	}
 	now = now.Add(guessEvery) // every bucket but a0's full again
-	g.wrong("newer")
+	g.take("newer")
 	if _, ok := g.seen["a0"]; !ok || len(g.seen) != 2 {
 		t.Errorf("%d addresses remembered after the buckets refilled (a0 among them: %v), want 2 (a0, newer)", len(g.seen), ok)
+	}
+}
+
+// TestWrongTokensOfAnIPv6Network: the addresses of one IPv6 /64 (what one host may hold
+// many of) share their count; an IPv4 address in IPv6 form is the IPv4 one's.
+func TestWrongTokensOfAnIPv6Network(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"[2001:db8:1:2::1]:5000", "[2001:db8:1:2:ffff::9]:6000"},
+		{"192.0.2.1:5000", "[::ffff:192.0.2.1]:6000"},
+	} {
+		a := clientAddr(&http.Request{RemoteAddr: tc.a})
+		b := clientAddr(&http.Request{RemoteAddr: tc.b})
+		if a != b {
+			t.Errorf("%s counts as %s, %s as %s: want one address", tc.a, a, tc.b, b)
+		}
+	}
+	if a, b := clientAddr(&http.Request{RemoteAddr: "[2001:db8:1:2::1]:1"}), clientAddr(&http.Request{RemoteAddr: "[2001:db8:1:3::1]:1"}); a == b {
+		t.Errorf("two /64s count as one: %s", a)
 	}
 }
