@@ -328,3 +328,47 @@ func TestSingularLeaseInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestConditionalPollLeasesWhatItChoseAfterItsTurn: a conditional poll that waited for
+// the topic's turn leases the tasks committed while it waited, which its choice (after
+// the turn) takes: as a single statement, whose snapshot came before the wait, it chose
+// and locked them, and left them READY.
+func TestConditionalPollLeasesWhatItChoseAfterItsTurn(t *testing.T) {
+	f := setup(t)
+	other := f.newRepo("other")
+	f.push(repository.Append, "foo")
+	leasing, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leasing.Rollback(f.ctx)
+	if leased, err := f.repo.Poll(f.ctx, leasing, f.topic, repository.LIFO, repository.SingularByIdentifier, 10); err != nil || len(leased) != 1 {
+		t.Fatalf("the first poll: %v, %v; want foo", leased, err)
+	}
+	type result struct {
+		tasks []repository.Task
+		err   error
+	}
+	polled := make(chan result, 1)
+	go func() {
+		got, err := other.Poll(f.ctx, f.pool, f.topic, repository.LIFO, repository.SingularByIdentifier, 10)
+		polled <- result{got, err}
+	}()
+	// the other poll waits for the turn (its statement began, its snapshot taken)
+	f.eventually("the other poll waits for the topic's turn", func() bool {
+		var waiting bool
+		return f.pool.QueryRow(f.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885828451 AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting) == nil && waiting
+	})
+	bar := f.push(repository.Append, "bar")[0]
+	if err := leasing.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-polled
+	if r.err != nil || len(r.tasks) != 1 || r.tasks[0].Sequence != bar.Sequence {
+		t.Errorf("the poll that waited: %v, %v; want bar, pushed while it waited", r.tasks, r.err)
+	}
+	if got := f.get(bar.Sequence); got.State != repository.Active {
+		t.Errorf("bar after the poll: %v, want ACTIVE", got.State)
+	}
+}

@@ -82,10 +82,10 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 
 // pollPlain is TaskPoll on plain PostgreSQL, through TaskPollLimited for a topic this
 // Repository last saw limited (its polls' rows, Topic, Configure, UpdateSettings:
-// noteLimited): a limited topic's tasks are
-// chosen under its lock, which TaskPoll's single statement takes after its snapshot,
-// so that a task committed while the poll waited for its turn would be chosen,
-// charged and not leased. The rows of either statement say whether the topic is
+// noteLimited), or for a poll under a condition: a limited topic's tasks, and a
+// conditional poll's (schema 61), are chosen under the topic's lock, which TaskPoll's
+// single statement takes after its snapshot, so that a task committed while the poll
+// waited for its turn would be chosen (charged) and not leased. The rows of either statement say whether the topic is
 // limited now.
 //
 // On a schema before 54, which lacks task_poll (a process newer than its database's
@@ -94,7 +94,7 @@ func (r *Repository) PollFrom(ctx context.Context, h Handle, topic string, order
 // with TaskPoll for the next taskPollRetry, then tries task_poll again (the schema
 // migrated meanwhile).
 func (r *Repository) pollPlain(ctx context.Context, h Handle, arg db.TaskPollParams) ([]db.TaskPollRow, error) {
-	if _, limited := r.limited.Load(arg.Topic); limited && r.timeNow().UnixNano() >= r.noTaskPollUntil.Load() {
+	if _, limited := r.limited.Load(arg.Topic); (limited || arg.Condition != int16(None)) && r.timeNow().UnixNano() >= r.noTaskPollUntil.Load() {
 		found, err := r.q.TaskPollLimited(ctx, h, db.TaskPollLimitedParams{
 			Topic: arg.Topic, Owner: arg.Owner, Lifo: arg.Lifo, Condition: arg.Condition, Size: arg.Size,
 			FromPriority: arg.FromPriority, FromSequence: arg.FromSequence,
