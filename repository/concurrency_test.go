@@ -301,15 +301,7 @@ func TestSingularLeaseInFlight(t *testing.T) {
 			}
 			// the other poll waits for the topic's turn, which the lease in flight holds,
 			// then sees it committed
-			type result struct {
-				tasks []repository.Task
-				err   error
-			}
-			polled := make(chan result, 1)
-			go func() {
-				got, err := other.Poll(f.ctx, f.pool, f.topic, tc.order, repository.SingularByIdentifier, 10)
-				polled <- result{got, err}
-			}()
+			polled := pollAside(f, other, tc.order)
 			select {
 			case r := <-polled:
 				t.Fatalf("a poll while foo %d's lease is in flight returned %v, %v; want it to wait for the lease's commit", leased[0].Sequence, r.tasks, r.err)
@@ -345,15 +337,7 @@ func TestConditionalPollLeasesWhatItChoseAfterItsTurn(t *testing.T) {
 	if leased, err := f.repo.Poll(f.ctx, leasing, f.topic, repository.LIFO, repository.SingularByIdentifier, 10); err != nil || len(leased) != 1 {
 		t.Fatalf("the first poll: %v, %v; want foo", leased, err)
 	}
-	type result struct {
-		tasks []repository.Task
-		err   error
-	}
-	polled := make(chan result, 1)
-	go func() {
-		got, err := other.Poll(f.ctx, f.pool, f.topic, repository.LIFO, repository.SingularByIdentifier, 10)
-		polled <- result{got, err}
-	}()
+	polled := pollAside(f, other, repository.LIFO)
 	// the other poll waits for the turn (its statement began, its snapshot taken)
 	f.eventually("the other poll waits for the topic's turn", func() bool {
 		var waiting bool
@@ -371,4 +355,21 @@ func TestConditionalPollLeasesWhatItChoseAfterItsTurn(t *testing.T) {
 	if got := f.get(bar.Sequence); got.State != repository.Active {
 		t.Errorf("bar after the poll: %v, want ACTIVE", got.State)
 	}
+}
+
+// pollOutcome is a poll's outcome, as pollAside sends it.
+type pollOutcome struct {
+	tasks []repository.Task
+	err   error
+}
+
+// pollAside polls f's topic under SingularByIdentifier as repo, on a goroutine of its
+// own (the poll may wait for the topic's turn), and sends its outcome.
+func pollAside(f *fixture, repo *repository.Repository, order repository.Order) <-chan pollOutcome {
+	out := make(chan pollOutcome, 1)
+	go func() {
+		tasks, err := repo.Poll(f.ctx, f.pool, f.topic, order, repository.SingularByIdentifier, 10)
+		out <- pollOutcome{tasks, err}
+	}()
+	return out
 }
