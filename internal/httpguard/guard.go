@@ -200,25 +200,32 @@ func (g *Guard) TryToken(r *http.Request, token string) (ok bool, wait time.Dura
 	if !g.token {
 		return true, 0
 	}
-	addr := clientAddr(r)
-	if wait := g.guesses.take(addr); wait > 0 {
-		return false, wait
-	}
-	if token == "" || g.matches(token) {
-		g.guesses.refund(addr) // none given, or the right one: not a guess
-	}
-	return token != "" && g.matches(token), 0
+	wait, err := g.throttled(r, func() error {
+		switch {
+		case token == "":
+			return errNoToken
+		case !g.matches(token):
+			return errWrongToken
+		}
+		return nil
+	})
+	return err == nil, wait
 }
 
-// checkThrottled is check for a client address not throttled, counting a wrong token
-// against it; wait is how long until it may try one more when it is throttled (its
-// token not checked).
+// checkThrottled is check, throttled (throttled).
 func (g *Guard) checkThrottled(r *http.Request) (wait time.Duration, err error) {
+	return g.throttled(r, func() error { return g.check(r) })
+}
+
+// throttled runs check, a check of r's token, for a client address not throttled,
+// counting a wrong token against it; wait is how long until it may try one more when it
+// is throttled (its token then not checked: errWrongToken).
+func (g *Guard) throttled(r *http.Request, check func() error) (wait time.Duration, err error) {
 	addr := clientAddr(r)
 	if wait := g.guesses.take(addr); wait > 0 {
 		return wait, errWrongToken
 	}
-	err = g.check(r)
+	err = check()
 	if err != errWrongToken {
 		g.guesses.refund(addr) // the right token, or none: not a guess
 	}
