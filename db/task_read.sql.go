@@ -1705,7 +1705,7 @@ func (q *Queries) TaskTopicSequences(ctx context.Context, db DBTX, arg TaskTopic
 const taskWaiting = `-- name: TaskWaiting :one
 SELECT t.state, t.not_before, t.concurrency_key, tt.active AS topic_active,
     tt.concurrency, tt.key_concurrency, tt.rate, tt.rate_period_ms, tt.rate_burst,
-    (t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL))::boolean AS keyed,
+    k.keyed,
     (SELECT count(*) FROM (SELECT 1 FROM task a
                            WHERE a.state = 0 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
                            LIMIT 100000) x)::bigint AS active,
@@ -1717,26 +1717,27 @@ SELECT t.state, t.not_before, t.concurrency_key, tt.active AS topic_active,
                   l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
      FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL), -1)::double precision AS tokens
 FROM task t JOIN task_topic tt ON tt.topic = t.topic
+CROSS JOIN LATERAL (SELECT (t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL))::boolean AS keyed) k
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE y.due) AS ahead, count(*) AS ahead_read
     FROM ((SELECT a.not_before IS NULL OR a.not_before <= now() AS due FROM task a
            WHERE a.state = 1 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
              AND (a.priority, a.sequence) < (t.priority, t.sequence)
-             AND NOT (t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL))
+             AND NOT k.keyed
            ORDER BY a.priority, a.sequence
            LIMIT 20000)
           UNION ALL
           (SELECT a.not_before IS NULL OR a.not_before <= now() FROM task a
            WHERE a.state = 1 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
              AND a.priority < t.priority
-             AND t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL)
+             AND k.keyed
            ORDER BY a.priority, a.sequence
            LIMIT 20000)
           UNION ALL
           (SELECT a.not_before IS NULL OR a.not_before <= now() FROM task a
            WHERE a.state = 1 AND hashtext(a.topic) = hashtext($1) AND a.topic = $1
              AND a.priority = t.priority AND a.concurrency_key = t.concurrency_key AND a.sequence < t.sequence
-             AND t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL)
+             AND k.keyed
            ORDER BY a.sequence
            LIMIT 20000)
           LIMIT 20000) y
@@ -1775,11 +1776,10 @@ type TaskWaitingRow struct {
 // due ones, do not make it read a backlog of millions). No row for an unknown task. The subqueries
 // name the topic by the argument, not the task's column, so that a planner (Citus's too)
 // can tell they read one topic. A task with a concurrency key (” included: a keyed
-// topic's push stores it for none, and it takes its turn as a key does), in a topic
-// polled by key
-// (fair, or a per-key limit: its keys take turns, priorities still first), has ahead of
-// it the due READY tasks of a higher priority and those of its key before it, not every
-// task before it (keyed; task_ready_key reads its key's).
+// topic's push stores it for none, and it takes its turn as a key does) in a topic
+// polled by key (fair, or a per-key limit: its keys take turns, priorities still first)
+// has ahead of it the due READY tasks of a higher priority and those of its key before
+// it, not every task before it (keyed; task_ready_key reads its key's).
 func (q *Queries) TaskWaiting(ctx context.Context, db DBTX, arg TaskWaitingParams) (TaskWaitingRow, error) {
 	row := db.QueryRow(ctx, taskWaiting, arg.Topic, arg.Sequence)
 	var i TaskWaitingRow
