@@ -3328,3 +3328,56 @@ func TestJunctionOnAWrapperInTheCallersBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestAllOrNothingOnAWrapperInTheCallersBlock: an operation of several statements (a
+// completion, all or nothing) given a type of the caller's that embeds a connection on
+// which the caller ran BEGIN runs under a savepoint of that block: a refusal leaves the
+// block usable, and the caller's ROLLBACK takes back what it wrote. Its own transaction
+// would have sent BEGIN (a warning) and then COMMIT, ending the caller's block.
+func TestAllOrNothingOnAWrapperInTheCallersBlock(t *testing.T) {
+	f := setup(t)
+	f.push(repository.Append, "a")
+	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("poll: %v %v", leased, err)
+	}
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(f.ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := connWrapper{conn.Conn()}
+	wrong := leased[0].Decide(repository.Succeed("done"))
+	wrong.Attempt++
+	if _, err := f.repo.Complete(f.ctx, wrapper, f.topic, wrong); !errors.Is(err, repository.ErrNotOwned) {
+		t.Fatalf("completion of another attempt: %v, want ErrNotOwned", err)
+	}
+	if status := conn.Conn().PgConn().TxStatus(); status != 'T' {
+		t.Fatalf("the caller's block after a refused completion: status %q, want still open and usable ('T')", status)
+	}
+	if _, err := f.repo.Complete(f.ctx, wrapper, f.topic, leased[0].Decide(repository.Succeed("done"))); err != nil {
+		t.Fatal(err)
+	}
+	if status := conn.Conn().PgConn().TxStatus(); status != 'T' {
+		t.Fatalf("the caller's block after the completion: status %q, want still open ('T')", status)
+	}
+	if got, err := f.repo.Get(f.ctx, conn, f.topic, leased[0].Sequence); err != nil || got.State != repository.Succeeded {
+		t.Fatalf("task in the caller's block: %v %v, want SUCCEEDED", got.State, err)
+	}
+	if _, err := conn.Exec(f.ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(leased[0].Sequence); got.State != repository.Active {
+		t.Errorf("task after the caller's rollback: %v, want ACTIVE (the completion rolled back with the block)", got.State)
+	}
+	// outside a block, the wrapper's statements commit as the connection's do
+	if _, err := f.repo.Complete(f.ctx, wrapper, f.topic, leased[0].Decide(repository.Succeed("done"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(leased[0].Sequence); got.State != repository.Succeeded {
+		t.Errorf("task completed on the wrapper outside a block: %v, want SUCCEEDED", got.State)
+	}
+}

@@ -610,19 +610,13 @@ func refused(err error) error {
 }
 
 // begin opens a transaction of h: a savepoint when h is a transaction, or a connection
-// inside a transaction block its caller opened in SQL (BEGIN); a transaction of its own
-// otherwise. On such a connection pgx's Begin sends BEGIN, which PostgreSQL answers with
-// a warning, opening nothing, and the COMMIT or ROLLBACK that ends it would end the
-// caller's transaction.
+// inside a transaction block its caller opened in SQL (BEGIN), a type of the caller's
+// around one included (connStatus); a transaction of its own otherwise. On such a
+// connection pgx's Begin sends BEGIN, which PostgreSQL answers with a warning, opening
+// nothing, and the COMMIT or ROLLBACK that ends it would end the caller's transaction.
 func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
-	var conn *pgx.Conn
-	switch c := h.(type) {
-	case *pgxpool.Conn:
-		conn = c.Conn()
-	case *pgx.Conn:
-		conn = c
-	}
-	if conn == nil || conn.PgConn().TxStatus() == 'I' {
+	status, isConn := connStatus(h)
+	if !isConn || status == 'I' {
 		// a transaction of the repository's own is READ COMMITTED whatever the
 		// database's default_transaction_isolation: its statements rely on each seeing
 		// what committed before it began (a junction after its locks). A Handle of the
@@ -643,6 +637,16 @@ func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
 	// context done among them): the caller's, in the middle of its transaction
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	var conn *pgx.Conn
+	switch c := h.(type) {
+	case *pgxpool.Conn:
+		conn = c.Conn()
+	case *pgx.Conn:
+		conn = c
+	default:
+		// a type of the caller's: the savepoint's statements go through it too
+		return beginSavepoint(ctx, h, 1)
 	}
 	// a pgx transaction standing for the caller's block, never ended: its nested one is
 	// a savepoint, released or rolled back to
@@ -672,17 +676,35 @@ func ownTransaction(h Handle) bool {
 }
 
 // autocommit reports whether a statement on h runs in a transaction of its own: a pool,
-// or a connection outside a transaction block.
+// or a connection outside a transaction block (connStatus: a type of the caller's
+// around one too).
 func autocommit(h Handle) bool {
-	switch c := h.(type) {
-	case *pgxpool.Pool:
+	if _, ok := h.(*pgxpool.Pool); ok {
 		return true
-	case *pgxpool.Conn:
-		return c.Conn().PgConn().TxStatus() == 'I'
-	case *pgx.Conn:
-		return c.PgConn().TxStatus() == 'I'
 	}
-	return false
+	status, isConn := connStatus(h)
+	return isConn && status == 'I'
+}
+
+// connStatus is the transaction status of the connection h runs its statements on
+// (pgconn's TxStatus: 'I' outside a transaction block, 'T' in one, 'E' in a failed one),
+// when h is one: a *pgx.Conn, a *pgxpool.Conn, or a type of the caller's around one (a
+// wrapper that traces, say) that tells it by a method PgConn() *pgconn.PgConn (a type
+// embedding a *pgx.Conn has it) or Conn() *pgx.Conn. Not for a pool, a transaction (a
+// pgx.Tx, or a type with a Commit method, which wraps one: its Begin opens a savepoint)
+// or a type that does not tell.
+func connStatus(h Handle) (status byte, isConn bool) {
+	switch c := h.(type) {
+	case *pgxpool.Pool, pgx.Tx, interface{ Commit(context.Context) error }:
+		return 0, false
+	case *pgxpool.Conn:
+		return c.Conn().PgConn().TxStatus(), true
+	case interface{ PgConn() *pgconn.PgConn }:
+		return c.PgConn().TxStatus(), true
+	case interface{ Conn() *pgx.Conn }:
+		return c.Conn().PgConn().TxStatus(), true
+	}
+	return 0, false
 }
 
 // explainLeases builds the *TaskError for a refused completion by reading the tasks'

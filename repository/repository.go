@@ -22,7 +22,11 @@ import (
 // Handle is the caller's database handle: a *pgxpool.Pool, a *pgx.Conn or an open
 // pgx.Tx. The repository runs its statements on it and never commits for the caller.
 // Operations that need several statements to be atomic open a nested transaction
-// (a savepoint inside a pgx.Tx) with Begin.
+// (a savepoint inside a pgx.Tx) with Begin. A type of your own around a connection (a
+// wrapper that traces, say) should have a method Conn() *pgx.Conn, as *pgxpool.Conn
+// does: on a connection where you opened a transaction block in SQL (BEGIN), the
+// repository then opens its savepoints on that connection, where the type's Begin would
+// send BEGIN and its COMMIT would end your block.
 type Handle interface {
 	// Exec runs a statement that returns no rows.
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

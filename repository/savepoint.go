@@ -1,0 +1,124 @@
+package repository
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// savepoint is the transaction begin opens inside a transaction block the caller opened
+// in SQL (BEGIN) on a Handle of the caller's own type around a connection (a wrapper
+// that traces, say): a savepoint whose statements, its own included, go through that
+// Handle. pgx's savepoints need the *pgx.Conn itself, and the type's Begin would send
+// BEGIN (a warning, nothing opened), its COMMIT then ending the caller's block. It has
+// what the repository runs in a transaction (Exec, Query, QueryRow, a nested Begin);
+// CopyFrom, SendBatch and Prepare go to the Handle when it has them, LargeObjects and
+// Conn are not there (the zero value, nil).
+type savepoint struct {
+	h      Handle
+	name   string
+	depth  int
+	closed bool
+}
+
+var errSavepointHandle = errors.New("not on a savepoint of a Handle of the caller's type")
+
+func beginSavepoint(ctx context.Context, h Handle, depth int) (*savepoint, error) {
+	sp := &savepoint{h: h, name: "pgtask_sp_" + strconv.Itoa(depth), depth: depth}
+	if _, err := h.Exec(ctx, "SAVEPOINT "+sp.name); err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
+func (sp *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
+	if sp.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return beginSavepoint(ctx, sp.h, sp.depth+1)
+}
+
+func (sp *savepoint) Commit(ctx context.Context) error {
+	if sp.closed {
+		return pgx.ErrTxClosed
+	}
+	sp.closed = true
+	_, err := sp.h.Exec(ctx, "RELEASE SAVEPOINT "+sp.name)
+	return err
+}
+
+func (sp *savepoint) Rollback(ctx context.Context) error {
+	if sp.closed {
+		return pgx.ErrTxClosed
+	}
+	sp.closed = true
+	_, err := sp.h.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp.name)
+	return err
+}
+
+func (sp *savepoint) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if sp.closed {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	return sp.h.Exec(ctx, sql, args...)
+}
+
+func (sp *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if sp.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return sp.h.Query(ctx, sql, args...)
+}
+
+func (sp *savepoint) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return sp.h.QueryRow(ctx, sql, args...)
+}
+
+func (sp *savepoint) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if c, ok := sp.h.(interface {
+		CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error)
+	}); ok && !sp.closed {
+		return c.CopyFrom(ctx, table, columns, src)
+	}
+	return 0, fmt.Errorf("CopyFrom: %w", errSavepointHandle)
+}
+
+func (sp *savepoint) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if c, ok := sp.h.(interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	}); ok && !sp.closed {
+		return c.SendBatch(ctx, b)
+	}
+	return failedBatch{fmt.Errorf("SendBatch: %w", errSavepointHandle)}
+}
+
+func (sp *savepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if c, ok := sp.h.(interface {
+		Prepare(context.Context, string, string) (*pgconn.StatementDescription, error)
+	}); ok && !sp.closed {
+		return c.Prepare(ctx, name, sql)
+	}
+	return nil, fmt.Errorf("Prepare: %w", errSavepointHandle)
+}
+
+func (sp *savepoint) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+func (sp *savepoint) Conn() *pgx.Conn { return nil }
+
+// failedBatch answers every result of a batch with its error.
+type failedBatch struct{ err error }
+
+func (b failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b failedBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b failedBatch) QueryRow() pgx.Row                { return errRow{b.err} }
+func (b failedBatch) Close() error                     { return b.err }
+func (b failedBatch) Tx() pgx.Tx                       { return nil }
+
+// errRow is a row whose Scan answers its error.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
