@@ -1715,8 +1715,8 @@ SELECT t.state, t.not_before, t.concurrency_key, tt.active AS topic_active,
     ah.ahead::bigint AS ahead, ah.ahead_read::bigint AS ahead_read,
     coalesce((SELECT least(tt.rate_burst::double precision,
                   l.tokens + greatest(extract(epoch FROM clock_timestamp() - l.counted), 0) * 1000 * tt.rate / tt.rate_period_ms)
-     FROM task_topic_limit l WHERE l.topic = tt.topic AND tt.rate IS NOT NULL), -1)::double precision AS tokens
-FROM task t JOIN task_topic tt ON tt.topic = t.topic
+     FROM task_topic_limit l WHERE l.topic = $1 AND tt.rate IS NOT NULL), -1)::double precision AS tokens
+FROM task t JOIN task_topic tt ON tt.topic = t.topic AND tt.topic = $1
 CROSS JOIN LATERAL (SELECT (t.concurrency_key IS NOT NULL AND (tt.fair OR tt.key_concurrency IS NOT NULL))::boolean AS keyed) k
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE y.due) AS ahead, count(*) AS ahead_read
@@ -1773,9 +1773,10 @@ type TaskWaitingRow struct {
 // concurrency key, and the due READY tasks polled before it (by priority and sequence,
 // through task_ready: among the first 20 000 READY tasks before it, ahead_read of them
 // read, so that delayed tasks ahead, which each cost a read of the table to tell from
-// due ones, do not make it read a backlog of millions). No row for an unknown task. The subqueries
-// name the topic by the argument, not the task's column, so that a planner (Citus's too)
-// can tell they read one topic. A task with a concurrency key (” included: a keyed
+// due ones, do not make it read a backlog of millions). No row for an unknown task. Every
+// table, the subqueries' and the join's, names the topic by the argument, not another
+// table's column, so that a planner (Citus's too) can tell they read one topic: on Citus
+// a join on task_topic's column was refused ("complex joins", 0A000). A task with a concurrency key (” included: a keyed
 // topic's push stores it for none, and it takes its turn as a key does) in a topic
 // polled by key (fair, or a per-key limit: its keys take turns, priorities still first)
 // has ahead of it the due READY tasks of a higher priority and those of its key before
