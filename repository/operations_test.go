@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgtask/pgtask/internal/pgtest"
@@ -3329,55 +3330,146 @@ func TestJunctionOnAWrapperInTheCallersBlock(t *testing.T) {
 	}
 }
 
-// TestAllOrNothingOnAWrapperInTheCallersBlock: an operation of several statements (a
-// completion, all or nothing) given a type of the caller's that embeds a connection on
-// which the caller ran BEGIN runs under a savepoint of that block: a refusal leaves the
-// block usable, and the caller's ROLLBACK takes back what it wrote. Its own transaction
-// would have sent BEGIN (a warning) and then COMMIT, ending the caller's block.
-func TestAllOrNothingOnAWrapperInTheCallersBlock(t *testing.T) {
-	f := setup(t)
-	f.push(repository.Append, "a")
-	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
-	if err != nil || len(leased) != 1 {
-		t.Fatalf("poll: %v %v", leased, err)
+// connTeller is a type of the caller's around a connection that tells it only by
+// Conn() (no PgConn), and records the statements its Exec runs.
+type connTeller struct {
+	conn  *pgx.Conn
+	execs []string
+}
+
+func (w *connTeller) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	w.execs = append(w.execs, sql)
+	return w.conn.Exec(ctx, sql, args...)
+}
+
+func (w *connTeller) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return w.conn.Query(ctx, sql, args...)
+}
+
+func (w *connTeller) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return w.conn.QueryRow(ctx, sql, args...)
+}
+
+func (w *connTeller) Begin(ctx context.Context) (pgx.Tx, error) { return w.conn.Begin(ctx) }
+
+func (w *connTeller) Conn() *pgx.Conn { return w.conn }
+
+// TestAllOrNothingInTheCallersBlock: an operation of several statements (a completion,
+// all or nothing) on a connection on which the caller ran BEGIN, or on a type of the
+// caller's around one (embedding it, or telling it by Conn()), runs under a savepoint of
+// that block, its statements through the type: a refusal leaves the block usable, and the
+// caller's ROLLBACK takes back what it wrote. On the types, it sent BEGIN (a warning)
+// and then COMMIT, ending the caller's block. An operation refused inside Atomically,
+// given the caller's handle again, does not keep what Atomically wrote from its rollback
+// (on the connection, pgx named both savepoints sp_1, and the outer rollback went back
+// to the inner one); and a block already failed is answered with its error, left as it
+// is for the caller to end.
+func TestAllOrNothingInTheCallersBlock(t *testing.T) {
+	handles := []struct {
+		name string
+		wrap func(*pgx.Conn) repository.Handle
+	}{
+		{"Connection", func(c *pgx.Conn) repository.Handle { return c }},
+		{"Embedding", func(c *pgx.Conn) repository.Handle { return connWrapper{c} }},
+		{"TellingByConn", func(c *pgx.Conn) repository.Handle { return &connTeller{conn: c} }},
 	}
-	conn, err := f.pool.Acquire(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(f.ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	wrapper := connWrapper{conn.Conn()}
-	wrong := leased[0].Decide(repository.Succeed("done"))
-	wrong.Attempt++
-	if _, err := f.repo.Complete(f.ctx, wrapper, f.topic, wrong); !errors.Is(err, repository.ErrNotOwned) {
-		t.Fatalf("completion of another attempt: %v, want ErrNotOwned", err)
-	}
-	if status := conn.Conn().PgConn().TxStatus(); status != 'T' {
-		t.Fatalf("the caller's block after a refused completion: status %q, want still open and usable ('T')", status)
-	}
-	if _, err := f.repo.Complete(f.ctx, wrapper, f.topic, leased[0].Decide(repository.Succeed("done"))); err != nil {
-		t.Fatal(err)
-	}
-	if status := conn.Conn().PgConn().TxStatus(); status != 'T' {
-		t.Fatalf("the caller's block after the completion: status %q, want still open ('T')", status)
-	}
-	if got, err := f.repo.Get(f.ctx, conn, f.topic, leased[0].Sequence); err != nil || got.State != repository.Succeeded {
-		t.Fatalf("task in the caller's block: %v %v, want SUCCEEDED", got.State, err)
-	}
-	if _, err := conn.Exec(f.ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.get(leased[0].Sequence); got.State != repository.Active {
-		t.Errorf("task after the caller's rollback: %v, want ACTIVE (the completion rolled back with the block)", got.State)
-	}
-	// outside a block, the wrapper's statements commit as the connection's do
-	if _, err := f.repo.Complete(f.ctx, wrapper, f.topic, leased[0].Decide(repository.Succeed("done"))); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.get(leased[0].Sequence); got.State != repository.Succeeded {
-		t.Errorf("task completed on the wrapper outside a block: %v, want SUCCEEDED", got.State)
+	for _, hc := range handles {
+		t.Run(hc.name, func(t *testing.T) {
+			f := setup(t)
+			f.push(repository.Append, "a", "c")
+			leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+			if err != nil || len(leased) != 2 {
+				t.Fatalf("poll: %v %v", leased, err)
+			}
+			pooled, err := f.pool.Acquire(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pooled.Release()
+			conn := pooled.Conn()
+			h := hc.wrap(conn)
+			status := func() byte { return conn.PgConn().TxStatus() }
+			if _, err := conn.Exec(f.ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			wrong := leased[0].Decide(repository.Succeed("done"))
+			wrong.Attempt++
+			if _, err := f.repo.Complete(f.ctx, h, f.topic, wrong); !errors.Is(err, repository.ErrNotOwned) {
+				t.Fatalf("completion of another attempt: %v, want ErrNotOwned", err)
+			}
+			if s := status(); s != 'T' {
+				t.Fatalf("the caller's block after a refused completion: status %q, want still open and usable ('T')", s)
+			}
+			if _, err := f.repo.Complete(f.ctx, h, f.topic, leased[0].Decide(repository.Succeed("done"))); err != nil {
+				t.Fatal(err)
+			}
+			if s := status(); s != 'T' {
+				t.Fatalf("the caller's block after the completion: status %q, want still open ('T')", s)
+			}
+			if got, err := f.repo.Get(f.ctx, conn, f.topic, leased[0].Sequence); err != nil || got.State != repository.Succeeded {
+				t.Fatalf("task in the caller's block: %v %v, want SUCCEEDED", got.State, err)
+			}
+			if teller, ok := h.(*connTeller); ok && !slices.ContainsFunc(teller.execs, func(sql string) bool { return strings.HasPrefix(sql, "SAVEPOINT ") }) {
+				t.Errorf("the savepoints did not go through the caller's type: its statements %q", teller.execs)
+			}
+
+			// Atomically writes, then an operation inside it on the caller's handle is
+			// refused (one of its two tasks qualifies, so its statement wrote and was
+			// rolled back to its savepoint): Atomically's rollback takes back its own
+			// write too
+			var pushed []repository.Task
+			err = repository.Atomically(f.ctx, h, func(tx pgx.Tx) error {
+				var err error
+				if pushed, err = f.repo.Push(f.ctx, tx, f.topic, repository.Append, repository.Creation{Identifier: "b"}); err != nil {
+					return err
+				}
+				_, err = f.repo.Complete(f.ctx, h, f.topic, leased[1].Decide(repository.Succeed("done")), wrong)
+				return err
+			})
+			if !errors.Is(err, repository.ErrWrongState) || len(pushed) != 1 {
+				t.Fatalf("Atomically: pushed %v, %v; want one push, then ErrWrongState (the task is SUCCEEDED in the block)", pushed, err)
+			}
+			if got, err := f.repo.Get(f.ctx, conn, f.topic, leased[1].Sequence); err != nil || got.State != repository.Active {
+				t.Errorf("the task the refused completion named first: %v %v, want ACTIVE", got.State, err)
+			}
+			if _, err := f.repo.Get(f.ctx, conn, f.topic, pushed[0].Sequence); !errors.Is(err, repository.ErrUnknownTask) {
+				t.Errorf("the task Atomically pushed before its refusal, in the caller's block: %v, want rolled back (ErrUnknownTask)", err)
+			}
+			if s := status(); s != 'T' {
+				t.Fatalf("the caller's block after Atomically: status %q, want still open ('T')", s)
+			}
+
+			if _, err := conn.Exec(f.ctx, "ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.get(leased[0].Sequence); got.State != repository.Active {
+				t.Errorf("task after the caller's rollback: %v, want ACTIVE (the completion rolled back with the block)", got.State)
+			}
+
+			// a block the caller's failed statement aborted
+			if _, err := conn.Exec(f.ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(f.ctx, "SELECT 1/0"); err == nil {
+				t.Fatal("1/0 did not fail")
+			}
+			if _, err := f.repo.Complete(f.ctx, h, f.topic, leased[0].Decide(repository.Succeed("done"))); repository.SQLState(err) != "25P02" {
+				t.Errorf("completion in an aborted block: %v, want the server's 25P02 (in failed SQL transaction)", err)
+			}
+			if s := status(); s != 'E' {
+				t.Fatalf("the caller's aborted block after the completion: status %q, want still there ('E')", s)
+			}
+			if _, err := conn.Exec(f.ctx, "ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+
+			// outside a block, the statements commit as the connection's do
+			if _, err := f.repo.Complete(f.ctx, h, f.topic, leased[0].Decide(repository.Succeed("done"))); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.get(leased[0].Sequence); got.State != repository.Succeeded {
+				t.Errorf("task completed outside a block: %v, want SUCCEEDED", got.State)
+			}
+		})
 	}
 }

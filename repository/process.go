@@ -611,68 +611,57 @@ func refused(err error) error {
 
 // begin opens a transaction of h: a savepoint when h is a transaction, or a connection
 // inside a transaction block its caller opened in SQL (BEGIN), a type of the caller's
-// around one included (connStatus); a transaction of its own otherwise. On such a
-// connection pgx's Begin sends BEGIN, which PostgreSQL answers with a warning, opening
-// nothing, and the COMMIT or ROLLBACK that ends it would end the caller's transaction.
+// around one included (connStatus: beginSavepoint); a transaction of its own otherwise,
+// READ COMMITTED whatever the database's default_transaction_isolation: its statements
+// rely on each seeing what committed before it began (a junction after its locks). On
+// a connection in a block pgx's Begin sends BEGIN, which PostgreSQL answers with a
+// warning, opening nothing, and the COMMIT or ROLLBACK that ends it would end the
+// caller's transaction.
 func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
 	status, isConn := connStatus(h)
-	if !isConn || status == 'I' {
-		// a transaction of the repository's own is READ COMMITTED whatever the
-		// database's default_transaction_isolation: its statements rely on each seeing
-		// what committed before it began (a junction after its locks). A Handle of the
-		// caller's own type (a wrapper that traces, say) begins with its own Begin,
-		// which it may have overridden.
-		readCommitted := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
-		switch c := h.(type) {
-		case *pgxpool.Pool:
-			return c.BeginTx(ctx, readCommitted)
-		case *pgxpool.Conn:
-			return c.BeginTx(ctx, readCommitted)
-		case *pgx.Conn:
-			return c.BeginTx(ctx, readCommitted)
+	if isConn && status != 'I' {
+		// pgx closes a connection whose statement fails for a reason other than the
+		// server's (a context done among them): the caller's, in the middle of its
+		// transaction
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
-		return h.Begin(ctx)
+		return beginSavepoint(ctx, h)
 	}
-	// pgx closes a connection whose begin fails for a reason other than the server's (a
-	// context done among them): the caller's, in the middle of its transaction
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	var conn *pgx.Conn
+	readCommitted := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	switch c := h.(type) {
+	case *pgxpool.Pool:
+		return c.BeginTx(ctx, readCommitted)
 	case *pgxpool.Conn:
-		conn = c.Conn()
+		return c.BeginTx(ctx, readCommitted)
 	case *pgx.Conn:
-		conn = c
-	default:
-		// a type of the caller's: the savepoint's statements go through it too
-		return beginSavepoint(ctx, h, 1)
+		return c.BeginTx(ctx, readCommitted)
 	}
-	// a pgx transaction standing for the caller's block, never ended: its nested one is
-	// a savepoint, released or rolled back to
-	block, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "SELECT 1"})
-	if err != nil {
-		return nil, err
+	// a Handle of the caller's own type (a wrapper that traces, say) begins with its
+	// own Begin, which it may have overridden; around a connection outside a block,
+	// that begins a transaction, made READ COMMITTED here (around a pool, or a type
+	// that tells nothing, it may be a savepoint, where that would fail)
+	tx, err := h.Begin(ctx)
+	if err != nil || !isConn {
+		return tx, err
 	}
-	return block.Begin(ctx)
+	if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
+		return nil, errors.Join(err, tx.Rollback(ctx))
+	}
+	return tx, nil
 }
 
 // ownTransaction reports whether a statement on h may commit alone, so that an
 // operation of several statements needs a transaction of its own: a pool, a connection
-// outside a transaction block (autocommit), or a Handle of the caller's own type around
-// a pool (a wrapper that traces, say). Not a pgx.Tx, nor a connection in the caller's
-// block, also seen through a type that embeds it (its PgConn or Conn method): begin
-// would send that one BEGIN, a warning, and its COMMIT would end the caller's block.
+// outside a transaction block, or a Handle of the caller's own type around either (a
+// wrapper that traces, say; connStatus). Not a pgx.Tx, nor a connection in the caller's
+// block, also seen through a type around it.
 func ownTransaction(h Handle) bool {
-	switch c := h.(type) {
-	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn, pgx.Tx:
-		return autocommit(h)
-	case interface{ PgConn() *pgconn.PgConn }:
-		return c.PgConn().TxStatus() == 'I'
-	case interface{ Conn() *pgx.Conn }:
-		return c.Conn().PgConn().TxStatus() == 'I'
+	if _, ok := h.(pgx.Tx); ok {
+		return false
 	}
-	return true
+	status, isConn := connStatus(h)
+	return !isConn || status == 'I'
 }
 
 // autocommit reports whether a statement on h runs in a transaction of its own: a pool,
@@ -690,12 +679,11 @@ func autocommit(h Handle) bool {
 // (pgconn's TxStatus: 'I' outside a transaction block, 'T' in one, 'E' in a failed one),
 // when h is one: a *pgx.Conn, a *pgxpool.Conn, or a type of the caller's around one (a
 // wrapper that traces, say) that tells it by a method PgConn() *pgconn.PgConn (a type
-// embedding a *pgx.Conn has it) or Conn() *pgx.Conn. Not for a pool, a transaction (a
-// pgx.Tx, or a type with a Commit method, which wraps one: its Begin opens a savepoint)
-// or a type that does not tell.
+// embedding a *pgx.Conn has it) or Conn() *pgx.Conn. Not for a pool, a pgx.Tx (whose
+// Begin opens a savepoint) or a type that does not tell.
 func connStatus(h Handle) (status byte, isConn bool) {
 	switch c := h.(type) {
-	case *pgxpool.Pool, pgx.Tx, interface{ Commit(context.Context) error }:
+	case *pgxpool.Pool, pgx.Tx:
 		return 0, false
 	case *pgxpool.Conn:
 		return c.Conn().PgConn().TxStatus(), true

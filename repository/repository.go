@@ -22,11 +22,13 @@ import (
 // Handle is the caller's database handle: a *pgxpool.Pool, a *pgx.Conn or an open
 // pgx.Tx. The repository runs its statements on it and never commits for the caller.
 // Operations that need several statements to be atomic open a nested transaction
-// (a savepoint inside a pgx.Tx) with Begin. A type of your own around a connection (a
-// wrapper that traces, say) should have a method Conn() *pgx.Conn, as *pgxpool.Conn
-// does: on a connection where you opened a transaction block in SQL (BEGIN), the
-// repository then opens its savepoints on that connection, where the type's Begin would
-// send BEGIN and its COMMIT would end your block.
+// (a savepoint inside a pgx.Tx) with Begin. On a connection where you opened a
+// transaction block in SQL (BEGIN) they open a savepoint with a statement instead
+// (SAVEPOINT, then RELEASE, or ROLLBACK TO), and so on a type of your own around a
+// connection (a wrapper that traces, say), the statements going through your type, when
+// it tells its connection by a method PgConn() *pgconn.PgConn (embedding the *pgx.Conn
+// gives it) or Conn() *pgx.Conn: its own Begin would send BEGIN, and its COMMIT would end
+// your block. A type around a pool, or one that tells nothing, begins with its Begin.
 type Handle interface {
 	// Exec runs a statement that returns no rows.
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -500,11 +502,13 @@ func inTxCommitting(ctx, commitCtx context.Context, h Handle, fn func(tx pgx.Tx)
 // calls safe to retry, and pgx.BeginFunc replaces the commit's error with its
 // rollback's). Only a COMMIT the server answered by rolling back is certain
 // (rolledBack): the transaction was already aborted, or a deferred constraint failed.
-// A transaction of its own on a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn is READ
-// COMMITTED whatever the database's default_transaction_isolation, as every
-// transaction the repository opens there: its statements rely on each seeing what
-// committed before it began (a Handle of another type begins with its own Begin). It is
-// the repository's own inTx.
+// A transaction of its own on a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, or a type
+// of the caller's around a connection (Handle), is READ COMMITTED whatever the
+// database's default_transaction_isolation, as every transaction the repository opens
+// there: its statements rely on each seeing what committed before it began (a Handle
+// of another type begins with its own Begin). In a block opened in SQL, fn's tx is the
+// repository's savepoint: its Conn is the connection when the Handle tells it, and it
+// has no LargeObjects. It is the repository's own inTx.
 func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	return inTx(ctx, h, fn)
 }

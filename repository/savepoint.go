@@ -5,30 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // savepoint is the transaction begin opens inside a transaction block the caller opened
-// in SQL (BEGIN) on a Handle of the caller's own type around a connection (a wrapper
-// that traces, say): a savepoint whose statements, its own included, go through that
-// Handle. pgx's savepoints need the *pgx.Conn itself, and the type's Begin would send
-// BEGIN (a warning, nothing opened), its COMMIT then ending the caller's block. It has
-// what the repository runs in a transaction (Exec, Query, QueryRow, a nested Begin);
-// CopyFrom, SendBatch and Prepare go to the Handle when it has them, LargeObjects and
-// Conn are not there (the zero value, nil).
+// in SQL (BEGIN) on a connection, or on a Handle of the caller's own type around one (a
+// wrapper that traces, say): a savepoint whose statements, its own included, go through
+// that Handle. The type's Begin would send BEGIN (a warning, nothing opened), its COMMIT
+// then ending the caller's block. Each savepoint has a name of its own, and one rolled
+// back to is released: an operation's savepoint begun inside another's (the caller's
+// Handle given again inside Atomically, say) is never the one an outer rollback goes
+// back to. It has what the repository runs in a transaction (Exec, Query, QueryRow, a
+// nested Begin); CopyFrom, SendBatch and Prepare go to the Handle when it has them,
+// Conn is the Handle's connection when it tells it (nil otherwise), LargeObjects is not
+// there (the zero value).
 type savepoint struct {
 	h      Handle
 	name   string
-	depth  int
 	closed bool
 }
 
-var errSavepointHandle = errors.New("not on a savepoint of a Handle of the caller's type")
+var (
+	savepoints         atomic.Uint64
+	errSavepointHandle = errors.New("not on a savepoint of a Handle of the caller's type")
+)
 
-func beginSavepoint(ctx context.Context, h Handle, depth int) (*savepoint, error) {
-	sp := &savepoint{h: h, name: "pgtask_sp_" + strconv.Itoa(depth), depth: depth}
+func beginSavepoint(ctx context.Context, h Handle) (*savepoint, error) {
+	sp := &savepoint{h: h, name: "pgtask_" + strconv.FormatUint(savepoints.Add(1), 10)}
 	if _, err := h.Exec(ctx, "SAVEPOINT "+sp.name); err != nil {
 		return nil, err
 	}
@@ -39,7 +45,7 @@ func (sp *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
 	if sp.closed {
 		return nil, pgx.ErrTxClosed
 	}
-	return beginSavepoint(ctx, sp.h, sp.depth+1)
+	return beginSavepoint(ctx, sp.h)
 }
 
 func (sp *savepoint) Commit(ctx context.Context) error {
@@ -56,7 +62,10 @@ func (sp *savepoint) Rollback(ctx context.Context) error {
 		return pgx.ErrTxClosed
 	}
 	sp.closed = true
-	_, err := sp.h.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp.name)
+	if _, err := sp.h.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp.name); err != nil {
+		return err
+	}
+	_, err := sp.h.Exec(ctx, "RELEASE SAVEPOINT "+sp.name)
 	return err
 }
 
@@ -75,6 +84,9 @@ func (sp *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 }
 
 func (sp *savepoint) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if sp.closed {
+		return errRow{pgx.ErrTxClosed}
+	}
 	return sp.h.QueryRow(ctx, sql, args...)
 }
 
@@ -107,7 +119,15 @@ func (sp *savepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.Sta
 
 func (sp *savepoint) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
 
-func (sp *savepoint) Conn() *pgx.Conn { return nil }
+func (sp *savepoint) Conn() *pgx.Conn {
+	switch c := sp.h.(type) {
+	case *pgx.Conn:
+		return c
+	case interface{ Conn() *pgx.Conn }:
+		return c.Conn()
+	}
+	return nil
+}
 
 // failedBatch answers every result of a batch with its error.
 type failedBatch struct{ err error }
