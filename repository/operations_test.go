@@ -3354,6 +3354,37 @@ func (w *connTeller) Begin(ctx context.Context) (pgx.Tx, error) { return w.conn.
 
 func (w *connTeller) Conn() *pgx.Conn { return w.conn }
 
+// TestJunctionOnAWrapperUnderRepeatableReadDefault: a junction given a type of the
+// caller's around an idle connection whose default_transaction_isolation is REPEATABLE
+// READ runs in a READ COMMITTED transaction of its own, as on the connection itself; the
+// type's Begin opened one in the default isolation, which the junction refuses.
+func TestJunctionOnAWrapperUnderRepeatableReadDefault(t *testing.T) {
+	f := setup(t)
+	f.push(repository.Append, "a", "b")
+	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("poll: %v %v", leased, err)
+	}
+	for _, task := range leased {
+		if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, task.Decide(repository.Suspend("waiting for the group"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(f.ctx, "SET default_transaction_isolation = 'repeatable read'"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(f.ctx, "RESET default_transaction_isolation")
+	released, err := f.repo.Junction(f.ctx, connWrapper{conn.Conn()}, f.topic, repository.Singular, []string{"a", "b"})
+	if err != nil || len(released) != 2 {
+		t.Fatalf("junction: released %v, %v; want a and b", released, err)
+	}
+}
+
 // TestAllOrNothingInTheCallersBlock: an operation of several statements (a completion,
 // all or nothing) on a connection on which the caller ran BEGIN, or on a type of the
 // caller's around one (embedding it, or telling it by Conn()), runs under a savepoint of
