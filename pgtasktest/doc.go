@@ -19,11 +19,12 @@
 //
 // Every database is cloned from a template migrated once (per schema, on the server), so
 // a new one takes a few tens of milliseconds and tests run in parallel. Give a Template
-// to add the program's own tables. The server is the first usable of: TEST_DATABASE_URL
-// (a maintenance database whose user may create databases), PostgreSQL on
-// 127.0.0.1:5432 as user postgres without password, or a throwaway cluster started from
-// the PostgreSQL server binaries installed on the machine (and removed by Main). Without
-// any, tests fail, never skip, saying how to get one.
+// to add the program's own tables. The server is TEST_DATABASE_URL when it is set (a
+// maintenance database whose user may create databases; tests fail when it is not
+// usable, with no fallback); otherwise PostgreSQL on 127.0.0.1:5432 as user postgres
+// without password (PGTASK_TEST_LOCAL_URL names another), else a throwaway cluster
+// started from the PostgreSQL server binaries installed on the machine (and removed by
+// Main). Without any, tests fail, never skip, saying how to get one.
 //
 // # Assertions
 //

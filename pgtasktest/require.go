@@ -28,9 +28,10 @@ type Want struct {
 	Identifier string
 	// Input, when not empty, is the task's input: compared as JSON when both are JSON
 	// objects or arrays (so key order and spacing do not matter), as text otherwise (an
-	// input "1.10" does not match "1.1"). Numbers inside compare by value, so {"n": 2.0}
-	// matches {"n": 2}: a handler decoding into an int (processor.Typed) refuses 2.0, so
-	// give the spelling you mean to check it.
+	// input "1.10" does not match "1.1"). Numbers inside compare by value and by whether
+	// they are written as integers, as a handler decoding them into an int
+	// (processor.Typed) tells them apart: {"n": 1.50} matches {"n": 1.5}, but {"n": 2.0}
+	// does not match {"n": 2}, nor {"n": 1e+06} {"n": 1000000}.
 	Input string
 	// Reference, when not empty, is the task's reference.
 	Reference string
@@ -211,8 +212,8 @@ func structured(v any) bool {
 }
 
 // decodeJSON decodes one JSON value, its numbers as written (json.Number: as float64,
-// 9007199254740993 and 9007199254740992 were one number) but normalized, so that 1.0
-// and 1 still match.
+// 9007199254740993 and 9007199254740992 were one number) but normalized, so that 1.50
+// and 1.5 still match (not 1.0 and 1: normalizeNumbers).
 func decodeJSON(text string) (any, error) {
 	d := json.NewDecoder(strings.NewReader(text))
 	d.UseNumber()
@@ -228,18 +229,26 @@ func decodeJSON(text string) (any, error) {
 	return normalizeNumbers(v), nil
 }
 
-// exactNumber is a JSON number's exact value, as big.Rat writes it ("3/2", "1"): a type
-// of its own, so that it never equals the string "1".
+// exactNumber is a JSON number's exact value, as big.Rat writes it ("3/2", "1"), marked
+// when it is written as an integer ("1 integer"): a type of its own, so that it never
+// equals the string "1".
 type exactNumber string
 
-// normalizeNumbers replaces each json.Number with its exact value.
+// normalizeNumbers replaces each json.Number with its exact value, and whether it is
+// written as an integer (without a fraction or an exponent): a handler decoding into an
+// int takes 2 and refuses 2.0 and 2e0, so those must not match.
 func normalizeNumbers(v any) any {
 	switch v := v.(type) {
 	case json.Number:
-		if r, ok := new(big.Rat).SetString(v.String()); ok {
-			return exactNumber(r.RatString())
+		text := v.String()
+		exact := text
+		if r, ok := new(big.Rat).SetString(text); ok {
+			exact = r.RatString()
 		}
-		return exactNumber(v.String())
+		if !strings.ContainsAny(text, ".eE") {
+			exact += " integer"
+		}
+		return exactNumber(exact)
 	case []any:
 		for i := range v {
 			v[i] = normalizeNumbers(v[i])

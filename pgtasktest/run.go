@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"testing"
@@ -71,6 +72,12 @@ func JSON(tb testing.TB, v any) string {
 // was handed back before h began its tasks (a Buffer stopped: Outcome.HandedBack).
 func Run(ctx context.Context, tb testing.TB, h processor.Handler, tasks ...repository.Task) processor.Outcome {
 	tb.Helper()
+	if nilHandler(h) {
+		tb.Fatalf("pgtasktest.Run: the handler is nil (a processor refuses it: Handler is required)")
+	}
+	if len(tasks) == 0 {
+		tb.Fatalf("pgtasktest.Run: no tasks (a processor never hands a handler an empty batch)")
+	}
 	topic := "" // the first topic named: a task without one is the batch's (NewBatch)
 	for _, t := range tasks {
 		if t.Topic != "" {
@@ -93,6 +100,21 @@ func run(ctx context.Context, tb testing.TB, h processor.Handler, timeout time.D
 		tb.Fatalf("pgtasktest.Run: %v", err)
 	}
 	return handle(ctx, tb, "Run", h, b)
+}
+
+// nilHandler reports whether h is no handler: nil, or a nil pointer, function or map in
+// the interface (a nil TaskFunc or *Buffered), which a processor refuses and which would
+// here fail every task as a handler's panic.
+func nilHandler(h processor.Handler) bool {
+	if h == nil {
+		return true
+	}
+	v := reflect.ValueOf(h)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // handlerContext is ctx, or ctx ending after timeout when it has no deadline: the
@@ -181,6 +203,24 @@ wait:
 		}
 	}
 	goexited()
+	outcome := func() processor.Outcome {
+		o := b.Outcome()
+		if len(o.HandedBack) > 0 {
+			// read as failures (a snooze's Result is the zero value) by a test that
+			// expects one, the handler never having seen them
+			tb.Fatalf("pgtasktest.%s: tasks %v were handed back before the handler began them: the Buffer that runs it stopped (Buffered.Stop, or the shutdown of the last processor that shares it)", fn, o.HandedBack)
+		}
+		return o
+	}
+	if !ended {
+		// returned before its context ended (or as it did: the select above picks either
+		// when both are ready), every task decided: in time, whatever ctx says now
+		select {
+		case <-b.Done():
+			return outcome()
+		default:
+		}
+	}
 	select {
 	case <-b.Done():
 	case <-ctx.Done():
@@ -188,13 +228,7 @@ wait:
 	select { // both may be ready: say which
 	case <-b.Done():
 		if ctx.Err() == nil {
-			o := b.Outcome()
-			if len(o.HandedBack) > 0 {
-				// read as failures (a snooze's Result is the zero value) by a test that
-				// expects one, the handler never having seen them
-				tb.Fatalf("pgtasktest.%s: tasks %v were handed back before the handler began them: the Buffer that runs it stopped (Buffered.Stop, or the shutdown of the last processor that shares it)", fn, o.HandedBack)
-			}
-			return o
+			return outcome()
 		}
 		if decidedFirst {
 			tb.Fatalf("pgtasktest.%s: the handler decided every task but returned only once its context had ended (%v): it holds its worker until it returns", fn, ctx.Err())
@@ -233,6 +267,12 @@ type WorkResult struct {
 // saying so, rather than waiting for go test's -timeout.
 func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, topic string, creations ...repository.Creation) WorkResult {
 	tb.Helper()
+	if nilHandler(h) {
+		tb.Fatalf("pgtasktest.Work: the handler is nil (a processor refuses it: Handler is required)")
+	}
+	if len(creations) == 0 {
+		tb.Fatalf("pgtasktest.Work: no creations (a processor never hands a handler an empty batch)")
+	}
 	reader := newReader()
 	// The topic's creation waits for another open transaction that created it, and a
 	// limited topic's poll for one that polled it (its turn is held to the end of the

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,8 +105,14 @@ func TestSameInput(t *testing.T) {
 		same      bool
 	}{
 		{`{"a": 1, "b": [true, null]}`, `{"b":[true,null],"a":1}`, true},
-		{`{"n": 1.0}`, `{"n": 1}`, true},
-		{`{"n": 1e2}`, `{"n": 100}`, true},
+		// numbers by value, and by whether they are written as integers (an int
+		// refuses the others)
+		{`{"n": 1.50}`, `{"n": 1.5}`, true},
+		{`{"n": 15e-1}`, `{"n": 1.5}`, true},
+		{`{"n": -0}`, `{"n": 0}`, true},
+		{`{"n": 1.0}`, `{"n": 1}`, false},
+		{`{"n": 1e2}`, `{"n": 100}`, false},
+		{`{"n": 1e+06}`, `{"n": 1000000}`, false},
 		{`{"order_id": 9007199254740993}`, `{"order_id": 9007199254740992}`, false},
 		{`{"n": 1}`, `{"n": "1"}`, false},
 		{`not json`, `not json`, true},
@@ -232,5 +239,82 @@ func TestWorkSaysATransactionHoldsTheTopic(t *testing.T) {
 	}
 	if !strings.Contains(tb.message, `the creation of topic "jobs" waited 300ms: another open transaction holds it`) {
 		t.Errorf("Work's failure: %q, want it to say another transaction holds the topic", tb.message)
+	}
+}
+
+// fatalOf runs fn with a fatalTB and returns the message it failed the test with.
+func fatalOf(t *testing.T, fn func(tb testing.TB)) string {
+	tb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(tb)
+	}()
+	<-done
+	return tb.message
+}
+
+// TestRunRefusesNoHandlerAndNoTasks: a nil handler (nil, or a nil TaskFunc or *Buffered
+// in the interface), which a processor refuses, fails the test saying so; it failed every
+// task as a handler's panic, which a test expecting failures took for its own. No tasks
+// (no creations for Work) fail it too: a processor never hands a handler an empty batch.
+func TestRunRefusesNoHandlerAndNoTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tasks := NewTasks("t", repository.Creation{Identifier: "a"})
+	var nilFunc processor.TaskFunc
+	var nilBuffer *processor.Buffered
+	for name, h := range map[string]processor.Handler{"nil": nil, "TaskFunc": nilFunc, "Buffered": nilBuffer} {
+		if msg := fatalOf(t, func(tb testing.TB) { Run(ctx, tb, h, tasks...) }); !strings.Contains(msg, "the handler is nil") {
+			t.Errorf("Run with a nil handler (%s): failure %q, want it to say the handler is nil", name, msg)
+		}
+		if msg := fatalOf(t, func(tb testing.TB) { Work(ctx, tb, nil, h, "t", repository.Creation{Identifier: "a"}) }); !strings.Contains(msg, "the handler is nil") {
+			t.Errorf("Work with a nil handler (%s): failure %q, want it to say the handler is nil", name, msg)
+		}
+	}
+	ok := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { return repository.Succeed("") })
+	if msg := fatalOf(t, func(tb testing.TB) { Run(ctx, tb, ok) }); !strings.Contains(msg, "no tasks") {
+		t.Errorf("Run without tasks: failure %q, want it to say there are no tasks", msg)
+	}
+	if msg := fatalOf(t, func(tb testing.TB) { Work(ctx, tb, nil, ok, "t") }); !strings.Contains(msg, "no creations") {
+		t.Errorf("Work without creations: failure %q, want it to say there are no creations", msg)
+	}
+}
+
+// endingCtx is a context with a deadline whose Err says it passed once ended is set,
+// while its Done stays open: a deadline that passes just after the handler returned, as
+// Run looks at the context a moment after seeing the return.
+type endingCtx struct {
+	context.Context
+	ended atomic.Bool
+}
+
+func (c *endingCtx) Deadline() (time.Time, bool) { return time.Now().Add(time.Hour), true }
+
+func (c *endingCtx) Err() error {
+	if c.ended.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// TestRunOfAHandlerThatReturnedInTime: a handler that decided every task and returned
+// before its context ended passes, though the context ends before Run looks at it; Run
+// failed it ("decided only once its context had ended").
+func TestRunOfAHandlerThatReturnedInTime(t *testing.T) {
+	t.Parallel()
+	ctx := &endingCtx{Context: context.Background()}
+	h := processor.HandlerFunc(func(_ context.Context, b *processor.Batch) {
+		for _, task := range b.Tasks {
+			_ = b.Decide(task.Sequence, repository.Succeed(""))
+		}
+		ctx.ended.Store(true) // the deadline passes as the handler returns
+	})
+	var o processor.Outcome
+	if msg := fatalOf(t, func(tb testing.TB) { o = Run(ctx, tb, h, NewTasks("t", repository.Creation{Identifier: "a"})...) }); msg != "" {
+		t.Fatalf("Run failed the test: %s", msg)
+	}
+	if len(o.Decisions) != 1 {
+		t.Errorf("outcome %+v, want the one decision", o)
 	}
 }
