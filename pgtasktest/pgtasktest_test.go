@@ -401,6 +401,29 @@ func TestWork(t *testing.T) {
 		})
 		mustContain(t, msg, "(creation 0, identifier \"a\") is gone once the decisions and follow-ups were committed")
 	})
+	// A follow-up refused fails the batch's tasks under the retry policy, as a processor
+	// does, and says why; Work failed the test, so that a test could not see a task retried
+	// because its follow-up's topic was full.
+	t.Run("ARefusedFollowUpFailsTheTasks", func(t *testing.T) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		onward := processor.HandlerFunc(func(ctx context.Context, b *processor.Batch) {
+			_ = b.Push("nowhere", repository.Append, repository.Creation{Identifier: "next"})
+			for _, task := range b.Tasks {
+				_ = b.Decide(task.Sequence, repository.Succeed(""))
+			}
+		})
+		res := pgtasktest.Work(ctx, t, tx, onward, "onward", repository.Creation{Identifier: "a"})
+		if !errors.Is(res.Refused, repository.ErrUnknownTopic) {
+			t.Errorf("Refused = %v, want the unknown topic of the follow-up", res.Refused)
+		}
+		if a := res.Tasks[0]; a.State != repository.Ready || a.Attempt != 1 || len(a.Errors) != 1 || !strings.Contains(a.Errors[0], "decisions could not be committed") {
+			t.Errorf("task %+v, want READY for a retry, its error saying the decisions could not be committed", a)
+		}
+	})
 	t.Run("OtherReadyTasksAreSaidInTheWay", func(t *testing.T) {
 		tx, err := pool.Begin(ctx)
 		if err != nil {

@@ -248,6 +248,11 @@ type WorkResult struct {
 	Tasks []repository.Task
 	// Outcome is what the handler reported.
 	Outcome processor.Outcome
+	// Refused is why the decisions and follow-ups were refused (a follow-up to an unknown
+	// topic or a full queue, bad input): the tasks were then failed "decisions could not
+	// be committed", under the topic's retry policy, as a processor fails them; nil when
+	// they committed.
+	Refused error
 }
 
 // Work runs a handler on new tasks inside tx, as a processor would: it creates topic if
@@ -260,8 +265,10 @@ type WorkResult struct {
 // the lease does not get exactly the pushed tasks (the topic holds other READY tasks, a
 // creation is delayed or suspended, or a limit of the topic (concurrency, per key, rate)
 // leases fewer), when h does not decide them in time or the batch was handed back (see
-// Run), when the decisions or follow-ups are refused, or when a follow-up deleted one of
-// the tasks (WorkResult.Tasks holds one per creation). Creating the topic waits for any
+// Run), or when a follow-up deleted one of the tasks (WorkResult.Tasks holds one per
+// creation). Decisions or follow-ups refused (a follow-up to an unknown topic or a full
+// queue) fail the tasks, under the retry policy, as a processor does: WorkResult.Refused
+// says why. Creating the topic waits for any
 // other open transaction that created it, and a limited topic's poll for one that polled
 // it (tx holds the topic's turn until it ends): Work fails the test after RunTimeout
 // saying so, rather than waiting for go test's -timeout.
@@ -316,6 +323,7 @@ func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, to
 	for i, t := range leased {
 		completions[i] = t.Decide(outcome.Decisions[t.Sequence])
 	}
+	var refused error
 	err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { // a savepoint: all or nothing
 		if _, err := reader.Complete(ctx, sp, topic, completions...); err != nil {
 			return err
@@ -333,6 +341,19 @@ func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, to
 		}
 		return nil
 	})
+	if refusal(err) {
+		// as a processor's completer: the tasks are still the lease's, failed with the
+		// reason, without the follow-ups
+		refused = err
+		failed := make([]repository.Completion, len(leased))
+		for i, t := range leased {
+			failed[i] = t.Decide(repository.Fail(fmt.Errorf("decisions could not be committed: %w", err)))
+		}
+		err = pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			_, err := reader.Complete(ctx, sp, topic, failed...)
+			return err
+		})
+	}
 	if err != nil {
 		tb.Fatalf("pgtasktest.Work: the decisions could not be committed: %v", err)
 	}
@@ -350,7 +371,15 @@ func Work(ctx context.Context, tb testing.TB, tx pgx.Tx, h processor.Handler, to
 		}
 		byPush = append(byPush, stored[i])
 	}
-	return WorkResult{Tasks: byPush, Outcome: outcome}
+	return WorkResult{Tasks: byPush, Outcome: outcome, Refused: refused}
+}
+
+// refusal reports whether err refuses decisions or follow-ups for what they are (the
+// processor's completer fails the tasks then), rather than failing to reach the database.
+func refusal(err error) bool {
+	var te *repository.TaskError
+	return errors.As(err, &te) || errors.Is(err, repository.ErrInvalid) || errors.Is(err, repository.ErrUnknownTopic) ||
+		errors.Is(err, repository.ErrQueueFull)
 }
 
 func sequencesOf(tasks []repository.Task) []int64 {
