@@ -102,6 +102,18 @@ func run(ctx context.Context, tb testing.TB, h processor.Handler, timeout time.D
 	return handle(ctx, tb, "Run", h, b)
 }
 
+// exitFailed lists the tasks o failed because the handler ended its goroutine.
+func exitFailed(o processor.Outcome) []int64 {
+	var failed []int64
+	for seq, d := range o.Decisions {
+		if d.Result == repository.Failure && d.Message == processor.ErrHandlerExited.Error() {
+			failed = append(failed, seq)
+		}
+	}
+	slices.Sort(failed)
+	return failed
+}
+
 // nilHandler reports whether h is no handler: nil, or a nil pointer, function or map in
 // the interface (a nil TaskFunc or *Buffered), which a processor refuses and which would
 // here fail every task as a handler's panic.
@@ -167,6 +179,11 @@ func handle(ctx context.Context, tb testing.TB, fn string, h processor.Handler, 
 		if tb.Skipped() {
 			tb.SkipNow()
 		}
+		// the tasks a handler on Run's goroutine had begun are failed before the
+		// kit sees the exit (a Buffer stopped runs it there): undecided too
+		exited = append(exited, exitFailed(b.Outcome())...)
+		slices.Sort(exited)
+		exited = slices.Compact(exited)
 		undecided := fmt.Sprintf("with tasks undecided %v", exited)
 		if len(exited) == 0 {
 			undecided = "after deciding every task"
@@ -205,6 +222,11 @@ wait:
 	goexited()
 	outcome := func() processor.Outcome {
 		o := b.Outcome()
+		if failed := exitFailed(o); len(failed) > 0 {
+			// on a Buffer's worker, after Handle returned: the tasks it had begun
+			// failed, the others handed back
+			tb.Fatalf("pgtasktest.%s: the handler ended its goroutine (t.FailNow, t.Fatal, runtime.Goexit: they end the goroutine that calls them, here a Buffer worker's) with tasks undecided %v (failed), %v handed back", fn, failed, o.HandedBack)
+		}
 		if len(o.HandedBack) > 0 {
 			// read as failures (a snooze's Result is the zero value) by a test that
 			// expects one, the handler never having seen them

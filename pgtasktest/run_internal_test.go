@@ -318,3 +318,27 @@ func TestRunOfAHandlerThatReturnedInTime(t *testing.T) {
 		t.Errorf("outcome %+v, want the one decision", o)
 	}
 }
+
+// TestRunOfABufferWhoseHandlerEndsItsGoroutine: a handler run by a Buffer that ends its
+// goroutine (t.Fatal) on a task fails the test saying so, naming that task; the Buffer's
+// worker failed it and handed the others back after Handle had returned, which Run took
+// for a Buffer stopped.
+func TestRunOfABufferWhoseHandlerEndsItsGoroutine(t *testing.T) {
+	t.Parallel()
+	inner := processor.TaskFunc(func(_ context.Context, task repository.Task) repository.Decision {
+		if task.Identifier == "a" {
+			runtime.Goexit() // as t.Fatal in a handler does
+		}
+		return repository.Succeed("")
+	})
+	buffered, err := processor.Buffer(inner, processor.BufferConfig{MaxWorkers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buffered.Stop()
+	tasks := NewTasks("t", repository.Creation{Identifier: "a"}, repository.Creation{Identifier: "b"})
+	msg := fatalOf(t, func(tb testing.TB) { Run(context.Background(), tb, buffered, tasks...) })
+	if !strings.Contains(msg, "the handler ended its goroutine") || !strings.Contains(msg, fmt.Sprint([]int64{tasks[0].Sequence})) || strings.Contains(msg, "stopped") {
+		t.Errorf("Run's failure: %q, want it to say the handler ended its goroutine on task %d", msg, tasks[0].Sequence)
+	}
+}

@@ -606,9 +606,10 @@ func (b *Batch) panicked(r any) {
 	_ = b.Fail(err)
 }
 
-// errHandlerExited is why the undecided tasks of a batch fail when its handler ended
-// its goroutine.
-var errHandlerExited = errors.New("the handler ended its goroutine (runtime.Goexit, which t.FailNow and t.Fatal call) before deciding this task")
+// ErrHandlerExited is why the undecided tasks a handler had begun fail when it ended its
+// goroutine before returning (runtime.Goexit, which a test's t.FailNow and t.Fatal
+// call): its text is their FAILURE's message (the others are handed back).
+var ErrHandlerExited = errors.New("the handler ended its goroutine (runtime.Goexit, which t.FailNow and t.Fatal call) before deciding this task")
 
 // exited is called, by the deferred function that saw it, when the handler of b ended
 // the goroutine that ran it (runtime.Goexit: recover sees no panic, and the goroutine
@@ -616,10 +617,10 @@ var errHandlerExited = errors.New("the handler ended its goroutine (runtime.Goex
 // timeout: the started tasks fail, the others go back READY.
 func (b *Batch) exited() {
 	if b.onExit != nil {
-		b.onExit(errHandlerExited)
+		b.onExit(ErrHandlerExited)
 		return
 	}
-	b.abandon(errHandlerExited)
+	b.abandon(ErrHandlerExited)
 }
 
 // handBack returns every task not yet decided to READY without consuming its attempt
