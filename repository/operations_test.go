@@ -3289,12 +3289,10 @@ func TestJunctionOnAWrapperOfAPool(t *testing.T) {
 // connWrapper is a Handle of a caller's own type around a connection (embedding it).
 type connWrapper struct{ *pgx.Conn }
 
-// TestJunctionOnAWrapperInTheCallersBlock: a junction given a type of the caller's that
-// embeds a connection on which the caller ran BEGIN runs inside that block, as on the
-// connection itself: a transaction of its own would have sent BEGIN (a warning) and then
-// COMMIT, ending the caller's block.
-func TestJunctionOnAWrapperInTheCallersBlock(t *testing.T) {
-	f := setup(t)
+// suspendedPair pushes a and b, suspends them (a group a junction releases) and returns
+// them with a connection of the pool, released at the end of the test.
+func suspendedPair(t *testing.T, f *fixture) ([]repository.Task, *pgxpool.Conn) {
+	t.Helper()
 	f.push(repository.Append, "a", "b")
 	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
 	if err != nil || len(leased) != 2 {
@@ -3309,7 +3307,17 @@ func TestJunctionOnAWrapperInTheCallersBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
+	t.Cleanup(conn.Release)
+	return leased, conn
+}
+
+// TestJunctionOnAWrapperInTheCallersBlock: a junction given a type of the caller's that
+// embeds a connection on which the caller ran BEGIN runs inside that block, as on the
+// connection itself: a transaction of its own would have sent BEGIN (a warning) and then
+// COMMIT, ending the caller's block.
+func TestJunctionOnAWrapperInTheCallersBlock(t *testing.T) {
+	f := setup(t)
+	leased, conn := suspendedPair(t, f)
 	if _, err := conn.Exec(f.ctx, "BEGIN"); err != nil {
 		t.Fatal(err)
 	}
@@ -3360,21 +3368,7 @@ func (w *connTeller) Conn() *pgx.Conn { return w.conn }
 // type's Begin opened one in the default isolation, which the junction refuses.
 func TestJunctionOnAWrapperUnderRepeatableReadDefault(t *testing.T) {
 	f := setup(t)
-	f.push(repository.Append, "a", "b")
-	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
-	if err != nil || len(leased) != 2 {
-		t.Fatalf("poll: %v %v", leased, err)
-	}
-	for _, task := range leased {
-		if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, task.Decide(repository.Suspend("waiting for the group"))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn, err := f.pool.Acquire(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	_, conn := suspendedPair(t, f)
 	if _, err := conn.Exec(f.ctx, "SET default_transaction_isolation = 'repeatable read'"); err != nil {
 		t.Fatal(err)
 	}
