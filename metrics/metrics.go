@@ -150,7 +150,7 @@ func newMetrics() *Metrics {
 		}, []string{"topic"}),
 		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pgtask_handler_duration_seconds",
-			Help:    "Time from handing a batch to the handler until it reported decisions.",
+			Help:    "Time from handing a batch to the handler until it reported decisions (for a task a TaskFunc decides alone, from its start on that task).",
 			Buckets: latencyBuckets,
 		}, []string{"topic"}),
 		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{

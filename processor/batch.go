@@ -106,10 +106,11 @@ type Batch struct {
 
 	mu        sync.Mutex
 	decided   []bool
-	settled   []bool // its decision committed, or given up on (completer.settle)
-	deferred  []bool // a reconciliation waits for it to be settled (TaskManager.reconcile)
-	begun     []bool // started by the handler (TaskFunc)
-	allBegun  bool   // every task counts as started
+	settled   []bool      // its decision committed, or given up on (completer.settle)
+	deferred  []bool      // a reconciliation waits for it to be settled (TaskManager.reconcile)
+	begun     []bool      // started by the handler (TaskFunc)
+	begunAt   []time.Time // when (OnCallback's handling of a task decided alone)
+	allBegun  bool        // every task counts as started
 	undecided int
 	// firstDecision and lastDecision are when the first and the latest task were decided
 	// (the completer's hold: completer.spare).
@@ -204,6 +205,7 @@ func (b *Batch) build(ctx context.Context) {
 	b.settled = make([]bool, n)
 	b.deferred = make([]bool, n)
 	b.begun = make([]bool, n)
+	b.begunAt = make([]time.Time, n)
 	b.undecided = n
 	b.done = make(chan struct{})
 	if n == 0 {
@@ -550,7 +552,26 @@ func (b *Batch) begin(sequence int64) bool {
 		return false
 	}
 	b.begun[i] = true
+	b.begunAt[i] = time.Now()
 	return true
+}
+
+// handling is OnCallback's handling for a report of completions: the time since the
+// handler began the task, for a report of one task it began alone (TaskFunc: its batch's
+// tasks one after the other); since the batch was handed to the handler otherwise.
+func (b *Batch) handling(completions []repository.Completion) time.Duration {
+	if len(completions) == 1 {
+		b.mu.Lock()
+		var at time.Time
+		if i, ok := b.index[completions[0].Sequence]; ok {
+			at = b.begunAt[i]
+		}
+		b.mu.Unlock()
+		if !at.IsZero() {
+			return time.Since(at)
+		}
+	}
+	return time.Since(*b.started.Load())
 }
 
 // beginAll marks every task as started; false, and none is, when the batch is closed

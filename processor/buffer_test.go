@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,5 +207,43 @@ func TestBufferHandlerTimeoutCountsFromTheWorker(t *testing.T) {
 		if handling[task.Sequence] > ran[task.Sequence]+300*time.Millisecond {
 			t.Errorf("task %d: OnCallback reported %v of handling, the handler ran %v", task.Sequence, handling[task.Sequence], ran[task.Sequence])
 		}
+	}
+}
+
+// TestHandlingOfATaskFuncIsPerTask: OnCallback's handling of a task a TaskFunc decides
+// alone counts from its start on that task, not from the batch's: the third task of a
+// batch reported the first two's time too, and the handler histogram (metrics) read a
+// mean of half the batch's time for tasks of 20 ms. The third report's handling is at
+// most the time since the second report, which came before the third task began.
+func TestHandlingOfATaskFuncIsPerTask(t *testing.T) {
+	f := setup(t)
+	tasks := f.pushN(3)
+	var mu sync.Mutex
+	var last time.Time // when the previous report reached OnCallback
+	var reports int
+	var wrong []string
+	listener := processor.Listener{OnCallback: func(_ string, reported []repository.Task, _ map[int64]repository.Decision, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		if reports > 0 && d > now.Sub(last) {
+			wrong = append(wrong, fmt.Sprintf("task %d: handling %v, but the previous report came %v ago", reported[0].Sequence, d, now.Sub(last)))
+		}
+		reports++
+		last = now
+	}}
+	h := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision {
+		time.Sleep(20 * time.Millisecond)
+		return repository.Succeed("")
+	})
+	p, _ := f.processor("worker", processor.Config{}, processor.ManagerConfig{Handler: h, BatchSize: 3, Listener: listener})
+	f.start(p)
+	for _, task := range tasks {
+		f.eventually("the task succeeded", func() bool { return f.get(task.Sequence).State == repository.Succeeded })
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reports != 3 || len(wrong) > 0 {
+		t.Errorf("%d reports (want 3, one a task); %v", reports, wrong)
 	}
 }

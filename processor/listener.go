@@ -27,7 +27,8 @@ type Listener struct {
 	// OnCallback: the handler reported decisions for these tasks of a batch, the given
 	// time after the batch was handed to it (by a Buffer: after a worker took it from
 	// the queue). A batch whose tasks are decided one at a
-	// time (Batch.Decide, TaskFunc) calls it for each report. The manager's own
+	// time (Batch.Decide, TaskFunc) calls it for each report; for a task a TaskFunc (or
+	// Typed) began alone, the time is since it began that task, not the batch. The manager's own
 	// decisions (a handler relieved after HandlerTimeout or the shutdown deadline) come
 	// here too; unstarted tasks handed back come to OnHandBack instead. It returns
 	// before the decisions are queued for their commit, so before their OnComplete.

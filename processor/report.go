@@ -54,7 +54,7 @@ func (m *TaskManager) noteReport(b *Batch, completions []repository.Completion, 
 			for _, c := range completions {
 				decisions[c.Sequence] = c.Decision
 			}
-			l.callback(topic, tasks, decisions, time.Since(*b.started.Load()))
+			l.callback(topic, tasks, decisions, b.handling(completions))
 		}
 	}
 	switch kind {
