@@ -373,7 +373,7 @@ func (c *completer) flush(ctx context.Context, reports []*report) {
 		// completed as decided (those retried or snoozed may be due again: poll).
 		c.m.p.logger.Info("decisions committed by an attempt whose reply was lost", slog.String("topic", topic),
 			slog.Int("batches", len(reports)))
-		c.finish(reports, nil, time.Since(start))
+		c.finish(reports, c.readBack(ctx, reports), time.Since(start))
 		// That is read from the refusal; the reconciliation checks it (one statement,
 		// after a fault only): a task still ACTIVE under this owner runs again.
 		c.m.reconcileSoon()
@@ -589,6 +589,27 @@ const (
 	defaultCommitTimeout = 30 * time.Second
 	maxCommitTimeout     = 10 * time.Minute
 )
+
+// readBack reads the tasks of reports' decisions, committed by an attempt whose reply
+// was lost, as they are now, for what finish tells of them (OnComplete, metrics,
+// Subscribe, the timers of retried and snoozed tasks): one statement, on this rare path.
+// A task ACTIVE again (leased since) is left out: its decision's outcome is past; a
+// failed read gives none, as the lost reply did.
+func (c *completer) readBack(ctx context.Context, reports []*report) []repository.Task {
+	seqs := make([]int64, 0, completions(reports))
+	for _, d := range decisions(reports) {
+		seqs = append(seqs, d.Sequence)
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.m.p.commitTimeout)
+	defer cancel()
+	tasks, err := c.m.p.repo.GetMany(rctx, c.m.p.pool, c.m.cfg.Topic, seqs...)
+	if err != nil {
+		c.m.p.logger.Info("could not read back the tasks of decisions committed by an attempt whose reply was lost",
+			slog.String("topic", c.m.cfg.Topic), slog.Int("tasks", len(seqs)), slog.Any("error", err))
+		return nil
+	}
+	return slices.DeleteFunc(tasks, func(t repository.Task) bool { return t.State == repository.Active })
+}
 
 // errCommitted is what commitRetrying returns when the decisions were refused because
 // an earlier attempt, whose reply was lost, had committed them.

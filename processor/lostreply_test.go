@@ -58,10 +58,23 @@ func TestLostReplies(t *testing.T) {
 
 			runs := newRunBook()
 			var logs logbuf.Buffer
+			// the tasks OnComplete reported SUCCEEDED: those of a commit whose reply was
+			// lost too (read back), as metrics and Subscribe count them
+			var reportedMu sync.Mutex
+			reported := map[int64]bool{}
+			listener := processor.Listener{OnComplete: func(_ string, tasks []repository.Task, _ time.Duration) {
+				reportedMu.Lock()
+				defer reportedMu.Unlock()
+				for _, task := range tasks {
+					if task.State == repository.Succeeded {
+						reported[task.Sequence] = true
+					}
+				}
+			}}
 			p, _ := f.processor("processor", processor.Config{
 				Pool: proxied, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 				HeartbeatInterval: 50 * time.Millisecond, ExpiryTimeout: 400 * time.Millisecond,
-			}, processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle), BatchSize: 10, PauseInterval: 100 * time.Millisecond})
+			}, processor.ManagerConfig{Handler: processor.TaskFunc(runs.handle), BatchSize: 10, PauseInterval: 100 * time.Millisecond, Listener: listener})
 			stop := f.start(p)
 
 			cut := proxy.AddCut(&faultproxy.Cut{Match: faultproxy.Statement(tc.statement), Probability: tc.probability, Times: lostReplies})
@@ -110,6 +123,13 @@ func TestLostReplies(t *testing.T) {
 				t.Errorf("%d tasks SUCCEEDED, want the %d pushed (each once)", n, pushed)
 			}
 			runs.check(t, pushed)
+			if tc.name == "Complete" {
+				reportedMu.Lock()
+				if len(reported) != pushed {
+					t.Errorf("OnComplete reported %d tasks SUCCEEDED, want the %d pushed: those of commits whose reply was lost too", len(reported), pushed)
+				}
+				reportedMu.Unlock()
+			}
 			if lines := logs.Lines("level=ERROR", "decisions not committed"); len(lines) > 0 {
 				t.Errorf("a completion reported as not committed:\n%s", strings.Join(lines, "\n"))
 			}
