@@ -57,7 +57,7 @@ type Metrics struct {
 
 	mu        sync.Mutex
 	schedules map[string]struct{} // the schedules with series
-	snoozed   map[lease]time.Time // snooze decisions reported but not yet committed, and when
+	snoozed   map[lease]snooze    // snooze decisions reported but not yet committed
 	swept     time.Time           // the last time snoozed was full and its old entries dropped
 	now       func() time.Time    // time.Now; injectable for tests
 }
@@ -188,7 +188,7 @@ func newMetrics() *Metrics {
 			Buckets: latencyBuckets,
 		}, []string{"schedule"}),
 		schedules: make(map[string]struct{}),
-		snoozed:   make(map[lease]time.Time),
+		snoozed:   make(map[lease]snooze),
 		now:       time.Now,
 	}
 }
@@ -250,25 +250,35 @@ func (m *Metrics) rememberSnoozes(topic string, tasks []repository.Task, snoozed
 			// full: forget the snoozes whose completion was never committed (at most a
 			// sweep a second, when the entries are all recent)
 			m.swept = now
-			for l, at := range m.snoozed {
-				if now.Sub(at) >= snoozeForgotten {
+			for l, s := range m.snoozed {
+				if now.Sub(s.at) >= snoozeForgotten {
 					delete(m.snoozed, l)
 				}
 			}
 		}
 		if len(m.snoozed) < maxTrackedSnoozes {
-			m.snoozed[lease{topic, t.Sequence, t.Attempt}] = now
+			m.snoozed[lease{topic, t.Sequence, t.Attempt}] = snooze{at: now, returned: t.Returned}
 		}
 	}
+}
+
+// snooze is a snooze decision reported: when, and the lease's Returned before it.
+type snooze struct {
+	at       time.Time
+	returned int32
 }
 
 // result is the result label of a committed task, from the task as stored.
 func (m *Metrics) result(topic string, t repository.Task) string {
 	key := lease{topic, t.Sequence, t.Attempt}
 	m.mu.Lock()
-	_, snoozed := m.snoozed[key]
+	s, ok := m.snoozed[key]
 	delete(m.snoozed, key)
 	m.mu.Unlock()
+	// a snooze committed gives the lease back (Returned); one whose commit was refused
+	// and replaced by a failure (the processor's "decisions could not be committed")
+	// did not: a retry
+	snoozed := ok && t.Returned > s.returned
 	switch {
 	case t.State == repository.Ready && snoozed:
 		return ResultSnoozed

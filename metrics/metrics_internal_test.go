@@ -29,6 +29,7 @@ func TestSnoozesNeverCommittedAreForgotten(t *testing.T) {
 	}
 	committed := func(task repository.Task) string {
 		task.State = repository.Ready
+		task.Returned++ // a snooze gives its lease back
 		return m.result("t", task)
 	}
 	if got := committed(snooze(maxTrackedSnoozes + 1)); got != ResultRetried {
@@ -47,6 +48,21 @@ func TestSnoozesNeverCommittedAreForgotten(t *testing.T) {
 		if got := committed(task); got != ResultSnoozed {
 			t.Fatalf("snooze %d after the sweep: %s, want %s", i, got, ResultSnoozed)
 		}
+	}
+}
+
+// TestSnoozeCommittedAsAFailure: a snooze whose commit the processor replaced by a
+// failure (its follow-up refused: "decisions could not be committed") is READY again
+// without the lease given back: counted RETRIED, not SNOOZED as it was.
+func TestSnoozeCommittedAsAFailure(t *testing.T) {
+	t.Parallel()
+	m := newMetrics()
+	task := repository.Task{Topic: "t", Sequence: 1, Attempt: 1}
+	m.rememberSnoozes("t", []repository.Task{task}, func(repository.Task) bool { return true })
+	task.State = repository.Ready
+	task.Errors = []string{"decisions could not be committed: unknown topic"}
+	if got := m.result("t", task); got != ResultRetried {
+		t.Errorf("a snooze committed as a failure: %s, want %s", got, ResultRetried)
 	}
 }
 
