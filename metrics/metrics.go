@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -60,6 +61,7 @@ type Metrics struct {
 	snoozed   map[lease]snooze    // snooze decisions reported but not yet committed
 	swept     time.Time           // the last time snoozed was full and its old entries dropped
 	now       func() time.Time    // time.Now; injectable for tests
+	queue     *queueCollector     // Instrument's, which Observe moves to another processor
 }
 
 // lease names one attempt of a task.
@@ -108,6 +110,7 @@ func Instrument(reg prometheus.Registerer, p *processor.Processor) (*Metrics, er
 	m := newMetrics()
 	queue := &queueCollector{pool: p.Pool(), repo: p.Repository(), ttl: QueueTTLDefault, topicsOf: p.Topics, now: time.Now}
 	m.pruneAfterReads(queue)
+	m.queue = queue
 	var registered []prometheus.Collector
 	undo := func() {
 		for _, c := range registered {
@@ -126,6 +129,24 @@ func Instrument(reg prometheus.Registerer, p *processor.Processor) (*Metrics, er
 		return nil, fmt.Errorf("metrics: instrument: %w", err)
 	}
 	return m, nil
+}
+
+// Observe moves m, made by Instrument, to p: a processor that replaces the one m
+// instruments (Run serves once, so a program that restarts its processor makes a new
+// one). p's managers and expiries feed the same series from then on, and the queue's
+// series read p's topics through p's pool (the old processor's may be closed). Call it
+// before p.Run; the old processor must have stopped, or its managers go on feeding the
+// series too. It fails when m was made by New (give p.Observe its Listener) or p is
+// running.
+func (m *Metrics) Observe(p *processor.Processor) error {
+	if m.queue == nil {
+		return errors.New("metrics: observe: made by New, not Instrument: give p.Observe its Listener")
+	}
+	if err := p.Observe(m.Listener()); err != nil {
+		return fmt.Errorf("metrics: observe: %w", err)
+	}
+	m.queue.attach(p.Pool(), p.Repository(), p.Topics)
+	return nil
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {

@@ -949,3 +949,53 @@ func BenchmarkQueueCollector10000Topics(b *testing.B) {
 		}
 	}
 }
+
+// TestObserveARestartedProcessor: a program that restarts its processor (a new one:
+// Run serves once) moves its Metrics to it. A second Instrument on the registry failed,
+// and the queue collector went on reading the first processor's pool: closed, every
+// scrape of the registry failed. Now the new processor's tasks are counted on the same
+// series and the queue's are read through its pool.
+func TestObserveARestartedProcessor(t *testing.T) {
+	f := setup(t)
+	f.topic("mail", repository.TopicSettings{})
+	handler := processor.TaskFunc(func(context.Context, repository.Task) repository.Decision { return repository.Succeed("") })
+	reg := prometheus.NewRegistry()
+	var m *metrics.Metrics
+	for round := range 2 {
+		pool, err := pgxpool.NewWithConfig(f.ctx, f.pool.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := processor.New(processor.Config{Pool: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{}, 1)
+		if _, err := p.Manage(processor.ManagerConfig{Topic: "mail", Handler: handler,
+			Listener: processor.Listener{OnComplete: func(string, []repository.Task, time.Duration) { done <- struct{}{} }}}); err != nil {
+			t.Fatal(err)
+		}
+		if round == 0 {
+			if m, err = metrics.Instrument(reg, p); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := m.Observe(p); err != nil {
+			t.Fatal(err)
+		}
+		f.push("mail", repository.Creation{Identifier: fmt.Sprint("task-", round)})
+		stop := f.run(p)
+		wait(t, done, "the task")
+		stop()
+		if _, err := reg.Gather(); err != nil {
+			t.Fatalf("round %d: gather: %v", round, err)
+		}
+		if got := find(t, reg, "pgtask_tasks_completed_total", map[string]string{"topic": "mail", "result": "SUCCEEDED"}).GetCounter().GetValue(); got != float64(round+1) {
+			t.Errorf("round %d: %v tasks counted SUCCEEDED, want %d", round, got, round+1)
+		}
+		pool.Close()                                               // the processor's pool, closed with it
+		time.Sleep(metrics.QueueTTLDefault + 100*time.Millisecond) // the queue's series read again
+	}
+	if err := metrics.New(nil).Observe(nil); err == nil {
+		t.Error("Observe of Metrics made by New was accepted")
+	}
+}

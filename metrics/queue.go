@@ -102,6 +102,15 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// attach makes the collector read the topics topicsOf names through pool and repo (a
+// processor's, after another's: Metrics.Observe), from its next scrape on.
+func (c *queueCollector) attach(pool *pgxpool.Pool, repo *repository.Repository, topicsOf func() []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pool, c.repo, c.topicsOf = pool, repo, topicsOf
+	c.metrics, c.read, c.ended, c.failed = nil, time.Time{}, time.Time{}, nil
+}
+
 // Collect sends the cached metrics, reading them anew once they are older than the ttl.
 // A scrape that arrives while a read runs takes that read's outcome, its failure too:
 // while the database was slow, each waiting scrape read again after the one before it,
