@@ -292,6 +292,49 @@ func TestBinary(t *testing.T) {
 		}
 	})
 
+	// docs/processor.md: SIGHUP (the terminal closed) stops the processor gracefully, its
+	// running task finished; it ended the process at once, the task left ACTIVE to
+	// expire. Started with SIGHUP ignored (nohup), it keeps ignoring it.
+	t.Run("SIGHUPStopsGracefully", func(t *testing.T) {
+		t.Parallel()
+		for _, ignored := range []bool{false, true} {
+			t.Run(fmt.Sprint("Ignored=", ignored), func(t *testing.T) {
+				f := setup(t)
+				f.push("slow")
+				var p *process
+				if ignored {
+					p = start(t, "/bin/sh", "", "-c", `trap "" HUP; exec "$0" "$@"`, bin, "--database-url", f.url,
+						"--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", "1")
+				} else {
+					p = start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", "1")
+				}
+				waitFor(t, 20*time.Second, "the task to run", func() bool {
+					tasks := f.all()
+					return len(tasks) == 1 && tasks[0].State == repository.Active
+				})
+				if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+					t.Fatal(err)
+				}
+				if ignored {
+					waitFor(t, 20*time.Second, "the task to finish", func() bool { return f.all()[0].State == repository.Succeeded })
+					select {
+					case <-p.done:
+						t.Fatalf("the processor started under nohup ended on SIGHUP; stderr:\n%s", p.stderr.String())
+					default:
+					}
+					p.stop()
+					return
+				}
+				if code := p.wait(20 * time.Second); code != 0 {
+					t.Errorf("exit code %d after SIGHUP, want 0 (a graceful stop); stderr:\n%s", code, p.stderr.String())
+				}
+				if tasks := f.all(); tasks[0].State != repository.Succeeded {
+					t.Errorf("the running task after SIGHUP: %v, want SUCCEEDED (finished by the graceful stop)", tasks[0].State)
+				}
+			})
+		}
+	})
+
 	t.Run("SIGTERMLosesNothing", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)

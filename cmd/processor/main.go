@@ -19,11 +19,25 @@ func main() {
 	gctune.Apply()
 	ctx, cancel := context.WithCancel(context.Background())
 	signals := make(chan os.Signal, 2) // two sent at once are two
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	// SIGHUP (the terminal of an interactive start closed) stops it gracefully too: by
+	// default it ended the process at once, its leases left to expire (an attempt used
+	// each). One started with SIGHUP ignored (nohup) keeps ignoring it.
+	if signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	} else {
+		signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	}
 	go func() {
 		<-signals
 		cancel() // the first: a graceful stop
-		endNow((<-signals).(syscall.Signal))
+		for {
+			s := (<-signals).(syscall.Signal)
+			if s != syscall.SIGHUP {
+				endNow(s)
+			}
+			// a second SIGHUP (a shell's, then the kernel's as the session ends) lets
+			// the graceful stop finish
+		}
 	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	os.Exit(exitCode(err, os.Stderr))
