@@ -263,19 +263,11 @@ func TestBinary(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				f := setup(t)
-				f.push("slow")
-				var p *process
+				ignore := ""
 				if c.ignored {
-					// exec keeps the shell's pid and its ignored SIGINT
-					p = start(t, "/bin/sh", "", "-c", `trap "" INT; exec "$0" "$@"`, bin, "--database-url", f.url,
-						"--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", "60")
-				} else {
-					p = start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", "60")
+					ignore = "INT"
 				}
-				waitFor(t, 20*time.Second, "the task to run", func() bool {
-					tasks := f.all()
-					return len(tasks) == 1 && tasks[0].State == repository.Active
-				})
+				p := startSleeping(t, bin, f, ignore, "60")
 				time.Sleep(200 * time.Millisecond) // the program started
 				// the second once the first was received (two pending at once are one
 				// signal to the kernel)
@@ -300,18 +292,11 @@ func TestBinary(t *testing.T) {
 		for _, ignored := range []bool{false, true} {
 			t.Run(fmt.Sprint("Ignored=", ignored), func(t *testing.T) {
 				f := setup(t)
-				f.push("slow")
-				var p *process
+				ignore := ""
 				if ignored {
-					p = start(t, "/bin/sh", "", "-c", `trap "" HUP; exec "$0" "$@"`, bin, "--database-url", f.url,
-						"--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", "1")
-				} else {
-					p = start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", "1")
+					ignore = "HUP"
 				}
-				waitFor(t, 20*time.Second, "the task to run", func() bool {
-					tasks := f.all()
-					return len(tasks) == 1 && tasks[0].State == repository.Active
-				})
+				p := startSleeping(t, bin, f, ignore, "1")
 				if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 					t.Fatal(err)
 				}
@@ -713,4 +698,25 @@ func httpGet(t *testing.T, url string) (int, string) {
 		t.Fatalf("GET %s: %v", url, err)
 	}
 	return res.StatusCode, string(body)
+}
+
+// startSleeping starts the processor bin on f's topic, with one task pushed that runs
+// /bin/sleep seconds, and waits for it to run. With ignore (a signal's name: INT, HUP)
+// the processor starts with that signal ignored, as a background job of a script or
+// nohup starts it (exec keeps the shell's pid and what it ignores).
+func startSleeping(t *testing.T, bin string, f *fixture, ignore, seconds string) *process {
+	t.Helper()
+	f.push("slow")
+	var p *process
+	if ignore != "" {
+		p = start(t, "/bin/sh", "", "-c", `trap "" `+ignore+`; exec "$0" "$@"`, bin, "--database-url", f.url,
+			"--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", seconds)
+	} else {
+		p = start(t, bin, f.url, "--topic", f.topic, "--addr", "", "--exec", "/bin/sleep", seconds)
+	}
+	waitFor(t, 20*time.Second, "the task to run", func() bool {
+		tasks := f.all()
+		return len(tasks) == 1 && tasks[0].State == repository.Active
+	})
+	return p
 }
