@@ -591,16 +591,20 @@ const (
 )
 
 // readBack reads the tasks of reports' decisions, committed by an attempt whose reply
-// was lost, as they are now, for what finish tells of them (OnComplete, metrics,
-// Subscribe, the timers of retried and snoozed tasks): one statement, on this rare path.
-// A task ACTIVE again (leased since) is left out: its decision's outcome is past; a
-// failed read gives none, as the lost reply did.
+// was lost, for what finish tells of them (OnComplete, metrics, Subscribe, the timers of
+// retried and snoozed tasks): one statement, on this rare path, bounded by
+// readBackTimeout (the completer waits for it, on a connection that just lost a reply).
+// Only a task still at the attempt its decision named is the outcome of this commit: one
+// leased again since (retried, snoozed, handed back) is left out, its later outcome
+// told by its own commit. A failed read gives none, as the lost reply did.
 func (c *completer) readBack(ctx context.Context, reports []*report) []repository.Task {
+	attempts := make(map[int64]int32, completions(reports))
 	seqs := make([]int64, 0, completions(reports))
 	for _, d := range decisions(reports) {
+		attempts[d.Sequence] = d.Attempt
 		seqs = append(seqs, d.Sequence)
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.m.p.commitTimeout)
+	rctx, cancel := context.WithTimeout(ctx, readBackTimeout)
 	defer cancel()
 	tasks, err := c.m.p.repo.GetMany(rctx, c.m.p.pool, c.m.cfg.Topic, seqs...)
 	if err != nil {
@@ -608,8 +612,13 @@ func (c *completer) readBack(ctx context.Context, reports []*report) []repositor
 			slog.String("topic", c.m.cfg.Topic), slog.Int("tasks", len(seqs)), slog.Any("error", err))
 		return nil
 	}
-	return slices.DeleteFunc(tasks, func(t repository.Task) bool { return t.State == repository.Active })
+	return slices.DeleteFunc(tasks, func(t repository.Task) bool {
+		return t.State == repository.Active || t.Attempt != attempts[t.Sequence]
+	})
 }
+
+// readBackTimeout bounds readBack.
+const readBackTimeout = 2 * time.Second
 
 // errCommitted is what commitRetrying returns when the decisions were refused because
 // an earlier attempt, whose reply was lost, had committed them.
