@@ -3379,6 +3379,31 @@ func TestJunctionOnAWrapperUnderRepeatableReadDefault(t *testing.T) {
 	}
 }
 
+// TestAtomicallyLargeObjectsInTheCallersBlock: Atomically on a connection in a block the
+// caller opened in SQL gives fn a transaction whose LargeObjects work (the connection's),
+// as pgx's savepoint did; the repository's own savepoint returned the zero value, whose
+// use panicked.
+func TestAtomicallyLargeObjectsInTheCallersBlock(t *testing.T) {
+	f := setup(t)
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(f.ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(f.ctx, "ROLLBACK")
+	err = repository.Atomically(f.ctx, conn.Conn(), func(tx pgx.Tx) error {
+		lo := tx.LargeObjects()
+		_, err := lo.Create(f.ctx, 0)
+		return err
+	})
+	if err != nil || conn.Conn().PgConn().TxStatus() != 'T' {
+		t.Fatalf("a large object made in Atomically: %v; the caller's block %q, want still open", err, conn.Conn().PgConn().TxStatus())
+	}
+}
+
 // TestAllOrNothingInTheCallersBlock: an operation of several statements (a completion,
 // all or nothing) on a connection on which the caller ran BEGIN, or on a type of the
 // caller's around one (embedding it, or telling it by Conn()), runs under a savepoint of

@@ -640,13 +640,16 @@ func begin(ctx context.Context, h Handle) (pgx.Tx, error) {
 	// a Handle of the caller's own type (a wrapper that traces, say) begins with its
 	// own Begin, which it may have overridden; around a connection outside a block,
 	// that begins a transaction, made READ COMMITTED here (around a pool, or a type
-	// that tells nothing, it may be a savepoint, where that would fail)
+	// that tells nothing, it may be a savepoint, where that would fail). PostgreSQL
+	// refuses to change the level once the transaction has run a query (a Begin that
+	// sets a tenant for row-level security, under a default level other than READ
+	// COMMITTED): said so.
 	tx, err := h.Begin(ctx)
 	if err != nil || !isConn {
 		return tx, err
 	}
 	if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
-		return nil, errors.Join(err, tx.Rollback(ctx))
+		return nil, errors.Join(fmt.Errorf("make the transaction %T began READ COMMITTED: %w", h, err), tx.Rollback(ctx))
 	}
 	return tx, nil
 }

@@ -507,8 +507,8 @@ func inTxCommitting(ctx, commitCtx context.Context, h Handle, fn func(tx pgx.Tx)
 // database's default_transaction_isolation, as every transaction the repository opens
 // there: its statements rely on each seeing what committed before it began (a Handle
 // of another type begins with its own Begin). In a block opened in SQL, fn's tx is the
-// repository's savepoint: its Conn is the connection when the Handle tells it, and it
-// has no LargeObjects. It is the repository's own inTx.
+// repository's savepoint: its Conn and LargeObjects are the connection's when the
+// Handle tells it. It is the repository's own inTx.
 func Atomically(ctx context.Context, h Handle, fn func(tx pgx.Tx) error) error {
 	return inTx(ctx, h, fn)
 }

@@ -20,8 +20,8 @@ import (
 // Handle given again inside Atomically, say) is never the one an outer rollback goes
 // back to. It has what the repository runs in a transaction (Exec, Query, QueryRow, a
 // nested Begin); CopyFrom, SendBatch and Prepare go to the Handle when it has them,
-// Conn is the Handle's connection when it tells it (nil otherwise), LargeObjects is not
-// there (the zero value).
+// Conn and LargeObjects are the Handle's connection's when it tells it (nil and the zero
+// value otherwise).
 type savepoint struct {
 	h      Handle
 	name   string
@@ -117,7 +117,17 @@ func (sp *savepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.Sta
 	return nil, fmt.Errorf("Prepare: %w", errSavepointHandle)
 }
 
-func (sp *savepoint) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+// LargeObjects are those of a pgx transaction standing for the caller's block on the
+// Handle's connection, when it tells it (its begin runs SELECT 1: nothing is opened or
+// ended); the zero value, whose use panics, otherwise.
+func (sp *savepoint) LargeObjects() pgx.LargeObjects {
+	if conn := sp.Conn(); conn != nil {
+		if block, err := conn.BeginTx(context.Background(), pgx.TxOptions{BeginQuery: "SELECT 1"}); err == nil {
+			return block.LargeObjects()
+		}
+	}
+	return pgx.LargeObjects{}
+}
 
 func (sp *savepoint) Conn() *pgx.Conn {
 	switch c := sp.h.(type) {
