@@ -57,11 +57,12 @@ type Metrics struct {
 	lateness  *prometheus.HistogramVec
 
 	mu        sync.Mutex
-	schedules map[string]struct{} // the schedules with series
-	snoozed   map[lease]snooze    // snooze decisions reported but not yet committed
-	swept     time.Time           // the last time snoozed was full and its old entries dropped
-	now       func() time.Time    // time.Now; injectable for tests
-	queue     *queueCollector     // Instrument's, which Observe moves to another processor
+	schedules map[string]struct{}  // the schedules with series
+	snoozed   map[lease]snooze     // snooze decisions reported but not yet committed
+	swept     time.Time            // the last time snoozed was full and its old entries dropped
+	now       func() time.Time     // time.Now; injectable for tests
+	queue     *queueCollector      // Instrument's, which Observe moves to another processor
+	observed  *processor.Processor // the processor queue reads (Instrument's, or Observe's)
 }
 
 // lease names one attempt of a task.
@@ -110,7 +111,7 @@ func Instrument(reg prometheus.Registerer, p *processor.Processor) (*Metrics, er
 	m := newMetrics()
 	queue := &queueCollector{pool: p.Pool(), repo: p.Repository(), ttl: QueueTTLDefault, topicsOf: p.Topics, now: time.Now}
 	m.pruneAfterReads(queue)
-	m.queue = queue
+	m.queue, m.observed = queue, p
 	var registered []prometheus.Collector
 	undo := func() {
 		for _, c := range registered {
@@ -142,10 +143,17 @@ func (m *Metrics) Observe(p *processor.Processor) error {
 	if m.queue == nil {
 		return errors.New("metrics: observe: made by New, not Instrument: give p.Observe its Listener")
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p == m.observed {
+		// its managers would feed every series twice
+		return errors.New("metrics: observe: the processor these metrics observe already")
+	}
 	if err := p.Observe(m.Listener()); err != nil {
 		return fmt.Errorf("metrics: observe: %w", err)
 	}
 	m.queue.attach(p.Pool(), p.Repository(), p.Topics)
+	m.observed = p
 	return nil
 }
 

@@ -982,6 +982,9 @@ func TestObserveARestartedProcessor(t *testing.T) {
 		} else if err := m.Observe(p); err != nil {
 			t.Fatal(err)
 		}
+		if err := m.Observe(p); err == nil {
+			t.Fatalf("round %d: Observe of the processor already observed was accepted (its series counted twice)", round)
+		}
 		f.push("mail", repository.Creation{Identifier: fmt.Sprint("task-", round)})
 		stop := f.run(p)
 		wait(t, done, "the task")
