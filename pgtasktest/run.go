@@ -289,8 +289,9 @@ type WorkResult struct {
 // leases fewer), when h does not decide them in time or the batch was handed back (see
 // Run), or when a follow-up deleted one of the tasks (WorkResult.Tasks holds one per
 // creation). Decisions or follow-ups refused (a follow-up to an unknown topic or a full
-// queue) fail the tasks, under the retry policy, as a processor does: WorkResult.Refused
-// says why. Creating the topic waits for any
+// queue) fail every task of the batch, under the retry policy, as a processor does with
+// a report refused whole (a processor that took the decisions in parts, a handler's
+// decisions reported apart, fails only the refused part's): WorkResult.Refused says why. Creating the topic waits for any
 // other open transaction that created it, and a limited topic's poll for one that polled
 // it (tx holds the topic's turn until it ends): Work fails the test after RunTimeout
 // saying so, rather than waiting for go test's -timeout.

@@ -29,6 +29,9 @@ func main() {
 	}
 	go func() {
 		<-signals
+		// a pipe the logs go to may be gone with the terminal (| tee): its writes
+		// fail rather than end the process by SIGPIPE during the graceful stop
+		signal.Ignore(syscall.SIGPIPE)
 		cancel() // the first: a graceful stop
 		for {
 			s := (<-signals).(syscall.Signal)
