@@ -3259,16 +3259,7 @@ func (t *lockWatchTx) Query(ctx context.Context, sql string, args ...any) (pgx.R
 // statements one by one, each committing alone, the locks released before the look.
 func TestJunctionOnAWrapperOfAPool(t *testing.T) {
 	f := setup(t)
-	f.push(repository.Append, "a", "b")
-	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
-	if err != nil || len(leased) != 2 {
-		t.Fatalf("poll: %v %v", leased, err)
-	}
-	for _, task := range leased {
-		if _, err := f.repo.Complete(f.ctx, f.pool, f.topic, task.Decide(repository.Suspend("waiting for the group"))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	suspendPair(t, f)
 	held := -1
 	h := &lockWatch{Pool: f.pool, match: "name: TaskJunction :many", observe: func() {
 		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_locks
@@ -3289,9 +3280,8 @@ func TestJunctionOnAWrapperOfAPool(t *testing.T) {
 // connWrapper is a Handle of a caller's own type around a connection (embedding it).
 type connWrapper struct{ *pgx.Conn }
 
-// suspendedPair pushes a and b, suspends them (a group a junction releases) and returns
-// them with a connection of the pool, released at the end of the test.
-func suspendedPair(t *testing.T, f *fixture) ([]repository.Task, *pgxpool.Conn) {
+// suspendPair pushes a and b and suspends them: a group a junction releases.
+func suspendPair(t *testing.T, f *fixture) []repository.Task {
 	t.Helper()
 	f.push(repository.Append, "a", "b")
 	leased, err := f.repo.Poll(f.ctx, f.pool, f.topic, repository.FIFO, repository.None, 10)
@@ -3303,6 +3293,14 @@ func suspendedPair(t *testing.T, f *fixture) ([]repository.Task, *pgxpool.Conn) 
 			t.Fatal(err)
 		}
 	}
+	return leased
+}
+
+// suspendedPair is suspendPair with a connection of the pool, released at the end of
+// the test.
+func suspendedPair(t *testing.T, f *fixture) ([]repository.Task, *pgxpool.Conn) {
+	t.Helper()
+	leased := suspendPair(t, f)
 	conn, err := f.pool.Acquire(f.ctx)
 	if err != nil {
 		t.Fatal(err)
